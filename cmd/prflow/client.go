@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+)
+
+type client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+func (g *globals) client() (*client, error) {
+	tok := g.token
+	if tok == "" {
+		tok = os.Getenv("PRFLOW_TOKEN")
+	} else {
+		var err error
+		if tok, err = controller.ResolveSecret(tok); err != nil {
+			return nil, fmt.Errorf("--token: %w", err)
+		}
+	}
+	return &client{base: strings.TrimRight(g.server, "/"), token: tok, http: &http.Client{Timeout: 0}}, nil
+}
+
+func (c *client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("prflow server %s: %w (is `prflow server` running? set --server or PRFLOW_SERVER)", c.base, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error  string   `json:"error"`
+			Detail []string `json:"detail"`
+		}
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			msg := e.Error
+			if len(e.Detail) > 0 {
+				msg += ":\n  " + strings.Join(e.Detail, "\n  ")
+			}
+			return fmt.Errorf("%s %s: %s", method, path, msg)
+		}
+		return fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+func parseSets(sets []string) (map[string]any, error) {
+	out := map[string]any{}
+	for _, s := range sets {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--set %q: want key=value", s)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func newRun(g *globals) *cobra.Command {
+	var sets []string
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "run FILE",
+		Short: "Start a run of a pipeline file on the server",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			inputs, err := parseSets(sets)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var run pipelines.Run
+			req := controller.StartRequest{File: filepath.Base(args[0]), Source: src, Inputs: inputs}
+			if err := c.do(cmd.Context(), "POST", "/api/v1/runs", req, &run); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s started\n", run.ID)
+			if !follow {
+				return nil
+			}
+			return followRun(cmd.Context(), c, run.ID, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "runtime input key=value (repeatable)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print progress until the run ends; exit non-zero unless it succeeds")
+	return cmd
+}
+
+func followRun(ctx context.Context, c *client, id string, w io.Writer) error {
+	pr := newProgress(w)
+	for {
+		var run pipelines.Run
+		if err := c.do(ctx, "GET", "/api/v1/runs/"+id, nil, &run); err != nil {
+			return err
+		}
+		pr.update(&run)
+		if run.Status.Terminal() {
+			return runOutcome(&run)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func runOutcome(r *pipelines.Run) error {
+	if r.Status == pipelines.StSucceeded {
+		return nil
+	}
+	return exitError{code: 2, msg: fmt.Sprintf("run %s %s: %s", r.ID, r.Status, r.Error)}
+}
+
+func newStatus(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [RUN]",
+		Short: "Show a run's stages and steps, or list recent runs",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if len(args) == 0 {
+				var runs []pipelines.Run
+				if err := c.do(cmd.Context(), "GET", "/api/v1/runs", nil, &runs); err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(out).Encode(runs)
+				}
+				for _, r := range runs {
+					fmt.Fprintf(out, "%-28s %-20s %-10s %s\n", r.ID, r.Pipeline, r.Status, r.Error)
+				}
+				return nil
+			}
+			var run pipelines.Run
+			if err := c.do(cmd.Context(), "GET", "/api/v1/runs/"+args[0], nil, &run); err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(run)
+			}
+			printRun(out, &run)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printRun(w io.Writer, r *pipelines.Run) {
+	fmt.Fprintf(w, "run %s  pipeline %s  %s", r.ID, r.Pipeline, r.Status)
+	if r.Error != "" {
+		fmt.Fprintf(w, "  (%s)", r.Error)
+	}
+	fmt.Fprintln(w)
+	for _, s := range r.Stages {
+		fmt.Fprintf(w, "  stage %-16s %s", s.ID, s.Status)
+		if s.Error != "" {
+			fmt.Fprintf(w, "  %s", s.Error)
+		}
+		fmt.Fprintln(w)
+		for _, list := range []struct {
+			label string
+			steps []*pipelines.StepRun
+		}{{"", s.Steps}, {"rollback ", s.Rollback}} {
+			for _, st := range list.steps {
+				fmt.Fprintf(w, "    %sstep %-14s %-10s %s\n", list.label, st.ID, st.Status, stepDetail(st))
+			}
+		}
+	}
+}
+
+func stepDetail(st *pipelines.StepRun) string {
+	switch {
+	case st.Error != "":
+		return st.Error
+	case st.Status == pipelines.StWaiting && st.Wait != nil:
+		return st.Wait.Reason
+	case len(st.Outputs) > 0:
+		keys := make([]string, 0, len(st.Outputs))
+		for k := range st.Outputs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s=%v", k, st.Outputs[k]))
+		}
+		s := strings.Join(parts, " ")
+		if len(s) > 100 {
+			s = s[:97] + "..."
+		}
+		return s
+	}
+	return ""
+}
+
+func newCancel(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel RUN",
+		Short: "Cancel a run and its parked steps",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			if err := c.do(cmd.Context(), "POST", "/api/v1/runs/"+args[0]+"/cancel", struct{}{}, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s cancelling\n", args[0])
+			return nil
+		},
+	}
+}
+
+func newWorkers(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "workers",
+		Short: "List live workers with their pools, version and load",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var ws []struct {
+				ID          string    `json:"id"`
+				Pools       []string  `json:"pools"`
+				Version     string    `json:"version"`
+				Concurrency int       `json:"concurrency"`
+				Running     int64     `json:"running"`
+				Completed   int64     `json:"completed"`
+				Seen        time.Time `json:"seen"`
+			}
+			if err := c.do(cmd.Context(), "GET", "/api/v1/workers", nil, &ws); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%-24s %-16s %-8s %-8s %-10s %s\n", "ID", "POOLS", "VERSION", "RUNNING", "COMPLETED", "SEEN")
+			for _, w := range ws {
+				fmt.Fprintf(out, "%-24s %-16s %-8s %d/%-6d %-10d %s ago\n", w.ID, strings.Join(w.Pools, ","), w.Version,
+					w.Running, w.Concurrency, w.Completed, time.Since(w.Seen).Round(time.Second))
+			}
+			return nil
+		},
+	}
+}
+
+func newLogs(g *globals) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs RUN [STAGE.STEP]",
+		Short: "Print a run's step logs",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			path := "/api/v1/runs/" + args[0] + "/logs?"
+			if len(args) == 2 {
+				path += "step=" + args[1] + "&"
+			}
+			if follow {
+				path += "follow=1"
+			}
+			req, _ := http.NewRequestWithContext(cmd.Context(), "GET", c.base+path, nil)
+			if c.token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			resp, err := c.http.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b, _ := io.ReadAll(resp.Body)
+				return fmt.Errorf("logs: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+			}
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			out := cmd.OutOrStdout()
+			for sc.Scan() {
+				var l struct {
+					Time  time.Time         `json:"time"`
+					Level string            `json:"level"`
+					Msg   string            `json:"msg"`
+					Attrs map[string]string `json:"attrs"`
+					Stage string            `json:"stage"`
+					Step  string            `json:"step"`
+				}
+				if json.Unmarshal(sc.Bytes(), &l) != nil {
+					continue
+				}
+				var attrs []string
+				for k, v := range l.Attrs {
+					if k != "run" && k != "stage" && k != "step" && k != "worker" {
+						attrs = append(attrs, k+"="+v)
+					}
+				}
+				sort.Strings(attrs)
+				fmt.Fprintf(out, "%s %-5s %s.%s: %s %s\n", l.Time.Format("15:04:05.000"), l.Level, l.Stage, l.Step, l.Msg, strings.Join(attrs, " "))
+			}
+			return sc.Err()
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the run ends")
+	return cmd
+}
+
+func newApprove(g *globals) *cobra.Command {
+	var reject bool
+	var comment string
+	cmd := &cobra.Command{
+		Use:   "approve RUN STAGE.STEP",
+		Short: "Approve (or --reject) a step waiting for approval",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stage, step, ok := strings.Cut(args[1], ".")
+			if !ok {
+				return errors.New("step: want STAGE.STEP")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			req := controller.SignalRequest{Stage: stage, Step: step, Approve: !reject, Comment: comment}
+			if err := c.do(cmd.Context(), "POST", "/api/v1/runs/"+args[0]+"/signals", req, nil); err != nil {
+				return err
+			}
+			verb := "approved"
+			if reject {
+				verb = "rejected"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s in run %s\n", verb, args[1], args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&reject, "reject", false, "reject instead of approve")
+	cmd.Flags().StringVar(&comment, "comment", "", "comment recorded with the decision")
+	return cmd
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/prflow/prflow/examples"
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/worker"
+)
+
+func newDev(g *globals) *cobra.Command {
+	var pipelineFile, listen string
+	var sets []string
+	var serve bool
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything in one process and run the example pipeline",
+		Long: `dev starts an embedded NATS server, the controller, a worker and the local sandbox in
+one process, runs the example pipeline (or --pipeline FILE), prints live progress and exits 0
+when the run succeeds, non-zero otherwise. --serve keeps everything running with the HTTP API
+on loopback, without authentication.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("data-dir") {
+				dir, err := os.MkdirTemp("", "prflow-dev-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				g.nats.DataDir = dir
+			}
+			name, src := examples.DefaultPipelineName, examples.DefaultPipeline()
+			if pipelineFile != "" {
+				if src, err = os.ReadFile(pipelineFile); err != nil {
+					return err
+				}
+				name = filepath.Base(pipelineFile)
+			}
+			inputs, err := parseSets(sets)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			conn, err := g.connect(ctx, log, "prflow-dev")
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			ctl, err := controller.New(ctx, conn, controller.WithLogger(log))
+			if err != nil {
+				return err
+			}
+			runCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan struct{}, 2)
+			go func() { _ = ctl.Run(runCtx); done <- struct{}{} }()
+			w := &worker.Worker{ID: "dev-worker", Concurrency: 4, Registry: steps.Default, Log: log, Version: version, DrainTimeout: 5 * time.Second}
+			go func() { _ = w.Run(runCtx, conn); done <- struct{}{} }()
+			defer func() { cancel(); <-done; <-done }()
+
+			if serve {
+				if h, _, err := splitLoopback(listen); err != nil || h == "" {
+					return fmt.Errorf("--listen %s: dev serves without authentication, so only on loopback", listen)
+				}
+				anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
+				go func() { _ = serveAPI(runCtx, log, ctl, listen, anon) }()
+			}
+			<-ctl.Ready()
+			run, err := ctl.Start(ctx, controller.StartRequest{File: name, Source: src, Inputs: inputs, Executor: "dev"})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "prflow dev: run %s of pipeline %s\n", run.ID, run.Pipeline)
+			pr := newProgress(out)
+			final, err := ctl.Wait(ctx, run.ID, pr.update)
+			if err != nil {
+				return err
+			}
+			if serve {
+				fmt.Fprintf(out, "serving the API on http://%s (Ctrl-C to stop)\n", listen)
+				<-ctx.Done()
+			}
+			return runOutcome(final)
+		},
+	}
+	cmd.Flags().StringVar(&pipelineFile, "pipeline", "", "pipeline file to run instead of the built-in example")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "runtime input key=value (repeatable)")
+	cmd.Flags().BoolVar(&serve, "serve", false, "keep running and serve the HTTP API on --listen")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "API address for --serve (loopback only)")
+	return cmd
+}
+
+var _ = pipelines.StSucceeded

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+)
+
+// progress prints each stage and step transition once, as a run moves.
+type progress struct {
+	w     io.Writer
+	seen  map[string]pipelines.Status
+	start time.Time
+}
+
+func newProgress(w io.Writer) *progress {
+	return &progress{w: w, seen: map[string]pipelines.Status{}, start: time.Now()}
+}
+
+func (p *progress) update(r *pipelines.Run) {
+	stamp := func() string { return fmt.Sprintf("[%6.2fs]", time.Since(p.start).Seconds()) }
+	for _, s := range r.Stages {
+		key := "stage/" + s.ID
+		if p.seen[key] != s.Status && s.Status != pipelines.StPending {
+			p.seen[key] = s.Status
+			line := fmt.Sprintf("%s stage %s: %s", stamp(), s.ID, s.Status)
+			if s.RollingBack {
+				line += " (rolling back)"
+			}
+			if s.Error != "" && s.Status.Terminal() {
+				line += " — " + s.Error
+			}
+			fmt.Fprintln(p.w, line)
+		}
+		for i, list := range [][]*pipelines.StepRun{s.Steps, s.Rollback} {
+			for _, st := range list {
+				key := fmt.Sprintf("step/%s/%d/%s", s.ID, i, st.ID)
+				state := st.Status
+				if p.seen[key] == state || state == pipelines.StPending {
+					continue
+				}
+				p.seen[key] = state
+				label := "step"
+				if i == 1 {
+					label = "rollback step"
+				}
+				fmt.Fprintf(p.w, "%s   %s %s.%s (%s): %s %s\n", stamp(), label, s.ID, st.ID, st.Type, state, stepDetail(st))
+			}
+		}
+	}
+	if r.Status.Terminal() && p.seen["run"] != r.Status {
+		p.seen["run"] = r.Status
+		line := fmt.Sprintf("%s run %s %s", stamp(), r.ID, r.Status)
+		if r.Error != "" {
+			line += ": " + r.Error
+		}
+		fmt.Fprintln(p.w, line)
+	}
+}

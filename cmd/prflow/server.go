@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/prflow/prflow/pipelines/controller"
+)
+
+func newServer(g *globals) *cobra.Command {
+	var listen, tokens, natsListen string
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the controller and its HTTP API",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if tokens == "" {
+				return errors.New("--tokens FILE is required: the API authenticates every caller (see README, Access)")
+			}
+			auth, err := controller.LoadAuth(tokens)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			g.nats.Listen = natsListen
+			conn, err := g.connect(ctx, log, "prflow-server")
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			if u := conn.ClientURL(); u != "" {
+				log.Info("embedded NATS listening", "url", u)
+			}
+			ctl, err := controller.New(ctx, conn, controller.WithLogger(log))
+			if err != nil {
+				return err
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- ctl.Run(ctx) }()
+			if err := serveAPI(ctx, log, ctl, listen, auth); err != nil {
+				return err
+			}
+			return <-errc
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API address")
+	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
+	cmd.Flags().StringVar(&natsListen, "nats-listen", "", "with the embedded NATS: also accept workers/agents on this address (e.g. 127.0.0.1:4222)")
+	return cmd
+}
+
+// serveAPI serves a controller's HTTP API until ctx ends.
+func serveAPI(ctx context.Context, log *slog.Logger, ctl *controller.Controller, listen string, auth *controller.Auth) error {
+	errc := make(chan error, 1)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: ctl.Handler(auth), ReadHeaderTimeout: 10 * time.Second}
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("API listening", "addr", ln.Addr().String())
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+func splitLoopback(addr string) (string, string, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", "", err
+	}
+	if ip := net.ParseIP(h); h != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", p, nil
+	}
+	return h, p, nil
+}

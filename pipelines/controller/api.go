@@ -1,0 +1,284 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+)
+
+// MaxRequest bounds API request bodies.
+const MaxRequest = 2 << 20
+
+// Handler serves the HTTP API:
+//
+//	POST /api/v1/runs                 start a run {file, source, inputs}
+//	GET  /api/v1/runs                 list runs
+//	GET  /api/v1/runs/{id}            a run's state
+//	POST /api/v1/runs/{id}/cancel     cancel
+//	POST /api/v1/runs/{id}/signals    approve/reject a parked step {stage, step, approve, comment}
+//	GET  /api/v1/runs/{id}/logs       step logs (?step=stage.step&follow=1), NDJSON
+//	GET  /api/v1/workers              live workers
+//	GET  /healthz /readyz /metrics
+func (c *Controller) Handler(auth *Auth) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-c.ready:
+		default:
+			http.Error(w, "loading runs", http.StatusServiceUnavailable)
+			return
+		}
+		if !c.conn.NC.IsConnected() {
+			http.Error(w, "NATS disconnected", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.metrics.Registry, promhttp.HandlerOpts{}))
+	api := http.NewServeMux()
+	api.HandleFunc("POST /api/v1/runs", c.apiStart)
+	api.HandleFunc("GET /api/v1/runs", c.apiList)
+	api.HandleFunc("GET /api/v1/runs/{id}", c.apiGet)
+	api.HandleFunc("POST /api/v1/runs/{id}/cancel", c.apiCancel)
+	api.HandleFunc("POST /api/v1/runs/{id}/signals", c.apiSignal)
+	api.HandleFunc("GET /api/v1/runs/{id}/logs", c.apiLogs)
+	api.HandleFunc("GET /api/v1/workers", c.apiWorkers)
+	mux.Handle("/api/", requireAuth(auth, api))
+	return mux
+}
+
+func requireAuth(a *Auth, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, ok := a.Authenticate(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="prflow"`)
+			writeErr(w, http.StatusUnauthorized, errors.New("missing or unknown bearer token"))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxRequest)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))
+	})
+}
+
+type apiError struct {
+	Error  string   `json:"error"`
+	Detail []string `json:"detail,omitempty"`
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	e := apiError{Error: err.Error()}
+	var le *pipelines.LoadError
+	if errors.As(err, &le) {
+		e.Error = "pipeline is invalid"
+		for _, fe := range le.Errs {
+			e.Detail = append(e.Detail, fe.Error())
+		}
+	}
+	writeJSON(w, code, e)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("request body larger than %d bytes", mbe.Limit)
+		}
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
+}
+
+func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
+	var req StartRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	req.Executor = UserFrom(r.Context()).Name
+	if req.File == "" {
+		req.File = "pipeline.yaml"
+	}
+	run, err := c.Start(r.Context(), req)
+	switch {
+	case errors.Is(err, ErrExists):
+		writeJSON(w, http.StatusOK, run)
+	case errors.Is(err, ErrInvalid):
+		writeErr(w, http.StatusUnprocessableEntity, err)
+	case err != nil:
+		writeErr(w, http.StatusInternalServerError, err)
+	default:
+		writeJSON(w, http.StatusCreated, run)
+	}
+}
+
+func (c *Controller) apiList(w http.ResponseWriter, r *http.Request) {
+	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+	if limit <= 0 {
+		limit = 50
+	}
+	runs, err := c.List(r.Context(), limit)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	if runs == nil {
+		runs = []*pipelines.Run{}
+	}
+	writeJSON(w, http.StatusOK, runs)
+}
+
+func (c *Controller) apiGet(w http.ResponseWriter, r *http.Request) {
+	run, err := c.Get(r.Context(), r.PathValue("id"))
+	if errors.Is(err, ErrNotFound) {
+		writeErr(w, http.StatusNotFound, err)
+		return
+	}
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, run)
+}
+
+func (c *Controller) apiCancel(w http.ResponseWriter, r *http.Request) {
+	err := c.Cancel(r.Context(), r.PathValue("id"), UserFrom(r.Context()).Name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeErr(w, http.StatusNotFound, err)
+	case err != nil:
+		writeErr(w, http.StatusConflict, err)
+	default:
+		writeJSON(w, http.StatusAccepted, map[string]string{"status": "cancelling"})
+	}
+}
+
+// SignalRequest approves or rejects a parked step.
+type SignalRequest struct {
+	Stage    string `json:"stage"`
+	Step     string `json:"step"`
+	Rollback bool   `json:"rollback,omitempty"`
+	Kind     string `json:"kind,omitempty"` // default approval
+	Approve  bool   `json:"approve"`
+	Comment  string `json:"comment,omitempty"`
+}
+
+func (c *Controller) apiSignal(w http.ResponseWriter, r *http.Request) {
+	var req SignalRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	run, err := c.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, http.StatusNotFound, err)
+		return
+	}
+	sr := run.Find(req.Stage)
+	if sr == nil || sr.Step(req.Step, req.Rollback) == nil {
+		writeErr(w, http.StatusNotFound, fmt.Errorf("run %s has no step %s.%s", run.ID, req.Stage, req.Step))
+		return
+	}
+	if st := sr.Step(req.Step, req.Rollback); st.Status.Terminal() {
+		writeErr(w, http.StatusConflict, fmt.Errorf("step %s.%s is already %s", req.Stage, req.Step, st.Status))
+		return
+	}
+	u := UserFrom(r.Context())
+	kind := req.Kind
+	if kind == "" {
+		kind = "approval"
+	}
+	sig := steps.Signal{Kind: kind, User: u.Name, Groups: u.Groups, Approve: req.Approve, Comment: req.Comment, At: time.Now().UTC()}
+	ev := queue.Event{Kind: queue.EvSignal, Run: run.ID, Stage: req.Stage, Step: req.Step, Rollback: req.Rollback, Signal: &sig, User: u.Name}
+	if err := c.Publish(r.Context(), ev, ""); err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, sig)
+}
+
+func (c *Controller) apiWorkers(w http.ResponseWriter, r *http.Request) {
+	out := []json.RawMessage{}
+	lister, err := c.b.Workers.ListKeys(r.Context())
+	if err == nil {
+		for k := range lister.Keys() {
+			if e, err := c.b.Workers.Get(r.Context(), k); err == nil {
+				out = append(out, json.RawMessage(e.Value()))
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// apiLogs streams a run's step log lines as NDJSON; with follow=1 it keeps streaming until the
+// run ends.
+func (c *Controller) apiLogs(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	run, err := c.Get(r.Context(), id)
+	if err != nil {
+		writeErr(w, http.StatusNotFound, err)
+		return
+	}
+	subject := "prflow.logs." + id + ".>"
+	if step := r.URL.Query().Get("step"); step != "" {
+		if strings.Count(step, ".") != 1 || !validKey(strings.ReplaceAll(step, ".", "")) {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("step: want STAGE.STEP, got %q", step))
+			return
+		}
+		subject = "prflow.logs." + id + "." + step
+	}
+	follow := r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"
+	ctx := r.Context()
+	oc, err := c.conn.JS.OrderedConsumer(ctx, queue.StreamLogs, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	done := run.Status.Terminal()
+	for {
+		msg, err := oc.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
+		if err == nil {
+			_, _ = w.Write(append(msg.Data(), '\n'))
+			if flusher != nil {
+				flusher.Flush()
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// No line for a while: stop unless following a live run.
+		if !follow || done {
+			return
+		}
+		if cur, err := c.Get(ctx, id); err == nil && cur.Status.Terminal() {
+			done = true // one more drain pass, then stop
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
+)
+
+// BenchmarkFullPath measures no-op steps per second through controller → JetStream → worker →
+// result → state, and dispatch latency (queued by the controller → started on a worker), next
+// to raw JetStream publish+consume on the same embedded server in the same run.
+func BenchmarkFullPath(b *testing.B) {
+	const stepsPerRun = 10
+	logLevel = slog.LevelInfo
+	e := newEnv(&testing.T{}, envOpts{workers: 1, concurrency: 32})
+	defer e.stop()
+	var sb strings.Builder
+	sb.WriteString("name: bench\nstages:\n  - id: s\n    steps:\n")
+	for i := 0; i < stepsPerRun; i++ {
+		fmt.Fprintf(&sb, "      - {id: n%d, type: Noop}\n", i)
+	}
+	src := sb.String()
+	runs := max(b.N/stepsPerRun, 8)
+	b.ResetTimer()
+	start := time.Now()
+	ids := make([]string, runs)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r, err := e.ctl.Start(context.Background(), StartRequest{File: "b.yaml", Source: []byte(src)})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			ids[i] = r.ID
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if fin, err := e.ctl.Wait(ctx, r.ID, nil); err != nil || fin.Status != pipelines.StSucceeded {
+				b.Errorf("run %s: %v", r.ID, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	var lat []time.Duration
+	for _, id := range ids {
+		r, err := e.ctl.Get(context.Background(), id)
+		if err != nil {
+			continue
+		}
+		for _, st := range r.Stages[0].Steps {
+			lat = append(lat, st.Started.Sub(st.Queued))
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	stepsPerSec := float64(runs*stepsPerRun) / elapsed.Seconds()
+	raw := rawJetStream(b, e.conn.JS, 20000)
+	b.ReportMetric(stepsPerSec, "steps/s")
+	b.ReportMetric(raw, "raw-msgs/s")
+	b.ReportMetric(stepsPerSec/raw, "ratio")
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-dispatch-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-dispatch-ms")
+	}
+}
+
+// rawJetStream publishes n messages (sync, with Nats-Msg-Id, from 16 publishers, as the
+// controller publishes jobs) to a work-queue stream and consumes+acks them with a pull
+// consumer: the ceiling prflow's full path is compared with.
+func rawJetStream(b *testing.B, js jetstream.JetStream, n int) float64 {
+	ctx := context.Background()
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "RAWBENCH", Subjects: []string{"rawbench.>"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: queue.DedupWindow})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer js.DeleteStream(ctx, "RAWBENCH")
+	cons, err := js.CreateOrUpdateConsumer(ctx, "RAWBENCH", jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	got := make(chan struct{}, n)
+	cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack(); got <- struct{}{} })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	start := time.Now()
+	var wg sync.WaitGroup
+	per := n / 16
+	for p := 0; p < 16; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				_, _ = js.Publish(ctx, "rawbench.x", []byte(`{"v":1,"run":"r","stage":"s","step":"x","type":"Noop","attempt":1}`),
+					jetstream.WithMsgID(fmt.Sprintf("%d/%d", p, i)))
+			}
+		}(p)
+	}
+	for i := 0; i < per*16; i++ {
+		<-got
+	}
+	wg.Wait()
+	return float64(per*16) / time.Since(start).Seconds()
+}

@@ -1,0 +1,570 @@
+// Package controller is prflow's control plane: it keeps every run's state in the prflow-runs
+// KV (each change a revision-checked update), consumes run events, dispatches step jobs, parks
+// waiting steps without holding a worker, and wakes them on KV changes, signals, poll
+// fallbacks and deadlines. Several replicas may run; all state is in NATS.
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+)
+
+// Controller runs pipelines.
+type Controller struct {
+	conn    *queue.Conn
+	b       *queue.Buckets
+	reg     *steps.Registry
+	log     *slog.Logger
+	metrics *Metrics
+	workers int
+
+	mu       sync.Mutex
+	machines map[string]*pipelines.Machine // by spec hash
+	timers   map[string]*runTimer
+	byKey    map[string]map[parkRef]struct{} // prflow-apps key → parked steps
+	byTopic  map[string]map[parkRef]struct{}
+	parkedOf map[string][]parkRef // run → its parked refs (to unindex)
+	waiting  map[string]int       // run → number of parked steps
+	cache    sync.Map             // run id → cachedRun: saves a KV read per event
+	ready    chan struct{}
+	readyOne sync.Once
+}
+
+type parkRef struct {
+	Run, Stage, Step string
+	Rollback         bool
+	Wake             int
+	key              string
+}
+
+// cachedRun is the last revision of a run this controller saw. A stale copy is harmless: the
+// revision-checked Update fails and the run is read again.
+type cachedRun struct {
+	rev  uint64
+	data []byte
+}
+
+type runTimer struct {
+	due time.Time
+	t   *time.Timer
+}
+
+// Option configures a Controller.
+type Option func(*Controller)
+
+// WithRegistry sets the step registry used to validate pipelines.
+func WithRegistry(r *steps.Registry) Option { return func(c *Controller) { c.reg = r } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(c *Controller) { c.log = l } }
+
+// WithMetrics sets where metrics go.
+func WithMetrics(m *Metrics) Option { return func(c *Controller) { c.metrics = m } }
+
+// WithEventWorkers sets how many events are processed at once.
+func WithEventWorkers(n int) Option { return func(c *Controller) { c.workers = n } }
+
+// New builds a controller on a connection whose topology was created with queue.Setup.
+func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, error) {
+	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 16,
+		machines: map[string]*pipelines.Machine{}, timers: map[string]*runTimer{},
+		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
+		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, ready: make(chan struct{})}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.metrics == nil {
+		c.metrics = NewMetrics(nil)
+	}
+	b, err := queue.OpenBuckets(ctx, conn.JS)
+	if err != nil {
+		return nil, err
+	}
+	c.b = b
+	return c, nil
+}
+
+// Ready is closed once the controller has loaded every existing run.
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
+
+// Buckets exposes the KV handles (the API reads runs and workers).
+func (c *Controller) Buckets() *queue.Buckets { return c.b }
+
+// Run processes events until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	js := c.conn.JS
+	cons, err := js.CreateOrUpdateConsumer(ctx, queue.StreamEvents, jetstream.ConsumerConfig{
+		Durable: queue.ControllerConsumer, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxDeliver: 50, MaxAckPending: 4096,
+		Description: "prflow controllers",
+	})
+	if err != nil {
+		return fmt.Errorf("controller consumer: %w", err)
+	}
+	dlq, err := js.CreateOrUpdateConsumer(ctx, queue.StreamDLQ, jetstream.ConsumerConfig{
+		Durable: queue.DLQConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("dead-letter consumer: %w", err)
+	}
+	runsW, err := c.b.Runs.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch runs: %w", err)
+	}
+	appsW, err := c.b.Apps.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("watch apps: %w", err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); c.watchRuns(ctx, runsW) }()
+	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
+	go func() { defer wg.Done(); c.consumeDLQ(ctx, dlq) }()
+
+	// Consume calls back on one goroutine; events are fanned out to shards by run id so that
+	// runs progress in parallel while each run's events are applied in order (no CAS fights).
+	shards := make([]chan jetstream.Msg, c.workers)
+	var shardWG sync.WaitGroup
+	for i := range shards {
+		shards[i] = make(chan jetstream.Msg, 64)
+		shardWG.Add(1)
+		go func(ch chan jetstream.Msg) {
+			defer shardWG.Done()
+			for msg := range ch {
+				c.onEvent(ctx, msg)
+			}
+		}(shards[i])
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		shards[shardOf(msg.Subject(), len(shards))] <- msg
+	}, jetstream.PullMaxMessages(c.workers*8), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if ctx.Err() == nil {
+			c.log.Warn("event consumer", "err", err)
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("consume events: %w", err)
+	}
+	c.log.Info("controller started")
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	for _, ch := range shards {
+		close(ch)
+	}
+	shardWG.Wait()
+	_ = runsW.Stop()
+	_ = appsW.Stop()
+	wg.Wait()
+	c.mu.Lock()
+	for _, t := range c.timers {
+		t.t.Stop()
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Controller) onEvent(ctx context.Context, msg jetstream.Msg) {
+	ev, err := queue.DecodeEvent(msg.Data())
+	if err != nil {
+		c.log.Error("dropping bad event", "subject", msg.Subject(), "err", err)
+		_ = msg.TermWithReason(err.Error())
+		return
+	}
+	md, _ := msg.Metadata()
+	redelivered := md != nil && md.NumDelivered > 1
+	if err := c.handle(ctx, ev, redelivered); err != nil {
+		c.log.Warn("event failed, will retry", "run", ev.Run, "kind", ev.Kind, "err", err)
+		_ = msg.NakWithDelay(500 * time.Millisecond)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// ErrUnknownSpec means a run points at a pipeline source that is not stored.
+var ErrUnknownSpec = errors.New("pipeline source not found")
+
+func (c *Controller) machine(ctx context.Context, hash string) (*pipelines.Machine, error) {
+	c.mu.Lock()
+	m := c.machines[hash]
+	c.mu.Unlock()
+	if m != nil {
+		return m, nil
+	}
+	e, err := c.b.Specs.Get(ctx, hash)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnknownSpec, hash, err)
+	}
+	var sp storedSpec
+	if err := json.Unmarshal(e.Value(), &sp); err != nil {
+		return nil, fmt.Errorf("stored pipeline %s: %w", hash, err)
+	}
+	p, err := pipelines.Load(sp.File, sp.Source, c.reg)
+	if err != nil {
+		return nil, fmt.Errorf("stored pipeline %s no longer loads: %w", sp.File, err)
+	}
+	m = &pipelines.Machine{P: p, Reg: c.reg}
+	c.mu.Lock()
+	c.machines[hash] = m
+	c.mu.Unlock()
+	return m, nil
+}
+
+type storedSpec struct {
+	File   string `json:"file"`
+	Source []byte `json:"source"`
+}
+
+// handle applies one event with optimistic concurrency: read, change, Update(rev); on a
+// revision conflict it starts over from the fresh state.
+func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bool) error {
+	for attempt := 0; attempt < 50; attempt++ {
+		var cur cachedRun
+		if v, ok := c.cache.Load(ev.Run); ok && attempt == 0 {
+			cur = v.(cachedRun)
+		} else {
+			entry, err := c.b.Runs.Get(ctx, ev.Run)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				c.log.Warn("event for unknown run dropped", "run", ev.Run, "kind", ev.Kind)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			cur = cachedRun{rev: entry.Revision(), data: entry.Value()}
+		}
+		var r pipelines.Run
+		if err := json.Unmarshal(cur.data, &r); err != nil {
+			return fmt.Errorf("run %s state: %w", ev.Run, err)
+		}
+		m, err := c.machine(ctx, r.Spec)
+		if err != nil {
+			if errors.Is(err, ErrUnknownSpec) || !r.Status.Terminal() {
+				c.cache.Delete(r.ID)
+				return c.failBroken(ctx, cur.rev, &r, err)
+			}
+			return err
+		}
+		now := time.Now()
+		if ev.Kind == queue.EvTick {
+			m.Tick(&r, now)
+		} else {
+			m.Apply(&r, ev, now)
+		}
+		jobs := m.Advance(&r, now)
+		data, _ := json.Marshal(&r)
+		if bytes.Equal(data, cur.data) {
+			if redelivered {
+				// A crash may have come between our Update and the publishes: send the
+				// queued jobs again; dedup by Nats-Msg-Id drops those that got through.
+				return c.publishJobs(ctx, m.Jobs(&r))
+			}
+			return nil
+		}
+		rev, err := c.b.Runs.Update(ctx, r.ID, data, cur.rev)
+		if err != nil {
+			c.cache.Delete(r.ID)
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				continue
+			}
+			return err
+		}
+		if r.Status.Terminal() {
+			c.cache.Delete(r.ID)
+		} else {
+			c.cache.Store(r.ID, cachedRun{rev: rev, data: data})
+		}
+		c.observe(ev, &r, jobs)
+		if ev.Kind == queue.EvCancel {
+			_ = c.conn.NC.Publish(queue.CancelSubject, []byte(r.ID))
+		}
+		return c.publishJobs(ctx, jobs)
+	}
+	return fmt.Errorf("run %s: too many concurrent updates", ev.Run)
+}
+
+// failBroken ends a run whose pipeline can no longer be loaded, instead of leaving it hanging.
+func (c *Controller) failBroken(ctx context.Context, rev uint64, r *pipelines.Run, cause error) error {
+	if r.Status.Terminal() {
+		return nil
+	}
+	r.Status, r.Error, r.Ended = pipelines.StFailed, cause.Error(), time.Now()
+	data, _ := json.Marshal(r)
+	_, err := c.b.Runs.Update(ctx, r.ID, data, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return err
+	}
+	return nil
+}
+
+func (c *Controller) publishJobs(ctx context.Context, jobs []*queue.Job) error {
+	if len(jobs) == 1 {
+		return c.publishJob(ctx, jobs[0])
+	}
+	errs := make(chan error, len(jobs))
+	for _, j := range jobs {
+		go func() { errs <- c.publishJob(ctx, j) }()
+	}
+	var first error
+	for range jobs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (c *Controller) publishJob(ctx context.Context, j *queue.Job) error {
+	data, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	if _, err := c.conn.JS.Publish(ctx, queue.JobSubject(j.Pool), data, jetstream.WithMsgID(j.ID())); err != nil {
+		return fmt.Errorf("dispatch %s: %w", j.ID(), err)
+	}
+	c.metrics.Dispatched.WithLabelValues(j.Type).Inc()
+	c.log.Debug("dispatched", "run", j.Run, "stage", j.Stage, "step", j.Step, "attempt", j.Attempt, "wake", j.Wake)
+	return nil
+}
+
+func (c *Controller) observe(ev *queue.Event, r *pipelines.Run, jobs []*queue.Job) {
+	if ev.Kind != queue.EvResult && ev.Kind != queue.EvDead {
+		return
+	}
+	sr := r.Find(ev.Stage)
+	if sr == nil {
+		return
+	}
+	st := sr.Step(ev.Step, ev.Rollback)
+	if st == nil {
+		return
+	}
+	switch st.Status {
+	case pipelines.StSucceeded:
+		c.metrics.Completed.WithLabelValues(st.Type, "succeeded").Inc()
+	case pipelines.StFailed, pipelines.StPending:
+		c.metrics.Completed.WithLabelValues(st.Type, "failed").Inc()
+	case pipelines.StWaiting:
+		c.metrics.Completed.WithLabelValues(st.Type, "waiting").Inc()
+	}
+	if !ev.Started.IsZero() && !ev.Ended.IsZero() {
+		c.metrics.Duration.WithLabelValues(st.Type).Observe(ev.Ended.Sub(ev.Started).Seconds())
+	}
+	l := c.log.With("run", r.ID, "stage", ev.Stage, "step", ev.Step)
+	if st.Status == pipelines.StFailed {
+		l.Info("step failed", "err", st.Error)
+	}
+	if r.Status.Terminal() {
+		l.Info("run finished", "status", r.Status, "err", r.Error)
+	}
+}
+
+// Publish sends an event to the controllers (used by the API, timers and watchers).
+func (c *Controller) Publish(ctx context.Context, ev queue.Event, msgID string) error {
+	ev.V = queue.Version
+	data, _ := json.Marshal(ev)
+	opts := []jetstream.PublishOpt{}
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	_, err := c.conn.JS.Publish(ctx, queue.EventSubject(ev.Run, ev.Kind), data, opts...)
+	return err
+}
+
+// watchRuns keeps timers and the wake index in step with every run's state, for all replicas,
+// and rebuilds them at start (the watch first replays every key).
+func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
+	initial := true
+	for e := range w.Updates() {
+		if e == nil {
+			if initial {
+				initial = false
+				c.readyOne.Do(func() { close(c.ready) })
+			}
+			continue
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			c.forget(e.Key())
+			continue
+		}
+		var r pipelines.Run
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			continue
+		}
+		m, err := c.machine(ctx, r.Spec)
+		if err != nil {
+			continue
+		}
+		if initial && r.Active() {
+			// After a restart: re-send jobs that may never have gone out, and kick the run.
+			_ = c.publishJobs(ctx, m.Jobs(&r))
+			_ = c.Publish(ctx, queue.Event{Kind: queue.EvTick, Run: r.ID}, "")
+		}
+		c.index(&r, m)
+	}
+	c.readyOne.Do(func() { close(c.ready) })
+}
+
+func (c *Controller) forget(run string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unindexLocked(run)
+	delete(c.waiting, run)
+	c.metrics.parked.Store(int64(c.countParkedLocked()))
+	if t := c.timers[run]; t != nil {
+		t.t.Stop()
+		delete(c.timers, run)
+	}
+}
+
+func (c *Controller) unindexLocked(run string) {
+	for _, ref := range c.parkedOf[run] {
+		if set := c.byKey[ref.key]; set != nil {
+			delete(set, ref)
+			if len(set) == 0 {
+				delete(c.byKey, ref.key)
+			}
+		}
+		if set := c.byTopic[ref.key]; set != nil {
+			delete(set, ref)
+			if len(set) == 0 {
+				delete(c.byTopic, ref.key)
+			}
+		}
+	}
+	delete(c.parkedOf, run)
+}
+
+func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unindexLocked(r.ID)
+	var refs []parkRef
+	parked := m.Parked(r)
+	if len(parked) > 0 {
+		c.waiting[r.ID] = len(parked)
+	} else {
+		delete(c.waiting, r.ID)
+	}
+	for _, p := range parked {
+		for _, k := range p.Keys {
+			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: k}
+			if c.byKey[k] == nil {
+				c.byKey[k] = map[parkRef]struct{}{}
+			}
+			c.byKey[k][ref] = struct{}{}
+			refs = append(refs, ref)
+		}
+		for _, t := range p.Topics {
+			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: t}
+			if c.byTopic[t] == nil {
+				c.byTopic[t] = map[parkRef]struct{}{}
+			}
+			c.byTopic[t][ref] = struct{}{}
+			refs = append(refs, ref)
+		}
+	}
+	if len(refs) > 0 {
+		c.parkedOf[r.ID] = refs
+	}
+	c.metrics.parked.Store(int64(c.countParkedLocked()))
+	due := m.NextDue(r)
+	old := c.timers[r.ID]
+	if due.IsZero() {
+		if old != nil {
+			old.t.Stop()
+			delete(c.timers, r.ID)
+		}
+		return
+	}
+	if old != nil && old.due.Equal(due) {
+		return
+	}
+	if old != nil {
+		old.t.Stop()
+	}
+	id := r.ID
+	c.timers[id] = &runTimer{due: due, t: time.AfterFunc(time.Until(due), func() {
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// One tick per due time across all replicas.
+		_ = c.Publish(pctx, queue.Event{Kind: queue.EvTick, Run: id}, "tick/"+id+"/"+strconv.FormatInt(due.UnixNano(), 36))
+	})}
+}
+
+func (c *Controller) countParkedLocked() int {
+	n := 0
+	for _, w := range c.waiting {
+		n += w
+	}
+	return n
+}
+
+// watchApps wakes the steps parked on an app status key when it changes.
+func (c *Controller) watchApps(ctx context.Context, w jetstream.KeyWatcher) {
+	for e := range w.Updates() {
+		if e == nil {
+			continue
+		}
+		c.wakeRefs(ctx, c.refsFor(c.byKey, e.Key()), "key "+e.Key()+" changed")
+	}
+}
+
+// WakeTopic wakes every step parked on an event topic (e.g. a PR merged).
+func (c *Controller) WakeTopic(ctx context.Context, topic string) int {
+	refs := c.refsFor(c.byTopic, topic)
+	c.wakeRefs(ctx, refs, "event "+topic)
+	return len(refs)
+}
+
+func (c *Controller) refsFor(idx map[string]map[parkRef]struct{}, key string) []parkRef {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []parkRef
+	for ref := range idx[key] {
+		out = append(out, ref)
+	}
+	return out
+}
+
+func (c *Controller) wakeRefs(ctx context.Context, refs []parkRef, reason string) {
+	for _, ref := range refs {
+		id := fmt.Sprintf("wake/%s/%s/%s/%t/%d", ref.Run, ref.Stage, ref.Step, ref.Rollback, ref.Wake)
+		ev := queue.Event{Kind: queue.EvWake, Run: ref.Run, Stage: ref.Stage, Step: ref.Step, Rollback: ref.Rollback, Wake: ref.Wake, Reason: reason}
+		if err := c.Publish(ctx, ev, id); err != nil && ctx.Err() == nil {
+			c.log.Warn("wake failed", "run", ref.Run, "err", err)
+		}
+		c.metrics.Wakes.WithLabelValues("event").Inc()
+	}
+}
+
+// shardOf hashes the run id (the third subject token) to a shard.
+func shardOf(subject string, n int) int {
+	// prflow.events.<run>.<kind>
+	run := subject
+	if i := strings.Index(subject, ".events."); i >= 0 {
+		run = subject[i+8:]
+		if j := strings.IndexByte(run, '.'); j >= 0 {
+			run = run[:j]
+		}
+	}
+	var h uint32 = 2166136261
+	for i := 0; i < len(run); i++ {
+		h = (h ^ uint32(run[i])) * 16777619
+	}
+	return int(h % uint32(n))
+}

@@ -1,0 +1,262 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/worker"
+)
+
+// logLevel is debug in tests, info in benchmarks.
+var logLevel = slog.LevelDebug
+
+// testSecret must never appear in a job, KV entry, log line or error.
+const testSecret = "s3cr3t-T0KEN-value-9f8e7d"
+
+// testRegistry has the built-in steps plus steps that exercise the runtime.
+func testRegistry() *steps.Registry {
+	reg := steps.NewRegistry()
+	for _, t := range []string{"Noop", "Wait"} {
+		d, _ := steps.Default.Lookup(t)
+		reg.Register(*d)
+	}
+	reg.Register(steps.Definition{Type: "Flaky", New: func() steps.Step { return steps.StepFunc(runFlaky) }})
+	reg.Register(steps.Definition{Type: "Boom", New: func() steps.Step {
+		return steps.StepFunc(func(_ context.Context, sc *steps.Context) (steps.Result, error) {
+			return steps.Result{}, steps.Terminalf("boom in %s", sc.StepID)
+		})
+	}})
+	reg.Register(steps.Definition{Type: "FailOnce", New: func() steps.Step { return steps.StepFunc(runFailOnce) }})
+	reg.Register(steps.Definition{Type: "Park", New: func() steps.Step { return steps.StepFunc(runPark) }})
+	reg.Register(steps.Definition{Type: "Leaky", New: func() steps.Step { return steps.StepFunc(runLeaky) }})
+	reg.Register(steps.Definition{Type: "Effect", New: func() steps.Step { return steps.StepFunc(runEffect) }})
+	return reg
+}
+
+// flaky counts attempts per run+step in memory: transient errors until `failures` is reached.
+var flaky sync.Map
+
+func runFlaky(_ context.Context, sc *steps.Context) (steps.Result, error) {
+	n, _ := flaky.LoadOrStore(sc.RunID+"/"+sc.StepID, new(atomic.Int64))
+	c := n.(*atomic.Int64).Add(1)
+	want := int64(toInt(sc.Inputs["failures"]))
+	if c <= want {
+		return steps.Result{}, fmt.Errorf("transient failure %d of %d", c, want)
+	}
+	return steps.Done(map[string]any{"tries": c}), nil
+}
+
+// runFailOnce fails terminally on attempt 1 and succeeds after (for the retry strategy).
+func runFailOnce(_ context.Context, sc *steps.Context) (steps.Result, error) {
+	if sc.Attempt < 2 {
+		return steps.Fail(fmt.Sprintf("attempt %d failed", sc.Attempt)), nil
+	}
+	return steps.Done(map[string]any{"attempt": sc.Attempt}), nil
+}
+
+// runPark waits on an app key, a topic, or an approval signal.
+func runPark(_ context.Context, sc *steps.Context) (steps.Result, error) {
+	if key, _ := sc.Inputs["key"].(string); key != "" {
+		if sc.WakeReason != "" && strings.HasPrefix(sc.WakeReason, "key ") {
+			return steps.Done(map[string]any{"woke": sc.WakeReason, "wakes": sc.Wake}), nil
+		}
+		return steps.Park(steps.Wait{Keys: []string{key}, Poll: time.Hour, Reason: "waiting for " + key}, nil), nil
+	}
+	for _, s := range sc.Signals {
+		if s.Kind == "approval" {
+			if !s.Approve {
+				return steps.Fail("rejected by " + s.User), nil
+			}
+			return steps.Done(map[string]any{"approver": s.User}), nil
+		}
+	}
+	poll := time.Hour
+	if p, ok := sc.Inputs["poll"].(string); ok {
+		poll, _ = time.ParseDuration(p)
+	}
+	return steps.Park(steps.Wait{Topics: []string{"approval"}, Poll: poll, Reason: "waiting for approval"}, nil), nil
+}
+
+// runLeaky tries hard to leak the secret: logs it, returns it in an output and an error.
+func runLeaky(_ context.Context, sc *steps.Context) (steps.Result, error) {
+	sc.Log.Info("using token "+testSecret, "token", testSecret)
+	if sc.Inputs["fail"] == true {
+		return steps.Fail("auth failed with token " + testSecret), nil
+	}
+	return steps.Done(map[string]any{"header": "Bearer " + testSecret}), nil
+}
+
+// runEffect appends the job's key to a file once per run+step (idempotent), then sleeps so a
+// test can kill the worker mid-step.
+func runEffect(ctx context.Context, sc *steps.Context) (steps.Result, error) {
+	path, _ := sc.Inputs["file"].(string)
+	key := sc.RunID + "/" + sc.StepID
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), key+"\n") {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return steps.Result{}, err
+		}
+		fmt.Fprintln(f, key)
+		f.Close()
+	}
+	if d, ok := sc.Inputs["sleep"].(string); ok {
+		dd, _ := time.ParseDuration(d)
+		select {
+		case <-time.After(dd):
+		case <-ctx.Done():
+			return steps.Result{}, ctx.Err()
+		}
+	}
+	return steps.Done(map[string]any{"key": key}), nil
+}
+
+func toInt(v any) int {
+	switch x := v.(type) {
+	case int:
+		return x
+	case int64:
+		return int(x)
+	case float64:
+		return int(x)
+	case uint64:
+		return int(x)
+	}
+	return 0
+}
+
+type env struct {
+	t      *testing.T
+	dir    string
+	conn   *queue.Conn
+	ctl    *Controller
+	reg    *steps.Registry
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	logBuf *syncBuf
+	log    *slog.Logger
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type envOpts struct {
+	workers     int // worker processes in-process (each Concurrency 1 unless concurrency set)
+	concurrency int
+	listen      string
+	tuning      queue.ConsumerTuning
+	dir         string
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	e := &env{t: t, reg: testRegistry(), logBuf: &syncBuf{}}
+	e.dir = o.dir
+	if e.dir == "" {
+		e.dir = t.TempDir()
+	}
+	e.log = slog.New(slog.NewJSONHandler(io.MultiWriter(e.logBuf), &slog.HandlerOptions{Level: logLevel}))
+	e.start(o)
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *env) start(o envOpts) {
+	t := e.t
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	conn, err := queue.Open(ctx, queue.Options{DataDir: e.dir, Listen: o.listen, Logger: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.Setup(ctx, conn.JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	e.conn = conn
+	ctl, err := New(ctx, conn, WithRegistry(e.reg), WithLogger(e.log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ctl = ctl
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); _ = ctl.Run(ctx) }()
+	<-ctl.Ready()
+	if o.concurrency == 0 {
+		o.concurrency = 4
+	}
+	for i := 0; i < o.workers; i++ {
+		w := &worker.Worker{ID: fmt.Sprintf("w%d", i), Concurrency: o.concurrency, Registry: e.reg, Log: e.log,
+			Secrets: []string{testSecret}, Tuning: o.tuning, DrainTimeout: 2 * time.Second}
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); _ = w.Run(ctx, conn) }()
+	}
+}
+
+func (e *env) stop() {
+	if e.cancel == nil {
+		return
+	}
+	e.cancel()
+	e.wg.Wait()
+	e.conn.Close()
+	e.cancel = nil
+}
+
+func (e *env) startRun(src string, inputs map[string]any) *pipelines.Run {
+	e.t.Helper()
+	r, err := e.ctl.Start(context.Background(), StartRequest{File: "test.yaml", Source: []byte(src), Inputs: inputs, Executor: "tester"})
+	if err != nil {
+		e.t.Fatalf("start: %v", err)
+	}
+	return r
+}
+
+func (e *env) wait(id string, d time.Duration) *pipelines.Run {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	r, err := e.ctl.Wait(ctx, id, nil)
+	if err != nil {
+		cur, _ := e.ctl.Get(context.Background(), id)
+		b, _ := json.MarshalIndent(cur, "", " ")
+		e.t.Fatalf("run %s did not finish: %v\n%s", id, err, b)
+	}
+	return r
+}
+
+func step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
+	s := r.Find(stage)
+	if s == nil {
+		return nil
+	}
+	if st := s.Step(id, false); st != nil {
+		return st
+	}
+	return s.Step(id, true)
+}

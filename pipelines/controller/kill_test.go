@@ -1,0 +1,92 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps/worker"
+)
+
+// TestMain lets this test binary act as a `prflow worker` process for the crash test.
+func TestMain(m *testing.M) {
+	if url := os.Getenv("PRFLOW_TEST_WORKER_URL"); url != "" {
+		runChildWorker(url, os.Getenv("PRFLOW_TEST_WORKER_ID"))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func runChildWorker(url, id string) {
+	ctx := context.Background()
+	conn, err := queue.Open(ctx, queue.Options{URL: url})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	w := &worker.Worker{ID: id, Concurrency: 1, Registry: testRegistry(),
+		Tuning: queue.ConsumerTuning{AckWait: 2 * time.Second, MaxDeliver: 5}}
+	_ = w.Run(ctx, conn)
+}
+
+func startChild(t *testing.T, url, id string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PRFLOW_TEST_WORKER_URL="+url, "PRFLOW_TEST_WORKER_ID="+id)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+func TestWorkerKilledMidStep(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 0, listen: "127.0.0.1:0"})
+	url := e.conn.ClientURL()
+	effects := t.TempDir() + "/effects.log"
+	first := startChild(t, url, "doomed")
+	src := fmt.Sprintf(`
+name: crash
+stages:
+  - id: s
+    steps:
+      - {id: effect, type: Effect, with: {file: %q, sleep: 3s}}
+      - {id: after, type: Noop, with: {outputs: {prev: "${{ steps.effect.outputs.key }}"}}}
+`, effects)
+	r := e.startRun(src, nil)
+	// Wait until the step has done its side effect and is sleeping, then SIGKILL the worker.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(effects)
+		if strings.Contains(string(b), r.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("step never started in the child worker")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	startChild(t, url, "survivor")
+	got := e.wait(r.ID, 60*time.Second)
+	if got.Status != pipelines.StSucceeded {
+		t.Fatalf("run after worker crash: %s %s", got.Status, got.Error)
+	}
+	if w := step(got, "s", "effect").Worker; w != "survivor" {
+		t.Errorf("step result came from %q, want the redelivered run on survivor", w)
+	}
+	b, _ := os.ReadFile(effects)
+	if n := strings.Count(string(b), r.ID+"/effect\n"); n != 1 {
+		t.Errorf("side effect happened %d times, want 1:\n%s", n, b)
+	}
+}

@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
+)
+
+// StartRequest starts a run.
+type StartRequest struct {
+	File     string         `json:"file"`     // name for messages
+	Source   []byte         `json:"source"`   // the pipeline YAML
+	Inputs   map[string]any `json:"inputs"`   // runtime inputs (--set)
+	Executor string         `json:"executor"` // who starts it
+	// ID makes starting idempotent (a webhook delivery id); empty = a new id.
+	ID      string                 `json:"id,omitempty"`
+	Trigger *pipelines.TriggerInfo `json:"trigger,omitempty"`
+}
+
+// ErrInvalid wraps every problem with a start request: nothing was stored or sent.
+var ErrInvalid = errors.New("invalid run request")
+
+// Start validates the pipeline and inputs, stores them and the run's initial state, and kicks
+// the run. A bad pipeline or input stores and dispatches nothing.
+func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Run, error) {
+	p, err := pipelines.Load(req.File, req.Source, c.reg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	id := req.ID
+	if id == "" {
+		id = pipelines.NewRunID(time.Now())
+	}
+	r, err := pipelines.NewRun(p, id, req.Inputs, req.Executor, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, req.File, err)
+	}
+	r.Trigger = req.Trigger
+	spec, _ := json.Marshal(storedSpec{File: p.File, Source: p.Source})
+	if _, err := c.b.Specs.Put(ctx, p.Hash, spec); err != nil {
+		return nil, fmt.Errorf("store pipeline: %w", err)
+	}
+	data, _ := json.Marshal(r)
+	if _, err := c.b.Runs.Create(ctx, r.ID, data); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			existing, gerr := c.Get(ctx, r.ID)
+			if gerr == nil {
+				return existing, ErrExists
+			}
+		}
+		return nil, fmt.Errorf("store run: %w", err)
+	}
+	if err := c.Publish(ctx, queue.Event{Kind: queue.EvStart, Run: r.ID}, "start/"+r.ID); err != nil {
+		// The run is stored; a controller restart or the next event picks it up.
+		c.log.Warn("start event not published", "run", r.ID, "err", err)
+	}
+	return r, nil
+}
+
+// ErrExists is returned by Start when a run with the requested id already exists.
+var ErrExists = errors.New("run already exists")
+
+// ErrNotFound is returned for unknown runs.
+var ErrNotFound = errors.New("run not found")
+
+// Get reads a run's state.
+func (c *Controller) Get(ctx context.Context, id string) (*pipelines.Run, error) {
+	if !validKey(id) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	e, err := c.b.Runs.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r pipelines.Run
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// List returns runs, newest first, at most limit.
+func (c *Controller) List(ctx context.Context, limit int) ([]*pipelines.Run, error) {
+	lister, err := c.b.Runs.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(keys)))
+	if limit > 0 && len(keys) > limit {
+		keys = keys[:limit]
+	}
+	var out []*pipelines.Run
+	for _, k := range keys {
+		if r, err := c.Get(ctx, k); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Cancel stops a run and its parked steps; in-flight jobs are told to stop.
+func (c *Controller) Cancel(ctx context.Context, id, user string) error {
+	r, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if r.Status.Terminal() {
+		return fmt.Errorf("run %s already %s", id, r.Status)
+	}
+	return c.Publish(ctx, queue.Event{Kind: queue.EvCancel, Run: id, User: user}, "cancel/"+id)
+}
+
+// Wait blocks until the run ends or ctx is done, calling fn on every state change.
+func (c *Controller) Wait(ctx context.Context, id string, fn func(*pipelines.Run)) (*pipelines.Run, error) {
+	w, err := c.b.Runs.Watch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("watch closed")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var r pipelines.Run
+			if json.Unmarshal(e.Value(), &r) != nil {
+				continue
+			}
+			if fn != nil {
+				fn(&r)
+			}
+			if r.Status.Terminal() {
+				return &r, nil
+			}
+		}
+	}
+}
+
+func validKey(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	return strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '=')
+	}) < 0
+}

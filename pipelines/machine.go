@@ -1,0 +1,673 @@
+package pipelines
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+)
+
+// DefaultPool is the worker pool of steps that name none.
+const DefaultPool = "default"
+
+// Machine moves runs of one pipeline forward. It is pure: it reads and changes a *Run and
+// returns the jobs to publish; the controller persists the run with a revision check and then
+// publishes. Every method is deterministic given the run, the event and now.
+type Machine struct {
+	P   *Pipeline
+	Reg *steps.Registry
+}
+
+// Apply records an event in the run. It reports whether the state changed; a duplicate or
+// stale event (a result for an attempt that is no longer current) changes nothing.
+func (m *Machine) Apply(r *Run, ev *queue.Event, now time.Time) bool {
+	if r.Status.Terminal() {
+		return false
+	}
+	switch ev.Kind {
+	case queue.EvStart, queue.EvTick:
+		return false // Advance does the work
+	case queue.EvCancel:
+		m.cancel(r, ev.User, now)
+		return true
+	}
+	si, sr := m.stageRun(r, ev.Stage)
+	if sr == nil {
+		return false
+	}
+	st := sr.Step(ev.Step, ev.Rollback)
+	if st == nil {
+		return false
+	}
+	switch ev.Kind {
+	case queue.EvResult, queue.EvDead:
+		if st.Status != StQueued || st.Attempt != ev.Attempt || st.Wake != ev.Wake {
+			return false
+		}
+		res := ev.Result
+		if ev.Kind == queue.EvDead || res == nil {
+			res = &steps.Result{Status: steps.Failed, Message: ev.Reason}
+		}
+		if st.Started.IsZero() {
+			st.Started = ev.Started
+		}
+		st.Worker = ev.Worker
+		switch res.Status {
+		case steps.Succeeded:
+			st.Status, st.Outputs, st.Ended, st.Wait, st.Error = StSucceeded, res.Outputs, now, nil, ""
+		case steps.Waiting:
+			w := res.Wait
+			if w == nil {
+				w = &steps.Wait{}
+			}
+			if st.WakeReason == "deadline" || (!st.Deadline.IsZero() && !now.Before(st.Deadline)) {
+				m.failStep(r, si, st, ev.Rollback, fmt.Sprintf("timed out: %s", orDefault(w.Reason, "still waiting")), now)
+				return true
+			}
+			st.Status, st.Wait, st.WaitSince, st.Memo = StWaiting, w, now, res.Memo
+			if !w.Deadline.IsZero() && (st.Deadline.IsZero() || w.Deadline.Before(st.Deadline)) {
+				st.Deadline = w.Deadline
+			}
+		default:
+			m.failStep(r, si, st, ev.Rollback, orDefault(res.Message, "step failed"), now)
+		}
+		return true
+	case queue.EvWake:
+		if st.Status != StWaiting || st.Wake != ev.Wake {
+			return false
+		}
+		m.wake(st, ev.Reason, now)
+		return true
+	case queue.EvSignal:
+		if st.Status.Terminal() || ev.Signal == nil {
+			return false
+		}
+		st.Signals = append(st.Signals, *ev.Signal)
+		if st.Status == StWaiting {
+			m.wake(st, "signal", now)
+		}
+		return true
+	}
+	return false
+}
+
+// wake makes a parked step pending again; Advance dispatches it with the next wake number.
+func (m *Machine) wake(st *StepRun, reason string, now time.Time) {
+	st.Status, st.Wake, st.WakeReason = StPending, st.Wake+1, reason
+}
+
+// Tick handles everything that is due at now: retries, poll fallbacks, deadlines and stage
+// and run timeouts. It reports whether anything changed.
+func (m *Machine) Tick(r *Run, now time.Time) bool {
+	if r.Status.Terminal() {
+		return false
+	}
+	changed := false
+	if !r.Deadline.IsZero() && !now.Before(r.Deadline) {
+		m.failRun(r, fmt.Sprintf("pipeline timed out after %s", m.P.Timeout), now)
+		return true
+	}
+	for si, sr := range r.Stages {
+		if sr.Status != StRunning {
+			continue
+		}
+		if !sr.Deadline.IsZero() && !now.Before(sr.Deadline) && !sr.RollingBack {
+			for _, st := range sr.Steps {
+				if st.Status == StQueued || st.Status == StWaiting || st.Status == StPending {
+					st.Status, st.Ended = StFailed, now
+					st.Error = fmt.Sprintf("stage timed out after %s", m.P.Stages[si].Timeout)
+					m.stageFailed(r, si, sr, fmt.Sprintf("step %s: %s", st.ID, st.Error), m.strategy(si, m.P.Stages[si].Steps[indexOf(sr.Steps, st)], false).terminalAction(), now)
+					break
+				}
+			}
+			changed = true
+			continue
+		}
+		for _, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
+			for _, st := range list {
+				switch st.Status {
+				case StWaiting:
+					switch {
+					case !st.Deadline.IsZero() && !now.Before(st.Deadline):
+						m.wake(st, "deadline", now)
+						changed = true
+					case st.Wait != nil && st.Wait.Poll > 0 && !now.Before(st.WaitSince.Add(st.Wait.Poll)):
+						m.wake(st, "poll", now)
+						changed = true
+					}
+				case StPending:
+					if !st.RetryAt.IsZero() && !now.Before(st.RetryAt) {
+						st.RetryAt = time.Time{}
+						changed = true
+					}
+				}
+			}
+		}
+	}
+	return changed
+}
+
+// NextDue is the earliest time Tick has something to do (zero: nothing scheduled).
+func (m *Machine) NextDue(r *Run) time.Time {
+	var due time.Time
+	min := func(t time.Time) {
+		if !t.IsZero() && (due.IsZero() || t.Before(due)) {
+			due = t
+		}
+	}
+	if r.Status.Terminal() {
+		return due
+	}
+	min(r.Deadline)
+	for _, sr := range r.Stages {
+		if sr.Status != StRunning {
+			continue
+		}
+		if !sr.RollingBack {
+			min(sr.Deadline)
+		}
+		for _, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
+			for _, st := range list {
+				switch st.Status {
+				case StWaiting:
+					min(st.Deadline)
+					if st.Wait != nil && st.Wait.Poll > 0 {
+						min(st.WaitSince.Add(st.Wait.Poll))
+					}
+				case StPending:
+					min(st.RetryAt)
+				}
+			}
+		}
+	}
+	return due
+}
+
+func (m *Machine) cancel(r *Run, user string, now time.Time) {
+	for _, sr := range r.Stages {
+		for _, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
+			for _, st := range list {
+				if !st.Status.Terminal() {
+					st.Status, st.Ended = StCancelled, now
+				}
+			}
+		}
+		if !sr.Status.Terminal() {
+			sr.Status, sr.Ended = StCancelled, now
+		}
+	}
+	r.Status, r.Ended = StCancelled, now
+	r.Error = "cancelled"
+	if user != "" {
+		r.Error += " by " + user
+	}
+}
+
+func (m *Machine) failRun(r *Run, msg string, now time.Time) {
+	m.cancel(r, "", now)
+	r.Status, r.Error = StFailed, msg
+}
+
+func (m *Machine) stageRun(r *Run, id string) (int, *StageRun) {
+	for i, s := range r.Stages {
+		if s.ID == id {
+			return i, s
+		}
+	}
+	return -1, nil
+}
+
+func indexOf(list []*StepRun, st *StepRun) int {
+	for i, x := range list {
+		if x == st {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *Machine) spec(si int, st *StepRun, rollback bool) *Step {
+	s := m.P.Stages[si]
+	list := s.Steps
+	if rollback {
+		list = s.Rollback
+	}
+	for _, x := range list {
+		if x.ID == st.ID {
+			return x
+		}
+	}
+	return nil
+}
+
+type strategy struct{ *FailureStrategy }
+
+func (s strategy) terminalAction() string {
+	if s.Action == ActRetry {
+		return orDefault(s.Then, ActFail)
+	}
+	return s.Action
+}
+
+// strategy is the step's failure strategy, else the stage's, else rollbackStage when the stage
+// has rollback steps, else fail.
+func (m *Machine) strategy(si int, sp *Step, rollback bool) strategy {
+	if rollback {
+		return strategy{&FailureStrategy{Action: ActFail}}
+	}
+	if sp != nil && sp.OnFailure != nil {
+		return strategy{sp.OnFailure}
+	}
+	if s := m.P.Stages[si]; s.OnFailure != nil {
+		return strategy{s.OnFailure}
+	} else if len(s.Rollback) > 0 {
+		return strategy{&FailureStrategy{Action: ActRollbackStage}}
+	}
+	return strategy{&FailureStrategy{Action: ActFail}}
+}
+
+func (m *Machine) failStep(r *Run, si int, st *StepRun, rollback bool, msg string, now time.Time) {
+	sr := r.Stages[si]
+	fs := m.strategy(si, m.spec(si, st, rollback), rollback)
+	st.Error, st.Wait = msg, nil
+	action := fs.Action
+	if action == ActRetry {
+		if st.Attempt <= fs.Retries {
+			backoff := fs.Backoff << (st.Attempt - 1)
+			st.Status, st.RetryAt, st.Attempt, st.Wake, st.Memo, st.Outputs = StPending, now.Add(backoff), st.Attempt+1, 0, nil, nil
+			st.WakeReason = ""
+			return
+		}
+		action = orDefault(fs.Then, ActFail)
+		msg = fmt.Sprintf("%s (after %d attempts)", msg, st.Attempt)
+		st.Error = msg
+	}
+	st.Status, st.Ended = StFailed, now
+	if action == ActIgnore {
+		st.Ignored = true
+		return
+	}
+	m.stageFailed(r, si, sr, fmt.Sprintf("step %s: %s", st.ID, msg), action, now)
+}
+
+func (m *Machine) stageFailed(r *Run, si int, sr *StageRun, msg, action string, now time.Time) {
+	if sr.RollingBack {
+		// A rollback step failed: the stage ends failed; keep the original error first.
+		sr.Error = joinErr(sr.Error, "rollback "+msg)
+		sr.Status, sr.Ended, sr.RollingBack = StFailed, now, false
+		for _, st := range sr.Rollback {
+			if st.Status == StPending {
+				st.Status = StSkipped
+			}
+		}
+		return
+	}
+	sr.Error = msg
+	for _, st := range sr.Steps {
+		if st.Status == StPending {
+			st.Status = StSkipped
+		}
+	}
+	if action == ActRollbackPipeline {
+		r.RollingBack = true
+	}
+	if (action == ActRollbackStage || action == ActRollbackPipeline) && len(sr.Rollback) > 0 {
+		sr.RollingBack = true
+		return
+	}
+	sr.Status, sr.Ended = StFailed, now
+}
+
+// Advance moves the run as far as it can go now and returns the jobs to dispatch. Steps whose
+// inputs do not resolve fail here, with the field named, before any job is sent.
+func (m *Machine) Advance(r *Run, now time.Time) []*queue.Job {
+	if r.Status.Terminal() {
+		return nil
+	}
+	if r.Status == StPending {
+		r.Status, r.Started = StRunning, now
+	}
+	var jobs []*queue.Job
+	for pass := 0; pass < 4*len(r.Stages)+4; pass++ {
+		progressed := false
+		for si, sr := range r.Stages {
+			switch sr.Status {
+			case StPending:
+				if m.startStage(r, si, now) {
+					progressed = true
+				}
+			}
+			if sr.Status == StRunning {
+				j, p := m.advanceStage(r, si, now)
+				jobs = append(jobs, j...)
+				progressed = progressed || p
+			}
+		}
+		if r.RollingBack && m.startPipelineRollback(r, now) {
+			progressed = true
+		}
+		if !progressed {
+			break
+		}
+	}
+	m.finishRun(r, now)
+	return jobs
+}
+
+func (m *Machine) startStage(r *Run, si int, now time.Time) bool {
+	sr := r.Stages[si]
+	sp := m.P.Stages[si]
+	var failedNeed string
+	for _, d := range m.P.Deps(si) {
+		ds := r.Stages[d]
+		if !ds.Status.Terminal() {
+			return false
+		}
+		if ds.Status == StFailed || ds.Status == StCancelled || ds.Status == StRolledBack {
+			failedNeed = ds.ID
+		}
+	}
+	if failedNeed != "" || r.RollingBack {
+		sr.Status, sr.Ended = StSkipped, now
+		for _, st := range sr.Steps {
+			st.Status = StSkipped
+		}
+		return true
+	}
+	if sp.When != nil {
+		ok, err := sp.When.EvalBool(context.Background(), m.Env(r, si, false))
+		if err != nil {
+			sr.Status, sr.Started, sr.Ended, sr.Error = StFailed, now, now, "when: "+err.Error()
+			return true
+		}
+		if !ok {
+			sr.Status, sr.Ended = StSkipped, now
+			for _, st := range sr.Steps {
+				st.Status = StSkipped
+			}
+			return true
+		}
+	}
+	sr.Status, sr.Started = StRunning, now
+	if sp.Timeout > 0 {
+		sr.Deadline = now.Add(sp.Timeout)
+	}
+	return true
+}
+
+// advanceStage runs a stage's steps in order (or its rollback steps when rolling back).
+func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*queue.Job, bool) {
+	sr := r.Stages[si]
+	list, rollback := sr.Steps, false
+	if sr.RollingBack {
+		list, rollback = sr.Rollback, true
+	}
+	progressed := false
+	for _, st := range list {
+		switch st.Status {
+		case StSucceeded, StSkipped:
+			continue
+		case StFailed:
+			if st.Ignored {
+				continue
+			}
+			return nil, progressed // failStep already decided the stage's fate
+		case StQueued, StWaiting, StCancelled:
+			return nil, progressed
+		case StPending:
+			if !st.RetryAt.IsZero() && now.Before(st.RetryAt) {
+				return nil, progressed
+			}
+			sp := m.spec(si, st, rollback)
+			env := m.Env(r, si, rollback)
+			if sp.When != nil && st.Wake == 0 {
+				ok, err := sp.When.EvalBool(context.Background(), env)
+				if err != nil {
+					m.failStep(r, si, st, rollback, "when: "+err.Error(), now)
+					return nil, true
+				}
+				if !ok {
+					st.Status, st.Ended = StSkipped, now
+					progressed = true
+					continue
+				}
+			}
+			job, err := m.job(r, si, st, sp, rollback, env, now)
+			if err != nil {
+				m.failStep(r, si, st, rollback, err.Error(), now)
+				return nil, true
+			}
+			if st.Attempt == 0 {
+				st.Attempt = 1
+			}
+			job.Attempt = st.Attempt
+			st.Status, st.Queued, st.RetryAt = StQueued, now, time.Time{}
+			if st.Deadline.IsZero() && sp.Timeout > 0 {
+				st.Deadline = now.Add(sp.Timeout)
+			}
+			job.Deadline = st.Deadline
+			return []*queue.Job{job}, true
+		}
+	}
+	// Every step is done.
+	if rollback {
+		sr.RollingBack = false
+		if sr.Status == StRunning && sr.Error == "" {
+			sr.Status = StRolledBack // undone by a pipeline rollback
+		} else {
+			sr.Status = StFailed
+		}
+	} else {
+		sr.Status = StSucceeded
+		sr.Finished = m.finishedCount(r) + 1
+	}
+	sr.Ended = now
+	return nil, true
+}
+
+func (m *Machine) finishedCount(r *Run) int {
+	n := 0
+	for _, s := range r.Stages {
+		if s.Finished > n {
+			n = s.Finished
+		}
+	}
+	return n
+}
+
+// startPipelineRollback rolls back succeeded stages, latest first, one at a time, once no
+// stage is running any more.
+func (m *Machine) startPipelineRollback(r *Run, now time.Time) bool {
+	for _, sr := range r.Stages {
+		if sr.Status == StRunning {
+			return false
+		}
+	}
+	best := -1
+	for i, sr := range r.Stages {
+		if sr.Status == StSucceeded && len(sr.Rollback) > 0 && sr.Rollback[0].Status == StPending {
+			if best < 0 || sr.Finished > r.Stages[best].Finished {
+				best = i
+			}
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	sr := r.Stages[best]
+	sr.Status, sr.RollingBack = StRunning, true
+	return true
+}
+
+func (m *Machine) finishRun(r *Run, now time.Time) {
+	failed := ""
+	for _, sr := range r.Stages {
+		if !sr.Status.Terminal() {
+			return
+		}
+		if (sr.Status == StFailed || sr.Status == StCancelled) && failed == "" {
+			failed = fmt.Sprintf("stage %s: %s", sr.ID, orDefault(sr.Error, string(sr.Status)))
+		}
+	}
+	r.Ended = now
+	if failed != "" || r.RollingBack {
+		r.Status, r.Error = StFailed, orDefault(failed, "rolled back")
+		return
+	}
+	r.Status = StSucceeded
+}
+
+func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env map[string]any, now time.Time) (*queue.Job, error) {
+	inputs, err := evalValue(sp.With, env)
+	if err != nil {
+		return nil, fmt.Errorf("input %w", err)
+	}
+	in, _ := inputs.(map[string]any)
+	if in == nil {
+		in = map[string]any{}
+	}
+	pool := sp.Pool
+	if pool == "" {
+		if def, ok := m.reg().Lookup(sp.Type); ok && def.Pool != "" {
+			pool = def.Pool
+		} else {
+			pool = DefaultPool
+		}
+	}
+	j := &queue.Job{
+		V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: r.Stages[si].ID, Step: st.ID,
+		Rollback: rollback, Type: sp.Type, Pool: pool, Wake: st.Wake, WakeReason: st.WakeReason,
+		Inputs: in, Memo: st.Memo, Signals: st.Signals, Executor: r.Executor,
+	}
+	for _, k := range []string{"connector", "connectorRef"} {
+		if c, ok := in[k].(string); ok && c != "" {
+			j.Connectors = append(j.Connectors, c)
+		}
+	}
+	j.Env = m.environment(si)
+	sr := r.Stages[si]
+	for _, p := range sr.Steps {
+		if p == st {
+			break
+		}
+		if p.Status == StSucceeded {
+			j.Priors = append(j.Priors, steps.Prior{ID: p.ID, Type: p.Type, Outputs: p.Outputs})
+		}
+	}
+	if rollback {
+		for _, p := range sr.Rollback {
+			if p == st {
+				break
+			}
+			if p.Status == StSucceeded {
+				j.Priors = append(j.Priors, steps.Prior{ID: p.ID, Type: p.Type, Outputs: p.Outputs})
+			}
+		}
+	}
+	return j, nil
+}
+
+func (m *Machine) reg() *steps.Registry {
+	if m.Reg != nil {
+		return m.Reg
+	}
+	return steps.Default
+}
+
+func (m *Machine) environment(si int) *steps.Environment {
+	sp := m.P.Stages[si]
+	e := m.P.Env(sp.Environment)
+	if e == nil {
+		if sp.Environment == "" {
+			return nil
+		}
+		return &steps.Environment{Name: sp.Environment}
+	}
+	out := &steps.Environment{Name: e.Name, Group: e.Group}
+	for _, c := range e.Clusters {
+		if len(sp.Clusters) > 0 && !contains(sp.Clusters, c.Name) {
+			continue
+		}
+		out.Clusters = append(out.Clusters, steps.Cluster{Name: c.Name, Agent: c.Agent})
+	}
+	return out
+}
+
+// Jobs returns the jobs of every queued step, for republishing after a controller restart
+// (the Nats-Msg-Id dedup makes the republish harmless if the first publish got through).
+func (m *Machine) Jobs(r *Run) []*queue.Job {
+	if r.Status.Terminal() {
+		return nil
+	}
+	var out []*queue.Job
+	for si, sr := range r.Stages {
+		for ri, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
+			for _, st := range list {
+				if st.Status != StQueued {
+					continue
+				}
+				rollback := ri == 1
+				sp := m.spec(si, st, rollback)
+				j, err := m.job(r, si, st, sp, rollback, m.Env(r, si, rollback), st.Queued)
+				if err != nil {
+					continue
+				}
+				j.Attempt, j.Deadline = st.Attempt, st.Deadline
+				out = append(out, j)
+			}
+		}
+	}
+	return out
+}
+
+// Parked describes a waiting step for the controller's wake index.
+type Parked struct {
+	Stage, Step string
+	Rollback    bool
+	Wake        int
+	Keys        []string
+	Topics      []string
+}
+
+// Parked lists the run's waiting steps.
+func (m *Machine) Parked(r *Run) []Parked {
+	var out []Parked
+	for _, sr := range r.Stages {
+		for ri, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
+			for _, st := range list {
+				if st.Status == StWaiting && st.Wait != nil {
+					out = append(out, Parked{Stage: sr.ID, Step: st.ID, Rollback: ri == 1, Wake: st.Wake, Keys: st.Wait.Keys, Topics: st.Wait.Topics})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func orDefault(s, d string) string {
+	if strings.TrimSpace(s) == "" {
+		return d
+	}
+	return s
+}
+
+func joinErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+func timeDur(n int64) time.Duration { return time.Duration(n) }

@@ -1,0 +1,253 @@
+package pipelines
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prflow/prflow/steps"
+)
+
+// Status of a run, stage or step.
+type Status string
+
+const (
+	StPending    Status = "pending"
+	StQueued     Status = "queued"  // a job is out; a worker will report
+	StWaiting    Status = "waiting" // parked: holds no worker
+	StRunning    Status = "running" // stages only
+	StSucceeded  Status = "succeeded"
+	StFailed     Status = "failed"
+	StSkipped    Status = "skipped"
+	StCancelled  Status = "cancelled"
+	StRolledBack Status = "rolledBack" // a succeeded stage undone by a pipeline rollback
+)
+
+// Terminal reports whether s is final.
+func (s Status) Terminal() bool {
+	switch s {
+	case StSucceeded, StFailed, StSkipped, StCancelled, StRolledBack:
+		return true
+	}
+	return false
+}
+
+// Run is the whole state of one pipeline run; it is what the prflow-runs KV holds.
+type Run struct {
+	ID       string         `json:"id"`
+	Pipeline string         `json:"pipeline"`
+	Spec     string         `json:"spec"` // prflow-specs key (the pipeline's hash)
+	File     string         `json:"file,omitempty"`
+	Inputs   map[string]any `json:"inputs,omitempty"`
+	Executor string         `json:"executor,omitempty"`
+	Status   Status         `json:"status"`
+	Error    string         `json:"error,omitempty"`
+	// RollingBack is set when a rollbackPipeline failure strategy fired.
+	RollingBack bool              `json:"rollingBack,omitempty"`
+	Created     time.Time         `json:"created"`
+	Started     time.Time         `json:"started,omitempty"`
+	Ended       time.Time         `json:"ended,omitempty"`
+	Deadline    time.Time         `json:"deadline,omitempty"`
+	Stages      []*StageRun       `json:"stages"`
+	Trigger     *TriggerInfo      `json:"trigger,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// TriggerInfo records what started a run (a webhook delivery, the CLI).
+type TriggerInfo struct {
+	Kind       string `json:"kind"`
+	DeliveryID string `json:"deliveryId,omitempty"`
+}
+
+// StageRun is one stage's state.
+type StageRun struct {
+	ID          string     `json:"id"`
+	Status      Status     `json:"status"`
+	Error       string     `json:"error,omitempty"`
+	RollingBack bool       `json:"rollingBack,omitempty"`
+	Started     time.Time  `json:"started,omitempty"`
+	Ended       time.Time  `json:"ended,omitempty"`
+	Deadline    time.Time  `json:"deadline,omitempty"`
+	Steps       []*StepRun `json:"steps"`
+	Rollback    []*StepRun `json:"rollback,omitempty"`
+	// RollbackOrder is when a pipeline rollback reached this stage (later stages first).
+	Finished int `json:"finished,omitempty"` // completion order, for pipeline rollback
+}
+
+// StepRun is one step's state.
+type StepRun struct {
+	ID         string          `json:"id"`
+	Type       string          `json:"type"`
+	Status     Status          `json:"status"`
+	Attempt    int             `json:"attempt,omitempty"`
+	Wake       int             `json:"wake,omitempty"`
+	WakeReason string          `json:"wakeReason,omitempty"`
+	Ignored    bool            `json:"ignored,omitempty"` // failed, but its failure strategy was ignore
+	Outputs    map[string]any  `json:"outputs,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Queued     time.Time       `json:"queued,omitempty"`
+	Started    time.Time       `json:"started,omitempty"`
+	Ended      time.Time       `json:"ended,omitempty"`
+	RetryAt    time.Time       `json:"retryAt,omitempty"`
+	Deadline   time.Time       `json:"deadline,omitempty"`
+	Wait       *steps.Wait     `json:"wait,omitempty"`
+	WaitSince  time.Time       `json:"waitSince,omitempty"`
+	Memo       json.RawMessage `json:"memo,omitempty"`
+	Signals    []steps.Signal  `json:"signals,omitempty"`
+	Worker     string          `json:"worker,omitempty"`
+}
+
+// NewRunID returns a sortable, unique run id usable as a KV key and subject token.
+func NewRunID(now time.Time) string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	const alpha = "0123456789abcdefghijklmnopqrstuv"
+	var s strings.Builder
+	s.WriteString("r")
+	s.WriteString(now.UTC().Format("060102-150405"))
+	s.WriteByte('-')
+	for _, c := range b {
+		s.WriteByte(alpha[c&31])
+		s.WriteByte(alpha[(c>>3)&31])
+	}
+	return strings.ReplaceAll(s.String(), "-", "")
+}
+
+// NewRun builds the initial state of a run of p with the given inputs (checked and defaulted).
+func NewRun(p *Pipeline, id string, inputs map[string]any, executor string, now time.Time) (*Run, error) {
+	in, err := p.CheckInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	r := &Run{ID: id, Pipeline: p.Name, Spec: p.Hash, File: p.File, Inputs: in, Executor: executor, Status: StPending, Created: now}
+	if p.Timeout > 0 {
+		r.Deadline = now.Add(p.Timeout)
+	}
+	for _, s := range p.Stages {
+		sr := &StageRun{ID: s.ID, Status: StPending}
+		for _, st := range s.Steps {
+			sr.Steps = append(sr.Steps, &StepRun{ID: st.ID, Type: st.Type, Status: StPending})
+		}
+		for _, st := range s.Rollback {
+			sr.Rollback = append(sr.Rollback, &StepRun{ID: st.ID, Type: st.Type, Status: StPending})
+		}
+		r.Stages = append(r.Stages, sr)
+	}
+	return r, nil
+}
+
+// CheckInputs applies defaults and checks types and required inputs. Unknown inputs are errors
+// so that a typo in --set does not silently run with the default.
+func (p *Pipeline) CheckInputs(given map[string]any) (map[string]any, error) {
+	out := map[string]any{}
+	known := map[string]bool{}
+	var problems []string
+	for _, in := range p.Inputs {
+		known[in.Name] = true
+		v, ok := given[in.Name]
+		if !ok {
+			if in.Default != nil {
+				out[in.Name] = in.Default
+			} else if in.Required {
+				problems = append(problems, fmt.Sprintf("input %q is required", in.Name))
+			}
+			continue
+		}
+		cv, err := coerceInput(in, v)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		out[in.Name] = cv
+	}
+	for k := range given {
+		if !known[k] {
+			problems = append(problems, fmt.Sprintf("unknown input %q (pipeline %s declares: %s)", k, p.Name, inputNames(p)))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return out, nil
+}
+
+func inputNames(p *Pipeline) string {
+	var n []string
+	for _, in := range p.Inputs {
+		n = append(n, in.Name)
+	}
+	if len(n) == 0 {
+		return "none"
+	}
+	return strings.Join(n, ", ")
+}
+
+func coerceInput(in Input, v any) (any, error) {
+	s, isStr := v.(string)
+	switch in.Type {
+	case "number":
+		switch x := v.(type) {
+		case int, int64, float64:
+			return x, nil
+		}
+		if isStr {
+			var f float64
+			if _, err := fmt.Sscanf(s, "%g", &f); err == nil && fmt.Sprint(f) != "" {
+				if f == float64(int64(f)) {
+					return int64(f), nil
+				}
+				return f, nil
+			}
+		}
+		return nil, fmt.Errorf("input %q: want a number, got %q", in.Name, fmt.Sprint(v))
+	case "boolean":
+		if b, ok := v.(bool); ok {
+			return b, nil
+		}
+		if isStr && (s == "true" || s == "false") {
+			return s == "true", nil
+		}
+		return nil, fmt.Errorf("input %q: want true or false, got %q", in.Name, fmt.Sprint(v))
+	}
+	if len(in.Allowed) > 0 {
+		for _, a := range in.Allowed {
+			if fmt.Sprint(a) == fmt.Sprint(v) {
+				return v, nil
+			}
+		}
+		return nil, fmt.Errorf("input %q: %q is not one of %v", in.Name, fmt.Sprint(v), in.Allowed)
+	}
+	if !isStr {
+		return fmt.Sprint(v), nil
+	}
+	return s, nil
+}
+
+// Find returns a stage's state by id.
+func (r *Run) Find(stage string) *StageRun {
+	for _, s := range r.Stages {
+		if s.ID == stage {
+			return s
+		}
+	}
+	return nil
+}
+
+// Step returns a step's state in a stage (rollback selects the rollback list).
+func (s *StageRun) Step(id string, rollback bool) *StepRun {
+	list := s.Steps
+	if rollback {
+		list = s.Rollback
+	}
+	for _, st := range list {
+		if st.ID == id {
+			return st
+		}
+	}
+	return nil
+}
+
+// Active reports whether the run still has work.
+func (r *Run) Active() bool { return !r.Status.Terminal() }

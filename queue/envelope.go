@@ -1,0 +1,126 @@
+package queue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prflow/prflow/steps"
+)
+
+// Version is the envelope version. Readers reject versions they do not know with a clear error.
+const Version = 1
+
+// Job is one step run handed to a worker. It never carries a secret: steps name connectors and
+// the worker resolves them locally.
+type Job struct {
+	V          int                `json:"v"`
+	Run        string             `json:"run"`
+	Pipeline   string             `json:"pipeline"`
+	Stage      string             `json:"stage"`
+	Step       string             `json:"step"`
+	Rollback   bool               `json:"rollback,omitempty"` // a stage's rollback step
+	Type       string             `json:"type"`
+	Pool       string             `json:"pool"`
+	Attempt    int                `json:"attempt"`
+	Wake       int                `json:"wake,omitempty"`
+	WakeReason string             `json:"wakeReason,omitempty"`
+	Inputs     map[string]any     `json:"inputs,omitempty"`
+	Connectors []string           `json:"connectors,omitempty"`
+	Env        *steps.Environment `json:"env,omitempty"`
+	Priors     []steps.Prior      `json:"priors,omitempty"`
+	Memo       json.RawMessage    `json:"memo,omitempty"`
+	Signals    []steps.Signal     `json:"signals,omitempty"`
+	Executor   string             `json:"executor,omitempty"`
+	Deadline   time.Time          `json:"deadline,omitempty"`
+}
+
+// ID is the job's idempotency key, used as Nats-Msg-Id for the job and its result.
+func (j *Job) ID() string {
+	rb := ""
+	if j.Rollback {
+		rb = "rb."
+	}
+	return j.Run + "/" + j.Stage + "/" + rb + j.Step + "/" + strconv.Itoa(j.Attempt) + "/" + strconv.Itoa(j.Wake)
+}
+
+// DecodeJob parses and checks a job payload.
+func DecodeJob(data []byte) (*Job, error) {
+	var j Job
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, fmt.Errorf("job payload: %w", err)
+	}
+	if j.V != Version {
+		return &j, fmt.Errorf("job payload: envelope version %d, this worker reads %d", j.V, Version)
+	}
+	var missing []string
+	for name, v := range map[string]string{"run": j.Run, "stage": j.Stage, "step": j.Step, "type": j.Type} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return &j, fmt.Errorf("job payload: missing %s", strings.Join(sortStrings(missing), ", "))
+	}
+	if j.Attempt < 1 {
+		return &j, errors.New("job payload: attempt must be ≥ 1")
+	}
+	return &j, nil
+}
+
+// Event kinds on prflow.events.<run>.<kind>.
+const (
+	EvStart  = "start"  // a run was created; advance it
+	EvResult = "result" // a step finished, failed or parked
+	EvWake   = "wake"   // wake a parked step
+	EvSignal = "signal" // approval or forge event for a step
+	EvCancel = "cancel"
+	EvTick   = "tick" // timers due: retries, stage timeouts, poll fallbacks, deadlines
+	EvDead   = "dead" // a job exhausted its deliveries
+)
+
+// Event is everything the controller consumes.
+type Event struct {
+	V        int           `json:"v"`
+	Kind     string        `json:"kind"`
+	Run      string        `json:"run"`
+	Stage    string        `json:"stage,omitempty"`
+	Step     string        `json:"step,omitempty"`
+	Rollback bool          `json:"rollback,omitempty"`
+	Attempt  int           `json:"attempt,omitempty"`
+	Wake     int           `json:"wake,omitempty"`
+	Result   *steps.Result `json:"result,omitempty"`
+	Signal   *steps.Signal `json:"signal,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+	User     string        `json:"user,omitempty"`
+	Worker   string        `json:"worker,omitempty"`
+	Started  time.Time     `json:"started,omitempty"`
+	Ended    time.Time     `json:"ended,omitempty"`
+}
+
+// DecodeEvent parses and checks an event payload.
+func DecodeEvent(data []byte) (*Event, error) {
+	var e Event
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("event payload: %w", err)
+	}
+	if e.V != Version {
+		return nil, fmt.Errorf("event payload: envelope version %d, this controller reads %d", e.V, Version)
+	}
+	if e.Run == "" || e.Kind == "" {
+		return nil, errors.New("event payload: run and kind are required")
+	}
+	return &e, nil
+}
+
+func sortStrings(s []string) []string {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s
+}

@@ -1,0 +1,155 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream, bucket and subject names. Every component uses these; nothing else names NATS objects.
+const (
+	StreamJobs   = "PRFLOW_JOBS"
+	StreamEvents = "PRFLOW_EVENTS"
+	StreamLogs   = "PRFLOW_LOGS"
+	StreamSCM    = "PRFLOW_SCM"
+	StreamDLQ    = "PRFLOW_DLQ"
+
+	BucketRuns    = "prflow-runs"
+	BucketSpecs   = "prflow-specs" // pipeline sources by content hash; runs point at them
+	BucketApps    = "prflow-apps"
+	BucketLocks   = "prflow-locks"
+	BucketWorkers = "prflow-workers"
+	BucketAgents  = "prflow-agents"
+
+	ControllerConsumer = "controller"
+	DLQConsumer        = "controller-dlq"
+)
+
+// LeaseTTL is how long a lease or a worker/agent registration lives without renewal.
+const LeaseTTL = 30 * time.Second
+
+// DedupWindow is how long JetStream remembers a Nats-Msg-Id. It bounds how late a crashed
+// controller or worker can republish the same job or result without it being done twice.
+const DedupWindow = 30 * time.Minute
+
+// JobSubject is the subject a pool's jobs are published on.
+func JobSubject(pool string) string { return "prflow.jobs." + pool }
+
+// EventSubject is the subject of one kind of event for a run.
+func EventSubject(run, kind string) string { return "prflow.events." + run + "." + kind }
+
+// LogSubject is where a step's log lines go.
+func LogSubject(run, stage, step string) string {
+	return "prflow.logs." + run + "." + stage + "." + step
+}
+
+// SCMSubject is where normalised webhook events go.
+func SCMSubject(provider, kind string) string { return "prflow.scm." + provider + "." + kind }
+
+// CancelSubject is a core-NATS subject workers listen on to stop a cancelled run's jobs.
+const CancelSubject = "prflow.control.cancel"
+
+// Setup creates or upgrades every stream and bucket. It is idempotent and safe to call from
+// every process at start. replicas is 1 for the embedded server, 3 for a production cluster.
+func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	streams := []jetstream.StreamConfig{
+		{Name: StreamJobs, Subjects: []string{"prflow.jobs.>"}, Retention: jetstream.WorkQueuePolicy,
+			Duplicates: DedupWindow, Description: "step jobs, one subject per worker pool"},
+		{Name: StreamEvents, Subjects: []string{"prflow.events.>"}, Retention: jetstream.WorkQueuePolicy,
+			Duplicates: DedupWindow, Description: "run events: starts, step results, wakes, signals"},
+		{Name: StreamLogs, Subjects: []string{"prflow.logs.>"}, Retention: jetstream.LimitsPolicy,
+			MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30, Description: "step log lines, secrets masked"},
+		{Name: StreamSCM, Subjects: []string{"prflow.scm.>"}, Retention: jetstream.LimitsPolicy,
+			MaxAge: 7 * 24 * time.Hour, Duplicates: 24 * time.Hour, Description: "normalised forge webhooks"},
+		{Name: StreamDLQ, Subjects: []string{
+			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamJobs + ".>",
+			"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + StreamJobs + ".>",
+		}, Retention: jetstream.WorkQueuePolicy, Description: "dead-letter advisories of step jobs"},
+	}
+	for _, sc := range streams {
+		sc.Storage = jetstream.FileStorage
+		sc.Replicas = replicas
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("create stream %s: %w", sc.Name, err)
+		}
+	}
+	buckets := []jetstream.KeyValueConfig{
+		{Bucket: BucketRuns, History: 1, Description: "run state, one key per run"},
+		{Bucket: BucketSpecs, History: 1, Description: "pipeline sources by content hash"},
+		{Bucket: BucketApps, History: 1, Description: "GitOps app status written by agents"},
+		{Bucket: BucketLocks, History: 1, TTL: LeaseTTL, Description: "repo+branch leases"},
+		{Bucket: BucketWorkers, History: 1, TTL: LeaseTTL, Description: "live workers"},
+		{Bucket: BucketAgents, History: 1, TTL: LeaseTTL, Description: "live GitOps agents"},
+	}
+	for _, kc := range buckets {
+		kc.Storage = jetstream.FileStorage
+		kc.Replicas = replicas
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("create KV bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// Buckets are the KV handles components use.
+type Buckets struct {
+	Runs, Specs, Apps, Locks, Workers, Agents jetstream.KeyValue
+}
+
+// OpenBuckets looks up the KV buckets created by Setup.
+func OpenBuckets(ctx context.Context, js jetstream.JetStream) (*Buckets, error) {
+	b := &Buckets{}
+	for name, dst := range map[string]*jetstream.KeyValue{
+		BucketRuns: &b.Runs, BucketSpecs: &b.Specs, BucketApps: &b.Apps,
+		BucketLocks: &b.Locks, BucketWorkers: &b.Workers, BucketAgents: &b.Agents,
+	} {
+		kv, err := js.KeyValue(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("KV bucket %s: %w (run Setup first)", name, err)
+		}
+		*dst = kv
+	}
+	return b, nil
+}
+
+// PoolConsumer creates (or upgrades) the durable pull consumer a pool's workers share.
+func PoolConsumer(ctx context.Context, js jetstream.JetStream, pool string, cfg ConsumerTuning) (jetstream.Consumer, error) {
+	cfg = cfg.withDefaults()
+	return js.CreateOrUpdateConsumer(ctx, StreamJobs, jetstream.ConsumerConfig{
+		Durable:       "pool-" + pool,
+		FilterSubject: JobSubject(pool),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.MaxAckPending,
+		Description:   "workers of pool " + pool,
+	})
+}
+
+// ConsumerTuning sets a pool consumer's redelivery behaviour.
+type ConsumerTuning struct {
+	AckWait       time.Duration // heartbeats are sent every AckWait/3
+	MaxDeliver    int
+	MaxAckPending int
+}
+
+// DefaultTuning is used by workers unless flags say otherwise.
+var DefaultTuning = ConsumerTuning{AckWait: 30 * time.Second, MaxDeliver: 5, MaxAckPending: 1000}
+
+func (c ConsumerTuning) withDefaults() ConsumerTuning {
+	if c.AckWait <= 0 {
+		c.AckWait = DefaultTuning.AckWait
+	}
+	if c.MaxDeliver <= 0 {
+		c.MaxDeliver = DefaultTuning.MaxDeliver
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = DefaultTuning.MaxAckPending
+	}
+	return c
+}

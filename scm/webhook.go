@@ -1,0 +1,57 @@
+package scm
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// EventKind is the kind of a normalised webhook event.
+type EventKind string
+
+const (
+	EventPush        EventKind = "push"
+	EventPullRequest EventKind = "pull_request"
+	EventStatus      EventKind = "status" // commit status / check run finished
+)
+
+// PRAction is what happened to a PR.
+type PRAction string
+
+const (
+	PROpened      PRAction = "opened"
+	PRSynchronize PRAction = "synchronized"
+	PRClosedOnly  PRAction = "closed" // closed without merge
+	PRMergedEvt   PRAction = "merged"
+	PRLabeled     PRAction = "labeled"
+)
+
+// Event is one forge webhook, normalised across GitHub, GitLab and Bitbucket.
+type Event struct {
+	Provider   string    `json:"provider"`
+	DeliveryID string    `json:"deliveryId"`
+	Kind       EventKind `json:"kind"`
+	Repo       Repo      `json:"repo"`
+	Sender     string    `json:"sender,omitempty"`
+	// Push
+	Branch  string   `json:"branch,omitempty"`
+	Before  string   `json:"before,omitempty"`
+	After   string   `json:"after,omitempty"`
+	Changed []string `json:"changed,omitempty"` // paths added/modified/removed, when the forge sends them
+	// Pull request
+	Action   PRAction     `json:"action,omitempty"`
+	PR       *PullRequest `json:"pr,omitempty"`
+	Label    string       `json:"label,omitempty"` // for labeled
+	Received time.Time    `json:"received"`
+}
+
+// ErrBadSignature is returned when a webhook's signature or token is missing or wrong.
+var ErrBadSignature = errors.New("webhook signature missing or invalid")
+
+// ErrTooLarge is returned when a webhook body exceeds the size limit.
+var ErrTooLarge = errors.New("webhook body too large")
+
+// WebhookParser verifies and parses one forge's webhooks. Ignored event kinds return (nil, nil).
+type WebhookParser interface {
+	ParseWebhook(r *http.Request, secret []byte) (*Event, error)
+}

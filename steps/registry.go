@@ -1,0 +1,75 @@
+package steps
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// Definition describes a step type to the registry.
+type Definition struct {
+	Type string
+	// Aliases are other names that load as this type (Harness names such as GitOpsSync).
+	Aliases []string
+	// Validate checks static inputs at pipeline load (values containing expressions are not
+	// resolved yet and are passed as strings). Errors should name the field.
+	Validate func(inputs map[string]any) error
+	New      func() Step
+	// Pool is the default worker pool when the pipeline does not set one.
+	Pool string
+}
+
+// Registry maps step type names to implementations.
+type Registry struct {
+	mu    sync.RWMutex
+	defs  map[string]*Definition
+	alias map[string]string
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{defs: map[string]*Definition{}, alias: map[string]string{}}
+}
+
+// Default is the registry step files register with from init.
+var Default = NewRegistry()
+
+// Register adds a step type; registering a name twice is a programming error and panics.
+func (r *Registry) Register(d Definition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range append([]string{d.Type}, d.Aliases...) {
+		if _, dup := r.alias[n]; dup {
+			panic(fmt.Sprintf("steps: type %q registered twice", n))
+		}
+		r.alias[n] = d.Type
+	}
+	dd := d
+	r.defs[d.Type] = &dd
+}
+
+// Register adds a step type to the Default registry.
+func Register(d Definition) { Default.Register(d) }
+
+// Lookup finds a step type by name or alias.
+func (r *Registry) Lookup(name string) (*Definition, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.alias[name]
+	if !ok {
+		return nil, false
+	}
+	return r.defs[t], true
+}
+
+// Types lists the canonical type names, sorted.
+func (r *Registry) Types() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.defs))
+	for t := range r.defs {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}

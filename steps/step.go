@@ -1,0 +1,149 @@
+// Package steps holds the step contract, the registry every step type registers with, and one
+// file per step type. A step runs on a worker: it gets its resolved inputs and what earlier steps
+// produced, and returns Succeeded with outputs, Failed (terminal), or Waiting (parked by the
+// controller, holding no worker, until something it named happens).
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+)
+
+// Step is one step type's implementation. Run must be idempotent: a redelivered or re-run job
+// has to find the work an earlier attempt already did instead of doing it again.
+type Step interface {
+	Run(ctx context.Context, sc *Context) (Result, error)
+}
+
+// StepFunc adapts a function to Step.
+type StepFunc func(ctx context.Context, sc *Context) (Result, error)
+
+// Run calls f.
+func (f StepFunc) Run(ctx context.Context, sc *Context) (Result, error) { return f(ctx, sc) }
+
+// Status is a step result's outcome.
+type Status string
+
+const (
+	Succeeded Status = "succeeded"
+	Failed    Status = "failed"
+	Waiting   Status = "waiting"
+)
+
+// Result is what Run returns. A non-nil error from Run is classified with IsTerminal: terminal
+// errors become a Failed result, others are retried by the worker with backoff.
+type Result struct {
+	Status  Status         `json:"status"`
+	Outputs map[string]any `json:"outputs,omitempty"`
+	Message string         `json:"message,omitempty"` // for Failed: what went wrong, for a person
+	Wait    *Wait          `json:"wait,omitempty"`    // for Waiting
+	// Memo is carried to the next run of a parked step (e.g. "sync started at T for revision R").
+	Memo json.RawMessage `json:"memo,omitempty"`
+}
+
+// Wait says what wakes a parked step. Any of them wakes it; it is re-run and decides again.
+type Wait struct {
+	// Keys are prflow-apps KV keys (<agent>.<app>); a change to any wakes the step.
+	Keys []string `json:"keys,omitempty"`
+	// Topics are event topics such as "approval" or "pr:github:acme/deploy#12".
+	Topics []string `json:"topics,omitempty"`
+	// Poll is the fallback: wake after this long even if nothing happened. 0 = no polling.
+	Poll time.Duration `json:"poll,omitempty"`
+	// Deadline: wake then for the last time; a step still Waiting after it fails as timed out.
+	Deadline time.Time `json:"deadline,omitempty"`
+	// Reason is shown in status output ("waiting for PR #12 to be merged").
+	Reason string `json:"reason,omitempty"`
+}
+
+// Done returns a Succeeded result.
+func Done(outputs map[string]any) Result { return Result{Status: Succeeded, Outputs: outputs} }
+
+// Fail returns a terminal Failed result.
+func Fail(msg string) Result { return Result{Status: Failed, Message: msg} }
+
+// Park returns a Waiting result.
+func Park(w Wait, memo any) Result {
+	r := Result{Status: Waiting, Wait: &w}
+	if memo != nil {
+		if b, err := json.Marshal(memo); err == nil {
+			r.Memo = b
+		}
+	}
+	return r
+}
+
+// Signal is something a person or system sent to a parked step: an approval, a PR event.
+type Signal struct {
+	Kind    string         `json:"kind"` // approval, pr, status
+	User    string         `json:"user,omitempty"`
+	Groups  []string       `json:"groups,omitempty"`
+	Approve bool           `json:"approve,omitempty"`
+	Comment string         `json:"comment,omitempty"`
+	Data    map[string]any `json:"data,omitempty"`
+	At      time.Time      `json:"at"`
+}
+
+// Cluster is a deployment target of an environment.
+type Cluster struct {
+	Name  string `json:"name"`
+	Agent string `json:"agent,omitempty"`
+}
+
+// Environment is the stage's target environment and its clusters.
+type Environment struct {
+	Name     string    `json:"name"`
+	Group    string    `json:"group,omitempty"`
+	Clusters []Cluster `json:"clusters,omitempty"`
+}
+
+// Prior is an earlier step of the same stage, for steps that act on "the latest PR of this stage".
+type Prior struct {
+	ID      string         `json:"id"`
+	Type    string         `json:"type"`
+	Outputs map[string]any `json:"outputs,omitempty"`
+}
+
+// Context is everything a step run gets.
+type Context struct {
+	RunID      string
+	Pipeline   string
+	Stage      string
+	StepID     string
+	Type       string
+	Attempt    int
+	Wake       int    // how many times this parked step has been woken (0 on first run)
+	WakeReason string // "key prflow-apps/x.y changed", "poll", "deadline", "signal"
+	Executor   string // user who started the run
+	Inputs     map[string]any
+	Env        *Environment
+	Priors     []Prior
+	Memo       json.RawMessage
+	Signals    []Signal
+	Deadline   time.Time // overall deadline of this step across parks
+	Log        *slog.Logger
+	Services   Services
+}
+
+// DecodeMemo unmarshals the memo an earlier parked run of this step left.
+func (sc *Context) DecodeMemo(v any) (bool, error) {
+	if len(sc.Memo) == 0 {
+		return false, nil
+	}
+	return true, json.Unmarshal(sc.Memo, v)
+}
+
+// Services are the worker-side capabilities steps may use. Each is an interface defined by the
+// package that consumes it; nil when the worker was started without it.
+type Services struct {
+	// Named values by capability, e.g. "scm" → a connector set. Step packages type-assert to the
+	// small interface they need, so this package does not depend on them.
+	values map[string]any
+}
+
+// NewServices builds a Services from named capabilities.
+func NewServices(kv map[string]any) Services { return Services{values: kv} }
+
+// Get returns a named capability.
+func (s Services) Get(name string) any { return s.values[name] }

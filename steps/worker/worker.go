@@ -1,0 +1,404 @@
+// Package worker is prflow's delegate: it pulls step jobs of its pools from JetStream, resolves
+// secrets locally, runs the step with heartbeats, and reports the result. Transient errors are
+// retried with NakWithDelay and exponential backoff; terminal errors become Failed results; a
+// job on its last delivery reports its error instead of vanishing.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+)
+
+// Worker runs step jobs.
+type Worker struct {
+	ID          string
+	Pools       []string
+	Concurrency int // jobs run at once per pool
+	Registry    *steps.Registry
+	Services    steps.Services
+	Secrets     []string // values masked from every log line, result and error
+	Tuning      queue.ConsumerTuning
+	Version     string
+	Log         *slog.Logger
+	// DrainTimeout bounds how long SIGTERM waits for in-flight jobs before handing them back.
+	DrainTimeout time.Duration
+
+	conn    *queue.Conn
+	masker  *Masker
+	running atomic.Int64
+	done    atomic.Int64
+	mu      sync.Mutex
+	cancels map[string]map[*jobCtx]struct{} // run → in-flight jobs, for cancel
+}
+
+type jobCtx struct{ cancel context.CancelFunc }
+
+// Info is what a worker registers in the prflow-workers KV.
+type Info struct {
+	ID          string    `json:"id"`
+	Pools       []string  `json:"pools"`
+	Version     string    `json:"version"`
+	Concurrency int       `json:"concurrency"`
+	Running     int64     `json:"running"`
+	Completed   int64     `json:"completed"`
+	Host        string    `json:"host"`
+	Started     time.Time `json:"started"`
+	Seen        time.Time `json:"seen"`
+}
+
+// Run pulls and runs jobs until ctx is cancelled, then drains: in-flight jobs finish (up to
+// DrainTimeout) or are handed back for redelivery. Nothing is lost.
+func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
+	w.conn = conn
+	if w.Registry == nil {
+		w.Registry = steps.Default
+	}
+	if w.Concurrency <= 0 {
+		w.Concurrency = 1
+	}
+	if len(w.Pools) == 0 {
+		w.Pools = []string{"default"}
+	}
+	if w.Log == nil {
+		w.Log = slog.Default()
+	}
+	if w.ID == "" {
+		host, _ := os.Hostname()
+		w.ID = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
+	}
+	if w.DrainTimeout <= 0 {
+		w.DrainTimeout = 30 * time.Second
+	}
+	w.Tuning = withDefaults(w.Tuning)
+	w.masker = NewMasker(w.Secrets)
+	w.Log = slog.New(MaskHandler(w.Log.Handler(), w.masker)).With("worker", w.ID)
+	w.cancels = map[string]map[*jobCtx]struct{}{}
+
+	b, err := queue.OpenBuckets(ctx, conn.JS)
+	if err != nil {
+		return err
+	}
+	sub, err := conn.NC.Subscribe(queue.CancelSubject, func(m *nats.Msg) { w.cancelRun(string(m.Data)) })
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", queue.CancelSubject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	// Jobs run on their own context so that SIGTERM stops pulling but lets them finish.
+	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+	var wg sync.WaitGroup
+	var iters []jetstream.MessagesContext
+	for _, pool := range w.Pools {
+		cons, err := queue.PoolConsumer(ctx, conn.JS, pool, w.Tuning)
+		if err != nil {
+			return fmt.Errorf("pool %s consumer: %w", pool, err)
+		}
+		for i := 0; i < w.Concurrency; i++ {
+			// One iterator per slot, each holding at most one message: no job waits in a
+			// client buffer while its AckWait runs out.
+			it, err := cons.Messages(jetstream.PullMaxMessages(1))
+			if err != nil {
+				return fmt.Errorf("pool %s: %w", pool, err)
+			}
+			iters = append(iters, it)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					msg, err := it.Next()
+					if err != nil {
+						if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+							return
+						}
+						w.Log.Warn("pull failed", "pool", pool, "err", err)
+						time.Sleep(200 * time.Millisecond)
+						continue
+					}
+					w.handle(jobsCtx, msg)
+				}
+			}()
+		}
+	}
+	w.Log.Info("worker started", "pools", strings.Join(w.Pools, ","), "concurrency", w.Concurrency)
+	w.register(ctx, b.Workers, time.Now())
+
+	<-ctx.Done()
+	w.Log.Info("worker draining", "running", w.running.Load())
+	for _, it := range iters {
+		it.Stop() // stop pulling; buffered, not yet started messages are redelivered
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(w.DrainTimeout):
+		w.Log.Warn("drain timeout: handing in-flight jobs back for redelivery")
+		stopJobs()
+		<-finished
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = b.Workers.Delete(dctx, w.ID)
+	return nil
+}
+
+func (w *Worker) register(ctx context.Context, kv jetstream.KeyValue, started time.Time) {
+	host, _ := os.Hostname()
+	put := func() {
+		info := Info{ID: w.ID, Pools: w.Pools, Version: w.Version, Concurrency: w.Concurrency,
+			Running: w.running.Load(), Completed: w.done.Load(), Host: host, Started: started, Seen: time.Now()}
+		b, _ := json.Marshal(info)
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := kv.Put(pctx, w.ID, b); err != nil && ctx.Err() == nil {
+			w.Log.Warn("worker heartbeat failed", "err", err)
+		}
+	}
+	put()
+	go func() {
+		t := time.NewTicker(queue.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				put()
+			}
+		}
+	}()
+}
+
+func (w *Worker) cancelRun(run string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for jc := range w.cancels[run] {
+		jc.cancel()
+	}
+}
+
+func (w *Worker) track(run string, jc *jobCtx, add bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if add {
+		if w.cancels[run] == nil {
+			w.cancels[run] = map[*jobCtx]struct{}{}
+		}
+		w.cancels[run][jc] = struct{}{}
+		return
+	}
+	delete(w.cancels[run], jc)
+	if len(w.cancels[run]) == 0 {
+		delete(w.cancels, run)
+	}
+}
+
+// handle runs one job and settles its message exactly one way: result+Ack, NakWithDelay, or Term.
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
+	w.running.Add(1)
+	defer w.running.Add(-1)
+	md, _ := msg.Metadata()
+	delivered := 1
+	if md != nil {
+		delivered = int(md.NumDelivered)
+	}
+	job, err := queue.DecodeJob(msg.Data())
+	if err != nil {
+		w.Log.Error("bad job payload", "err", err, "subject", msg.Subject())
+		if job != nil && job.Run != "" && job.Stage != "" && job.Step != "" {
+			w.publishResult(ctx, job, steps.Fail(err.Error()), time.Now())
+		}
+		_ = msg.TermWithReason(w.masker.Mask(err.Error()))
+		return
+	}
+	log := w.Log.With("run", job.Run, "stage", job.Stage, "step", job.Step, "attempt", job.Attempt)
+	started := time.Now()
+	def, ok := w.Registry.Lookup(job.Type)
+	if !ok {
+		res := steps.Fail(fmt.Sprintf("worker %s (version %s) has no step type %q", w.ID, w.Version, job.Type))
+		w.finish(ctx, msg, job, res, started, log)
+		return
+	}
+
+	// Heartbeat so a long step is not redelivered while it runs.
+	hbStop := make(chan struct{})
+	var hbWG sync.WaitGroup
+	hbWG.Add(1)
+	go func() {
+		defer hbWG.Done()
+		t := time.NewTicker(w.Tuning.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbStop:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	stopHB := func() { close(hbStop); hbWG.Wait() }
+
+	sctx, cancel := context.WithCancel(ctx)
+	if !job.Deadline.IsZero() {
+		var c2 context.CancelFunc
+		sctx, c2 = context.WithDeadline(sctx, job.Deadline)
+		defer c2()
+	}
+	defer cancel()
+	jc := &jobCtx{cancel: cancel}
+	w.track(job.Run, jc, true)
+	defer w.track(job.Run, jc, false)
+
+	pub := newPublishHandler(w.conn.JS, job.Run, job.Stage, job.Step)
+	stepLog := slog.New(fanout{w.Log.Handler(), MaskHandler(pub, w.masker)}).With("run", job.Run, "stage", job.Stage, "step", job.Step)
+	sc := &steps.Context{
+		RunID: job.Run, Pipeline: job.Pipeline, Stage: job.Stage, StepID: job.Step, Type: job.Type,
+		Attempt: job.Attempt, Wake: job.Wake, WakeReason: job.WakeReason, Executor: job.Executor,
+		Inputs: job.Inputs, Env: job.Env, Priors: job.Priors, Memo: job.Memo, Signals: job.Signals,
+		Deadline: job.Deadline, Log: stepLog, Services: w.Services,
+	}
+	res, runErr := runStep(sctx, def.New(), sc)
+	stopHB()
+
+	if runErr != nil {
+		switch {
+		case steps.IsTerminal(runErr):
+			res = steps.Fail(runErr.Error())
+		case ctx.Err() != nil:
+			// Drain timeout: hand the job back untouched for another worker.
+			pub.Flush(context.Background())
+			_ = msg.NakWithDelay(0)
+			log.Warn("job handed back on shutdown")
+			return
+		case sctx.Err() != nil && !job.Deadline.IsZero() && time.Now().After(job.Deadline):
+			res = steps.Fail(fmt.Sprintf("timed out at %s: %v", job.Deadline.UTC().Format(time.RFC3339), runErr))
+		case errors.Is(sctx.Err(), context.Canceled):
+			res = steps.Fail("cancelled")
+		case delivered >= w.Tuning.MaxDeliver:
+			res = steps.Fail(fmt.Sprintf("gave up after %d attempts: %v", delivered, runErr))
+		default:
+			delay := backoff(delivered)
+			stepLog.Warn("transient error, will retry", "err", runErr, "delivery", delivered, "retryIn", delay.String())
+			pub.Flush(ctx)
+			_ = msg.NakWithDelay(delay)
+			return
+		}
+		stepLog.Error("step failed", "err", runErr)
+	}
+	pub.Flush(ctx)
+	w.finish(ctx, msg, job, res, started, log)
+}
+
+func (w *Worker) finish(ctx context.Context, msg jetstream.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
+	if err := w.publishResult(ctx, job, res, started); err != nil {
+		// Not acked: the job is redelivered and runs again (steps are idempotent).
+		log.Error("publishing result failed; job will be redelivered", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		log.Warn("ack failed; a redelivery will find the result already recorded", "err", err)
+	}
+	w.done.Add(1)
+	log.Debug("step finished", "status", res.Status, "took", time.Since(started).String())
+}
+
+func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Result, started time.Time) error {
+	// Results pass through the masker as text, so a secret in a message or output never
+	// reaches the run state.
+	rb, err := json.Marshal(res)
+	if err != nil {
+		res = steps.Fail(fmt.Sprintf("step %s returned outputs that cannot be encoded: %v", job.Type, err))
+		rb, _ = json.Marshal(res)
+	}
+	if masked := w.masker.Mask(string(rb)); masked != string(rb) {
+		_ = json.Unmarshal([]byte(masked), &res)
+	}
+	ev := queue.Event{V: queue.Version, Kind: queue.EvResult, Run: job.Run, Stage: job.Stage, Step: job.Step,
+		Rollback: job.Rollback, Attempt: job.Attempt, Wake: job.Wake, Result: &res, Worker: w.ID,
+		Started: started, Ended: time.Now()}
+	data, _ := json.Marshal(ev)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err = w.conn.JS.Publish(pctx, queue.EventSubject(job.Run, queue.EvResult), data, jetstream.WithMsgID("res/"+job.ID()))
+	return err
+}
+
+// runStep calls the step, turning a panic into a terminal error so one bad step cannot take
+// the worker down.
+func runStep(ctx context.Context, s steps.Step, sc *steps.Context) (res steps.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = steps.Terminalf("step %s panicked: %v\n%s", sc.Type, p, firstLines(string(debug.Stack()), 12))
+		}
+	}()
+	res, err = s.Run(ctx, sc)
+	if err == nil && res.Status == "" {
+		err = steps.Terminalf("step %s returned no status", sc.Type)
+	}
+	if err == nil && res.Status == steps.Failed && res.Message == "" {
+		res.Message = "step " + sc.Type + " failed"
+	}
+	return res, err
+}
+
+func backoff(delivered int) time.Duration {
+	d := 500 * time.Millisecond << min(delivered-1, 8)
+	if d > 2*time.Minute {
+		d = 2 * time.Minute
+	}
+	return d
+}
+
+func withDefaults(t queue.ConsumerTuning) queue.ConsumerTuning {
+	if t.AckWait <= 0 {
+		t.AckWait = queue.DefaultTuning.AckWait
+	}
+	if t.MaxDeliver <= 0 {
+		t.MaxDeliver = queue.DefaultTuning.MaxDeliver
+	}
+	if t.MaxAckPending == 0 {
+		t.MaxAckPending = queue.DefaultTuning.MaxAckPending
+	}
+	return t
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	if b.Len() == 0 {
+		return "worker"
+	}
+	return b.String()
+}
