@@ -95,7 +95,34 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 		return nil, err
 	}
 	c.b = b
+	c.metrics.gauges(c.queueDepth, c.liveWorkers)
 	return c, nil
+}
+
+func (c *Controller) queueDepth() map[string]float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	out := map[string]float64{}
+	s, err := c.conn.JS.Stream(ctx, queue.StreamJobs)
+	if err != nil {
+		return out
+	}
+	for name := range s.ListConsumers(ctx).Info() {
+		if pool, ok := strings.CutPrefix(name.Name, "pool-"); ok {
+			out[pool] = float64(name.NumPending + uint64(name.NumAckPending))
+		}
+	}
+	return out
+}
+
+func (c *Controller) liveWorkers() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	keys, err := c.b.Workers.Keys(ctx)
+	if err != nil {
+		return 0
+	}
+	return float64(len(keys))
 }
 
 // Ready is closed once the controller has loaded every existing run.

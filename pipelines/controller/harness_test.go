@@ -2,6 +2,9 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -42,6 +45,18 @@ func testRegistry() *steps.Registry {
 	reg.Register(steps.Definition{Type: "Park", New: func() steps.Step { return steps.StepFunc(runPark) }})
 	reg.Register(steps.Definition{Type: "Leaky", New: func() steps.Step { return steps.StepFunc(runLeaky) }})
 	reg.Register(steps.Definition{Type: "Effect", New: func() steps.Step { return steps.StepFunc(runEffect) }})
+	// Crash kills its worker process mid-step, every time; only in a child worker process.
+	reg.Register(steps.Definition{Type: "Crash", New: func() steps.Step {
+		return steps.StepFunc(func(_ context.Context, sc *steps.Context) (steps.Result, error) {
+			if os.Getenv("PRFLOW_TEST_WORKER_URL") == "" {
+				return steps.Result{}, steps.Terminalf("Crash only runs in a child worker")
+			}
+			sc.Log.Error("about to crash", "err", "simulated segfault in "+sc.StepID)
+			time.Sleep(300 * time.Millisecond) // let the log line reach the stream
+			os.Exit(7)
+			return steps.Result{}, nil
+		})
+	}})
 	return reg
 }
 
@@ -260,3 +275,10 @@ func step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
 	}
 	return s.Step(id, true)
 }
+
+func sha256hex(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

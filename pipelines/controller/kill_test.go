@@ -31,8 +31,9 @@ func runChildWorker(url, id string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
-	w := &worker.Worker{ID: id, Concurrency: 1, Registry: testRegistry(),
-		Tuning: queue.ConsumerTuning{AckWait: 2 * time.Second, MaxDeliver: 5}}
+	reg := testRegistry()
+	w := &worker.Worker{ID: id, Concurrency: 1, Registry: reg,
+		Tuning: queue.ConsumerTuning{AckWait: 2 * time.Second, MaxDeliver: 3}}
 	_ = w.Run(ctx, conn)
 }
 
@@ -88,5 +89,43 @@ stages:
 	b, _ := os.ReadFile(effects)
 	if n := strings.Count(string(b), r.ID+"/effect\n"); n != 1 {
 		t.Errorf("side effect happened %d times, want 1:\n%s", n, b)
+	}
+}
+
+// TestCrashLoopJobFailsRunWithLastError: a step that kills its worker on every delivery
+// exhausts MaxDeliver; the dead-letter advisory fails the run with the last thing the step
+// logged instead of leaving it hanging.
+func TestCrashLoopJobFailsRunWithLastError(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 0, listen: "127.0.0.1:0"})
+	url := e.conn.ClientURL()
+	r := e.startRun("name: crashloop\nstages:\n  - id: s\n    steps:\n      - {id: c, type: Crash}\n", nil)
+	done := make(chan struct{})
+	go func() {
+		// Keep restarting the worker, as a supervisor would.
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "PRFLOW_TEST_WORKER_URL="+url, fmt.Sprintf("PRFLOW_TEST_WORKER_ID=crasher%d", i))
+			_ = cmd.Start()
+			ch := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(ch) }()
+			select {
+			case <-ch:
+			case <-done:
+				_ = cmd.Process.Kill()
+				<-ch
+				return
+			}
+		}
+	}()
+	defer close(done)
+	got := e.wait(r.ID, 90*time.Second)
+	if got.Status != pipelines.StFailed || !strings.Contains(got.Error, "delivered 3 times without a result") ||
+		!strings.Contains(got.Error, "simulated segfault in c") {
+		t.Fatalf("crash-looping job: %s %q", got.Status, got.Error)
 	}
 }
