@@ -101,9 +101,9 @@ func TestDecodeJob(t *testing.T) {
 		t.Fatalf("good job: %v", err)
 	}
 	for in, want := range map[string]string{
-		"{":                       "job payload",
-		`{"v":2,"run":"r"}`:       "envelope version 2",
-		`{"v":1,"run":"r"}`:       "missing stage, step, type",
+		"{":                 "job payload",
+		`{"v":2,"run":"r"}`: "envelope version 2",
+		`{"v":1,"run":"r"}`: "missing stage, step, type",
 		`{"v":1,"run":"r","stage":"s","step":"x","type":"T","attempt":0}`: "attempt",
 	} {
 		if _, err := DecodeJob([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
