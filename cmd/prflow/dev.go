@@ -51,7 +51,7 @@ on loopback, without authentication.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
+			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			conn, err := g.connect(ctx, log, "prflow-dev")
 			if err != nil {

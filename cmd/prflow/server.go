@@ -31,7 +31,7 @@ func newServer(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
+			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			g.nats.Listen = natsListen
 			conn, err := g.connect(ctx, log, "prflow-server")

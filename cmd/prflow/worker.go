@@ -23,7 +23,7 @@ func newWorker(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
+			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			conn, err := g.connect(ctx, log, "prflow-worker")
 			if err != nil {

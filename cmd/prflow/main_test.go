@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestDevRunsExample(t *testing.T) {
+	out, err := run(t, "dev", "--log-level", "warn")
+	if err != nil {
+		t.Fatalf("prflow dev: %v\n%s", err, out)
+	}
+	for _, want := range []string{"stage dev: succeeded", "stage prod: succeeded", "succeeded"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDevFailingPipelineExitsNonZero(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fail.yaml")
+	_ = os.WriteFile(p, []byte("name: f\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10s}, timeout: 200ms}\n"), 0o644)
+	out, err := run(t, "dev", "--log-level", "warn", "--pipeline", p)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("want exit 2 with the timeout, got %v\n%s", err, out)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(good, []byte("name: g\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)
+	_ = os.WriteFile(bad, []byte("name: b\nstages:\n  - id: s\n    steps: [{id: a, type: Nope}]\n"), 0o644)
+	if out, err := run(t, "validate", good); err != nil || !strings.Contains(out, "ok") {
+		t.Fatalf("good: %v %s", err, out)
+	}
+	out, err := run(t, "validate", good, bad)
+	if err == nil || !strings.Contains(out, bad+":4:") || !strings.Contains(out, `unknown step type "Nope"`) {
+		t.Fatalf("bad: %v\n%s", err, out)
+	}
+}
+
+func TestServeRefusesNonLoopbackWithoutAuth(t *testing.T) {
+	_, err := run(t, "dev", "--serve", "--listen", "0.0.0.0:0", "--log-level", "error")
+	if err == nil || !strings.Contains(err.Error(), "only on loopback") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestServerAndClientCommands(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
+	tokens := filepath.Join(dir, "tokens.yaml")
+	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetArgs([]string{"server", "--tokens", tokens, "--listen", addr, "--data-dir", filepath.Join(dir, "nats"), "--log-level", "warn"})
+		done <- root.ExecuteContext(ctx)
+	}()
+	for i := 0; i < 200; i++ {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && resp.StatusCode == 200 {
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	p := filepath.Join(dir, "p.yaml")
+	_ = os.WriteFile(p, []byte("name: cli\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)
+	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}
+	out, err := run(t, append([]string{"run", p}, common...)...)
+	if err != nil || !strings.Contains(out, "started") {
+		t.Fatalf("run: %v %s", err, out)
+	}
+	id := strings.Fields(out)[1]
+	out, err = run(t, append([]string{"status", id}, common...)...)
+	if err != nil || !strings.Contains(out, "run "+id) {
+		t.Fatalf("status: %v %s", err, out)
+	}
+	if _, err := run(t, "status", id, "--server", "http://"+addr, "--token", "wrong-token-xx"); err == nil || !strings.Contains(err.Error(), "bearer token") {
+		t.Fatalf("bad token: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("server exit: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("server did not stop on cancel")
+	}
+}
