@@ -31,7 +31,7 @@ const testSecret = "s3cr3t-T0KEN-value-9f8e7d"
 // testRegistry has the built-in steps plus steps that exercise the runtime.
 func testRegistry() *steps.Registry {
 	reg := steps.NewRegistry()
-	for _, t := range []string{"Noop", "Wait"} {
+	for _, t := range []string{"Noop", "Wait", "Approval"} {
 		d, _ := steps.Default.Lookup(t)
 		reg.Register(*d)
 	}

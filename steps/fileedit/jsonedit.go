@@ -1,0 +1,818 @@
+package fileedit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// jsonNode is a JSON value with its byte span in the source.
+type jsonNode struct {
+	kind       byte // '{', '[', '"', '0' (number), 't', 'f', 'n'
+	start, end int
+	members    []jsonMember // objects
+	items      []*jsonNode  // arrays
+}
+
+type jsonMember struct {
+	key      string
+	keyStart int
+	keyEnd   int
+	value    *jsonNode
+}
+
+const maxJSONDepth = 10000
+
+type jsonParser struct {
+	src   []byte
+	pos   int
+	depth int
+}
+
+// parseJSONText parses one JSON value (RFC 8259; a leading UTF-8 BOM is
+// allowed) and records the span of every value.
+func parseJSONText(src []byte) (*jsonNode, error) {
+	p := &jsonParser{src: src}
+	if bytes.HasPrefix(src, []byte("\xEF\xBB\xBF")) {
+		p.pos = 3
+	}
+	p.space()
+	n, err := p.value()
+	if err != nil {
+		return nil, err
+	}
+	p.space()
+	if p.pos < len(src) {
+		return nil, p.errorf("unexpected %s after the top-level value", p.describe())
+	}
+	return n, nil
+}
+
+func (p *jsonParser) errorf(format string, args ...any) error {
+	line, col := 1, 1
+	for i := 0; i < p.pos && i < len(p.src); {
+		r, w := utf8.DecodeRune(p.src[i:])
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+		i += w
+	}
+	return &SyntaxError{Format: JSON, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *jsonParser) describe() string {
+	if p.pos >= len(p.src) {
+		return "end of file"
+	}
+	r, _ := utf8.DecodeRune(p.src[p.pos:])
+	return strconv.QuoteRune(r)
+}
+
+func (p *jsonParser) space() {
+	for p.pos < len(p.src) {
+		switch p.src[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonParser) value() (*jsonNode, error) {
+	if p.pos >= len(p.src) {
+		return nil, p.errorf("unexpected end of file, want a value")
+	}
+	start := p.pos
+	switch c := p.src[p.pos]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		if _, err := p.str(); err != nil {
+			return nil, err
+		}
+		return &jsonNode{kind: '"', start: start, end: p.pos}, nil
+	case c == '-' || c >= '0' && c <= '9':
+		return p.number()
+	case c == 't' || c == 'f' || c == 'n':
+		for _, lit := range []string{"true", "false", "null"} {
+			if bytes.HasPrefix(p.src[p.pos:], []byte(lit)) {
+				p.pos += len(lit)
+				return &jsonNode{kind: c, start: start, end: p.pos}, nil
+			}
+		}
+	}
+	return nil, p.errorf("unexpected %s, want a value", p.describe())
+}
+
+func (p *jsonParser) enter() error {
+	p.depth++
+	if p.depth > maxJSONDepth {
+		return p.errorf("nesting deeper than %d levels", maxJSONDepth)
+	}
+	return nil
+}
+
+func (p *jsonParser) object() (*jsonNode, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer func() { p.depth-- }()
+	n := &jsonNode{kind: '{', start: p.pos}
+	p.pos++
+	p.space()
+	if p.pos < len(p.src) && p.src[p.pos] == '}' {
+		p.pos++
+		n.end = p.pos
+		return n, nil
+	}
+	for {
+		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
+			return nil, p.errorf("unexpected %s, want a string key", p.describe())
+		}
+		ks := p.pos
+		key, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		ke := p.pos
+		p.space()
+		if p.pos >= len(p.src) || p.src[p.pos] != ':' {
+			return nil, p.errorf("unexpected %s, want ':' after key %q", p.describe(), key)
+		}
+		p.pos++
+		p.space()
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		n.members = append(n.members, jsonMember{key: key, keyStart: ks, keyEnd: ke, value: v})
+		p.space()
+		if p.pos >= len(p.src) {
+			return nil, p.errorf("unexpected end of file, want ',' or '}'")
+		}
+		switch p.src[p.pos] {
+		case ',':
+			p.pos++
+			p.space()
+		case '}':
+			p.pos++
+			n.end = p.pos
+			return n, nil
+		default:
+			return nil, p.errorf("unexpected %s, want ',' or '}'", p.describe())
+		}
+	}
+}
+
+func (p *jsonParser) array() (*jsonNode, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer func() { p.depth-- }()
+	n := &jsonNode{kind: '[', start: p.pos}
+	p.pos++
+	p.space()
+	if p.pos < len(p.src) && p.src[p.pos] == ']' {
+		p.pos++
+		n.end = p.pos
+		return n, nil
+	}
+	for {
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		n.items = append(n.items, v)
+		p.space()
+		if p.pos >= len(p.src) {
+			return nil, p.errorf("unexpected end of file, want ',' or ']'")
+		}
+		switch p.src[p.pos] {
+		case ',':
+			p.pos++
+			p.space()
+		case ']':
+			p.pos++
+			n.end = p.pos
+			return n, nil
+		default:
+			return nil, p.errorf("unexpected %s, want ',' or ']'", p.describe())
+		}
+	}
+}
+
+// str scans a string starting at the opening quote and returns its value.
+func (p *jsonParser) str() (string, error) {
+	start := p.pos
+	p.pos++
+	escaped := false
+	for p.pos < len(p.src) {
+		c := p.src[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			raw := p.src[start:p.pos]
+			if !escaped {
+				return string(raw[1 : len(raw)-1]), nil
+			}
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return "", p.errorf("bad string: %v", err)
+			}
+			return s, nil
+		case c == '\\':
+			escaped = true
+			if p.pos+1 >= len(p.src) {
+				return "", p.errorf("unexpected end of file in a string")
+			}
+			switch e := p.src[p.pos+1]; e {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				p.pos += 2
+			case 'u':
+				if p.pos+6 > len(p.src) || !isHex4(p.src[p.pos+2:p.pos+6]) {
+					p.pos++
+					return "", p.errorf("bad \\u escape in a string")
+				}
+				p.pos += 6
+			default:
+				p.pos++
+				return "", p.errorf("bad escape \\%c in a string", e)
+			}
+		case c < 0x20:
+			return "", p.errorf("control character %#02x in a string (escape it)", c)
+		default:
+			p.pos++
+		}
+	}
+	return "", p.errorf("unexpected end of file in a string")
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *jsonParser) number() (*jsonNode, error) {
+	start := p.pos
+	for p.pos < len(p.src) {
+		c := p.src[p.pos]
+		if c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
+			p.pos++
+			continue
+		}
+		break
+	}
+	if !isJSONNumber(string(p.src[start:p.pos])) {
+		p.pos = start
+		return nil, p.errorf("bad number %q", numberText(p.src[start:]))
+	}
+	return &jsonNode{kind: '0', start: start, end: p.pos}, nil
+}
+
+func numberText(b []byte) string {
+	i := 0
+	for i < len(b) && i < 40 && !bytes.ContainsRune([]byte(" \t\r\n,]}"), rune(b[i])) {
+		i++
+	}
+	return string(b[:i])
+}
+
+func jsonKind(n *jsonNode) string {
+	switch n.kind {
+	case '{':
+		return "map"
+	case '[':
+		return "list"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case 't', 'f':
+		return "boolean"
+	}
+	return "null"
+}
+
+// jsonStyle is the layout detected in the file, used for new text.
+type jsonStyle struct {
+	unit   string // one level of indentation
+	colon  string // between a key and its value, e.g. ": "
+	nl     string
+	pretty bool // the document spans several lines
+}
+
+func detectJSONStyle(src []byte, root *jsonNode) *jsonStyle {
+	st := &jsonStyle{unit: "  ", colon: ": ", nl: "\n"}
+	if i := bytes.IndexByte(src, '\n'); i > 0 && src[i-1] == '\r' {
+		st.nl = "\r\n"
+	}
+	st.pretty = (root.kind == '{' || root.kind == '[') &&
+		(root.end-root.start == 2 || bytes.ContainsAny(src[root.start:root.end], "\n\r"))
+	colonFound, unitFound := false, false
+	var walk func(n *jsonNode, depth int)
+	walk = func(n *jsonNode, depth int) {
+		if depth > 100 || colonFound && unitFound {
+			return
+		}
+		var first int = -1
+		if len(n.members) > 0 {
+			m := n.members[0]
+			if !colonFound {
+				sep := string(src[m.keyEnd:m.value.start])
+				if strings.Trim(sep, " \t") == ":" {
+					st.colon, colonFound = sep, true
+				}
+			}
+			first = m.keyStart
+		} else if len(n.items) > 0 {
+			first = n.items[0].start
+		}
+		if first >= 0 && !unitFound && bytes.ContainsAny(src[n.start:first], "\n") {
+			outer, inner := lineIndent(src, n.start), lineIndent(src, first)
+			if strings.HasPrefix(inner, outer) && len(inner) > len(outer) {
+				st.unit, unitFound = inner[len(outer):], true
+			}
+		}
+		for _, m := range n.members {
+			walk(m.value, depth+1)
+		}
+		for _, it := range n.items {
+			walk(it, depth+1)
+		}
+	}
+	walk(root, 0)
+	return st
+}
+
+// lineIndent returns the leading blanks of the line holding p.
+func lineIndent(src []byte, p int) string {
+	ls := bytes.LastIndexByte(src[:p], '\n') + 1
+	q := ls
+	for q < p && (src[q] == ' ' || src[q] == '\t') {
+		q++
+	}
+	return string(src[ls:q])
+}
+
+func sameJSONLine(src []byte, a, b int) bool {
+	if a > b {
+		a, b = b, a
+	}
+	return !bytes.ContainsAny(src[a:b], "\n\r")
+}
+
+// applyJSON applies the changes one at a time, each checked against the
+// decoded document with the same logical change made.
+func applyJSON(src []byte, cs []prepared) ([]byte, error) {
+	text := src
+	if len(bytes.TrimSpace(text)) == 0 {
+		text = []byte("{}\n")
+	}
+	root, err := parseJSONText(text)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := decodeJSONValue(text)
+	if err != nil {
+		return nil, &SyntaxError{Format: JSON, Msg: err.Error()}
+	}
+	st := detectJSONStyle(text, root)
+	for _, c := range cs {
+		e := &jsonEditor{src: text, st: st, c: c}
+		if err := e.setPath(root); err != nil {
+			return nil, err
+		}
+		if e.ed.empty() {
+			continue
+		}
+		out, err := e.ed.apply(text)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", c.key, err)
+		}
+		root2, err := parseJSONText(out)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w: result does not parse: %v", c.key, errEditCheck, err)
+		}
+		got, err := decodeJSONValue(out)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w: result does not decode: %v", c.key, errEditCheck, err)
+		}
+		want := setAny(cur, c.path, c.value)
+		if !valuesEqual(want, got) {
+			return nil, fmt.Errorf("key %q: %w: result differs from the requested change", c.key, errEditCheck)
+		}
+		text, root, cur = out, root2, got
+	}
+	if len(bytes.TrimSpace(src)) == 0 && bytes.Equal(text, []byte("{}\n")) {
+		return src, nil
+	}
+	return text, nil
+}
+
+func decodeJSONValue(b []byte) (any, error) {
+	b = bytes.TrimPrefix(b, []byte("\xEF\xBB\xBF"))
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return canonicalJSON(v), nil
+}
+
+// canonicalJSON turns json.Number into canonical numbers.
+func canonicalJSON(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		c, err := canonicalNumber(string(v))
+		if err != nil {
+			return string(v)
+		}
+		return c
+	case []any:
+		for i, x := range v {
+			v[i] = canonicalJSON(x)
+		}
+	case map[string]any:
+		for k, x := range v {
+			v[k] = canonicalJSON(x)
+		}
+	}
+	return v
+}
+
+// setAny is the logical model of a change on decoded data.
+func setAny(root any, p keyPath, v any) any {
+	if len(p) == 0 {
+		return v
+	}
+	seg := p[0]
+	if seg.isIndex {
+		l, _ := root.([]any)
+		if seg.index < len(l) {
+			l[seg.index] = setAny(l[seg.index], p[1:], v)
+			return l
+		}
+		return append(l, setAny(nil, p[1:], v))
+	}
+	m, ok := root.(map[string]any)
+	if !ok {
+		m = map[string]any{}
+	}
+	m[seg.key] = setAny(m[seg.key], p[1:], v)
+	return m
+}
+
+// jsonEditor turns one change into splices.
+type jsonEditor struct {
+	src []byte
+	st  *jsonStyle
+	c   prepared
+	ed  splices
+}
+
+// jslot is a value and whether its container is laid out over several lines.
+type jslot struct {
+	node  *jsonNode
+	multi bool
+	at    keyPath
+}
+
+func (e *jsonEditor) mismatch(at keyPath, have, want string) error {
+	return &TypeMismatchError{Key: e.c.key, At: at.describe(), Have: have, Want: want}
+}
+
+func (e *jsonEditor) isMulti(n *jsonNode) bool {
+	return !sameJSONLine(e.src, n.start, n.end)
+}
+
+func (e *jsonEditor) setPath(root *jsonNode) error {
+	p := e.c.path
+	s := jslot{node: root, multi: e.st.pretty}
+	for i, seg := range p {
+		n := s.node
+		if n.kind == 'n' {
+			v, err := build(p[i:], p, i, e.c.key, e.c.value)
+			if err != nil {
+				return err
+			}
+			return e.replace(s, v)
+		}
+		if seg.isIndex {
+			if n.kind != '[' {
+				return e.mismatch(p[:i], jsonKind(n), "list")
+			}
+			switch l := len(n.items); {
+			case seg.index < l:
+				s = jslot{node: n.items[seg.index], multi: e.isMulti(n), at: p[:i+1]}
+				continue
+			case seg.index == l:
+				v, err := build(p[i+1:], p, i+1, e.c.key, e.c.value)
+				if err != nil {
+					return err
+				}
+				return e.appendItems(s, []any{v})
+			default:
+				return outOfRange(e.c.key, p, i, seg.index, l)
+			}
+		}
+		if n.kind != '{' {
+			return e.mismatch(p[:i], jsonKind(n), "map")
+		}
+		mi := lastMember(n, seg.key)
+		if mi < 0 {
+			v, err := build(p[i+1:], p, i+1, e.c.key, e.c.value)
+			if err != nil {
+				return err
+			}
+			return e.insertMembers(s, []kv{{seg.key, v}})
+		}
+		s = jslot{node: n.members[mi].value, multi: e.isMulti(n), at: p[:i+1]}
+	}
+	return e.set(s, e.c.value)
+}
+
+// lastMember finds key in object n; with duplicate keys the last one wins,
+// as in encoding/json.
+func lastMember(n *jsonNode, key string) int {
+	for i := len(n.members) - 1; i >= 0; i-- {
+		if n.members[i].key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+func (e *jsonEditor) equal(n *jsonNode, v any) bool {
+	have, err := decodeJSONValue(e.src[n.start:n.end])
+	return err == nil && valuesEqual(have, v)
+}
+
+func (e *jsonEditor) set(s jslot, v any) error {
+	n := s.node
+	if e.equal(n, v) {
+		return nil
+	}
+	switch n.kind {
+	case 'n':
+		return e.replace(s, v)
+	case '{':
+		m, ok := v.(map[string]any)
+		if !ok {
+			return e.mismatch(s.at, "map", kindOf(v))
+		}
+		return e.setMap(s, m)
+	case '[':
+		l, ok := v.([]any)
+		if !ok {
+			return e.mismatch(s.at, "list", kindOf(v))
+		}
+		return e.setList(s, l)
+	}
+	if k := kindOf(v); k == "map" || k == "list" {
+		return e.mismatch(s.at, jsonKind(n), k)
+	}
+	return e.replace(s, v)
+}
+
+func (e *jsonEditor) setMap(s jslot, m map[string]any) error {
+	n := s.node
+	have := map[string]bool{}
+	for _, mem := range n.members {
+		if _, ok := m[mem.key]; !ok || have[mem.key] {
+			return e.replace(s, m) // keys go away (or repeat): rewrite the object
+		}
+		have[mem.key] = true
+	}
+	multi := e.isMulti(n)
+	for i, mem := range n.members {
+		if err := e.set(jslot{node: mem.value, multi: multi, at: s.at.child(segment{key: mem.key})}, m[n.members[i].key]); err != nil {
+			return err
+		}
+	}
+	var add []kv
+	for _, k := range sortedKeys(m) {
+		if !have[k] {
+			add = append(add, kv{k, m[k]})
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	return e.insertMembers(s, add)
+}
+
+func (e *jsonEditor) setList(s jslot, l []any) error {
+	n := s.node
+	if len(l) < len(n.items) {
+		return e.replace(s, l)
+	}
+	multi := e.isMulti(n)
+	for i, it := range n.items {
+		if err := e.set(jslot{node: it, multi: multi, at: s.at.child(segment{index: i, isIndex: true})}, l[i]); err != nil {
+			return err
+		}
+	}
+	if len(l) == len(n.items) {
+		return nil
+	}
+	return e.appendItems(s, l[len(n.items):])
+}
+
+func (e *jsonEditor) valueErr(err error) error {
+	return keyErr(e.c.key, ErrUnsupportedValue, err.Error())
+}
+
+func (e *jsonEditor) replace(s jslot, v any) error {
+	text, err := e.render(v, lineIndent(e.src, s.node.start), s.multi && e.st.pretty)
+	if err != nil {
+		return e.valueErr(err)
+	}
+	e.ed.replace(s.node.start, s.node.end, text)
+	return nil
+}
+
+// prettyLike says whether a new object or array next to sibling is spread
+// over lines: like the sibling when it is an object or array itself,
+// otherwise like its container.
+func (e *jsonEditor) prettyLike(sibling *jsonNode, containerMulti bool) bool {
+	if sibling.kind == '{' || sibling.kind == '[' {
+		return e.isMulti(sibling) && e.st.pretty
+	}
+	return containerMulti && e.st.pretty
+}
+
+// commaSep is the separator between items of a one-line container.
+func (e *jsonEditor) commaSep(n *jsonNode) string {
+	var prevEnd, nextStart int
+	switch {
+	case len(n.members) >= 2:
+		prevEnd, nextStart = n.members[0].value.end, n.members[1].keyStart
+	case len(n.items) >= 2:
+		prevEnd, nextStart = n.items[0].end, n.items[1].start
+	default:
+		if strings.HasSuffix(e.st.colon, " ") {
+			return ", "
+		}
+		return ","
+	}
+	sep := string(e.src[prevEnd:nextStart])
+	if strings.Trim(sep, " \t") != "," {
+		return ", "
+	}
+	return sep
+}
+
+func (e *jsonEditor) insertMembers(s jslot, kvs []kv) error {
+	n := s.node
+	if len(n.members) == 0 {
+		return e.replaceOrdered(s, kvs)
+	}
+	last := n.members[len(n.members)-1]
+	multi := !sameJSONLine(e.src, n.start, last.keyStart)
+	pretty := e.prettyLike(last.value, multi)
+	var b strings.Builder
+	ind := lineIndent(e.src, last.keyStart)
+	for _, x := range kvs {
+		val, err := e.render(x.value, ind, pretty)
+		if err != nil {
+			return e.valueErr(err)
+		}
+		if multi {
+			b.WriteString("," + e.st.nl + ind)
+		} else {
+			b.WriteString(e.commaSep(n))
+		}
+		b.WriteString(jsonString(x.key) + e.st.colon + val)
+	}
+	e.ed.insert(last.value.end, b.String())
+	return nil
+}
+
+// replaceOrdered writes an empty object anew with members in the given order.
+func (e *jsonEditor) replaceOrdered(s jslot, kvs []kv) error {
+	n := s.node
+	base := lineIndent(e.src, n.start)
+	pretty := s.multi && e.st.pretty
+	parts := make([]string, len(kvs))
+	for i, x := range kvs {
+		ind := base + e.st.unit
+		if !pretty {
+			ind = ""
+		}
+		val, err := e.render(x.value, ind, pretty)
+		if err != nil {
+			return e.valueErr(err)
+		}
+		parts[i] = jsonString(x.key) + e.st.colon + val
+	}
+	e.ed.replace(n.start, n.end, e.wrap('{', '}', parts, base, pretty))
+	return nil
+}
+
+func (e *jsonEditor) wrap(open, close byte, parts []string, base string, pretty bool) string {
+	if len(parts) == 0 {
+		return string([]byte{open, close})
+	}
+	if !pretty {
+		sep := ","
+		if strings.HasSuffix(e.st.colon, " ") {
+			sep = ", "
+		}
+		return string(open) + strings.Join(parts, sep) + string(close)
+	}
+	ind := base + e.st.unit
+	return string(open) + e.st.nl + ind + strings.Join(parts, ","+e.st.nl+ind) + e.st.nl + base + string(close)
+}
+
+func (e *jsonEditor) appendItems(s jslot, items []any) error {
+	n := s.node
+	if len(n.items) == 0 {
+		return e.replace(s, items)
+	}
+	last := n.items[len(n.items)-1]
+	multi := !sameJSONLine(e.src, n.start, last.start)
+	pretty := e.prettyLike(last, multi)
+	ind := lineIndent(e.src, last.start)
+	var b strings.Builder
+	for _, x := range items {
+		val, err := e.render(x, ind, pretty)
+		if err != nil {
+			return e.valueErr(err)
+		}
+		if multi {
+			b.WriteString("," + e.st.nl + ind)
+		} else {
+			b.WriteString(e.commaSep(n))
+		}
+		b.WriteString(val)
+	}
+	e.ed.insert(last.end, b.String())
+	return nil
+}
+
+// render writes v as JSON; pretty values put each entry on its own line, with
+// base as the indentation of the line the value starts on.
+func (e *jsonEditor) render(v any, base string, pretty bool) (string, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := sortedKeys(x)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			val, err := e.render(x[k], base+e.st.unit, pretty)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = jsonString(k) + e.st.colon + val
+		}
+		return e.wrap('{', '}', parts, base, pretty), nil
+	case []any:
+		parts := make([]string, len(x))
+		for i, it := range x {
+			val, err := e.render(it, base+e.st.unit, pretty)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = val
+		}
+		return e.wrap('[', ']', parts, base, pretty), nil
+	case nil:
+		return "null", nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case uint64:
+		return strconv.FormatUint(x, 10), nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return "", fmt.Errorf("%v cannot be written in JSON", x)
+		}
+		return strconv.FormatFloat(x, 'g', -1, 64), nil
+	case string:
+		return jsonString(x), nil
+	}
+	return "", fmt.Errorf("values of type %T cannot be written", v)
+}
+
+// jsonString quotes s as JSON without escaping <, > and & (the file is not HTML).
+func jsonString(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
+}

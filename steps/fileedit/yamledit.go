@@ -1,0 +1,991 @@
+package fileedit
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// applyYAML applies the changes one at a time. Each change is located in a
+// fresh parse of the current text, turned into byte splices, and checked: the
+// parse of the new text must decode to the old tree with the same logical
+// change made to it (the editor mutates that tree alongside the splices).
+func applyYAML(src []byte, cs []prepared, docIndex int) ([]byte, error) {
+	t, err := parseYAMLText(src)
+	if err != nil {
+		return nil, err
+	}
+	if docIndex < 0 || docIndex >= max(len(t.docs), 1) {
+		return nil, fmt.Errorf("%w: document %d requested, the file has %d", ErrNoDocument, docIndex, len(t.docs))
+	}
+	orig := make([]any, len(t.docs))
+	for i, d := range t.docs {
+		if orig[i], err = decodeYAMLValue(d); err != nil {
+			return nil, err
+		}
+	}
+	st := detectYAMLStyle(t)
+	for _, c := range cs {
+		var doc *yaml.Node
+		if len(t.docs) == 0 {
+			doc = &yaml.Node{Kind: yaml.DocumentNode}
+		} else {
+			doc = t.docs[docIndex]
+		}
+		e := &yamlEditor{t: t, w: &yamlWriter{st: st}, st: st, c: c, doc: doc}
+		if err := e.setPath(); err != nil {
+			return nil, err
+		}
+		if e.ed.empty() {
+			continue
+		}
+		out, err := e.ed.apply(t.src)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", c.key, err)
+		}
+		for _, op := range e.ops {
+			op()
+		}
+		want, err := decodeYAMLValue(doc)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w: %v", c.key, errEditCheck, err)
+		}
+		t2, err := parseYAMLText(out)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w: result does not parse: %v", c.key, errEditCheck, err)
+		}
+		if len(t2.docs) != max(len(t.docs), 1) {
+			return nil, fmt.Errorf("key %q: %w: document count changed from %d to %d", c.key, errEditCheck, len(t.docs), len(t2.docs))
+		}
+		got, err := decodeYAMLValue(t2.docs[docIndex])
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w: result does not decode: %v", c.key, errEditCheck, err)
+		}
+		if !valuesEqual(normalizeDecoded(want), normalizeDecoded(got)) {
+			return nil, fmt.Errorf("key %q: %w: result differs from the requested change", c.key, errEditCheck)
+		}
+		t = t2
+	}
+	for i, d := range t.docs {
+		if i == docIndex || i >= len(orig) {
+			continue
+		}
+		v, err := decodeYAMLValue(d)
+		if err != nil || !valuesEqual(v, orig[i]) {
+			return nil, fmt.Errorf("%w: document %d changed", errEditCheck, i)
+		}
+	}
+	return t.src, nil
+}
+
+// normalizeDecoded maps yaml.v3's Go types onto the canonical ones (int to
+// int64) so that decoded file content compares with Change values.
+func normalizeDecoded(v any) any {
+	switch v := v.(type) {
+	case int:
+		return int64(v)
+	case uint64:
+		if v <= math.MaxInt64 {
+			return int64(v)
+		}
+		return v
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = normalizeDecoded(x)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = normalizeDecoded(x)
+		}
+		return out
+	case map[any]any:
+		out := make(map[any]any, len(v))
+		for k, x := range v {
+			out[k] = normalizeDecoded(x)
+		}
+		return out
+	}
+	return v
+}
+
+// yamlEditor turns one change into splices (ed) and the matching mutations
+// of the parsed tree (ops, run after the splices are computed).
+type yamlEditor struct {
+	t   *yamlText
+	w   *yamlWriter
+	st  *yamlStyle
+	c   prepared
+	doc *yaml.Node
+	ed  splices
+	ops []func()
+
+	aliased map[*yaml.Node]bool // anchored nodes that some alias refers to
+}
+
+// yslot is a node together with what its surroundings say about how it may
+// be rewritten.
+type yslot struct {
+	node     *yaml.Node
+	flow     bool    // inside a flow collection
+	flowVal  bool    // a value inside a flow map (an empty one may lack its ':')
+	indent   int     // column of the enclosing block collection; -1 at the root
+	lead     int     // offset just after the ':' or '-' introducing the node in block context; -1 if none
+	item     bool    // a block list item
+	at       keyPath // where the node is, for messages
+	rootSlot bool
+}
+
+func (e *yamlEditor) path() keyPath { return e.c.path }
+
+func (e *yamlEditor) mismatch(at keyPath, have, want string) error {
+	return &TypeMismatchError{Key: e.c.key, At: at.describe(), Have: have, Want: want}
+}
+
+func (e *yamlEditor) aliasErr(at keyPath, detail string) error {
+	return keyErr(e.c.key, ErrAlias, fmt.Sprintf("%s %s", at.describe(), detail))
+}
+
+func (e *yamlEditor) setPath() error {
+	p := e.path()
+	if len(e.doc.Content) == 0 {
+		return e.createRoot()
+	}
+	s := yslot{node: e.doc.Content[0], indent: -1, lead: -1, rootSlot: true}
+	for i, seg := range p {
+		n := s.node
+		if n.Kind == yaml.AliasNode {
+			return e.aliasErr(p[:i], fmt.Sprintf("is an alias (*%s); edit the anchored value &%s instead", n.Value, n.Value))
+		}
+		if isNull(n) {
+			v, err := build(p[i:], p, i, e.c.key, e.c.value)
+			if err != nil {
+				return err
+			}
+			return e.replace(s, v)
+		}
+		if seg.isIndex {
+			if n.Kind != yaml.SequenceNode {
+				return e.mismatch(p[:i], yamlKind(n), "list")
+			}
+			switch l := len(n.Content); {
+			case seg.index < l:
+				var err error
+				if s, err = e.itemSlot(s, seg.index); err != nil {
+					return err
+				}
+				continue
+			case seg.index == l:
+				v, err := build(p[i+1:], p, i+1, e.c.key, e.c.value)
+				if err != nil {
+					return err
+				}
+				return e.appendItems(s, []any{v})
+			default:
+				return outOfRange(e.c.key, p, i, seg.index, l)
+			}
+		}
+		if n.Kind != yaml.MappingNode {
+			return e.mismatch(p[:i], yamlKind(n), "map")
+		}
+		ki := findKey(n, seg.key)
+		if ki < 0 {
+			if inherited := mergedValue(n, seg.key, 0); inherited != nil {
+				if i < len(p)-1 {
+					return e.aliasErr(p[:i+1], "is inherited through a merge key (<<); edit the merged map or override the whole key")
+				}
+				if eq, err := e.equal(inherited, e.c.value); err != nil || eq {
+					return err
+				}
+			}
+			v, err := build(p[i+1:], p, i+1, e.c.key, e.c.value)
+			if err != nil {
+				return err
+			}
+			return e.insertMembers(s, []kv{{seg.key, v}})
+		}
+		var err error
+		if s, err = e.memberSlot(s, ki); err != nil {
+			return err
+		}
+	}
+	return e.set(s, e.c.value)
+}
+
+// createRoot writes the first content of an empty file.
+func (e *yamlEditor) createRoot() error {
+	v, err := build(e.path(), e.path(), 0, e.c.key, e.c.value)
+	if err != nil {
+		return err
+	}
+	lines, err := e.w.collectionLines(v, 0)
+	if err != nil {
+		return keyErr(e.c.key, ErrUnsupportedValue, err.Error())
+	}
+	src := e.t.src
+	text := strings.Join(lines, e.st.nl) + e.st.nl
+	if len(src) > 0 && src[len(src)-1] != '\n' && src[len(src)-1] != '\r' {
+		text = e.st.nl + text
+	}
+	e.ed.insert(len(src), text)
+	doc := e.doc
+	e.ops = append(e.ops, func() { doc.Content = []*yaml.Node{encodeNode(v)} })
+	return nil
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+func yamlKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "map"
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.AliasNode:
+		return "alias"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!str":
+			return "string"
+		case "!!int", "!!float":
+			return "number"
+		case "!!bool":
+			return "boolean"
+		case "!!null":
+			return "null"
+		case "!!timestamp":
+			return "timestamp"
+		case "!!binary":
+			return "binary"
+		}
+		return "scalar tagged " + n.Tag
+	}
+	return "node"
+}
+
+// findKey returns the index of the key node for key in mapping n, or -1.
+func findKey(n *yaml.Node, key string) int {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Kind == yaml.AliasNode && k.Alias != nil {
+			k = k.Alias
+		}
+		if k.Kind == yaml.ScalarNode && k.Tag != "!!merge" && k.Value == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// mergedValue finds key among the maps merged into n with "<<".
+func mergedValue(n *yaml.Node, key string, depth int) *yaml.Node {
+	if depth > 50 {
+		return nil
+	}
+	var fromMap func(m *yaml.Node) *yaml.Node
+	fromMap = func(m *yaml.Node) *yaml.Node {
+		if m.Kind == yaml.AliasNode && m.Alias != nil {
+			m = m.Alias
+		}
+		if m.Kind != yaml.MappingNode {
+			return nil
+		}
+		if i := findKey(m, key); i >= 0 {
+			return m.Content[i+1]
+		}
+		return mergedValue(m, key, depth+1)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Tag != "!!merge" {
+			continue
+		}
+		v := n.Content[i+1]
+		if v.Kind == yaml.SequenceNode {
+			for _, m := range v.Content {
+				if r := fromMap(m); r != nil {
+					return r
+				}
+			}
+			continue
+		}
+		if r := fromMap(v); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+func hasMergeKey(n *yaml.Node) bool {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Tag == "!!merge" {
+			return true
+		}
+	}
+	return false
+}
+
+// memberSlot is the slot of the value of the key at Content[ki] of s.node.
+func (e *yamlEditor) memberSlot(s yslot, ki int) (yslot, error) {
+	m := s.node
+	c := yslot{node: m.Content[ki+1], at: s.at.child(segment{key: m.Content[ki].Value}), lead: -1, indent: -1}
+	if s.flow || m.Style&yaml.FlowStyle != 0 {
+		c.flow, c.flowVal = true, true
+		return c, nil
+	}
+	c.indent = e.t.col(e.t.contentStart(m))
+	ke, err := e.t.end(m.Content[ki], c.indent, false)
+	if err != nil {
+		return c, e.layoutErr(c.at, err)
+	}
+	if p := e.t.skipSpace(ke); p < len(e.t.src) && e.t.src[p] == ':' {
+		c.lead = p + 1
+	}
+	return c, nil
+}
+
+// itemSlot is the slot of item i of list s.node.
+func (e *yamlEditor) itemSlot(s yslot, i int) (yslot, error) {
+	l := s.node
+	c := yslot{node: l.Content[i], at: s.at.child(segment{index: i, isIndex: true}), lead: -1, indent: -1}
+	if s.flow || l.Style&yaml.FlowStyle != 0 {
+		c.flow = true
+		return c, nil
+	}
+	c.item = true
+	c.indent = e.t.col(e.t.contentStart(l))
+	p := e.t.contentStart(l)
+	if i > 0 {
+		var err error
+		if p, err = e.t.end(l.Content[i-1], c.indent, false); err != nil {
+			return c, e.layoutErr(c.at, err)
+		}
+	}
+	if p = e.t.skipSpace(p); p < len(e.t.src) && e.t.src[p] == '-' {
+		c.lead = p + 1
+	}
+	return c, nil
+}
+
+func (e *yamlEditor) layoutErr(at keyPath, err error) error {
+	return keyErr(e.c.key, ErrUnsupportedValue, fmt.Sprintf("cannot locate %s in the file: %v", at.describe(), err))
+}
+
+// equal reports whether node n already holds v.
+func (e *yamlEditor) equal(n *yaml.Node, v any) (bool, error) {
+	have, err := decodeYAMLValue(n)
+	if err != nil {
+		return false, err
+	}
+	return valuesEqual(normalizeDecoded(have), v), nil
+}
+
+// set gives the node of slot s the value v, touching as few bytes as it can.
+func (e *yamlEditor) set(s yslot, v any) error {
+	n := s.node
+	if eq, err := e.equal(n, v); err != nil || eq {
+		return err
+	}
+	if n.Kind == yaml.AliasNode {
+		return e.aliasErr(s.at, fmt.Sprintf("is an alias (*%s); edit the anchored value &%s instead", n.Value, n.Value))
+	}
+	if isNull(n) {
+		return e.replace(s, v)
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return e.mismatch(s.at, "map", kindOf(v))
+		}
+		return e.setMap(s, m)
+	case yaml.SequenceNode:
+		l, ok := v.([]any)
+		if !ok {
+			return e.mismatch(s.at, "list", kindOf(v))
+		}
+		return e.setList(s, l)
+	}
+	if k := kindOf(v); k == "map" || k == "list" {
+		return e.mismatch(s.at, yamlKind(n), k)
+	}
+	return e.replace(s, v)
+}
+
+type kv struct {
+	key   string
+	value any
+}
+
+func (e *yamlEditor) setMap(s yslot, m map[string]any) error {
+	n := s.node
+	if hasMergeKey(n) {
+		return e.replace(s, m)
+	}
+	have := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode {
+			return e.replace(s, m)
+		}
+		if _, ok := m[k.Value]; !ok {
+			return e.replace(s, m) // the map loses keys: rewrite it
+		}
+		have[k.Value] = true
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		c, err := e.memberSlot(s, i)
+		if err != nil {
+			return err
+		}
+		if err := e.set(c, m[n.Content[i].Value]); err != nil {
+			return err
+		}
+	}
+	var add []kv
+	for _, k := range sortedKeys(m) {
+		if !have[k] {
+			add = append(add, kv{k, m[k]})
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	return e.insertMembers(s, add)
+}
+
+func (e *yamlEditor) setList(s yslot, l []any) error {
+	n := s.node
+	if len(l) < len(n.Content) {
+		return e.replace(s, l)
+	}
+	for i := range n.Content {
+		c, err := e.itemSlot(s, i)
+		if err != nil {
+			return err
+		}
+		if err := e.set(c, l[i]); err != nil {
+			return err
+		}
+	}
+	if len(l) == len(n.Content) {
+		return nil
+	}
+	return e.appendItems(s, l[len(n.Content):])
+}
+
+// encodeNode builds the node tree of a canonical value for the model.
+// (yaml.v3's Node.Encode is not used: it drops a lone "\n" string.)
+func encodeNode(v any) *yaml.Node {
+	scalar := func(tag, val string) *yaml.Node {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: val}
+	}
+	switch x := v.(type) {
+	case nil:
+		return scalar("!!null", "null")
+	case bool:
+		return scalar("!!bool", strconv.FormatBool(x))
+	case int64:
+		return scalar("!!int", strconv.FormatInt(x, 10))
+	case uint64:
+		return scalar("!!int", strconv.FormatUint(x, 10))
+	case float64:
+		return scalar("!!float", (&yamlWriter{}).scalar(x, hintNone, false))
+	case string:
+		n := scalar("!!str", x)
+		n.Style = yaml.DoubleQuotedStyle
+		return n
+	case []any:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for _, it := range x {
+			n.Content = append(n.Content, encodeNode(it))
+		}
+		return n
+	case map[string]any:
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		for _, k := range sortedKeys(x) {
+			n.Content = append(n.Content, encodeNode(k), encodeNode(x[k]))
+		}
+		return n
+	}
+	return scalar("!!null", "null")
+}
+
+// referencedAnchors reports an anchor inside n's subtree (n's own anchor is
+// kept on rewrite) that an alias elsewhere refers to.
+func (e *yamlEditor) referencedAnchor(n *yaml.Node) string {
+	if e.aliased == nil {
+		e.aliased = map[*yaml.Node]bool{}
+		var walk func(x *yaml.Node, depth int)
+		walk = func(x *yaml.Node, depth int) {
+			if depth > 10000 {
+				return
+			}
+			if x.Kind == yaml.AliasNode && x.Alias != nil {
+				e.aliased[x.Alias] = true
+			}
+			for _, c := range x.Content {
+				walk(c, depth+1)
+			}
+		}
+		walk(e.doc, 0)
+	}
+	var found string
+	var walk func(x *yaml.Node, depth int)
+	walk = func(x *yaml.Node, depth int) {
+		if found != "" || depth > 10000 {
+			return
+		}
+		if x != n && x.Anchor != "" && e.aliased[x] {
+			found = x.Anchor
+			return
+		}
+		for _, c := range x.Content {
+			walk(c, depth+1)
+		}
+	}
+	walk(n, 0)
+	return found
+}
+
+// replace rewrites the node of slot s as v and records the model mutation.
+func (e *yamlEditor) replace(s yslot, v any) error {
+	n := s.node
+	if a := e.referencedAnchor(n); a != "" {
+		return e.aliasErr(s.at, fmt.Sprintf("contains the anchor &%s used by an alias elsewhere; set the keys inside it instead", a))
+	}
+	if err := e.replaceText(s, v); err != nil {
+		return err
+	}
+	e.ops = append(e.ops, func() {
+		anchor := n.Anchor
+		*n = *encodeNode(v)
+		n.Anchor = anchor
+	})
+	return nil
+}
+
+// needSpace reports whether text placed at p needs a separating blank
+// (because it would otherwise touch the ':' or '-' before it).
+func (e *yamlEditor) needSpace(p int) bool {
+	if p == 0 {
+		return false
+	}
+	switch e.t.src[p-1] {
+	case ' ', '\t', '\n', '\r', '{', '[':
+		return false
+	}
+	return true
+}
+
+func (e *yamlEditor) spaced(p int, text string) string {
+	if text != "" && e.needSpace(p) {
+		return " " + text
+	}
+	return text
+}
+
+func (e *yamlEditor) valueErr(err error) error {
+	return keyErr(e.c.key, ErrUnsupportedValue, err.Error())
+}
+
+// replaceText computes the splices that put v where the node of s is.
+func (e *yamlEditor) replaceText(s yslot, v any) error {
+	t, n := e.t, s.node
+	pr := t.props(n)
+	props := keptProps(pr, v)
+	hint := hintOf(n)
+	ce, err := t.end(n, s.indent, s.flow)
+	if err != nil {
+		return e.layoutErr(s.at, err)
+	}
+
+	// A flow collection with content stays in flow style; an empty one
+	// ("resources: {}") is the usual placeholder for a block map.
+	if s.flow || isFlowCollection(n) && len(n.Content) > 0 && !s.rootSlot {
+		text, err := e.w.flow(v, hint)
+		if err != nil {
+			return e.valueErr(err)
+		}
+		text = joinNonEmpty(" ", props, text)
+		if isEmptyScalar(n) && pr.start == pr.end && s.flowVal {
+			// An empty value in a flow map sits at the next ',' or '}'; its
+			// ':' may be missing ("{a, b}").
+			q := pr.start - 1
+			for q >= 0 && (isBlank(t.src[q]) || t.src[q] == '\n' || t.src[q] == '\r') {
+				q--
+			}
+			if q < 0 || t.src[q] != ':' {
+				text = ": " + text
+			}
+		}
+		e.ed.replace(pr.start, ce, e.spaced(pr.start, text))
+		return nil
+	}
+
+	// What to write: a one-line text, or a head (block scalar header or
+	// nothing) followed by lines.
+	var inline string
+	var lines []string
+	compactOK := false
+	switch {
+	case isNonEmptyCollection(v):
+		col := e.collectionCol(s, v)
+		if lines, err = e.w.collectionLines(v, col); err != nil {
+			return e.valueErr(err)
+		}
+		compactOK = s.item
+	case useBlock(v, hint, false):
+		contentCol := max(s.indent, 0) + e.st.unit
+		if s.indent < 0 {
+			contentCol = e.st.unit
+		}
+		if isBlockScalar(n) {
+			if bi, err := t.blockScalar(t.contentStart(n), s.indent); err == nil && bi.indent > s.indent {
+				contentCol = bi.indent
+			}
+		}
+		header, bl, ok := e.w.block(v.(string), hint, contentCol, s.indent)
+		if ok {
+			inline, lines = header, bl
+		} else {
+			inline = doubleQuote(v.(string))
+		}
+	default:
+		if m, ok := v.(map[string]any); ok && len(m) == 0 {
+			inline = "{}"
+		} else if l, ok := v.([]any); ok && len(l) == 0 {
+			inline = "[]"
+		} else {
+			inline = e.w.scalar(v, hint, false)
+		}
+	}
+	nl := e.st.nl
+	head := joinNonEmpty(" ", props, inline)
+	body := strings.Join(lines, nl)
+
+	switch {
+	case isBlockScalar(n):
+		bi, err := t.blockScalar(t.contentStart(n), s.indent)
+		if err != nil {
+			return e.layoutErr(s.at, err)
+		}
+		if head == "" && s.lead >= 0 {
+			e.ed.replace(s.lead, bi.headerEnd, "")
+		} else {
+			e.ed.replace(pr.start, bi.headerEnd, head)
+		}
+		switch {
+		case lines == nil && bi.hasContent:
+			e.ed.replace(bi.lineEnd, bi.contentEnd, "")
+		case lines != nil && bi.hasContent:
+			e.ed.replace(bi.lineEnd, bi.contentEnd, nl+body)
+		case lines != nil:
+			e.ed.insert(bi.lineEnd, nl+body)
+		}
+
+	case isBlockCollection(n):
+		cs := t.contentStart(n)
+		if lines == nil {
+			if s.lead >= 0 {
+				e.ed.replace(s.lead, ce, " "+head)
+			} else {
+				e.ed.replace(pr.start, ce, head)
+			}
+			return nil
+		}
+		if pr.end > pr.start && pr.end <= cs {
+			if props == "" && s.lead >= 0 {
+				e.ed.replace(s.lead, pr.end, "")
+			} else {
+				e.ed.replace(pr.start, pr.end, props)
+			}
+		}
+		if inline != "" {
+			// Collections are only ever replaced by collections.
+			return e.layoutErr(s.at, fmt.Errorf("cannot replace a block collection with a block scalar"))
+		}
+		if ls := t.lineStart(cs); t.restIsBlank(ls, cs) {
+			e.ed.replace(ls, ce, body)
+		} else if compactOK {
+			e.ed.replace(cs, ce, strings.TrimLeft(body, " "))
+		} else {
+			e.ed.replace(cs, ce, nl+body)
+		}
+
+	default: // a one-line node: scalar, alias, flow collection or empty value
+		if lines == nil {
+			e.ed.replace(pr.start, ce, e.spaced(pr.start, head))
+			return nil
+		}
+		if s.rootSlot && head == "" {
+			prefix, suffix := "", ""
+			if t.col(pr.start) != 0 {
+				prefix = nl
+			}
+			if ce < len(t.src) && !t.restOfLineBlank(ce) || ce == len(t.src) && (ce == 0 || t.src[ce-1] == '\n' || t.src[ce-1] == '\r') {
+				suffix = nl // keep what follows on its own line, and a final newline
+			}
+			e.ed.replace(pr.start, ce, prefix+body+suffix)
+			return nil
+		}
+		if compactOK && head == "" && t.restOfLineBlank(ce) {
+			e.ed.replace(pr.start, t.lineEnd(ce), e.spaced(pr.start, strings.TrimLeft(body, " ")))
+			return nil
+		}
+		if head == "" && s.lead >= 0 {
+			e.ed.replace(s.lead, ce, "")
+		} else {
+			e.ed.replace(pr.start, ce, e.spaced(pr.start, head))
+		}
+		e.ed.insert(t.lineEnd(ce), nl+body)
+	}
+	return nil
+}
+
+// restIsBlank reports whether src[from:to] holds only blanks.
+func (t *yamlText) restIsBlank(from, to int) bool {
+	for i := from; i < to; i++ {
+		if !isBlank(t.src[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// collectionCol is the column for the lines of a new map or list in slot s.
+func (e *yamlEditor) collectionCol(s yslot, v any) int {
+	t, n := e.t, s.node
+	_, isMap := v.(map[string]any)
+	start := t.props(n).start
+	if isBlockCollection(n) {
+		start = t.contentStart(n)
+	}
+	if s.item && s.lead >= 0 && t.sameLine(s.lead, start) {
+		// "- a: 1": keep the column after the dash ("-" alone gets a space).
+		if e.needSpace(start) {
+			return t.col(start) + 1
+		}
+		return t.col(start)
+	}
+	if isBlockCollection(n) && (n.Kind == yaml.MappingNode) == isMap {
+		return t.col(start)
+	}
+	switch {
+	case s.rootSlot:
+		return 0
+	case s.item:
+		return s.indent + 2
+	case isMap:
+		return s.indent + e.st.unit
+	}
+	return s.indent + e.st.seqIndent
+}
+
+// insertionPoint is where lines go after a block collection ending at end
+// whose entries sit at column col: the start of the next line, past comment
+// lines indented deeper than col (they belong to the last entry). atEOF says
+// the file ends without a line break there.
+func (e *yamlEditor) insertionPoint(end, col int) (p int, atEOF bool) {
+	t := e.t
+	le := t.lineEnd(end)
+	if le >= len(t.src) {
+		return len(t.src), true
+	}
+	p = le + breakLen(t.src, le)
+	for p < len(t.src) {
+		q := t.skipBlanks(p)
+		if q < len(t.src) && t.src[q] == '#' && q-p > col {
+			le := t.lineEnd(q)
+			if le >= len(t.src) {
+				return len(t.src), true
+			}
+			p = le + breakLen(t.src, le)
+			continue
+		}
+		break
+	}
+	return p, false
+}
+
+func (e *yamlEditor) insertLines(p int, atEOF bool, lines []string) {
+	nl := e.st.nl
+	text := strings.Join(lines, nl)
+	if atEOF {
+		text = nl + text
+	} else {
+		text += nl
+	}
+	e.ed.insert(p, text)
+}
+
+func keyHint(m *yaml.Node) scalarHint {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Tag == "!!merge" {
+			continue
+		}
+		switch h := hintOf(m.Content[i]); h {
+		case hintDouble, hintSingle:
+			return h
+		}
+		return hintPlain
+	}
+	return hintNone
+}
+
+// insertMembers appends new key/value pairs to the map of slot s.
+func (e *yamlEditor) insertMembers(s yslot, kvs []kv) error {
+	t, m := e.t, s.node
+	e.ops = append(e.ops, func() {
+		for _, x := range kvs {
+			m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: x.key}, encodeNode(x.value))
+		}
+	})
+	kh := keyHint(m)
+	var lastVal *yaml.Node
+	if len(m.Content) > 0 {
+		lastVal = m.Content[len(m.Content)-1]
+	}
+	vh := hintNone // map values are of mixed kinds: siblings say little
+	if m.Style&yaml.FlowStyle != 0 {
+		if len(m.Content) == 0 {
+			nm := make(map[string]any, len(kvs))
+			for _, x := range kvs {
+				nm[x.key] = x.value
+			}
+			return e.replaceText(s, nm)
+		}
+		lastKey := m.Content[len(m.Content)-2]
+		le, err := t.end(m.Content[len(m.Content)-1], -1, true)
+		if err != nil {
+			return e.layoutErr(s.at, err)
+		}
+		lk := t.nodeStart(lastKey)
+		multi := !t.sameLine(t.contentStart(m), lk)
+		var b strings.Builder
+		for _, x := range kvs {
+			if multi {
+				b.WriteString("," + e.st.nl + leadingBlanks(t, lk))
+			} else {
+				b.WriteString(", ")
+			}
+			k, err := e.w.key(x.key, kh, true)
+			if err != nil {
+				return e.valueErr(err)
+			}
+			val, err := e.w.flow(x.value, vh)
+			if err != nil {
+				return e.valueErr(err)
+			}
+			b.WriteString(k + ": " + val)
+		}
+		e.ed.insert(le, b.String())
+		return nil
+	}
+	col := t.col(t.contentStart(m))
+	end, err := t.end(m, s.indent, false)
+	if err != nil {
+		return e.layoutErr(s.at, err)
+	}
+	var lines []string
+	for _, x := range kvs {
+		var l []string
+		var err error
+		if isNonEmptyCollection(x.value) && lastVal != nil && isFlowCollection(lastVal) && len(lastVal.Content) > 0 {
+			// Siblings are written in flow style: so is the new value.
+			var k, val string
+			if k, err = e.w.key(x.key, kh, false); err == nil {
+				val, err = e.w.flow(x.value, hintNone)
+				l = []string{strings.Repeat(" ", col) + k + ": " + val}
+			}
+		} else {
+			l, err = e.w.memberLines(x.key, kh, vh, x.value, col)
+		}
+		if err != nil {
+			return e.valueErr(err)
+		}
+		lines = append(lines, l...)
+	}
+	p, atEOF := e.insertionPoint(end, col)
+	e.insertLines(p, atEOF, lines)
+	return nil
+}
+
+func leadingBlanks(t *yamlText, p int) string {
+	ls := t.lineStart(p)
+	q := ls
+	for q < p && isBlank(t.src[q]) {
+		q++
+	}
+	return string(t.src[ls:q])
+}
+
+// appendItems appends items to the list of slot s.
+func (e *yamlEditor) appendItems(s yslot, items []any) error {
+	t, l := e.t, s.node
+	e.ops = append(e.ops, func() {
+		for _, x := range items {
+			l.Content = append(l.Content, encodeNode(x))
+		}
+	})
+	var lastItem *yaml.Node
+	if len(l.Content) > 0 {
+		lastItem = l.Content[len(l.Content)-1]
+	}
+	vh := siblingHint(lastItem)
+	if l.Style&yaml.FlowStyle != 0 {
+		if len(l.Content) == 0 {
+			return e.replaceText(s, items)
+		}
+		last := l.Content[len(l.Content)-1]
+		le, err := t.end(last, -1, true)
+		if err != nil {
+			return e.layoutErr(s.at, err)
+		}
+		ls := t.nodeStart(last)
+		multi := !t.sameLine(t.contentStart(l), ls)
+		var b strings.Builder
+		for _, x := range items {
+			if multi {
+				b.WriteString("," + e.st.nl + leadingBlanks(t, ls))
+			} else {
+				b.WriteString(", ")
+			}
+			val, err := e.w.flow(x, vh)
+			if err != nil {
+				return e.valueErr(err)
+			}
+			b.WriteString(val)
+		}
+		e.ed.insert(le, b.String())
+		return nil
+	}
+	dash := t.col(t.contentStart(l))
+	end, err := t.end(l, s.indent, false)
+	if err != nil {
+		return e.layoutErr(s.at, err)
+	}
+	var lines []string
+	for _, x := range items {
+		var l []string
+		var err error
+		if isNonEmptyCollection(x) && lastItem != nil && isFlowCollection(lastItem) && len(lastItem.Content) > 0 {
+			var val string
+			val, err = e.w.flow(x, hintNone)
+			l = []string{strings.Repeat(" ", dash) + "- " + val}
+		} else {
+			l, err = e.w.listLines([]any{x}, vh, dash)
+		}
+		if err != nil {
+			return e.valueErr(err)
+		}
+		lines = append(lines, l...)
+	}
+	p, atEOF := e.insertionPoint(end, dash)
+	e.insertLines(p, atEOF, lines)
+	return nil
+}
