@@ -62,7 +62,7 @@ stages:
 		}
 		resp.Body.Close()
 	}
-	approve("mallory-token-1", "not my call")  // not an approver: ignored
+	approve("mallory-token-1", "not my call")   // not an approver: ignored
 	approve("tester-token-12", "my own change") // the executor: ignored
 	approve("alice-token-1234", "lgtm")
 	time.Sleep(300 * time.Millisecond)
