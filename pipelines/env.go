@@ -18,6 +18,9 @@ func (m *Machine) Env(r *Run, si int, rollback bool) map[string]any {
 	}
 	pvars := map[string]any{}
 	pipeline := map[string]any{"name": p.Name, "variables": pvars}
+	if p.Service != nil {
+		env["service"] = map[string]any{"name": p.Service.Name}
+	}
 	env["pipeline"] = pipeline
 	ctx := context.Background()
 	for _, v := range p.Variables {
@@ -45,6 +48,7 @@ func (m *Machine) Env(r *Run, si int, rollback bool) map[string]any {
 	env["stage"] = map[string]any{"id": sr.ID, "name": sp.Name, "status": string(sr.Status), "variables": svars}
 	if e := m.environment(si); e != nil {
 		env["env"] = map[string]any{"name": e.Name, "group": e.Group}
+		env["envgroup"] = map[string]any{"name": e.Group}
 		var cl []any
 		for _, c := range e.Clusters {
 			cl = append(cl, map[string]any{"name": c.Name, "agent": c.Agent})

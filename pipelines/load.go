@@ -328,7 +328,7 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 }
 
 func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
-	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "stages", "timeout")
+	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout")
 	p.Name = l.str(f["name"], "name")
 	if p.Name == "" {
 		l.errf(root, "name", "required")
@@ -343,6 +343,10 @@ func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 	}
 	if fv := f["environments"]; fv.val != nil {
 		l.environments(fv.val, p)
+	}
+	if fv := f["service"]; fv.val != nil {
+		sf := l.fields(fv.val, "service", "name", "variables")
+		p.Service = &Service{Name: l.str(sf["name"], "service.name"), Variables: l.variables(sf["variables"], "service.variables")}
 	}
 	st := f["stages"]
 	if st.val == nil {
@@ -429,8 +433,9 @@ func (l *loader) environments(n *yaml.Node, p *Pipeline) {
 	}
 	for i, en := range n.Content {
 		path := fmt.Sprintf("environments[%d]", i)
-		f := l.fields(en, path, "name", "group", "clusters")
-		e := Environment{Name: l.str(f["name"], path+".name"), Group: l.str(f["group"], path+".group")}
+		f := l.fields(en, path, "name", "group", "clusters", "variables", "overrides")
+		e := Environment{Name: l.str(f["name"], path+".name"), Group: l.str(f["group"], path+".group"),
+			Variables: l.variables(f["variables"], path+".variables"), Overrides: l.variables(f["overrides"], path+".overrides")}
 		if e.Name == "" {
 			l.errf(en, path+".name", "required")
 		} else if p.Env(e.Name) != nil {

@@ -521,17 +521,36 @@ func (m *Machine) finishRun(r *Run, now time.Time) {
 }
 
 func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env map[string]any, now time.Time) (*queue.Job, error) {
-	inputs, err := evalValue(sp.With, env)
-	if err != nil {
-		return nil, fmt.Errorf("input %w", err)
+	def, _ := m.reg().Lookup(sp.Type)
+	perTarget := map[string]bool{}
+	if def != nil {
+		for _, f := range def.PerTarget {
+			perTarget[f] = true
+		}
 	}
-	in, _ := inputs.(map[string]any)
-	if in == nil {
-		in = map[string]any{}
+	in := map[string]any{}
+	if sp.With != nil {
+		for _, k := range sp.With.Keys {
+			if perTarget[k] {
+				continue
+			}
+			v, err := evalAt(sp.With.Map[k], env, k)
+			if err != nil {
+				return nil, fmt.Errorf("input %w", err)
+			}
+			in[k] = v
+		}
+	}
+	if len(perTarget) > 0 {
+		targets, err := m.targets(si, sp, env)
+		if err != nil {
+			return nil, err
+		}
+		in["targets"] = targets
 	}
 	pool := sp.Pool
 	if pool == "" {
-		if def, ok := m.reg().Lookup(sp.Type); ok && def.Pool != "" {
+		if def != nil && def.Pool != "" {
 			pool = def.Pool
 		} else {
 			pool = DefaultPool
@@ -548,6 +567,9 @@ func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env 
 		}
 	}
 	j.Env = m.environment(si)
+	if j.Env != nil {
+		j.Env.Variables = m.envVariables(si, env)
+	}
 	sr := r.Stages[si]
 	for _, p := range sr.Steps {
 		if p == st {
@@ -587,11 +609,86 @@ func (m *Machine) environment(si int) *steps.Environment {
 		return &steps.Environment{Name: sp.Environment}
 	}
 	out := &steps.Environment{Name: e.Name, Group: e.Group}
+	if m.P.Service != nil {
+		out.Service = m.P.Service.Name
+	}
 	for _, c := range e.Clusters {
 		if len(sp.Clusters) > 0 && !contains(sp.Clusters, c.Name) {
 			continue
 		}
 		out.Clusters = append(out.Clusters, steps.Cluster{Name: c.Name, Agent: c.Agent})
+	}
+	return out
+}
+
+// targets evaluates a step's per-target inputs once per cluster of the stage's environment.
+func (m *Machine) targets(si int, sp *Step, env map[string]any) ([]any, error) {
+	def, _ := m.reg().Lookup(sp.Type)
+	e := m.environment(si)
+	type tgt struct{ cluster map[string]any }
+	var list []tgt
+	if e != nil && len(e.Clusters) > 0 {
+		for _, c := range e.Clusters {
+			list = append(list, tgt{map[string]any{"name": c.Name, "agent": c.Agent}})
+		}
+	} else {
+		list = append(list, tgt{nil})
+	}
+	var out []any
+	for _, t := range list {
+		tenv := make(map[string]any, len(env)+2)
+		for k, v := range env {
+			tenv[k] = v
+		}
+		item := map[string]any{}
+		if t.cluster != nil {
+			tenv["cluster"] = t.cluster
+			item["cluster"] = t.cluster["name"]
+		} else {
+			delete(tenv, "cluster")
+		}
+		if e != nil {
+			item["env"] = e.Name
+			item["envgroup"] = e.Group
+		}
+		for _, f := range def.PerTarget {
+			if sp.With == nil || sp.With.Map[f] == nil {
+				continue
+			}
+			v, err := evalAt(sp.With.Map[f], tenv, f)
+			if err != nil {
+				where := ""
+				if t.cluster != nil {
+					where = fmt.Sprintf(" (cluster %v)", t.cluster["name"])
+				}
+				return nil, fmt.Errorf("input %w%s", err, where)
+			}
+			item[f] = v
+		}
+		out = append(out, item)
+	}
+	return out, nil
+}
+
+// envVariables merges service → environment → override variables for stage si.
+func (m *Machine) envVariables(si int, env map[string]any) map[string]any {
+	out := map[string]any{}
+	add := func(vars []Variable) {
+		for _, v := range vars {
+			if val, err := evalValue(v.Value, env); err == nil {
+				out[v.Name] = val
+			}
+		}
+	}
+	if m.P.Service != nil {
+		add(m.P.Service.Variables)
+	}
+	if e := m.P.Env(m.P.Stages[si].Environment); e != nil {
+		add(e.Variables)
+		add(e.Overrides)
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }

@@ -182,3 +182,47 @@ func step(r *Run, stage, id string) *StepRun {
 	}
 	return s.Step(id, true)
 }
+
+func TestMachinePerTargetInputs(t *testing.T) {
+	reg := steps.NewRegistry()
+	reg.Register(steps.Definition{Type: "Writer", PerTarget: []string{"filePath"}, New: func() steps.Step { return nil }})
+	src := `
+name: x
+service: {name: web, variables: {replicas: 1, tier: base}}
+environments:
+  - name: prod
+    group: live
+    variables: {replicas: 3}
+    overrides: {tier: gold}
+    clusters: [{name: eu, agent: a1}, {name: us, agent: a2}]
+stages:
+  - id: s
+    environment: prod
+    steps:
+      - id: w
+        type: Writer
+        with:
+          filePath: "envs/<+envgroup.name>/<+env.name>/${{ cluster.name }}/config.json"
+          repo: deploy
+`
+	p, err := Load("t.yaml", []byte(src), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Machine{P: p, Reg: reg}
+	r, _ := NewRun(p, "r1", nil, "me", testNow)
+	j := m.Advance(r, testNow)[0]
+	targets, _ := j.Inputs["targets"].([]any)
+	if len(targets) != 2 || j.Inputs["repo"] != "deploy" || j.Inputs["filePath"] != nil {
+		t.Fatalf("inputs: %#v", j.Inputs)
+	}
+	for i, c := range []string{"eu", "us"} {
+		tg := targets[i].(map[string]any)
+		if tg["filePath"] != "envs/live/prod/"+c+"/config.json" || tg["cluster"] != c || tg["env"] != "prod" {
+			t.Errorf("target %d: %#v", i, tg)
+		}
+	}
+	if v := j.Env.Variables; v["replicas"] != 3 || v["tier"] != "gold" || j.Env.Service != "web" {
+		t.Errorf("service→env→override merge: %#v", j.Env)
+	}
+}

@@ -16,6 +16,7 @@ type Pipeline struct {
 	Variables    []Variable
 	Inputs       []Input
 	Environments []Environment
+	Service      *Service
 	Stages       []*Stage
 	Timeout      time.Duration
 
@@ -40,11 +41,20 @@ type Input struct {
 	Allowed     []any
 }
 
+// Service is what the pipeline deploys; its variables are the base layer UpdateReleaseRepo
+// writes (service → environment → overrides → step, the step wins, as in Harness).
+type Service struct {
+	Name      string
+	Variables []Variable
+}
+
 // Environment is a deployment target and its clusters.
 type Environment struct {
-	Name     string
-	Group    string
-	Clusters []Cluster
+	Name      string
+	Group     string
+	Clusters  []Cluster
+	Variables []Variable
+	Overrides []Variable // service overrides for this environment
 }
 
 // Cluster is where an environment's apps run, and which agent reports on them.

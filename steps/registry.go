@@ -17,6 +17,10 @@ type Definition struct {
 	New      func() Step
 	// Pool is the default worker pool when the pipeline does not set one.
 	Pool string
+	// PerTarget names inputs evaluated once per target cluster of the stage's environment
+	// (with env, cluster and envgroup set to that target); the step gets them as
+	// inputs["targets"] = [{env, cluster, envgroup, <field>: value}, …] instead of top-level.
+	PerTarget []string
 }
 
 // Registry maps step type names to implementations.

@@ -91,11 +91,14 @@ type Cluster struct {
 	Agent string `json:"agent,omitempty"`
 }
 
-// Environment is the stage's target environment and its clusters.
+// Environment is the stage's target environment and its clusters. Variables are the merged
+// service → environment → override values (resolved), for steps that write them.
 type Environment struct {
-	Name     string    `json:"name"`
-	Group    string    `json:"group,omitempty"`
-	Clusters []Cluster `json:"clusters,omitempty"`
+	Name      string         `json:"name"`
+	Group     string         `json:"group,omitempty"`
+	Clusters  []Cluster      `json:"clusters,omitempty"`
+	Service   string         `json:"service,omitempty"`
+	Variables map[string]any `json:"variables,omitempty"`
 }
 
 // Prior is an earlier step of the same stage, for steps that act on "the latest PR of this stage".
