@@ -63,8 +63,13 @@ func lookup(v any, p keyPath) (any, bool) {
 			// Keys such as 0 or true decode to non-string keys; match them
 			// by their text as the editor does.
 			x, found := m[s.key]
+			var resolved any // what the key's text means as a YAML scalar
+			_ = yaml.Unmarshal([]byte("k: "+s.key), &resolved)
+			if rm, ok := resolved.(map[string]any); ok {
+				resolved = normalizeDecoded(rm["k"])
+			}
 			for k, y := range m {
-				if _, isStr := k.(string); !found && !isStr && fmt.Sprint(k) == s.key {
+				if _, isStr := k.(string); !found && !isStr && (fmt.Sprint(k) == s.key || valuesEqual(normalizeDecoded(k), resolved)) {
 					x, found = y, true
 				}
 			}

@@ -667,6 +667,15 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 	nl := e.st.nl
 	head := joinNonEmpty(" ", props, inline)
 	body := strings.Join(lines, nl)
+	// A block scalar with clip chomping needs the line break after its last
+	// line, even at the end of a file that has no final newline.
+	clip := inline != "" && lines != nil && !strings.HasSuffix(inline, "-") || inline == "" && endsWithClipBlock(v)
+	atEnd := func(p int) string {
+		if clip && p >= len(t.src) {
+			return nl
+		}
+		return ""
+	}
 
 	switch {
 	case isBlockScalar(n):
@@ -683,9 +692,9 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 		case lines == nil && bi.hasContent:
 			e.ed.replace(bi.lineEnd, bi.contentEnd, "")
 		case lines != nil && bi.hasContent:
-			e.ed.replace(bi.lineEnd, bi.contentEnd, nl+body)
+			e.ed.replace(bi.lineEnd, bi.contentEnd, nl+body+atEnd(bi.contentEnd))
 		case lines != nil:
-			e.ed.insert(bi.lineEnd, nl+body)
+			e.ed.insert(bi.lineEnd, nl+body+atEnd(bi.lineEnd))
 		}
 
 	case isBlockCollection(n):
@@ -710,11 +719,11 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 			return e.layoutErr(s.at, fmt.Errorf("cannot replace a block collection with a block scalar"))
 		}
 		if ls := t.lineStart(cs); t.restIsBlank(ls, cs) {
-			e.ed.replace(ls, ce, body)
+			e.ed.replace(ls, ce, body+atEnd(ce))
 		} else if compactOK {
-			e.ed.replace(cs, ce, strings.TrimLeft(body, " "))
+			e.ed.replace(cs, ce, strings.TrimLeft(body, " ")+atEnd(ce))
 		} else {
-			e.ed.replace(cs, ce, nl+body)
+			e.ed.replace(cs, ce, nl+body+atEnd(ce))
 		}
 
 	default: // a one-line node: scalar, alias, flow collection or empty value
@@ -730,11 +739,14 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 			if ce < len(t.src) && !t.restOfLineBlank(ce) || ce == len(t.src) && (ce == 0 || t.src[ce-1] == '\n' || t.src[ce-1] == '\r') {
 				suffix = nl // keep what follows on its own line, and a final newline
 			}
+			if suffix == "" {
+				suffix = atEnd(ce)
+			}
 			e.ed.replace(pr.start, ce, prefix+body+suffix)
 			return nil
 		}
 		if compactOK && head == "" && t.restOfLineBlank(ce) {
-			e.ed.replace(pr.start, t.lineEnd(ce), e.spaced(pr.start, strings.TrimLeft(body, " ")))
+			e.ed.replace(pr.start, t.lineEnd(ce), e.spaced(pr.start, strings.TrimLeft(body, " "))+atEnd(t.lineEnd(ce)))
 			return nil
 		}
 		if head == "" && s.lead >= 0 {
@@ -742,9 +754,27 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 		} else {
 			e.ed.replace(pr.start, ce, e.spaced(pr.start, head))
 		}
-		e.ed.insert(t.lineEnd(ce), nl+body)
+		e.ed.insert(t.lineEnd(ce), nl+body+atEnd(t.lineEnd(ce)))
 	}
 	return nil
+}
+
+// endsWithClipBlock reports whether the last line written for v is the
+// content of a block scalar with clip chomping.
+func endsWithClipBlock(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return useBlock(x, hintNone, false) && strings.HasSuffix(x, "\n")
+	case map[string]any:
+		if len(x) == 0 {
+			return false
+		}
+		keys := sortedKeys(x)
+		return endsWithClipBlock(x[keys[len(keys)-1]])
+	case []any:
+		return len(x) > 0 && endsWithClipBlock(x[len(x)-1])
+	}
+	return false
 }
 
 // restIsBlank reports whether src[from:to] holds only blanks.
@@ -812,11 +842,17 @@ func (e *yamlEditor) insertionPoint(end, col int) (p int, atEOF bool) {
 	return p, false
 }
 
-func (e *yamlEditor) insertLines(p int, atEOF bool, lines []string) {
+// insertLines inserts whole lines at p; at the end of a file without a
+// final newline they go after a new line break, and get none of their own
+// unless the last of the values needs it (see endsWithClipBlock).
+func (e *yamlEditor) insertLines(p int, atEOF bool, lines []string, last any) {
 	nl := e.st.nl
 	text := strings.Join(lines, nl)
 	if atEOF {
 		text = nl + text
+		if endsWithClipBlock(last) {
+			text += nl
+		}
 	} else {
 		text += nl
 	}
@@ -911,7 +947,7 @@ func (e *yamlEditor) insertMembers(s yslot, kvs []kv) error {
 		lines = append(lines, l...)
 	}
 	p, atEOF := e.insertionPoint(end, col)
-	e.insertLines(p, atEOF, lines)
+	e.insertLines(p, atEOF, lines, kvs[len(kvs)-1].value)
 	return nil
 }
 
@@ -986,6 +1022,6 @@ func (e *yamlEditor) appendItems(s yslot, items []any) error {
 		lines = append(lines, l...)
 	}
 	p, atEOF := e.insertionPoint(end, dash)
-	e.insertLines(p, atEOF, lines)
+	e.insertLines(p, atEOF, lines, items[len(items)-1])
 	return nil
 }

@@ -1,0 +1,156 @@
+package steps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/prflow/prflow/scm"
+)
+
+// SCM resolves a connector name to a forge provider; the worker builds it from its
+// connectors file, so tokens never leave the worker.
+type SCM interface {
+	Provider(ctx context.Context, connector string) (scm.Provider, error)
+}
+
+// Locker serialises writers of one repo+branch across all workers.
+type Locker interface {
+	Lock(ctx context.Context, key string) (unlock func(), err error)
+}
+
+// Service names in Services.
+const (
+	ServiceSCM   = "scm"
+	ServiceLocks = "locks"
+)
+
+func scmFor(ctx context.Context, sc *Context, connector string) (scm.Provider, error) {
+	if connector == "" {
+		return nil, Terminalf("connector: required (a connector name from the worker's connectors file)")
+	}
+	res, ok := sc.Services.Get(ServiceSCM).(SCM)
+	if !ok || res == nil {
+		return nil, Terminalf("connector %q: this worker has no connectors configured (start it with --connectors FILE)", connector)
+	}
+	p, err := res.Provider(ctx, connector)
+	if err != nil {
+		return nil, Terminalf("connector %q: %w", connector, err)
+	}
+	return p, nil
+}
+
+func lock(ctx context.Context, sc *Context, parts ...string) (func(), error) {
+	l, ok := sc.Services.Get(ServiceLocks).(Locker)
+	if !ok || l == nil {
+		return func() {}, nil
+	}
+	return l.Lock(ctx, strings.Join(parts, "/"))
+}
+
+// workBranch is the deterministic branch of one step of one run: a redelivered or re-run job
+// finds its own branch and PR instead of making new ones.
+func workBranch(sc *Context, kind string) string {
+	clean := func(s string) string {
+		var b strings.Builder
+		for _, r := range s {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+				b.WriteRune(r)
+			} else {
+				b.WriteByte('-')
+			}
+		}
+		return b.String()
+	}
+	b := "prflow/" + clean(sc.Pipeline) + "/" + clean(sc.RunID) + "/" + clean(sc.Stage) + "-" + clean(sc.StepID)
+	if kind != "" {
+		b += "-" + kind
+	}
+	return b
+}
+
+// safePath rejects absolute paths and escapes out of the repo.
+func safePath(p string) (string, error) {
+	if p == "" {
+		return "", fmt.Errorf("file path is empty")
+	}
+	if strings.HasPrefix(p, "/") || strings.HasPrefix(p, "\\") || (len(p) > 1 && p[1] == ':') {
+		return "", fmt.Errorf("file path %q is absolute; paths are relative to the repo root", p)
+	}
+	c := path.Clean(strings.ReplaceAll(p, "\\", "/"))
+	if c == ".." || strings.HasPrefix(c, "../") || c == "." {
+		return "", fmt.Errorf("file path %q leaves the repository", p)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == ".." {
+			return "", fmt.Errorf("file path %q contains '..'", p)
+		}
+	}
+	return c, nil
+}
+
+// prOutputs are the Harness outcome fields (updateReleaseRepoOutcome / revertPROutcome) plus
+// what MergePR needs to find the PR again.
+func prOutputs(pr *scm.PullRequest, commit, branch, connector, repo, base string, files []string) map[string]any {
+	out := map[string]any{"prNumber": "", "prlink": "", "commitId": commit, "ref": branch,
+		"changedFiles": toAny(files), "connector": connector, "repo": repo, "baseBranch": base}
+	if pr != nil {
+		out["prNumber"] = pr.Number
+		out["prlink"] = pr.URL
+		if commit == "" {
+			out["commitId"] = pr.HeadSHA
+		}
+	}
+	return out
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, x := range s {
+		out[i] = x
+	}
+	return out
+}
+
+// classify turns a forge error into terminal or transient: rate limits, 5xx and optimistic
+// concurrency conflicts are retried; bad credentials, missing things and invalid requests are not.
+func classify(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if scm.Transient(err) || errors.Is(err, scm.ErrConflict) && !isConflictFiles(err) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var se *scm.Error
+	if errors.As(err, &se) && se.Status == 405 && strings.Contains(strings.ToLower(se.Err.Error()), "base branch was modified") {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if errors.Is(err, scm.ErrUnauthorized) || errors.Is(err, scm.ErrNotFound) || errors.Is(err, scm.ErrNotMergeable) ||
+		errors.Is(err, scm.ErrNotSupported) || isConflictFiles(err) || (errors.As(err, &se) && se.Status >= 400 && se.Status < 500) {
+		return Terminalf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func isConflictFiles(err error) bool {
+	var ce *scm.ConflictError
+	return errors.As(err, &ce) && len(ce.Files) > 0
+}
+
+// priorPR finds the newest UpdateReleaseRepo or RevertPR of this stage, as Harness's MergePR
+// does (a revert PR wins when both exist, because it is the later one).
+func priorPR(sc *Context) *Prior {
+	for i := len(sc.Priors) - 1; i >= 0; i-- {
+		p := sc.Priors[i]
+		if p.Type == "UpdateReleaseRepo" || p.Type == "RevertPR" {
+			return &sc.Priors[i]
+		}
+	}
+	return nil
+}
+
+func prTopic(connector, repo string, n int) string {
+	return fmt.Sprintf("pr:%s:%s#%d", connector, repo, n)
+}

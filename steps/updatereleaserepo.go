@@ -1,0 +1,377 @@
+package steps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/steps/fileedit"
+)
+
+// UpdateReleaseRepo sets values in the release repo's config files for every target cluster
+// of the stage's environment, in one commit on one branch, and opens one PR. Edits keep
+// everything they do not change (comments, order, quoting). It is idempotent: the branch is
+// derived from run+stage+step, and a re-run finds its branch, commit and PR.
+func init() {
+	Register(Definition{
+		Type:      "UpdateReleaseRepo",
+		Aliases:   []string{"GitOpsUpdateReleaseRepo"},
+		New:       func() Step { return StepFunc(runUpdateReleaseRepo) },
+		PerTarget: []string{"filePath", "filePaths", "variables"},
+		Validate: func(in map[string]any) error {
+			for _, f := range []string{"connector", "repo"} {
+				if s, _ := in[f].(string); s == "" {
+					return fmt.Errorf("%s: required", f)
+				}
+			}
+			if in["filePath"] == nil && in["filePaths"] == nil {
+				return fmt.Errorf("filePath: required (e.g. \"envs/<+env.name>/config.json\")")
+			}
+			if vars, ok := in["variables"].([]any); ok {
+				for i, v := range vars {
+					m, ok := v.(map[string]any)
+					if !ok {
+						return fmt.Errorf("variables[%d]: want {name, type, value}", i)
+					}
+					if n, _ := m["name"].(string); n == "" {
+						return fmt.Errorf("variables[%d].name: required", i)
+					}
+					if t, _ := m["type"].(string); t != "" && !hasExpr(t) {
+						switch strings.ToLower(t) {
+						case "string", "number", "boolean", "raw", "object":
+						case "secret":
+							return fmt.Errorf("variables[%d] (%v): type Secret is not written to release files", i, m["name"])
+						default:
+							return fmt.Errorf("variables[%d].type: %q is not String, Number, Boolean or Raw", i, t)
+						}
+					}
+				}
+			}
+			return nil
+		},
+	})
+}
+
+type fileEdit struct {
+	path    string
+	changes []fileedit.Change
+}
+
+type urrMemo struct {
+	Outputs map[string]any `json:"outputs"`
+	PR      int            `json:"pr"`
+}
+
+func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
+	in := sc.Inputs
+	connector, _ := StringInput(in, "connector")
+	repo, _ := StringInput(in, "repo")
+	base, _ := StringInput(in, "baseBranch")
+	if base == "" {
+		base = "main"
+	}
+	flags := map[string]bool{}
+	for _, f := range []string{"allowEmptyCommit", "allowNoFilesChanged", "ignoreMissingFiles", "ignoreMissingValues",
+		"skipPipelineVariables", "waitForMerge", "draft"} {
+		b, err := BoolInput(in, f)
+		if err != nil {
+			return Result{}, Terminal(err)
+		}
+		flags[f] = b
+	}
+	p, err := scmFor(ctx, sc, connector)
+	if err != nil {
+		return Result{}, err
+	}
+	r := scm.Repo(repo)
+
+	// A parked waitForMerge run: check the PR it opened.
+	var memo urrMemo
+	if ok, _ := sc.DecodeMemo(&memo); ok && memo.PR > 0 {
+		return waitMerged(ctx, sc, p, connector, r, memo)
+	}
+
+	edits, err := plannedEdits(sc, flags["skipPipelineVariables"])
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	branch := workBranch(sc, "")
+	unlock, err := lock(ctx, sc, "repo", connector, repo, branch)
+	if err != nil {
+		return Result{}, err
+	}
+	defer unlock()
+
+	// Already done by an earlier delivery? Then report what it did.
+	if pr, err := p.FindPR(ctx, r, branch, base); err == nil {
+		sc.Log.Info("found the PR an earlier attempt opened", "pr", pr.Number, "url", pr.URL)
+		files, _ := p.ChangedFiles(ctx, r, pr.Number)
+		out := prOutputs(pr, pr.HeadSHA, branch, connector, repo, base, files)
+		return afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
+	} else if !errors.Is(err, scm.ErrNotFound) {
+		return Result{}, classify(err, "find PR for "+branch)
+	}
+
+	baseRef, err := p.Branch(ctx, r, base)
+	if err != nil {
+		return Result{}, classify(err, fmt.Sprintf("base branch %s of %s", base, repo))
+	}
+	readRef, parent := base, baseRef.SHA
+	branchExists := false
+	if br, err := p.Branch(ctx, r, branch); err == nil {
+		readRef, parent, branchExists = branch, br.SHA, true
+	} else if !errors.Is(err, scm.ErrNotFound) {
+		return Result{}, classify(err, "branch "+branch)
+	}
+
+	var changes []scm.FileChange
+	var changedFiles, skipped []string
+	opts := fileedit.Options{IgnoreMissingValues: flags["ignoreMissingValues"]}
+	for _, e := range edits {
+		f, err := fileedit.FormatFor(e.path)
+		if err != nil {
+			return Result{}, Terminal(err)
+		}
+		cur, err := p.ReadFile(ctx, r, readRef, e.path)
+		var out []byte
+		changed := false
+		switch {
+		case errors.Is(err, scm.ErrNotFound):
+			if flags["ignoreMissingFiles"] {
+				skipped = append(skipped, e.path)
+				continue
+			}
+			out, err = fileedit.Create(f, e.changes, opts)
+			if err != nil {
+				return Result{}, Terminalf("%s: %w", e.path, err)
+			}
+			changed = true
+			sc.Log.Info("file does not exist; creating it", "file", e.path)
+		case err != nil:
+			return Result{}, classify(err, "read "+e.path+"@"+readRef)
+		default:
+			out, changed, err = fileedit.Apply(f, cur, e.changes, opts)
+			if err != nil {
+				return Result{}, Terminalf("%s: %w", e.path, err)
+			}
+		}
+		if changed {
+			changes = append(changes, scm.FileChange{Path: e.path, Content: out})
+			changedFiles = append(changedFiles, e.path)
+		}
+	}
+	if len(skipped) > 0 {
+		sc.Log.Info("missing files skipped (ignoreMissingFiles)", "files", strings.Join(skipped, ", "))
+	}
+	if len(edits) == len(skipped) && len(edits) > 0 && !branchExists {
+		return Done(prOutputs(nil, "", "", connector, repo, base, nil)), nil
+	}
+	commit := parent
+	switch {
+	case len(changes) > 0:
+		msg, _ := StringInput(in, "commitMessage")
+		if msg == "" {
+			msg = fmt.Sprintf("Update %s for %s", strings.Join(changedFiles, ", "), envName(sc))
+		}
+		commit, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: parent, Message: msg, Changes: changes})
+		if err != nil {
+			return Result{}, classify(err, "commit to "+branch)
+		}
+		sc.Log.Info("committed", "branch", branch, "commit", commit, "files", strings.Join(changedFiles, ", "))
+	case branchExists && parent != baseRef.SHA:
+		// An earlier attempt committed and died before opening the PR.
+		sc.Log.Info("branch already holds the changes; opening its PR", "branch", branch)
+	case flags["allowNoFilesChanged"]:
+		sc.Log.Info("all values already match the release repo; nothing to do")
+		return Done(prOutputs(nil, "", "", connector, repo, base, nil)), nil
+	case flags["allowEmptyCommit"]:
+		commit, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: parent, Message: "Empty commit (allowEmptyCommit)"})
+		if err != nil {
+			return Result{}, classify(err, "empty commit to "+branch)
+		}
+	default:
+		return Fail(fmt.Sprintf("no files changed: every value already matches in %s (set allowNoFilesChanged: true to pass)", strings.Join(pathsOf(edits), ", "))), nil
+	}
+	if len(changedFiles) == 0 && branchExists {
+		changedFiles = pathsOf(edits)
+	}
+	title, _ := StringInput(in, "prTitle")
+	if title == "" {
+		title = fmt.Sprintf("prflow: %s / %s: update %s", sc.Pipeline, sc.Stage, envName(sc))
+	}
+	body, _ := StringInput(in, "prBody")
+	if body == "" {
+		body = fmt.Sprintf("Opened by prflow run %s (pipeline %s, stage %s, step %s).\n\nFiles:\n- %s\n",
+			sc.RunID, sc.Pipeline, sc.Stage, sc.StepID, strings.Join(changedFiles, "\n- "))
+	}
+	labels, err := stringList(in["labels"], "labels")
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	reviewers, err := stringList(in["reviewers"], "reviewers")
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	pr, err := p.OpenPR(ctx, r, scm.NewPR{Title: title, Body: body, Head: branch, Base: base, Labels: labels, Draft: flags["draft"], Reviewers: reviewers})
+	if err != nil {
+		return Result{}, classify(err, "open PR "+branch+" → "+base)
+	}
+	sc.Log.Info("opened PR", "pr", pr.Number, "url", pr.URL)
+	return afterPR(ctx, sc, p, connector, r, pr, prOutputs(pr, commit, branch, connector, repo, base, changedFiles), flags["waitForMerge"])
+}
+
+func afterPR(ctx context.Context, sc *Context, p scm.Provider, connector string, r scm.Repo, pr *scm.PullRequest, out map[string]any, wait bool) (Result, error) {
+	if !wait {
+		return Done(out), nil
+	}
+	return waitMerged(ctx, sc, p, connector, r, urrMemo{Outputs: out, PR: pr.Number})
+}
+
+// waitMerged parks until the PR is merged (success, commitId = the merge commit) or closed
+// unmerged (failure). PR webhooks wake it; a slow poll covers missed webhooks.
+func waitMerged(ctx context.Context, sc *Context, p scm.Provider, connector string, r scm.Repo, m urrMemo) (Result, error) {
+	pr, err := p.GetPR(ctx, r, m.PR)
+	if err != nil {
+		return Result{}, classify(err, fmt.Sprintf("get PR #%d", m.PR))
+	}
+	switch pr.State {
+	case scm.PRMerged:
+		out := m.Outputs
+		out["commitId"] = pr.MergeSHA
+		out["mergeCommitId"] = pr.MergeSHA
+		return Done(out), nil
+	case scm.PRClosed:
+		return Fail(fmt.Sprintf("PR #%d (%s) was closed without being merged", pr.Number, pr.URL)), nil
+	}
+	if sc.WakeReason == "deadline" {
+		return Fail(fmt.Sprintf("timed out waiting for PR #%d (%s) to be merged", pr.Number, pr.URL)), nil
+	}
+	return Park(Wait{Topics: []string{prTopic(connector, string(r), pr.Number)}, Poll: time.Minute, Deadline: sc.Deadline,
+		Reason: fmt.Sprintf("waiting for PR #%d to be merged: %s", pr.Number, pr.URL)}, m), nil
+}
+
+// plannedEdits turns the per-target inputs into one edit list per file: service → environment
+// → override variables first (unless skipPipelineVariables), then the step's own (step wins).
+func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
+	targets, _ := sc.Inputs["targets"].([]any)
+	if len(targets) == 0 {
+		targets = []any{map[string]any{"filePath": sc.Inputs["filePath"], "filePaths": sc.Inputs["filePaths"], "variables": sc.Inputs["variables"]}}
+	}
+	byPath := map[string]*fileEdit{}
+	var order []string
+	for ti, t := range targets {
+		tm, _ := t.(map[string]any)
+		var paths []string
+		if s, _ := tm["filePath"].(string); s != "" {
+			paths = append(paths, s)
+		}
+		more, err := stringList(tm["filePaths"], "filePaths")
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, more...)
+		if len(paths) == 0 {
+			return nil, fmt.Errorf("filePath: required")
+		}
+		var changes []fileedit.Change
+		if !skipEnvVars && sc.Env != nil {
+			keys := make([]string, 0, len(sc.Env.Variables))
+			for k := range sc.Env.Variables {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				changes = append(changes, fileedit.Change{Key: k, Value: sc.Env.Variables[k]})
+			}
+		}
+		vars, _ := tm["variables"].([]any)
+		for i, v := range vars {
+			vm, _ := v.(map[string]any)
+			name, _ := vm["name"].(string)
+			if name == "" {
+				return nil, fmt.Errorf("variables[%d].name: required", i)
+			}
+			typ, _ := vm["type"].(string)
+			if typ == "" {
+				typ = fileedit.TypeString
+			}
+			val, err := variableValue(typ, vm["value"])
+			if err != nil {
+				return nil, fmt.Errorf("variables[%d] (%s): %w", i, name, err)
+			}
+			changes = append(changes, fileedit.Change{Key: name, Value: val})
+		}
+		for _, raw := range paths {
+			pth, err := safePath(raw)
+			if err != nil {
+				return nil, fmt.Errorf("target %d: %w", ti, err)
+			}
+			fe := byPath[pth]
+			if fe == nil {
+				fe = &fileEdit{path: pth}
+				byPath[pth] = fe
+				order = append(order, pth)
+			}
+			fe.changes = append(fe.changes, changes...)
+		}
+	}
+	out := make([]fileEdit, 0, len(order))
+	for _, p := range order {
+		out = append(out, *dedupe(byPath[p]))
+	}
+	return out, nil
+}
+
+// dedupe keeps the last change per key (later layers win) in first-seen order.
+func dedupe(fe *fileEdit) *fileEdit {
+	last := map[string]int{}
+	for i, c := range fe.changes {
+		last[c.Key] = i
+	}
+	var out []fileedit.Change
+	seen := map[string]bool{}
+	for _, c := range fe.changes {
+		if seen[c.Key] {
+			continue
+		}
+		seen[c.Key] = true
+		out = append(out, fe.changes[last[c.Key]])
+	}
+	fe.changes = out
+	return fe
+}
+
+func variableValue(typ string, v any) (any, error) {
+	switch x := v.(type) {
+	case string:
+		return fileedit.ParseValue(typ, x)
+	case nil:
+		return nil, nil
+	case map[string]any, []any:
+		if strings.EqualFold(typ, "raw") || strings.EqualFold(typ, "object") {
+			return x, nil
+		}
+		return nil, fmt.Errorf("a %s value cannot be a map or list (use type Raw)", typ)
+	default:
+		return fileedit.ParseValue(typ, fmt.Sprint(x))
+	}
+}
+
+func pathsOf(edits []fileEdit) []string {
+	out := make([]string, len(edits))
+	for i, e := range edits {
+		out[i] = e.path
+	}
+	return out
+}
+
+func envName(sc *Context) string {
+	if sc.Env != nil && sc.Env.Name != "" {
+		return sc.Env.Name
+	}
+	return sc.Stage
+}
