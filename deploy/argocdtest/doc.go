@@ -1,0 +1,32 @@
+// Package argocdtest is an in-memory Argo CD (v3.2) for tests and for
+// `prflow dev`: the REST API prflow uses, an application controller that
+// syncs from real git repositories, and an ApplicationSet controller with
+// list and git (files, directories) generators.
+//
+// It reproduces what the real server does and naive fakes get wrong (checked
+// against a real Argo CD v3.2.11, see shared/realenv/README.md):
+//
+//   - non-GET requests without exactly "Content-Type: application/json" get
+//     415 "Invalid content type" (plain text), DELETE included, before auth;
+//   - errors are grpc-gateway v1 bodies {"error","code","message"} with the
+//     gRPC code; a missing or non-JWT bearer token is 401 "no session
+//     information", a bad JWT 401 "invalid session: ...";
+//   - GET/sync/delete of a missing app is 403 "permission denied" (404 only
+//     when ?project= names a project); a missing ApplicationSet is 404;
+//   - a sync while an operation is running is 400 (FailedPrecondition)
+//     "error setting app operation: another operation is already in progress";
+//   - starting an operation clears status.operationState (null for one
+//     event), and operationState.phase turns Succeeded one event BEFORE
+//     sync/health are updated; status.sync.revision is the compared target
+//     revision, not the deployed one;
+//   - timestamps have second precision;
+//   - the watch stream is one {"result":{"type","application"}} per line, or
+//     SSE "data: ... \n\n" with ":" keepalives for Accept: text/event-stream;
+//     it starts with ADDED for every matching app (unless resourceVersion is
+//     given without a name) and suppresses identical consecutive messages.
+//
+// Tests drive it through its Go API: AddApp, AddApplicationSet, Reconcile,
+// ScriptSync and StartOperation (failures, slow health, wrong revisions,
+// foreign operations), SetHealth, DropStreams, SetStreamDelay, InjectFault
+// and Requests.
+package argocdtest
