@@ -102,7 +102,7 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		if pr.Mergeability == scm.MergeBlocked {
 			poll = 30 * time.Second // checks or reviews: status webhooks wake it sooner
 		}
-		return Park(Wait{Topics: []string{prTopic(connector, repo, pr.Number)}, Poll: poll, Deadline: sc.Deadline,
+		return Park(Wait{Topics: []string{prTopic(p.Name(), repo, pr.Number)}, Poll: poll, Deadline: sc.Deadline,
 			Reason: fmt.Sprintf("PR #%d is %s", pr.Number, pr.Mergeability)}, nil), nil
 	}
 	unlock, err := lock(ctx, sc, "repo", connector, repo, pr.Base)

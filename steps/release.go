@@ -151,6 +151,7 @@ func priorPR(sc *Context) *Prior {
 	return nil
 }
 
-func prTopic(connector, repo string, n int) string {
-	return fmt.Sprintf("pr:%s:%s#%d", connector, repo, n)
+// prTopic is the event topic a PR's webhooks wake: pr:<provider>:<repo>#<number>.
+func prTopic(provider, repo string, n int) string {
+	return fmt.Sprintf("pr:%s:%s#%d", provider, repo, n)
 }

@@ -250,7 +250,7 @@ func waitMerged(ctx context.Context, sc *Context, p scm.Provider, connector stri
 	if sc.WakeReason == "deadline" {
 		return Fail(fmt.Sprintf("timed out waiting for PR #%d (%s) to be merged", pr.Number, pr.URL)), nil
 	}
-	return Park(Wait{Topics: []string{prTopic(connector, string(r), pr.Number)}, Poll: time.Minute, Deadline: sc.Deadline,
+	return Park(Wait{Topics: []string{prTopic(p.Name(), string(r), pr.Number)}, Poll: time.Minute, Deadline: sc.Deadline,
 		Reason: fmt.Sprintf("waiting for PR #%d to be merged: %s", pr.Number, pr.URL)}, m), nil
 }
 

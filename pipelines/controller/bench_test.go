@@ -120,3 +120,39 @@ func rawJetStream(b *testing.B, js jetstream.JetStream, n int) float64 {
 	wg.Wait()
 	return float64(per*16) / time.Since(start).Seconds()
 }
+
+// BenchmarkDispatchLatency runs steps one after another (no queueing behind other work) and
+// reports the time from the controller queueing a step to a worker starting it.
+func BenchmarkDispatchLatency(b *testing.B) {
+	logLevel = slog.LevelInfo
+	e := newEnv(&testing.T{}, envOpts{workers: 1, concurrency: 4})
+	defer e.stop()
+	const n = 100
+	var sb strings.Builder
+	sb.WriteString("name: lat\nstages:\n  - id: s\n    steps:\n")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&sb, "      - {id: n%d, type: Noop}\n", i)
+	}
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := e.ctl.Start(context.Background(), StartRequest{File: "l.yaml", Source: []byte(sb.String())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		fin, err := e.ctl.Wait(ctx, r.ID, nil)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, st := range fin.Stages[0].Steps {
+			lat = append(lat, st.Started.Sub(st.Queued))
+		}
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-dispatch-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-dispatch-ms")
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "sequential-steps/s")
+}

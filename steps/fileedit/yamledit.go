@@ -275,6 +275,7 @@ func findKey(n *yaml.Node, key string) int {
 		if k.Kind == yaml.AliasNode && k.Alias != nil {
 			k = k.Alias
 		}
+		// An empty key ("? " alone) matches "", as yaml.v3 decodes it.
 		if k.Kind == yaml.ScalarNode && k.Tag != "!!merge" && k.Value == key {
 			return i
 		}
@@ -344,6 +345,9 @@ func (e *yamlEditor) memberSlot(s yslot, ki int) (yslot, error) {
 	}
 	if p := e.t.skipSpace(ke); p < len(e.t.src) && e.t.src[p] == ':' {
 		c.lead = p + 1
+	} else if isEmptyScalar(c.node) {
+		// "? key" with no ':' — there is no place for a value yet.
+		return c, e.layoutErr(c.at, fmt.Errorf("no ':' after the key at line %d", m.Content[ki].Line))
 	}
 	return c, nil
 }
@@ -683,9 +687,14 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 		if err != nil {
 			return e.layoutErr(s.at, err)
 		}
-		if head == "" && s.lead >= 0 {
+		switch {
+		case head == "" && s.lead >= 0:
 			e.ed.replace(s.lead, bi.headerEnd, "")
-		} else {
+		case s.lead >= 0 && !t.sameLine(s.lead, pr.start):
+			// The header sits on a line of its own (it may be at column 0);
+			// the new value goes next to the key instead.
+			e.ed.replace(s.lead, bi.headerEnd, " "+head)
+		default:
 			e.ed.replace(pr.start, bi.headerEnd, head)
 		}
 		switch {
@@ -947,7 +956,40 @@ func (e *yamlEditor) insertMembers(s yslot, kvs []kv) error {
 		lines = append(lines, l...)
 	}
 	p, atEOF := e.insertionPoint(end, col)
+	if atEOF {
+		if err := e.keepLastBlockValue(m, s); err != nil {
+			return err
+		}
+	}
 	e.insertLines(p, atEOF, lines, kvs[len(kvs)-1].value)
+	return nil
+}
+
+// keepLastBlockValue is called before lines are appended at the end of a
+// file without a final newline. If the file ends with a block scalar, the
+// line break added after it would become part of its value under clip
+// chomping; switching it to strip chomping keeps the value as it is.
+func (e *yamlEditor) keepLastBlockValue(n *yaml.Node, s yslot) error {
+	indent := s.indent
+	for (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) && len(n.Content) > 0 && n.Style&yaml.FlowStyle == 0 {
+		indent = e.t.col(e.t.contentStart(n))
+		n = n.Content[len(n.Content)-1]
+	}
+	if !isBlockScalar(n) {
+		return nil
+	}
+	bi, err := e.t.blockScalar(e.t.contentStart(n), indent)
+	if err != nil {
+		return e.layoutErr(s.at, err)
+	}
+	header := string(e.t.src[bi.start:bi.headerEnd])
+	switch {
+	case strings.Contains(header, "-"):
+		return nil
+	case strings.Contains(header, "+"):
+		return e.layoutErr(s.at, fmt.Errorf("the file ends in a block scalar with keep chomping and no final newline; add the newline first"))
+	}
+	e.ed.insert(bi.headerEnd, "-")
 	return nil
 }
 
@@ -1022,6 +1064,11 @@ func (e *yamlEditor) appendItems(s yslot, items []any) error {
 		lines = append(lines, l...)
 	}
 	p, atEOF := e.insertionPoint(end, dash)
+	if atEOF {
+		if err := e.keepLastBlockValue(l, s); err != nil {
+			return err
+		}
+	}
 	e.insertLines(p, atEOF, lines, items[len(items)-1])
 	return nil
 }

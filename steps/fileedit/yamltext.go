@@ -398,7 +398,21 @@ func (t *yamlText) end(n *yaml.Node, indent int, flow bool) (int, error) {
 			}
 			return t.closingBracket(e, n)
 		}
-		return t.end(last, t.col(t.contentStart(n)), false)
+		col := t.col(t.contentStart(n))
+		if n.Kind == yaml.MappingNode && isEmptyScalar(last) && t.props(last).end == t.nodeStart(last) {
+			// An empty value has no text; yaml.v3 places it after the ':'
+			// or, for "? key" without one, at the next token. Measure from
+			// the key instead.
+			ke, err := t.end(n.Content[len(n.Content)-2], col, false)
+			if err != nil {
+				return 0, err
+			}
+			if p := t.skipSpace(ke); p < len(t.src) && t.src[p] == ':' {
+				return p + 1, nil
+			}
+			return ke, nil
+		}
+		return t.end(last, col, false)
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {
 			return t.nodeStart(n), nil
