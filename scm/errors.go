@@ -3,6 +3,7 @@ package scm
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -64,14 +65,24 @@ func (e *ConflictError) Error() string {
 }
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// Transient reports whether retrying the same call later may succeed.
+// Transient reports whether retrying the same call later may succeed: rate limits, 5xx, 429,
+// network failures, and driver errors that say so themselves (GitHub's 405 "Base branch was
+// modified", Bitbucket's asynchronous merge still running).
 func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
 	if errors.Is(err, ErrRateLimited) {
+		return true
+	}
+	var t interface{ Transient() bool }
+	if errors.As(err, &t) && t.Transient() {
 		return true
 	}
 	var e *Error
 	if errors.As(err, &e) && (e.Status >= 500 || e.Status == 429) {
 		return true
 	}
-	return false
+	var ne net.Error
+	return errors.As(err, &ne)
 }

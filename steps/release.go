@@ -124,9 +124,6 @@ func classify(err error, what string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	var se *scm.Error
-	if errors.As(err, &se) && se.Status == 405 && strings.Contains(strings.ToLower(se.Err.Error()), "base branch was modified") {
-		return fmt.Errorf("%s: %w", what, err)
-	}
 	if errors.Is(err, scm.ErrUnauthorized) || errors.Is(err, scm.ErrNotFound) || errors.Is(err, scm.ErrNotMergeable) ||
 		errors.Is(err, scm.ErrNotSupported) || isConflictFiles(err) || (errors.As(err, &se) && se.Status >= 400 && se.Status < 500) {
 		return Terminalf("%s: %w", what, err)

@@ -1,0 +1,101 @@
+package github
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+
+	gh "github.com/google/go-github/v62/github"
+
+	"github.com/prflow/prflow/scm"
+)
+
+// ReadFile returns path at ref through the contents API; files over GitHub's 1 MB contents
+// limit are fetched as blobs.
+func (d *Driver) ReadFile(ctx context.Context, repo scm.Repo, ref, path string) ([]byte, error) {
+	op := fmt.Sprintf("read file %s@%s", path, ref)
+	data, ok, err := d.readFile(ctx, repo, op, ref, path)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo, Status: 404,
+			Err: fmt.Errorf("%w: no file %s at %s", scm.ErrNotFound, path, ref)}
+	}
+	return data, nil
+}
+
+// readFile reports a missing file as ok=false rather than an error (see scm.FileAt).
+func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path string) ([]byte, bool, error) {
+	owner, name, err := splitRepo(repo)
+	if err != nil {
+		return nil, false, d.wrap(op, repo, nil, err)
+	}
+	if err := checkPath(path); err != nil {
+		return nil, false, d.wrap(op, repo, nil, err)
+	}
+	if ref == "" {
+		return nil, false, d.wrap(op, repo, nil, errors.New("empty ref"))
+	}
+	file, dir, resp, err := d.client.Repositories.GetContents(ctx, owner, name, path, &gh.RepositoryContentGetOptions{Ref: ref})
+	if err != nil {
+		werr := d.wrap(op, repo, resp, err)
+		if resp != nil && resp.StatusCode == 404 {
+			// A 404 means a missing path or ref; tell them apart so a typo in the ref is
+			// not mistaken for "file absent".
+			if _, _, rerr := d.client.Repositories.GetCommit(ctx, owner, name, ref, &gh.ListOptions{PerPage: 1}); rerr == nil {
+				return nil, false, nil
+			}
+		}
+		return nil, false, werr
+	}
+	if file == nil || dir != nil {
+		return nil, false, d.wrap(op, repo, nil, fmt.Errorf("%s is a directory, not a file", path))
+	}
+	if file.GetType() != "" && file.GetType() != "file" {
+		return nil, false, d.wrap(op, repo, nil, fmt.Errorf("%s is a %s, not a file", path, file.GetType()))
+	}
+	if file.GetEncoding() == "none" || (file.Content == nil && file.GetSize() > 0) {
+		blob, resp, err := d.client.Git.GetBlob(ctx, owner, name, file.GetSHA())
+		if err != nil {
+			return nil, false, d.wrap(op, repo, resp, err)
+		}
+		data, err := base64.StdEncoding.DecodeString(blob.GetContent())
+		if err != nil {
+			return nil, false, d.wrap(op, repo, nil, fmt.Errorf("decode blob %s: %w", file.GetSHA(), err))
+		}
+		return data, true, nil
+	}
+	content, err := file.GetContent()
+	if err != nil {
+		return nil, false, d.wrap(op, repo, nil, fmt.Errorf("decode content: %w", err))
+	}
+	return []byte(content), true, nil
+}
+
+// checkPath rejects paths that are not plain repository-relative file paths.
+func checkPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty file path")
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("file path %q must be relative to the repository root", p)
+	case strings.HasSuffix(p, "/"):
+		return fmt.Errorf("file path %q names a directory", p)
+	case strings.ContainsAny(p, "\x00\\"):
+		return fmt.Errorf("file path %q contains a NUL or backslash", p)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("file path %q has an empty, . or .. segment", p)
+		}
+	}
+	if strings.Contains(p, "..") {
+		return fmt.Errorf("file path %q contains \"..\", which the GitHub contents API refuses", p)
+	}
+	return nil
+}
+
+func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -1,0 +1,347 @@
+package github
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	gh "github.com/google/go-github/v62/github"
+
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/transport"
+)
+
+// Branch returns a branch head; ErrNotFound when the branch does not exist.
+func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Ref, error) {
+	op := "get branch " + name
+	owner, rname, err := splitRepo(repo)
+	if err != nil {
+		return scm.Ref{}, d.wrap(op, repo, nil, err)
+	}
+	if err := checkBranch(name); err != nil {
+		return scm.Ref{}, d.wrap(op, repo, nil, err)
+	}
+	ref, resp, err := d.client.Git.GetRef(ctx, owner, rname, "heads/"+name)
+	if err != nil {
+		return scm.Ref{}, d.wrap(op, repo, resp, err)
+	}
+	// GET /git/ref/ can answer a prefix match with a list; only an exact ref counts.
+	if ref.GetRef() != "refs/heads/"+name {
+		return scm.Ref{}, &scm.Error{Provider: Name, Op: op, Repo: repo, Status: http.StatusNotFound,
+			Err: fmt.Errorf("%w: no branch %s", scm.ErrNotFound, name)}
+	}
+	return scm.Ref{Name: name, SHA: ref.GetObject().GetSHA()}, nil
+}
+
+// CreateBranch creates name at sha. It succeeds when the branch already points at sha and
+// fails with ErrConflict when it points elsewhere.
+func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha string) error {
+	op := fmt.Sprintf("create branch %s at %s", name, sha)
+	owner, rname, err := splitRepo(repo)
+	if err != nil {
+		return d.wrap(op, repo, nil, err)
+	}
+	if err := checkBranch(name); err != nil {
+		return d.wrap(op, repo, nil, err)
+	}
+	if sha == "" {
+		return d.wrap(op, repo, nil, errors.New("empty commit SHA"))
+	}
+	// A replayed create answers "already exists", which is handled below.
+	_, resp, err := d.client.Git.CreateRef(transport.Guarded(ctx), owner, rname, &gh.Reference{
+		Ref: str("refs/heads/" + name), Object: &gh.GitObject{SHA: str(sha)},
+	})
+	if err == nil {
+		d.log.Info("github branch created", "repo", string(repo), "branch", name, "sha", sha)
+		return nil
+	}
+	if !alreadyExists(resp, err) {
+		return d.wrap(op, repo, resp, err)
+	}
+	cur, gerr := d.Branch(ctx, repo, name)
+	if gerr != nil {
+		return gerr
+	}
+	if cur.SHA == sha {
+		return nil
+	}
+	return &scm.Error{Provider: Name, Op: op, Repo: repo, Status: http.StatusUnprocessableEntity,
+		Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s", name, cur.SHA)}}
+}
+
+// DeleteBranch deletes name; ErrNotFound when it does not exist.
+func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) error {
+	op := "delete branch " + name
+	owner, rname, err := splitRepo(repo)
+	if err != nil {
+		return d.wrap(op, repo, nil, err)
+	}
+	if err := checkBranch(name); err != nil {
+		return d.wrap(op, repo, nil, err)
+	}
+	resp, err := d.client.Git.DeleteRef(ctx, owner, rname, "heads/"+name)
+	if err != nil {
+		// GitHub answers 422 "Reference does not exist" for a missing branch.
+		if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity && strings.Contains(strings.ToLower(err.Error()), "does not exist") {
+			return &scm.Error{Provider: Name, Op: op, Repo: repo, Status: resp.StatusCode,
+				Err: fmt.Errorf("%w: no branch %s", scm.ErrNotFound, name)}
+		}
+		return d.wrap(op, repo, resp, err)
+	}
+	return nil
+}
+
+// Commit writes in.Changes as one commit through the Git Data API: the new tree is built on
+// Parent's tree, the commit gets Parent as its only parent, and the branch moves with a
+// non-forced update, so a branch that moved since Parent is never overwritten (ErrConflict).
+func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) (string, error) {
+	op := "commit to " + in.Branch
+	owner, rname, err := splitRepo(repo)
+	if err != nil {
+		return "", d.wrap(op, repo, nil, err)
+	}
+	if err := checkCommitInput(in); err != nil {
+		return "", d.wrap(op, repo, nil, err)
+	}
+	exists := true
+	head, err := d.Branch(ctx, repo, in.Branch)
+	switch {
+	case errors.Is(err, scm.ErrNotFound):
+		exists = false
+	case err != nil:
+		return "", err
+	case head.SHA != in.Parent:
+		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
+			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at the expected parent %s", in.Branch, head.SHA, in.Parent)}}
+	}
+	parent, resp, err := d.client.Git.GetCommit(ctx, owner, rname, in.Parent)
+	if err != nil {
+		return "", d.wrap(op+": get parent commit "+in.Parent, repo, resp, err)
+	}
+	treeSHA := parent.GetTree().GetSHA()
+	if len(in.Changes) > 0 {
+		entries := make([]*gh.TreeEntry, 0, len(in.Changes))
+		for _, c := range in.Changes {
+			e := &gh.TreeEntry{Path: str(c.Path), Mode: str("100644"), Type: str("blob")}
+			switch {
+			case c.Delete: // nil SHA and nil Content: go-github sends "sha": null, i.e. delete
+			case utf8.Valid(c.Content):
+				e.Content = str(string(c.Content))
+			default:
+				// Tree entry content must be UTF-8; binary files go through a base64 blob.
+				blob, resp, err := d.client.Git.CreateBlob(transport.Guarded(ctx), owner, rname, &gh.Blob{
+					Content: str(encodeBase64(c.Content)), Encoding: str("base64"),
+				})
+				if err != nil {
+					return "", d.wrap(op+": create blob for "+c.Path, repo, resp, err)
+				}
+				e.SHA = blob.SHA
+			}
+			entries = append(entries, e)
+		}
+		// Git objects are content-addressed: replaying their creation is harmless.
+		tree, resp, err := d.client.Git.CreateTree(transport.Guarded(ctx), owner, rname, treeSHA, entries)
+		if err != nil {
+			return "", d.wrap(op+": create tree", repo, resp, err)
+		}
+		treeSHA = tree.GetSHA()
+	}
+	commit := &gh.Commit{
+		Message: str(in.Message),
+		Tree:    &gh.Tree{SHA: str(treeSHA)},
+		Parents: []*gh.Commit{{SHA: str(in.Parent)}},
+	}
+	if in.Author.Name != "" {
+		commit.Author = &gh.CommitAuthor{Name: str(in.Author.Name), Email: str(in.Author.Email)}
+	}
+	created, resp, err := d.client.Git.CreateCommit(transport.Guarded(ctx), owner, rname, commit, nil)
+	if err != nil {
+		return "", d.wrap(op+": create commit", repo, resp, err)
+	}
+	sha := created.GetSHA()
+	ref := &gh.Reference{Ref: str("refs/heads/" + in.Branch), Object: &gh.GitObject{SHA: str(sha)}}
+	if exists {
+		_, resp, err = d.client.Git.UpdateRef(ctx, owner, rname, ref, false)
+		if err != nil {
+			if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
+				// "Update is not a fast forward": the branch moved after we read it.
+				return "", &scm.Error{Provider: Name, Op: op + ": update ref", Repo: repo, Status: resp.StatusCode,
+					Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s moved away from %s during the commit", in.Branch, in.Parent)}}
+			}
+			return "", d.wrap(op+": update ref", repo, resp, err)
+		}
+	} else {
+		_, resp, err = d.client.Git.CreateRef(transport.Guarded(ctx), owner, rname, ref)
+		if err != nil {
+			if alreadyExists(resp, err) {
+				if cur, gerr := d.Branch(ctx, repo, in.Branch); gerr == nil && cur.SHA == sha {
+					return sha, nil // our own create, replayed after a lost response
+				}
+				return "", &scm.Error{Provider: Name, Op: op + ": create ref", Repo: repo, Status: resp.StatusCode,
+					Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s was created by someone else during the commit", in.Branch)}}
+			}
+			return "", d.wrap(op+": create ref", repo, resp, err)
+		}
+	}
+	d.log.Info("github commit created", "repo", string(repo), "branch", in.Branch, "sha", sha, "files", len(in.Changes))
+	return sha, nil
+}
+
+// Revert undoes in.SHA file by file (scm.PlanRevert over the contents API) and commits the
+// result on the new branch in.Branch, created from in.Base. When in.Branch already exists
+// and already undoes in.SHA (a redelivered job), its head is returned.
+func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) (string, error) {
+	op := fmt.Sprintf("revert %s onto %s", in.SHA, in.Branch)
+	owner, rname, err := splitRepo(repo)
+	if err != nil {
+		return "", d.wrap(op, repo, nil, err)
+	}
+	switch {
+	case in.SHA == "":
+		return "", d.wrap(op, repo, nil, errors.New("RevertInput.SHA is empty"))
+	case in.Base == "":
+		return "", d.wrap(op, repo, nil, errors.New("RevertInput.Base is empty"))
+	case in.Mainline < 0:
+		return "", d.wrap(op, repo, nil, fmt.Errorf("RevertInput.Mainline %d is negative", in.Mainline))
+	}
+	if err := checkBranch(in.Branch); err != nil {
+		return "", d.wrap(op, repo, nil, err)
+	}
+	mainline := max(in.Mainline, 1)
+	commit, resp, err := d.client.Repositories.GetCommit(ctx, owner, rname, in.SHA, &gh.ListOptions{PerPage: 100})
+	if err != nil {
+		return "", d.wrap(op+": get commit", repo, resp, err)
+	}
+	if len(commit.Parents) == 0 {
+		return "", d.wrap(op, repo, nil, fmt.Errorf("%w: %s is a root commit", scm.ErrNotSupported, in.SHA))
+	}
+	if mainline > len(commit.Parents) {
+		return "", d.wrap(op, repo, nil, fmt.Errorf("mainline %d but %s has %d parent(s)", mainline, in.SHA, len(commit.Parents)))
+	}
+	parent := commit.Parents[mainline-1].GetSHA()
+	sha := commit.GetSHA()
+	var files []*gh.CommitFile
+	if mainline == 1 {
+		files = commit.Files
+		for resp.NextPage != 0 {
+			var more *gh.RepositoryCommit
+			more, resp, err = d.client.Repositories.GetCommit(ctx, owner, rname, sha, &gh.ListOptions{PerPage: 100, Page: resp.NextPage})
+			if err != nil {
+				return "", d.wrap(op+": list commit files", repo, resp, err)
+			}
+			files = append(files, more.Files...)
+		}
+	} else {
+		// The commit API diffs against the first parent; compare against the chosen one.
+		cmp, resp, err := d.client.Repositories.CompareCommits(ctx, owner, rname, parent, sha, &gh.ListOptions{PerPage: 100})
+		if err != nil {
+			return "", d.wrap(op+": compare with parent "+parent, repo, resp, err)
+		}
+		files = cmp.Files
+	}
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.GetFilename())
+		if f.GetPreviousFilename() != "" {
+			paths = append(paths, f.GetPreviousFilename())
+		}
+	}
+	read := func(ctx context.Context, at, path string) ([]byte, bool, error) {
+		return d.readFile(ctx, repo, fmt.Sprintf("read file %s@%s", path, at), at, path)
+	}
+
+	// A redelivered job finds its branch: done if it already undoes the commit.
+	if cur, err := d.Branch(ctx, repo, in.Branch); err == nil {
+		changes, perr := scm.PlanRevert(ctx, read, sha, parent, cur.SHA, paths)
+		if perr == nil && len(changes) == 0 {
+			return cur.SHA, nil
+		}
+		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
+			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s and does not revert %s", in.Branch, cur.SHA, in.SHA)}}
+	} else if !errors.Is(err, scm.ErrNotFound) {
+		return "", err
+	}
+
+	base, err := d.Branch(ctx, repo, in.Base)
+	if err != nil {
+		return "", err
+	}
+	changes, err := scm.PlanRevert(ctx, read, sha, parent, base.SHA, paths)
+	if err != nil {
+		return "", d.wrapPlain(op, repo, err)
+	}
+	if len(changes) == 0 {
+		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
+			Err: &scm.ConflictError{Msg: fmt.Sprintf("already reverted: %s has the parent's version of every file %s changed", in.Base, in.SHA)}}
+	}
+	msg := in.Message
+	if msg == "" {
+		title, _, _ := strings.Cut(commit.GetCommit().GetMessage(), "\n")
+		msg = fmt.Sprintf("Revert %q\n\nThis reverts commit %s.", title, sha)
+	}
+	return d.Commit(ctx, repo, scm.CommitInput{
+		Branch: in.Branch, Parent: base.SHA, Message: msg, Author: in.Author, Changes: changes,
+	})
+}
+
+// wrapPlain wraps an error that did not come from go-github (already carrying its sentinel).
+func (d *Driver) wrapPlain(op string, repo scm.Repo, err error) error {
+	var se *scm.Error
+	if errors.As(err, &se) {
+		return err
+	}
+	return &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}
+}
+
+func alreadyExists(resp *gh.Response, err error) bool {
+	return resp != nil && resp.StatusCode == http.StatusUnprocessableEntity &&
+		strings.Contains(strings.ToLower(err.Error()), "already exists")
+}
+
+func checkBranch(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty branch name")
+	case strings.HasPrefix(name, "refs/"):
+		return fmt.Errorf("branch %q must be a short name, not a full ref", name)
+	case strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.HasSuffix(name, ".lock") ||
+		strings.Contains(name, "..") || strings.Contains(name, "//") || strings.Contains(name, "@{") ||
+		strings.ContainsAny(name, " ~^:?*[\\\x00\x7f"):
+		return fmt.Errorf("invalid branch name %q", name)
+	}
+	for _, r := range name {
+		if r < 0x20 {
+			return fmt.Errorf("invalid branch name %q", name)
+		}
+	}
+	return nil
+}
+
+func checkCommitInput(in scm.CommitInput) error {
+	if err := checkBranch(in.Branch); err != nil {
+		return err
+	}
+	if in.Parent == "" {
+		return errors.New("CommitInput.Parent is empty")
+	}
+	if strings.TrimSpace(in.Message) == "" {
+		return errors.New("CommitInput.Message is empty")
+	}
+	if (in.Author.Name == "") != (in.Author.Email == "") {
+		return errors.New("CommitInput.Author needs both a name and an email, or neither")
+	}
+	seen := make(map[string]bool, len(in.Changes))
+	for i, c := range in.Changes {
+		if err := checkPath(c.Path); err != nil {
+			return fmt.Errorf("CommitInput.Changes[%d]: %w", i, err)
+		}
+		if seen[c.Path] {
+			return fmt.Errorf("CommitInput.Changes[%d]: %s is changed twice", i, c.Path)
+		}
+		seen[c.Path] = true
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package gitlab
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	gl "gitlab.com/gitlab-org/api/client-go"
+
+	"github.com/prflow/prflow/scm"
+)
+
+// fileMeta is what a commit needs to know about a file at its parent.
+type fileMeta struct {
+	exists       bool
+	lastCommitID string
+	data         []byte
+}
+
+// ReadFile returns path at ref (GET /repository/files/{path}?ref=).
+func (d *Driver) ReadFile(ctx context.Context, repo scm.Repo, ref, path string) ([]byte, error) {
+	op := fmt.Sprintf("read file %s@%s", path, ref)
+	m, err := d.stat(ctx, repo, op, ref, path)
+	if err != nil {
+		return nil, err
+	}
+	if !m.exists {
+		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo, Status: http.StatusNotFound,
+			Err: fmt.Errorf("%w: no file %s at %s", scm.ErrNotFound, path, ref)}
+	}
+	return m.data, nil
+}
+
+// stat reads a file with its last_commit_id; a missing file is exists=false, not an error.
+func (d *Driver) stat(ctx context.Context, repo scm.Repo, op, ref, path string) (fileMeta, error) {
+	pid, err := projectID(repo)
+	if err != nil {
+		return fileMeta{}, d.wrap(op, repo, nil, err)
+	}
+	if err := checkPath(path); err != nil {
+		return fileMeta{}, d.wrap(op, repo, nil, err)
+	}
+	if ref == "" {
+		return fileMeta{}, d.wrap(op, repo, nil, errors.New("empty ref"))
+	}
+	f, resp, err := d.client.RepositoryFiles.GetFile(pid, path, &gl.GetFileOptions{Ref: ptr(ref)}, gl.WithContext(ctx))
+	if err != nil {
+		werr := d.wrap(op, repo, resp, err)
+		if errors.Is(err, gl.ErrNotFound) {
+			// client-go drops 404 bodies, so "404 File Not Found" and "404 Project Not
+			// Found" look alike: a readable ref means the file is what is missing.
+			if _, _, cerr := d.client.Commits.GetCommit(pid, ref, nil, gl.WithContext(ctx)); cerr == nil {
+				return fileMeta{}, nil
+			}
+		}
+		return fileMeta{}, werr
+	}
+	m := fileMeta{exists: true, lastCommitID: f.LastCommitID}
+	switch f.Encoding {
+	case "base64":
+		if m.data, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
+			return fileMeta{}, d.wrap(op, repo, nil, fmt.Errorf("decode content: %w", err))
+		}
+	case "text", "":
+		m.data = []byte(f.Content)
+	default:
+		return fileMeta{}, d.wrap(op, repo, nil, fmt.Errorf("unknown content encoding %q", f.Encoding))
+	}
+	return m, nil
+}
+
+// checkPath rejects paths that are not plain repository-relative file paths.
+func checkPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty file path")
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("file path %q must be relative to the repository root", p)
+	case strings.HasSuffix(p, "/"):
+		return fmt.Errorf("file path %q names a directory", p)
+	case strings.ContainsAny(p, "\x00\\"):
+		return fmt.Errorf("file path %q contains a NUL or backslash", p)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("file path %q has an empty, . or .. segment", p)
+		}
+	}
+	return nil
+}
+
+func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

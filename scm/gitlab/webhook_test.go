@@ -1,0 +1,298 @@
+package gitlab
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/scm"
+)
+
+var hookSecret = []byte("s3cr3t-hook-token")
+
+const deliveryID = "13792a34-cac6-4fda-95a8-c58e00a3954e"
+
+func hookRequest(event string, body []byte, token string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/hooks/gitlab", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if event != "" {
+		r.Header.Set(headerEvent, event)
+	}
+	r.Header.Set(headerDelivery, deliveryID)
+	if token != "" {
+		r.Header.Set(headerToken, token)
+	}
+	return r
+}
+
+func readTestdata(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var fixedTime = time.Date(2024, 5, 2, 8, 10, 0, 0, time.UTC)
+
+func fixedParser() *WebhookParser {
+	return &WebhookParser{Now: func() time.Time { return fixedTime }}
+}
+
+func TestParseWebhookEvents(t *testing.T) {
+	tests := []struct {
+		name  string
+		event string
+		file  string
+		want  *scm.Event
+	}{
+		{
+			name: "push", event: "Push Hook", file: "push.json",
+			want: &scm.Event{
+				Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush,
+				Repo: "platform/gitops/deploy", Sender: "jsmith", Branch: "main",
+				Before:   "95790bf891e76fee5e1747ab589903a6a1f80f22",
+				After:    "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
+				Changed:  []string{"apps/cart/values.yaml", "envs/dev/config.json", "envs/old/config.json"},
+				Received: fixedTime,
+			},
+		},
+		{
+			name: "push as system hook", event: "System Hook", file: "push.json",
+			want: &scm.Event{
+				Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush,
+				Repo: "platform/gitops/deploy", Sender: "jsmith", Branch: "main",
+				Before:   "95790bf891e76fee5e1747ab589903a6a1f80f22",
+				After:    "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
+				Changed:  []string{"apps/cart/values.yaml", "envs/dev/config.json", "envs/old/config.json"},
+				Received: fixedTime,
+			},
+		},
+		{
+			name: "merged", event: "Merge Request Hook", file: "merge_request_merge.json",
+			want: &scm.Event{
+				Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPullRequest,
+				Repo: "platform/gitops/deploy", Sender: "root", Action: scm.PRMergedEvt, Received: fixedTime,
+				PR: &scm.PullRequest{
+					Number: 7, Title: "prflow: promote checkout to prod", Body: "Updates envs/prod/config.json",
+					State: scm.PRMerged, Head: "prflow/run-42/update", Base: "main",
+					HeadSHA:      "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
+					MergeSHA:     "f0c6f0b5e5ea0ea1e2a9bc34e3a3df1bb3a0f6a2",
+					Mergeability: scm.MergeBlocked, Labels: []string{"prflow"},
+					URL: "https://gitlab.example.com/platform/gitops/deploy/-/merge_requests/7",
+				},
+			},
+		},
+		{
+			name: "labeled", event: "Merge Request Hook", file: "merge_request_labeled.json",
+			want: &scm.Event{
+				Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPullRequest,
+				Repo: "platform/gitops/deploy", Sender: "reviewer", Action: scm.PRLabeled, Label: "approved",
+				Received: fixedTime,
+				PR: &scm.PullRequest{
+					Number: 8, Title: "Draft: promote cart", State: scm.PROpen, Draft: true,
+					Head: "prflow/run-43/update", Base: "main",
+					HeadSHA:      "1111111111111111111111111111111111111111",
+					Mergeability: scm.MergeBlocked, Labels: []string{"prflow", "approved"},
+					URL: "https://gitlab.example.com/platform/gitops/deploy/-/merge_requests/8",
+				},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := readTestdata(t, tt.file)
+			got, err := fixedParser().ParseWebhook(hookRequest(tt.event, body, string(hookSecret)), hookSecret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+				if got != nil && got.PR != nil && tt.want.PR != nil {
+					t.Errorf("PR got  %+v\nPR want %+v", *got.PR, *tt.want.PR)
+				}
+			}
+		})
+	}
+}
+
+func TestParseWebhookMRActions(t *testing.T) {
+	tests := []struct {
+		name, action, state, extra string
+		want                       scm.PRAction
+		label                      string
+	}{
+		{name: "open", action: "open", state: "opened", want: scm.PROpened},
+		{name: "reopen", action: "reopen", state: "opened", want: scm.PROpened},
+		{name: "close", action: "close", state: "closed", want: scm.PRClosedOnly},
+		{name: "merge", action: "merge", state: "merged", want: scm.PRMergedEvt},
+		{name: "update with new commits", action: "update", state: "opened", extra: `,"oldrev":"abc"`, want: scm.PRSynchronize},
+		{name: "update title only", action: "update", state: "opened"},
+		{name: "approved", action: "approved", state: "opened"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"},` +
+				`"object_attributes":{"iid":3,"state":"` + tt.state + `","action":"` + tt.action + `","merge_commit_sha":"m1"` + tt.extra + `}}`)
+			ev, err := fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == "" {
+				if ev != nil {
+					t.Fatalf("want ignored, got %+v", ev)
+				}
+				return
+			}
+			if ev == nil || ev.Action != tt.want {
+				t.Fatalf("got %+v, want %q", ev, tt.want)
+			}
+			if (tt.want == scm.PRMergedEvt) != (ev.PR.MergeSHA == "m1") {
+				t.Errorf("MergeSHA = %q for action %s", ev.PR.MergeSHA, tt.action)
+			}
+		})
+	}
+}
+
+func TestParseWebhookToken(t *testing.T) {
+	body := readTestdata(t, "push.json")
+	tests := []struct {
+		name   string
+		token  string
+		secret []byte
+		allow  bool
+	}{
+		{name: "missing", token: "", secret: hookSecret},
+		{name: "wrong", token: "s3cr3t-hook-tokeN", secret: hookSecret},
+		{name: "prefix of secret", token: "s3cr3t", secret: hookSecret},
+		{name: "secret plus suffix", token: string(hookSecret) + "x", secret: hookSecret},
+		{name: "no secret configured", token: string(hookSecret)},
+		{name: "secret enforced when unsigned allowed", token: "", secret: hookSecret, allow: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := (&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("Push Hook", body, tt.token), tt.secret)
+			if !errors.Is(err, scm.ErrBadSignature) {
+				t.Fatalf("err = %v, want ErrBadSignature", err)
+			}
+			if strings.Contains(err.Error(), string(hookSecret)) {
+				t.Errorf("error leaks the secret: %v", err)
+			}
+		})
+	}
+	t.Run("unsigned allowed without secret", func(t *testing.T) {
+		ev, err := (&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("Push Hook", body, ""), nil)
+		if err != nil || ev == nil || ev.Repo != "platform/gitops/deploy" {
+			t.Fatalf("got %+v, %v", ev, err)
+		}
+	})
+}
+
+func TestParseWebhookErrors(t *testing.T) {
+	big := bytes.Repeat([]byte(" "), 4096)
+	tests := []struct {
+		name    string
+		event   string
+		body    []byte
+		max     int64
+		chunked bool
+		is      error
+		msg     string
+	}{
+		{name: "too large", event: "Push Hook", body: big, max: 1024, is: scm.ErrTooLarge},
+		{name: "too large chunked", event: "Push Hook", body: big, max: 1024, chunked: true, is: scm.ErrTooLarge},
+		{name: "malformed", event: "Push Hook", body: []byte(`{"object_kind":"push",`), msg: "malformed JSON at byte"},
+		{name: "bad iid type", event: "Merge Request Hook", body: []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"},"object_attributes":{"iid":"x"}}`), msg: `"object_attributes.iid"`},
+		{name: "no object_kind", event: "Push Hook", body: []byte(`{}`), msg: "no object_kind"},
+		{name: "no project", event: "Push Hook", body: []byte(`{"object_kind":"push","ref":"refs/heads/main"}`), msg: "project.path_with_namespace"},
+		{name: "no attributes", event: "Merge Request Hook", body: []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"}}`), msg: "no object_attributes"},
+		{name: "no event header", body: []byte(`{}`), msg: "missing X-Gitlab-Event"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := hookRequest(tt.event, tt.body, string(hookSecret))
+			if tt.chunked {
+				r.ContentLength = -1
+			}
+			_, err := (&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret)
+			if err == nil {
+				t.Fatal("want error")
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("err = %v, want %v", err, tt.is)
+			}
+			if tt.msg != "" && !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("err = %v, want it to mention %q", err, tt.msg)
+			}
+			if !strings.Contains(err.Error(), deliveryID) {
+				t.Errorf("error does not name the delivery: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseWebhookIgnored(t *testing.T) {
+	for _, tt := range []struct{ event, body string }{
+		{"Tag Push Hook", `{"object_kind":"tag_push"}`},
+		{"Note Hook", `{"object_kind":"note"}`},
+		{"System Hook", `{"object_kind":"repository_update"}`},
+		{"Push Hook", `{"object_kind":"push","ref":"refs/tags/v1","project":{"path_with_namespace":"g/p"}}`},
+	} {
+		ev, err := fixedParser().ParseWebhook(hookRequest(tt.event, []byte(tt.body), string(hookSecret)), hookSecret)
+		if ev != nil || err != nil {
+			t.Errorf("%s: got %+v, %v; want ignored", tt.event, ev, err)
+		}
+	}
+}
+
+func FuzzParseWebhook(f *testing.F) {
+	f.Add("Push Hook", readTestdata(f, "push.json"), true)
+	f.Add("Merge Request Hook", readTestdata(f, "merge_request_merge.json"), true)
+	f.Add("Merge Request Hook", readTestdata(f, "merge_request_labeled.json"), true)
+	f.Add("System Hook", []byte(`{"object_kind":"merge_request","object_attributes":{"iid":1,"action":"update","oldrev":"x"}}`), false)
+	p := &WebhookParser{MaxBody: 64 << 10}
+	f.Fuzz(func(t *testing.T, event string, body []byte, withToken bool) {
+		token := "nope"
+		if withToken {
+			token = string(hookSecret)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		r.Header.Set(headerEvent, event)
+		r.Header.Set(headerToken, token)
+		ev, err := p.ParseWebhook(r, hookSecret)
+		if !withToken {
+			if len(body) <= 64<<10 && !errors.Is(err, scm.ErrBadSignature) {
+				t.Fatalf("bad token accepted: %v", err)
+			}
+			return
+		}
+		if err != nil || ev == nil {
+			return
+		}
+		if ev.Repo == "" || ev.DeliveryID == "" || ev.Provider != Name {
+			t.Fatalf("event without repo/delivery: %+v", ev)
+		}
+		switch ev.Kind {
+		case scm.EventPush:
+			if ev.Branch == "" {
+				t.Fatalf("push without branch: %+v", ev)
+			}
+		case scm.EventPullRequest:
+			if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
+				t.Fatalf("MR event without MR: %+v", ev)
+			}
+			if ev.Action == scm.PRLabeled && ev.Label == "" {
+				t.Fatalf("labeled without label: %+v", ev)
+			}
+		default:
+			t.Fatalf("unexpected kind %q", ev.Kind)
+		}
+	})
+}
