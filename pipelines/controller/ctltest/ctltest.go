@@ -1,0 +1,165 @@
+// Package ctltest runs a whole prflow in a test: an embedded NATS server, a controller and
+// workers in process, so step and end-to-end tests exercise the real dispatch, parking and
+// waking paths.
+package ctltest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/worker"
+)
+
+// Options configure an Env.
+type Options struct {
+	Workers     int // in-process workers (default 1)
+	Concurrency int // jobs per worker (default 4)
+	Registry    *steps.Registry
+	Services    map[string]any // worker services (steps.ServiceSCM, …); locks are added
+	Secrets     []string
+	Tuning      queue.ConsumerTuning
+	Listen      string // embedded NATS TCP address for out-of-process workers/agents
+	Dir         string
+}
+
+// Env is a running prflow.
+type Env struct {
+	T      testing.TB
+	Conn   *queue.Conn
+	Ctl    *controller.Controller
+	Logs   *Buffer
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	opts   Options
+}
+
+// Buffer collects log output safely.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything logged so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// New starts NATS, a controller and workers; they stop at test cleanup.
+func New(t testing.TB, o Options) *Env {
+	t.Helper()
+	if o.Registry == nil {
+		o.Registry = steps.Default
+	}
+	if o.Workers == 0 {
+		o.Workers = 1
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 4
+	}
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	e := &Env{T: t, Logs: &Buffer{}, opts: o}
+	log := slog.New(slog.NewJSONHandler(e.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	conn, err := queue.Open(ctx, queue.Options{DataDir: o.Dir, Listen: o.Listen, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Conn = conn
+	if err := queue.Setup(ctx, conn.JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := controller.New(ctx, conn, controller.WithRegistry(o.Registry), controller.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Ctl = ctl
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); _ = ctl.Run(ctx) }()
+	<-ctl.Ready()
+	b, err := queue.OpenBuckets(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < o.Workers; i++ {
+		svc := map[string]any{}
+		for k, v := range o.Services {
+			svc[k] = v
+		}
+		id := fmt.Sprintf("w%d", i)
+		svc[steps.ServiceLocks] = &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: id}
+		w := &worker.Worker{ID: id, Concurrency: o.Concurrency, Registry: o.Registry, Log: log,
+			Services: steps.NewServices(svc), Secrets: o.Secrets, Tuning: o.Tuning, DrainTimeout: 2 * time.Second}
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); _ = w.Run(ctx, conn) }()
+	}
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// Stop shuts everything down (idempotent).
+func (e *Env) Stop() {
+	if e.cancel == nil {
+		return
+	}
+	e.cancel()
+	e.wg.Wait()
+	e.Conn.Close()
+	e.cancel = nil
+}
+
+// Start starts a run of a pipeline source.
+func (e *Env) Start(src string, inputs map[string]any) *pipelines.Run {
+	e.T.Helper()
+	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "test.yaml", Source: []byte(src), Inputs: inputs, Executor: "tester"})
+	if err != nil {
+		e.T.Fatalf("start: %v", err)
+	}
+	return r
+}
+
+// Wait waits for a run to end and returns its final state.
+func (e *Env) Wait(id string, d time.Duration) *pipelines.Run {
+	e.T.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	r, err := e.Ctl.Wait(ctx, id, nil)
+	if err != nil {
+		cur, _ := e.Ctl.Get(context.Background(), id)
+		b, _ := json.MarshalIndent(cur, "", " ")
+		e.T.Fatalf("run %s did not finish: %v\n%s", id, err, b)
+	}
+	return r
+}
+
+// Step returns a step's state (main or rollback list).
+func Step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
+	s := r.Find(stage)
+	if s == nil {
+		return nil
+	}
+	if st := s.Step(id, false); st != nil {
+		return st
+	}
+	return s.Step(id, true)
+}
