@@ -21,7 +21,12 @@ type CommitInput struct {
 	// Parent is the commit the branch must point to now (optimistic concurrency). When the
 	// branch moved, Commit fails with an error matching ErrConflict and writes nothing.
 	// When Branch does not exist yet, it is created from Parent.
-	Parent  string
+	Parent string
+	// Replace, when set, is the commit Branch must point at now; the new commit (made on
+	// Parent) then replaces it even though that is not a fast-forward. prflow uses it to
+	// rebuild its own PR branch on a base branch that moved. A branch elsewhere fails with
+	// ErrConflict; drivers that cannot move a branch this way return ErrNotSupported.
+	Replace string
 	Message string
 	Author  Signature
 	Changes []FileChange

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/steps/fileedit"
 )
 
 // MergePR merges the PR of this stage's latest UpdateReleaseRepo or RevertPR (or a given
-// prNumber) with a head-SHA guard. It parks while the forge is still computing mergeability
-// or checks are pending; an already merged PR is success with its existing merge commit.
+// prNumber) with a head-SHA guard, one merge per repo+base branch at a time. When another
+// promotion merged first and the PR now conflicts, a PR opened by UpdateReleaseRepo is rebuilt
+// on the new base from the edits it recorded (the branch is moved only if it still holds
+// that step's commit). It parks while checks are pending; an already merged PR is success.
 func init() {
 	Register(Definition{
 		Type: "MergePR",
@@ -35,6 +38,7 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 	connector, _ := StringInput(in, "connector")
 	repo, _ := StringInput(in, "repo")
 	number := 0
+	var edits []fileEdit
 	if v, ok := in["prNumber"]; ok && v != nil && v != "" {
 		n, err := intInput(v, "prNumber", false)
 		if err != nil {
@@ -62,11 +66,12 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		if repo == "" {
 			repo, _ = prior.Outputs["repo"].(string)
 		}
+		edits, _ = editsFrom(prior.Outputs["edits"])
 	}
 	if repo == "" {
 		return Result{}, Terminalf("repo: required with prNumber")
 	}
-	method := scm.MergeMethod("merge")
+	method := scm.MergeCommit
 	if s, _ := StringInput(in, "mergeStrategy"); s != "" {
 		method = scm.MergeMethod(s)
 	}
@@ -83,43 +88,105 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 	if err != nil {
 		return Result{}, classify(err, fmt.Sprintf("get PR #%d", number))
 	}
-	switch pr.State {
-	case scm.PRMerged:
-		sc.Log.Info("PR already merged", "pr", pr.Number, "commit", pr.MergeSHA)
-		return Done(map[string]any{"commitId": pr.MergeSHA, "prNumber": pr.Number, "prlink": pr.URL}), nil
-	case scm.PRClosed:
-		return Fail(fmt.Sprintf("PR #%d (%s) is closed without being merged", pr.Number, pr.URL)), nil
-	}
-	switch pr.Mergeability {
-	case scm.MergeDirty:
-		files, _ := p.ChangedFiles(ctx, r, pr.Number)
-		return Fail(fmt.Sprintf("PR #%d (%s) has conflicts with %s; files: %s", pr.Number, pr.URL, pr.Base, strings.Join(files, ", "))), nil
-	case scm.MergeUnknown, scm.MergeBlocked:
-		if sc.WakeReason == "deadline" {
-			return Fail(fmt.Sprintf("PR #%d (%s) did not become mergeable in time (%s)", pr.Number, pr.URL, pr.Mergeability)), nil
-		}
-		poll := 2 * time.Second
-		if pr.Mergeability == scm.MergeBlocked {
-			poll = 30 * time.Second // checks or reviews: status webhooks wake it sooner
-		}
-		return Park(Wait{Topics: []string{prTopic(p.Name(), repo, pr.Number)}, Poll: poll, Deadline: sc.Deadline,
-			Reason: fmt.Sprintf("PR #%d is %s", pr.Number, pr.Mergeability)}, nil), nil
+	if res, done := prFinal(pr); done {
+		return res, nil
 	}
 	unlock, err := lock(ctx, sc, "repo", connector, repo, pr.Base)
 	if err != nil {
 		return Result{}, err
 	}
 	defer unlock()
-	merged, err := p.MergePR(ctx, r, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA, DeleteBranch: del})
-	if err != nil {
-		if errors.Is(err, scm.ErrNotMergeable) {
-			// A race with another merge may have made it conflict, or a check failed.
+	rebuilt := false
+	wait := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		if pr, err = p.GetPR(ctx, r, number); err != nil {
+			return Result{}, classify(err, fmt.Sprintf("get PR #%d", number))
+		}
+		if res, done := prFinal(pr); done {
+			return res, nil
+		}
+		switch pr.Mergeability {
+		case scm.MergeClean:
+			merged, err := p.MergePR(ctx, r, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA, DeleteBranch: del})
+			if err == nil {
+				sc.Log.Info("PR merged", "pr", merged.Number, "commit", merged.MergeSHA, "method", string(method))
+				return Done(map[string]any{"commitId": merged.MergeSHA, "prNumber": merged.Number, "prlink": merged.URL}), nil
+			}
 			if cur, gerr := p.GetPR(ctx, r, pr.Number); gerr == nil && cur.State == scm.PRMerged {
 				return Done(map[string]any{"commitId": cur.MergeSHA, "prNumber": cur.Number, "prlink": cur.URL}), nil
 			}
+			if !errors.Is(err, scm.ErrNotMergeable) || attempt > 20 {
+				return Result{}, classify(err, fmt.Sprintf("merge PR #%d", pr.Number))
+			}
+			// The base moved between our read and the merge: look again.
+		case scm.MergeDirty:
+			if rebuilt || len(edits) == 0 || !strings.HasPrefix(pr.Head, "prflow/") {
+				files, _ := p.ChangedFiles(ctx, r, pr.Number)
+				return Fail(fmt.Sprintf("PR #%d (%s) has conflicts with %s; files: %s", pr.Number, pr.URL, pr.Base, strings.Join(files, ", "))), nil
+			}
+			if err := rebuild(ctx, sc, p, r, pr, edits); err != nil {
+				if errors.Is(err, scm.ErrNotSupported) {
+					files, _ := p.ChangedFiles(ctx, r, pr.Number)
+					return Fail(fmt.Sprintf("PR #%d (%s) has conflicts with %s; files: %s (this forge cannot rebuild the branch)", pr.Number, pr.URL, pr.Base, strings.Join(files, ", "))), nil
+				}
+				return Result{}, err
+			}
+			rebuilt = true
+		case scm.MergeBlocked:
+			return parkMerge(sc, p, repo, pr, 30*time.Second)
+		default: // unknown: the forge is computing; ask again shortly, then park
+			if attempt > 40 {
+				return parkMerge(sc, p, repo, pr, 2*time.Second)
+			}
 		}
-		return Result{}, classify(err, fmt.Sprintf("merge PR #%d", pr.Number))
+		select {
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-time.After(wait):
+		}
+		if wait < time.Second {
+			wait *= 2
+		}
 	}
-	sc.Log.Info("PR merged", "pr", merged.Number, "commit", merged.MergeSHA, "method", string(method))
-	return Done(map[string]any{"commitId": merged.MergeSHA, "prNumber": merged.Number, "prlink": merged.URL}), nil
+}
+
+func prFinal(pr *scm.PullRequest) (Result, bool) {
+	switch pr.State {
+	case scm.PRMerged:
+		return Done(map[string]any{"commitId": pr.MergeSHA, "prNumber": pr.Number, "prlink": pr.URL}), true
+	case scm.PRClosed:
+		return Fail(fmt.Sprintf("PR #%d (%s) is closed without being merged", pr.Number, pr.URL)), true
+	}
+	return Result{}, false
+}
+
+func parkMerge(sc *Context, p scm.Provider, repo string, pr *scm.PullRequest, poll time.Duration) (Result, error) {
+	if sc.WakeReason == "deadline" {
+		return Fail(fmt.Sprintf("PR #%d (%s) did not become mergeable in time (%s)", pr.Number, pr.URL, pr.Mergeability)), nil
+	}
+	return Park(Wait{Topics: []string{prTopic(p.Name(), repo, pr.Number)}, Poll: poll, Deadline: sc.Deadline,
+		Reason: fmt.Sprintf("PR #%d is %s", pr.Number, pr.Mergeability)}, nil), nil
+}
+
+// rebuild re-applies the recorded edits on the base's current head and moves the PR branch
+// there, guarded on the branch still holding the PR's head.
+func rebuild(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, edits []fileEdit) error {
+	base, err := p.Branch(ctx, r, pr.Base)
+	if err != nil {
+		return classify(err, "base branch "+pr.Base)
+	}
+	changes, err := applyEdits(ctx, p, r, base.SHA, edits, fileedit.Options{})
+	if err != nil {
+		return err
+	}
+	sha, err := p.Commit(ctx, r, scm.CommitInput{Branch: pr.Head, Parent: base.SHA, Replace: pr.HeadSHA,
+		Message: fmt.Sprintf("Update %s (rebuilt on %s@%.12s)", strings.Join(pathsOf(edits), ", "), pr.Base, base.SHA), Changes: changes})
+	if err != nil {
+		if errors.Is(err, scm.ErrNotSupported) {
+			return err
+		}
+		return classify(err, "rebuild "+pr.Head)
+	}
+	sc.Log.Info("PR conflicted after another merge; rebuilt its branch on the new base", "pr", pr.Number, "commit", sha, "base", base.SHA)
+	return nil
 }

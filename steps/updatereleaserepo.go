@@ -221,7 +221,82 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 		return Result{}, classify(err, "open PR "+branch+" → "+base)
 	}
 	sc.Log.Info("opened PR", "pr", pr.Number, "url", pr.URL)
-	return afterPR(ctx, sc, p, connector, r, pr, prOutputs(pr, commit, branch, connector, repo, base, changedFiles), flags["waitForMerge"])
+	out := prOutputs(pr, commit, branch, connector, repo, base, changedFiles)
+	out["edits"] = editsOutput(edits, skipped)
+	return afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
+}
+
+// editsOutput records what the step set, so MergePR can rebuild the branch on a base that
+// moved (another promotion merged first) instead of failing on a textual conflict.
+func editsOutput(edits []fileEdit, skipped []string) []any {
+	skip := map[string]bool{}
+	for _, s := range skipped {
+		skip[s] = true
+	}
+	var out []any
+	for _, e := range edits {
+		if skip[e.path] {
+			continue
+		}
+		var ch []any
+		for _, c := range e.changes {
+			ch = append(ch, map[string]any{"key": c.Key, "value": c.Value})
+		}
+		out = append(out, map[string]any{"file": e.path, "changes": ch})
+	}
+	return out
+}
+
+// editsFrom reads editsOutput back.
+func editsFrom(v any) ([]fileEdit, bool) {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 {
+		return nil, false
+	}
+	var out []fileEdit
+	for _, x := range list {
+		m, _ := x.(map[string]any)
+		file, _ := m["file"].(string)
+		chs, _ := m["changes"].([]any)
+		if file == "" {
+			return nil, false
+		}
+		fe := fileEdit{path: file}
+		for _, c := range chs {
+			cm, _ := c.(map[string]any)
+			k, _ := cm["key"].(string)
+			fe.changes = append(fe.changes, fileedit.Change{Key: k, Value: cm["value"]})
+		}
+		out = append(out, fe)
+	}
+	return out, true
+}
+
+// applyEdits computes the file changes that put edits onto the files at ref.
+func applyEdits(ctx context.Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, opts fileedit.Options) ([]scm.FileChange, error) {
+	var changes []scm.FileChange
+	for _, e := range edits {
+		f, err := fileedit.FormatFor(e.path)
+		if err != nil {
+			return nil, Terminal(err)
+		}
+		cur, err := p.ReadFile(ctx, r, ref, e.path)
+		var out []byte
+		switch {
+		case errors.Is(err, scm.ErrNotFound):
+			if out, err = fileedit.Create(f, e.changes, opts); err != nil {
+				return nil, Terminalf("%s: %w", e.path, err)
+			}
+		case err != nil:
+			return nil, classify(err, "read "+e.path+"@"+ref)
+		default:
+			if out, _, err = fileedit.Apply(f, cur, e.changes, opts); err != nil {
+				return nil, Terminalf("%s: %w", e.path, err)
+			}
+		}
+		changes = append(changes, scm.FileChange{Path: e.path, Content: out})
+	}
+	return changes, nil
 }
 
 func afterPR(ctx context.Context, sc *Context, p scm.Provider, connector string, r scm.Repo, pr *scm.PullRequest, out map[string]any, wait bool) (Result, error) {
@@ -263,7 +338,7 @@ func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
 	}
 	byPath := map[string]*fileEdit{}
 	var order []string
-	for ti, t := range targets {
+	for _, t := range targets {
 		tm, _ := t.(map[string]any)
 		var paths []string
 		if s, _ := tm["filePath"].(string); s != "" {
@@ -308,7 +383,10 @@ func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
 		for _, raw := range paths {
 			pth, err := safePath(raw)
 			if err != nil {
-				return nil, fmt.Errorf("target %d: %w", ti, err)
+				if c, _ := tm["cluster"].(string); c != "" {
+					return nil, fmt.Errorf("filePath (cluster %s): %w", c, err)
+				}
+				return nil, fmt.Errorf("filePath: %w", err)
 			}
 			fe := byPath[pth]
 			if fe == nil {

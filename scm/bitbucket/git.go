@@ -137,6 +137,10 @@ var reservedFields = map[string]bool{"message": true, "author": true, "parents":
 // directly on Parent. The library's WriteFileContent cannot send "parents", so this request is
 // made directly with the driver's HTTP client. An empty change set is ErrNotSupported.
 func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) (string, error) {
+	if in.Replace != "" {
+		return "", &scm.Error{Provider: Name, Op: "commit to " + in.Branch, Repo: repo,
+			Err: fmt.Errorf("%w: Bitbucket's /src cannot move a branch off its history", scm.ErrNotSupported)}
+	}
 	op := "commit to " + in.Branch
 	ws, slug, err := splitRepo(repo)
 	if err != nil {

@@ -113,7 +113,10 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 		exists = false
 	case err != nil:
 		return "", err
-	case head.SHA != in.Parent:
+	case in.Replace != "" && head.SHA != in.Replace:
+		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
+			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at %s which was to be replaced", in.Branch, head.SHA, in.Replace)}}
+	case in.Replace == "" && head.SHA != in.Parent:
 		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
 			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at the expected parent %s", in.Branch, head.SHA, in.Parent)}}
 	}
@@ -164,7 +167,8 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 	sha := created.GetSHA()
 	ref := &gh.Reference{Ref: str("refs/heads/" + in.Branch), Object: &gh.GitObject{SHA: str(sha)}}
 	if exists {
-		_, resp, err = d.client.Git.UpdateRef(ctx, owner, rname, ref, false)
+		// Replace moves the branch off its history; it was checked to be at in.Replace above.
+		_, resp, err = d.client.Git.UpdateRef(ctx, owner, rname, ref, in.Replace != "")
 		if err != nil {
 			if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
 				// "Update is not a fast forward": the branch moved after we read it.

@@ -109,9 +109,16 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 		exists = false
 	case err != nil:
 		return "", err
-	case head.SHA != in.Parent:
+	case in.Replace != "" && head.SHA != in.Replace:
+		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
+			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at %s which was to be replaced", in.Branch, head.SHA, in.Replace)}}
+	case in.Replace == "" && head.SHA != in.Parent:
 		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
 			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at the expected parent %s", in.Branch, head.SHA, in.Parent)}}
+	}
+	if in.Replace != "" && exists {
+		// GitLab's force commit rebuilds the branch from start_sha; it was checked above.
+		return d.commitActions(ctx, repo, in, false)
 	}
 	return d.commitActions(ctx, repo, in, exists)
 }
@@ -163,6 +170,9 @@ func (d *Driver) commitActions(ctx context.Context, repo scm.Repo, in scm.Commit
 	}
 	if !exists {
 		opts.StartSHA = ptr(in.Parent)
+	}
+	if in.Replace != "" {
+		opts.Force = ptr(true)
 	}
 	if in.Author.Name != "" {
 		opts.AuthorName, opts.AuthorEmail = ptr(in.Author.Name), ptr(in.Author.Email)

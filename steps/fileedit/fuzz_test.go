@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -212,11 +211,7 @@ func FuzzApplyYAML(f *testing.F) {
 		if len(src) > 1<<14 || !utf8.ValidString(raw) {
 			return
 		}
-		t0 := time.Now()
 		checkFuzzResult(t, YAML, src, key, fuzzValue(kind, raw), Options{})
-		if d := time.Since(t0); d > 3*time.Second {
-			t.Fatalf("SLOW %v src=%q key=%q kind=%d raw=%q", d, src, key, kind, raw)
-		}
 	})
 }
 

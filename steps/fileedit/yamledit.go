@@ -1,6 +1,7 @@
 package fileedit
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"strconv"
@@ -593,6 +594,15 @@ func (e *yamlEditor) spaced(p int, text string) string {
 	return text
 }
 
+// spaceBeforeComment keeps a comment that directly follows a quoted value
+// ('x'#c) a comment when the new value is plain.
+func (e *yamlEditor) spaceBeforeComment(p int) string {
+	if p < len(e.t.src) && e.t.src[p] == '#' {
+		return " "
+	}
+	return ""
+}
+
 func (e *yamlEditor) valueErr(err error) error {
 	return keyErr(e.c.key, ErrUnsupportedValue, err.Error())
 }
@@ -607,6 +617,8 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 	if err != nil {
 		return e.layoutErr(s.at, err)
 	}
+	e.w.noNewBlocks = t.swallowable(t.lineEnd(ce))
+	defer func() { e.w.noNewBlocks = false }()
 
 	// A flow collection with content stays in flow style; an empty one
 	// ("resources: {}") is the usual placeholder for a block map.
@@ -627,7 +639,7 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 				text = ": " + text
 			}
 		}
-		e.ed.replace(pr.start, ce, e.spaced(pr.start, text))
+		e.ed.replace(pr.start, ce, e.spaced(pr.start, text)+e.spaceBeforeComment(ce))
 		return nil
 	}
 
@@ -643,7 +655,7 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 			return e.valueErr(err)
 		}
 		compactOK = s.item
-	case useBlock(v, hint, false):
+	case e.w.useBlock(v, hint, false, isBlockScalar(n)):
 		contentCol := max(s.indent, 0) + e.st.unit
 		if s.indent < 0 {
 			contentCol = e.st.unit
@@ -673,7 +685,7 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 	body := strings.Join(lines, nl)
 	// A block scalar with clip chomping needs the line break after its last
 	// line, even at the end of a file that has no final newline.
-	clip := inline != "" && lines != nil && !strings.HasSuffix(inline, "-") || inline == "" && endsWithClipBlock(v)
+	clip := inline != "" && lines != nil && !strings.HasSuffix(inline, "-") || inline == "" && e.w.endsWithClipBlock(v)
 	atEnd := func(p int) string {
 		if clip && p >= len(t.src) {
 			return nl
@@ -737,10 +749,15 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 
 	default: // a one-line node: scalar, alias, flow collection or empty value
 		if lines == nil {
-			e.ed.replace(pr.start, ce, e.spaced(pr.start, head))
+			e.ed.replace(pr.start, ce, e.spaced(pr.start, head)+e.spaceBeforeComment(ce))
 			return nil
 		}
 		if s.rootSlot && head == "" {
+			if bytes.IndexByte(t.src[ce:], '\t') >= 0 {
+				// yaml.v3 accepts tabs around comments after a scalar
+				// document, not inside a block collection.
+				return e.layoutErr(s.at, fmt.Errorf("tabs follow the scalar document; replace them with spaces first"))
+			}
 			prefix, suffix := "", ""
 			if t.col(pr.start) != 0 {
 				prefix = nl
@@ -768,20 +785,44 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 	return nil
 }
 
+// swallowable reports whether text ending at p (a line break or a line
+// start) is followed, after empty lines, by a line that a block scalar
+// ending there could absorb: an indented comment or a line of blanks.
+func (t *yamlText) swallowable(p int) bool {
+	if n := breakLen(t.src, p); n > 0 {
+		p += n
+	}
+	for p < len(t.src) {
+		q := t.skipBlanks(p)
+		switch {
+		case q >= len(t.src):
+			return q > p
+		case breakLen(t.src, q) > 0:
+			if q > p {
+				return true
+			}
+			p = q + breakLen(t.src, q)
+		default:
+			return t.src[q] == '#' && q > p
+		}
+	}
+	return false
+}
+
 // endsWithClipBlock reports whether the last line written for v is the
 // content of a block scalar with clip chomping.
-func endsWithClipBlock(v any) bool {
+func (w *yamlWriter) endsWithClipBlock(v any) bool {
 	switch x := v.(type) {
 	case string:
-		return useBlock(x, hintNone, false) && strings.HasSuffix(x, "\n")
+		return w.useBlock(x, hintNone, false, false) && strings.HasSuffix(x, "\n")
 	case map[string]any:
 		if len(x) == 0 {
 			return false
 		}
 		keys := sortedKeys(x)
-		return endsWithClipBlock(x[keys[len(keys)-1]])
+		return w.endsWithClipBlock(x[keys[len(keys)-1]])
 	case []any:
-		return len(x) > 0 && endsWithClipBlock(x[len(x)-1])
+		return len(x) > 0 && w.endsWithClipBlock(x[len(x)-1])
 	}
 	return false
 }
@@ -859,7 +900,7 @@ func (e *yamlEditor) insertLines(p int, atEOF bool, lines []string, last any) {
 	text := strings.Join(lines, nl)
 	if atEOF {
 		text = nl + text
-		if endsWithClipBlock(last) {
+		if e.w.endsWithClipBlock(last) {
 			text += nl
 		}
 	} else {
@@ -912,6 +953,7 @@ func (e *yamlEditor) insertMembers(s yslot, kvs []kv) error {
 		lk := t.nodeStart(lastKey)
 		multi := !t.sameLine(t.contentStart(m), lk)
 		var b strings.Builder
+		b.WriteString(e.afterProps(m.Content[len(m.Content)-1]))
 		for _, x := range kvs {
 			if multi {
 				b.WriteString("," + e.st.nl + leadingBlanks(t, lk))
@@ -936,6 +978,9 @@ func (e *yamlEditor) insertMembers(s yslot, kvs []kv) error {
 	if err != nil {
 		return e.layoutErr(s.at, err)
 	}
+	p, atEOF := e.insertionPoint(end, col)
+	e.w.noNewBlocks = t.swallowable(p)
+	defer func() { e.w.noNewBlocks = false }()
 	var lines []string
 	for _, x := range kvs {
 		var l []string
@@ -955,7 +1000,6 @@ func (e *yamlEditor) insertMembers(s yslot, kvs []kv) error {
 		}
 		lines = append(lines, l...)
 	}
-	p, atEOF := e.insertionPoint(end, col)
 	if atEOF {
 		if err := e.keepLastBlockValue(m, s); err != nil {
 			return err
@@ -993,6 +1037,15 @@ func (e *yamlEditor) keepLastBlockValue(n *yaml.Node, s yslot) error {
 	return nil
 }
 
+// afterProps separates text appended right after an empty value that has
+// properties ("[!]" + ", x" would read as the tag "!,").
+func (e *yamlEditor) afterProps(n *yaml.Node) string {
+	if pr := e.t.props(n); isEmptyScalar(n) && pr.end > pr.start {
+		return " "
+	}
+	return ""
+}
+
 func leadingBlanks(t *yamlText, p int) string {
 	ls := t.lineStart(p)
 	q := ls
@@ -1027,6 +1080,7 @@ func (e *yamlEditor) appendItems(s yslot, items []any) error {
 		ls := t.nodeStart(last)
 		multi := !t.sameLine(t.contentStart(l), ls)
 		var b strings.Builder
+		b.WriteString(e.afterProps(last))
 		for _, x := range items {
 			if multi {
 				b.WriteString("," + e.st.nl + leadingBlanks(t, ls))
@@ -1047,6 +1101,9 @@ func (e *yamlEditor) appendItems(s yslot, items []any) error {
 	if err != nil {
 		return e.layoutErr(s.at, err)
 	}
+	p, atEOF := e.insertionPoint(end, dash)
+	e.w.noNewBlocks = t.swallowable(p)
+	defer func() { e.w.noNewBlocks = false }()
 	var lines []string
 	for _, x := range items {
 		var l []string
@@ -1063,7 +1120,6 @@ func (e *yamlEditor) appendItems(s yslot, items []any) error {
 		}
 		lines = append(lines, l...)
 	}
-	p, atEOF := e.insertionPoint(end, dash)
 	if atEOF {
 		if err := e.keepLastBlockValue(l, s); err != nil {
 			return err

@@ -275,6 +275,10 @@ var yaml11Number = regexp.MustCompile(`^(?:` +
 // writer renders new YAML text in the file's style.
 type yamlWriter struct {
 	st *yamlStyle
+	// noNewBlocks is set while rendering text that an indented comment or
+	// a blank-but-not-empty line will follow: such a line would become part
+	// of a new block scalar, so multi-line strings are double-quoted.
+	noNewBlocks bool
 }
 
 // scalar renders a scalar on one line, following hint for strings.
@@ -392,9 +396,11 @@ func blockable(s string) bool {
 }
 
 // useBlock decides whether string value v is written as a block scalar.
-func useBlock(v any, hint scalarHint, flow bool) bool {
+// inPlace means an existing block scalar is rewritten with its own
+// indentation.
+func (w *yamlWriter) useBlock(v any, hint scalarHint, flow, inPlace bool) bool {
 	s, ok := v.(string)
-	if !ok || flow || !blockable(s) {
+	if !ok || flow || !blockable(s) || w.noNewBlocks && !inPlace {
 		return false
 	}
 	switch hint {
@@ -486,7 +492,7 @@ func (w *yamlWriter) valueLines(prefix string, v any, hint scalarHint, col int, 
 		}
 		return append([]string{prefix}, lines...), nil
 	}
-	if useBlock(v, hintNone, false) {
+	if w.useBlock(v, hintNone, false, false) {
 		if header, lines, ok := w.block(v.(string), hintNone, col+w.st.unit, col); ok {
 			return append([]string{prefix + " " + header}, lines...), nil
 		}

@@ -1,0 +1,78 @@
+package local_test
+
+import (
+	"testing"
+
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/gitengine"
+	"github.com/prflow/prflow/scm/local"
+	"github.com/prflow/prflow/scm/scmconformance"
+	"github.com/prflow/prflow/scm/scmtest"
+)
+
+var seedFiles = map[string]string{
+	"envs/dev/config.json":  "{\n  \"image\": \"v1\"\n}\n",
+	"envs/prod/config.json": "{\n  \"image\": \"v1\"\n}\n",
+	"README.md":             "release repo\n",
+}
+
+// newEnv serves acme/release over smart HTTP; overHTTP=false points the driver at the bare
+// repositories on disk instead.
+func newEnv(t *testing.T, overHTTP bool) scmconformance.Env {
+	srv := scmtest.NewGitServer(t)
+	if _, err := srv.CreateRepo("acme", "release", seedFiles); err != nil {
+		t.Fatal(err)
+	}
+	eng := gitengine.New(gitengine.WithBasicAuth("x-access-token", scmtest.DefaultToken), gitengine.WithTempDir(t.TempDir()))
+	base := srv.URL()
+	if !overHTTP {
+		base = srv.Root()
+	}
+	p, err := local.New(base, local.WithEngine(eng), local.WithIdentity(scm.Signature{Name: "prflow", Email: "prflow@example.com"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scmconformance.Env{
+		Provider: p, Repo: "acme/release", Base: "main", Files: seedFiles,
+		CommitDirect: func(t *testing.T, branch string, files map[string]string, deletes []string) string {
+			t.Helper()
+			sha, err := srv.Commit("acme", "release", branch, files, deletes, "direct commit")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sha
+		},
+		Comments: func(t *testing.T, n int) []string {
+			t.Helper()
+			cs, err := p.Comments(t.Context(), "acme/release", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, c := range cs {
+				out = append(out, c.Body)
+			}
+			return out
+		},
+		Statuses: func(t *testing.T, sha string) []scm.Status {
+			t.Helper()
+			st, err := p.Statuses(t.Context(), "acme/release", sha)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		},
+	}
+}
+
+func TestConformanceOverHTTP(t *testing.T) {
+	scmconformance.Run(t, func(t *testing.T) scmconformance.Env { return newEnv(t, true) })
+}
+
+// TestConformanceOnDisk runs representative cases against the bare repositories as a
+// directory (go-git's file transport); the full suite runs over HTTP above.
+func TestConformanceOnDisk(t *testing.T) {
+	scmconformance.RunCases(t, func(t *testing.T) scmconformance.Env { return newEnv(t, false) },
+		"ReadFile", "CreateBranch", "CommitMultiFile", "CommitStaleParent", "OpenGetFindPR",
+		"MergeMethods", "MergeConflict", "RevertMergeCommit", "Status")
+}

@@ -1,0 +1,724 @@
+// Package scmconformance is the behaviour every scm.Provider must show, as one test suite that
+// each driver runs against its real protocol (the local driver against a git smart-HTTP server,
+// the forge drivers against the scmtest fakes):
+//
+//	func TestConformance(t *testing.T) {
+//		scmconformance.Run(t, func(t *testing.T) scmconformance.Env { ... })
+//	}
+//
+// Every case gets a fresh Env, so cases can create branches and PRs freely.
+package scmconformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/scm"
+)
+
+// Env is one repository prepared for a case.
+type Env struct {
+	Provider scm.Provider
+	Repo     scm.Repo
+	// Base is the default branch; Files are files (path → content) it holds. At least two are
+	// required; the suite modifies and deletes them on branches of its own.
+	Base  string
+	Files map[string]string
+	// Author signs the suite's commits (default "conformance <conformance@example.com>").
+	Author scm.Signature
+	// CommitDirect commits files (path → content) and deletes to branch behind the provider's
+	// back, as another user would, and returns the new commit. Required.
+	CommitDirect func(t *testing.T, branch string, files map[string]string, deletes []string) string
+	// Settle, when set, runs before the suite reads a PR's mergeability or merges it, for forges
+	// that compute mergeability lazily (poll until it is known).
+	Settle func(t *testing.T, number int)
+	// Comments and Statuses, when set, read back what Comment and SetStatus stored.
+	Comments func(t *testing.T, number int) []string
+	Statuses func(t *testing.T, sha string) []scm.Status
+	// Timeout bounds each case (default 60s).
+	Timeout time.Duration
+}
+
+type suite struct {
+	Env
+	ctx context.Context
+	// seeded files in sorted order
+	f1, f2 string
+}
+
+type testCase struct {
+	name string
+	run  func(t *testing.T, s *suite)
+}
+
+var cases = []testCase{
+	{"ReadFile", testReadFile},
+	{"ReadFileMissing", testReadFileMissing},
+	{"Branch", testBranch},
+	{"CreateBranch", testCreateBranch},
+	{"CommitMultiFile", testCommitMultiFile},
+	{"CommitCreatesBranchFromParent", testCommitCreatesBranch},
+	{"CommitStaleParent", testCommitStaleParent},
+	{"FindPRNone", testFindPRNone},
+	{"OpenGetFindPR", testOpenGetFindPR},
+	{"MergeMethods", testMergeMethods},
+	{"MergeAfterBaseMoved", testMergeAfterBaseMoved},
+	{"MergeStaleSHA", testMergeStaleSHA},
+	{"MergeConflict", testMergeConflict},
+	{"MergeAlreadyMerged", testMergeAlreadyMerged},
+	{"ClosePR", testClosePR},
+	{"RevertCommit", testRevertCommit},
+	{"RevertMergeCommit", testRevertMergeCommit},
+	{"RevertConflict", testRevertConflict},
+	{"Comment", testComment},
+	{"Status", testStatus},
+	{"ChangedFiles", testChangedFiles},
+	{"ConcurrentCommits", testConcurrentCommits},
+}
+
+// Run runs every case as a subtest, each with a fresh Env from newEnv.
+func Run(t *testing.T, newEnv func(t *testing.T) Env) { RunCases(t, newEnv) }
+
+// Cases lists the case names, for RunCases.
+func Cases() []string {
+	out := make([]string, len(cases))
+	for i, c := range cases {
+		out[i] = c.name
+	}
+	return out
+}
+
+// RunCases runs the named cases only (all when names is empty); an unknown name fails the
+// test. Drivers use it to run a second transport through a few representative cases.
+func RunCases(t *testing.T, newEnv func(t *testing.T) Env, names ...string) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	for n := range want {
+		if !slices.Contains(Cases(), n) {
+			t.Fatalf("scmconformance: unknown case %q (have %v)", n, Cases())
+		}
+	}
+	for _, c := range cases {
+		if len(want) > 0 && !want[c.name] {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			env := newEnv(t)
+			c.run(t, newSuite(t, env))
+		})
+	}
+}
+
+func newSuite(t *testing.T, env Env) *suite {
+	t.Helper()
+	if env.Provider == nil || env.Repo == "" || env.Base == "" || env.CommitDirect == nil {
+		t.Fatal("scmconformance: Env needs Provider, Repo, Base and CommitDirect")
+	}
+	if len(env.Files) < 2 {
+		t.Fatalf("scmconformance: Env.Files needs at least two seeded files, got %d", len(env.Files))
+	}
+	if env.Author.Name == "" {
+		env.Author = scm.Signature{Name: "conformance", Email: "conformance@example.com"}
+	}
+	if env.Timeout == 0 {
+		env.Timeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), env.Timeout)
+	t.Cleanup(cancel)
+	paths := make([]string, 0, len(env.Files))
+	for p := range env.Files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return &suite{Env: env, ctx: ctx, f1: paths[0], f2: paths[1]}
+}
+
+var shaRe = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// --- helpers ---
+
+func (s *suite) head(t *testing.T, branch string) string {
+	t.Helper()
+	ref, err := s.Provider.Branch(s.ctx, s.Repo, branch)
+	if err != nil {
+		t.Fatalf("Branch(%s): %v", branch, err)
+	}
+	if !shaRe.MatchString(ref.SHA) || ref.Name != branch {
+		t.Fatalf("Branch(%s) = %+v, want the name and a full SHA", branch, ref)
+	}
+	return ref.SHA
+}
+
+func (s *suite) read(t *testing.T, ref, path string) string {
+	t.Helper()
+	b, err := s.Provider.ReadFile(s.ctx, s.Repo, ref, path)
+	if err != nil {
+		t.Fatalf("ReadFile(%s@%s): %v", path, ref, err)
+	}
+	return string(b)
+}
+
+func (s *suite) assertMissing(t *testing.T, ref, path string) {
+	t.Helper()
+	_, err := s.Provider.ReadFile(s.ctx, s.Repo, ref, path)
+	if !errors.Is(err, scm.ErrNotFound) {
+		t.Fatalf("ReadFile(%s@%s) = %v, want ErrNotFound", path, ref, err)
+	}
+}
+
+// branch creates name at the base head and returns that commit.
+func (s *suite) branch(t *testing.T, name string) string {
+	t.Helper()
+	sha := s.head(t, s.Base)
+	if err := s.Provider.CreateBranch(s.ctx, s.Repo, name, sha); err != nil {
+		t.Fatalf("CreateBranch(%s): %v", name, err)
+	}
+	return sha
+}
+
+// commit commits changes on branch at its current head and returns the new commit.
+func (s *suite) commit(t *testing.T, branch, msg string, changes ...scm.FileChange) string {
+	t.Helper()
+	parent := s.head(t, branch)
+	sha, err := s.Provider.Commit(s.ctx, s.Repo, scm.CommitInput{Branch: branch, Parent: parent, Message: msg, Author: s.Author, Changes: changes})
+	if err != nil {
+		t.Fatalf("Commit(%s): %v", branch, err)
+	}
+	if !shaRe.MatchString(sha) || sha == parent {
+		t.Fatalf("Commit(%s) returned %q (parent %s)", branch, sha, parent)
+	}
+	return sha
+}
+
+// pr creates branch head from the base, commits changes to it and opens a PR.
+func (s *suite) pr(t *testing.T, head string, changes ...scm.FileChange) *scm.PullRequest {
+	t.Helper()
+	s.branch(t, head)
+	s.commit(t, head, "change on "+head, changes...)
+	pr, err := s.Provider.OpenPR(s.ctx, s.Repo, scm.NewPR{Title: "PR from " + head, Body: "conformance", Head: head, Base: s.Base})
+	if err != nil {
+		t.Fatalf("OpenPR(%s): %v", head, err)
+	}
+	if pr.Number <= 0 {
+		t.Fatalf("OpenPR returned number %d", pr.Number)
+	}
+	return pr
+}
+
+func (s *suite) settle(t *testing.T, n int) {
+	t.Helper()
+	if s.Settle != nil {
+		s.Settle(t, n)
+	}
+}
+
+func (s *suite) get(t *testing.T, n int) *scm.PullRequest {
+	t.Helper()
+	pr, err := s.Provider.GetPR(s.ctx, s.Repo, n)
+	if err != nil {
+		t.Fatalf("GetPR(%d): %v", n, err)
+	}
+	return pr
+}
+
+func change(path, content string) scm.FileChange {
+	return scm.FileChange{Path: path, Content: []byte(content)}
+}
+
+func del(path string) scm.FileChange { return scm.FileChange{Path: path, Delete: true} }
+
+// merge merges with method; unsupported reports false after checking the error is exactly
+// ErrNotSupported.
+func (s *suite) merge(t *testing.T, pr *scm.PullRequest, method scm.MergeMethod) (*scm.PullRequest, bool) {
+	t.Helper()
+	s.settle(t, pr.Number)
+	got, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA})
+	if errors.Is(err, scm.ErrNotSupported) {
+		t.Logf("%s: merge method %q is not supported: %v", s.Provider.Name(), method, err)
+		return nil, false
+	}
+	if err != nil {
+		t.Fatalf("MergePR(#%d, %s): %v", pr.Number, method, err)
+	}
+	if got.State != scm.PRMerged || !shaRe.MatchString(got.MergeSHA) {
+		t.Fatalf("MergePR(#%d, %s) = state %q merge SHA %q", pr.Number, method, got.State, got.MergeSHA)
+	}
+	return got, true
+}
+
+// --- cases ---
+
+func testReadFile(t *testing.T, s *suite) {
+	sha := s.head(t, s.Base)
+	for p, want := range s.Files {
+		if got := s.read(t, s.Base, p); got != want {
+			t.Errorf("ReadFile(%s@%s) = %q, want %q", p, s.Base, got, want)
+		}
+		if got := s.read(t, sha, p); got != want {
+			t.Errorf("ReadFile(%s@%s) = %q, want %q", p, sha, got, want)
+		}
+	}
+}
+
+func testReadFileMissing(t *testing.T, s *suite) {
+	s.assertMissing(t, s.Base, "conformance/does-not-exist.txt")
+	s.assertMissing(t, "conformance-no-such-branch", s.f1)
+}
+
+func testBranch(t *testing.T, s *suite) {
+	s.head(t, s.Base)
+	_, err := s.Provider.Branch(s.ctx, s.Repo, "conformance-no-such-branch")
+	if !errors.Is(err, scm.ErrNotFound) {
+		t.Fatalf("Branch(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+func testCreateBranch(t *testing.T, s *suite) {
+	sha := s.branch(t, "conformance/create")
+	// Again at the same commit: a redelivered job must not fail.
+	if err := s.Provider.CreateBranch(s.ctx, s.Repo, "conformance/create", sha); err != nil {
+		t.Fatalf("CreateBranch again at the same SHA: %v", err)
+	}
+	if got := s.head(t, "conformance/create"); got != sha {
+		t.Fatalf("branch at %s, want %s", got, sha)
+	}
+	s.branch(t, "conformance/other")
+	moved := s.commit(t, "conformance/other", "move", change("conformance/other.txt", "x\n"))
+	err := s.Provider.CreateBranch(s.ctx, s.Repo, "conformance/create", moved)
+	if !errors.Is(err, scm.ErrConflict) {
+		t.Fatalf("CreateBranch at another SHA = %v, want ErrConflict", err)
+	}
+	if got := s.head(t, "conformance/create"); got != sha {
+		t.Fatalf("branch moved to %s", got)
+	}
+	if err := s.Provider.DeleteBranch(s.ctx, s.Repo, "conformance/create"); err != nil {
+		t.Fatalf("DeleteBranch: %v", err)
+	}
+	if _, err := s.Provider.Branch(s.ctx, s.Repo, "conformance/create"); !errors.Is(err, scm.ErrNotFound) {
+		t.Fatalf("Branch after delete = %v, want ErrNotFound", err)
+	}
+}
+
+func testCommitMultiFile(t *testing.T, s *suite) {
+	const b = "conformance/multi"
+	parent := s.branch(t, b)
+	sha, err := s.Provider.Commit(s.ctx, s.Repo, scm.CommitInput{
+		Branch: b, Parent: parent, Message: "multi-file", Author: s.Author,
+		Changes: []scm.FileChange{
+			change(s.f1, "rewritten\n"),
+			del(s.f2),
+			change("conformance/new/dir/file.yaml", "key: value\n"),
+		},
+	})
+	if err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if got := s.head(t, b); got != sha {
+		t.Fatalf("branch at %s, Commit returned %s", got, sha)
+	}
+	if got := s.read(t, b, s.f1); got != "rewritten\n" {
+		t.Fatalf("%s = %q", s.f1, got)
+	}
+	if got := s.read(t, b, "conformance/new/dir/file.yaml"); got != "key: value\n" {
+		t.Fatalf("new file = %q", got)
+	}
+	s.assertMissing(t, b, s.f2)
+	// The base is untouched.
+	if got := s.read(t, s.Base, s.f1); got != s.Files[s.f1] {
+		t.Fatalf("base changed: %q", got)
+	}
+}
+
+func testCommitCreatesBranch(t *testing.T, s *suite) {
+	parent := s.head(t, s.Base)
+	sha, err := s.Provider.Commit(s.ctx, s.Repo, scm.CommitInput{
+		Branch: "conformance/fresh", Parent: parent, Message: "new branch", Author: s.Author,
+		Changes: []scm.FileChange{change("conformance/fresh.txt", "fresh\n")},
+	})
+	if err != nil {
+		t.Fatalf("Commit to a new branch: %v", err)
+	}
+	if got := s.head(t, "conformance/fresh"); got != sha {
+		t.Fatalf("new branch at %s, Commit returned %s", got, sha)
+	}
+	if got := s.read(t, "conformance/fresh", "conformance/fresh.txt"); got != "fresh\n" {
+		t.Fatalf("file = %q", got)
+	}
+}
+
+func testCommitStaleParent(t *testing.T, s *suite) {
+	const b = "conformance/stale"
+	stale := s.branch(t, b)
+	current := s.commit(t, b, "first", change(s.f1, "first\n"))
+	_, err := s.Provider.Commit(s.ctx, s.Repo, scm.CommitInput{
+		Branch: b, Parent: stale, Message: "stale", Author: s.Author,
+		Changes: []scm.FileChange{change(s.f1, "stale write\n"), change("conformance/stale.txt", "x\n")},
+	})
+	if !errors.Is(err, scm.ErrConflict) {
+		t.Fatalf("Commit with a stale parent = %v, want ErrConflict", err)
+	}
+	if got := s.head(t, b); got != current {
+		t.Fatalf("branch moved to %s after a rejected commit", got)
+	}
+	if got := s.read(t, b, s.f1); got != "first\n" {
+		t.Fatalf("%s = %q after a rejected commit", s.f1, got)
+	}
+	s.assertMissing(t, b, "conformance/stale.txt")
+}
+
+func testFindPRNone(t *testing.T, s *suite) {
+	s.branch(t, "conformance/no-pr")
+	_, err := s.Provider.FindPR(s.ctx, s.Repo, "conformance/no-pr", s.Base)
+	if !errors.Is(err, scm.ErrNotFound) {
+		t.Fatalf("FindPR without a PR = %v, want ErrNotFound", err)
+	}
+}
+
+func testOpenGetFindPR(t *testing.T, s *suite) {
+	const head = "conformance/open"
+	s.branch(t, head)
+	headSHA := s.commit(t, head, "change", change(s.f1, "opened\n"))
+	in := scm.NewPR{Title: "Bump dev", Body: "Body text\nwith two lines", Head: head, Base: s.Base, Labels: []string{"prflow", "env-dev"}}
+	opened, err := s.Provider.OpenPR(s.ctx, s.Repo, in)
+	if err != nil {
+		t.Fatalf("OpenPR: %v", err)
+	}
+	for name, pr := range map[string]*scm.PullRequest{"OpenPR": opened, "GetPR": s.get(t, opened.Number)} {
+		if pr.Number != opened.Number || pr.Title != in.Title || pr.Body != in.Body || pr.State != scm.PROpen ||
+			pr.Head != head || pr.Base != s.Base || pr.HeadSHA != headSHA || pr.MergeSHA != "" || pr.URL == "" {
+			t.Fatalf("%s = %+v", name, pr)
+		}
+		for _, l := range in.Labels {
+			if !slices.Contains(pr.Labels, l) {
+				t.Fatalf("%s labels = %v, want %v", name, pr.Labels, in.Labels)
+			}
+		}
+	}
+	found, err := s.Provider.FindPR(s.ctx, s.Repo, head, s.Base)
+	if err != nil || found.Number != opened.Number || found.State != scm.PROpen {
+		t.Fatalf("FindPR = %+v, %v", found, err)
+	}
+	if _, err := s.Provider.GetPR(s.ctx, s.Repo, opened.Number+1000); !errors.Is(err, scm.ErrNotFound) {
+		t.Fatalf("GetPR(missing) = %v, want ErrNotFound", err)
+	}
+	s.settle(t, opened.Number)
+	if pr := s.get(t, opened.Number); pr.Mergeability != scm.MergeClean && pr.Mergeability != scm.MergeUnknown {
+		t.Fatalf("mergeability of a clean PR = %q", pr.Mergeability)
+	}
+}
+
+func testMergeMethods(t *testing.T, s *suite) {
+	for _, m := range []scm.MergeMethod{scm.MergeCommit, scm.Squash, scm.Rebase} {
+		t.Run(string(m), func(t *testing.T) {
+			head := "conformance/merge-" + string(m)
+			file := "conformance/merged-" + string(m) + ".txt"
+			// Each PR branches from the base the previous method left, so the f1 edits stack.
+			pr := s.pr(t, head, change(file, "merged with "+string(m)+"\n"), change(s.f1, "changed by "+string(m)+"\n"))
+			got, ok := s.mergeWith(t, pr, m)
+			if !ok {
+				return
+			}
+			if base := s.head(t, s.Base); base != got.MergeSHA {
+				t.Fatalf("base at %s, merge SHA %s", base, got.MergeSHA)
+			}
+			if c := s.read(t, s.Base, file); c != "merged with "+string(m)+"\n" {
+				t.Fatalf("merged file = %q", c)
+			}
+			after := s.get(t, pr.Number)
+			if after.State != scm.PRMerged || after.MergeSHA != got.MergeSHA {
+				t.Fatalf("GetPR after merge = %+v", after)
+			}
+			if _, err := s.Provider.Branch(s.ctx, s.Repo, head); !errors.Is(err, scm.ErrNotFound) {
+				t.Fatalf("head branch after merge with DeleteBranch = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+// mergeWith is merge with DeleteBranch set; each method's PR starts from the current base so
+// the f1 changes do not conflict with each other.
+func (s *suite) mergeWith(t *testing.T, pr *scm.PullRequest, m scm.MergeMethod) (*scm.PullRequest, bool) {
+	t.Helper()
+	s.settle(t, pr.Number)
+	got, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: m, SHA: pr.HeadSHA, DeleteBranch: true})
+	if errors.Is(err, scm.ErrNotSupported) {
+		t.Logf("%s: merge method %q is not supported: %v", s.Provider.Name(), m, err)
+		return nil, false
+	}
+	if err != nil {
+		t.Fatalf("MergePR(#%d, %s): %v", pr.Number, m, err)
+	}
+	if got.State != scm.PRMerged || !shaRe.MatchString(got.MergeSHA) {
+		t.Fatalf("MergePR = state %q merge SHA %q", got.State, got.MergeSHA)
+	}
+	return got, true
+}
+
+func testMergeAfterBaseMoved(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/moved", change(s.f1, "from the PR\n"))
+	s.CommitDirect(t, s.Base, map[string]string{"conformance/elsewhere.txt": "someone else\n"}, nil)
+	if _, ok := s.merge(t, pr, scm.MergeCommit); !ok {
+		if _, ok := s.merge(t, pr, scm.Squash); !ok {
+			t.Fatal("neither merge nor squash is supported")
+		}
+	}
+	if got := s.read(t, s.Base, s.f1); got != "from the PR\n" {
+		t.Fatalf("PR change missing: %q", got)
+	}
+	if got := s.read(t, s.Base, "conformance/elsewhere.txt"); got != "someone else\n" {
+		t.Fatalf("base change lost: %q", got)
+	}
+}
+
+func testMergeStaleSHA(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/stale-sha", change(s.f1, "one\n"))
+	s.commit(t, "conformance/stale-sha", "more", change("conformance/more.txt", "more\n"))
+	s.settle(t, pr.Number)
+	_, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: scm.MergeCommit, SHA: pr.HeadSHA})
+	if errors.Is(err, scm.ErrNotSupported) {
+		_, err = s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: scm.Squash, SHA: pr.HeadSHA})
+	}
+	if !errors.Is(err, scm.ErrConflict) {
+		t.Fatalf("MergePR with a stale SHA = %v, want ErrConflict", err)
+	}
+	if got := s.get(t, pr.Number); got.State != scm.PROpen {
+		t.Fatalf("PR state %q after a refused merge", got.State)
+	}
+}
+
+func testMergeConflict(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/conflict", change(s.f1, "ours\n"))
+	s.CommitDirect(t, s.Base, map[string]string{s.f1: "theirs\n"}, nil)
+	s.settle(t, pr.Number)
+	if got := s.get(t, pr.Number); got.Mergeability != scm.MergeDirty && got.Mergeability != scm.MergeUnknown {
+		t.Fatalf("mergeability of a conflicting PR = %q, want dirty", got.Mergeability)
+	}
+	_, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: scm.MergeCommit, SHA: pr.HeadSHA})
+	if errors.Is(err, scm.ErrNotSupported) {
+		_, err = s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: scm.Squash, SHA: pr.HeadSHA})
+	}
+	if !errors.Is(err, scm.ErrNotMergeable) {
+		t.Fatalf("MergePR of a conflicting PR = %v, want ErrNotMergeable", err)
+	}
+	if !strings.Contains(err.Error(), s.f1) {
+		t.Fatalf("error %q does not name the conflicting file %s", err, s.f1)
+	}
+	if got := s.read(t, s.Base, s.f1); got != "theirs\n" {
+		t.Fatalf("base changed by a refused merge: %q", got)
+	}
+	if got := s.get(t, pr.Number); got.State != scm.PROpen {
+		t.Fatalf("PR state %q after a refused merge", got.State)
+	}
+}
+
+func testMergeAlreadyMerged(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/twice", change("conformance/twice.txt", "x\n"))
+	first, ok := s.merge(t, pr, scm.MergeCommit)
+	if !ok {
+		if first, ok = s.merge(t, pr, scm.Squash); !ok {
+			t.Fatal("neither merge nor squash is supported")
+		}
+	}
+	again, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: scm.MergeCommit, SHA: pr.HeadSHA})
+	if err != nil {
+		t.Fatalf("MergePR of a merged PR: %v", err)
+	}
+	if again.State != scm.PRMerged || again.MergeSHA != first.MergeSHA {
+		t.Fatalf("second MergePR = state %q merge SHA %q, want %s", again.State, again.MergeSHA, first.MergeSHA)
+	}
+	if base := s.head(t, s.Base); base != first.MergeSHA {
+		t.Fatalf("base moved to %s by the second merge", base)
+	}
+}
+
+func testClosePR(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/close", change("conformance/close.txt", "x\n"))
+	if err := s.Provider.ClosePR(s.ctx, s.Repo, pr.Number); err != nil {
+		t.Fatalf("ClosePR: %v", err)
+	}
+	got := s.get(t, pr.Number)
+	if got.State != scm.PRClosed || got.MergeSHA != "" {
+		t.Fatalf("after ClosePR: state %q merge SHA %q", got.State, got.MergeSHA)
+	}
+	found, err := s.Provider.FindPR(s.ctx, s.Repo, "conformance/close", s.Base)
+	if err != nil || found.Number != pr.Number || found.State != scm.PRClosed {
+		t.Fatalf("FindPR of a closed PR = %+v, %v", found, err)
+	}
+	s.assertMissing(t, s.Base, "conformance/close.txt")
+}
+
+func testRevertCommit(t *testing.T, s *suite) {
+	before1, before2 := s.Files[s.f1], s.Files[s.f2]
+	c := s.commit(t, s.Base, "to be reverted", change(s.f1, "bad change\n"), change("conformance/added.txt", "added\n"), del(s.f2))
+	sha, err := s.Provider.Revert(s.ctx, s.Repo, scm.RevertInput{SHA: c, Base: s.Base, Branch: "conformance/revert", Author: s.Author, Message: "Revert bad change"})
+	if err != nil {
+		t.Fatalf("Revert: %v", err)
+	}
+	if got := s.head(t, "conformance/revert"); got != sha {
+		t.Fatalf("revert branch at %s, Revert returned %s", got, sha)
+	}
+	if got := s.read(t, "conformance/revert", s.f1); got != before1 {
+		t.Fatalf("%s after revert = %q, want %q", s.f1, got, before1)
+	}
+	if got := s.read(t, "conformance/revert", s.f2); got != before2 {
+		t.Fatalf("%s after revert = %q, want %q", s.f2, got, before2)
+	}
+	s.assertMissing(t, "conformance/revert", "conformance/added.txt")
+	if got := s.head(t, s.Base); got != c {
+		t.Fatalf("base moved to %s: the revert belongs on its own branch", got)
+	}
+}
+
+func testRevertMergeCommit(t *testing.T, s *suite) {
+	before := s.Files[s.f1]
+	pr := s.pr(t, "conformance/to-revert", change(s.f1, "merged change\n"), change("conformance/merged-new.txt", "new\n"))
+	merged, ok := s.merge(t, pr, scm.MergeCommit)
+	if !ok {
+		return // without merge commits there is no merge commit to revert
+	}
+	sha, err := s.Provider.Revert(s.ctx, s.Repo, scm.RevertInput{SHA: merged.MergeSHA, Mainline: 1, Base: s.Base, Branch: "conformance/revert-merge", Author: s.Author})
+	if err != nil {
+		t.Fatalf("Revert of a merge commit: %v", err)
+	}
+	if !shaRe.MatchString(sha) {
+		t.Fatalf("Revert returned %q", sha)
+	}
+	if got := s.read(t, "conformance/revert-merge", s.f1); got != before {
+		t.Fatalf("%s after revert = %q, want %q", s.f1, got, before)
+	}
+	s.assertMissing(t, "conformance/revert-merge", "conformance/merged-new.txt")
+	if got := s.read(t, "conformance/revert-merge", s.f2); got != s.Files[s.f2] {
+		t.Fatalf("untouched file changed: %q", got)
+	}
+}
+
+func testRevertConflict(t *testing.T, s *suite) {
+	c := s.commit(t, s.Base, "first", change(s.f1, "first\n"), change("conformance/side.txt", "side\n"))
+	s.commit(t, s.Base, "second", change(s.f1, "second\n"))
+	_, err := s.Provider.Revert(s.ctx, s.Repo, scm.RevertInput{SHA: c, Base: s.Base, Branch: "conformance/revert-conflict", Author: s.Author})
+	if !errors.Is(err, scm.ErrConflict) {
+		t.Fatalf("Revert over a later change = %v, want ErrConflict", err)
+	}
+	var ce *scm.ConflictError
+	if !errors.As(err, &ce) || !slices.Contains(ce.Files, s.f1) {
+		t.Fatalf("Revert conflict = %v, want a *scm.ConflictError listing %s", err, s.f1)
+	}
+	if _, err := s.Provider.Branch(s.ctx, s.Repo, "conformance/revert-conflict"); !errors.Is(err, scm.ErrNotFound) {
+		t.Fatalf("a failed revert left its branch behind (%v)", err)
+	}
+}
+
+func testComment(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/comment", change("conformance/comment.txt", "x\n"))
+	body := "prflow: deployed to dev ✅"
+	if err := s.Provider.Comment(s.ctx, s.Repo, pr.Number, body); err != nil {
+		t.Fatalf("Comment: %v", err)
+	}
+	if s.Comments != nil {
+		if got := s.Comments(t, pr.Number); !slices.Contains(got, body) {
+			t.Fatalf("comments = %q, want %q among them", got, body)
+		}
+	}
+}
+
+func testStatus(t *testing.T, s *suite) {
+	sha := s.head(t, s.Base)
+	st := scm.Status{Context: "prflow/conformance", State: scm.StatusPending, Description: "running", TargetURL: "https://prflow.example.com/runs/1"}
+	if err := s.Provider.SetStatus(s.ctx, s.Repo, sha, st); err != nil {
+		t.Fatalf("SetStatus: %v", err)
+	}
+	st.State, st.Description = scm.StatusSuccess, "done"
+	if err := s.Provider.SetStatus(s.ctx, s.Repo, sha, st); err != nil {
+		t.Fatalf("SetStatus again: %v", err)
+	}
+	if s.Statuses != nil {
+		got := s.Statuses(t, sha)
+		var found *scm.Status
+		for i := range got {
+			if got[i].Context == st.Context {
+				found = &got[i]
+			}
+		}
+		if found == nil || found.State != scm.StatusSuccess || found.Description != "done" || found.TargetURL != st.TargetURL {
+			t.Fatalf("statuses = %+v, want the latest %+v", got, st)
+		}
+	}
+}
+
+func testChangedFiles(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/changed", change(s.f1, "changed\n"), del(s.f2), change("conformance/changed/new.txt", "new\n"))
+	// A base change after the branch point is not part of the PR.
+	s.CommitDirect(t, s.Base, map[string]string{"conformance/base-only.txt": "base\n"}, nil)
+	s.settle(t, pr.Number)
+	got, err := s.Provider.ChangedFiles(s.ctx, s.Repo, pr.Number)
+	if err != nil {
+		t.Fatalf("ChangedFiles: %v", err)
+	}
+	want := []string{"conformance/changed/new.txt", s.f1, s.f2}
+	sort.Strings(want)
+	sorted := append([]string(nil), got...)
+	sort.Strings(sorted)
+	if fmt.Sprint(sorted) != fmt.Sprint(want) {
+		t.Fatalf("ChangedFiles = %v, want %v", got, want)
+	}
+}
+
+// testConcurrentCommits: 10 writers commit to one branch at once, each re-reading the head and
+// retrying when its parent went stale. All 10 commits must land and none may be lost.
+func testConcurrentCommits(t *testing.T, s *suite) {
+	const b, writers = "conformance/concurrent", 10
+	s.branch(t, b)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for attempt := 0; attempt < 60; attempt++ {
+				ref, err := s.Provider.Branch(s.ctx, s.Repo, b)
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, err = s.Provider.Commit(s.ctx, s.Repo, scm.CommitInput{
+					Branch: b, Parent: ref.SHA, Message: fmt.Sprintf("writer %d", i), Author: s.Author,
+					Changes: []scm.FileChange{change(fmt.Sprintf("conformance/concurrent/%d.txt", i), fmt.Sprintf("writer %d\n", i))},
+				})
+				if err == nil {
+					return
+				}
+				if !errors.Is(err, scm.ErrConflict) {
+					errs <- fmt.Errorf("writer %d: %w", i, err)
+					return
+				}
+				// Back off like a worker would (NakWithDelay), with jitter so writers spread.
+				time.Sleep(time.Duration(rand.IntN(20*(attempt+1))) * time.Millisecond)
+			}
+			errs <- fmt.Errorf("writer %d: still conflicting after 60 attempts", i)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	for i := range writers {
+		if got := s.read(t, b, fmt.Sprintf("conformance/concurrent/%d.txt", i)); got != fmt.Sprintf("writer %d\n", i) {
+			t.Fatalf("writer %d's file = %q", i, got)
+		}
+	}
+}

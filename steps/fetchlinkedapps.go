@@ -1,0 +1,291 @@
+package steps
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prflow/prflow/deploy/agent"
+)
+
+// FetchLinkedApps lists the GitOps apps of the stage's service, environment and clusters: by
+// owning ApplicationSet (applicationSet), by a label selector (labels / selector), or by
+// Harness's harness.io/serviceRef and harness.io/envRef labels. With
+// filterByServiceEnvCluster: true it takes every app of the environment on the clusters,
+// whatever its service. An app an ApplicationSet has not generated yet (an environment merged
+// a moment ago) is waited for, parked on the agents' inventory keys, up to appWaitTimeout.
+func init() {
+	Register(Definition{
+		Type:     "FetchLinkedApps",
+		Aliases:  []string{"GitOpsFetchLinkedApps"},
+		New:      func() Step { return StepFunc(runFetchLinkedApps) },
+		Validate: func(in map[string]any) error { _, err := linkedConfigFrom(in, true); return err },
+	})
+}
+
+// Harness's labels linking an app to its service and environment.
+const (
+	LabelServiceRef = "harness.io/serviceRef"
+	LabelEnvRef     = "harness.io/envRef"
+)
+
+const (
+	linkedDefaultWait = 2 * time.Minute
+	linkedPoll        = 5 * time.Second
+)
+
+type linkedConfig struct {
+	appSet     string
+	selector   string
+	byEnvOnly  bool // filterByServiceEnvCluster
+	allowEmpty bool
+	agentID    string
+	wait       time.Duration
+	waitSet    bool
+}
+
+func linkedConfigFrom(in map[string]any, static bool) (*linkedConfig, error) {
+	c := &linkedConfig{wait: linkedDefaultWait}
+	var err error
+	if c.appSet, err = StringInput(in, "applicationSet"); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"agentId", "agent"} {
+		if c.agentID, err = StringInput(in, f); err != nil {
+			return nil, err
+		}
+		if c.agentID != "" {
+			break
+		}
+	}
+	var sels []string
+	if v, ok := in["labels"]; ok && v != nil && v != "" {
+		s, err := labelSelector(v, "labels", static)
+		if err != nil {
+			return nil, err
+		}
+		sels = append(sels, s)
+	}
+	if v, ok := in["selector"]; ok && v != nil && v != "" {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("selector: want a label selector string such as \"team=payments,tier in (web,api)\", got %T", v)
+		}
+		if !(static && hasExpr(s)) {
+			if _, err := agent.ParseSelector(s); err != nil {
+				return nil, fmt.Errorf("selector: %w", err)
+			}
+		}
+		sels = append(sels, s)
+	}
+	c.selector = strings.Join(sels, ",")
+	for f, dst := range map[string]*bool{"filterByServiceEnvCluster": &c.byEnvOnly, "allowEmpty": &c.allowEmpty} {
+		if s, ok := in[f].(string); ok && static && hasExpr(s) {
+			continue
+		}
+		if *dst, err = BoolInput(in, f); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := in["appWaitTimeout"]; ok && v != nil && v != "" {
+		s := fmt.Sprint(v)
+		if !(static && hasExpr(s)) {
+			if c.wait, err = durationInput(s); err != nil {
+				return nil, fmt.Errorf("appWaitTimeout: %w", err)
+			}
+			c.waitSet = true
+		}
+	}
+	return c, nil
+}
+
+// linkedMemo is kept while waiting for apps to appear.
+type linkedMemo struct {
+	Until time.Time `json:"until"`
+}
+
+// target is one (agent, cluster) pair apps are looked up on; cluster "" means any cluster.
+type linkedTarget struct {
+	agent, cluster string
+}
+
+func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
+	cfg, err := linkedConfigFrom(sc.Inputs, false)
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	g, err := gitopsFor(sc)
+	if err != nil {
+		return Result{}, err
+	}
+	targets, err := linkedTargets(sc, cfg)
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	q, how, err := linkedQuery(sc, cfg)
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	final := sc.WakeReason == "deadline"
+	if final {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	byAgent := map[string][]agent.AppStatus{}
+	for _, t := range targets {
+		if _, done := byAgent[t.agent]; done {
+			continue
+		}
+		apps, err := g.Apps(ctx, t.agent, q)
+		if err != nil {
+			return Result{}, agentErr(err, fmt.Sprintf("list apps on agent %s", t.agent))
+		}
+		byAgent[t.agent] = apps
+	}
+	var out []any
+	var empty []string
+	seen := map[string]bool{}
+	for _, t := range targets {
+		n := 0
+		for _, a := range byAgent[t.agent] {
+			if t.cluster != "" && a.Cluster != t.cluster && a.ClusterServer != t.cluster {
+				continue
+			}
+			n++
+			key := t.agent + "\x00" + a.Ref()
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			sc.Log.Info("Found linked app", "app", a.Ref(), "agent", t.agent, "cluster", a.Cluster, "link", a.URL)
+			out = append(out, linkedOutput(t.agent, a))
+		}
+		if n == 0 {
+			where := "agent " + t.agent
+			if t.cluster != "" {
+				where = "cluster " + t.cluster + " (agent " + t.agent + ")"
+			}
+			empty = append(empty, where)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].(map[string]any), out[j].(map[string]any)
+		return a["agent"].(string)+"/"+a["name"].(string) < b["agent"].(string)+"/"+b["name"].(string)
+	})
+	if len(empty) == 0 || cfg.allowEmpty {
+		if len(out) == 0 {
+			sc.Log.Info("No linked apps found", "selection", how)
+		}
+		return Done(map[string]any{"apps": orEmpty(out)}), nil
+	}
+	// Some cluster has no app yet: an ApplicationSet may be about to generate it.
+	var m linkedMemo
+	if ok, _ := sc.DecodeMemo(&m); !ok {
+		wait := cfg.wait
+		m.Until = time.Now().Add(wait)
+		if !sc.Deadline.IsZero() && sc.Deadline.Before(m.Until) && !cfg.waitSet {
+			m.Until = sc.Deadline
+		}
+	}
+	msg := fmt.Sprintf("no app (%s) on %s", how, strings.Join(empty, ", "))
+	if final || !time.Now().Before(m.Until) {
+		return Fail(msg + " (set allowEmpty: true to pass without apps)"), nil
+	}
+	var keys []string
+	for a := range byAgent {
+		keys = append(keys, agent.InventoryKey(a))
+	}
+	sort.Strings(keys)
+	deadline := m.Until
+	if !sc.Deadline.IsZero() && sc.Deadline.Before(deadline) {
+		deadline = sc.Deadline
+	}
+	return Park(Wait{Keys: keys, Poll: min(linkedPoll, max(time.Until(m.Until), time.Second)), Deadline: deadline,
+		Reason: "waiting for the ApplicationSet to generate apps: " + msg}, m), nil
+}
+
+func orEmpty(l []any) []any {
+	if l == nil {
+		return []any{}
+	}
+	return l
+}
+
+// linkedTargets are the (agent, cluster) pairs of the stage's environment, or the agent input.
+func linkedTargets(sc *Context, cfg *linkedConfig) ([]linkedTarget, error) {
+	var out []linkedTarget
+	if sc.Env != nil {
+		for _, c := range sc.Env.Clusters {
+			a := c.Agent
+			if a == "" {
+				a = cfg.agentID
+			}
+			if a == "" {
+				return nil, fmt.Errorf("environment %s, cluster %s: no agent (set agent: on the cluster, or agentId on the step)", sc.Env.Name, c.Name)
+			}
+			if cfg.agentID != "" && a != cfg.agentID {
+				continue
+			}
+			out = append(out, linkedTarget{agent: a, cluster: c.Name})
+		}
+	}
+	if len(out) == 0 && cfg.agentID != "" {
+		out = append(out, linkedTarget{agent: cfg.agentID})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no clusters to look in: give the stage an environment with clusters (name + agent), or set agentId")
+	}
+	return out, nil
+}
+
+// linkedQuery builds the apps query and says in words what it selects.
+func linkedQuery(sc *Context, cfg *linkedConfig) (agent.AppsQuery, string, error) {
+	q := agent.AppsQuery{Selector: cfg.selector}
+	var how []string
+	env, svc := "", ""
+	if sc.Env != nil {
+		env, svc = sc.Env.Name, sc.Env.Service
+	}
+	switch {
+	case cfg.byEnvOnly:
+		// Every app of the environment on the clusters, whatever its service.
+		if env == "" {
+			return q, "", fmt.Errorf("filterByServiceEnvCluster: the stage has no environment")
+		}
+		q.Labels = map[string]string{LabelEnvRef: env}
+		how = append(how, LabelEnvRef+"="+env)
+	case cfg.appSet != "":
+		q.ApplicationSet = cfg.appSet
+		how = append(how, "ApplicationSet "+cfg.appSet)
+	case cfg.selector != "":
+	default:
+		if svc == "" || env == "" {
+			return q, "", fmt.Errorf("no way to select apps: give applicationSet, labels or selector, or declare the pipeline's service and the stage's environment (apps are then matched by %s and %s)", LabelServiceRef, LabelEnvRef)
+		}
+		q.Labels = map[string]string{LabelServiceRef: svc, LabelEnvRef: env}
+		how = append(how, LabelServiceRef+"="+svc, LabelEnvRef+"="+env)
+	}
+	if cfg.selector != "" {
+		how = append(how, "selector "+cfg.selector)
+	}
+	return q, strings.Join(how, ", "), nil
+}
+
+func linkedOutput(agentID string, a agent.AppStatus) map[string]any {
+	o := map[string]any{
+		"name": a.Name, "agent": agentID, "cluster": a.Cluster, "namespace": a.Namespace, "url": a.URL,
+		"sync": a.Sync, "health": a.Health, "revision": a.Revision,
+		// Harness's outcome field names, for pipelines ported from it.
+		"agentIdentifier": agentID, "syncStatus": a.Sync, "healthStatus": a.Health,
+	}
+	if a.AppNamespace != "" {
+		o["appNamespace"] = a.AppNamespace
+	}
+	if a.ApplicationSet != "" {
+		o["applicationSet"] = a.ApplicationSet
+	}
+	return o
+}

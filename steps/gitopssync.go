@@ -1,0 +1,975 @@
+package steps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/pipelines/duration"
+)
+
+// ServiceGitOps names the agent client in Services (an *agent.Client on workers).
+const ServiceGitOps = "gitops"
+
+// GitOps is what the GitOps steps need from the agents; *agent.Client implements it.
+type GitOps interface {
+	Sync(ctx context.Context, agentID string, req agent.SyncRequest) (*agent.SyncReply, error)
+	Apps(ctx context.Context, agentID string, q agent.AppsQuery) ([]agent.AppStatus, error)
+	Status(ctx context.Context, agentID, app string) (*agent.AppStatus, error)
+}
+
+func gitopsFor(sc *Context) (GitOps, error) {
+	g, ok := sc.Services.Get(ServiceGitOps).(GitOps)
+	if !ok || g == nil {
+		return nil, Terminalf("this worker has no GitOps agent client (service %q); GitOps steps need a worker connected to prflow's NATS", ServiceGitOps)
+	}
+	return g, nil
+}
+
+// GitOpsSync syncs apps through their agents — tagging each Argo CD operation with the run —
+// and parks, holding no worker, until the operation this run started has finished on the
+// expected revision (the stage's MergePR commit, else what Argo CD resolved) and, with
+// waitTillHealthy, the app is Healthy. It wakes on the apps' status records changing; a slow
+// poll is only a safety net.
+func init() {
+	Register(Definition{
+		Type:     "GitOpsSync",
+		New:      func() Step { return StepFunc(runGitOpsSync) },
+		Validate: func(in map[string]any) error { _, err := syncConfigFrom(in, true); return err },
+	})
+}
+
+// Defaults and limits of GitOpsSync.
+const (
+	syncPollSafetyNet = 30 * time.Second
+	syncRetryPoll     = 3 * time.Second // an agent was offline or busy answering
+	syncDefaultWait   = 10 * time.Minute
+	syncMaxResyncs    = 2 // a Succeeded operation on the wrong revision is retried this often
+	syncMaxApps       = 1000
+)
+
+type appTarget struct {
+	Agent string `json:"agent"`
+	App   string `json:"app"`
+}
+
+type syncConfig struct {
+	list            []appTarget
+	regex           string
+	labels          string
+	agentID         string
+	prune           bool
+	dryRun          bool
+	applyOnly       bool
+	forceApply      bool
+	syncOptions     []string
+	retry           *agent.RetryStrategy
+	waitTillHealthy bool
+	failOnTimeout   bool
+	degradedTimeout time.Duration
+	expected        string // expectedRevision input: a SHA, "any", or ""
+}
+
+func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
+	c := &syncConfig{}
+	var err error
+	for f, dst := range map[string]*bool{"prune": &c.prune, "dryRun": &c.dryRun, "applyOnly": &c.applyOnly,
+		"forceApply": &c.forceApply, "waitTillHealthy": &c.waitTillHealthy, "failOnTimeout": &c.failOnTimeout} {
+		if s, ok := in[f].(string); ok && static && hasExpr(s) {
+			continue
+		}
+		if *dst, err = BoolInput(in, f); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range []string{"agentId", "agent"} {
+		if c.agentID, err = StringInput(in, f); err != nil {
+			return nil, err
+		}
+		if c.agentID != "" {
+			break
+		}
+	}
+	if c.expected, err = StringInput(in, "expectedRevision"); err != nil {
+		return nil, err
+	}
+	set := 0
+	if v, ok := in["applicationsList"]; ok && v != nil && v != "" {
+		set++
+		if c.list, err = appList(v, c.agentID, static); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := in["applicationRegex"]; ok && v != nil && v != "" {
+		set++
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("applicationRegex: want a string (a Go regular expression), got %T", v)
+		}
+		if !(static && hasExpr(s)) {
+			if _, err := regexp.Compile(s); err != nil {
+				return nil, fmt.Errorf("applicationRegex: %v", err)
+			}
+		}
+		c.regex = s
+	}
+	if v, ok := in["applicationLabels"]; ok && v != nil && v != "" {
+		set++
+		if c.labels, err = labelSelector(v, "applicationLabels", static); err != nil {
+			return nil, err
+		}
+	}
+	if set > 1 {
+		return nil, fmt.Errorf("applicationsList, applicationRegex and applicationLabels: give at most one")
+	}
+	if c.syncOptions, err = syncOptionItems(in["syncOptions"], static); err != nil {
+		return nil, err
+	}
+	if c.retry, err = retryStrategy(in["retryStrategy"], static); err != nil {
+		return nil, err
+	}
+	if v, ok := in["degradedStateTimeout"]; ok && v != nil && v != "" {
+		s := fmt.Sprint(v)
+		if !(static && hasExpr(s)) {
+			if c.degradedTimeout, err = durationInput(s); err != nil {
+				return nil, fmt.Errorf("degradedStateTimeout: %w", err)
+			}
+		}
+	}
+	if !c.waitTillHealthy && !hasExprIn(in, "waitTillHealthy") {
+		if c.failOnTimeout {
+			return nil, fmt.Errorf("failOnTimeout: needs waitTillHealthy: true (it fails the step when health is not reached in time)")
+		}
+		if c.degradedTimeout > 0 {
+			return nil, fmt.Errorf("degradedStateTimeout: needs waitTillHealthy: true")
+		}
+	}
+	return c, nil
+}
+
+func hasExprIn(in map[string]any, f string) bool {
+	s, ok := in[f].(string)
+	return ok && hasExpr(s)
+}
+
+// durationInput parses a duration; "0" or "" means none.
+func durationInput(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	return duration.Parse(s)
+}
+
+// appList reads applicationsList: [{agentId|agent, applicationName|name}].
+func appList(v any, defAgent string, static bool) ([]appTarget, error) {
+	list, ok := v.([]any)
+	if !ok {
+		if s, isStr := v.(string); isStr && static && hasExpr(s) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("applicationsList: want a list of {agentId, applicationName}, got %T", v)
+	}
+	var out []appTarget
+	for i, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("applicationsList[%d]: want {agentId, applicationName}, got %T", i, e)
+		}
+		t := appTarget{}
+		for _, k := range []string{"agentId", "agent", "agentIdentifier"} {
+			if s, _ := m[k].(string); s != "" {
+				t.Agent = s
+				break
+			}
+		}
+		for _, k := range []string{"applicationName", "name", "appName"} {
+			if s, _ := m[k].(string); s != "" {
+				t.App = s
+				break
+			}
+		}
+		if t.Agent == "" {
+			t.Agent = defAgent
+		}
+		if t.App == "" {
+			return nil, fmt.Errorf("applicationsList[%d].applicationName: required", i)
+		}
+		if t.Agent == "" && !static {
+			return nil, fmt.Errorf("applicationsList[%d] (%s): agentId required (or set the step's agentId)", i, t.App)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// labelSelector turns applicationLabels (["k:v"], "k=v,k2=v2", or {k: v}) into a selector.
+func labelSelector(v any, field string, static bool) (string, error) {
+	var parts []string
+	switch x := v.(type) {
+	case string:
+		if static && hasExpr(x) {
+			return x, nil
+		}
+		parts = strings.Split(x, ",")
+	case []any:
+		for i, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return "", fmt.Errorf("%s[%d]: want \"key:value\", got %T", field, i, e)
+			}
+			parts = append(parts, s)
+		}
+	case map[string]any:
+		for _, k := range sortedMapKeys(x) {
+			parts = append(parts, k+"="+fmt.Sprint(x[k]))
+		}
+	default:
+		return "", fmt.Errorf("%s: want a list of \"key:value\" or a map, got %T", field, v)
+	}
+	var reqs []string
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		// Harness writes key:value; Kubernetes writes key=value.
+		if k, val, ok := strings.Cut(p, ":"); ok && !strings.ContainsAny(p, "=!()") {
+			p = strings.TrimSpace(k) + "=" + strings.TrimSpace(val)
+		}
+		reqs = append(reqs, p)
+	}
+	sel := strings.Join(reqs, ",")
+	if _, err := agent.ParseSelector(sel); err != nil {
+		return "", fmt.Errorf("%s: %w", field, err)
+	}
+	return sel, nil
+}
+
+func sortedMapKeys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// syncOptionItems maps Harness's syncOptions object to Argo CD items; a list of Argo CD items
+// ("CreateNamespace=true") passes as is. Only options that are set are sent: the agent lays
+// them over the app's own syncPolicy options.
+func syncOptionItems(v any, static bool) ([]string, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case []any:
+		var out []string
+		for i, e := range x {
+			s, ok := e.(string)
+			if !ok || !strings.Contains(s, "=") {
+				return nil, fmt.Errorf("syncOptions[%d]: want an Argo CD option such as \"CreateNamespace=true\", got %v", i, e)
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	case map[string]any:
+		var out []string
+		boolOpt := func(field, item string, invert bool) error {
+			raw, ok := x[field]
+			if !ok {
+				return nil
+			}
+			if s, isStr := raw.(string); isStr && static && hasExpr(s) {
+				return nil
+			}
+			b, err := BoolInput(x, field)
+			if err != nil {
+				return fmt.Errorf("syncOptions.%w", err)
+			}
+			if invert {
+				b = !b
+			}
+			out = append(out, fmt.Sprintf("%s=%t", item, b))
+			return nil
+		}
+		for _, o := range []struct {
+			field, item string
+			invert      bool
+		}{
+			{"skipSchemaValidation", "Validate", true},
+			{"autoCreateNamespace", "CreateNamespace", false},
+			{"pruneResourcesAtLast", "PruneLast", false},
+			{"applyOutOfSyncOnly", "ApplyOutOfSyncOnly", false},
+			{"replaceResources", "Replace", false},
+			{"serverSideApply", "ServerSideApply", false},
+			{"respectIgnoreDifferences", "RespectIgnoreDifferences", false},
+		} {
+			if err := boolOpt(o.field, o.item, o.invert); err != nil {
+				return nil, err
+			}
+		}
+		if p, ok := x["prunePropagationPolicy"]; ok && p != nil && p != "" {
+			s, _ := p.(string)
+			switch strings.ToLower(s) {
+			case "foreground", "background", "orphan":
+				out = append(out, "PrunePropagationPolicy="+strings.ToLower(s))
+			default:
+				if !(static && hasExpr(s)) {
+					return nil, fmt.Errorf("syncOptions.prunePropagationPolicy: %q is not foreground, background or orphan", p)
+				}
+			}
+		}
+		known := map[string]bool{"skipSchemaValidation": true, "autoCreateNamespace": true, "pruneResourcesAtLast": true,
+			"applyOutOfSyncOnly": true, "replaceResources": true, "serverSideApply": true, "respectIgnoreDifferences": true,
+			"prunePropagationPolicy": true}
+		for _, k := range sortedMapKeys(x) {
+			if !known[k] {
+				return nil, fmt.Errorf("syncOptions.%s: unknown option (known: skipSchemaValidation, autoCreateNamespace, pruneResourcesAtLast, applyOutOfSyncOnly, replaceResources, serverSideApply, respectIgnoreDifferences, prunePropagationPolicy)", k)
+			}
+		}
+		return out, nil
+	case string:
+		if static && hasExpr(x) {
+			return nil, nil
+		}
+	}
+	return nil, fmt.Errorf("syncOptions: want {autoCreateNamespace: true, …} or a list of Argo CD options, got %T", v)
+}
+
+// retryStrategy maps Harness's retryStrategy to Argo CD's.
+func retryStrategy(v any, static bool) (*agent.RetryStrategy, error) {
+	m, ok := v.(map[string]any)
+	if v == nil || (ok && len(m) == 0) {
+		return nil, nil
+	}
+	if !ok {
+		if s, isStr := v.(string); isStr && static && hasExpr(s) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("retryStrategy: want {limit, baseBackoffDuration, increaseBackoffByFactor, maxBackoffDuration}, got %T", v)
+	}
+	r := &agent.RetryStrategy{}
+	if l, ok := m["limit"]; ok {
+		n, err := intInput(l, "retryStrategy.limit", static)
+		if err != nil {
+			return nil, err
+		}
+		if n < 0 {
+			return nil, fmt.Errorf("retryStrategy.limit: must be ≥ 0")
+		}
+		r.Limit = int64(n)
+	} else {
+		return nil, fmt.Errorf("retryStrategy.limit: required")
+	}
+	b := &agent.Backoff{}
+	for field, dst := range map[string]*string{"baseBackoffDuration": &b.Duration, "maxBackoffDuration": &b.MaxDuration} {
+		if s, ok := m[field]; ok && s != nil && s != "" {
+			str := fmt.Sprint(s)
+			if !(static && hasExpr(str)) {
+				if _, err := duration.Parse(str); err != nil {
+					return nil, fmt.Errorf("retryStrategy.%s: %w", field, err)
+				}
+			}
+			*dst = str
+		}
+	}
+	if f, ok := m["increaseBackoffByFactor"]; ok && f != nil && f != "" {
+		n, err := intInput(f, "retryStrategy.increaseBackoffByFactor", static)
+		if err != nil {
+			return nil, err
+		}
+		b.Factor = int64(n)
+	}
+	if *b != (agent.Backoff{}) {
+		r.Backoff = b
+	}
+	return r, nil
+}
+
+// ---- the run ----
+
+// syncMemo is what a parked GitOpsSync remembers between wakes.
+type syncMemo struct {
+	Deadline time.Time `json:"deadline"`
+	Expected string    `json:"expected,omitempty"` // the stage's merge commit, when known
+	Apps     []syncApp `json:"apps"`
+}
+
+// syncApp is one app's progress.
+type syncApp struct {
+	Agent string `json:"agent"`
+	App   string `json:"app"`
+	// State: "todo" (sync to be requested), "syncing" (requested; waiting for it), "done".
+	State     string    `json:"state"`
+	Requested time.Time `json:"requested,omitzero"`
+	// Revision is what this app must end up on.
+	Revision      string    `json:"revision,omitempty"`
+	Resyncs       int       `json:"resyncs,omitempty"`
+	Tries         int       `json:"tries,omitempty"`
+	Waiting       string    `json:"waiting,omitempty"` // why it is not done, for messages
+	DegradedSince time.Time `json:"degradedSince,omitzero"`
+	Superseded    string    `json:"superseded,omitempty"` // who started the operation that replaced ours
+}
+
+const (
+	appTodo    = "todo"
+	appSyncing = "syncing"
+	appDone    = "done"
+)
+
+func runGitOpsSync(ctx context.Context, sc *Context) (Result, error) {
+	cfg, err := syncConfigFrom(sc.Inputs, false)
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	g, err := gitopsFor(sc)
+	if err != nil {
+		return Result{}, err
+	}
+	var m syncMemo
+	if ok, err := sc.DecodeMemo(&m); err != nil {
+		return Result{}, Terminalf("GitOpsSync memo: %w", err)
+	} else if !ok {
+		m.Deadline = sc.Deadline
+		if m.Deadline.IsZero() {
+			m.Deadline = time.Now().Add(syncDefaultWait)
+		}
+		m.Expected = expectedRevision(sc, cfg)
+		targets, err := syncTargets(ctx, sc, cfg, g)
+		if err != nil {
+			return Result{}, err
+		}
+		if len(targets) == 0 {
+			sc.Log.Info("No application found to be synced")
+			return Done(map[string]any{"applications": []any{}}), nil
+		}
+		for _, t := range targets {
+			m.Apps = append(m.Apps, syncApp{Agent: t.Agent, App: t.App, State: appTodo})
+		}
+		sc.Log.Info("syncing applications", "apps", len(m.Apps), "expectedRevision", orDefault(m.Expected, "(what Argo CD resolves)"))
+	}
+	final := sc.WakeReason == "deadline" || !time.Now().Before(m.Deadline)
+	if final {
+		// The job's context ends at the deadline; the final verdict still needs the last status.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	run := &syncRun{sc: sc, cfg: cfg, g: g, m: &m, tag: syncTag(sc), now: time.Now()}
+	return run.step(ctx, final)
+}
+
+// syncTag is the InfoStep tag of this step's operations: a retried step (new attempt) starts
+// new operations, a re-run of the same attempt finds its own.
+func syncTag(sc *Context) string {
+	return fmt.Sprintf("%s/%s/%d", sc.Stage, sc.StepID, max(sc.Attempt, 1))
+}
+
+// expectedRevision is the revision the apps must reach: the expectedRevision input, else the
+// commit of this stage's latest MergePR, else "" (what Argo CD resolves per app).
+func expectedRevision(sc *Context, cfg *syncConfig) string {
+	switch strings.ToLower(cfg.expected) {
+	case "any":
+		return ""
+	case "":
+	default:
+		return cfg.expected
+	}
+	for i := len(sc.Priors) - 1; i >= 0; i-- {
+		p := sc.Priors[i]
+		if p.Type == "MergePR" {
+			s, _ := p.Outputs["commitId"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// syncTargets resolves the apps: applicationsList, applicationRegex or applicationLabels,
+// plus the stage's FetchLinkedApps output; de-duplicated.
+func syncTargets(ctx context.Context, sc *Context, cfg *syncConfig, g GitOps) ([]appTarget, error) {
+	seen := map[appTarget]bool{}
+	var out []appTarget
+	add := func(t appTarget) {
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	for _, t := range linkedApps(sc) {
+		add(t)
+	}
+	for _, t := range cfg.list {
+		add(t)
+	}
+	if cfg.regex != "" || cfg.labels != "" {
+		agents := stageAgents(sc, cfg.agentID)
+		if len(agents) == 0 {
+			return nil, Terminalf("applicationRegex/applicationLabels: no agent to ask; set agentId or give the stage an environment whose clusters name an agent")
+		}
+		for _, a := range agents {
+			apps, err := g.Apps(ctx, a, agent.AppsQuery{NameRegex: cfg.regex, Selector: cfg.labels})
+			if err != nil {
+				return nil, agentErr(err, "list apps")
+			}
+			for _, s := range apps {
+				add(appTarget{Agent: a, App: s.Ref()})
+			}
+		}
+	}
+	if len(out) > syncMaxApps {
+		return nil, Terminalf("%d applications selected; GitOpsSync syncs at most %d per step (narrow applicationRegex/applicationLabels)", len(out), syncMaxApps)
+	}
+	return out, nil
+}
+
+// linkedApps reads the apps of this stage's latest FetchLinkedApps.
+func linkedApps(sc *Context) []appTarget {
+	for i := len(sc.Priors) - 1; i >= 0; i-- {
+		p := sc.Priors[i]
+		if p.Type != "FetchLinkedApps" {
+			continue
+		}
+		list, _ := p.Outputs["apps"].([]any)
+		var out []appTarget
+		for _, e := range list {
+			m, _ := e.(map[string]any)
+			a, _ := m["agent"].(string)
+			n, _ := m["name"].(string)
+			if ns, _ := m["appNamespace"].(string); ns != "" {
+				n = ns + "/" + n
+			}
+			if a != "" && n != "" {
+				out = append(out, appTarget{Agent: a, App: n})
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// stageAgents are the agents to ask: the explicit one, else those of the stage's clusters.
+func stageAgents(sc *Context, explicit string) []string {
+	if explicit != "" {
+		return []string{explicit}
+	}
+	var out []string
+	seen := map[string]bool{}
+	if sc.Env != nil {
+		for _, c := range sc.Env.Clusters {
+			if c.Agent != "" && !seen[c.Agent] {
+				seen[c.Agent] = true
+				out = append(out, c.Agent)
+			}
+		}
+	}
+	return out
+}
+
+// agentErr classifies an agent error: offline, slow and busy agents are retried by the worker;
+// the rest fail the step.
+func agentErr(err error, what string) error {
+	if agent.Transient(err) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return Terminalf("%s: %w", what, err)
+}
+
+type syncRun struct {
+	sc  *Context
+	cfg *syncConfig
+	g   GitOps
+	m   *syncMemo
+	tag string
+	now time.Time
+}
+
+// appTag is the InfoStep tag of an app's current operation: each re-sync gets its own, so a
+// record that still shows the previous operation is not mistaken for the new one.
+func (r *syncRun) appTag(a *syncApp) string {
+	if a.Resyncs > 0 {
+		return fmt.Sprintf("%s/r%d", r.tag, a.Resyncs)
+	}
+	return r.tag
+}
+
+// verdict of one app on this run.
+type verdict struct {
+	fail string // non-empty: the app failed, for this reason
+}
+
+func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
+	m := r.m
+	status := make([]*agent.AppStatus, len(m.Apps))
+	for i, a := range m.Apps {
+		if a.State == appDone {
+			continue
+		}
+		st, err := r.g.Status(ctx, a.Agent, a.App)
+		if err != nil && !errors.Is(err, agent.ErrNotFound) {
+			if final {
+				continue
+			}
+			return Result{}, fmt.Errorf("read status of %s on agent %s: %w", a.App, a.Agent, err)
+		}
+		status[i] = st
+	}
+
+	// Apps whose sync was requested: done, failed, or still going.
+	var failures []string
+	for i := range m.Apps {
+		a := &m.Apps[i]
+		if a.State != appSyncing {
+			continue
+		}
+		if v := r.evaluate(a, status[i]); v.fail != "" {
+			failures = append(failures, fmt.Sprintf("%s (agent %s): %s", a.App, a.Agent, v.fail))
+		}
+	}
+	if len(failures) > 0 {
+		return r.failed(status, failures), nil
+	}
+
+	// Apps still to sync: wait out an operation someone else is running, then request ours.
+	byAgent := map[string][]int{}
+	for i := range m.Apps {
+		a := &m.Apps[i]
+		if a.State != appTodo {
+			continue
+		}
+		st := status[i]
+		if st != nil && st.Operation != nil && st.Operation.Tagged(r.sc.RunID, r.appTag(a)) && !st.Operation.Finished() {
+			// An earlier delivery of this step already started it.
+			a.State, a.Requested, a.Waiting = appSyncing, r.now, "sync running"
+			a.Revision = firstNonEmptyStr(r.m.Expected, st.Operation.Revision)
+			continue
+		}
+		if st != nil && st.Operation != nil && !st.Operation.Finished() {
+			a.Waiting = fmt.Sprintf("waiting for an operation started by %s (phase %s) to finish before syncing", who(st.Operation), st.Operation.Phase)
+			continue
+		}
+		if !final {
+			k := a.Agent + "\x00" + r.appTag(a)
+			byAgent[k] = append(byAgent[k], i)
+		}
+	}
+	retry := false
+	for _, k := range sortedKeysOf(byAgent) {
+		idx := byAgent[k]
+		agentID, tag, _ := strings.Cut(k, "\x00")
+		f, again := r.request(ctx, agentID, tag, idx, status)
+		failures = append(failures, f...)
+		retry = retry || again
+	}
+	if len(failures) > 0 {
+		return r.failed(status, failures), nil
+	}
+
+	pending := 0
+	var keys []string
+	for i := range m.Apps {
+		if m.Apps[i].State != appDone {
+			pending++
+			keys = append(keys, agent.StatusKey(m.Apps[i].Agent, m.Apps[i].App))
+		}
+	}
+	if pending == 0 {
+		return Done(map[string]any{"applications": r.outputs(status)}), nil
+	}
+	if final {
+		return r.timedOut(status), nil
+	}
+	poll := syncPollSafetyNet
+	if retry {
+		poll = syncRetryPoll
+	}
+	for _, a := range m.Apps {
+		if !a.DegradedSince.IsZero() && r.cfg.degradedTimeout > 0 {
+			poll = min(poll, max(time.Until(a.DegradedSince.Add(r.cfg.degradedTimeout)), time.Second))
+		}
+	}
+	reason := fmt.Sprintf("waiting for %d of %d application(s): %s", pending, len(m.Apps), r.waitingSummary())
+	return Park(Wait{Keys: keys, Poll: poll, Deadline: m.Deadline, Reason: reason}, m), nil
+}
+
+// request asks one agent to sync apps idx. It returns failure messages and whether some apps
+// must be asked again soon (agent offline, busy app).
+func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, status []*agent.AppStatus) ([]string, bool) {
+	m := r.m
+	refresh := agent.RefreshNone
+	refs := make([]string, len(idx))
+	for j, i := range idx {
+		refs[j] = m.Apps[i].App
+		// A commit merged a moment ago may not be what Argo CD resolves the branch to yet:
+		// have it re-read git before syncing.
+		if m.Expected != "" && (status[i] == nil || status[i].Revision != m.Expected) {
+			refresh = agent.RefreshHard
+		}
+	}
+	req := agent.SyncRequest{Apps: refs, RunID: r.sc.RunID, Step: tag, Prune: r.cfg.prune, DryRun: r.cfg.dryRun,
+		ApplyOnly: r.cfg.applyOnly, ForceApply: r.cfg.forceApply, SyncOptions: r.cfg.syncOptions, Retry: r.cfg.retry, Refresh: refresh}
+	rep, err := r.g.Sync(ctx, agentID, req)
+	if err != nil {
+		if agent.Transient(err) || errors.Is(err, context.DeadlineExceeded) {
+			for _, i := range idx {
+				m.Apps[i].Tries++
+				m.Apps[i].Waiting = "could not ask the agent yet: " + err.Error()
+			}
+			r.sc.Log.Warn("sync request failed; will retry", "agent", agentID, "err", err)
+			return nil, true
+		}
+		return []string{fmt.Sprintf("sync request to agent %s: %v", agentID, err)}, false
+	}
+	var failures []string
+	retry := false
+	for j, i := range idx {
+		a := &m.Apps[i]
+		if j >= len(rep.Results) {
+			failures = append(failures, fmt.Sprintf("%s (agent %s): the agent did not answer for this app", a.App, agentID))
+			continue
+		}
+		res := rep.Results[j]
+		switch {
+		case res.Error == nil:
+			a.State, a.Waiting = appSyncing, "sync requested"
+			a.Requested = res.At
+			if a.Requested.IsZero() {
+				a.Requested = r.now
+			}
+			a.Revision = firstNonEmptyStr(m.Expected, res.Revision)
+			r.sc.Log.Info("sync started", "app", a.App, "agent", agentID, "revision", res.Revision, "alreadyRunning", res.AlreadyRunning)
+		case errors.Is(res.Error, agent.ErrOperationInProgress):
+			a.Waiting = "waiting for another operation to finish: " + res.Error.Message
+			retry = true
+		case agent.Transient(res.Error):
+			a.Tries++
+			a.Waiting = "could not sync yet: " + res.Error.Error()
+			retry = true
+		default:
+			failures = append(failures, fmt.Sprintf("%s (agent %s): %s", a.App, agentID, res.Error.Message))
+		}
+	}
+	return failures, retry
+}
+
+// evaluate moves a syncing app on from what its status record says.
+func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
+	if st == nil {
+		a.Waiting = "no status record (is the agent's leader running?)"
+		return verdict{}
+	}
+	op := st.Operation
+	ours := op.Tagged(r.sc.RunID, r.appTag(a))
+	if !ours {
+		switch {
+		case op == nil || (!op.StartedAt.IsZero() && op.StartedAt.Before(a.Requested.Truncate(time.Second)) && a.Superseded == ""):
+			a.Waiting = "waiting for the agent to report the sync"
+			return verdict{}
+		case !op.Finished():
+			// Ours ended and another operation started; judge the app once that one ends.
+			a.Superseded = who(op)
+			a.Waiting = fmt.Sprintf("our sync was followed by an operation of %s (phase %s)", who(op), op.Phase)
+			return verdict{}
+		}
+		a.Superseded = who(op)
+	} else {
+		switch op.Phase {
+		case agent.PhasePending, agent.PhaseRunning, agent.PhaseTerminating:
+			a.Waiting = "sync " + strings.ToLower(op.Phase)
+			if op.Message != "" {
+				a.Waiting += ": " + op.Message
+			}
+			return verdict{}
+		case agent.PhaseFailed, agent.PhaseError:
+			return verdict{fail: fmt.Sprintf("sync %s: %s", op.Phase, orDefault(op.Message, "no message from Argo CD"))}
+		}
+		if a.Revision == "" {
+			a.Revision = op.Revision
+		}
+		// Succeeded: on the revision we want?
+		if a.Revision != "" && op.SyncedRevision != "" && op.SyncedRevision != a.Revision {
+			if a.Resyncs >= syncMaxResyncs {
+				return verdict{fail: fmt.Sprintf("synced revision %s, expected %s (after %d re-syncs with a hard refresh)", op.SyncedRevision, a.Revision, a.Resyncs)}
+			}
+			r.sc.Log.Warn("sync finished on the wrong revision; syncing again after a hard refresh", "app", a.App,
+				"synced", op.SyncedRevision, "expected", a.Revision)
+			a.Resyncs++
+			a.State, a.Waiting = appTodo, fmt.Sprintf("synced %s, expected %s: syncing again", short(op.SyncedRevision), short(a.Revision))
+			return verdict{}
+		}
+		if op.DryRun || r.cfg.dryRun {
+			a.State, a.Waiting = appDone, ""
+			return verdict{}
+		}
+	}
+	// The phase turns Succeeded before sync status and health are updated: wait for them at
+	// the wanted revision.
+	if st.Sync != agent.SyncSynced || (a.Revision != "" && st.Revision != a.Revision) {
+		a.Waiting = fmt.Sprintf("sync finished; app is %s at %s", orDefault(st.Sync, "Unknown"), short(st.Revision))
+		if a.Revision != "" {
+			a.Waiting += ", waiting for Synced at " + short(a.Revision)
+		}
+		return verdict{}
+	}
+	if !r.cfg.waitTillHealthy {
+		a.State, a.Waiting = appDone, ""
+		return verdict{}
+	}
+	switch st.Health {
+	case agent.HealthHealthy:
+		a.State, a.Waiting, a.DegradedSince = appDone, "", time.Time{}
+	case agent.HealthDegraded:
+		if a.DegradedSince.IsZero() {
+			a.DegradedSince = r.now
+		}
+		a.Waiting = "Degraded: " + st.HealthMessage
+		if r.cfg.degradedTimeout > 0 && r.now.Sub(a.DegradedSince) >= r.cfg.degradedTimeout {
+			return verdict{fail: fmt.Sprintf("Degraded for longer than degradedStateTimeout %s: %s", r.cfg.degradedTimeout, orDefault(st.HealthMessage, "no message"))}
+		}
+	default:
+		a.DegradedSince = time.Time{}
+		a.Waiting = "health " + orDefault(st.Health, "Unknown")
+		if st.HealthMessage != "" {
+			a.Waiting += ": " + st.HealthMessage
+		}
+	}
+	return verdict{}
+}
+
+// timedOut is the verdict at the step's deadline. As Harness documents: a sync still running
+// fails the step; a finished sync whose app is not healthy fails only with failOnTimeout.
+func (r *syncRun) timedOut(status []*agent.AppStatus) Result {
+	var running, unhealthy []string
+	for i, a := range r.m.Apps {
+		if a.State == appDone {
+			continue
+		}
+		synced := a.State == appSyncing && status[i] != nil && status[i].Sync == agent.SyncSynced &&
+			(a.Revision == "" || status[i].Revision == a.Revision) && status[i].Operation != nil &&
+			status[i].Operation.Phase == agent.PhaseSucceeded
+		desc := fmt.Sprintf("%s (agent %s): %s", a.App, a.Agent, orDefault(a.Waiting, "not synced"))
+		if synced && r.cfg.waitTillHealthy {
+			unhealthy = append(unhealthy, desc)
+		} else {
+			running = append(running, desc)
+		}
+	}
+	if len(running) > 0 {
+		return r.failed(status, []string{"timed out with the sync not finished for " + strings.Join(running, "; ")})
+	}
+	if r.cfg.failOnTimeout {
+		return r.failed(status, []string{"timed out waiting for Healthy (failOnTimeout): " + strings.Join(unhealthy, "; ")})
+	}
+	r.sc.Log.Warn("synced, but not healthy before the timeout; succeeding because failOnTimeout is false", "apps", strings.Join(unhealthy, "; "))
+	return Done(map[string]any{"applications": r.outputs(status)})
+}
+
+func (r *syncRun) failed(status []*agent.AppStatus, failures []string) Result {
+	res := Fail("GitOps sync failed: " + strings.Join(failures, "; "))
+	res.Outputs = map[string]any{"applications": r.outputs(status)}
+	return res
+}
+
+func (r *syncRun) waitingSummary() string {
+	var parts []string
+	for _, a := range r.m.Apps {
+		if a.State == appDone {
+			continue
+		}
+		parts = append(parts, a.App+": "+orDefault(a.Waiting, a.State))
+		if len(parts) == 5 {
+			parts = append(parts, "…")
+			break
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// outputs is the `applications` output: every app's final state.
+func (r *syncRun) outputs(status []*agent.AppStatus) []any {
+	out := make([]any, 0, len(r.m.Apps))
+	for i, a := range r.m.Apps {
+		o := map[string]any{"name": a.App, "agent": a.Agent, "state": a.State, "expectedRevision": a.Revision}
+		if a.Waiting != "" {
+			o["waiting"] = a.Waiting
+		}
+		if a.Superseded != "" {
+			o["supersededBy"] = a.Superseded
+		}
+		if st := status[i]; st != nil {
+			o["sync"], o["health"], o["revision"] = st.Sync, st.Health, st.Revision
+			o["cluster"], o["namespace"], o["url"] = st.Cluster, st.Namespace, st.URL
+			if st.HealthMessage != "" {
+				o["healthMessage"] = st.HealthMessage
+			}
+			if op := st.Operation; op != nil {
+				o["phase"], o["syncedRevision"] = op.Phase, op.SyncedRevision
+				if op.Message != "" {
+					o["message"] = op.Message
+				}
+				if !op.StartedAt.IsZero() {
+					o["startedAt"] = op.StartedAt.UTC().Format(time.RFC3339)
+				}
+				if !op.FinishedAt.IsZero() {
+					o["finishedAt"] = op.FinishedAt.UTC().Format(time.RFC3339)
+				}
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func who(op *agent.Operation) string {
+	switch {
+	case op == nil:
+		return "someone"
+	case op.RunID != "":
+		return "prflow run " + op.RunID
+	case op.Automated:
+		return "automated sync"
+	case op.InitiatedBy != "":
+		return op.InitiatedBy
+	}
+	return "someone"
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	if sha == "" {
+		return "(none)"
+	}
+	return sha
+}
+
+func firstNonEmptyStr(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func sortedKeysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

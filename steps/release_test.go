@@ -1,0 +1,283 @@
+package steps_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/bitbucket"
+	"github.com/prflow/prflow/scm/github"
+	"github.com/prflow/prflow/scm/gitlab"
+	"github.com/prflow/prflow/scm/scmtest"
+	"github.com/prflow/prflow/steps"
+)
+
+// resolver maps connector names to providers, as the worker's connectors file does.
+type resolver map[string]scm.Provider
+
+func (r resolver) Provider(_ context.Context, name string) (scm.Provider, error) {
+	p, ok := r[name]
+	if !ok {
+		return nil, fmt.Errorf("no connector %q", name)
+	}
+	return p, nil
+}
+
+const valuesYAML = `# Helm values for the web service
+replicaCount: 2   # scaled by HPA in prod
+
+image:
+  repository: registry.example.com/shop/web
+  tag: "1.4.1"    # set by prflow
+  pullPolicy: IfNotPresent
+
+env:
+  - name: LOG_LEVEL
+    value: info
+  - name: FEATURE_X
+    value: "false"
+`
+
+// forge is one fake forge with a driver pointed at it.
+type forge struct {
+	name string
+	p    scm.Provider
+	f    *scmtest.Forge
+}
+
+func forges(t *testing.T) []forge {
+	files := map[string]string{"envs/dev/values.yaml": valuesYAML, "envs/prod/config.json": "{\n  \"replicas\": 2,\n  \"image\": {\"tag\": \"1.4.1\"}\n}\n", "README.md": "release repo\n"}
+	var out []forge
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", files); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, forge{"github", ghp, gh.Forge})
+	gl := scmtest.NewGitLab(t)
+	if _, err := gl.CreateRepo("acme", "release", files); err != nil {
+		t.Fatal(err)
+	}
+	glp, err := gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, forge{"gitlab", glp, gl.Forge})
+	bb := scmtest.NewBitbucket(t)
+	if _, err := bb.CreateRepo("acme", "release", files); err != nil {
+		t.Fatal(err)
+	}
+	bbp, err := bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, forge{"bitbucket", bbp, bb.Forge})
+	return out
+}
+
+func env(t *testing.T, fg forge, workers int) *ctltest.Env {
+	return ctltest.New(t, ctltest.Options{Workers: workers, Concurrency: 8,
+		Services: map[string]any{steps.ServiceSCM: resolver{"release": fg.p}},
+		Tuning:   queue.ConsumerTuning{AckWait: 5 * time.Second, MaxDeliver: 5}})
+}
+
+const promote = `
+name: promote
+inputs:
+  tag: {type: string, required: true}
+  strategy: {type: string, default: squash}
+environments:
+  - name: dev
+    clusters: [{name: dev-eu, agent: a}]
+stages:
+  - id: dev
+    environment: dev
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release
+          filePath: "envs/<+env.name>/values.yaml"
+          variables:
+            - {name: image.tag, type: String, value: "${{ inputs.tag }}"}
+            - {name: replicaCount, type: Number, value: "3"}
+            - {name: "env[1].value", type: String, value: "true"}
+      - id: merge
+        type: MergePR
+        with: {mergeStrategy: "${{ inputs.strategy }}", deleteSourceBranch: true}
+  - id: newenv
+    steps:
+      - id: create
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release
+          filePath: envs/qa/config.json
+          variables:
+            - {name: cluster.name, type: String, value: qa}
+            - {name: replicas, type: Number, value: "1"}
+      - id: merge
+        type: MergePR
+`
+
+func TestPromoteOnEveryForge(t *testing.T) {
+	for _, fg := range forges(t) {
+		t.Run(fg.name, func(t *testing.T) {
+			e := env(t, fg, 1)
+			r := e.Wait(e.Start(promote, map[string]any{"tag": "1.5.0"}).ID, 90*time.Second)
+			if r.Status != pipelines.StSucceeded {
+				t.Fatalf("run: %s %s\n%s", r.Status, r.Error, e.Logs.String())
+			}
+			up := ctltest.Step(r, "dev", "update").Outputs
+			if up["prNumber"] == "" || !strings.Contains(fmt.Sprint(up["prlink"]), fmt.Sprint(up["prNumber"])) ||
+				!strings.HasPrefix(fmt.Sprint(up["ref"]), "prflow/promote/") || fmt.Sprint(up["changedFiles"]) != "[envs/dev/values.yaml]" {
+				t.Errorf("UpdateReleaseRepo outputs: %#v", up)
+			}
+			merge := ctltest.Step(r, "dev", "merge").Outputs["commitId"].(string)
+			got, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := strings.NewReplacer(`tag: "1.4.1"`, `tag: "1.5.0"`, "replicaCount: 2 ", "replicaCount: 3 ",
+				"value: \"false\"", "value: \"true\"").Replace(valuesYAML)
+			if string(got) != want {
+				t.Errorf("values.yaml after merge (only changed values may differ):\n%s\nwant:\n%s", got, want)
+			}
+			atMerge, _ := fg.p.ReadFile(context.Background(), "acme/release", merge, "envs/dev/values.yaml")
+			if string(atMerge) != want {
+				t.Errorf("MergePR commitId %s does not hold the change", merge)
+			}
+			created, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/qa/config.json")
+			if err != nil || !strings.Contains(string(created), `"name": "qa"`) || !strings.Contains(string(created), `"replicas": 1`) {
+				t.Errorf("new environment file: %v %s", err, created)
+			}
+		})
+	}
+}
+
+func TestRevertRestoresContent(t *testing.T) {
+	for _, fg := range forges(t) {
+		t.Run(fg.name, func(t *testing.T) {
+			e := env(t, fg, 1)
+			before, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+			strategy := "merge"
+			if fg.name == "gitlab" {
+				strategy = "squash"
+			}
+			src := `
+name: revert
+inputs:
+  strategy: {type: string}
+stages:
+  - id: dev
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release
+          filePath: envs/dev/values.yaml
+          variables: [{name: image.tag, value: "9.9.9"}, {name: extra.added, type: Boolean, value: "true"}]
+      - id: merge
+        type: MergePR
+        with: {mergeStrategy: "${{ inputs.strategy }}"}
+      - {id: gate, type: Approval, timeout: 1s, with: {approvers: [nobody]}}
+    rollbackSteps:
+      - id: revert
+        type: RevertPR
+        with: {commitId: "${{ steps.merge.outputs.commitId }}"}
+      - id: mergeRevert
+        type: MergePR
+  - id: newenv
+    needs: []
+    steps:
+      - id: create
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: ../outside.json, variables: [{name: a, value: b}]}
+`
+			r := e.Wait(e.Start(src, map[string]any{"strategy": strategy}).ID, 90*time.Second)
+			if r.Status != pipelines.StFailed {
+				t.Fatalf("run: %s %s", r.Status, r.Error)
+			}
+			if st := ctltest.Step(r, "newenv", "create"); st.Status != pipelines.StFailed || !strings.Contains(st.Error, `filePath: file path "../outside.json" leaves the repository`) {
+				t.Errorf("path escape: %s %q", st.Status, st.Error)
+			}
+			if st := ctltest.Step(r, "dev", "mergeRevert"); st.Status != pipelines.StSucceeded {
+				t.Fatalf("revert merge: %s %s\n%s", st.Status, st.Error, e.Logs.String())
+			}
+			after, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+			if string(after) != string(before) {
+				t.Errorf("revert of the %s commit did not restore the file:\n%s\nwant:\n%s", strategy, after, before)
+			}
+			if _, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "outside.json"); err == nil {
+				t.Error("a rejected path was written")
+			}
+		})
+	}
+}
+
+// TestConcurrentPromotionsSameFile: 20 runs change different keys of one file at once. Each
+// PR conflicts with the ones merged before it; MergePR rebuilds it on the new base. Bitbucket
+// cannot move a branch off its history through its API, so it is not in this test.
+func TestConcurrentPromotionsSameFile(t *testing.T) {
+	for _, fg := range forges(t)[:2] {
+		t.Run(fg.name, func(t *testing.T) { concurrentPromotions(t, fg) })
+	}
+}
+
+func concurrentPromotions(t *testing.T, fg forge) {
+	e := env(t, fg, 2)
+	const n = 20
+	src := `
+name: many
+inputs: {key: {type: string}}
+stages:
+  - id: s
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release
+          filePath: envs/prod/config.json
+          variables: [{name: "keys.${{ inputs.key }}", type: String, value: "${{ inputs.key }}"}]
+      - id: merge
+        type: MergePR
+`
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = e.Start(src, map[string]any{"key": fmt.Sprintf("k%02d", i)}).ID
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := e.Wait(id, 3*time.Minute); r.Status != pipelines.StSucceeded {
+				t.Errorf("run %s: %s %s", id, r.Status, r.Error)
+			}
+		}()
+	}
+	wg.Wait()
+	got, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/prod/config.json")
+	for i := 0; i < n; i++ {
+		if k := fmt.Sprintf(`"k%02d": "k%02d"`, i, i); !strings.Contains(string(got), k) {
+			t.Errorf("change %s lost:\n%s", k, got)
+		}
+	}
+	prs, _ := fg.f.PullRequests("acme", "release")
+	if len(prs) != n {
+		t.Errorf("%d PRs, want %d", len(prs), n)
+	}
+}
