@@ -281,3 +281,7 @@ stages:
 		t.Errorf("%d PRs, want %d", len(prs), n)
 	}
 }
+
+func approve(e *ctltest.Env, run, stage, step string) error {
+	return e.Ctl.Signal(context.Background(), run, stage, step, steps.Signal{Kind: "approval", User: "tester2", Approve: true, At: time.Now()})
+}

@@ -212,8 +212,7 @@ func (c *Controller) apiSignal(w http.ResponseWriter, r *http.Request) {
 		kind = "approval"
 	}
 	sig := steps.Signal{Kind: kind, User: u.Name, Groups: u.Groups, Approve: req.Approve, Comment: req.Comment, At: time.Now().UTC()}
-	ev := queue.Event{Kind: queue.EvSignal, Run: run.ID, Stage: req.Stage, Step: req.Step, Rollback: req.Rollback, Signal: &sig, User: u.Name}
-	if err := c.Publish(r.Context(), ev, ""); err != nil {
+	if err := c.signal(r.Context(), run.ID, req.Stage, req.Step, req.Rollback, sig); err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
@@ -281,4 +280,15 @@ func (c *Controller) apiLogs(w http.ResponseWriter, r *http.Request) {
 			done = true // one more drain pass, then stop
 		}
 	}
+}
+
+// Signal sends a signal (an approval, a forge event) to a step of a run. The caller is
+// responsible for the signal's identity; the API stamps it from the bearer token.
+func (c *Controller) Signal(ctx context.Context, run, stage, step string, sig steps.Signal) error {
+	return c.signal(ctx, run, stage, step, false, sig)
+}
+
+func (c *Controller) signal(ctx context.Context, run, stage, step string, rollback bool, sig steps.Signal) error {
+	ev := queue.Event{Kind: queue.EvSignal, Run: run, Stage: stage, Step: step, Rollback: rollback, Signal: &sig, User: sig.User}
+	return c.Publish(ctx, ev, "")
 }

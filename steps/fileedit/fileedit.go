@@ -40,6 +40,22 @@
 //     defines, every alias of it follows.
 //   - Multi-document YAML: [Options.Document] selects the document (0-based);
 //     the other documents are not touched.
+//
+// # Layout of new text
+//
+// A replaced scalar keeps its quoting when the value allows: double-quoted
+// stays double-quoted (escaped), single-quoted stays single-quoted, plain
+// stays plain unless the string would read back as something else (true,
+// yes, 1.0, 0x1F, null, dates, "", "a: b", leading indicators...), in which
+// case it gets the file's usual quote. Numbers, booleans and null are plain.
+// Block scalars are rewritten in place with their indentation; a new
+// multi-line string becomes a literal block. New keys go after the last
+// entry of their map (after comment lines indented deeper than the entries,
+// before anything else), with the indentation, list style, line breaks and
+// key quoting found in the file; list items appended to a list follow the
+// quoting of the last item. New maps from map values are written with keys
+// in sorted order. JSON gets the file's indentation unit, separators and
+// one-line or multi-line layout of the neighbouring values.
 package fileedit
 
 import (

@@ -47,6 +47,7 @@ func TestJSONErrors(t *testing.T) {
 		{"descend into number", `{"a": 1}`, "a.b", "x", isMismatch("a", "number", "map"), `key "a.b": a is a number in the file, not a map`},
 		{"index an object", `{"a": {}}`, "a[0]", "x", isMismatch("a", "map", "list"), ""},
 		{"object to scalar", `{"a": {}}`, "a", "x", isMismatch("a", "map", "string"), ""},
+		{"nested value of a map value", `{"a": {"b": [1]}}`, "a", map[string]any{"b": map[string]any{}}, isMismatch("a.b", "list", "map"), ""},
 		{"out of range", `{"a": [1]}`, "a[3]", "x", isErr(ErrIndexOutOfRange), ""},
 		{"NaN", `{"a": 1}`, "a", math.NaN(), isErr(ErrUnsupportedValue), ""},
 	} {

@@ -208,6 +208,7 @@ func TestYAMLErrors(t *testing.T) {
 		{"key into a list", "a: [1]\n", "a.b", "y", isMismatch("a", "list", "map"), ""},
 		{"map set to scalar", "a:\n  b: 1\n", "a", "y", isMismatch("a", "map", "string"), ""},
 		{"scalar set to map", "a: 1\n", "a", map[string]any{"b": "c"}, isMismatch("a", "number", "map"), ""},
+		{"nested value of a map value", "a:\n  b:\n    c: 1\n", "a", map[string]any{"b": "x"}, isMismatch("a.b", "map", "string"), `key "a": a.b is a map in the file, not a string`},
 		{"root is a list", "- 1\n", "a", "y", isMismatch("the document root", "list", "map"), ""},
 		{"index out of range", "spec:\n  containers: [a, b]\n", "spec.containers[5]", "y", isErr(ErrIndexOutOfRange), `key "spec.containers[5]": index 5 out of range (list has 2 items) at spec.containers[5]; index 2 appends`},
 		{"new list must start at 0", "a: 1\n", "b[1]", "y", isErr(ErrIndexOutOfRange), ""},

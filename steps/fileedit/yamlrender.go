@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -598,8 +597,6 @@ func joinNonEmpty(sep string, parts ...string) string {
 	}
 	return strings.Join(out, sep)
 }
-
-func validUTF8Key(k string) bool { return utf8.ValidString(k) }
 
 // siblingHint is the quoting of a sibling string value, which new string
 // values copy (a list of quoted args stays quoted).

@@ -236,12 +236,6 @@ func (t *yamlText) skipSpace(p int) int {
 	return p
 }
 
-// restOfLineEmpty reports whether only blanks and a comment follow p on its line.
-func (t *yamlText) restOfLineEmpty(p int) bool {
-	q := t.skipBlanks(p)
-	return q >= len(t.src) || breakLen(t.src, q) > 0 || t.src[q] == '#' && (q == p || isBlank(t.src[q-1]) || q == t.lineStart(q))
-}
-
 // restOfLineBlank reports whether only blanks follow p on its line.
 func (t *yamlText) restOfLineBlank(p int) bool {
 	q := t.skipBlanks(p)
@@ -375,7 +369,7 @@ func (t *yamlText) end(n *yaml.Node, indent int, flow bool) (int, error) {
 			if err != nil {
 				return 0, err
 			}
-			return b.end(), nil
+			return b.contentEnd, nil
 		}
 		return t.plainEnd(cs, indent, flow), nil
 	case yaml.MappingNode, yaml.SequenceNode:
@@ -547,8 +541,6 @@ type blockInfo struct {
 	hasContent  bool
 	explicitInd bool
 }
-
-func (b blockInfo) end() int { return b.contentEnd }
 
 // blockScalar scans a block scalar whose indicator is at p; indent is the
 // column of the enclosing block collection (-1 at the root).

@@ -1,0 +1,77 @@
+package steps_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/scm"
+)
+
+func TestBadInputsFailClearlyWithoutWrites(t *testing.T) {
+	fg := forges(t)[0]
+	ctx := context.Background()
+	// A PR that conflicts with main and was not opened by prflow.
+	base, _ := fg.p.Branch(ctx, "acme/release", "main")
+	if err := fg.p.CreateBranch(ctx, "acme/release", "hotfix", base.SHA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fg.p.Commit(ctx, "acme/release", scm.CommitInput{Branch: "hotfix", Parent: base.SHA, Message: "x",
+		Changes: []scm.FileChange{{Path: "README.md", Content: []byte("hotfix\n")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fg.p.Commit(ctx, "acme/release", scm.CommitInput{Branch: "main", Parent: base.SHA, Message: "y",
+		Changes: []scm.FileChange{{Path: "README.md", Content: []byte("main moved\n")}}}); err != nil {
+		t.Fatal(err)
+	}
+	conflicting, err := fg.p.OpenPR(ctx, "acme/release", scm.NewPR{Title: "hotfix", Head: "hotfix", Base: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fg.f.ResetCalls()
+	e := env(t, fg, 1)
+	cases := []struct {
+		name, step, want string
+	}{
+		{"missing connector", `{id: u, type: UpdateReleaseRepo, with: {connector: nope, repo: acme/release, filePath: a.json, variables: [{name: a, value: b}]}}`,
+			`connector "nope": no connector "nope"`},
+		{"type mismatch", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: envs/dev/values.yaml, variables: [{name: image, value: "v2"}]}}`,
+			"envs/dev/values.yaml"},
+		{"bad number", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: a.json, variables: [{name: n, type: Number, value: "many"}]}}`,
+			"variables[0] (n)"},
+		{"absolute path", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: /etc/passwd, variables: [{name: a, value: b}]}}`,
+			`file path "/etc/passwd" is absolute`},
+		{"unknown PR", `{id: m, type: MergePR, with: {connector: release, repo: acme/release, prNumber: 999}}`,
+			"get PR #999"},
+		{"unmergeable PR", `{id: m, type: MergePR, with: {connector: release, repo: acme/release, prNumber: ` + itoa(conflicting.Number) + `}}`,
+			"has conflicts with main; files: README.md"},
+	}
+	for _, c := range cases {
+		r := e.Wait(e.Start("name: bad\nstages:\n  - id: s\n    steps:\n      - "+c.step+"\n", nil).ID, 60*time.Second)
+		st := r.Stages[0].Steps[0]
+		if r.Status != pipelines.StFailed || !strings.Contains(st.Error, c.want) {
+			t.Errorf("%s: %s %q, want failure containing %q", c.name, r.Status, st.Error, c.want)
+		}
+		if st.Attempt != 1 {
+			t.Errorf("%s: retried (%d attempts) although the error is terminal", c.name, st.Attempt)
+		}
+	}
+	if strings.Contains(ctltest.Step(e.Wait(e.Start("name: tm\nstages:\n  - id: s\n    steps:\n      - "+cases[1].step+"\n", nil).ID, 30*time.Second), "s", "u").Error, "map") == false {
+		t.Error("type mismatch does not name both types")
+	}
+	branches := 0
+	for _, c := range fg.f.Calls() {
+		if c.Method == "POST" && strings.HasSuffix(c.Path, "/git/refs") {
+			branches++
+		}
+	}
+	if branches != 0 {
+		t.Errorf("%d branches created by failing steps", branches)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
