@@ -99,8 +99,10 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 	rebuilt := false
 	wait := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		if pr, err = p.GetPR(ctx, r, number); err != nil {
-			return Result{}, classify(err, fmt.Sprintf("get PR #%d", number))
+		if attempt > 0 { // the first pass uses the read made before taking the lock
+			if pr, err = p.GetPR(ctx, r, number); err != nil {
+				return Result{}, classify(err, fmt.Sprintf("get PR #%d", number))
+			}
 		}
 		if res, done := prFinal(pr); done {
 			return res, nil

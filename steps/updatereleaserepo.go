@@ -106,26 +106,29 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 	}
 	defer unlock()
 
-	// Already done by an earlier delivery? Then report what it did.
-	if pr, err := p.FindPR(ctx, r, branch, base); err == nil {
-		sc.Log.Info("found the PR an earlier attempt opened", "pr", pr.Number, "url", pr.URL)
-		files, _ := p.ChangedFiles(ctx, r, pr.Number)
-		out := prOutputs(pr, pr.HeadSHA, branch, connector, repo, base, files)
-		return afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
+	// The work branch tells whether an earlier delivery got anywhere: no branch means no
+	// commit and no PR yet (this saves a PR lookup on the normal path).
+	readRef, parent, branchExists := base, "", false
+	if br, err := p.Branch(ctx, r, branch); err == nil {
+		readRef, parent, branchExists = branch, br.SHA, true
+		if pr, err := p.FindPR(ctx, r, branch, base); err == nil {
+			sc.Log.Info("found the PR an earlier attempt opened", "pr", pr.Number, "url", pr.URL)
+			files, _ := p.ChangedFiles(ctx, r, pr.Number)
+			out := prOutputs(pr, pr.HeadSHA, branch, connector, repo, base, files)
+			out["edits"] = editsOutput(edits, nil)
+			return afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
+		} else if !errors.Is(err, scm.ErrNotFound) {
+			return Result{}, classify(err, "find PR for "+branch)
+		}
 	} else if !errors.Is(err, scm.ErrNotFound) {
-		return Result{}, classify(err, "find PR for "+branch)
+		return Result{}, classify(err, "branch "+branch)
 	}
-
 	baseRef, err := p.Branch(ctx, r, base)
 	if err != nil {
 		return Result{}, classify(err, fmt.Sprintf("base branch %s of %s", base, repo))
 	}
-	readRef, parent := base, baseRef.SHA
-	branchExists := false
-	if br, err := p.Branch(ctx, r, branch); err == nil {
-		readRef, parent, branchExists = branch, br.SHA, true
-	} else if !errors.Is(err, scm.ErrNotFound) {
-		return Result{}, classify(err, "branch "+branch)
+	if !branchExists {
+		parent = baseRef.SHA
 	}
 
 	var changes []scm.FileChange
