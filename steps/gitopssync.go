@@ -414,6 +414,7 @@ type syncApp struct {
 	Waiting       string    `json:"waiting,omitempty"` // why it is not done, for messages
 	DegradedSince time.Time `json:"degradedSince,omitzero"`
 	Superseded    string    `json:"superseded,omitempty"` // who started the operation that replaced ours
+	Note          string    `json:"note,omitempty"`
 }
 
 const (
@@ -632,7 +633,7 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		}
 	}
 	if len(failures) > 0 {
-		return r.failed(status, failures), nil
+		return r.failed(ctx, status, failures), nil
 	}
 
 	// Apps still to sync: wait out an operation someone else is running, then request ours.
@@ -667,7 +668,7 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		retry = retry || again
 	}
 	if len(failures) > 0 {
-		return r.failed(status, failures), nil
+		return r.failed(ctx, status, failures), nil
 	}
 
 	pending := 0
@@ -679,10 +680,10 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		}
 	}
 	if pending == 0 {
-		return Done(map[string]any{"applications": r.outputs(status)}), nil
+		return Done(map[string]any{"applications": r.outputs(ctx, status)}), nil
 	}
 	if final {
-		return r.timedOut(status), nil
+		return r.timedOut(ctx, status), nil
 	}
 	poll := syncPollSafetyNet
 	if retry {
@@ -808,8 +809,15 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 		}
 	}
 	// The phase turns Succeeded before sync status and health are updated: wait for them at
-	// the wanted revision.
-	if st.Sync != agent.SyncSynced || (a.Revision != "" && st.Revision != a.Revision) {
+	// the wanted revision. Without prune, resources removed from git stay behind and keep the
+	// app OutOfSync; that alone does not hold the step.
+	leftovers := st.Sync == agent.SyncOutOfSync && !r.cfg.prune && st.Resources.OutOfSync > 0 &&
+		st.Resources.OutOfSync == st.Resources.RequiresPruning
+	if leftovers && a.Note == "" {
+		a.Note = fmt.Sprintf("%d resource(s) removed from git are still live (prune: false)", st.Resources.RequiresPruning)
+		r.sc.Log.Warn("app is OutOfSync only by resources awaiting pruning", "app", a.App, "resources", st.Resources.RequiresPruning)
+	}
+	if (st.Sync != agent.SyncSynced && !leftovers) || (a.Revision != "" && st.Revision != a.Revision) {
 		a.Waiting = fmt.Sprintf("sync finished; app is %s at %s", orDefault(st.Sync, "Unknown"), short(st.Revision))
 		if a.Revision != "" {
 			a.Waiting += ", waiting for Synced at " + short(a.Revision)
@@ -843,7 +851,7 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 
 // timedOut is the verdict at the step's deadline. As Harness documents: a sync still running
 // fails the step; a finished sync whose app is not healthy fails only with failOnTimeout.
-func (r *syncRun) timedOut(status []*agent.AppStatus) Result {
+func (r *syncRun) timedOut(ctx context.Context, status []*agent.AppStatus) Result {
 	var running, unhealthy []string
 	for i, a := range r.m.Apps {
 		if a.State == appDone {
@@ -860,18 +868,18 @@ func (r *syncRun) timedOut(status []*agent.AppStatus) Result {
 		}
 	}
 	if len(running) > 0 {
-		return r.failed(status, []string{"timed out with the sync not finished for " + strings.Join(running, "; ")})
+		return r.failed(ctx, status, []string{"timed out with the sync not finished for " + strings.Join(running, "; ")})
 	}
 	if r.cfg.failOnTimeout {
-		return r.failed(status, []string{"timed out waiting for Healthy (failOnTimeout): " + strings.Join(unhealthy, "; ")})
+		return r.failed(ctx, status, []string{"timed out waiting for Healthy (failOnTimeout): " + strings.Join(unhealthy, "; ")})
 	}
 	r.sc.Log.Warn("synced, but not healthy before the timeout; succeeding because failOnTimeout is false", "apps", strings.Join(unhealthy, "; "))
-	return Done(map[string]any{"applications": r.outputs(status)})
+	return Done(map[string]any{"applications": r.outputs(ctx, status)})
 }
 
-func (r *syncRun) failed(status []*agent.AppStatus, failures []string) Result {
+func (r *syncRun) failed(ctx context.Context, status []*agent.AppStatus, failures []string) Result {
 	res := Fail("GitOps sync failed: " + strings.Join(failures, "; "))
-	res.Outputs = map[string]any{"applications": r.outputs(status)}
+	res.Outputs = map[string]any{"applications": r.outputs(ctx, status)}
 	return res
 }
 
@@ -890,16 +898,23 @@ func (r *syncRun) waitingSummary() string {
 	return strings.Join(parts, "; ")
 }
 
-// outputs is the `applications` output: every app's final state.
-func (r *syncRun) outputs(status []*agent.AppStatus) []any {
+// outputs is the `applications` output: every app's final state (apps finished on earlier
+// wakes are read again).
+func (r *syncRun) outputs(ctx context.Context, status []*agent.AppStatus) []any {
 	out := make([]any, 0, len(r.m.Apps))
 	for i, a := range r.m.Apps {
+		if status[i] == nil {
+			status[i], _ = r.g.Status(ctx, a.Agent, a.App)
+		}
 		o := map[string]any{"name": a.App, "agent": a.Agent, "state": a.State, "expectedRevision": a.Revision}
 		if a.Waiting != "" {
 			o["waiting"] = a.Waiting
 		}
 		if a.Superseded != "" {
 			o["supersededBy"] = a.Superseded
+		}
+		if a.Note != "" {
+			o["note"] = a.Note
 		}
 		if st := status[i]; st != nil {
 			o["sync"], o["health"], o["revision"] = st.Sync, st.Health, st.Revision

@@ -50,6 +50,39 @@ func lock(ctx context.Context, sc *Context, parts ...string) (func(), error) {
 	return l.Lock(ctx, strings.Join(parts, "/"))
 }
 
+// restraint takes the repo+branch lock, and first, when the step sets gitRestraint: true,
+// Harness's per-connector "git restraint" (one PR-creating step per token at a time). It is
+// off by default: the repo+branch leases and the per-connector rate limiter already protect
+// the forge, and a global queue per token is what Harness users complain about.
+func restraint(ctx context.Context, sc *Context, connector string, parts ...string) (func(), error) {
+	on, err := BoolInput(sc.Inputs, "gitRestraint")
+	if err != nil {
+		return nil, Terminal(err)
+	}
+	if off, _ := BoolInput(sc.Inputs, "disableGitRestraint"); off {
+		on = false
+	}
+	var first func()
+	if on {
+		if first, err = lock(ctx, sc, "restraint", connector); err != nil {
+			return nil, err
+		}
+	}
+	second, err := lock(ctx, sc, parts...)
+	if err != nil {
+		if first != nil {
+			first()
+		}
+		return nil, err
+	}
+	return func() {
+		second()
+		if first != nil {
+			first()
+		}
+	}, nil
+}
+
 // workBranch is the deterministic branch of one step of one run: a redelivered or re-run job
 // finds its own branch and PR instead of making new ones.
 func workBranch(sc *Context, kind string) string {

@@ -2,6 +2,7 @@ package steps_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -284,4 +285,59 @@ stages:
 
 func approve(e *ctltest.Env, run, stage, step string) error {
 	return e.Ctl.Signal(context.Background(), run, stage, step, steps.Signal{Kind: "approval", User: "tester2", Approve: true, At: time.Now()})
+}
+
+func TestWaitForMerge(t *testing.T) {
+	fg := forges(t)[0]
+	e := env(t, fg, 1)
+	src := `
+name: review
+stages:
+  - id: s
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        timeout: 1m
+        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json, waitForMerge: true, gitRestraint: true,
+               variables: [{name: replicas, type: Number, value: "4"}]}
+`
+	ids := []string{e.Start(src, nil).ID, e.Start(src, nil).ID}
+	prs := map[string]int{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(prs) < 2 && time.Now().Before(deadline) {
+		for _, id := range ids {
+			cur, _ := e.Ctl.Get(context.Background(), id)
+			if st := ctltest.Step(cur, "s", "update"); st.Status == pipelines.StWaiting {
+				var m struct{ PR int }
+				_ = json.Unmarshal(st.Memo, &m)
+				prs[id] = m.PR
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(prs) != 2 {
+		t.Fatalf("steps did not park on their PRs: %v", prs)
+	}
+	// A person merges the first PR and closes the second; the steps wake (poll fallback or a
+	// webhook) and finish accordingly.
+	merged, err := fg.p.MergePR(context.Background(), "acme/release", prs[ids[0]], scm.MergeInput{Method: scm.MergeCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fg.p.ClosePR(context.Background(), "acme/release", prs[ids[1]]); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := e.Ctl.WakeTopicSync(context.Background(), fmt.Sprintf("pr:github:acme/release#%d", prs[id])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r0 := e.Wait(ids[0], 30*time.Second)
+	if r0.Status != pipelines.StSucceeded || ctltest.Step(r0, "s", "update").Outputs["commitId"] != merged.MergeSHA {
+		t.Errorf("merged: %s %s %v", r0.Status, r0.Error, ctltest.Step(r0, "s", "update").Outputs)
+	}
+	r1 := e.Wait(ids[1], 30*time.Second)
+	if r1.Status != pipelines.StFailed || !strings.Contains(r1.Error, "was closed without being merged") {
+		t.Errorf("closed: %s %s", r1.Status, r1.Error)
+	}
 }

@@ -68,7 +68,7 @@ func runRevertPR(ctx context.Context, sc *Context) (Result, error) {
 	}
 	r := scm.Repo(repo)
 	branch := workBranch(sc, "revert")
-	unlock, err := lock(ctx, sc, "repo", connector, repo, branch)
+	unlock, err := restraint(ctx, sc, connector, "repo", connector, repo, branch)
 	if err != nil {
 		return Result{}, err
 	}

@@ -100,7 +100,7 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 		return Result{}, Terminal(err)
 	}
 	branch := workBranch(sc, "")
-	unlock, err := lock(ctx, sc, "repo", connector, repo, branch)
+	unlock, err := restraint(ctx, sc, connector, "repo", connector, repo, branch)
 	if err != nil {
 		return Result{}, err
 	}

@@ -551,6 +551,18 @@ func (c *Controller) watchApps(ctx context.Context, w jetstream.KeyWatcher) {
 	}
 }
 
+// WakeTopicSync is WakeTopic with an error for callers that must know it was sent.
+func (c *Controller) WakeTopicSync(ctx context.Context, topic string) error {
+	for _, ref := range c.refsFor(c.byTopic, topic) {
+		id := fmt.Sprintf("wake/%s/%s/%s/%t/%d", ref.Run, ref.Stage, ref.Step, ref.Rollback, ref.Wake)
+		ev := queue.Event{Kind: queue.EvWake, Run: ref.Run, Stage: ref.Stage, Step: ref.Step, Rollback: ref.Rollback, Wake: ref.Wake, Reason: "event " + topic}
+		if err := c.Publish(ctx, ev, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WakeTopic wakes every step parked on an event topic (e.g. a PR merged).
 func (c *Controller) WakeTopic(ctx context.Context, topic string) int {
 	refs := c.refsFor(c.byTopic, topic)

@@ -87,13 +87,15 @@ func (e *Engine) Commit(ctx context.Context, url string, req CommitRequest) (Com
 		return CommitResult{}, fmt.Errorf("gitengine: commit to %s: %w", req.Branch, err)
 	}
 	var res CommitResult
-	err := e.retry(ctx, req.Parent == "", func(attempt int) error {
+	// One scratch repository serves all attempts: after a lost race the depth-1 fetch of the
+	// new head only transfers what changed, which matters on large repositories.
+	w, err := e.Open(ctx, url)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	defer w.Close()
+	err = e.retry(ctx, req.Parent == "", func(attempt int) error {
 		res = CommitResult{Attempts: attempt}
-		w, err := e.Open(ctx, url)
-		if err != nil {
-			return err
-		}
-		defer w.Close()
 		return w.commitOnce(ctx, req, &res)
 	})
 	return res, err

@@ -60,6 +60,21 @@ func WithBasicAuth(username, token string) Option {
 	}
 }
 
+// TokenUsername is the basic-auth user name that goes with an access token for git over HTTPS
+// on each forge: GitHub ignores it (x-access-token by convention), GitLab expects "oauth2",
+// Bitbucket access tokens "x-token-auth". Other providers get "git".
+func TokenUsername(provider string) string {
+	switch provider {
+	case "github":
+		return "x-access-token"
+	case "gitlab":
+		return "oauth2"
+	case "bitbucket":
+		return "x-token-auth"
+	}
+	return "git"
+}
+
 // WithAuth sets any go-git auth method (for example SSH keys). secrets are redacted from errors.
 func WithAuth(auth transport.AuthMethod, secrets ...string) Option {
 	return func(e *Engine) {

@@ -195,11 +195,19 @@ func TestCommitRetriesLostRaceByReapplyingEdits(t *testing.T) {
 		Edit: func(_ context.Context, tree fs.FS) ([]scm.FileChange, error) {
 			calls++
 			if calls == 1 {
-				sha, err := f.srv.Commit("acme", "deploy", "main", map[string]string{"README.md": "changed by another worker\n"}, nil, "race")
-				if err != nil {
-					return nil, err
+				// Another worker lands three commits meanwhile: the in-place re-fetch must
+				// bridge more than one commit past the shallow boundary.
+				for i := range 3 {
+					content := map[string]string{"other.txt": fmt.Sprint(i)}
+					if i == 2 {
+						content = map[string]string{"README.md": "changed by another worker\n"}
+					}
+					sha, err := f.srv.Commit("acme", "deploy", "main", content, nil, "race")
+					if err != nil {
+						return nil, err
+					}
+					raced = sha
 				}
-				raced = sha
 			}
 			old, err := fs.ReadFile(tree, "README.md")
 			if err != nil {

@@ -39,14 +39,9 @@ type Workspace struct {
 	repo   *git.Repository
 	remote *git.Remote
 	store  *trackingStore // every object write goes through it
-	// fetched remembers earlier fetches so that FetchHistory can restore them after it
-	// restarts the scratch repository.
-	fetched []fetchSpec
-}
-
-type fetchSpec struct {
-	depth int
-	refs  []string
+	// fetched remembers earlier fetches (ref → depth) so that FetchHistory can restore them
+	// after it restarts the scratch repository.
+	fetched map[string]int
 }
 
 func newWorkspace(e *Engine, dir, url string) (*Workspace, error) {
@@ -59,7 +54,7 @@ func newWorkspace(e *Engine, dir, url string) (*Workspace, error) {
 		return nil, fmt.Errorf("gitengine: add remote: %w", e.redact(err))
 	}
 	store := &trackingStore{EncodedObjectStorer: repo.Storer, written: map[plumbing.Hash]bool{}}
-	return &Workspace{e: e, dir: dir, url: url, repo: repo, remote: remote, store: store}, nil
+	return &Workspace{e: e, dir: dir, url: url, repo: repo, remote: remote, store: store, fetched: map[string]int{}}, nil
 }
 
 // Close removes the scratch directory. It is safe to call more than once.
@@ -141,7 +136,9 @@ func (w *Workspace) Fetch(ctx context.Context, depth int, refs ...string) error 
 	}
 	err := w.fetch(ctx, depth, specs)
 	if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
-		w.fetched = append(w.fetched, fetchSpec{depth: depth, refs: refs})
+		for _, r := range refs {
+			w.fetched[r] = depth
+		}
 	}
 	switch {
 	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
@@ -226,22 +223,18 @@ func (w *Workspace) restart(ctx context.Context, skip []string) error {
 	}
 	w.repo, w.remote, w.store = nw.repo, nw.remote, nw.store
 	earlier := w.fetched
-	w.fetched = nil
-	skipped := map[string]bool{}
+	w.fetched = map[string]int{}
 	for _, r := range skip {
-		skipped[r] = true
+		delete(earlier, r)
 	}
-	for _, f := range earlier {
-		var again []string
-		for _, r := range f.refs {
-			if !skipped[r] {
-				again = append(again, r)
-			}
-		}
-		if len(again) > 0 {
-			if err := w.Fetch(ctx, f.depth, again...); err != nil {
-				return err
-			}
+	byDepth := map[int][]string{}
+	for r, d := range earlier {
+		byDepth[d] = append(byDepth[d], r)
+	}
+	for d, refs := range byDepth {
+		sort.Strings(refs)
+		if err := w.Fetch(ctx, d, refs...); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -101,6 +101,13 @@ func New(base string, opts ...Option) (*Provider, error) {
 	if base == "" {
 		return nil, errors.New("local: base URL or directory is required")
 	}
+	if !strings.Contains(base, "://") {
+		abs, err := filepath.Abs(base)
+		if err != nil {
+			return nil, fmt.Errorf("local: base directory %q: %w", base, err)
+		}
+		base = abs
+	}
 	p := &Provider{
 		base:     base,
 		identity: scm.Signature{Name: "prflow", Email: "prflow@localhost"},

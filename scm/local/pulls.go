@@ -350,7 +350,7 @@ func (p *Provider) ClosePR(ctx context.Context, repo scm.Repo, number int) error
 			if head, ok := refs["refs/heads/"+rec.Head]; ok {
 				rec.HeadSHA = head
 				if _, ok := refs["refs/heads/"+rec.Base]; ok {
-					tm, err := p.trialMerge(context.WithoutCancel(ctx), w, rec.Base, rec.Head)
+					tm, err := p.trialMerge(ctx, w, rec.Base, rec.Head)
 					if err == nil {
 						rec.ChangedFiles, _ = w.ChangedPaths(tm.mergeBase, tm.head)
 					}

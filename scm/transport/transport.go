@@ -7,6 +7,11 @@
 // Only requests that are safe to replay are retried: GET, HEAD, PUT, DELETE and OPTIONS, and
 // requests whose context the caller marked with Guarded (for example a merge that carries a
 // head-SHA guard). A plain POST is sent once.
+//
+// Errors returned by Transport itself are redacted. http.Client wraps them in a *url.Error that
+// repeats the request URL (only a password is stripped), and client libraries add their own
+// context, so drivers pass every error through RedactError(err, secrets...) where they turn it
+// into an *scm.Error.
 package transport
 
 import (
