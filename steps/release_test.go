@@ -14,8 +14,10 @@ import (
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/bitbucket"
+	"github.com/prflow/prflow/scm/gitengine"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/gitlab"
+	"github.com/prflow/prflow/scm/local"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -83,6 +85,17 @@ func forges(t *testing.T) []forge {
 		t.Fatal(err)
 	}
 	out = append(out, forge{"bitbucket", bbp, bb.Forge})
+	// The local driver: a plain git remote (the same real git smart-HTTP server), no forge.
+	gs := scmtest.NewGitServer(t)
+	if _, err := gs.CreateRepo("acme", "release", files); err != nil {
+		t.Fatal(err)
+	}
+	eng := gitengine.New(gitengine.WithBasicAuth("x-access-token", scmtest.DefaultToken), gitengine.WithTempDir(t.TempDir()))
+	lp, err := local.New(gs.URL(), local.WithEngine(eng), local.WithIdentity(scm.Signature{Name: "prflow", Email: "prflow@example.com"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, forge{"local", lp, nil})
 	return out
 }
 

@@ -132,6 +132,9 @@ func (p *Provider) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput
 	if err != nil {
 		return "", p.fail(repo, op, err)
 	}
+	if in.Replace != "" {
+		return "", p.fail(repo, op, fmt.Errorf("%w: the local driver does not move a branch off its history", scm.ErrNotSupported))
+	}
 	author := in.Author
 	if author.Name == "" || author.Email == "" {
 		author = p.identity
