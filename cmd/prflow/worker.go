@@ -1,12 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -15,6 +17,7 @@ func newWorker(g *globals) *cobra.Command {
 	w := &worker.Worker{}
 	var ackWait time.Duration
 	var maxDeliver int
+	var connectorsFile string
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a delegate worker that takes step jobs of its pools",
@@ -31,14 +34,34 @@ func newWorker(g *globals) *cobra.Command {
 			}
 			defer conn.Close()
 			w.Log, w.Version, w.Registry = log, version, steps.Default
-			w.Tuning = queue.ConsumerTuning{AckWait: ackWait, MaxDeliver: maxDeliver}
 			if w.ID == "" {
 				w.ID = os.Getenv("PRFLOW_WORKER_ID")
 			}
+			if w.ID == "" {
+				host, _ := os.Hostname()
+				w.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+			}
+			svc := map[string]any{}
+			if connectorsFile != "" {
+				set, err := connector.Load(connectorsFile, connector.WithDeps(connector.Deps{Logger: log}))
+				if err != nil {
+					return err
+				}
+				svc[steps.ServiceSCM] = set
+				w.Secrets = set.Secrets()
+			}
+			b, err := queue.OpenBuckets(ctx, conn.JS)
+			if err != nil {
+				return err
+			}
+			svc[steps.ServiceLocks] = &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: w.ID}
+			w.Services = steps.NewServices(svc)
+			w.Tuning = queue.ConsumerTuning{AckWait: ackWait, MaxDeliver: maxDeliver}
 			return w.Run(ctx, conn)
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&connectorsFile, "connectors", "", "connectors file: forges this worker can reach and their credentials")
 	f.StringSliceVar(&w.Pools, "pool", []string{"default"}, "worker pools to take jobs from (repeatable)")
 	f.IntVar(&w.Concurrency, "concurrency", 4, "jobs run at once per pool")
 	f.StringVar(&w.ID, "id", "", "worker id (default host-pid)")

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/prflow/prflow/deploy/argocd"
+	"github.com/prflow/prflow/deploy/simagent"
+)
+
+// newAgent is `prflow agent`: the GitOps agent next to Argo CD (or, with --sim-repo, the
+// simulated agent over a release repo). It connects outbound to NATS (--nats).
+func newAgent(g *globals) *cobra.Command {
+	var (
+		id, url, tokenFile, ca, ui, replica, namespace string
+		insecure                                       bool
+		simRepo, simBranch, simAppSet                  string
+		simDelay                                       time.Duration
+		timeout                                        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the GitOps agent: report Argo CD app status to prflow and sync apps on request",
+		Example: "  prflow agent --nats nats://nats:4222 --agent-id prod-eu --argocd-url https://argocd.example \\\n" +
+			"    --argocd-token-file /var/run/secrets/argocd/token",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if id == "" {
+				return errors.New("--agent-id is required (the agent name pipelines use in environments → clusters → agent)")
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			if simRepo != "" {
+				sa, err := simagent.New(simagent.Options{AgentID: id, Repo: simRepo, Branch: simBranch, AppSetPath: simAppSet,
+					Delay: simDelay, Log: log, Version: version})
+				if err != nil {
+					return err
+				}
+				conn, err := g.connect(ctx, log, "prflow-agent-"+id)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				return sa.Run(ctx, conn)
+			}
+			if url == "" {
+				return errors.New("--argocd-url is required (or --sim-repo for a simulated agent)")
+			}
+			if tokenFile == "" {
+				return errors.New("--argocd-token-file is required: a file holding an Argo CD API token")
+			}
+			tok, err := os.ReadFile(tokenFile)
+			if err != nil {
+				return fmt.Errorf("--argocd-token-file: %w", err)
+			}
+			if strings.TrimSpace(string(tok)) == "" {
+				return fmt.Errorf("--argocd-token-file %s is empty", tokenFile)
+			}
+			client, err := argocd.NewClient(argocd.ClientOptions{URL: url, Token: string(tok), CAFile: ca, Insecure: insecure})
+			if err != nil {
+				return err
+			}
+			client.Timeout = timeout
+			if insecure {
+				log.Warn("--argocd-insecure: TLS certificates of Argo CD are not verified")
+			}
+			a, err := argocd.New(argocd.Options{AgentID: id, Replica: replica, Client: client, UIURL: ui, Namespace: namespace,
+				Version: version, Log: log})
+			if err != nil {
+				return err
+			}
+			conn, err := g.connect(ctx, log, "prflow-agent-"+id)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			return a.Run(ctx, conn)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&id, "agent-id", os.Getenv("PRFLOW_AGENT_ID"), "agent name used by pipelines (env PRFLOW_AGENT_ID)")
+	f.StringVar(&url, "argocd-url", "", "Argo CD API base URL, e.g. https://argocd.example")
+	f.StringVar(&tokenFile, "argocd-token-file", "", "file holding an Argo CD API token (argocd account generate-token)")
+	f.StringVar(&ca, "argocd-ca", "", "PEM CA bundle to trust for Argo CD's TLS certificate")
+	f.BoolVar(&insecure, "argocd-insecure", false, "do not verify Argo CD's TLS certificate (test setups only)")
+	f.StringVar(&ui, "argocd-ui-url", "", "Argo CD UI base URL for app links (default --argocd-url)")
+	f.StringVar(&namespace, "argocd-namespace", "argocd", "Argo CD's namespace; apps elsewhere are named namespace/name")
+	f.StringVar(&replica, "replica", os.Getenv("POD_NAME"), "replica name when several run for one Argo CD (default host-pid; env POD_NAME)")
+	f.DurationVar(&timeout, "argocd-timeout", 30*time.Second, "timeout of one Argo CD API call")
+	f.StringVar(&simRepo, "sim-repo", "", "run the simulated agent on this release repo (path or git URL) instead of Argo CD")
+	f.StringVar(&simBranch, "sim-branch", "", "simulated agent: branch to deploy (default the repo's HEAD branch)")
+	f.StringVar(&simAppSet, "sim-appset", "", "simulated agent: path of the ApplicationSet manifest in the repo (default: search)")
+	f.DurationVar(&simDelay, "sim-delay", 500*time.Millisecond, "simulated agent: delay before a sync starts deploying")
+	return cmd
+}
