@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prflow/prflow/scm/scmtest"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -114,5 +116,33 @@ func TestServerAndClientCommands(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("server did not stop on cancel")
+	}
+}
+
+func TestConnectorsCheck(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", map[string]string{"a.txt": "x\n"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PRFLOW_TEST_GH", scmtest.DefaultToken)
+	t.Setenv("PRFLOW_TEST_GH_BAD", "wrong-token-value")
+	p := filepath.Join(t.TempDir(), "connectors.yaml")
+	_ = os.WriteFile(p, []byte("connectors:\n  - name: good\n    provider: github\n    baseURL: "+gh.APIURL()+"\n    auth: {token: env:PRFLOW_TEST_GH}\n"+
+		"  - name: bad\n    provider: github\n    baseURL: "+gh.APIURL()+"\n    auth: {token: env:PRFLOW_TEST_GH_BAD}\n"), 0o600)
+	out, err := run(t, "connectors", "check", p, "--repo", "good=acme/release", "--repo", "good=acme/missing")
+	if err == nil {
+		t.Fatalf("want failure:\n%s", out)
+	}
+	for _, want := range []string{"✓ good (github)", "✓ acme/release", "✗ acme/missing", "✗ bad (github)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "wrong-token-value") || strings.Contains(out, scmtest.DefaultToken) {
+		t.Errorf("a token was printed:\n%s", out)
+	}
+	_ = os.WriteFile(p, []byte("connectors:\n  - name: x\n    provider: nosuch\n"), 0o600)
+	if out, err := run(t, "connectors", "check", p); err == nil || !strings.Contains(err.Error()+out, "connectors.yaml:3") {
+		t.Errorf("bad file: %v %s", err, out)
 	}
 }
