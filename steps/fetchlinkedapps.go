@@ -203,7 +203,10 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 	if !sc.Deadline.IsZero() && sc.Deadline.Before(deadline) {
 		deadline = sc.Deadline
 	}
-	return Park(Wait{Keys: keys, Poll: min(linkedPoll, max(time.Until(m.Until), time.Second)), Deadline: deadline,
+	// The inventory keys wake the step; the poll covers an app created between this query and
+	// the controller indexing the park.
+	poll := min(linkedPoll, time.Second<<min(sc.Wake, 3), max(time.Until(m.Until), time.Second))
+	return Park(Wait{Keys: keys, Poll: poll, Deadline: deadline,
 		Reason: "waiting for the ApplicationSet to generate apps: " + msg}, m), nil
 }
 

@@ -47,6 +47,7 @@ func init() {
 // Defaults and limits of GitOpsSync.
 const (
 	syncPollSafetyNet = 30 * time.Second
+	syncFirstPoll     = time.Second     // the poll fallback right after something changed
 	syncRetryPoll     = 3 * time.Second // an agent was offline or busy answering
 	syncDefaultWait   = 10 * time.Minute
 	syncMaxResyncs    = 2 // a Succeeded operation on the wrong revision is retried this often
@@ -398,6 +399,8 @@ type syncMemo struct {
 	Deadline time.Time `json:"deadline"`
 	Expected string    `json:"expected,omitempty"` // the stage's merge commit, when known
 	Apps     []syncApp `json:"apps"`
+	// Quiet counts wakes in a row that changed nothing; the poll fallback doubles with it.
+	Quiet int `json:"quiet,omitempty"`
 }
 
 // syncApp is one app's progress.
@@ -606,6 +609,7 @@ type verdict struct {
 
 func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	m := r.m
+	before := m.fingerprint()
 	status := make([]*agent.AppStatus, len(m.Apps))
 	for i, a := range m.Apps {
 		if a.State == appDone {
@@ -685,9 +689,17 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	if final {
 		return r.timedOut(ctx, status), nil
 	}
-	poll := syncPollSafetyNet
+	// Wakes come from the apps' records changing. The poll is the safety net for a change
+	// that lands between this run's last read and the controller indexing the park: short
+	// right after something moved, doubling up to syncPollSafetyNet while nothing does.
+	if m.fingerprint() != before {
+		m.Quiet = 0
+	} else {
+		m.Quiet = min(m.Quiet+1, 8)
+	}
+	poll := min(syncPollSafetyNet, syncFirstPoll<<m.Quiet)
 	if retry {
-		poll = syncRetryPoll
+		poll = max(poll, syncRetryPoll)
 	}
 	for _, a := range m.Apps {
 		if !a.DegradedSince.IsZero() && r.cfg.degradedTimeout > 0 {
@@ -696,6 +708,15 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	}
 	reason := fmt.Sprintf("waiting for %d of %d application(s): %s", pending, len(m.Apps), r.waitingSummary())
 	return Park(Wait{Keys: keys, Poll: poll, Deadline: m.Deadline, Reason: reason}, m), nil
+}
+
+// fingerprint summarises the apps' progress, to tell a wake that changed something.
+func (m *syncMemo) fingerprint() string {
+	var b strings.Builder
+	for _, a := range m.Apps {
+		b.WriteString(a.State + "|" + a.Waiting + "|" + a.Revision + "|" + a.Superseded + "\n")
+	}
+	return b.String()
 }
 
 // request asks one agent to sync apps idx. It returns failure messages and whether some apps

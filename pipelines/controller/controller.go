@@ -39,7 +39,9 @@ type Controller struct {
 	byTopic  map[string]map[parkRef]struct{}
 	parkedOf map[string][]parkRef // run → its parked refs (to unindex)
 	waiting  map[string]int       // run → number of parked steps
+	revs     map[string]uint64    // run → revision the index reflects
 	cache    sync.Map             // run id → cachedRun: saves a KV read per event
+	indexed  sync.Map             // run id → newest revision already indexed
 	ready    chan struct{}
 	readyOne sync.Once
 }
@@ -83,7 +85,7 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 16,
 		machines: map[string]*pipelines.Machine{}, timers: map[string]*runTimer{},
 		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
-		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, ready: make(chan struct{})}
+		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, ready: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
@@ -315,6 +317,12 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		} else {
 			c.cache.Store(r.ID, cachedRun{rev: rev, data: data})
 		}
+		// Index our own update now; the runs watcher then skips it instead of decoding it again.
+		c.indexed.Store(r.ID, rev)
+		c.index(&r, m, rev)
+		if r.Status.Terminal() {
+			c.indexed.Delete(r.ID)
+		}
 		c.observe(ev, &r, jobs)
 		if ev.Kind == queue.EvCancel {
 			_ = c.conn.NC.Publish(queue.CancelSubject, []byte(r.ID))
@@ -428,6 +436,9 @@ func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
 			c.forget(e.Key())
 			continue
 		}
+		if v, ok := c.indexed.Load(e.Key()); ok && v.(uint64) >= e.Revision() {
+			continue // this controller applied that revision and indexed it already
+		}
 		var r pipelines.Run
 		if err := json.Unmarshal(e.Value(), &r); err != nil {
 			continue
@@ -441,12 +452,13 @@ func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
 			_ = c.publishJobs(ctx, m.Jobs(&r))
 			_ = c.Publish(ctx, queue.Event{Kind: queue.EvTick, Run: r.ID}, "")
 		}
-		c.index(&r, m)
+		c.index(&r, m, e.Revision())
 	}
 	c.readyOne.Do(func() { close(c.ready) })
 }
 
 func (c *Controller) forget(run string) {
+	c.indexed.Delete(run)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unindexLocked(run)
@@ -476,9 +488,17 @@ func (c *Controller) unindexLocked(run string) {
 	delete(c.parkedOf, run)
 }
 
-func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine) {
+func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if rev < c.revs[r.ID] {
+		return // an older revision arrived late (watcher vs. our own update)
+	}
+	if r.Status.Terminal() {
+		delete(c.revs, r.ID)
+	} else {
+		c.revs[r.ID] = rev
+	}
 	c.unindexLocked(r.ID)
 	var refs []parkRef
 	parked := m.Parked(r)
