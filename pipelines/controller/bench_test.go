@@ -22,7 +22,7 @@ import (
 func BenchmarkFullPath(b *testing.B) {
 	const stepsPerRun = 10
 	logLevel = slog.LevelInfo
-	e := newEnv(&testing.T{}, envOpts{workers: 1, concurrency: 32})
+	e := newEnv(&testing.T{}, envOpts{workers: 1, concurrency: 64})
 	defer e.stop()
 	var sb strings.Builder
 	sb.WriteString("name: bench\nstages:\n  - id: s\n    steps:\n")
@@ -35,7 +35,7 @@ func BenchmarkFullPath(b *testing.B) {
 	start := time.Now()
 	ids := make([]string, runs)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
+	sem := make(chan struct{}, 256)
 	for i := range ids {
 		wg.Add(1)
 		sem <- struct{}{}
