@@ -2,13 +2,32 @@
 // docs and the tests. They are embedded so `prflow dev` works from any directory.
 package examples
 
-import "embed"
+import (
+	"embed"
+	"io/fs"
+	"strings"
+)
 
-//go:embed pipelines/*.yaml
+//go:embed pipelines/*.yaml all:release-repo
 var FS embed.FS
 
 // DefaultPipelineName is the pipeline `prflow dev` runs without --pipeline.
-const DefaultPipelineName = "pipelines/hello.yaml"
+const DefaultPipelineName = "pipelines/promote.yaml"
+
+// ReleaseRepo returns the sample release repo's files (path → content) that `prflow dev`
+// seeds its local git server with.
+func ReleaseRepo() map[string]string {
+	out := map[string]string{}
+	_ = fs.WalkDir(FS, "release-repo", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := FS.ReadFile(p)
+		out[strings.TrimPrefix(p, "release-repo/")] = string(b)
+		return nil
+	})
+	return out
+}
 
 // DefaultPipeline returns the default example's source.
 func DefaultPipeline() []byte {

@@ -144,6 +144,9 @@ type field struct {
 // fields reads a mapping, reporting keys not in allowed and duplicate keys.
 func (l *loader) fields(n *yaml.Node, path string, allowed ...string) map[string]field {
 	out := map[string]field{}
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
 	if n.Kind != yaml.MappingNode {
 		l.errf(n, path, "want a mapping, got %s", kindName(n))
 		return out
@@ -154,6 +157,9 @@ func (l *loader) fields(n *yaml.Node, path string, allowed ...string) map[string
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
+		for v.Kind == yaml.AliasNode && v.Alias != nil {
+			v = v.Alias // YAML anchors let stages share step lists
+		}
 		name := k.Value
 		if _, dup := out[name]; dup {
 			l.errf(k, join(path, name), "duplicate key")

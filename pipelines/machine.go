@@ -727,6 +727,7 @@ type Parked struct {
 	Wake        int
 	Keys        []string
 	Topics      []string
+	Since       time.Time // when the job that parked was dispatched
 }
 
 // Parked lists the run's waiting steps.
@@ -736,7 +737,7 @@ func (m *Machine) Parked(r *Run) []Parked {
 		for ri, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
 			for _, st := range list {
 				if st.Status == StWaiting && st.Wait != nil {
-					out = append(out, Parked{Stage: sr.ID, Step: st.ID, Rollback: ri == 1, Wake: st.Wake, Keys: st.Wait.Keys, Topics: st.Wait.Topics})
+					out = append(out, Parked{Stage: sr.ID, Step: st.ID, Rollback: ri == 1, Wake: st.Wake, Keys: st.Wait.Keys, Topics: st.Wait.Topics, Since: st.Queued})
 				}
 			}
 		}

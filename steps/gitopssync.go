@@ -648,10 +648,15 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			continue
 		}
 		st := status[i]
-		if st != nil && st.Operation != nil && st.Operation.Tagged(r.sc.RunID, r.appTag(a)) && !st.Operation.Finished() {
-			// An earlier delivery of this step already started it.
-			a.State, a.Requested, a.Waiting = appSyncing, r.now, "sync running"
+		if st != nil && st.Operation.Tagged(r.sc.RunID, r.appTag(a)) {
+			// An earlier delivery of this step already started it (and it may have ended):
+			// judge that operation instead of starting another.
+			a.State, a.Waiting = appSyncing, "sync requested by an earlier attempt"
+			a.Requested = firstTime(st.Operation.StartedAt, r.now)
 			a.Revision = firstNonEmptyStr(r.m.Expected, st.Operation.Revision)
+			if v := r.evaluate(a, st); v.fail != "" {
+				return r.failed(ctx, status, []string{fmt.Sprintf("%s (agent %s): %s", a.App, a.Agent, v.fail)}), nil
+			}
 			continue
 		}
 		if st != nil && st.Operation != nil && !st.Operation.Finished() {
@@ -800,6 +805,7 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 		}
 		a.Superseded = who(op)
 	} else {
+		a.Superseded = ""
 		switch op.Phase {
 		case agent.PhasePending, agent.PhaseRunning, agent.PhaseTerminating:
 			a.Waiting = "sync " + strings.ToLower(op.Phase)
@@ -990,6 +996,15 @@ func short(sha string) string {
 		return "(none)"
 	}
 	return sha
+}
+
+func firstTime(v ...time.Time) time.Time {
+	for _, t := range v {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 func firstNonEmptyStr(v ...string) string {

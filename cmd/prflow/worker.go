@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/steps"
@@ -55,6 +56,7 @@ func newWorker(g *globals) *cobra.Command {
 				return err
 			}
 			svc[steps.ServiceLocks] = &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: w.ID}
+			svc[steps.ServiceGitOps] = agent.NewClient(conn.NC, b.Apps, b.Agents)
 			w.Services = steps.NewServices(svc)
 			w.Tuning = queue.ConsumerTuning{AckWait: ackWait, MaxDeliver: maxDeliver}
 			return w.Run(ctx, conn)

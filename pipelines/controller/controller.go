@@ -40,6 +40,7 @@ type Controller struct {
 	parkedOf map[string][]parkRef // run → its parked refs (to unindex)
 	waiting  map[string]int       // run → number of parked steps
 	revs     map[string]uint64    // run → revision the index reflects
+	changed  map[string]time.Time // prflow-apps key → when it last changed
 	cache    sync.Map             // run id → cachedRun: saves a KV read per event
 	indexed  sync.Map             // run id → newest revision already indexed
 	ready    chan struct{}
@@ -85,7 +86,7 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 16,
 		machines: map[string]*pipelines.Machine{}, timers: map[string]*runTimer{},
 		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
-		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, ready: make(chan struct{})}
+		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: map[string]time.Time{}, ready: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
@@ -507,8 +508,14 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 	} else {
 		delete(c.waiting, r.ID)
 	}
+	var missed []parkRef
 	for _, p := range parked {
 		for _, k := range p.Keys {
+			// A change that landed after the step's job went out but before this park was
+			// indexed would otherwise wake nobody: wake now.
+			if t, ok := c.changed[k]; ok && !p.Since.IsZero() && t.After(p.Since) {
+				missed = append(missed, parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: k})
+			}
 			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: k}
 			if c.byKey[k] == nil {
 				c.byKey[k] = map[parkRef]struct{}{}
@@ -527,6 +534,9 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 	}
 	if len(refs) > 0 {
 		c.parkedOf[r.ID] = refs
+	}
+	if len(missed) > 0 {
+		go c.wakeRefs(context.Background(), missed, "key changed before the step parked")
 	}
 	c.metrics.parked.Store(int64(c.countParkedLocked()))
 	due := m.NextDue(r)
@@ -567,6 +577,9 @@ func (c *Controller) watchApps(ctx context.Context, w jetstream.KeyWatcher) {
 		if e == nil {
 			continue
 		}
+		c.mu.Lock()
+		c.changed[e.Key()] = time.Now()
+		c.mu.Unlock()
 		c.wakeRefs(ctx, c.refsFor(c.byKey, e.Key()), "key "+e.Key()+" changed")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
@@ -108,6 +109,9 @@ func New(t testing.TB, o Options) *Env {
 		}
 		id := fmt.Sprintf("w%d", i)
 		svc[steps.ServiceLocks] = &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: id}
+		if _, ok := svc[steps.ServiceGitOps]; !ok {
+			svc[steps.ServiceGitOps] = agent.NewClient(conn.NC, b.Apps, b.Agents)
+		}
 		w := &worker.Worker{ID: id, Concurrency: o.Concurrency, Registry: o.Registry, Log: log,
 			Services: steps.NewServices(svc), Secrets: o.Secrets, Tuning: o.Tuning, DrainTimeout: 2 * time.Second}
 		e.wg.Add(1)

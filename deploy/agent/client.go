@@ -1,0 +1,228 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Client talks to agents for steps: requests over NATS, app status from the prflow-apps KV.
+// It is safe for concurrent use.
+type Client struct {
+	nc     *nats.Conn
+	apps   jetstream.KeyValue
+	agents jetstream.KeyValue
+	// Timeout bounds one request when ctx has no earlier deadline (default 30s; a sync of
+	// many apps gets 200ms more per app).
+	Timeout time.Duration
+	// Recheck is how long a seen registration is trusted before prflow-agents is read again
+	// (default 5s). NATS itself answers "no responders" at once for an agent with no listener.
+	Recheck time.Duration
+
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+// NewClient builds a client. apps and agents are the prflow-apps and prflow-agents buckets
+// (queue.Buckets.Apps and .Agents).
+func NewClient(nc *nats.Conn, apps, agents jetstream.KeyValue) *Client {
+	return &Client{nc: nc, apps: apps, agents: agents, Timeout: 30 * time.Second, Recheck: 5 * time.Second, seen: map[string]time.Time{}}
+}
+
+// Sync asks agentID to sync req.Apps. A request-level failure is returned as error; per-app
+// failures are in the results.
+func (c *Client) Sync(ctx context.Context, agentID string, req SyncRequest) (*SyncReply, error) {
+	if len(req.Apps) == 0 {
+		return nil, &Error{Code: CodeInvalid, Agent: agentID, Message: "sync: no apps given"}
+	}
+	req.V = Version
+	var rep SyncReply
+	extra := time.Duration(len(req.Apps)) * 200 * time.Millisecond
+	if err := c.request(ctx, agentID, "sync", req, &rep, extra); err != nil {
+		return nil, err
+	}
+	if rep.Error != nil {
+		return nil, withAgent(rep.Error, agentID)
+	}
+	for i := range rep.Results {
+		if rep.Results[i].Error != nil {
+			rep.Results[i].Error = withAgent(rep.Results[i].Error, agentID)
+		}
+	}
+	return &rep, nil
+}
+
+// Apps lists the agent's apps that match q.
+func (c *Client) Apps(ctx context.Context, agentID string, q AppsQuery) ([]AppStatus, error) {
+	q.V = Version
+	var rep AppsReply
+	if err := c.request(ctx, agentID, "apps", q, &rep, 0); err != nil {
+		return nil, err
+	}
+	if rep.Error != nil {
+		return nil, withAgent(rep.Error, agentID)
+	}
+	return rep.Apps, nil
+}
+
+// Get reads one app through the agent, refreshing it first when asked.
+func (c *Client) Get(ctx context.Context, agentID, app string, refresh Refresh) (*AppStatus, error) {
+	var rep GetReply
+	if err := c.request(ctx, agentID, "get", GetRequest{V: Version, App: app, Refresh: refresh}, &rep, 0); err != nil {
+		return nil, err
+	}
+	if rep.Error != nil {
+		return nil, withAgent(rep.Error, agentID)
+	}
+	if rep.App == nil {
+		return nil, &Error{Code: CodeInternal, Agent: agentID, App: app, Message: "get: empty reply"}
+	}
+	return rep.App, nil
+}
+
+// Status reads an app's record from prflow-apps (no request to the agent). A missing record
+// is ErrNotFound.
+func (c *Client) Status(ctx context.Context, agentID, app string) (*AppStatus, error) {
+	e, err := c.apps.Get(ctx, StatusKey(agentID, app))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, &Error{Code: CodeNotFound, Agent: agentID, App: app, Message: "no status reported for this app (prflow-apps key " + StatusKey(agentID, app) + ")"}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read status of %s/%s: %w", agentID, app, err)
+	}
+	var s AppStatus
+	if err := DecodeStatus(e.Value(), &s); err != nil {
+		return nil, fmt.Errorf("status of %s/%s: %w", agentID, app, err)
+	}
+	return &s, nil
+}
+
+// DecodeStatus parses a prflow-apps record and checks its version.
+func DecodeStatus(b []byte, s *AppStatus) error {
+	if err := json.Unmarshal(b, s); err != nil {
+		return &Error{Code: CodeInternal, Message: "app status record: " + err.Error()}
+	}
+	if s.V != Version {
+		return &Error{Code: CodeVersion, Message: fmt.Sprintf("app status record has protocol version %d, this prflow reads %d", s.V, Version)}
+	}
+	return nil
+}
+
+// Registered returns the live registrations of agentID's replicas, or ErrOffline naming the
+// agent when there is none.
+func (c *Client) Registered(ctx context.Context, agentID string) ([]Registration, error) {
+	lister, err := c.agents.ListKeysFiltered(ctx, Token(agentID)+".*")
+	if err != nil {
+		return nil, fmt.Errorf("read prflow-agents: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	var out []Registration
+	for _, k := range keys {
+		e, err := c.agents.Get(ctx, k)
+		if err != nil {
+			continue // expired between list and get
+		}
+		var r Registration
+		if json.Unmarshal(e.Value(), &r) == nil && r.Agent == agentID {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return nil, offline(agentID, "no replica is registered in prflow-agents (none has sent a heartbeat in the last 30s)")
+	}
+	return out, nil
+}
+
+func offline(agentID, why string) *Error {
+	return &Error{Code: CodeOffline, Agent: agentID,
+		Message: fmt.Sprintf("agent is offline: %s; is `prflow agent --agent-id %s` running and connected to this NATS?", why, agentID)}
+}
+
+func (c *Client) checkRegistered(ctx context.Context, agentID string) error {
+	c.mu.Lock()
+	at, ok := c.seen[agentID]
+	c.mu.Unlock()
+	if ok && time.Since(at) < c.Recheck {
+		return nil
+	}
+	if _, err := c.Registered(ctx, agentID); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.seen[agentID] = time.Now()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Client) forget(agentID string) {
+	c.mu.Lock()
+	delete(c.seen, agentID)
+	c.mu.Unlock()
+}
+
+// request sends one versioned request and decodes the reply into out.
+func (c *Client) request(ctx context.Context, agentID, kind string, in, out any, extra time.Duration) error {
+	if agentID == "" {
+		return &Error{Code: CodeInvalid, Message: kind + ": no agent given"}
+	}
+	if err := c.checkRegistered(ctx, agentID); err != nil {
+		return err
+	}
+	data, err := json.Marshal(in)
+	if err != nil {
+		return &Error{Code: CodeInvalid, Agent: agentID, Message: kind + ": " + err.Error()}
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout+extra)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(rctx, Subject(agentID, kind), data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		c.forget(agentID)
+		return offline(agentID, "registered, but no replica listens on "+Subject(agentID, kind))
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		if ctx.Err() != nil {
+			return fmt.Errorf("agent %s %s: %w", agentID, kind, ctx.Err())
+		}
+		return &Error{Code: CodeTimeout, Agent: agentID, Message: fmt.Sprintf("%s: no reply within %s", kind, timeout+extra)}
+	case err != nil:
+		return &Error{Code: CodeInternal, Agent: agentID, Message: kind + ": " + err.Error()}
+	}
+	var head struct {
+		V     int    `json:"v"`
+		Error *Error `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &head); err != nil {
+		return &Error{Code: CodeInternal, Agent: agentID, Message: fmt.Sprintf("%s: undecodable reply: %v", kind, err)}
+	}
+	if head.V != Version {
+		if head.Error != nil {
+			return withAgent(head.Error, agentID)
+		}
+		return &Error{Code: CodeVersion, Agent: agentID, Message: fmt.Sprintf("%s: reply has protocol version %d, this prflow speaks %d", kind, head.V, Version)}
+	}
+	if err := json.Unmarshal(msg.Data, out); err != nil {
+		return &Error{Code: CodeInternal, Agent: agentID, Message: fmt.Sprintf("%s: undecodable reply: %v", kind, err)}
+	}
+	return nil
+}
+
+func withAgent(e *Error, agentID string) *Error {
+	c := *e
+	if c.Agent == "" {
+		c.Agent = agentID
+	}
+	return &c
+}

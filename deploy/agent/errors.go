@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies an agent error so callers can branch on it.
+type Code string
+
+const (
+	// CodeNotFound: the app does not exist (or the agent's token may not see it).
+	CodeNotFound Code = "not_found"
+	// CodeUnauthorized: the GitOps backend rejected the agent's credentials.
+	CodeUnauthorized Code = "unauthorized"
+	// CodeUnreachable: the agent cannot reach its GitOps backend.
+	CodeUnreachable Code = "unreachable"
+	// CodeOperationInProgress: another operation (not the caller's) is running on the app.
+	CodeOperationInProgress Code = "operation_in_progress"
+	// CodeInvalid: the request is malformed (bad selector, regex, empty app list…).
+	CodeInvalid Code = "invalid"
+	// CodeRejected: the backend refused the request for another reason (its message says why).
+	CodeRejected Code = "rejected"
+	// CodeOffline: no replica of the agent is registered or listening.
+	CodeOffline Code = "agent_offline"
+	// CodeTimeout: no answer in time (from the agent, or from its backend).
+	CodeTimeout Code = "timeout"
+	// CodeVersion: the message has a protocol version the reader does not know.
+	CodeVersion Code = "unsupported_version"
+	// CodeInternal: anything else.
+	CodeInternal Code = "internal"
+)
+
+// Error is an agent error as carried in replies. Match it with errors.Is against the Err*
+// sentinels (which compare codes) or errors.As to read the fields.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	Agent   string `json:"agent,omitempty"`
+	App     string `json:"app,omitempty"`
+}
+
+func (e *Error) Error() string {
+	where := ""
+	switch {
+	case e.Agent != "" && e.App != "":
+		where = fmt.Sprintf("agent %s, app %s: ", e.Agent, e.App)
+	case e.Agent != "":
+		where = fmt.Sprintf("agent %s: ", e.Agent)
+	case e.App != "":
+		where = fmt.Sprintf("app %s: ", e.App)
+	}
+	msg := e.Message
+	if msg == "" {
+		msg = string(e.Code)
+	}
+	return where + msg
+}
+
+// Is matches another *Error by code, so errors.Is(err, agent.ErrNotFound) works.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Message == "" && t.Agent == "" && t.App == ""
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrNotFound            = &Error{Code: CodeNotFound}
+	ErrUnauthorized        = &Error{Code: CodeUnauthorized}
+	ErrUnreachable         = &Error{Code: CodeUnreachable}
+	ErrOperationInProgress = &Error{Code: CodeOperationInProgress}
+	ErrInvalid             = &Error{Code: CodeInvalid}
+	ErrRejected            = &Error{Code: CodeRejected}
+	ErrOffline             = &Error{Code: CodeOffline}
+	ErrTimeout             = &Error{Code: CodeTimeout}
+	ErrVersion             = &Error{Code: CodeVersion}
+	ErrInternal            = &Error{Code: CodeInternal}
+)
+
+// Errorf builds an *Error.
+func Errorf(code Code, format string, a ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+// Transient reports whether retrying later may succeed: the agent or its backend was offline,
+// slow or failed internally, or another operation was running.
+func Transient(err error) bool {
+	for _, s := range []error{ErrOffline, ErrTimeout, ErrUnreachable, ErrInternal, ErrOperationInProgress} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// AsError converts any error into an *Error (CodeInternal unless it already is one).
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		c := *e
+		return &c
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}

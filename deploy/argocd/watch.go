@@ -1,0 +1,302 @@
+package argocd
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/queue"
+)
+
+// lead keeps prflow-apps in step with Argo CD until ctx ends: watch stream with reconnect and
+// backoff, and a full re-list after every (re)connect so that nothing changed (or deleted)
+// while the stream was down is missed.
+func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
+	w := agent.NewWriter(b.Apps, a.o.AgentID, a.o.Log)
+	if err := w.Seed(ctx); err != nil && ctx.Err() == nil {
+		a.o.Log.Warn("agent: could not read existing app records; unchanged apps will be rewritten", "err", err)
+	}
+	a.mu.Lock()
+	a.writer = w
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.pastWrites += w.Writes()
+		a.writer = nil
+		a.mu.Unlock()
+	}()
+
+	// The inventory key (what FetchLinkedApps waits on) is rewritten at most every 200ms.
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := w.FlushInventory(ctx); err != nil && ctx.Err() == nil {
+					a.o.Log.Warn("agent: inventory", "err", err)
+				}
+			}
+		}
+	}()
+	defer bg.Wait()
+
+	backoff := a.o.MinBackoff
+	for ctx.Err() == nil {
+		opened := time.Time{}
+		events := 0
+		var relist sync.WaitGroup
+		sctx, cancel := context.WithCancel(ctx)
+		err := a.argo.Watch(sctx, func() {
+			opened = time.Now()
+			a.connects.Add(1)
+			relist.Add(1)
+			go func() {
+				defer relist.Done()
+				a.relist(sctx, w)
+			}()
+		}, func(ev WatchEvent) {
+			events++
+			a.apply(sctx, w, ev)
+		})
+		cancel()
+		relist.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		a.setProblem(err)
+		if !opened.IsZero() && (events > 0 || time.Since(opened) > 10*time.Second) {
+			backoff = a.o.MinBackoff // it worked for a while: start over
+		}
+		d := backoff/2 + rand.N(backoff/2+1)
+		a.o.Log.Warn("agent: Argo CD watch stream ended; reconnecting", "err", err, "in", d.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		backoff = min(backoff*2, a.o.MaxBackoff)
+	}
+}
+
+// relist writes every app Argo CD lists and deletes the records of apps it no longer has. It
+// retries while the stream is up, since a missed deletion would otherwise wait for the next
+// reconnect.
+func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
+	wait := a.o.MinBackoff
+	for ctx.Err() == nil {
+		apps, rv, err := a.argo.List(ctx, "")
+		if err == nil {
+			present := map[string]bool{}
+			for i := range apps {
+				st := a.status(&apps[i])
+				present[st.Ref()] = true
+				if _, err := w.Put(ctx, st); err != nil && ctx.Err() == nil {
+					a.o.Log.Warn("agent: write status", "app", st.Ref(), "err", err)
+				}
+			}
+			if err := w.Retain(ctx, present, rv); err != nil && ctx.Err() == nil {
+				a.o.Log.Warn("agent: delete stale status", "err", err)
+			}
+			a.apps.Store(int64(len(apps)))
+			a.setProblem(nil)
+			a.o.Log.Debug("agent: re-listed applications", "apps", len(apps))
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		a.setProblem(err)
+		a.o.Log.Warn("agent: listing applications failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, a.o.MaxBackoff)
+	}
+}
+
+func (a *Agent) apply(ctx context.Context, w *agent.Writer, ev WatchEvent) {
+	st := a.status(&ev.Application)
+	var err error
+	if ev.Type == "DELETED" {
+		err = w.Delete(ctx, st.Ref(), st.ResourceVersion)
+	} else {
+		_, err = w.Put(ctx, st)
+	}
+	if err != nil && ctx.Err() == nil {
+		a.o.Log.Warn("agent: write status", "app", st.Ref(), "event", ev.Type, "err", err)
+	}
+}
+
+// status turns an Argo CD Application into prflow's record.
+func (a *Agent) status(app *Application) agent.AppStatus {
+	m, sp, s := &app.Metadata, &app.Spec, &app.Status
+	st := agent.AppStatus{
+		V: agent.Version, Agent: a.o.AgentID, Name: m.Name, Project: sp.Project,
+		Namespace: sp.Destination.Namespace, ClusterServer: sp.Destination.Server,
+		Labels: m.Labels, Sync: s.Sync.Status, Revision: s.Sync.Revision,
+		Health: s.Health.Status, HealthMessage: s.Health.Message, ResourceVersion: m.ResourceVersion,
+	}
+	ctrlNS := firstNonEmpty(s.ControllerNamespace, a.o.Namespace)
+	if m.Namespace != "" && m.Namespace != ctrlNS {
+		st.AppNamespace = m.Namespace
+	}
+	st.Cluster = sp.Destination.Name
+	if st.Cluster == "" {
+		if sp.Destination.Server == "https://kubernetes.default.svc" {
+			st.Cluster = "in-cluster"
+		} else {
+			st.Cluster = sp.Destination.Server
+		}
+	}
+	for _, o := range m.OwnerReferences {
+		if o.Kind == "ApplicationSet" {
+			st.ApplicationSet = o.Name
+		}
+	}
+	src := sp.Source
+	if src == nil && len(sp.Sources) > 0 {
+		src = &sp.Sources[0]
+	}
+	if src != nil {
+		st.Source = agent.Source{RepoURL: src.RepoURL, Path: src.Path, TargetRevision: src.TargetRevision, Chart: src.Chart}
+	}
+	if p := sp.SyncPolicy; p != nil && p.Automated != nil && (p.Automated.Enabled == nil || *p.Automated.Enabled) {
+		st.AutoSync = true
+	}
+	st.URL = a.o.UIURL + "/applications/" + firstNonEmpty(m.Namespace, ctrlNS) + "/" + m.Name
+	if st.Revision == "" && len(s.Sync.Revisions) > 0 {
+		st.Revision = s.Sync.Revisions[0]
+	}
+	if n := len(s.History); n > 0 {
+		st.SyncedRevision = firstNonEmpty(s.History[n-1].Revision, first(s.History[n-1].Revisions))
+	}
+	if t := s.Health.LastTransitionTime; t != nil {
+		st.HealthSince = t.UTC()
+	}
+	st.Operation = operation(app)
+	var conds []string
+	for _, c := range s.Conditions {
+		conds = append(conds, c.Type+": "+c.Message)
+	}
+	st.Message = strings.Join(conds, "; ")
+	st.Resources.Total = len(s.Resources)
+	for _, r := range s.Resources {
+		if r.Status == agent.SyncOutOfSync {
+			st.Resources.OutOfSync++
+		}
+		if r.RequiresPruning {
+			st.Resources.RequiresPruning++
+		}
+		if r.Health != nil && r.Health.Status != "" {
+			if st.Resources.Health == nil {
+				st.Resources.Health = map[string]int{}
+			}
+			st.Resources.Health[r.Health.Status]++
+		}
+	}
+	return st
+}
+
+// operation is the app's current operation: app.operation while one is requested or running
+// (operationState is null until the controller picks it up: phase Pending), else the last
+// finished one from status.operationState.
+func operation(app *Application) *agent.Operation {
+	state := app.Status.OperationState
+	var op *Operation
+	out := &agent.Operation{}
+	switch {
+	case app.Operation != nil && (state == nil || finished(state.Phase)):
+		// Requested, not picked up yet (Argo CD nulls operationState when it sets a new
+		// operation; a finished state next to a new operation is the previous one).
+		op = app.Operation
+		out.Phase = agent.PhasePending
+	case state != nil:
+		op = &state.Operation
+		out.Phase, out.Message, out.RetryCount = state.Phase, state.Message, state.RetryCount
+		if state.StartedAt != nil {
+			out.StartedAt = state.StartedAt.UTC()
+		}
+		if state.FinishedAt != nil {
+			out.FinishedAt = state.FinishedAt.UTC()
+		}
+		if state.SyncResult != nil {
+			out.SyncedRevision = firstNonEmpty(state.SyncResult.Revision, first(state.SyncResult.Revisions))
+		}
+	default:
+		return nil
+	}
+	out.InitiatedBy, out.Automated = op.InitiatedBy.Username, op.InitiatedBy.Automated
+	if op.Sync != nil {
+		out.Revision = firstNonEmpty(op.Sync.Revision, first(op.Sync.Revisions))
+		out.DryRun = op.Sync.DryRun
+	}
+	for _, i := range op.Info {
+		switch i.Name {
+		case agent.InfoRun:
+			out.RunID = i.Value
+		case agent.InfoStep:
+			out.Step = i.Value
+		}
+	}
+	return out
+}
+
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func first(l []string) string {
+	if len(l) > 0 {
+		return l[0]
+	}
+	return ""
+}
+
+// initiator describes who started an operation, for messages.
+func initiator(op *Operation) string {
+	switch {
+	case op == nil:
+		return "someone"
+	case op.InitiatedBy.Automated:
+		return "automated sync"
+	case op.InitiatedBy.Username != "":
+		return "user " + op.InitiatedBy.Username
+	}
+	return "someone"
+}
+
+func tagged(op *Operation, run, step string) bool {
+	if op == nil || run == "" {
+		return false
+	}
+	gotRun, gotStep := "", ""
+	for _, i := range op.Info {
+		switch i.Name {
+		case agent.InfoRun:
+			gotRun = i.Value
+		case agent.InfoStep:
+			gotStep = i.Value
+		}
+	}
+	return gotRun == run && (step == "" || gotStep == step)
+}
+
+func finished(phase string) bool {
+	return phase == agent.PhaseSucceeded || phase == agent.PhaseFailed || phase == agent.PhaseError
+}

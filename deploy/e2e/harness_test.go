@@ -1,0 +1,304 @@
+// Package e2e runs the GitOps steps end to end: an embedded NATS, the controller and a worker
+// in process, the Argo CD agent (deploy/argocd) bridging to the fake Argo CD
+// (deploy/argocdtest), and pipelines whose steps park and wake through the real paths.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/deploy/argocd"
+	"github.com/prflow/prflow/deploy/argocdtest"
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/worker"
+)
+
+const repoURL = "https://git.example/release.git"
+
+func configMap(name, simulate string) string {
+	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\ndata:\n  simulate: " + simulate + "\n"
+}
+
+// registry has the GitOps steps, Noop and Wait, and a stand-in MergePR whose commitId is its
+// `commit` input (the real MergePR needs a forge; GitOpsSync only reads its output).
+func registry() *steps.Registry {
+	reg := steps.NewRegistry()
+	for _, t := range []string{"GitOpsSync", "FetchLinkedApps", "Noop", "Wait"} {
+		d, ok := steps.Default.Lookup(t)
+		if !ok {
+			panic("step type " + t + " not registered")
+		}
+		reg.Register(*d)
+	}
+	reg.Register(steps.Definition{Type: "MergePR", New: func() steps.Step {
+		return steps.StepFunc(func(_ context.Context, sc *steps.Context) (steps.Result, error) {
+			return steps.Done(map[string]any{"commitId": sc.Inputs["commit"]}), nil
+		})
+	}})
+	return reg
+}
+
+type stackOpts struct {
+	argo        []argocdtest.Option
+	concurrency int
+	metrics     *controller.Metrics
+	quiet       bool // info-level logs to nowhere (benchmarks)
+}
+
+// stack is a whole prflow plus a fake Argo CD and one agent "eu" for it.
+type stack struct {
+	t      testing.TB
+	argo   *argocdtest.Server
+	git    *argocdtest.MemGit
+	sha    string
+	conn   *queue.Conn
+	b      *queue.Buckets
+	ctl    *controller.Controller
+	client *agent.Client
+	agent  *argocd.Agent
+	logs   *logBuf
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type logBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newStack(t testing.TB, o stackOpts) *stack {
+	t.Helper()
+	s := &stack{t: t, git: argocdtest.NewMemGit(), logs: &logBuf{}}
+	s.sha = s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy")})
+	s.argo = argocdtest.New(append([]argocdtest.Option{argocdtest.WithGitReader(s.git), argocdtest.WithTimeline(3*time.Millisecond, 1)}, o.argo...)...)
+	var log *slog.Logger
+	if o.quiet {
+		log = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	} else {
+		log = slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	conn, err := queue.Open(ctx, queue.Options{DataDir: t.TempDir(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.conn = conn
+	if err := queue.Setup(ctx, conn.JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.b, err = queue.OpenBuckets(ctx, conn.JS); err != nil {
+		t.Fatal(err)
+	}
+	reg := registry()
+	copts := []controller.Option{controller.WithRegistry(reg), controller.WithLogger(log)}
+	if o.metrics != nil {
+		copts = append(copts, controller.WithMetrics(o.metrics))
+	}
+	if s.ctl, err = controller.New(ctx, conn, copts...); err != nil {
+		t.Fatal(err)
+	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); _ = s.ctl.Run(ctx) }()
+	<-s.ctl.Ready()
+
+	s.client = agent.NewClient(conn.NC, s.b.Apps, s.b.Agents)
+	if o.concurrency == 0 {
+		o.concurrency = 8
+	}
+	w := &worker.Worker{ID: "w1", Concurrency: o.concurrency, Registry: reg, Log: log, DrainTimeout: 2 * time.Second,
+		Services: steps.NewServices(map[string]any{steps.ServiceGitOps: s.client})}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); _ = w.Run(ctx, conn) }()
+
+	c, err := argocd.NewClient(argocd.ClientOptions{URL: s.argo.URL(), Token: s.argo.Token()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.agent, err = argocd.New(argocd.Options{AgentID: "eu", Replica: "r1", Client: c, Log: log,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); _ = s.agent.Run(ctx, conn) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := s.client.Registered(ctx, "eu"); err == nil && s.agent.IsLeader() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("agent did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *stack) stop() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.wg.Wait()
+	s.conn.Close()
+	s.argo.Close()
+	s.cancel = nil
+}
+
+func app(name, path string, labels map[string]string) argocdtest.Application {
+	return argocdtest.Application{
+		Metadata: argocdtest.ObjectMeta{Name: name, Labels: labels},
+		Spec: argocdtest.ApplicationSpec{
+			Project:     "default",
+			Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: path, TargetRevision: "main"},
+			Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "shop"},
+		},
+	}
+}
+
+func (s *stack) addApp(a argocdtest.Application, opts ...argocdtest.AppOption) {
+	s.t.Helper()
+	if err := s.argo.AddApp(a, opts...); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// waitRecord waits until the agent reported the app (any state).
+func (s *stack) waitRecord(name string) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := s.client.Status(context.Background(), "eu", name); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no status record for %s", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *stack) start(src string, inputs map[string]any) *pipelines.Run {
+	s.t.Helper()
+	r, err := s.ctl.Start(context.Background(), controller.StartRequest{File: "test.yaml", Source: []byte(src), Inputs: inputs, Executor: "tester"})
+	if err != nil {
+		s.t.Fatalf("start: %v", err)
+	}
+	return r
+}
+
+func (s *stack) wait(id string, d time.Duration) *pipelines.Run {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	r, err := s.ctl.Wait(ctx, id, nil)
+	if err != nil {
+		cur, _ := s.ctl.Get(context.Background(), id)
+		b, _ := json.MarshalIndent(cur, "", " ")
+		s.t.Fatalf("run %s did not finish: %v\n%s", id, err, b)
+	}
+	return r
+}
+
+// waitStep waits until a step satisfies cond and returns the run.
+func (s *stack) waitStep(id, stage, stepID, what string, cond func(*pipelines.StepRun) bool) *pipelines.Run {
+	s.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := s.ctl.Get(context.Background(), id)
+		if err == nil {
+			if st := step(r, stage, stepID); st != nil && cond(st) {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(r, "", " ")
+			s.t.Fatalf("step %s/%s: timed out waiting for %s\n%s", stage, stepID, what, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
+	sr := r.Find(stage)
+	if sr == nil {
+		return nil
+	}
+	return sr.Step(id, false)
+}
+
+// syncRequests returns the bodies of the sync calls Argo CD answered for an app.
+func (s *stack) syncRequests(app string) []map[string]any {
+	var out []map[string]any
+	for _, r := range s.argo.Requests() {
+		if r.Method == "POST" && r.Path == "/api/v1/applications/"+app+"/sync" && r.Status == 200 {
+			var m map[string]any
+			_ = json.Unmarshal(r.Body, &m)
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func appsOut(st *pipelines.StepRun) []map[string]any {
+	list, _ := st.Outputs["applications"].([]any)
+	var out []map[string]any
+	for _, e := range list {
+		m, _ := e.(map[string]any)
+		out = append(out, m)
+	}
+	return out
+}
+
+// pipeline renders a one-stage pipeline: an optional MergePR with ${{ inputs.commit }},
+// then the given steps (YAML, indented as a list under steps:).
+func pipeline(stepsYAML string, withMerge bool) string {
+	var b strings.Builder
+	b.WriteString(`name: deploy
+inputs:
+  commit: {type: string, default: ""}
+  app: {type: string, default: ""}
+service: {name: web}
+environments:
+  - name: dev
+    clusters: [{name: in-cluster, agent: eu}]
+stages:
+  - id: dev
+    environment: dev
+    steps:
+`)
+	if withMerge {
+		b.WriteString("      - {id: merge, type: MergePR, with: {commit: \"${{ inputs.commit }}\"}}\n")
+	}
+	b.WriteString(stepsYAML)
+	return b.String()
+}
+
+func describeRun(r *pipelines.Run) string {
+	b, _ := json.MarshalIndent(r, "", " ")
+	return fmt.Sprintf("%s", b)
+}
