@@ -9,9 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/examples"
-	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -23,8 +24,8 @@ func newDev(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything in one process and run the example pipeline",
-		Long: `dev starts an embedded NATS server, the controller, a worker and the local sandbox in
-one process, runs the example pipeline (or --pipeline FILE), prints live progress and exits 0
+		Long: `dev starts an embedded NATS server, the controller, a worker, a git server holding
+the example release repo (examples/release-repo) and a simulated GitOps agent in one process, runs the example pipeline (or --pipeline FILE), prints live progress and exits 0
 when the run succeeds, non-zero otherwise. --serve keeps everything running with the HTTP API
 on loopback, without authentication.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -66,9 +67,23 @@ on loopback, without authentication.`,
 			defer cancel()
 			done := make(chan struct{}, 2)
 			go func() { _ = ctl.Run(runCtx); done <- struct{}{} }()
-			w := &worker.Worker{ID: "dev-worker", Concurrency: 4, Registry: steps.Default, Log: log, Version: version, DrainTimeout: 5 * time.Second}
+			sb, err := startSandbox(runCtx, g.nats.DataDir, conn, log)
+			if err != nil {
+				return err
+			}
+			b, err := queue.OpenBuckets(ctx, conn.JS)
+			if err != nil {
+				return err
+			}
+			w := &worker.Worker{ID: "dev-worker", Concurrency: 4, Registry: steps.Default, Log: log, Version: version, DrainTimeout: 5 * time.Second,
+				Secrets: []string{devToken},
+				Services: steps.NewServices(map[string]any{
+					steps.ServiceSCM:    connectors{"release": sb.provider},
+					steps.ServiceLocks:  &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: "dev-worker"},
+					steps.ServiceGitOps: agent.NewClient(conn.NC, b.Apps, b.Agents),
+				})}
 			go func() { _ = w.Run(runCtx, conn); done <- struct{}{} }()
-			defer func() { cancel(); <-done; <-done }()
+			defer func() { cancel(); <-done; <-done; sb.stop() }()
 
 			if serve {
 				if h, _, err := splitLoopback(listen); err != nil || h == "" {
@@ -83,7 +98,7 @@ on loopback, without authentication.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "prflow dev: run %s of pipeline %s\n", run.ID, run.Pipeline)
+			fmt.Fprintf(out, "prflow dev: run %s of pipeline %s (release repo %s, agent \"sim\")\n", run.ID, run.Pipeline, sb.repoURL)
 			pr := newProgress(out)
 			final, err := ctl.Wait(ctx, run.ID, pr.update)
 			if err != nil {
@@ -102,5 +117,3 @@ on loopback, without authentication.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "API address for --serve (loopback only)")
 	return cmd
 }
-
-var _ = pipelines.StSucceeded

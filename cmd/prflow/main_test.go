@@ -146,3 +146,19 @@ func TestConnectorsCheck(t *testing.T) {
 		t.Errorf("bad file: %v %s", err, out)
 	}
 }
+
+// The second example: prod turns Degraded, and its rollback reverts the merge, merges the
+// revert and syncs again; the run fails with the reason.
+func TestDevRollbackExample(t *testing.T) {
+	out, err := run(t, "dev", "--log-level", "warn", "--pipeline", "../../examples/pipelines/rollback.yaml")
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "Degraded for longer than degradedStateTimeout") {
+		t.Fatalf("want exit 2 with the degraded reason, got %v\n%s", err, out)
+	}
+	for _, want := range []string{"stage dev: succeeded", "rollback step prod.revert (RevertPR): succeeded",
+		"rollback step prod.mergeRevert (MergePR): succeeded", "rollback step prod.resync (GitOpsSync): succeeded"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

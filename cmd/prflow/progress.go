@@ -10,13 +10,14 @@ import (
 
 // progress prints each stage and step transition once, as a run moves.
 type progress struct {
-	w     io.Writer
-	seen  map[string]pipelines.Status
-	start time.Time
+	w      io.Writer
+	seen   map[string]pipelines.Status
+	reason map[string]string
+	start  time.Time
 }
 
 func newProgress(w io.Writer) *progress {
-	return &progress{w: w, seen: map[string]pipelines.Status{}, start: time.Now()}
+	return &progress{w: w, seen: map[string]pipelines.Status{}, reason: map[string]string{}, start: time.Now()}
 }
 
 func (p *progress) update(r *pipelines.Run) {
@@ -38,10 +39,22 @@ func (p *progress) update(r *pipelines.Run) {
 			for _, st := range list {
 				key := fmt.Sprintf("step/%s/%d/%s", s.ID, i, st.ID)
 				state := st.Status
-				if p.seen[key] == state || state == pipelines.StPending {
-					continue
+				prev := p.seen[key]
+				if prev == state || state == pipelines.StPending {
+					if state != pipelines.StWaiting || st.Wait == nil || p.reason[key] == st.Wait.Reason {
+						continue
+					}
 				}
 				p.seen[key] = state
+				if state == pipelines.StQueued && prev == pipelines.StWaiting {
+					continue // a parked step woken to look again: its next state says what happened
+				}
+				if state == pipelines.StWaiting && st.Wait != nil {
+					if p.reason[key] == st.Wait.Reason {
+						continue
+					}
+					p.reason[key] = st.Wait.Reason
+				}
 				label := "step"
 				if i == 1 {
 					label = "rollback step"
