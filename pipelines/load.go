@@ -497,7 +497,7 @@ func (l *loader) failure(f field, path string) *FailureStrategy {
 }
 
 func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
-	f := l.fields(n, path, "id", "name", "needs", "environment", "clusters", "when", "timeout", "onFailure", "variables", "steps", "rollbackSteps")
+	f := l.fields(n, path, "id", "name", "needs", "environment", "clusters", "when", "timeout", "onFailure", "variables", "steps", "rollbackSteps", "gate")
 	s := &Stage{Line: n.Line}
 	s.ID = l.str(f["id"], path+".id")
 	s.Name = l.str(f["name"], path+".name")
@@ -540,6 +540,11 @@ func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
 	s.Variables = l.variables(f["variables"], path+".variables")
 	s.Steps = l.stepList(f["steps"], path+".steps", true)
 	s.Rollback = l.stepList(f["rollbackSteps"], path+".rollbackSteps", false)
+	if g := f["gate"]; g.val != nil {
+		if st := l.gate(g, path+".gate"); st != nil {
+			s.Steps = append(s.Steps, st)
+		}
+	}
 	ids := map[string]bool{}
 	for _, list := range [][]*Step{s.Steps, s.Rollback} {
 		for _, st := range list {
@@ -618,6 +623,43 @@ func (l *loader) step(n *yaml.Node, path string) *Step {
 	st.Pool = l.str(f["pool"], path+".pool")
 	st.OnFailure = l.failure(f["onFailure"], path+".onFailure")
 	return st
+}
+
+// gate turns a stage's `gate: {condition, soak, timeout}` into its last step, a StageGate.
+// The condition is evaluated on the worker over the apps' live status (`apps`), so it is kept
+// as text here and only checked for syntax.
+func (l *loader) gate(f field, path string) *Step {
+	m := l.fields(f.val, path, "condition", "soak", "timeout")
+	cond := l.str(m["condition"], path+".condition")
+	soak := l.str(m["soak"], path+".soak")
+	if cond == "" && soak == "" {
+		l.errf(f.val, path, "give a condition, a soak time or both")
+		return nil
+	}
+	if cond != "" {
+		if _, err := template.CompileCondition(cond); err != nil {
+			l.exprErr(m["condition"].val, path+".condition", err)
+		}
+	}
+	if soak != "" {
+		if _, err := duration.Parse(soak); err != nil {
+			l.errf(m["soak"].val, path+".soak", "%v", err)
+		}
+	}
+	with := &Value{Map: map[string]*Value{}, Line: f.val.Line}
+	for k, v := range map[string]string{"condition": cond, "soak": soak} {
+		if v != "" {
+			with.Keys = append(with.Keys, k)
+			with.Map[k] = &Value{Lit: v, Line: f.val.Line}
+		}
+	}
+	sort.Strings(with.Keys)
+	typ := "StageGate"
+	if _, ok := l.reg.Lookup(typ); !ok {
+		l.errf(f.val, path, "this build has no StageGate step")
+		return nil
+	}
+	return &Step{ID: "gate", Name: "stage gate", Type: typ, With: with, Timeout: timeDur(l.dur(m["timeout"], path+".timeout")), Line: f.val.Line}
 }
 
 func (l *loader) checkNeeds(p *Pipeline, stagesNode *yaml.Node) {

@@ -162,3 +162,35 @@ func TestDevRollbackExample(t *testing.T) {
 		}
 	}
 }
+
+func TestStageGate(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gate.yaml")
+	_ = os.WriteFile(p, []byte(`
+name: gated
+service: {name: web}
+environments:
+  - {name: dev, clusters: [{name: dev-eu, agent: sim}]}
+  - {name: staging, clusters: [{name: staging-eu, agent: sim}]}
+stages:
+  - id: dev
+    environment: dev
+    gate: {condition: '${{ all(apps, .health == "Healthy" && .sync == "Synced") }}', soak: 1500ms}
+    steps:
+      - {id: update, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.yaml", variables: [{name: image.tag, value: "2.0"}]}}
+      - {id: merge, type: MergePR}
+      - {id: apps, type: FetchLinkedApps}
+      - {id: sync, type: GitOpsSync, with: {waitTillHealthy: true}}
+  - id: staging
+    environment: staging
+    gate: {condition: '<+apps[0].health> == "Degraded"', timeout: 2s}
+    steps:
+      - {id: apps, type: FetchLinkedApps}
+`), 0o644)
+	out, err := run(t, "dev", "--log-level", "warn", "--pipeline", p)
+	if err == nil || !strings.Contains(err.Error(), `stage staging: step gate: timed out`) && !strings.Contains(err.Error(), "not met in time") {
+		t.Fatalf("want the staging gate to fail in time, got %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "step dev.gate (StageGate): waiting soaking") || !strings.Contains(out, "step dev.gate (StageGate): succeeded") {
+		t.Errorf("dev gate did not soak then pass:\n%s", out)
+	}
+}
