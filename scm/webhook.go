@@ -2,6 +2,8 @@ package scm
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"time"
 )
@@ -54,4 +56,23 @@ var ErrTooLarge = errors.New("webhook body too large")
 // WebhookParser verifies and parses one forge's webhooks. Ignored event kinds return (nil, nil).
 type WebhookParser interface {
 	ParseWebhook(r *http.Request, secret []byte) (*Event, error)
+}
+
+// ReadWebhookBody reads a webhook body of at most limit bytes; a larger one is ErrTooLarge.
+func ReadWebhookBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil {
+		return nil, errors.New("empty body")
+	}
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("body of %d bytes exceeds the %d byte limit: %w", r.ContentLength, limit, ErrTooLarge)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, fmt.Errorf("body exceeds the %d byte limit: %w", limit, ErrTooLarge)
+		}
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	return b, nil
 }

@@ -34,7 +34,7 @@ func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path stri
 	if err != nil {
 		return nil, false, d.wrap(op, repo, nil, err)
 	}
-	if err := checkPath(path); err != nil {
+	if err := scm.CheckPath(path); err != nil {
 		return nil, false, d.wrap(op, repo, nil, err)
 	}
 	if ref == "" {
@@ -77,24 +77,4 @@ func escapePath(p string) string {
 		segs[i] = url.PathEscape(s)
 	}
 	return strings.Join(segs, "/")
-}
-
-// checkPath rejects paths that are not plain repository-relative file paths.
-func checkPath(p string) error {
-	switch {
-	case p == "":
-		return errors.New("empty file path")
-	case strings.HasPrefix(p, "/"):
-		return fmt.Errorf("file path %q must be relative to the repository root", p)
-	case strings.HasSuffix(p, "/"):
-		return fmt.Errorf("file path %q names a directory", p)
-	case strings.ContainsAny(p, "\x00\\"):
-		return fmt.Errorf("file path %q contains a NUL or backslash", p)
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("file path %q has an empty, . or .. segment", p)
-		}
-	}
-	return nil
 }

@@ -367,21 +367,13 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
+// checkBranch adds Bitbucket's rule to scm.CheckBranch: '#' and '%' break its /src form.
 func checkBranch(name string) error {
-	switch {
-	case name == "":
-		return errors.New("empty branch name")
-	case strings.HasPrefix(name, "refs/"):
-		return fmt.Errorf("branch %q must be a short name, not a full ref", name)
-	case strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.HasSuffix(name, ".lock") ||
-		strings.Contains(name, "..") || strings.Contains(name, "//") || strings.Contains(name, "@{") ||
-		strings.ContainsAny(name, " ~^:?*[\\#%\x00\x7f"):
-		return fmt.Errorf("invalid branch name %q", name)
+	if err := scm.CheckBranch(name); err != nil {
+		return err
 	}
-	for _, r := range name {
-		if r < 0x20 {
-			return fmt.Errorf("invalid branch name %q", name)
-		}
+	if strings.ContainsAny(name, "#%") {
+		return fmt.Errorf("invalid branch name %q", name)
 	}
 	return nil
 }
@@ -390,27 +382,5 @@ func checkCommitInput(in scm.CommitInput) error {
 	if err := checkBranch(in.Branch); err != nil {
 		return err
 	}
-	if in.Parent == "" {
-		return errors.New("CommitInput.Parent is empty")
-	}
-	if strings.TrimSpace(in.Message) == "" {
-		return errors.New("CommitInput.Message is empty")
-	}
-	if (in.Author.Name == "") != (in.Author.Email == "") {
-		return errors.New("CommitInput.Author needs both a name and an email, or neither")
-	}
-	if strings.ContainsAny(in.Author.Name+in.Author.Email, "<>\n") {
-		return errors.New("CommitInput.Author must not contain '<', '>' or newlines")
-	}
-	seen := make(map[string]bool, len(in.Changes))
-	for i, c := range in.Changes {
-		if err := checkPath(c.Path); err != nil {
-			return fmt.Errorf("CommitInput.Changes[%d]: %w", i, err)
-		}
-		if seen[c.Path] {
-			return fmt.Errorf("CommitInput.Changes[%d]: %s is changed twice", i, c.Path)
-		}
-		seen[c.Path] = true
-	}
-	return nil
+	return scm.CheckCommitInput(in)
 }

@@ -75,27 +75,15 @@ func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path stri
 	return []byte(content), true, nil
 }
 
-// checkPath rejects paths that are not plain repository-relative file paths.
+func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// checkPath adds GitHub's own rule to scm.CheckPath: its contents API refuses ".." anywhere.
 func checkPath(p string) error {
-	switch {
-	case p == "":
-		return errors.New("empty file path")
-	case strings.HasPrefix(p, "/"):
-		return fmt.Errorf("file path %q must be relative to the repository root", p)
-	case strings.HasSuffix(p, "/"):
-		return fmt.Errorf("file path %q names a directory", p)
-	case strings.ContainsAny(p, "\x00\\"):
-		return fmt.Errorf("file path %q contains a NUL or backslash", p)
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("file path %q has an empty, . or .. segment", p)
-		}
+	if err := scm.CheckPath(p); err != nil {
+		return err
 	}
 	if strings.Contains(p, "..") {
 		return fmt.Errorf("file path %q contains \"..\", which the GitHub contents API refuses", p)
 	}
 	return nil
 }
-
-func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

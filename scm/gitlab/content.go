@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	gl "gitlab.com/gitlab-org/api/client-go"
 
@@ -40,7 +39,7 @@ func (d *Driver) stat(ctx context.Context, repo scm.Repo, op, ref, path string) 
 	if err != nil {
 		return fileMeta{}, d.wrap(op, repo, nil, err)
 	}
-	if err := checkPath(path); err != nil {
+	if err := scm.CheckPath(path); err != nil {
 		return fileMeta{}, d.wrap(op, repo, nil, err)
 	}
 	if ref == "" {
@@ -70,26 +69,6 @@ func (d *Driver) stat(ctx context.Context, repo scm.Repo, op, ref, path string) 
 		return fileMeta{}, d.wrap(op, repo, nil, fmt.Errorf("unknown content encoding %q", f.Encoding))
 	}
 	return m, nil
-}
-
-// checkPath rejects paths that are not plain repository-relative file paths.
-func checkPath(p string) error {
-	switch {
-	case p == "":
-		return errors.New("empty file path")
-	case strings.HasPrefix(p, "/"):
-		return fmt.Errorf("file path %q must be relative to the repository root", p)
-	case strings.HasSuffix(p, "/"):
-		return fmt.Errorf("file path %q names a directory", p)
-	case strings.ContainsAny(p, "\x00\\"):
-		return fmt.Errorf("file path %q contains a NUL or backslash", p)
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("file path %q has an empty, . or .. segment", p)
-		}
-	}
-	return nil
 }
 
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -21,7 +21,7 @@ func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Re
 	if err != nil {
 		return scm.Ref{}, d.wrap(op, repo, nil, err)
 	}
-	if err := checkBranch(name); err != nil {
+	if err := scm.CheckBranch(name); err != nil {
 		return scm.Ref{}, d.wrap(op, repo, nil, err)
 	}
 	b, resp, err := d.client.Branches.GetBranch(pid, name, gl.WithContext(ctx))
@@ -42,7 +42,7 @@ func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha stri
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
-	if err := checkBranch(name); err != nil {
+	if err := scm.CheckBranch(name); err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
 	if sha == "" {
@@ -75,7 +75,7 @@ func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) e
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
-	if err := checkBranch(name); err != nil {
+	if err := scm.CheckBranch(name); err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
 	resp, err := d.client.Branches.DeleteBranch(pid, name, gl.WithContext(ctx))
@@ -99,7 +99,7 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 	if _, err := projectID(repo); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
-	if err := checkCommitInput(in); err != nil {
+	if err := scm.CheckCommitInput(in); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	exists := true
@@ -227,7 +227,7 @@ func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) 
 	case in.Mainline < 0:
 		return "", d.wrap(op, repo, nil, fmt.Errorf("RevertInput.Mainline %d is negative", in.Mainline))
 	}
-	if err := checkBranch(in.Branch); err != nil {
+	if err := scm.CheckBranch(in.Branch); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	commit, resp, err := d.client.Commits.GetCommit(pid, in.SHA, nil, gl.WithContext(ctx))
@@ -345,49 +345,4 @@ func (d *Driver) errText(err error) string {
 		return d.message(er)
 	}
 	return d.redactString(err.Error())
-}
-
-func checkBranch(name string) error {
-	switch {
-	case name == "":
-		return errors.New("empty branch name")
-	case strings.HasPrefix(name, "refs/"):
-		return fmt.Errorf("branch %q must be a short name, not a full ref", name)
-	case strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.HasSuffix(name, ".lock") ||
-		strings.Contains(name, "..") || strings.Contains(name, "//") || strings.Contains(name, "@{") ||
-		strings.ContainsAny(name, " ~^:?*[\\\x00\x7f"):
-		return fmt.Errorf("invalid branch name %q", name)
-	}
-	for _, r := range name {
-		if r < 0x20 {
-			return fmt.Errorf("invalid branch name %q", name)
-		}
-	}
-	return nil
-}
-
-func checkCommitInput(in scm.CommitInput) error {
-	if err := checkBranch(in.Branch); err != nil {
-		return err
-	}
-	if in.Parent == "" {
-		return errors.New("CommitInput.Parent is empty")
-	}
-	if strings.TrimSpace(in.Message) == "" {
-		return errors.New("CommitInput.Message is empty")
-	}
-	if (in.Author.Name == "") != (in.Author.Email == "") {
-		return errors.New("CommitInput.Author needs both a name and an email, or neither")
-	}
-	seen := make(map[string]bool, len(in.Changes))
-	for i, c := range in.Changes {
-		if err := checkPath(c.Path); err != nil {
-			return fmt.Errorf("CommitInput.Changes[%d]: %w", i, err)
-		}
-		if seen[c.Path] {
-			return fmt.Errorf("CommitInput.Changes[%d]: %s is changed twice", i, c.Path)
-		}
-		seen[c.Path] = true
-	}
-	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -51,7 +50,7 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 	if delivery != "" {
 		where += " (delivery " + delivery + ")"
 	}
-	body, err := readBody(r, p.maxBody())
+	body, err := scm.ReadWebhookBody(r, p.maxBody())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
@@ -110,24 +109,6 @@ func (p *WebhookParser) now() time.Time {
 		return p.Now()
 	}
 	return time.Now()
-}
-
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.Body == nil {
-		return nil, errors.New("empty body")
-	}
-	if r.ContentLength > limit {
-		return nil, fmt.Errorf("body of %d bytes exceeds the %d byte limit: %w", r.ContentLength, limit, scm.ErrTooLarge)
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, fmt.Errorf("body exceeds the %d byte limit: %w", limit, scm.ErrTooLarge)
-		}
-		return nil, fmt.Errorf("read body: %w", err)
-	}
-	return b, nil
 }
 
 // verifyToken compares digests of the token and the secret so that neither the content nor
