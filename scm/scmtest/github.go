@@ -1128,7 +1128,8 @@ func (g *GitHub) createTree(c *ghCall) {
 		ghError(c.w, 422, err.Error(), doc)
 		return
 	}
-	m, err := g.treeJSON(c, tree, true)
+	// Like GitHub, the answer lists the new tree's own entries, not the whole repo.
+	m, err := g.treeJSON(c, tree, false)
 	if err != nil {
 		ghError(c.w, 500, err.Error(), doc)
 		return
