@@ -9,16 +9,35 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/scm/scmtest"
 )
 
+// lockedBuffer is written by the command's progress output and its log handler at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	root := newRoot()
-	var out bytes.Buffer
+	var out lockedBuffer
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetArgs(args)
