@@ -341,7 +341,7 @@ stages:
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		if err := e.Ctl.WakeTopicSync(context.Background(), fmt.Sprintf("pr:github:acme/release#%d", prs[id])); err != nil {
+		if err := e.Ctl.WakeTopic(context.Background(), fmt.Sprintf("pr:github:acme/release#%d", prs[id])); err != nil {
 			t.Fatal(err)
 		}
 	}

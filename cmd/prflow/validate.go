@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -33,5 +32,3 @@ func newValidate(*globals) *cobra.Command {
 		},
 	}
 }
-
-var _ = errors.New

@@ -536,7 +536,7 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 		c.parkedOf[r.ID] = refs
 	}
 	if len(missed) > 0 {
-		go c.wakeRefs(context.Background(), missed, "key changed before the step parked")
+		go func() { _ = c.wakeRefs(context.Background(), missed, "key changed before the step parked") }()
 	}
 	c.metrics.parked.Store(int64(c.countParkedLocked()))
 	due := m.NextDue(r)
@@ -580,27 +580,14 @@ func (c *Controller) watchApps(ctx context.Context, w jetstream.KeyWatcher) {
 		c.mu.Lock()
 		c.changed[e.Key()] = time.Now()
 		c.mu.Unlock()
-		c.wakeRefs(ctx, c.refsFor(c.byKey, e.Key()), "key "+e.Key()+" changed")
+		_ = c.wakeRefs(ctx, c.refsFor(c.byKey, e.Key()), "key "+e.Key()+" changed")
 	}
 }
 
-// WakeTopicSync is WakeTopic with an error for callers that must know it was sent.
-func (c *Controller) WakeTopicSync(ctx context.Context, topic string) error {
-	for _, ref := range c.refsFor(c.byTopic, topic) {
-		id := fmt.Sprintf("wake/%s/%s/%s/%t/%d", ref.Run, ref.Stage, ref.Step, ref.Rollback, ref.Wake)
-		ev := queue.Event{Kind: queue.EvWake, Run: ref.Run, Stage: ref.Stage, Step: ref.Step, Rollback: ref.Rollback, Wake: ref.Wake, Reason: "event " + topic}
-		if err := c.Publish(ctx, ev, id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// WakeTopic wakes every step parked on an event topic (e.g. a PR merged).
-func (c *Controller) WakeTopic(ctx context.Context, topic string) int {
-	refs := c.refsFor(c.byTopic, topic)
-	c.wakeRefs(ctx, refs, "event "+topic)
-	return len(refs)
+// WakeTopic wakes every step parked on an event topic (e.g. "pr:github:acme/deploy#12" when
+// that PR's webhook arrives). Wakes are deduplicated per wake number across replicas.
+func (c *Controller) WakeTopic(ctx context.Context, topic string) error {
+	return c.wakeRefs(ctx, c.refsFor(c.byTopic, topic), "event "+topic)
 }
 
 func (c *Controller) refsFor(idx map[string]map[parkRef]struct{}, key string) []parkRef {
@@ -613,15 +600,23 @@ func (c *Controller) refsFor(idx map[string]map[parkRef]struct{}, key string) []
 	return out
 }
 
-func (c *Controller) wakeRefs(ctx context.Context, refs []parkRef, reason string) {
+func (c *Controller) wakeRefs(ctx context.Context, refs []parkRef, reason string) error {
+	var first error
 	for _, ref := range refs {
 		id := fmt.Sprintf("wake/%s/%s/%s/%t/%d", ref.Run, ref.Stage, ref.Step, ref.Rollback, ref.Wake)
 		ev := queue.Event{Kind: queue.EvWake, Run: ref.Run, Stage: ref.Stage, Step: ref.Step, Rollback: ref.Rollback, Wake: ref.Wake, Reason: reason}
-		if err := c.Publish(ctx, ev, id); err != nil && ctx.Err() == nil {
-			c.log.Warn("wake failed", "run", ref.Run, "err", err)
+		if err := c.Publish(ctx, ev, id); err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("wake failed", "run", ref.Run, "err", err)
+			}
+			if first == nil {
+				first = err
+			}
+			continue
 		}
 		c.metrics.Wakes.WithLabelValues("event").Inc()
 	}
+	return first
 }
 
 // shardOf hashes the run id (the third subject token) to a shard.
