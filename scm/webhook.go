@@ -1,10 +1,14 @@
 package scm
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -75,4 +79,33 @@ func ReadWebhookBody(r *http.Request, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("read body: %w", err)
 	}
 	return b, nil
+}
+
+// VerifyHMACSHA256 checks a "sha256=<hex HMAC-SHA256(body)>" signature header (GitHub's
+// X-Hub-Signature-256, Bitbucket Cloud's X-Hub-Signature) in constant time. Without a secret
+// it fails unless allowUnsigned (dev setups) is set.
+func VerifyHMACSHA256(headerName, header string, body, secret []byte, allowUnsigned bool) error {
+	if len(secret) == 0 {
+		if allowUnsigned {
+			return nil
+		}
+		return fmt.Errorf("no webhook secret configured: %w", ErrBadSignature)
+	}
+	if header == "" {
+		return fmt.Errorf("missing %s header: %w", headerName, ErrBadSignature)
+	}
+	hexSig, ok := strings.CutPrefix(header, "sha256=")
+	if !ok {
+		return fmt.Errorf("%s is not of the form sha256=<hex>: %w", headerName, ErrBadSignature)
+	}
+	got, err := hex.DecodeString(hexSig)
+	if err != nil {
+		return fmt.Errorf("%s is not hex: %w", headerName, ErrBadSignature)
+	}
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	if !hmac.Equal(got, mac.Sum(nil)) {
+		return fmt.Errorf("%s does not match the body: %w", headerName, ErrBadSignature)
+	}
+	return nil
 }

@@ -1,14 +1,12 @@
 package bitbucket
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prflow/prflow/scm"
@@ -55,7 +53,7 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	if err := verifySignature(r.Header.Get(headerSignature), body, secret, p.AllowUnsigned); err != nil {
+	if err := scm.VerifyHMACSHA256(headerSignature, r.Header.Get(headerSignature), body, secret, p.AllowUnsigned); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if kind == "" {
@@ -98,33 +96,6 @@ func (p *WebhookParser) now() time.Time {
 		return p.Now()
 	}
 	return time.Now()
-}
-
-// verifySignature checks "sha256=<hex HMAC-SHA256(body)>" with hmac.Equal (constant time).
-func verifySignature(header string, body, secret []byte, allowUnsigned bool) error {
-	if len(secret) == 0 {
-		if allowUnsigned {
-			return nil
-		}
-		return fmt.Errorf("no webhook secret configured: %w", scm.ErrBadSignature)
-	}
-	if header == "" {
-		return fmt.Errorf("missing %s header: %w", headerSignature, scm.ErrBadSignature)
-	}
-	hexSig, ok := strings.CutPrefix(header, "sha256=")
-	if !ok {
-		return fmt.Errorf("%s is not of the form sha256=<hex>: %w", headerSignature, scm.ErrBadSignature)
-	}
-	got, err := hex.DecodeString(hexSig)
-	if err != nil {
-		return fmt.Errorf("%s is not hex: %w", headerSignature, scm.ErrBadSignature)
-	}
-	mac := hmac.New(sha256.New, secret)
-	mac.Write(body)
-	if !hmac.Equal(got, mac.Sum(nil)) {
-		return fmt.Errorf("%s does not match the body: %w", headerSignature, scm.ErrBadSignature)
-	}
-	return nil
 }
 
 func decodeJSON(data []byte, v any) error {
