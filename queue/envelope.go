@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +64,7 @@ func DecodeJob(data []byte) (*Job, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return &j, fmt.Errorf("job payload: missing %s", strings.Join(sortStrings(missing), ", "))
+		return &j, fmt.Errorf("job payload: missing %s", strings.Join(sorted(missing), ", "))
 	}
 	if j.Attempt < 1 {
 		return &j, errors.New("job payload: attempt must be ≥ 1")
@@ -116,11 +117,7 @@ func DecodeEvent(data []byte) (*Event, error) {
 	return &e, nil
 }
 
-func sortStrings(s []string) []string {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+func sorted(s []string) []string {
+	sort.Strings(s)
 	return s
 }

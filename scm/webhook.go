@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -108,4 +109,21 @@ func VerifyHMACSHA256(headerName, header string, body, secret []byte, allowUnsig
 		return fmt.Errorf("%s does not match the body: %w", headerName, ErrBadSignature)
 	}
 	return nil
+}
+
+// DecodeWebhookJSON decodes a webhook payload; errors say where the payload is malformed.
+func DecodeWebhookJSON(data []byte, v any) error {
+	err := json.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return fmt.Errorf("malformed JSON at byte %d: %w", syn.Offset, err)
+	}
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return fmt.Errorf("malformed JSON: field %q has type %s, want %s", typ.Field, typ.Value, typ.Type)
+	}
+	return fmt.Errorf("malformed JSON: %w", err)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/pipelines/template"
 )
 
 // FetchLinkedApps lists the GitOps apps of the stage's service, environment and clusters: by
@@ -73,7 +74,7 @@ func linkedConfigFrom(in map[string]any, static bool) (*linkedConfig, error) {
 		if !ok {
 			return nil, fmt.Errorf("selector: want a label selector string such as \"team=payments,tier in (web,api)\", got %T", v)
 		}
-		if !(static && hasExpr(s)) {
+		if !(static && template.Contains(s)) {
 			if _, err := agent.ParseSelector(s); err != nil {
 				return nil, fmt.Errorf("selector: %w", err)
 			}
@@ -82,7 +83,7 @@ func linkedConfigFrom(in map[string]any, static bool) (*linkedConfig, error) {
 	}
 	c.selector = strings.Join(sels, ",")
 	for f, dst := range map[string]*bool{"filterByServiceEnvCluster": &c.byEnvOnly, "allowEmpty": &c.allowEmpty} {
-		if s, ok := in[f].(string); ok && static && hasExpr(s) {
+		if s, ok := in[f].(string); ok && static && template.Contains(s) {
 			continue
 		}
 		if *dst, err = BoolInput(in, f); err != nil {
@@ -91,7 +92,7 @@ func linkedConfigFrom(in map[string]any, static bool) (*linkedConfig, error) {
 	}
 	if v, ok := in["appWaitTimeout"]; ok && v != nil && v != "" {
 		s := fmt.Sprint(v)
-		if !(static && hasExpr(s)) {
+		if !(static && template.Contains(s)) {
 			if c.wait, err = durationInput(s); err != nil {
 				return nil, fmt.Errorf("appWaitTimeout: %w", err)
 			}

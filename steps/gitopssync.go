@@ -11,6 +11,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines/duration"
+	"github.com/prflow/prflow/pipelines/template"
 )
 
 // ServiceGitOps names the agent client in Services (an *agent.Client on workers).
@@ -81,7 +82,7 @@ func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
 	var err error
 	for f, dst := range map[string]*bool{"prune": &c.prune, "dryRun": &c.dryRun, "applyOnly": &c.applyOnly,
 		"forceApply": &c.forceApply, "waitTillHealthy": &c.waitTillHealthy, "failOnTimeout": &c.failOnTimeout} {
-		if s, ok := in[f].(string); ok && static && hasExpr(s) {
+		if s, ok := in[f].(string); ok && static && template.Contains(s) {
 			continue
 		}
 		if *dst, err = BoolInput(in, f); err != nil {
@@ -112,7 +113,7 @@ func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
 		if !ok {
 			return nil, fmt.Errorf("applicationRegex: want a string (a Go regular expression), got %T", v)
 		}
-		if !(static && hasExpr(s)) {
+		if !(static && template.Contains(s)) {
 			if _, err := regexp.Compile(s); err != nil {
 				return nil, fmt.Errorf("applicationRegex: %v", err)
 			}
@@ -136,7 +137,7 @@ func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
 	}
 	if v, ok := in["degradedStateTimeout"]; ok && v != nil && v != "" {
 		s := fmt.Sprint(v)
-		if !(static && hasExpr(s)) {
+		if !(static && template.Contains(s)) {
 			if c.degradedTimeout, err = durationInput(s); err != nil {
 				return nil, fmt.Errorf("degradedStateTimeout: %w", err)
 			}
@@ -155,7 +156,7 @@ func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
 
 func hasExprIn(in map[string]any, f string) bool {
 	s, ok := in[f].(string)
-	return ok && hasExpr(s)
+	return ok && template.Contains(s)
 }
 
 // durationInput parses a duration; "0" or "" means none.
@@ -171,7 +172,7 @@ func durationInput(s string) (time.Duration, error) {
 func appList(v any, defAgent string, static bool) ([]appTarget, error) {
 	list, ok := v.([]any)
 	if !ok {
-		if s, isStr := v.(string); isStr && static && hasExpr(s) {
+		if s, isStr := v.(string); isStr && static && template.Contains(s) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("applicationsList: want a list of {agentId, applicationName}, got %T", v)
@@ -214,7 +215,7 @@ func labelSelector(v any, field string, static bool) (string, error) {
 	var parts []string
 	switch x := v.(type) {
 	case string:
-		if static && hasExpr(x) {
+		if static && template.Contains(x) {
 			return x, nil
 		}
 		parts = strings.Split(x, ",")
@@ -285,7 +286,7 @@ func syncOptionItems(v any, static bool) ([]string, error) {
 			if !ok {
 				return nil
 			}
-			if s, isStr := raw.(string); isStr && static && hasExpr(s) {
+			if s, isStr := raw.(string); isStr && static && template.Contains(s) {
 				return nil
 			}
 			b, err := BoolInput(x, field)
@@ -320,7 +321,7 @@ func syncOptionItems(v any, static bool) ([]string, error) {
 			case "foreground", "background", "orphan":
 				out = append(out, "PrunePropagationPolicy="+strings.ToLower(s))
 			default:
-				if !(static && hasExpr(s)) {
+				if !(static && template.Contains(s)) {
 					return nil, fmt.Errorf("syncOptions.prunePropagationPolicy: %q is not foreground, background or orphan", p)
 				}
 			}
@@ -335,7 +336,7 @@ func syncOptionItems(v any, static bool) ([]string, error) {
 		}
 		return out, nil
 	case string:
-		if static && hasExpr(x) {
+		if static && template.Contains(x) {
 			return nil, nil
 		}
 	}
@@ -349,7 +350,7 @@ func retryStrategy(v any, static bool) (*agent.RetryStrategy, error) {
 		return nil, nil
 	}
 	if !ok {
-		if s, isStr := v.(string); isStr && static && hasExpr(s) {
+		if s, isStr := v.(string); isStr && static && template.Contains(s) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("retryStrategy: want {limit, baseBackoffDuration, increaseBackoffByFactor, maxBackoffDuration}, got %T", v)
@@ -371,7 +372,7 @@ func retryStrategy(v any, static bool) (*agent.RetryStrategy, error) {
 	for field, dst := range map[string]*string{"baseBackoffDuration": &b.Duration, "maxBackoffDuration": &b.MaxDuration} {
 		if s, ok := m[field]; ok && s != nil && s != "" {
 			str := fmt.Sprint(s)
-			if !(static && hasExpr(str)) {
+			if !(static && template.Contains(str)) {
 				if _, err := duration.Parse(str); err != nil {
 					return nil, fmt.Errorf("retryStrategy.%s: %w", field, err)
 				}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/prflow/prflow/pipelines/template"
 )
 
 // Helpers that read typed step inputs and name the field when the type is wrong. `static`
@@ -50,7 +52,7 @@ func intInput(v any, field string, static bool) (int, error) {
 		if n, err := strconv.Atoi(strings.TrimSpace(x)); err == nil {
 			return n, nil
 		}
-		if static && hasExpr(x) {
+		if static && template.Contains(x) {
 			return 1, nil
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps/fileedit"
 )
@@ -21,7 +22,7 @@ func init() {
 		Type: "MergePR",
 		New:  func() Step { return StepFunc(runMergePR) },
 		Validate: func(in map[string]any) error {
-			if s, ok := in["mergeStrategy"].(string); ok && !hasExpr(s) {
+			if s, ok := in["mergeStrategy"].(string); ok && !template.Contains(s) {
 				switch s {
 				case "merge", "squash", "rebase":
 				default:

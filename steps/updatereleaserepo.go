@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps/fileedit"
 )
@@ -40,7 +41,7 @@ func init() {
 					if n, _ := m["name"].(string); n == "" {
 						return fmt.Errorf("variables[%d].name: required", i)
 					}
-					if t, _ := m["type"].(string); t != "" && !hasExpr(t) {
+					if t, _ := m["type"].(string); t != "" && !template.Contains(t) {
 						switch strings.ToLower(t) {
 						case "string", "number", "boolean", "raw", "object":
 						case "secret":

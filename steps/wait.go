@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/pipelines/duration"
+	"github.com/prflow/prflow/pipelines/template"
 )
 
 // Wait parks for `duration` (Harness's Wait step; also a soak time between environments). It
@@ -19,7 +20,7 @@ func init() {
 			if !ok {
 				return fmt.Errorf("duration: required, e.g. \"10m\"")
 			}
-			if _, err := duration.Parse(s); err != nil && !hasExpr(s) {
+			if _, err := duration.Parse(s); err != nil && !template.Contains(s) {
 				return fmt.Errorf("duration: %w", err)
 			}
 			return nil
@@ -45,13 +46,4 @@ func runWait(_ context.Context, sc *Context) (Result, error) {
 		return Done(map[string]any{"waitedUntil": m.Until.UTC().Format(time.RFC3339)}), nil
 	}
 	return Park(Wait{Poll: time.Until(m.Until), Reason: "waiting until " + m.Until.UTC().Format(time.RFC3339)}, m), nil
-}
-
-func hasExpr(s string) bool {
-	for i := 0; i+2 < len(s); i++ {
-		if (s[i] == '$' && s[i+1] == '{' && s[i+2] == '{') || (s[i] == '<' && s[i+1] == '+') {
-			return true
-		}
-	}
-	return false
 }

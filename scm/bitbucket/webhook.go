@@ -3,7 +3,6 @@ package bitbucket
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -98,22 +97,6 @@ func (p *WebhookParser) now() time.Time {
 	return time.Now()
 }
 
-func decodeJSON(data []byte, v any) error {
-	err := json.Unmarshal(data, v)
-	if err == nil {
-		return nil
-	}
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) {
-		return fmt.Errorf("malformed JSON at byte %d: %w", syn.Offset, err)
-	}
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
-		return fmt.Errorf("malformed JSON: field %q has type %s, want %s", typ.Field, typ.Value, typ.Type)
-	}
-	return fmt.Errorf("malformed JSON: %w", err)
-}
-
 type hookRepo struct {
 	FullName string `json:"full_name"`
 }
@@ -164,7 +147,7 @@ func isBranch(s *hookRefState) bool {
 
 func parsePush(data []byte) (*scm.Event, error) {
 	var p hookPush
-	if err := decodeJSON(data, &p); err != nil {
+	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
 		return nil, err
 	}
 	if p.Repository == nil || p.Repository.FullName == "" {
@@ -192,7 +175,7 @@ func parsePush(data []byte) (*scm.Event, error) {
 
 func parsePullRequestEvent(kind string, data []byte) (*scm.Event, error) {
 	var p hookPREvent
-	if err := decodeJSON(data, &p); err != nil {
+	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
 		return nil, err
 	}
 	if p.Repository == nil || p.Repository.FullName == "" {

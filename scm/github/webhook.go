@@ -3,7 +3,6 @@ package github
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -124,23 +123,6 @@ func jsonPayload(contentType string, body []byte) ([]byte, error) {
 	return []byte(p), nil
 }
 
-// decodeJSON wraps json errors with the byte offset so a bad payload is easy to locate.
-func decodeJSON(data []byte, v any) error {
-	err := json.Unmarshal(data, v)
-	if err == nil {
-		return nil
-	}
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) {
-		return fmt.Errorf("malformed JSON at byte %d: %w", syn.Offset, err)
-	}
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
-		return fmt.Errorf("malformed JSON: field %q has type %s, want %s", typ.Field, typ.Value, typ.Type)
-	}
-	return fmt.Errorf("malformed JSON: %w", err)
-}
-
 type hookRepo struct {
 	FullName string `json:"full_name"`
 }
@@ -199,7 +181,7 @@ type hookPREvent struct {
 
 func parsePush(data []byte) (*scm.Event, error) {
 	var p hookPush
-	if err := decodeJSON(data, &p); err != nil {
+	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
 		return nil, err
 	}
 	if p.Repository == nil || p.Repository.FullName == "" {
@@ -234,7 +216,7 @@ func parsePush(data []byte) (*scm.Event, error) {
 
 func parsePullRequestEvent(data []byte) (*scm.Event, error) {
 	var p hookPREvent
-	if err := decodeJSON(data, &p); err != nil {
+	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
 		return nil, err
 	}
 	if p.Repository == nil || p.Repository.FullName == "" {

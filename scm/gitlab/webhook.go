@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -67,7 +66,7 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 	var head struct {
 		ObjectKind string `json:"object_kind"`
 	}
-	if err := decodeJSON(body, &head); err != nil {
+	if err := scm.DecodeWebhookJSON(body, &head); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if delivery == "" {
@@ -131,22 +130,6 @@ func verifyToken(token string, secret []byte, allowUnsigned bool) error {
 	return nil
 }
 
-func decodeJSON(data []byte, v any) error {
-	err := json.Unmarshal(data, v)
-	if err == nil {
-		return nil
-	}
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) {
-		return fmt.Errorf("malformed JSON at byte %d: %w", syn.Offset, err)
-	}
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
-		return fmt.Errorf("malformed JSON: field %q has type %s, want %s", typ.Field, typ.Value, typ.Type)
-	}
-	return fmt.Errorf("malformed JSON: %w", err)
-}
-
 type hookProject struct {
 	PathWithNamespace string `json:"path_with_namespace"`
 }
@@ -208,7 +191,7 @@ type hookMREvent struct {
 
 func parsePush(data []byte) (*scm.Event, error) {
 	var p hookPush
-	if err := decodeJSON(data, &p); err != nil {
+	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
 		return nil, err
 	}
 	if p.Project == nil || p.Project.PathWithNamespace == "" {
@@ -243,7 +226,7 @@ func parsePush(data []byte) (*scm.Event, error) {
 
 func parseMergeRequestEvent(data []byte) (*scm.Event, error) {
 	var p hookMREvent
-	if err := decodeJSON(data, &p); err != nil {
+	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
 		return nil, err
 	}
 	if p.Project == nil || p.Project.PathWithNamespace == "" {
