@@ -1,0 +1,480 @@
+// Package harness converts Harness PR-pipeline YAML (root `pipeline:`) into prflow's native
+// pipeline YAML, so teams can run their Harness pipelines unchanged. What Harness keeps in its
+// SaaS (services, environments, GitOps clusters) comes from a mapping file (Map).
+//
+// The output is plain native YAML: runs store it, and a restarted controller reloads it with
+// pipelines.Load without the map. Every construct the converter cannot carry over is reported
+// with its Harness YAML path and line, all in one error; with AllowUnsupported they become
+// warnings and the construct is left out.
+package harness
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/steps"
+)
+
+// Options control a conversion.
+type Options struct {
+	Map              *Map
+	Inputs           map[string]any // runtime input values (--set): matrix axes over inputs expand with them
+	AllowUnsupported bool           // report unsupported constructs as warnings and leave them out
+	Registry         *steps.Registry
+	// Validate expands matrix axes that need missing inputs to one placeholder combination
+	// instead of failing (for `prflow validate`).
+	Validate bool
+}
+
+// Result is a converted pipeline.
+type Result struct {
+	Native   []byte               // native prflow YAML
+	Pipeline *pipelines.Pipeline  // Native, loaded
+	Warnings []pipelines.FieldError
+}
+
+// IsHarness reports whether src is a Harness pipeline (its root has a `pipeline:` key).
+func IsHarness(src []byte) bool {
+	var doc yaml.Node
+	if yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc) != nil || len(doc.Content) == 0 {
+		return false
+	}
+	return get(deref(doc.Content[0]), "pipeline") != nil
+}
+
+// harmless fields carry no behaviour; they are accepted anywhere.
+var harmless = []string{"identifier", "name", "description", "tags", "orgIdentifier", "projectIdentifier"}
+
+type conv struct {
+	file   string
+	o      Options
+	errs   []pipelines.FieldError
+	warns  []pipelines.FieldError
+	inputs *yaml.Node // native inputs mapping
+	inNames map[string]bool
+	pvars  map[string]any // pipeline variable values, for matrix axes
+	pvarErr map[string]string
+	envs   []string // native environment names, in first-use order
+	envOut map[string]*envOut
+	svc    *ServiceMap
+	stageSvc map[string]*ServiceMap // Harness stage identifier → its service
+}
+
+type envOut struct {
+	m        *EnvMap
+	clusters []string // cluster identifiers, in order
+}
+
+// stageCtx is what steps of one native stage see.
+type stageCtx struct {
+	id   string // native stage id
+	svc  *ServiceMap
+	path string
+}
+
+func (c *conv) problem(list *[]pipelines.FieldError, n *yaml.Node, path, format string, a ...any) {
+	fe := pipelines.FieldError{File: c.file, Path: path, Msg: fmt.Sprintf(format, a...)}
+	if n != nil {
+		fe.Line, fe.Col = n.Line, n.Column
+	}
+	*list = append(*list, fe)
+}
+
+// bad is an error that --allow-unsupported does not waive (a missing map entry, a bad value).
+func (c *conv) bad(n *yaml.Node, path, format string, a ...any) { c.problem(&c.errs, n, path, format, a...) }
+
+// unsupported is a construct prflow cannot carry over: an error, or a warning when allowed.
+func (c *conv) unsupported(n *yaml.Node, path, format string, a ...any) {
+	if c.o.AllowUnsupported {
+		c.problem(&c.warns, n, path, "left out: "+format, a...)
+		return
+	}
+	c.problem(&c.errs, n, path, "unsupported: "+format, a...)
+}
+
+func (c *conv) warn(n *yaml.Node, path, format string, a ...any) { c.problem(&c.warns, n, path, format, a...) }
+
+type hfield struct{ k, v *yaml.Node }
+
+// fields reads a Harness mapping. Keys in handled are returned; harmless metadata is accepted;
+// every other key is reported as unsupported with its path.
+func (c *conv) fields(n *yaml.Node, path string, handled ...string) map[string]hfield {
+	out := map[string]hfield{}
+	n = deref(n)
+	if n == nil {
+		return out
+	}
+	if n.Kind != yaml.MappingNode {
+		c.bad(n, path, "want a mapping")
+		return out
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		switch {
+		case contains(handled, k.Value):
+			out[k.Value] = hfield{k, v}
+		case contains(harmless, k.Value):
+		default:
+			c.unsupported(k, join(path, k.Value), "field %q is not supported here", k.Value)
+		}
+	}
+	return out
+}
+
+func (c *conv) str(f hfield, path string) string {
+	if f.v == nil {
+		return ""
+	}
+	if !isScalar(f.v) {
+		c.bad(f.v, path, "want a string")
+		return ""
+	}
+	return f.v.Value
+}
+
+// Convert turns a Harness pipeline into native prflow YAML and loads it. Errors are a
+// *pipelines.LoadError listing every problem with the Harness path and file:line.
+func Convert(file string, src []byte, o Options) (*Result, error) {
+	if o.Registry == nil {
+		o.Registry = steps.Default
+	}
+	c := &conv{file: file, o: o, inputs: mapNode(), inNames: map[string]bool{}, pvars: map[string]any{},
+		pvarErr: map[string]string{}, envOut: map[string]*envOut{}, stageSvc: map[string]*ServiceMap{}}
+	if len(src) > pipelines.MaxSource {
+		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(src), pipelines.MaxSource)}}}
+	}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc); err != nil {
+		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "YAML: " + err.Error()}}}
+	}
+	if len(doc.Content) == 0 {
+		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}
+	}
+	root := c.fields(doc.Content[0], "", "pipeline")
+	pf := root["pipeline"]
+	if pf.v == nil {
+		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Line: doc.Content[0].Line, Msg: "not a Harness pipeline (no root key `pipeline:`)"}}}
+	}
+	out := c.pipeline(pf.v, "pipeline")
+	native, err := encode(out)
+	if err != nil {
+		c.bad(pf.v, "pipeline", "encoding the native pipeline: %v", err)
+	}
+	res := &Result{Native: native}
+	if len(c.errs) == 0 {
+		p, err := pipelines.Load(file, native, o.Registry)
+		if err != nil {
+			c.nativeErrors(native, err)
+		}
+		res.Pipeline = p
+	}
+	res.Warnings = dedupe(c.warns)
+	if len(c.errs) > 0 {
+		return res, &pipelines.LoadError{Errs: dedupe(c.errs)}
+	}
+	return res, nil
+}
+
+func dedupe(list []pipelines.FieldError) []pipelines.FieldError {
+	seen := map[string]bool{}
+	var out []pipelines.FieldError
+	for _, e := range list {
+		if k := e.Error(); !seen[k] {
+			seen[k] = true
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+	return out
+}
+
+func encode(n *yaml.Node) ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(n); err != nil {
+		return nil, err
+	}
+	_ = enc.Close()
+	return b.Bytes(), nil
+}
+
+// Every native stage and step carries a comment naming the Harness construct it came from;
+// native load errors are reported at that place.
+var markerRE = regexp.MustCompile(`#\s*from (\S+) line (\d+)\s*$`)
+
+func marker(path string, line int) string { return fmt.Sprintf("from %s line %d", path, line) }
+
+func (c *conv) nativeErrors(native []byte, err error) {
+	le, ok := err.(*pipelines.LoadError)
+	if !ok {
+		c.errs = append(c.errs, pipelines.FieldError{File: c.file, Msg: err.Error()})
+		return
+	}
+	type mark struct {
+		path string
+		line int
+	}
+	lines := strings.Split(string(native), "\n")
+	at := make([]mark, len(lines)+2)
+	cur := mark{path: "pipeline", line: 1}
+	for i, l := range lines {
+		if m := markerRE.FindStringSubmatch(l); m != nil {
+			n, _ := strconv.Atoi(m[2])
+			cur = mark{m[1], n}
+		}
+		at[i+1] = cur
+	}
+	for _, fe := range le.Errs {
+		m := mark{path: "pipeline", line: 1}
+		if fe.Line > 0 && fe.Line < len(at) {
+			m = at[fe.Line]
+		}
+		msg := fe.Msg
+		if fe.Path != "" {
+			msg = fe.Msg + " (in the converted pipeline at " + fe.Path + ")"
+		}
+		c.errs = append(c.errs, pipelines.FieldError{File: c.file, Line: m.line, Path: m.path, Msg: msg})
+	}
+}
+
+func (c *conv) pipeline(n *yaml.Node, path string) *yaml.Node {
+	f := c.fields(n, path, "variables", "stages", "timeout")
+	out := mapNode()
+	name := "harness"
+	if id := get(n, "identifier"); isScalar(id) {
+		name = nativeID(id.Value)
+	} else if nm := get(n, "name"); isScalar(nm) {
+		name = nativeID(nm.Value)
+	}
+	put(out, "name", strNode(name))
+	if d := get(n, "description"); isScalar(d) {
+		put(out, "description", strNode(d.Value))
+	}
+	if t := f["timeout"]; t.v != nil {
+		put(out, "timeout", c.timeout(t.v, path+".timeout"))
+	}
+	vars := c.variables(f["variables"].v, path+".variables", "")
+	stages := seqNode()
+	if st := f["stages"]; st.v != nil {
+		c.stages(st.v, path+".stages", stages)
+	} else {
+		c.bad(n, path+".stages", "required")
+	}
+	if len(c.inputs.Content) > 0 {
+		put(out, "inputs", c.inputs)
+	}
+	if len(vars.Content) > 0 {
+		put(out, "variables", vars)
+	}
+	if c.svc != nil {
+		s := mapNode()
+		put(s, "name", strNode(c.svc.Ref))
+		if len(c.svc.Variables) > 0 {
+			put(s, "variables", c.namedValues(c.svc.Variables, c.o.Map.File))
+		}
+		put(out, "service", s)
+	}
+	if len(c.envs) > 0 {
+		envs := seqNode()
+		for _, name := range c.envs {
+			envs.Content = append(envs.Content, c.environment(c.envOut[name]))
+		}
+		put(out, "environments", envs)
+	}
+	put(out, "stages", stages)
+	return &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{out}}
+}
+
+func (c *conv) namedValues(list []NamedValue, _ string) *yaml.Node {
+	m := mapNode()
+	for _, v := range list {
+		put(m, v.Name, clone(v.Value, func(s string) string { r, _ := rewriteExpr(s); return r }))
+	}
+	return m
+}
+
+func (c *conv) environment(e *envOut) *yaml.Node {
+	m := mapNode()
+	put(m, "name", strNode(e.m.Name))
+	if e.m.Group != "" {
+		put(m, "group", strNode(e.m.Group))
+	}
+	cl := seqNode()
+	for _, id := range e.clusters {
+		cm := c.o.Map.Clusters[id]
+		x := mapNode()
+		put(x, "name", strNode(cm.Name))
+		put(x, "agent", strNode(cm.Agent))
+		x.Style = yaml.FlowStyle
+		cl.Content = append(cl.Content, x)
+	}
+	if len(cl.Content) > 0 {
+		put(m, "clusters", cl)
+	}
+	if len(e.m.Variables) > 0 {
+		put(m, "variables", c.namedValues(e.m.Variables, ""))
+	}
+	if len(e.m.Overrides) > 0 {
+		put(m, "overrides", c.namedValues(e.m.Overrides, ""))
+	}
+	return m
+}
+
+// variables converts a Harness variable list ({name, type, value}) into a native mapping.
+// Runtime inputs become native inputs; stage is "" for pipeline variables.
+func (c *conv) variables(n *yaml.Node, path, stage string) *yaml.Node {
+	out := mapNode()
+	n = deref(n)
+	if n == nil {
+		return out
+	}
+	if n.Kind != yaml.SequenceNode {
+		c.bad(n, path, "want a list of {name, type, value}")
+		return out
+	}
+	for i, vn := range n.Content {
+		p := itemPath(path, i)
+		f := c.fields(vn, p, "name", "type", "value", "default", "required")
+		name := c.str(f["name"], p+".name")
+		if name == "" {
+			c.bad(vn, p+".name", "required")
+			continue
+		}
+		typ := c.str(f["type"], p+".type")
+		switch typ {
+		case "", "String", "Number":
+		case "Secret":
+			c.unsupported(f["type"].v, p+".type", "Secret variables (prflow keeps secrets on workers: use a connector)")
+			continue
+		default:
+			c.unsupported(f["type"].v, p+".type", "variable type %q", typ)
+			continue
+		}
+		val := f["value"].v
+		if val == nil {
+			val = f["default"].v
+		}
+		if val == nil {
+			val = strNode("")
+		}
+		in := inputName(name)
+		if stage != "" {
+			in = inputName(stage, name)
+		}
+		nv, lit := c.value(val, p+".value", in, typ, f["required"].v != nil && f["required"].v.Value == "true")
+		put(out, name, nv)
+		if stage == "" && (f["value"].v != nil || f["default"].v != nil) {
+			if lit.err != "" {
+				c.pvarErr[name] = lit.err
+			} else {
+				c.pvars[name] = lit.v
+			}
+		}
+	}
+	return out
+}
+
+type resolved struct {
+	v   any
+	err string // why the value is not known at conversion time
+}
+
+// value converts one Harness scalar value: <+input> markers become native inputs named in,
+// expressions are rewritten. It also returns the value as known now (for matrix axes).
+func (c *conv) value(n *yaml.Node, path, in, typ string, required bool) (*yaml.Node, resolved) {
+	n = deref(n)
+	if !isScalar(n) {
+		return clone(n, func(s string) string { return c.expr(s, n, path) }), resolved{err: "not a scalar"}
+	}
+	if ri, ok := parseInput(n.Value); ok {
+		for _, p := range ri.probs {
+			c.unsupported(n, path, "%s", p)
+		}
+		c.declareInput(in, typ, ri, required)
+		if v, ok := c.o.Inputs[in]; ok {
+			return strNode("<+inputs." + in + ">"), resolved{v: v}
+		}
+		if ri.def != nil {
+			return strNode("<+inputs." + in + ">"), resolved{v: *ri.def}
+		}
+		return strNode("<+inputs." + in + ">"), resolved{err: fmt.Sprintf("input %q has no value: give it with --set %s=…", in, in)}
+	}
+	out := clone(n, func(s string) string { return c.expr(s, n, path) })
+	if out.Tag == "!!str" && strings.Contains(out.Value, "<+") {
+		return out, c.evalNow(out.Value)
+	}
+	var v any
+	_ = n.Decode(&v)
+	return out, resolved{v: v}
+}
+
+// expr rewrites Harness expression paths in s, reporting what cannot be carried over.
+func (c *conv) expr(s string, n *yaml.Node, path string) string {
+	if strings.Contains(s, "<+input>") {
+		c.unsupported(n, path, "<+input> is supported only as a whole value of a variable or step field")
+		return s
+	}
+	out, probs := rewriteExpr(s)
+	for _, p := range probs {
+		c.unsupported(n, path, "%s", p)
+	}
+	return out
+}
+
+func (c *conv) declareInput(name, typ string, ri *runtimeInput, required bool) {
+	if c.inNames[name] {
+		return
+	}
+	c.inNames[name] = true
+	d := mapNode()
+	d.Style = yaml.FlowStyle
+	t := "string"
+	if typ == "Number" {
+		t = "number"
+	}
+	put(d, "type", strNode(t))
+	if ri.def != nil {
+		put(d, "default", typedScalar(*ri.def, t))
+	} else {
+		put(d, "required", boolNode(true))
+	}
+	_ = required
+	if len(ri.allowed) > 0 {
+		a := seqNode()
+		a.Style = yaml.FlowStyle
+		for _, x := range ri.allowed {
+			a.Content = append(a.Content, typedScalar(x, t))
+		}
+		put(d, "allowed", a)
+	}
+	put(c.inputs, name, d)
+}
+
+func typedScalar(s, typ string) *yaml.Node {
+	if typ == "number" {
+		if _, err := strconv.ParseFloat(s, 64); err == nil {
+			return &yaml.Node{Kind: yaml.ScalarNode, Value: s}
+		}
+	}
+	return strNode(s)
+}
+
+func (c *conv) timeout(n *yaml.Node, path string) *yaml.Node {
+	if !isScalar(n) {
+		c.bad(n, path, "want a duration such as 10m")
+		return nil
+	}
+	if strings.Contains(n.Value, "<+") {
+		c.unsupported(n, path, "a timeout given as an expression or runtime input")
+		return nil
+	}
+	return strNode(n.Value)
+}

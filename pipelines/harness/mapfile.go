@@ -1,0 +1,242 @@
+package harness
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/prflow/prflow/pipelines"
+)
+
+// Map holds what Harness keeps in its SaaS and a pipeline only refers to: services (their
+// release repo and ApplicationSet), environments and GitOps clusters.
+type Map struct {
+	File         string
+	Services     map[string]*ServiceMap
+	Environments map[string]*EnvMap
+	Clusters     map[string]ClusterMap // by Harness GitOps cluster identifier
+}
+
+// ServiceMap is one Harness service (serviceRef).
+type ServiceMap struct {
+	Ref          string
+	ReleaseRepo  *RepoMap
+	AppSet       string // deploymentRepo.applicationSet: the ApplicationSet FetchLinkedApps looks for
+	AppSelector  string // deploymentRepo.selector: or a label selector
+	Variables    []NamedValue
+	VariablesSet bool
+	Line         int
+}
+
+// RepoMap is a release repo: connector (from the worker's connectors file), repo, branch and
+// the config file path template (<+env.name>, <+cluster.name>).
+type RepoMap struct {
+	Connector, Repo, Branch, Path string
+}
+
+// EnvMap is one Harness environment (environmentRef).
+type EnvMap struct {
+	Ref       string
+	Name      string // the environment's name (folder names in path templates use it)
+	Group     string
+	Clusters  []string // GitOps cluster identifiers linked to it
+	Variables []NamedValue
+	Overrides []NamedValue
+	Line      int
+}
+
+// ClusterMap is a GitOps cluster: its name and the prflow agent that reports on it.
+type ClusterMap struct {
+	Name, Agent string
+	Line        int
+}
+
+// NamedValue is a variable in file order.
+type NamedValue struct {
+	Name  string
+	Value *yaml.Node
+}
+
+// LoadMap reads a mapping file.
+func LoadMap(path string) (*Map, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMap(path, src)
+}
+
+type mapReader struct {
+	file string
+	errs []pipelines.FieldError
+}
+
+func (r *mapReader) errf(n *yaml.Node, path, format string, a ...any) {
+	fe := pipelines.FieldError{File: r.file, Path: path, Msg: fmt.Sprintf(format, a...)}
+	if n != nil {
+		fe.Line, fe.Col = n.Line, n.Column
+	}
+	r.errs = append(r.errs, fe)
+}
+
+// fields returns a mapping's values by key, reporting unknown keys.
+func (r *mapReader) fields(n *yaml.Node, path string, allowed ...string) map[string]*yaml.Node {
+	out := map[string]*yaml.Node{}
+	if n == nil {
+		return out
+	}
+	if n.Kind != yaml.MappingNode {
+		r.errf(n, path, "want a mapping")
+		return out
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		for v.Kind == yaml.AliasNode && v.Alias != nil {
+			v = v.Alias
+		}
+		if !contains(allowed, k.Value) {
+			r.errf(k, join(path, k.Value), "unknown field (allowed: %s)", strings.Join(allowed, ", "))
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			r.errf(k, join(path, k.Value), "duplicate key")
+			continue
+		}
+		out[k.Value] = v
+	}
+	return out
+}
+
+func (r *mapReader) str(n *yaml.Node, path string, required bool, parent *yaml.Node) string {
+	if n == nil {
+		if required {
+			r.errf(parent, path, "required")
+		}
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		r.errf(n, path, "want a string")
+		return ""
+	}
+	if required && n.Value == "" {
+		r.errf(n, path, "required")
+	}
+	return n.Value
+}
+
+func (r *mapReader) vars(n *yaml.Node, path string) []NamedValue {
+	if n == nil {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		r.errf(n, path, "want a mapping of name: value")
+		return nil
+	}
+	var out []NamedValue
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		out = append(out, NamedValue{Name: n.Content[i].Value, Value: n.Content[i+1]})
+	}
+	return out
+}
+
+// ParseMap parses a mapping file; every problem names file:line and the field.
+func ParseMap(file string, src []byte) (*Map, error) {
+	r := &mapReader{file: file}
+	m := &Map{File: file, Services: map[string]*ServiceMap{}, Environments: map[string]*EnvMap{}, Clusters: map[string]ClusterMap{}}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc); err != nil {
+		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "YAML: " + err.Error()}}}
+	}
+	if len(doc.Content) == 0 {
+		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}
+	}
+	root := r.fields(doc.Content[0], "", "services", "environments", "gitOpsClusters")
+	eachEntry := func(n *yaml.Node, path string, fn func(k, v *yaml.Node, p string)) {
+		if n == nil {
+			return
+		}
+		if n.Kind != yaml.MappingNode {
+			r.errf(n, path, "want a mapping of identifier: {...}")
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			fn(n.Content[i], n.Content[i+1], path+"."+n.Content[i].Value)
+		}
+	}
+	eachEntry(root["gitOpsClusters"], "gitOpsClusters", func(k, v *yaml.Node, p string) {
+		f := r.fields(v, p, "name", "agent")
+		c := ClusterMap{Name: r.str(f["name"], p+".name", false, v), Agent: r.str(f["agent"], p+".agent", true, v), Line: k.Line}
+		if c.Name == "" {
+			c.Name = k.Value
+		}
+		m.Clusters[k.Value] = c
+	})
+	eachEntry(root["environments"], "environments", func(k, v *yaml.Node, p string) {
+		f := r.fields(v, p, "name", "group", "gitOpsClusters", "variables", "overrides")
+		e := &EnvMap{Ref: k.Value, Name: r.str(f["name"], p+".name", false, v), Group: r.str(f["group"], p+".group", false, v),
+			Variables: r.vars(f["variables"], p+".variables"), Overrides: r.vars(f["overrides"], p+".overrides"), Line: k.Line}
+		if e.Name == "" {
+			e.Name = k.Value
+		}
+		if cl := f["gitOpsClusters"]; cl != nil {
+			if cl.Kind != yaml.SequenceNode {
+				r.errf(cl, p+".gitOpsClusters", "want a list of GitOps cluster identifiers")
+			}
+			for i, c := range cl.Content {
+				id := r.str(c, fmt.Sprintf("%s.gitOpsClusters[%d]", p, i), true, cl)
+				if _, ok := m.Clusters[id]; id != "" && !ok {
+					r.errf(c, fmt.Sprintf("%s.gitOpsClusters[%d]", p, i), "unknown GitOps cluster %q (declare it under gitOpsClusters:)", id)
+				}
+				e.Clusters = append(e.Clusters, id)
+			}
+		}
+		m.Environments[k.Value] = e
+	})
+	eachEntry(root["services"], "services", func(k, v *yaml.Node, p string) {
+		f := r.fields(v, p, "releaseRepo", "deploymentRepo", "variables")
+		s := &ServiceMap{Ref: k.Value, Variables: r.vars(f["variables"], p+".variables"), VariablesSet: f["variables"] != nil, Line: k.Line}
+		if rr := f["releaseRepo"]; rr != nil {
+			rf := r.fields(rr, p+".releaseRepo", "connector", "repo", "branch", "path")
+			s.ReleaseRepo = &RepoMap{
+				Connector: r.str(rf["connector"], p+".releaseRepo.connector", true, rr),
+				Repo:      r.str(rf["repo"], p+".releaseRepo.repo", true, rr),
+				Branch:    r.str(rf["branch"], p+".releaseRepo.branch", false, rr),
+				Path:      r.str(rf["path"], p+".releaseRepo.path", true, rr),
+			}
+		}
+		if dr := f["deploymentRepo"]; dr != nil {
+			df := r.fields(dr, p+".deploymentRepo", "applicationSet", "selector")
+			s.AppSet = r.str(df["applicationSet"], p+".deploymentRepo.applicationSet", false, dr)
+			s.AppSelector = r.str(df["selector"], p+".deploymentRepo.selector", false, dr)
+			if s.AppSet == "" && s.AppSelector == "" {
+				r.errf(dr, p+".deploymentRepo", "give applicationSet (the ApplicationSet's name) or selector (a label selector)")
+			}
+		}
+		m.Services[k.Value] = s
+	})
+	if len(r.errs) > 0 {
+		sort.SliceStable(r.errs, func(i, j int) bool { return r.errs[i].Line < r.errs[j].Line })
+		return nil, &pipelines.LoadError{Errs: r.errs}
+	}
+	return m, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}

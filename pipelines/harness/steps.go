@@ -1,0 +1,312 @@
+package harness
+
+import (
+	"fmt"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// group is what a step group passes down to its steps.
+type group struct {
+	prefix    string     // G_ (G1_G2_ when nested): flattened ids, matching rewriteExpr
+	when      *yaml.Node // the group's condition, ANDed with each step's
+	onFailure *yaml.Node // the group's failure strategy, for steps without their own
+}
+
+// steps converts a step list, flattening step groups (ids G_X) and matrix steps (X_0, X_1…).
+func (c *conv) steps(n *yaml.Node, path string, sc *stageCtx, g *group) *yaml.Node {
+	out := seqNode()
+	if n.Kind != yaml.SequenceNode {
+		c.bad(n, path, "want a list of steps")
+		return out
+	}
+	if g == nil {
+		g = &group{}
+	}
+	for i, item := range n.Content {
+		p := itemPath(path, i)
+		f := c.fields(item, p, "step", "stepGroup", "parallel")
+		switch {
+		case f["step"].v != nil:
+			out.Content = append(out.Content, c.stepMatrix(f["step"].v, p+".step", sc, g)...)
+		case f["stepGroup"].v != nil:
+			out.Content = append(out.Content, c.stepGroup(f["stepGroup"].v, p+".stepGroup", sc, g).Content...)
+		case f["parallel"].v != nil:
+			c.warn(f["parallel"].k, p+".parallel", "prflow runs these steps one after another")
+			out.Content = append(out.Content, c.steps(f["parallel"].v, p+".parallel", sc, g).Content...)
+		}
+	}
+	return out
+}
+
+func (c *conv) stepGroup(n *yaml.Node, path string, sc *stageCtx, parent *group) *yaml.Node {
+	f := c.fields(n, path, "steps", "when", "failureStrategies")
+	idn := get(n, "identifier")
+	if !isScalar(idn) {
+		c.bad(n, path+".identifier", "required")
+		return seqNode()
+	}
+	g := &group{prefix: parent.prefix + nativeID(idn.Value) + "_", when: parent.when, onFailure: parent.onFailure}
+	if w := f["when"].v; w != nil {
+		g.when = andWhen(parent.when, c.when(w, path+".when", "stageStatus"))
+	}
+	if fs := f["failureStrategies"].v; fs != nil {
+		g.onFailure = c.failure(fs, path+".failureStrategies")
+	}
+	if f["steps"].v == nil {
+		c.bad(n, path+".steps", "required")
+		return seqNode()
+	}
+	return c.steps(f["steps"].v, path+".steps", sc, g)
+}
+
+func andWhen(a, b *yaml.Node) *yaml.Node {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return strNode("(" + a.Value + ") && (" + b.Value + ")")
+}
+
+// stepMatrix expands a step's strategy.matrix (run one after another in prflow).
+func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*yaml.Node {
+	idn := get(n, "identifier")
+	if !isScalar(idn) {
+		c.bad(n, path+".identifier", "required")
+		return nil
+	}
+	id := g.prefix + nativeID(idn.Value)
+	strat := deref(get(n, "strategy"))
+	if strat == nil {
+		if st := c.step(n, path, sc, g, id); st != nil {
+			return []*yaml.Node{st}
+		}
+		return nil
+	}
+	combos, seq := c.matrix(strat, path+".strategy")
+	if !seq && len(combos) > 1 {
+		c.warn(strat, path+".strategy.matrix", "prflow runs the %d matrix steps one after another", len(combos))
+	}
+	var out []*yaml.Node
+	for i, combo := range combos {
+		cp := clone(n, func(s string) string { return substMatrix(s, combo, i, len(combos)) })
+		if st := c.step(cp, path, sc, g, fmt.Sprintf("%s_%d", id, i)); st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// Supported step types and their native names.
+var stepTypes = map[string]string{"GitOpsUpdateReleaseRepo": "UpdateReleaseRepo", "MergePR": "MergePR", "RevertPR": "RevertPR",
+	"GitOpsFetchLinkedApps": "FetchLinkedApps", "GitOpsSync": "GitOpsSync", "HarnessApproval": "Approval", "Wait": "Wait"}
+
+func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string) *yaml.Node {
+	f := c.fields(n, path, "type", "spec", "timeout", "failureStrategies", "when", "strategy")
+	typ := c.str(f["type"], path+".type")
+	native, ok := stepTypes[typ]
+	if !ok {
+		if typ == "" {
+			c.bad(n, path+".type", "required")
+		} else {
+			c.unsupported(f["type"].v, path+".type", "step type %q (supported: GitOpsUpdateReleaseRepo, MergePR, RevertPR, GitOpsFetchLinkedApps, GitOpsSync, HarnessApproval, Wait)", typ)
+		}
+		return nil
+	}
+	out := mapNode()
+	out.HeadComment = marker(path, n.Line)
+	put(out, "id", strNode(id))
+	if x := get(n, "name"); isScalar(x) {
+		put(out, "name", strNode(x.Value))
+	}
+	put(out, "type", strNode(native))
+	with, pool := c.stepSpec(typ, f["spec"].v, path+".spec", sc, id)
+	if len(with.Content) > 0 {
+		put(out, "with", with)
+	}
+	when := g.when
+	if w := f["when"].v; w != nil {
+		when = andWhen(g.when, c.when(w, path+".when", "stageStatus"))
+	}
+	put(out, "when", when)
+	if t := f["timeout"].v; t != nil {
+		put(out, "timeout", c.timeout(t, path+".timeout"))
+	}
+	if pool != "" {
+		put(out, "pool", strNode(pool))
+	}
+	onf := g.onFailure
+	if fs := f["failureStrategies"].v; fs != nil {
+		onf = c.failure(fs, path+".failureStrategies")
+	}
+	put(out, "onFailure", onf)
+	return out
+}
+
+// specFields: per step type, Harness spec fields copied as is (the native steps take the
+// same names), fields that carry no behaviour, and fields handled specially.
+var specFields = map[string]struct{ copy, harmless []string }{
+	"GitOpsUpdateReleaseRepo": {copy: []string{"variables", "prTitle", "allowEmptyCommit", "allowNoFilesChanged", "ignoreMissingFiles",
+		"ignoreMissingValues", "skipPipelineVariables", "waitForMerge"}, harmless: []string{"disableGitRestraint"}},
+	"MergePR":               {copy: []string{"deleteSourceBranch", "mergeStrategy"}, harmless: []string{"disableGitRestraint"}},
+	"RevertPR":              {copy: []string{"commitId", "prTitle"}, harmless: []string{"disableGitRestraint"}},
+	"GitOpsFetchLinkedApps": {},
+	"GitOpsSync": {copy: []string{"applicationsList", "applicationRegex", "applicationLabels", "prune", "dryRun", "applyOnly", "forceApply",
+		"waitTillHealthy", "failOnTimeout", "degradedStateTimeout", "syncOptions", "retryStrategy"}, harmless: []string{"showResourceProgress"}},
+	"HarnessApproval": {harmless: []string{"includePipelineExecutionHistory"}},
+	"Wait":            {copy: []string{"duration"}},
+}
+
+// stepSpec converts a step's spec into native `with` inputs and a worker pool.
+func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, id string) (*yaml.Node, string) {
+	with := mapNode()
+	sf := specFields[typ]
+	handled := append(append([]string{"delegateSelectors"}, sf.copy...), sf.harmless...)
+	switch typ {
+	case "HarnessApproval":
+		handled = append(handled, "approvalMessage", "approvers", "isAutoRejectEnabled")
+	case "GitOpsSync":
+		handled = append(handled, "retry")
+	}
+	spec = deref(spec)
+	if spec == nil {
+		spec = mapNode()
+	}
+	f := c.fields(spec, path, handled...)
+	pool := ""
+	if ds := f["delegateSelectors"].v; ds != nil && typ != "GitOpsSync" {
+		switch {
+		case ds.Kind == yaml.SequenceNode && len(ds.Content) == 1 && isScalar(ds.Content[0]) && !strings.Contains(ds.Content[0].Value, "<+"):
+			pool = ds.Content[0].Value // one selector = the worker pool that runs the step
+		case ds.Kind == yaml.SequenceNode && len(ds.Content) == 0:
+		default:
+			c.unsupported(ds, path+".delegateSelectors", "several delegate selectors or an expression (prflow sends a step to one worker pool)")
+		}
+	}
+	svcNeeded := func(what string) *ServiceMap {
+		if sc.svc == nil {
+			c.bad(spec, path, "%s needs the stage's service (spec.service.serviceRef) and its %s in the mapping file", typ, what)
+		}
+		return sc.svc
+	}
+	switch typ {
+	case "GitOpsUpdateReleaseRepo", "RevertPR":
+		if s := svcNeeded("releaseRepo"); s != nil {
+			if s.ReleaseRepo == nil {
+				c.bad(spec, path, "service %q has no releaseRepo in the mapping file %s", s.Ref, c.o.Map.File)
+			} else {
+				put(with, "connector", strNode(s.ReleaseRepo.Connector))
+				put(with, "repo", strNode(s.ReleaseRepo.Repo))
+				if s.ReleaseRepo.Branch != "" {
+					put(with, "baseBranch", strNode(s.ReleaseRepo.Branch))
+				}
+				if typ == "GitOpsUpdateReleaseRepo" {
+					p, _ := rewriteExpr(s.ReleaseRepo.Path)
+					put(with, "filePath", strNode(p))
+				}
+			}
+		}
+	case "GitOpsFetchLinkedApps":
+		if s := svcNeeded("deploymentRepo"); s != nil {
+			if s.AppSet == "" && s.AppSelector == "" {
+				c.bad(spec, path, "service %q has no deploymentRepo (applicationSet or selector) in the mapping file %s", s.Ref, c.o.Map.File)
+			}
+			if s.AppSet != "" {
+				put(with, "applicationSet", strNode(s.AppSet))
+			}
+			if s.AppSelector != "" {
+				put(with, "selector", strNode(s.AppSelector))
+			}
+		}
+	case "GitOpsSync":
+		if r := f["retry"].v; r != nil && r.Value != "false" {
+			c.unsupported(r, path+".retry", "retry: %s (use retryStrategy)", r.Value)
+		}
+	case "HarnessApproval":
+		if m := f["approvalMessage"].v; m != nil {
+			put(with, "message", clone(m, func(s string) string { return c.expr(s, m, path+".approvalMessage") }))
+		}
+		if r := f["isAutoRejectEnabled"].v; r != nil && r.Value != "false" {
+			c.unsupported(r, path+".isAutoRejectEnabled", "automatic rejection")
+		}
+		ap := c.fields(f["approvers"].v, path+".approvers", "userGroups", "minimumCount", "disallowPipelineExecutor")
+		if f["approvers"].v == nil {
+			c.bad(spec, path+".approvers", "required")
+		}
+		a := mapNode()
+		if ug := ap["userGroups"].v; ug != nil {
+			gs := seqNode()
+			gs.Style = yaml.FlowStyle
+			for _, x := range ug.Content {
+				// Harness scopes groups (account.x, org.x); prflow groups come from its tokens file.
+				name := x.Value
+				for _, pre := range []string{"account.", "org."} {
+					name = strings.TrimPrefix(name, pre)
+				}
+				gs.Content = append(gs.Content, strNode(name))
+			}
+			put(a, "groups", gs)
+		}
+		for _, k := range []string{"minimumCount", "disallowPipelineExecutor"} {
+			if v := ap[k].v; v != nil {
+				put(a, k, clone(v, nil))
+			}
+		}
+		put(with, "approvers", a)
+	}
+	for _, k := range sf.copy {
+		v := f[k].v
+		if v == nil {
+			continue
+		}
+		put(with, k, c.copyInputs(v, path+"."+k, inputName(sc.id, id, k)))
+	}
+	return with, pool
+}
+
+// copyInputs copies a nested spec value, turning <+input> leaves into native inputs (named
+// after the variable or key they belong to) and rewriting expressions.
+func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
+	n = deref(n)
+	switch n.Kind {
+	case yaml.ScalarNode:
+		v, _ := c.value(n, path, hint, "", false)
+		return v
+	case yaml.MappingNode:
+		m := mapNode()
+		m.Style = n.Style
+		nameHint := hint
+		if nm := get(n, "name"); isScalar(nm) {
+			nameHint = inputName(hint, nm.Value)
+		}
+		typ := ""
+		if t := get(n, "type"); isScalar(t) {
+			typ = t.Value
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			h := inputName(hint, k.Value)
+			if k.Value == "value" {
+				h = nameHint
+				if isScalar(deref(v)) {
+					nv, _ := c.value(v, path+"."+k.Value, h, typ, false)
+					m.Content = append(m.Content, strNode(k.Value), nv)
+					continue
+				}
+			}
+			m.Content = append(m.Content, strNode(k.Value), c.copyInputs(v, path+"."+k.Value, h))
+		}
+		return m
+	case yaml.SequenceNode:
+		s := seqNode()
+		s.Style = n.Style
+		for i, x := range n.Content {
+			s.Content = append(s.Content, c.copyInputs(x, itemPath(path, i), hint))
+		}
+		return s
+	}
+	return clone(n, nil)
+}
