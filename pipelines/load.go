@@ -100,7 +100,7 @@ func Load(file string, src []byte, reg *steps.Registry) (*Pipeline, error) {
 	sum := sha256.Sum256(src)
 	p.Hash = hex.EncodeToString(sum[:16])
 	if root.Kind == yaml.MappingNode && findKey(root, "pipeline") != nil {
-		l.errf(root, "", "this is a Harness pipeline (root key `pipeline:`); Harness YAML is not supported by this loader yet")
+		l.errf(root, "", "this is a Harness pipeline (root key `pipeline:`): run it with --harness-map FILE (services, environments and GitOps clusters), or convert it with `prflow import harness FILE --harness-map MAP`")
 		return nil, l.result()
 	}
 	l.pipeline(root, p)

@@ -95,6 +95,7 @@ func parseSets(sets []string) (map[string]any, error) {
 func newRun(g *globals) *cobra.Command {
 	var sets []string
 	var follow bool
+	var hf harnessFlags
 	cmd := &cobra.Command{
 		Use:   "run FILE",
 		Short: "Start a run of a pipeline file on the server",
@@ -107,6 +108,11 @@ func newRun(g *globals) *cobra.Command {
 			inputs, err := parseSets(sets)
 			if err != nil {
 				return err
+			}
+			if hf.mapFile != "" { // convert here; without a map the server converts (or refuses)
+				if src, err = hf.convert(args[0], src, inputs, false, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
 			}
 			c, err := g.client()
 			if err != nil {
@@ -126,6 +132,7 @@ func newRun(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "runtime input key=value (repeatable)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print progress until the run ends; exit non-zero unless it succeeds")
+	hf.add(cmd)
 	return cmd
 }
 

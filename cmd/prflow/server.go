@@ -12,10 +12,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/harness"
+	"github.com/prflow/prflow/steps"
 )
 
 func newServer(g *globals) *cobra.Command {
 	var listen, tokens, natsListen string
+	var hf harnessFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the controller and its HTTP API",
@@ -42,7 +45,15 @@ func newServer(g *globals) *cobra.Command {
 			if u := conn.ClientURL(); u != "" {
 				log.Info("embedded NATS listening", "url", u)
 			}
-			ctl, err := controller.New(ctx, conn, controller.WithLogger(log))
+			copts := []controller.Option{controller.WithLogger(log)}
+			if hf.mapFile != "" {
+				m, err := hf.load()
+				if err != nil {
+					return err
+				}
+				copts = append(copts, controller.WithSourceConverter(harness.Converter(m, steps.Default, hf.allow, log)))
+			}
+			ctl, err := controller.New(ctx, conn, copts...)
 			if err != nil {
 				return err
 			}
@@ -56,6 +67,7 @@ func newServer(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API address")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
+	hf.add(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "", "with the embedded NATS: also accept workers/agents on this address (e.g. 127.0.0.1:4222)")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -10,14 +11,22 @@ import (
 )
 
 func newValidate(*globals) *cobra.Command {
-	return &cobra.Command{
+	var hf harnessFlags
+	cmd := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check pipeline files; print every problem with file:line and field",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bad := 0
 			for _, f := range args {
-				p, err := pipelines.LoadFile(f, steps.Default)
+				src, err := os.ReadFile(f)
+				if err == nil {
+					src, err = hf.convert(f, src, nil, true, cmd.ErrOrStderr())
+				}
+				var p *pipelines.Pipeline
+				if err == nil {
+					p, err = pipelines.Load(f, src, steps.Default)
+				}
 				if err != nil {
 					bad++
 					fmt.Fprintln(cmd.ErrOrStderr(), err)
@@ -31,4 +40,6 @@ func newValidate(*globals) *cobra.Command {
 			return nil
 		},
 	}
+	hf.add(cmd)
+	return cmd
 }

@@ -28,6 +28,7 @@ type Controller struct {
 	conn    *queue.Conn
 	b       *queue.Buckets
 	reg     *steps.Registry
+	convert SourceConverter
 	log     *slog.Logger
 	metrics *Metrics
 	workers int
@@ -71,6 +72,14 @@ type Option func(*Controller)
 
 // WithRegistry sets the step registry used to validate pipelines.
 func WithRegistry(r *steps.Registry) Option { return func(c *Controller) { c.reg = r } }
+
+// SourceConverter turns a pipeline in another format (Harness YAML) into native prflow YAML.
+// It returns src unchanged when src is already native. Start converts before storing, so
+// runs keep native text and a restarted controller reloads them without the converter.
+type SourceConverter func(file string, src []byte, inputs map[string]any) ([]byte, error)
+
+// WithSourceConverter makes Start accept another pipeline format (see SourceConverter).
+func WithSourceConverter(fn SourceConverter) Option { return func(c *Controller) { c.convert = fn } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(c *Controller) { c.log = l } }

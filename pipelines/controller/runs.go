@@ -32,6 +32,13 @@ var ErrInvalid = errors.New("invalid run request")
 // Start validates the pipeline and inputs, stores them and the run's initial state, and kicks
 // the run. A bad pipeline or input stores and dispatches nothing.
 func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Run, error) {
+	if c.convert != nil {
+		src, err := c.convert(req.File, req.Source, req.Inputs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		req.Source = src
+	}
 	p, err := pipelines.Load(req.File, req.Source, c.reg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)

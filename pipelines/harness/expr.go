@@ -15,7 +15,10 @@ import (
 var stepPathRE = regexp.MustCompile(`(?:pipeline\.stages\.([A-Za-z_][A-Za-z0-9_]*)\.spec\.)?execution\.(?:steps|rollbackSteps)\.((?:[A-Za-z_][A-Za-z0-9_]*\.steps\.)*)([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?(\.outputVariables)?`)
 
 // Simple renames of Harness roots to native ones.
-var renames = []struct{ re *regexp.Regexp; to string }{
+var renames = []struct {
+	re *regexp.Regexp
+	to string
+}{
 	{regexp.MustCompile(`\bpipeline\.stages\.([A-Za-z_][A-Za-z0-9_]*)\.status\b`), "stages.$1.status"},
 	{regexp.MustCompile(`\bpipeline\.executionId\b`), "run.id"},
 	{regexp.MustCompile(`\bpipeline\.sequenceId\b`), "run.id"},

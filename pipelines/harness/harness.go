@@ -11,6 +11,7 @@ package harness
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"sort"
 	"strconv"
@@ -35,8 +36,8 @@ type Options struct {
 
 // Result is a converted pipeline.
 type Result struct {
-	Native   []byte               // native prflow YAML
-	Pipeline *pipelines.Pipeline  // Native, loaded
+	Native   []byte              // native prflow YAML
+	Pipeline *pipelines.Pipeline // Native, loaded
 	Warnings []pipelines.FieldError
 }
 
@@ -53,17 +54,17 @@ func IsHarness(src []byte) bool {
 var harmless = []string{"identifier", "name", "description", "tags", "orgIdentifier", "projectIdentifier"}
 
 type conv struct {
-	file   string
-	o      Options
-	errs   []pipelines.FieldError
-	warns  []pipelines.FieldError
-	inputs *yaml.Node // native inputs mapping
-	inNames map[string]bool
-	pvars  map[string]any // pipeline variable values, for matrix axes
-	pvarErr map[string]string
-	envs   []string // native environment names, in first-use order
-	envOut map[string]*envOut
-	svc    *ServiceMap
+	file     string
+	o        Options
+	errs     []pipelines.FieldError
+	warns    []pipelines.FieldError
+	inputs   *yaml.Node // native inputs mapping
+	inNames  map[string]bool
+	pvars    map[string]any // pipeline variable values, for matrix axes
+	pvarErr  map[string]string
+	envs     []string // native environment names, in first-use order
+	envOut   map[string]*envOut
+	svc      *ServiceMap
 	stageSvc map[string]*ServiceMap // Harness stage identifier → its service
 }
 
@@ -88,7 +89,9 @@ func (c *conv) problem(list *[]pipelines.FieldError, n *yaml.Node, path, format 
 }
 
 // bad is an error that --allow-unsupported does not waive (a missing map entry, a bad value).
-func (c *conv) bad(n *yaml.Node, path, format string, a ...any) { c.problem(&c.errs, n, path, format, a...) }
+func (c *conv) bad(n *yaml.Node, path, format string, a ...any) {
+	c.problem(&c.errs, n, path, format, a...)
+}
 
 // unsupported is a construct prflow cannot carry over: an error, or a warning when allowed.
 func (c *conv) unsupported(n *yaml.Node, path, format string, a ...any) {
@@ -99,7 +102,9 @@ func (c *conv) unsupported(n *yaml.Node, path, format string, a ...any) {
 	c.problem(&c.errs, n, path, "unsupported: "+format, a...)
 }
 
-func (c *conv) warn(n *yaml.Node, path, format string, a ...any) { c.problem(&c.warns, n, path, format, a...) }
+func (c *conv) warn(n *yaml.Node, path, format string, a ...any) {
+	c.problem(&c.warns, n, path, format, a...)
+}
 
 type hfield struct{ k, v *yaml.Node }
 
@@ -477,4 +482,22 @@ func (c *conv) timeout(n *yaml.Node, path string) *yaml.Node {
 		return nil
 	}
 	return strNode(n.Value)
+}
+
+// Converter returns a function for controller.WithSourceConverter: Harness sources are
+// converted with the map and the run's inputs (warnings are logged), native ones pass through.
+func Converter(m *Map, reg *steps.Registry, allowUnsupported bool, log *slog.Logger) func(file string, src []byte, inputs map[string]any) ([]byte, error) {
+	return func(file string, src []byte, inputs map[string]any) ([]byte, error) {
+		if !IsHarness(src) {
+			return src, nil
+		}
+		res, err := Convert(file, src, Options{Map: m, Inputs: inputs, AllowUnsupported: allowUnsupported, Registry: reg})
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range res.Warnings {
+			log.Warn("Harness pipeline", "warning", w.Error())
+		}
+		return res.Native, nil
+	}
 }

@@ -31,6 +31,7 @@ type Options struct {
 	Tuning      queue.ConsumerTuning
 	Listen      string // embedded NATS TCP address for out-of-process workers/agents
 	Dir         string
+	Controller  []controller.Option // extra controller options (e.g. a source converter)
 }
 
 // Env is a running prflow.
@@ -90,7 +91,7 @@ func New(t testing.TB, o Options) *Env {
 	if err := queue.Setup(ctx, conn.JS, 1); err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := controller.New(ctx, conn, controller.WithRegistry(o.Registry), controller.WithLogger(log))
+	ctl, err := controller.New(ctx, conn, append([]controller.Option{controller.WithRegistry(o.Registry), controller.WithLogger(log)}, o.Controller...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
