@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/steps"
+)
+
+const fixtures = "../../pipelines/harness/testdata/"
+
+// `prflow import harness` prints native YAML that the native loader accepts as is.
+func TestImportHarness(t *testing.T) {
+	out, err := run(t, "import", "harness", fixtures+"rollback.yaml", "--harness-map", fixtures+"map.yaml")
+	if err != nil {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	p, err := pipelines.Load("imported.yaml", []byte(out), steps.Default)
+	if err != nil {
+		t.Fatalf("imported pipeline does not load: %v\n%s", err, out)
+	}
+	if p.Name != "rollback" || p.Stage("dev") == nil || len(p.Stage("dev").Rollback) != 2 {
+		t.Errorf("imported pipeline: %+v", p)
+	}
+	if _, err := run(t, "import", "harness", fixtures+"map.yaml"); err == nil {
+		t.Error("importing a non-Harness file succeeded")
+	}
+}
+
+func TestValidateHarness(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(bad, []byte(`pipeline:
+  identifier: bad
+  stages:
+    - stage:
+        identifier: s
+        type: Custom
+        spec:
+          execution:
+            steps:
+              - step: {identifier: sh, type: ShellScript, spec: {}}
+`), 0o644)
+	out, err := run(t, "validate", bad, "--harness-map", fixtures+"map.yaml")
+	if err == nil || !strings.Contains(out, bad+":10:") || !strings.Contains(out, "pipeline.stages[0].stage.spec.execution.steps[0].step.type") {
+		t.Fatalf("validate bad Harness file: %v\n%s", err, out)
+	}
+	if out, err := run(t, "validate", bad, "--harness-map", fixtures+"map.yaml", "--allow-unsupported"); err == nil || !strings.Contains(out, "warning:") {
+		t.Errorf("with --allow-unsupported the stage has no step left and must still fail: %v\n%s", err, out)
+	}
+	out, err = run(t, "validate", fixtures+"matrix.yaml", "--harness-map", fixtures+"map.yaml")
+	if err != nil || !strings.Contains(out, "ok") {
+		t.Fatalf("validate good Harness file: %v\n%s", err, out)
+	}
+	if out, err := run(t, "validate", fixtures+"approval.yaml"); err == nil || !strings.Contains(out, "--harness-map") {
+		t.Errorf("without a map: %v\n%s", err, out)
+	}
+}
+
+// The server converts Harness sources with its --harness-map; bad ones are refused with the
+// Harness path and line, and nothing is started.
+func TestServerRunsHarnessYAML(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
+	tokens := filepath.Join(dir, "tokens.yaml")
+	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetArgs([]string{"server", "--tokens", tokens, "--listen", addr, "--data-dir", filepath.Join(dir, "nats"),
+			"--log-level", "warn", "--harness-map", fixtures + "map.yaml"})
+		done <- root.ExecuteContext(ctx)
+	}()
+	for i := 0; i < 200; i++ {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && resp.StatusCode == 200 {
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}
+	out, err := run(t, append([]string{"run", fixtures + "approval.yaml", "--set", "tag=1.2.3"}, common...)...)
+	if err != nil || !strings.Contains(out, "started") {
+		t.Fatalf("server-side conversion: %v %s", err, out)
+	}
+	out, err = run(t, append([]string{"status", strings.Fields(out)[1]}, common...)...)
+	if err != nil || !strings.Contains(out, "updateReleaseRepo") {
+		t.Errorf("status of the converted run: %v\n%s", err, out)
+	}
+	out, err = run(t, append([]string{"run", fixtures + "approval.yaml", "--harness-map", fixtures + "map.yaml", "--set", "tag=1"}, common...)...)
+	if err != nil || !strings.Contains(out, "started") {
+		t.Fatalf("client-side conversion: %v %s", err, out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	src, _ := os.ReadFile(fixtures + "approval.yaml")
+	_ = os.WriteFile(bad, []byte(strings.Replace(string(src), "type: MergePR", "type: ShellScript", 1)), 0o644)
+	if _, err := run(t, append([]string{"run", bad}, common...)...); err == nil || !strings.Contains(err.Error(), "step.type") {
+		t.Errorf("bad Harness file: %v", err)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Error("server did not stop")
+	}
+}
