@@ -277,3 +277,28 @@ func TestHarnessSyncManyApps(t *testing.T) {
 		}
 	}
 }
+
+// Runs store the converted native text: a controller restarted without the mapping file (and
+// without the converter) resumes a parked Harness run and finishes it.
+func TestHarnessRunSurvivesRestartWithoutMap(t *testing.T) {
+	k := newKit(t, map[string]string{"envs/dev/values.yaml": valuesYAML})
+	dir := t.TempDir()
+	k.e.Stop()
+	m, _ := harness.LoadMap("testdata/map.yaml")
+	conv := harness.Converter(m, steps.Default, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	svc := map[string]any{steps.ServiceSCM: connectors{"release": k.p}}
+	k.e = ctltest.New(t, ctltest.Options{Dir: dir, Services: svc, Controller: []controller.Option{controller.WithSourceConverter(conv)}})
+	run := k.start(t, "testdata/approval.yaml", map[string]any{"tag": "3.0.0"})
+	k.waitStep(t, run, "dev", "approve", pipelines.StWaiting)
+	k.e.Stop()
+
+	k.e = ctltest.New(t, ctltest.Options{Dir: dir, Services: svc}) // no converter, no map
+	k.approve(t, run, "dev", "approve", true)
+	r := k.e.Wait(run, 60*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run after restart: %s %s\n%s", r.Status, r.Error, k.e.Logs.String())
+	}
+	if got := k.read(t, "envs/dev/values.yaml"); !strings.Contains(got, `tag: "3.0.0"`) {
+		t.Errorf("values.yaml after the restarted run:\n%s", got)
+	}
+}

@@ -404,3 +404,82 @@ gitOpsClusters:
 		}
 	}
 }
+
+// Conditions, runtime inputs in step fields, parallel stages and what the map adds.
+func TestWhenInputsParallelAndMapValues(t *testing.T) {
+	m, err := ParseMap("m.yaml", []byte(`services:
+  web:
+    releaseRepo: {connector: release, repo: acme/release, path: "envs/<+env.name>/values.yaml"}
+    variables: {team: shop}
+environments:
+  dev:
+    gitOpsClusters: [c1]
+    variables: {replicas: 1}
+    overrides: {logLevel: debug}
+gitOpsClusters:
+  c1: {name: dev-eu, agent: eu}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := `pipeline:
+  identifier: p
+  variables:
+    - {name: target, type: String, value: <+input>.allowedValues(dev,prod).default(dev)}
+  stages:
+    - stage:
+        identifier: dev
+        type: Deployment
+        when: {pipelineStatus: Success, condition: <+pipeline.variables.target> == "dev"}
+        variables:
+          - {name: note, type: String, value: <+input>}
+        spec:
+          deploymentType: Kubernetes
+          gitOpsEnabled: true
+          service: {serviceRef: web}
+          environment: {environmentRef: dev, deployToAll: true}
+          execution:
+            steps:
+              - step:
+                  identifier: update
+                  type: GitOpsUpdateReleaseRepo
+                  when: {stageStatus: Success, condition: <+stage.variables.note.contains("go")>}
+                  spec:
+                    variables:
+                      - {name: image.tag, type: String, value: <+input>}
+    - parallel:
+        - stage: {identifier: a, type: Custom, spec: {execution: {steps: [{step: {identifier: w, type: Wait, spec: {duration: 1s}}}]}}}
+        - stage: {identifier: b, type: Custom, spec: {execution: {steps: [{step: {identifier: w, type: Wait, spec: {duration: 1s}}}]}}}
+    - stage: {identifier: c, type: Custom, spec: {execution: {steps: [{step: {identifier: w, type: Wait, spec: {duration: 1s}}}]}}}
+`
+	res, err := Convert("p.yaml", []byte(src), Options{Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := res.Pipeline
+	var ins []string
+	for _, in := range p.Inputs {
+		ins = append(ins, fmt.Sprintf("%s:%v:%v:%v", in.Name, in.Required, in.Default, in.Allowed))
+	}
+	if want := []string{"target:false:dev:[dev prod]", "dev_note:true:<nil>:[]", "dev_update_image_tag:true:<nil>:[]"}; !reflect.DeepEqual(ins, want) {
+		t.Errorf("inputs %v, want %v", ins, want)
+	}
+	dev := p.Stage("dev")
+	if dev.When == nil || dev.When.Source() != `<+pipeline.variables.target> == "dev"` || dev.Steps[0].When == nil {
+		t.Errorf("conditions: stage %v step %v", dev.When, dev.Steps[0].When)
+	}
+	if got := dev.Steps[0].With.Static()["variables"]; fmt.Sprint(got) != "[map[name:image.tag type:String value:<+inputs.dev_update_image_tag>]]" {
+		t.Errorf("step variables %v", got)
+	}
+	var needs []string
+	for _, s := range p.Stages {
+		needs = append(needs, fmt.Sprintf("%s%v", s.ID, s.Needs))
+	}
+	if want := []string{"dev[]", "a[dev]", "b[dev]", "c[a b]"}; !reflect.DeepEqual(needs, want) {
+		t.Errorf("needs %v, want %v", needs, want)
+	}
+	e := p.Env("dev")
+	if p.Service == nil || len(p.Service.Variables) != 1 || e == nil || len(e.Variables) != 1 || len(e.Overrides) != 1 {
+		t.Errorf("service %+v environment %+v", p.Service, e)
+	}
+}
