@@ -425,7 +425,7 @@ gitOpsClusters:
 	src := `pipeline:
   identifier: p
   variables:
-    - {name: target, type: String, value: <+input>.allowedValues(dev,prod).default(dev)}
+    - {name: target, type: String, value: "<+input>.allowedValues(dev,prod).default(dev)"}
   stages:
     - stage:
         identifier: dev

@@ -262,7 +262,11 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		if v == nil {
 			continue
 		}
-		put(with, k, c.copyInputs(v, path+"."+k, inputName(sc.id, id, k)))
+		hint := inputName(sc.id, id, k) // <+input> names: stage_step_field, stage_step_variable
+		if k == "variables" {
+			hint = inputName(sc.id, id)
+		}
+		put(with, k, c.copyInputs(v, path+"."+k, hint))
 	}
 	return with, pool
 }
