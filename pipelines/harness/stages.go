@@ -96,7 +96,10 @@ func (c *conv) stage(n *yaml.Node, path string) [][]*yaml.Node {
 		return nil
 	}
 	strat := deref(get(n, "strategy"))
-	if strat == nil {
+	if strat == nil || get(strat, "matrix") == nil {
+		if strat != nil {
+			c.fields(strat, path+".strategy") // repeat, parallelism: reported as unsupported
+		}
 		if st := c.stageOne(n, path, id); st != nil {
 			return [][]*yaml.Node{{st}}
 		}

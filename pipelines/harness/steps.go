@@ -80,7 +80,10 @@ func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*
 	}
 	id := g.prefix + nativeID(idn.Value)
 	strat := deref(get(n, "strategy"))
-	if strat == nil {
+	if strat == nil || get(strat, "matrix") == nil {
+		if strat != nil {
+			c.fields(strat, path+".strategy") // repeat, parallelism: reported as unsupported
+		}
 		if st := c.step(n, path, sc, g, id); st != nil {
 			return []*yaml.Node{st}
 		}
@@ -237,7 +240,9 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 			c.bad(spec, path+".approvers", "required")
 		}
 		a := mapNode()
-		if ug := ap["userGroups"].v; ug != nil {
+		if ug := ap["userGroups"].v; ug != nil && ug.Kind != yaml.SequenceNode {
+			c.unsupported(ug, path+".approvers.userGroups", "user groups given as an expression or runtime input (list them)")
+		} else if ug != nil {
 			gs := seqNode()
 			gs.Style = yaml.FlowStyle
 			for _, x := range ug.Content {
