@@ -66,6 +66,7 @@ type conv struct {
 	envOut   map[string]*envOut
 	svc      *ServiceMap
 	stageSvc map[string]*ServiceMap // Harness stage identifier → its service
+	notes    []string               // written at the top of the native YAML
 }
 
 type envOut struct {
@@ -295,6 +296,13 @@ func (c *conv) pipeline(n *yaml.Node, path string) *yaml.Node {
 		put(out, "environments", envs)
 	}
 	put(out, "stages", stages)
+	head := []string{"converted from Harness pipeline " + c.file}
+	for _, n := range c.notes {
+		if !contains(head, n) {
+			head = append(head, n)
+		}
+	}
+	out.HeadComment = strings.Join(head, "\n")
 	return &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{out}}
 }
 

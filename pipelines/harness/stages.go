@@ -230,7 +230,7 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 
 // axisValues evaluates a matrix axis expression such as <+pipeline.variables.apps.split(',')>
 // over the pipeline variables (and so the runtime inputs) known now.
-func (c *conv) axisValues(v *yaml.Node, path string) []string {
+func (c *conv) axisValues(v *yaml.Node, path string) (out []string) {
 	src, probs := rewriteExpr(v.Value)
 	for _, p := range probs {
 		c.unsupported(v, path, "%s", p)
@@ -243,9 +243,11 @@ func (c *conv) axisValues(v *yaml.Node, path string) []string {
 		c.bad(v, path, "matrix axis %s cannot be expanded: %s", v.Value, r.err)
 		return nil
 	}
+	defer func() {
+		c.notes = append(c.notes, fmt.Sprintf("%s: %s expanded to %v at conversion; convert again for other inputs", path, v.Value, out))
+	}()
 	switch x := r.v.(type) {
 	case []any:
-		var out []string
 		for _, e := range x {
 			s, err := template.Format(e)
 			if err != nil {
@@ -256,7 +258,8 @@ func (c *conv) axisValues(v *yaml.Node, path string) []string {
 		}
 		return out
 	case []string:
-		return x
+		out = x
+		return out
 	}
 	c.bad(v, path, "matrix axis %s gives %T, want a list", v.Value, r.v)
 	return nil
