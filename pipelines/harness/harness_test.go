@@ -409,8 +409,8 @@ gitOpsClusters:
 func TestWhenInputsParallelAndMapValues(t *testing.T) {
 	m, err := ParseMap("m.yaml", []byte(`services:
   web:
-    releaseRepo: {connector: release, repo: acme/release, path: "envs/<+env.name>/values.yaml"}
-    variables: {team: shop}
+    releaseRepo: {connector: release, repo: acme/release, path: "envs/<+serviceVariables.folder>/values.yaml"}
+    variables: {team: shop, folder: "<+pipeline.variables.target>-<+env.name>"}
 environments:
   dev:
     gitOpsClusters: [c1]
@@ -468,6 +468,9 @@ gitOpsClusters:
 	if dev.When == nil || dev.When.Source() != `<+pipeline.variables.target> == "dev"` || dev.Steps[0].When == nil {
 		t.Errorf("conditions: stage %v step %v", dev.When, dev.Steps[0].When)
 	}
+	if got := dev.Steps[0].With.Static()["filePath"]; got != "envs/<+pipeline.variables.target>-<+env.name>/values.yaml" {
+		t.Errorf("filePath with <+serviceVariables.folder>: %v", got)
+	}
 	if got := dev.Steps[0].With.Static()["variables"]; fmt.Sprint(got) != "[map[name:image.tag type:String value:<+inputs.dev_update_image_tag>]]" {
 		t.Errorf("step variables %v", got)
 	}
@@ -479,7 +482,7 @@ gitOpsClusters:
 		t.Errorf("needs %v, want %v", needs, want)
 	}
 	e := p.Env("dev")
-	if p.Service == nil || len(p.Service.Variables) != 1 || e == nil || len(e.Variables) != 1 || len(e.Overrides) != 1 {
+	if p.Service == nil || len(p.Service.Variables) != 2 || e == nil || len(e.Variables) != 1 || len(e.Overrides) != 1 {
 		t.Errorf("service %+v environment %+v", p.Service, e)
 	}
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -207,7 +208,10 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 					put(with, "baseBranch", strNode(s.ReleaseRepo.Branch))
 				}
 				if typ == "GitOpsUpdateReleaseRepo" {
-					p, _ := rewriteExpr(s.ReleaseRepo.Path)
+					p, probs := rewriteExpr(c.serviceVars(s, s.ReleaseRepo.Path, path))
+					for _, pr := range probs {
+						c.bad(spec, path, "release repo path of service %q in %s: %s", s.Ref, c.o.Map.File, pr)
+					}
 					put(with, "filePath", strNode(p))
 				}
 			}
@@ -318,4 +322,21 @@ func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 		return s
 	}
 	return clone(n, nil)
+}
+
+var serviceVarRE = regexp.MustCompile(`<\+serviceVariables\.([A-Za-z_][A-Za-z0-9_]*)>`)
+
+// serviceVars inlines <+serviceVariables.x> (Harness path templates use them) with the
+// service variable's value from the map: its text, or its expression.
+func (c *conv) serviceVars(s *ServiceMap, text, path string) string {
+	return serviceVarRE.ReplaceAllStringFunc(text, func(m string) string {
+		name := serviceVarRE.FindStringSubmatch(m)[1]
+		for _, v := range s.Variables {
+			if v.Name == name && isScalar(v.Value) {
+				return v.Value.Value
+			}
+		}
+		c.bad(nil, path, "service %q has no variable %q in %s (used as <+serviceVariables.%s>)", s.Ref, name, c.o.Map.File, name)
+		return m
+	})
 }
