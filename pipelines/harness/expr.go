@@ -34,6 +34,17 @@ var renames = []struct {
 var nativeRoots = map[string]bool{"inputs": true, "variables": true, "pipeline": true, "stage": true, "steps": true,
 	"stages": true, "env": true, "envgroup": true, "cluster": true, "clusters": true, "run": true, "service": true}
 
+// nativeKeys are the fields of the native roots that have a fixed set (pipelines/env.go).
+var nativeKeys = map[string][]string{
+	"pipeline": {"name", "variables"},
+	"stage":    {"id", "name", "status", "variables"},
+	"env":      {"name", "group"},
+	"envgroup": {"name"},
+	"cluster":  {"name", "agent"},
+	"service":  {"name"},
+	"run":      {"id", "executor", "pipeline"},
+}
+
 // rewriteExpr turns the Harness paths in s into native ones. It returns the problems found
 // (references prflow cannot resolve), each a message.
 func rewriteExpr(s string) (string, []string) {
@@ -73,9 +84,14 @@ func rewriteExpr(s string) (string, []string) {
 		return out, append(probs, err.Error())
 	}
 	for _, ref := range t.Refs() {
-		root := strings.SplitN(ref, ".", 2)[0]
+		parts := strings.Split(ref, ".")
+		root := parts[0]
 		if !nativeRoots[root] {
 			probs = append(probs, fmt.Sprintf("<+%s>: %q expressions are not supported (prflow has %s)", ref, root, "pipeline, stage, execution.steps, env, cluster, service, matrix, strategy"))
+			continue
+		}
+		if keys, ok := nativeKeys[root]; ok && len(parts) > 1 && !contains(keys, parts[1]) {
+			probs = append(probs, fmt.Sprintf("<+%s>: prflow has no %s.%s (it has %s.%s)", ref, root, parts[1], root, strings.Join(keys, ", "+root+".")))
 		}
 	}
 	return out, probs

@@ -40,6 +40,8 @@ func TestRewriteExpr(t *testing.T) {
 		{in: "<+execution.steps.u.spec.variables.x>", problem: "step's inputs (spec) cannot be read"},
 		{in: "<+execution.steps.u.foo>", problem: `unknown step field "foo"`},
 		{in: "<+trigger.branch>", problem: `"trigger" expressions are not supported`},
+		{in: "<+env.type>", problem: "prflow has no env.type"},
+		{in: "<+pipeline.stages.dev.variables.x>", problem: "prflow has no pipeline.stages"},
 		{in: "<+secrets.getValue(\"token\")>", problem: `unknown method "getValue"`},
 	} {
 		got, probs := rewriteExpr(tc.in)
