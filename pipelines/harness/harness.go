@@ -67,6 +67,8 @@ type conv struct {
 	svc      *ServiceMap
 	stageSvc map[string]*ServiceMap // Harness stage identifier → its service
 	notes    []string               // written at the top of the native YAML
+	budget   int                    // nodes the conversion may still produce
+	overrun  bool
 }
 
 type envOut struct {
@@ -145,6 +147,24 @@ func (c *conv) str(f hfield, path string) string {
 	return f.v.Value
 }
 
+// Limits that keep a conversion small: YAML anchors and matrices multiply nodes.
+const (
+	maxNodes  = 200_000
+	maxCombos = 256 // matrix combinations of one stage or step
+)
+
+// spend takes n nodes from the budget; false (and one error) when it is used up.
+func (c *conv) spend(n int) bool {
+	if c.budget -= n; c.budget >= 0 {
+		return true
+	}
+	if !c.overrun {
+		c.overrun = true
+		c.bad(nil, "pipeline", "the pipeline is too large after expanding anchors and matrices (limit %d nodes)", maxNodes)
+	}
+	return false
+}
+
 // Convert turns a Harness pipeline into native prflow YAML and loads it. Errors are a
 // *pipelines.LoadError listing every problem with the Harness path and file:line.
 func Convert(file string, src []byte, o Options) (*Result, error) {
@@ -152,7 +172,7 @@ func Convert(file string, src []byte, o Options) (*Result, error) {
 		o.Registry = steps.Default
 	}
 	c := &conv{file: file, o: o, inputs: mapNode(), inNames: map[string]bool{}, pvars: map[string]any{},
-		pvarErr: map[string]string{}, envOut: map[string]*envOut{}, stageSvc: map[string]*ServiceMap{}}
+		pvarErr: map[string]string{}, envOut: map[string]*envOut{}, stageSvc: map[string]*ServiceMap{}, budget: maxNodes}
 	if len(src) > pipelines.MaxSource {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(src), pipelines.MaxSource)}}}
 	}
@@ -309,7 +329,7 @@ func (c *conv) pipeline(n *yaml.Node, path string) *yaml.Node {
 func (c *conv) namedValues(list []NamedValue, _ string) *yaml.Node {
 	m := mapNode()
 	for _, v := range list {
-		put(m, v.Name, clone(v.Value, func(s string) string { r, _ := rewriteExpr(s); return r }))
+		put(m, v.Name, c.clone(v.Value, func(s string) string { r, _ := rewriteExpr(s); return r }))
 	}
 	return m
 }
@@ -405,7 +425,11 @@ type resolved struct {
 func (c *conv) value(n *yaml.Node, path, in, typ string, required bool) (*yaml.Node, resolved) {
 	n = deref(n)
 	if !isScalar(n) {
-		return clone(n, func(s string) string { return c.expr(s, n, path) }), resolved{err: "not a scalar"}
+		out := c.clone(n, func(s string) string { return c.expr(s, n, path) })
+		if out == nil {
+			out = strNode("")
+		}
+		return out, resolved{err: "not a scalar"}
 	}
 	if ri, ok := parseInput(n.Value); ok {
 		for _, p := range ri.probs {
@@ -420,7 +444,10 @@ func (c *conv) value(n *yaml.Node, path, in, typ string, required bool) (*yaml.N
 		}
 		return strNode("<+inputs." + in + ">"), resolved{err: fmt.Sprintf("input %q has no value: give it with --set %s=…", in, in)}
 	}
-	out := clone(n, func(s string) string { return c.expr(s, n, path) })
+	out := c.clone(n, func(s string) string { return c.expr(s, n, path) })
+	if out == nil {
+		return strNode(""), resolved{err: "too large"}
+	}
 	if out.Tag == "!!str" && strings.Contains(out.Value, "<+") {
 		return out, c.evalNow(out.Value)
 	}

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/steps"
@@ -487,4 +488,32 @@ gitOpsClusters:
 	if p.Service == nil || len(p.Service.Variables) != 2 || e == nil || len(e.Variables) != 1 || len(e.Overrides) != 1 {
 		t.Errorf("service %+v environment %+v", p.Service, e)
 	}
+}
+
+// Anchors and matrices cannot blow a conversion up: both are bounded, with a clear error.
+func TestExpansionLimits(t *testing.T) {
+	m := testMap(t)
+	bomb := "x0: &a0 {spec: {deleteSourceBranch: true}}\n"
+	for i := 1; i < 12; i++ {
+		bomb += fmt.Sprintf("x%d: &a%d [", i, i)
+		for j := 0; j < 9; j++ {
+			bomb += fmt.Sprintf("*a%d,", i-1)
+		}
+		bomb += "]\n"
+	}
+	src := "anchors:\n" + indent(bomb, "  ") + fill(base, map[string]string{"STEPS": "- step: {identifier: s, type: GitOpsSync, spec: {applicationsList: *a11}}"})
+	start := time.Now()
+	_, err := Convert("p.yaml", []byte(src), Options{Map: m})
+	if err == nil || !strings.Contains(err.Error(), "too large") || time.Since(start) > 10*time.Second {
+		t.Errorf("anchor bomb: %v after %v", err, time.Since(start))
+	}
+	axis := "[" + strings.Repeat("v,", 99) + "v]"
+	src = fill(base, map[string]string{"STEP": "strategy: {matrix: {a: " + axis + ", b: " + axis + "}}"})
+	if _, err := Convert("p.yaml", []byte(src), Options{Map: m}); err == nil || !strings.Contains(err.Error(), "more than 256 combinations") {
+		t.Errorf("big matrix: %v", err)
+	}
+}
+
+func indent(s, pre string) string {
+	return pre + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+pre) + "\n"
 }

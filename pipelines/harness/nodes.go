@@ -54,21 +54,26 @@ func deref(n *yaml.Node) *yaml.Node {
 }
 
 // clone deep-copies a Harness node (aliases resolved), applying fn to every string scalar.
-func clone(n *yaml.Node, fn func(s string) string) *yaml.Node {
+// Copies count against the conversion's budget, so anchors and matrices cannot blow up.
+func (c *conv) clone(n *yaml.Node, fn func(s string) string) *yaml.Node {
 	n = deref(n)
-	if n == nil {
+	if n == nil || !c.spend(1) {
 		return nil
 	}
-	c := *n
-	c.Anchor = ""
-	c.Content = nil
+	cp := *n
+	cp.Anchor = ""
+	cp.Content = nil
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && fn != nil {
-		c.Value = fn(n.Value)
+		cp.Value = fn(n.Value)
 	}
 	for _, ch := range n.Content {
-		c.Content = append(c.Content, clone(ch, fn))
+		x := c.clone(ch, fn)
+		if x == nil {
+			x = strNode("")
+		}
+		cp.Content = append(cp.Content, x)
 	}
-	return &c
+	return &cp
 }
 
 func isScalar(n *yaml.Node) bool { return n != nil && n.Kind == yaml.ScalarNode && n.Tag != "!!null" }

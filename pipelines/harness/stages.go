@@ -109,7 +109,7 @@ func (c *conv) stage(n *yaml.Node, path string) [][]*yaml.Node {
 	var group []*yaml.Node
 	var groups [][]*yaml.Node
 	for i, combo := range combos {
-		cp := clone(n, func(s string) string { return substMatrix(s, combo, i, len(combos)) })
+		cp := c.clone(n, func(s string) string { return substMatrix(s, combo, i, len(combos)) })
 		st := c.stageOne(cp, path, fmt.Sprintf("%s_%d", id, i))
 		if st == nil {
 			continue
@@ -194,6 +194,10 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 	}
 	combos := []map[string]string{{}}
 	for _, ax := range axes {
+		if len(combos)*len(ax.vals) > 4*maxCombos {
+			c.bad(m, path+".matrix", "more than %d combinations", maxCombos)
+			return []map[string]string{{}}, true
+		}
 		var next []map[string]string
 		for _, base := range combos {
 			for _, val := range ax.vals {
@@ -209,6 +213,10 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 	}
 	var out []map[string]string
 	for _, cm := range combos {
+		if len(out) == maxCombos {
+			c.bad(m, path+".matrix", "more than %d combinations", maxCombos)
+			break
+		}
 		skip := false
 		for _, ex := range exclude {
 			all := len(ex) > 0
@@ -294,6 +302,9 @@ func (c *conv) evalNow(src string) resolved {
 
 // stageOne converts one (matrix-expanded) Harness stage.
 func (c *conv) stageOne(n *yaml.Node, path, id string) *yaml.Node {
+	if !c.spend(1) {
+		return nil
+	}
 	f := c.fields(n, path, "type", "spec", "failureStrategies", "when", "variables", "strategy", "timeout")
 	out := mapNode()
 	out.HeadComment = marker(path, n.Line)

@@ -96,7 +96,7 @@ func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*
 	}
 	var out []*yaml.Node
 	for i, combo := range combos {
-		cp := clone(n, func(s string) string { return substMatrix(s, combo, i, len(combos)) })
+		cp := c.clone(n, func(s string) string { return substMatrix(s, combo, i, len(combos)) })
 		if st := c.step(cp, path, sc, g, fmt.Sprintf("%s_%d", id, i)); st != nil {
 			out = append(out, st)
 		}
@@ -109,6 +109,9 @@ var stepTypes = map[string]string{"GitOpsUpdateReleaseRepo": "UpdateReleaseRepo"
 	"GitOpsFetchLinkedApps": "FetchLinkedApps", "GitOpsSync": "GitOpsSync", "HarnessApproval": "Approval", "Wait": "Wait"}
 
 func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string) *yaml.Node {
+	if !c.spend(1) {
+		return nil
+	}
 	f := c.fields(n, path, "type", "spec", "timeout", "failureStrategies", "when", "strategy")
 	typ := c.str(f["type"], path+".type")
 	native, ok := stepTypes[typ]
@@ -234,7 +237,7 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		}
 	case "HarnessApproval":
 		if m := f["approvalMessage"].v; m != nil {
-			put(with, "message", clone(m, func(s string) string { return c.expr(s, m, path+".approvalMessage") }))
+			put(with, "message", c.clone(m, func(s string) string { return c.expr(s, m, path+".approvalMessage") }))
 		}
 		if r := f["isAutoRejectEnabled"].v; r != nil && r.Value != "false" {
 			c.unsupported(r, path+".isAutoRejectEnabled", "automatic rejection")
@@ -261,7 +264,7 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		}
 		for _, k := range []string{"minimumCount", "disallowPipelineExecutor"} {
 			if v := ap[k].v; v != nil {
-				put(a, k, clone(v, nil))
+				put(a, k, c.clone(v, nil))
 			}
 		}
 		put(with, "approvers", a)
@@ -284,6 +287,9 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 // after the variable or key they belong to) and rewriting expressions.
 func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 	n = deref(n)
+	if n == nil || !c.spend(1) {
+		return strNode("")
+	}
 	switch n.Kind {
 	case yaml.ScalarNode:
 		v, _ := c.value(n, path, hint, "", false)
@@ -321,7 +327,10 @@ func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 		}
 		return s
 	}
-	return clone(n, nil)
+	if out := c.clone(n, nil); out != nil {
+		return out
+	}
+	return strNode("")
 }
 
 var serviceVarRE = regexp.MustCompile(`<\+serviceVariables\.([A-Za-z_][A-Za-z0-9_]*)>`)
