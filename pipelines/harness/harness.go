@@ -392,8 +392,13 @@ func (c *conv) variables(n *yaml.Node, path, stage string) *yaml.Node {
 			continue
 		}
 		val := f["value"].v
-		if val == nil {
-			val = f["default"].v
+		if d := f["default"].v; val == nil {
+			val = d
+		} else if isScalar(d) && isScalar(val) && strings.TrimSpace(val.Value) == "<+input>" {
+			// A variable's separate `default:` is its runtime input's default.
+			cp := *val
+			cp.Value = "<+input>.default(" + strconv.Quote(d.Value) + ")"
+			val = &cp
 		}
 		if val == nil {
 			val = strNode("")
@@ -402,7 +407,7 @@ func (c *conv) variables(n *yaml.Node, path, stage string) *yaml.Node {
 		if stage != "" {
 			in = inputName(stage, name)
 		}
-		nv, lit := c.value(val, p+".value", in, typ, f["required"].v != nil && f["required"].v.Value == "true")
+		nv, lit := c.value(val, p+".value", in, typ)
 		put(out, name, nv)
 		if stage == "" && (f["value"].v != nil || f["default"].v != nil) {
 			if lit.err != "" {
@@ -422,7 +427,7 @@ type resolved struct {
 
 // value converts one Harness scalar value: <+input> markers become native inputs named in,
 // expressions are rewritten. It also returns the value as known now (for matrix axes).
-func (c *conv) value(n *yaml.Node, path, in, typ string, required bool) (*yaml.Node, resolved) {
+func (c *conv) value(n *yaml.Node, path, in, typ string) (*yaml.Node, resolved) {
 	n = deref(n)
 	if !isScalar(n) {
 		out := c.clone(n, func(s string) string { return c.expr(s, n, path) })
@@ -435,7 +440,7 @@ func (c *conv) value(n *yaml.Node, path, in, typ string, required bool) (*yaml.N
 		for _, p := range ri.probs {
 			c.unsupported(n, path, "%s", p)
 		}
-		c.declareInput(in, typ, ri, required)
+		c.declareInput(in, typ, ri)
 		if v, ok := c.o.Inputs[in]; ok {
 			return strNode("<+inputs." + in + ">"), resolved{v: v}
 		}
@@ -469,7 +474,7 @@ func (c *conv) expr(s string, n *yaml.Node, path string) string {
 	return out
 }
 
-func (c *conv) declareInput(name, typ string, ri *runtimeInput, required bool) {
+func (c *conv) declareInput(name, typ string, ri *runtimeInput) {
 	if c.inNames[name] {
 		return
 	}
@@ -486,7 +491,6 @@ func (c *conv) declareInput(name, typ string, ri *runtimeInput, required bool) {
 	} else {
 		put(d, "required", boolNode(true))
 	}
-	_ = required
 	if len(ri.allowed) > 0 {
 		a := seqNode()
 		a.Style = yaml.FlowStyle

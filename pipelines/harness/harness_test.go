@@ -69,6 +69,7 @@ func TestParseInput(t *testing.T) {
 		{in: "<+input>.default(1.4.2)", def: "1.4.2"},
 		{in: `<+input>.default("a,b")`, def: "a,b"},
 		{in: "<+input>.allowedValues(dev,prod).default(dev)", def: "dev", allowed: []string{"dev", "prod"}},
+		{in: `<+input>.default("x) y")`, def: "x) y"},
 		{in: "<+input>.executionInput()", problem: "executionInput"},
 		{in: "<+input>.regex(^v)", problem: "regex"},
 		{in: "x-<+input>", problem: "whole value"},
@@ -436,6 +437,7 @@ gitOpsClusters:
         when: {pipelineStatus: Success, condition: <+pipeline.variables.target> == "dev"}
         variables:
           - {name: note, type: String, value: <+input>}
+          - {name: size, type: Number, value: <+input>, default: 3}
         spec:
           deploymentType: Kubernetes
           gitOpsEnabled: true
@@ -464,7 +466,7 @@ gitOpsClusters:
 	for _, in := range p.Inputs {
 		ins = append(ins, fmt.Sprintf("%s:%v:%v:%v", in.Name, in.Required, in.Default, in.Allowed))
 	}
-	if want := []string{"target:false:dev:[dev prod]", "dev_note:true:<nil>:[]", "dev_update_image_tag:true:<nil>:[]"}; !reflect.DeepEqual(ins, want) {
+	if want := []string{"target:false:dev:[dev prod]", "dev_note:true:<nil>:[]", "dev_size:false:3:[]", "dev_update_image_tag:true:<nil>:[]"}; !reflect.DeepEqual(ins, want) {
 		t.Errorf("inputs %v, want %v", ins, want)
 	}
 	dev := p.Stage("dev")

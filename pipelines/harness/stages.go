@@ -49,7 +49,7 @@ func (c *conv) stages(n *yaml.Node, path string, out *yaml.Node) {
 	}
 	prevIDs := []string{}
 	prevMulti := false
-	for gi, g := range groups {
+	for _, g := range groups {
 		multi := len(g) > 1
 		for _, st := range g {
 			if multi || prevMulti {
@@ -67,7 +67,6 @@ func (c *conv) stages(n *yaml.Node, path string, out *yaml.Node) {
 			prevIDs = append(prevIDs, get(st, "id").Value)
 		}
 		prevMulti = multi
-		_ = gi
 	}
 }
 
@@ -465,7 +464,7 @@ func (c *conv) stageEnv(n *yaml.Node, path string) (string, []string) {
 		}
 		for i, cn := range g.Content {
 			cp := itemPath(path+".gitOpsClusters", i)
-			cf := c.fields(cn, cp, "agentIdentifier")
+			c.fields(cn, cp, "agentIdentifier") // the agent comes from the map
 			idn := get(cn, "identifier")
 			if !isScalar(idn) {
 				c.bad(cn, cp+".identifier", "required")
@@ -476,7 +475,6 @@ func (c *conv) stageEnv(n *yaml.Node, path string) (string, []string) {
 				c.bad(idn, cp+".identifier", "GitOps cluster %q is not in the mapping file %s (add it under gitOpsClusters:)", idn.Value, c.o.Map.File)
 				continue
 			}
-			_ = cf
 			if !contains(eo.clusters, idn.Value) {
 				eo.clusters = append(eo.clusters, idn.Value)
 			}

@@ -292,7 +292,7 @@ func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 	}
 	switch n.Kind {
 	case yaml.ScalarNode:
-		v, _ := c.value(n, path, hint, "", false)
+		v, _ := c.value(n, path, hint, "")
 		return v
 	case yaml.MappingNode:
 		m := mapNode()
@@ -311,7 +311,7 @@ func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 			if k.Value == "value" {
 				h = nameHint
 				if isScalar(deref(v)) {
-					nv, _ := c.value(v, path+"."+k.Value, h, typ, false)
+					nv, _ := c.value(v, path+"."+k.Value, h, typ)
 					m.Content = append(m.Content, strNode(k.Value), nv)
 					continue
 				}
