@@ -41,10 +41,10 @@ const (
 	promoResync      = "resync"
 )
 
-// soakCondition is what must keep holding while an environment soaks: its apps stay synced
-// and healthy. A change that turns an app Degraded during the soak fails the stage and rolls
-// it back.
-const soakCondition = `${{ all(apps, .health == "Healthy" && .sync == "Synced") }}`
+// soakCondition is what must keep holding while an environment soaks: no app turns Degraded
+// or goes Missing. A pod restart or a scale-out (Progressing for a moment) is not a reason
+// to roll back; a crash loop is, and fails the stage, which reverts its change.
+const soakCondition = `${{ none(apps, .health in ["Degraded", "Missing"]) }}`
 
 // expandPromotion replaces the root's `promotion:` key by the stages (and environments) it
 // stands for. It only reports problems in the promotion section itself; the generated stages

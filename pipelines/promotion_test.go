@@ -104,7 +104,7 @@ func TestPromotionExpandsToStages(t *testing.T) {
 				if p.Stages[0].Timeout != time.Hour {
 					t.Errorf("dev timeout %v", p.Stages[0].Timeout)
 				}
-				if g := p.Stages[1].Steps[4].With.Static(); g["soak"] != "10m" || !strings.Contains(fmt.Sprint(g["condition"]), `.health == "Healthy"`) {
+				if g := p.Stages[1].Steps[4].With.Static(); g["soak"] != "10m" || !strings.Contains(fmt.Sprint(g["condition"]), `"Degraded"`) {
 					t.Errorf("gate: %v", g)
 				}
 				prod := p.Stages[2]
