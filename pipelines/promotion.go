@@ -106,8 +106,15 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 	default:
 		l.errf(f["mergedBy"].val, "promotion.mergedBy", "want prflow (prflow merges each PR) or people (prflow waits until someone merges it), got %q", by)
 	}
+	// Fields copied into every generated stage are checked here, once, with their promotion
+	// path; a bad one is left out of the stages so it is not reported again per environment.
 	for _, d := range []string{"appWaitTimeout", "syncTimeout", "degradedTimeout"} {
-		l.dur(f[d], "promotion."+d)
+		if !l.durOK(f[d], "promotion."+d) {
+			delete(f, d)
+		}
+	}
+	if ms := f["mergeStrategy"]; ms.val != nil && !l.stepInputsOK("MergePR", ms.val, "promotion.mergeStrategy", "mergeStrategy", ms.val) {
+		delete(f, "mergeStrategy")
 	}
 
 	declared, envsNode := declaredEnvs(root)
@@ -227,7 +234,7 @@ func (l *loader) promotionEnv(n *yaml.Node, p string) promoEnv {
 	if a := f["approval"]; a.val != nil {
 		if a.val.Kind != yaml.MappingNode {
 			l.errf(a.val, p+".approval", "want a mapping of Approval inputs, e.g. {approvers: {groups: [release-managers]}, timeout: 1d}")
-		} else {
+		} else if l.approvalOK(a.val, p+".approval") {
 			e.approval = a.val
 		}
 	}
@@ -237,10 +244,50 @@ func (l *loader) promotionEnv(n *yaml.Node, p string) promoEnv {
 		}
 	}
 	if t := f["timeout"]; t.val != nil {
-		l.dur(t, p+".timeout")
-		e.timeout = t.val
+		if l.durOK(t, p+".timeout") {
+			e.timeout = t.val
+		}
 	}
 	return e
+}
+
+// durOK reports whether a duration field is absent or valid (reporting it when not).
+func (l *loader) durOK(f field, path string) bool {
+	n := len(l.errs)
+	l.dur(f, path)
+	return len(l.errs) == n
+}
+
+// approvalOK checks an environment's approval: the Approval step's inputs plus a timeout.
+func (l *loader) approvalOK(n *yaml.Node, p string) bool {
+	var kv []any
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Value == "timeout" {
+			if !l.durOK(field{k, v}, p+".timeout") {
+				return false
+			}
+			continue
+		}
+		kv = append(kv, k.Value, v)
+	}
+	return l.stepInputsOK("Approval", n, p, kv...)
+}
+
+// stepInputsOK runs a step type's load-time validation over inputs given as key, node pairs,
+// reporting a problem at node n under path p.
+func (l *loader) stepInputsOK(typ string, n *yaml.Node, p string, kv ...any) bool {
+	def, ok := l.reg.Lookup(typ)
+	if !ok || def.Validate == nil {
+		return true
+	}
+	// A scratch loader: expression errors in the inputs are reported by the stage loader.
+	scratch := &loader{file: l.file, reg: l.reg}
+	if err := def.Validate(scratch.value(mapping(n.Line, kv...), p).Static()); err != nil {
+		l.errf(n, p, "%v", err)
+		return false
+	}
+	return true
 }
 
 // setMap checks a `set:` mapping: dotted keys (with [i] list indexes) → values.

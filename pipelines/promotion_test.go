@@ -324,7 +324,13 @@ func TestPromotionErrorsNameFileLineAndField(t *testing.T) {
 		{"stage id clash", strings.Replace(promoSrc("", "    - dev\n"), "promotion:", "stages:\n  - id: dev\n    steps: [{id: a, type: Noop}]\npromotion:", 1),
 			[]string{`p.yaml:22:7: promotion.environments[0]: stage id "dev" is taken by stages[0]`}},
 		{"bad approval", promoSrc("", "    - {name: dev, approval: {approvers: 3}}\n"),
-			[]string{"p.yaml:19:", ".steps[0].with: approvers"}},
+			[]string{"p.yaml:19:29: promotion.environments[0].approval: approvers: want a list or {users, groups}, got int"}},
+		{"bad approval timeout", promoSrc("", "    - {name: dev, approval: {approvers: [a], timeout: soon}}\n"),
+			[]string{`p.yaml:19:55: promotion.environments[0].approval.timeout: bad duration "soon"`}},
+		{"bad merge strategy", promoSrc("  mergeStrategy: squish\n", "    - dev\n    - staging\n"),
+			[]string{`p.yaml:18:18: promotion.mergeStrategy: mergeStrategy: "squish" is not merge, squash or rebase`}},
+		{"bad sync timeout", promoSrc("  syncTimeout: 5 minutes\n", "    - dev\n    - staging\n"),
+			[]string{`p.yaml:18:16: promotion.syncTimeout: `}},
 		{"bad set", promoSrc("", "    - {name: dev, set: [a]}\n"),
 			[]string{"p.yaml:19:24: promotion.environments[0].set: want a mapping of key"}},
 		{"expression in set checked", strings.Replace(promoSrc("", "    - dev\n"), "inputs.tag", "inputs.tga", 1),
@@ -340,8 +346,8 @@ func TestPromotionErrorsNameFileLineAndField(t *testing.T) {
 				t.Fatalf("want *LoadError, got %v", err)
 			}
 			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error\n%s\ndoes not contain\n%s", err, w)
+				if n := strings.Count(err.Error(), w); n != 1 {
+					t.Errorf("error\n%s\ncontains %d times (want once)\n%s", err, n, w)
 				}
 			}
 		})
