@@ -251,3 +251,61 @@ promotion:
 		t.Errorf("dev changed:\n%s", got)
 	}
 }
+
+// With mergedBy: people, prflow opens each environment's PR and waits; once a person merges
+// it, the environment syncs on that merge commit.
+func TestPromotionWaitsForPeopleToMerge(t *testing.T) {
+	s := newPromoStack(t, "dev")
+	src := `name: reviewed
+service: {name: web}
+environments:
+  - name: dev
+    clusters: [{name: dev-eu, agent: sim}]
+promotion:
+  applicationSet: web
+  connector: release
+  repo: acme/release
+  filePath: "envs/<+env.name>/config.json"
+  set: {image.tag: "3.0.0"}
+  mergedBy: people
+  syncTimeout: 1m
+  environments: [dev]
+`
+	run := s.e.Start(src, nil)
+	var pr int
+	deadline := time.Now().Add(30 * time.Second)
+	for pr == 0 {
+		cur, _ := s.e.Ctl.Get(context.Background(), run.ID)
+		if st := ctltest.Step(cur, "dev", "update"); st != nil && st.Status == pipelines.StWaiting {
+			if prs, _ := s.gh.PullRequests("acme", "release"); len(prs) == 1 && prs[0].State == scmtest.PROpen {
+				pr = prs[0].Number
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the update step did not wait on its PR\n%s", describeRun(cur))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := s.file("envs/dev/config.json"); got != promoConfig("dev") {
+		t.Fatalf("main changed before anyone merged:\n%s", got)
+	}
+	merged, err := s.p.MergePR(context.Background(), "acme/release", pr, scm.MergeInput{Method: scm.MergeCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The webhook (another part of prflow) wakes the step; without it the poll would, later.
+	if err := s.e.Ctl.WakeTopic(context.Background(), fmt.Sprintf("pr:github:acme/release#%d", pr)); err != nil {
+		t.Fatal(err)
+	}
+	r := s.e.Wait(run.ID, time.Minute)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	if up := ctltest.Step(r, "dev", "update"); up.Outputs["commitId"] != merged.MergeSHA {
+		t.Errorf("update commitId %v, want the merge %s", up.Outputs["commitId"], merged.MergeSHA)
+	}
+	syncedOn(t, r, "dev", "sync", "web-dev", merged.MergeSHA)
+	if got := s.file("envs/dev/config.json"); !strings.Contains(got, `"tag": "3.0.0"`) {
+		t.Errorf("dev config:\n%s", got)
+	}
+}
