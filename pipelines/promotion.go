@@ -97,6 +97,7 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 		l.errf(val, "promotion.set", "required: the keys to write in each environment's file, e.g. {image.tag: \"${{ inputs.tag }}\"}")
 	} else {
 		l.setMap(s.val, "promotion.set", false)
+		l.setRefs(root, s.val, "promotion.set")
 	}
 	people := false
 	switch by := l.str(f["mergedBy"], "promotion.mergedBy"); by {
@@ -308,6 +309,44 @@ func (l *loader) setMap(n *yaml.Node, p string, allowEmpty bool) {
 		seen[k.Value] = true
 		if k.Value == "" || strings.HasPrefix(k.Value, ".") || strings.HasSuffix(k.Value, ".") || strings.Contains(k.Value, "..") {
 			l.errf(k, join(p, k.Value), "want a dotted key such as image.tag")
+		}
+	}
+}
+
+// setRefs reports, once and at their promotion path, set: values that read an input or a
+// pipeline variable the pipeline does not declare; the stage loader would otherwise report
+// them once per environment. A bad value is blanked so it is not reported again.
+func (l *loader) setRefs(root, set *yaml.Node, p string) {
+	if set.Kind != yaml.MappingNode {
+		return
+	}
+	names := func(key string) map[string]bool {
+		out := map[string]bool{}
+		if n := deref(findKey(root, key)); n != nil && n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				out[n.Content[i].Value] = true
+			}
+		}
+		return out
+	}
+	inputs, vars := names("inputs"), names("variables")
+	for i := 0; i+1 < len(set.Content); i += 2 {
+		k, v := set.Content[i], deref(set.Content[i+1])
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!str" || !template.Contains(v.Value) {
+			continue
+		}
+		t, err := template.Compile(v.Value)
+		if err != nil {
+			l.exprErr(v, join(p, k.Value), err)
+			*v = *scalar(v.Line, "")
+			continue
+		}
+		for _, ref := range t.Refs() {
+			if msg := refProblem(ref, inputs, vars, vars, nil, ""); msg != "" && !strings.HasPrefix(ref, "steps.") && !strings.HasPrefix(ref, "stages.") {
+				l.errf(v, join(p, k.Value), "%s", msg)
+				*v = *scalar(v.Line, "")
+				break
+			}
 		}
 	}
 }

@@ -333,8 +333,10 @@ func TestPromotionErrorsNameFileLineAndField(t *testing.T) {
 			[]string{`p.yaml:18:16: promotion.syncTimeout: `}},
 		{"bad set", promoSrc("", "    - {name: dev, set: [a]}\n"),
 			[]string{"p.yaml:19:24: promotion.environments[0].set: want a mapping of key"}},
-		{"expression in set checked", strings.Replace(promoSrc("", "    - dev\n"), "inputs.tag", "inputs.tga", 1),
-			[]string{`p.yaml:16:`, `no input "tga"`}},
+		{"unknown input in set", strings.Replace(promoSrc("", "    - dev\n    - staging\n"), "inputs.tag", "inputs.tga", 1),
+			[]string{`p.yaml:16:16: promotion.set.image.tag: inputs.tga: no input "tga" declared under inputs:`}},
+		{"bad expression in set", strings.Replace(promoSrc("", "    - dev\n    - staging\n"), "inputs.tag", "inputs.tag +", 1),
+			[]string{`p.yaml:16:`, `promotion.set.image.tag: `}},
 		{"duplicate promotion", promoSrc("", "    - dev\n") + "promotion: {}\n",
 			[]string{"p.yaml:20:1: promotion: duplicate key"}},
 	}
