@@ -150,8 +150,27 @@ promotion:
 
 func TestPromotionThroughEnvironments(t *testing.T) {
 	s := newPromoStack(t, "dev", "staging", "prod")
-	src := strings.NewReplacer("MERGE", "squash", "PROD", "prod").Replace(promoPipeline)
-	r := s.e.Wait(s.e.Start(src, map[string]any{"tag": "1.5.0"}).ID, 2*time.Minute)
+	src := strings.NewReplacer("MERGE", "squash", "PROD", "{name: prod, approval: {approvers: {users: [alice]}, timeout: 1m}}").Replace(promoPipeline)
+	run := s.e.Start(src, map[string]any{"tag": "1.5.0"})
+	// prod waits for alice before it opens its PR.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cur, _ := s.e.Ctl.Get(context.Background(), run.ID)
+		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
+			break
+		}
+		if time.Now().After(deadline) || cur.Status.Terminal() {
+			t.Fatalf("prod does not wait for its approval\n%s", describeRun(cur))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := s.file("envs/prod/config.json"); got != promoConfig("prod") {
+		t.Fatalf("prod changed before its approval:\n%s", got)
+	}
+	if err := s.e.Ctl.Signal(context.Background(), run.ID, "prod", "approval", steps.Signal{Kind: "approval", User: "alice", Approve: true, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	r := s.e.Wait(run.ID, 2*time.Minute)
 	if r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
 	}
@@ -165,6 +184,9 @@ func TestPromotionThroughEnvironments(t *testing.T) {
 		if rb := ctltest.Step(r, env, "revert"); rb.Status != pipelines.StPending {
 			t.Errorf("%s rolled back: %s", env, rb.Status)
 		}
+	}
+	if a := ctltest.Step(r, "prod", "approval"); a.Status != pipelines.StSucceeded || !strings.Contains(fmt.Sprint(a.Outputs["approvers"]), "alice") {
+		t.Errorf("prod approval: %v", a.Outputs)
 	}
 	if g := ctltest.Step(r, "staging", "gate"); g.Status != pipelines.StSucceeded {
 		t.Errorf("staging soak: %s %s", g.Status, g.Error)
