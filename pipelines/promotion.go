@@ -24,7 +24,7 @@ import (
 // promotion entry they come from, so any error in them points into the promotion section.
 
 // Promotion field names, in the order the schema lists them.
-var promotionFields = []string{"applicationSet", "connector", "repo", "filePath", "set", "mergedBy",
+var promotionFields = []string{"applicationSet", "appSelector", "connector", "repo", "filePath", "set", "mergedBy",
 	"mergeStrategy", "prTitle", "appWaitTimeout", "syncTimeout", "degradedTimeout", "environments"}
 
 var promotionEnvFields = []string{"name", "clusters", "set", "approval", "soak", "timeout"}
@@ -113,6 +113,11 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 		if !l.durOK(f[d], "promotion."+d) {
 			delete(f, d)
 		}
+	}
+	// Environments sharing a cluster: the ApplicationSet's apps there belong to several of
+	// them, and a label selector (e.g. harness.io/envRef=<+env.name>) tells them apart.
+	if sel := f["appSelector"]; sel.val != nil && !l.stepInputsOK("FetchLinkedApps", sel.val, "promotion.appSelector", "selector", sel.val) {
+		delete(f, "appSelector")
 	}
 	if ms := f["mergeStrategy"]; ms.val != nil && !l.stepInputsOK("MergePR", ms.val, "promotion.mergeStrategy", "mergeStrategy", ms.val) {
 		delete(f, "mergeStrategy")
@@ -437,7 +442,7 @@ func promotionStage(f map[string]field, e promoEnv, people bool) *yaml.Node {
 			mapping(ln, "connector", opt("connector"), "repo", opt("repo"), "mergeStrategy", opt("mergeStrategy"), "deleteSourceBranch", boolean(ln, true))))
 	}
 	steps = append(steps, mapping(ln, "id", s(promoApps), "type", s("FetchLinkedApps"), "with",
-		mapping(ln, "applicationSet", opt("applicationSet"), "appWaitTimeout", opt("appWaitTimeout"))))
+		mapping(ln, "applicationSet", opt("applicationSet"), "selector", opt("appSelector"), "appWaitTimeout", opt("appWaitTimeout"))))
 	syncTimeout := opt("syncTimeout")
 	if syncTimeout == nil {
 		syncTimeout = s("10m")

@@ -94,7 +94,7 @@ func TestPromotionExpandsToStages(t *testing.T) {
 		},
 		{
 			name:  "approval, soak, per-env values, a new environment, options",
-			extra: "  mergeStrategy: merge\n  syncTimeout: 3m\n  degradedTimeout: 30s\n  appWaitTimeout: 5m\n",
+			extra: "  mergeStrategy: merge\n  syncTimeout: 3m\n  degradedTimeout: 30s\n  appWaitTimeout: 5m\n  appSelector: harness.io/envRef=<+env.name>\n",
 			envs: "    - name: dev\n      timeout: 1h\n    - {name: staging, soak: 10m}\n" +
 				"    - name: prod\n      clusters: [{name: prod-eu, agent: eu}]\n      set: {replicas: 4, cluster.name: prod-eu}\n" +
 				"      approval: {approvers: {groups: [release-managers]}, timeout: 1d}\n",
@@ -126,7 +126,7 @@ func TestPromotionExpandsToStages(t *testing.T) {
 				if m := prod.Steps[2].With.Static(); m["mergeStrategy"] != "merge" || m["deleteSourceBranch"] != true {
 					t.Errorf("merge: %v", m)
 				}
-				if a := prod.Steps[3].With.Static(); a["appWaitTimeout"] != "5m" {
+				if a := prod.Steps[3].With.Static(); a["appWaitTimeout"] != "5m" || a["selector"] != "harness.io/envRef=<+env.name>" {
 					t.Errorf("apps: %v", a)
 				}
 				if s := prod.Steps[4]; s.Timeout != 3*time.Minute || s.With.Static()["degradedStateTimeout"] != "30s" {
@@ -205,7 +205,7 @@ promotion:`, 1)
 // The expanded stages run on the state machine: each environment's UpdateReleaseRepo gets
 // its own file, and a failing environment reverts its own merge commit.
 func TestPromotionRunsAndRollsBackOnlyTheFailingEnvironment(t *testing.T) {
-	m := mustLoad(t, promoSrc("", "    - dev\n    - staging\n    - name: prod\n      clusters: [{name: prod-eu, agent: sim}]\n"))
+	m := mustLoad(t, promoSrc("  appSelector: harness.io/envRef=<+env.name>\n", "    - dev\n    - staging\n    - name: prod\n      clusters: [{name: prod-eu, agent: sim}]\n"))
 	r, err := NewRun(m.P, "r1", map[string]any{"tag": "2.0"}, "me", testNow)
 	if err != nil {
 		t.Fatal(err)
@@ -228,6 +228,10 @@ func TestPromotionRunsAndRollsBackOnlyTheFailingEnvironment(t *testing.T) {
 			res = steps.Done(map[string]any{"prNumber": 1, "commitId": "branch-" + j.Stage})
 		case promoMerge:
 			res = steps.Done(map[string]any{"commitId": "merge-" + j.Stage})
+		case promoApps:
+			if j.Inputs["selector"] != "harness.io/envRef="+j.Stage || j.Inputs["applicationSet"] != "web" {
+				t.Errorf("%s apps inputs: %v", j.Stage, j.Inputs)
+			}
 		case promoSync:
 			if j.Stage == "prod" {
 				res = steps.Fail("web-prod (agent sim): Degraded for longer than degradedStateTimeout 30s")
@@ -334,6 +338,8 @@ func TestPromotionErrorsNameFileLineAndField(t *testing.T) {
 			[]string{`p.yaml:19:55: promotion.environments[0].approval.timeout: bad duration "soon"`}},
 		{"bad merge strategy", promoSrc("  mergeStrategy: squish\n", "    - dev\n    - staging\n"),
 			[]string{`p.yaml:18:18: promotion.mergeStrategy: mergeStrategy: "squish" is not merge, squash or rebase`}},
+		{"bad app selector", promoSrc("  appSelector: \"tier in (web\"\n", "    - dev\n    - staging\n"),
+			[]string{`p.yaml:18:16: promotion.appSelector: selector: `}},
 		{"bad sync timeout", promoSrc("  syncTimeout: 5 minutes\n", "    - dev\n    - staging\n"),
 			[]string{`p.yaml:18:16: promotion.syncTimeout: `}},
 		{"bad set", promoSrc("", "    - {name: dev, set: [a]}\n"),
