@@ -334,7 +334,8 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 }
 
 func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
-	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout")
+	l.expandPromotion(root) // promotion: becomes ordinary stages (promotion.go)
+	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "promotion")
 	p.Name = l.str(f["name"], "name")
 	if p.Name == "" {
 		l.errf(root, "name", "required")

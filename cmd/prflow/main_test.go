@@ -195,7 +195,7 @@ stages:
     environment: dev
     gate: {condition: '${{ all(apps, .health == "Healthy" && .sync == "Synced") }}', soak: 1500ms}
     steps:
-      - {id: update, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.yaml", variables: [{name: image.tag, value: "2.0"}]}}
+      - {id: update, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json", variables: [{name: image.tag, value: "2.0"}]}}
       - {id: merge, type: MergePR}
       - {id: apps, type: FetchLinkedApps}
       - {id: sync, type: GitOpsSync, with: {waitTillHealthy: true}}
