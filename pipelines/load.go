@@ -334,7 +334,7 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 }
 
 func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
-	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout")
+	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "triggers")
 	p.Name = l.str(f["name"], "name")
 	if p.Name == "" {
 		l.errf(root, "name", "required")
@@ -354,6 +354,7 @@ func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 		sf := l.fields(fv.val, "service", "name", "variables")
 		p.Service = &Service{Name: l.str(sf["name"], "service.name"), Variables: l.variables(sf["variables"], "service.variables")}
 	}
+	p.Triggers = l.triggers(f["triggers"], p)
 	st := f["stages"]
 	if st.val == nil {
 		l.errf(root, "stages", "required: a pipeline needs at least one stage")
