@@ -32,6 +32,16 @@ func init() {
 	})
 }
 
+// CommitTopic is the event topic a commit's status and check webhooks wake:
+// commit:<provider>:<repo>@<first 12 hex digits>. Twelve digits, because Bitbucket's webhooks
+// carry abbreviated hashes while the APIs return full ones.
+func CommitTopic(provider, repo, sha string) string {
+	if len(sha) > 12 {
+		sha = sha[:12]
+	}
+	return "commit:" + provider + ":" + repo + "@" + sha
+}
+
 func isStatusState(s string) bool {
 	switch scm.StatusState(s) {
 	case scm.StatusPending, scm.StatusSuccess, scm.StatusFailure, scm.StatusError:

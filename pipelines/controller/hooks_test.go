@@ -645,3 +645,72 @@ func hmacHex(secret string, body []byte) string {
 	m.Write(body)
 	return hex.EncodeToString(m.Sum(nil))
 }
+
+// TestMergePRWokenByStatusWebhook: MergePR parked on a PR that required checks block wakes
+// when the forge's status webhook for the PR's head arrives (its poll is 30 s: the test ends
+// before), then merges.
+func TestMergePRWokenByStatusWebhook(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gh.SetRequiredStatusChecks("acme", "release", "main", "ci/build"); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
+	src := `
+name: checked
+stages:
+  - id: s
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json,
+               variables: [{name: replicas, type: Number, value: "4"}]}
+      - {id: merge, type: MergePR, timeout: 10m}
+`
+	id := e.Start(src, nil).ID
+	var head string
+	deadline := time.Now().Add(30 * time.Second)
+	for head == "" {
+		cur, _ := e.Ctl.Get(context.Background(), id)
+		if st := ctltest.Step(cur, "s", "merge"); st.Status == pipelines.StWaiting {
+			if st.Wait.Poll < 30*time.Second {
+				t.Fatalf("MergePR polls every %s; the test needs a slow poll", st.Wait.Poll)
+			}
+			head, _ = ctltest.Step(cur, "s", "update").Outputs["commitId"].(string)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("MergePR did not park on the blocked PR: %+v", ctltest.Step(cur, "s", "merge"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	if err := ghp.SetStatus(context.Background(), "acme/release", head, scm.Status{Context: "ci/build", State: scm.StatusSuccess}); err != nil {
+		t.Fatal(err)
+	}
+	// GitHub's `status` webhook for that commit.
+	body, _ := json.Marshal(map[string]any{"id": 1, "sha": head, "name": "acme/release", "context": "ci/build", "state": "success",
+		"target_url": nil, "description": nil, "branches": []any{}, "repository": map[string]any{"full_name": "acme/release", "name": "release"},
+		"sender": map[string]any{"login": "ci-bot"}})
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/github", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", "status")
+	req.Header.Set("X-GitHub-Delivery", "status-delivery-1")
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(hookSecret, body))
+	if code, resp := e.post(req); code != http.StatusAccepted {
+		t.Fatalf("status webhook: HTTP %d %s", code, resp)
+	}
+	r := e.Wait(id, 25*time.Second)
+	merge := ctltest.Step(r, "s", "merge")
+	if r.Status != pipelines.StSucceeded || !strings.HasPrefix(merge.WakeReason, "event commit:github:acme/release@"+head[:12]) {
+		t.Fatalf("run %s %s; merge woken by %q after %s", r.Status, r.Error, merge.WakeReason, time.Since(start))
+	}
+	if pr, _ := gh.PullRequest("acme", "release", int(ctltest.Step(r, "s", "update").Outputs["prNumber"].(float64))); pr.State != scmtest.PRMerged {
+		t.Errorf("release PR is %s", pr.State)
+	}
+}

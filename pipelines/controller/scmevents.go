@@ -133,6 +133,13 @@ func (c *Controller) HandleSCMEvent(ctx context.Context, ev *scm.Event) error {
 			return fmt.Errorf("wake %s: %w", topic, err)
 		}
 	}
+	if ev.Kind == scm.EventStatus && ev.SHA != "" {
+		topic := steps.CommitTopic(ev.Provider, string(ev.Repo), ev.SHA)
+		c.noteTopic(topic)
+		if err := c.WakeTopic(ctx, topic); err != nil {
+			return fmt.Errorf("wake %s: %w", topic, err)
+		}
+	}
 	ts := c.triggers.Load()
 	if ts == nil {
 		return nil

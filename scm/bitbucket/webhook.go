@@ -68,6 +68,8 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 		ev, err = parsePush(body)
 	case "pullrequest:created", "pullrequest:updated", "pullrequest:fulfilled", "pullrequest:rejected":
 		ev, err = parsePullRequestEvent(kind, body)
+	case "repo:commit_status_created", "repo:commit_status_updated":
+		ev, err = parseCommitStatusEvent(body)
 	default:
 		return nil, nil
 	}
