@@ -46,14 +46,15 @@ type Event struct {
 	After   string   `json:"after,omitempty"`
 	Changed []string `json:"changed,omitempty"` // paths added/modified/removed, when the forge sends them
 	// Pull request
-	Action PRAction     `json:"action,omitempty"`
-	PR     *PullRequest `json:"pr,omitempty"`
-	Label  string       `json:"label,omitempty"` // for labeled
+	Action   PRAction     `json:"action,omitempty"`
+	PR       *PullRequest `json:"pr,omitempty"`
+	Label    string       `json:"label,omitempty"` // for labeled
+	Received time.Time    `json:"received"`
+
 	// Status: a commit status or check finished (or changed) on SHA.
-	SHA      string      `json:"sha,omitempty"`
-	Context  string      `json:"context,omitempty"` // status context, check name, pipeline
-	State    StatusState `json:"state,omitempty"`
-	Received time.Time   `json:"received"`
+	SHA     string      `json:"sha,omitempty"`
+	Context string      `json:"context,omitempty"` // status context, check name, pipeline
+	State   StatusState `json:"state,omitempty"`
 }
 
 // ErrBadSignature is returned when a webhook's signature or token is missing or wrong.
