@@ -714,3 +714,31 @@ stages:
 		t.Errorf("release PR is %s", pr.State)
 	}
 }
+
+// TestLoadTriggerDir: --pipelines DIR keeps the files with triggers and reports every broken
+// file with file:line:field.
+func TestLoadTriggerDir(t *testing.T) {
+	dir := t.TempDir()
+	src, err := examples.FS.ReadFile("pipelines/on-merge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := examples.FS.ReadFile("pipelines/hello.yaml")
+	for name, body := range map[string][]byte{"on-merge.yaml": src, "hello.yaml": plain, "notes.txt": []byte("not a pipeline")} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts, err := controller.LoadTriggerDir(dir, steps.Default)
+	if err != nil || len(ts.Pipelines) != 1 || ts.Pipelines[0].Name != "on-merge" || ts.Pipelines[0].Triggers[0].Connector != "app" {
+		t.Fatalf("got %+v, %v", ts, err)
+	}
+	bad := strings.Replace(string(src), "actions: [merged]", "actions: [merged, reopend]", 1)
+	if err := os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = controller.LoadTriggerDir(dir, steps.Default)
+	if err == nil || !strings.Contains(err.Error(), "broken.yaml:") || !strings.Contains(err.Error(), `triggers[0].pullRequest.actions[1]: unknown action "reopend"`) {
+		t.Fatalf("broken file: %v", err)
+	}
+}
