@@ -147,7 +147,12 @@ func commentJob(f *Feedback, r *pipelines.Run, sr *pipelines.StageRun, st *pipel
 		verb = "reverts an earlier release"
 	}
 	fmt.Fprintf(&b, "**prflow**: this PR %s for run `%s` (pipeline `%s`, stage `%s`, step `%s`).\n", verb, r.ID, r.Pipeline, sr.ID, st.ID)
-	if files, ok := st.Outputs["changedFiles"].([]any); ok && len(files) > 0 {
+	if edits := editLines(st.Outputs["edits"]); len(edits) > 0 {
+		b.WriteString("\nChanged:\n")
+		for _, l := range edits {
+			b.WriteString("- " + l + "\n")
+		}
+	} else if files, ok := st.Outputs["changedFiles"].([]any); ok && len(files) > 0 {
 		var names []string
 		for _, x := range files {
 			names = append(names, "`"+fmt.Sprint(x)+"`")
@@ -172,6 +177,33 @@ func commentJob(f *Feedback, r *pipelines.Run, sr *pipelines.StageRun, st *pipel
 		Inputs: map[string]any{"connector": conn, "repo": repo, "prNumber": n, "body": b.String()}}
 }
 
+// editLines renders UpdateReleaseRepo's edits output: "`file`: key = `value`, …" per file.
+func editLines(v any) []string {
+	list, _ := v.([]any)
+	var out []string
+	for _, x := range list {
+		m, _ := x.(map[string]any)
+		file, _ := m["file"].(string)
+		changes, _ := m["changes"].([]any)
+		if file == "" {
+			continue
+		}
+		var kv []string
+		for _, c := range changes {
+			cm, _ := c.(map[string]any)
+			if k, _ := cm["key"].(string); k != "" {
+				kv = append(kv, fmt.Sprintf("%s = `%s`", k, clip(fmt.Sprint(cm["value"]), 80)))
+			}
+		}
+		line := "`" + file + "`"
+		if len(kv) > 0 {
+			line += ": " + strings.Join(kv, ", ")
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
 func prNumber(v any) int {
 	switch x := v.(type) {
 	case int:
@@ -184,11 +216,12 @@ func prNumber(v any) int {
 	return 0
 }
 
+// clip shortens s to at most n bytes, on a rune boundary, marking the cut with "…".
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n - 1
+	cut := max(n-len("…"), 0)
 	for cut > 0 && s[cut]&0xC0 == 0x80 {
 		cut--
 	}

@@ -432,7 +432,7 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 		waitComment(t, gh.Forge, "release", num, r.ID)
 		rp, _ := gh.PullRequest("acme", "release", num)
 		body := rp.Comments[0].Body
-		if !strings.Contains(body, "envs/"+env+"/config.yaml") || !strings.Contains(body, fmt.Sprintf("acme/web#%d", pr.Number)) ||
+		if !strings.Contains(body, "`envs/"+env+"/config.yaml`: image.tag = `"+tag+"`") || !strings.Contains(body, fmt.Sprintf("acme/web#%d (merged)", pr.Number)) ||
 			!strings.Contains(body, "https://prflow.example.test/api/v1/runs/"+r.ID) {
 			t.Errorf("comment on release PR #%d:\n%s", num, body)
 		}
