@@ -167,7 +167,7 @@ func parsePush(data []byte) (*scm.Event, error) {
 		if c.Old != nil {
 			ev.Branch, ev.Before = c.Old.Name, c.Old.Target.Hash
 		}
-		if c.New != nil { // nil when the branch was deleted
+		if isBranch(c.New) { // nil (or empty) when the branch was deleted
 			ev.Branch, ev.After = c.New.Name, c.New.Target.Hash
 		}
 		return ev, nil
