@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -189,7 +190,7 @@ func (l *loader) triggerRefs(n *yaml.Node, path string, t *template.Template) {
 	for _, r := range t.Refs() {
 		root, _, _ := strings.Cut(r, ".")
 		root, _, _ = strings.Cut(root, "[")
-		if root != "event" && root != "trigger" {
+		if !slices.Contains(TriggerRoots, root) {
 			l.errf(n, path, "%s: a trigger expression can only read event.* (the webhook), not %s", r, root)
 		}
 	}
