@@ -335,7 +335,7 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 
 func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 	l.expandPromotion(root) // promotion: becomes ordinary stages (promotion.go)
-	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "promotion")
+	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "promotion", "triggers")
 	p.Name = l.str(f["name"], "name")
 	if p.Name == "" {
 		l.errf(root, "name", "required")
@@ -355,6 +355,7 @@ func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 		sf := l.fields(fv.val, "service", "name", "variables")
 		p.Service = &Service{Name: l.str(sf["name"], "service.name"), Variables: l.variables(sf["variables"], "service.variables")}
 	}
+	p.Triggers = l.triggers(f["triggers"], p)
 	st := f["stages"]
 	if st.val == nil {
 		l.errf(root, "stages", "required: a pipeline needs at least one stage")

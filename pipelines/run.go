@@ -59,6 +59,15 @@ type Run struct {
 type TriggerInfo struct {
 	Kind       string `json:"kind"`
 	DeliveryID string `json:"deliveryId,omitempty"`
+	// For webhook-triggered runs: the trigger, the forge event and where to report back.
+	Trigger   string `json:"trigger,omitempty"`   // trigger name in the pipeline
+	Provider  string `json:"provider,omitempty"`  // github, gitlab, bitbucket
+	Event     string `json:"event,omitempty"`     // push, pull_request
+	Action    string `json:"action,omitempty"`    // PR action (merged, opened, …)
+	Repo      string `json:"repo,omitempty"`      // the triggering repo
+	SHA       string `json:"sha,omitempty"`       // the triggering commit (statuses go here)
+	PR        int    `json:"pr,omitempty"`        // the triggering PR number
+	Connector string `json:"connector,omitempty"` // worker connector of that repo
 }
 
 // StageRun is one stage's state.

@@ -19,6 +19,7 @@ type Pipeline struct {
 	Service      *Service
 	Stages       []*Stage
 	Timeout      time.Duration
+	Triggers     []*Trigger // webhook triggers (triggers.go)
 
 	File   string // where it was loaded from, for messages
 	Source []byte // the exact text, stored with runs so a restarted controller can reload it

@@ -50,6 +50,11 @@ type Event struct {
 	PR       *PullRequest `json:"pr,omitempty"`
 	Label    string       `json:"label,omitempty"` // for labeled
 	Received time.Time    `json:"received"`
+
+	// Status: a commit status or check finished (or changed) on SHA.
+	SHA     string      `json:"sha,omitempty"`
+	Context string      `json:"context,omitempty"` // status context, check name, pipeline
+	State   StatusState `json:"state,omitempty"`
 }
 
 // ErrBadSignature is returned when a webhook's signature or token is missing or wrong.

@@ -167,7 +167,7 @@ func parkMerge(sc *Context, p scm.Provider, repo string, pr *scm.PullRequest, po
 	if sc.WakeReason == "deadline" {
 		return Fail(fmt.Sprintf("PR #%d (%s) did not become mergeable in time (%s)", pr.Number, pr.URL, pr.Mergeability)), nil
 	}
-	return Park(Wait{Topics: []string{prTopic(p.Name(), repo, pr.Number)}, Poll: poll, Deadline: sc.Deadline,
+	return Park(Wait{Topics: []string{prTopic(p.Name(), repo, pr.Number), CommitTopic(p.Name(), repo, pr.HeadSHA)}, Poll: poll, Deadline: sc.Deadline,
 		Reason: fmt.Sprintf("PR #%d is %s", pr.Number, pr.Mergeability)}, nil), nil
 }
 

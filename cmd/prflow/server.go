@@ -17,7 +17,8 @@ import (
 )
 
 func newServer(g *globals) *cobra.Command {
-	var listen, tokens, natsListen string
+	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL string
+	var prComments bool
 	var hf harnessFlags
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -33,6 +34,18 @@ func newServer(g *globals) *cobra.Command {
 			auth, err := controller.LoadAuth(tokens)
 			if err != nil {
 				return err
+			}
+			var hooks *controller.Webhooks
+			if webhooks != "" {
+				if hooks, err = controller.LoadWebhooks(webhooks); err != nil {
+					return err
+				}
+			}
+			var triggers *controller.TriggerSet
+			if pipelineDir != "" {
+				if triggers, err = controller.LoadTriggerDir(pipelineDir, steps.Default); err != nil {
+					return err
+				}
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
@@ -57,6 +70,17 @@ func newServer(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ctl.SetWebhooks(hooks)
+			ctl.SetTriggers(triggers)
+			ctl.SetFeedback(&controller.Feedback{ExternalURL: externalURL, Statuses: true, Comments: prComments})
+			if hooks != nil {
+				log.Info("webhooks enabled", "providers", hooks.Providers())
+			}
+			if triggers != nil {
+				for _, p := range triggers.Pipelines {
+					log.Info("pipeline triggers loaded", "file", p.File, "pipeline", p.Name, "triggers", len(p.Triggers))
+				}
+			}
 			errc := make(chan error, 1)
 			go func() { errc <- ctl.Run(ctx) }()
 			if err := serveAPI(ctx, log, ctl, listen, auth); err != nil {
@@ -69,6 +93,10 @@ func newServer(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "", "with the embedded NATS: also accept workers/agents on this address (e.g. 127.0.0.1:4222)")
+	cmd.Flags().StringVar(&webhooks, "webhooks", "", "webhooks file: provider → secret (env:NAME or file:PATH); serves POST /hooks/<provider>")
+	cmd.Flags().StringVar(&pipelineDir, "pipelines", "", "directory of pipeline files; those with triggers: start runs on matching webhooks")
+	cmd.Flags().StringVar(&externalURL, "external-url", "", "URL people reach this server at; commit statuses and PR comments link to runs there")
+	cmd.Flags().BoolVar(&prComments, "pr-comments", true, "comment a summary on the PRs that UpdateReleaseRepo and RevertPR open")
 	return cmd
 }
 

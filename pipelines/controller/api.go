@@ -58,6 +58,7 @@ func (c *Controller) Handler(auth *Auth) http.Handler {
 	api.HandleFunc("GET /api/v1/runs/{id}/logs", c.apiLogs)
 	api.HandleFunc("GET /api/v1/workers", c.apiWorkers)
 	mux.Handle("/api/", requireAuth(auth, api))
+	mux.HandleFunc("POST /hooks/{provider}", c.serveHook) // authenticated by the forge's signature
 	return mux
 }
 

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,6 +47,10 @@ type Controller struct {
 	indexed  sync.Map             // run id → newest revision already indexed
 	ready    chan struct{}
 	readyOne sync.Once
+
+	webhooks atomic.Pointer[Webhooks]   // /hooks/<provider> secrets (hooks.go)
+	triggers atomic.Pointer[TriggerSet] // pipelines started by webhooks (scmevents.go)
+	feedback atomic.Pointer[Feedback]   // commit statuses and PR comments (feedback.go)
 }
 
 type parkRef struct {
@@ -160,6 +165,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dead-letter consumer: %w", err)
 	}
+	scmCons, err := c.scmConsumer(ctx)
+	if err != nil {
+		return fmt.Errorf("SCM event consumer: %w", err)
+	}
 	runsW, err := c.b.Runs.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch runs: %w", err)
@@ -169,7 +178,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("watch apps: %w", err)
 	}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); c.consumeSCM(ctx, scmCons) }()
 	go func() { defer wg.Done(); c.watchRuns(ctx, runsW) }()
 	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
 	go func() { defer wg.Done(); c.consumeDLQ(ctx, dlq) }()
@@ -299,6 +309,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			return err
 		}
 		now := time.Now()
+		before := c.feedbackSnapshot(&r)
 		if ev.Kind == queue.EvTick {
 			m.Tick(&r, now)
 		} else {
@@ -337,7 +348,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		if ev.Kind == queue.EvCancel {
 			_ = c.conn.NC.Publish(queue.CancelSubject, []byte(r.ID))
 		}
-		return c.publishJobs(ctx, jobs)
+		return c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, &r)...))
 	}
 	return fmt.Errorf("run %s: too many concurrent updates", ev.Run)
 }
@@ -534,6 +545,9 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 		}
 		for _, t := range p.Topics {
 			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: t}
+			if at, ok := c.changed[t]; ok && !p.Since.IsZero() && at.After(p.Since) {
+				missed = append(missed, ref) // a webhook for it came while the step's job ran
+			}
 			if c.byTopic[t] == nil {
 				c.byTopic[t] = map[parkRef]struct{}{}
 			}

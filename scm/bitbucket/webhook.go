@@ -68,6 +68,8 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 		ev, err = parsePush(body)
 	case "pullrequest:created", "pullrequest:updated", "pullrequest:fulfilled", "pullrequest:rejected":
 		ev, err = parsePullRequestEvent(kind, body)
+	case "repo:commit_status_created", "repo:commit_status_updated":
+		ev, err = parseCommitStatusEvent(body)
 	default:
 		return nil, nil
 	}
@@ -165,7 +167,7 @@ func parsePush(data []byte) (*scm.Event, error) {
 		if c.Old != nil {
 			ev.Branch, ev.Before = c.Old.Name, c.Old.Target.Hash
 		}
-		if c.New != nil { // nil when the branch was deleted
+		if isBranch(c.New) { // nil (or empty) when the branch was deleted
 			ev.Branch, ev.After = c.New.Name, c.New.Target.Hash
 		}
 		return ev, nil

@@ -256,6 +256,7 @@ func TestParseWebhookErrors(t *testing.T) {
 
 func FuzzParseWebhook(f *testing.F) {
 	f.Add("repo:push", readTestdata(f, "push.json"), true)
+	f.Add("repo:commit_status_updated", []byte(`{"repository":{"full_name":"a/b"},"commit_status":{"key":"k","state":"FAILED","commit":{"hash":"ab12"}}}`), true)
 	f.Add("pullrequest:fulfilled", readTestdata(f, "pullrequest_fulfilled.json"), true)
 	f.Add("pullrequest:updated", []byte(`{"pullrequest":{"id":1,"source":{"commit":null}},"repository":{"full_name":"a/b"}}`), false)
 	p := &WebhookParser{MaxBody: 64 << 10}
@@ -288,6 +289,10 @@ func FuzzParseWebhook(f *testing.F) {
 		case scm.EventPullRequest:
 			if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
 				t.Fatalf("PR event without PR: %+v", ev)
+			}
+		case scm.EventStatus:
+			if ev.SHA == "" || ev.State == "" {
+				t.Fatalf("status event without sha/state: %+v", ev)
 			}
 		default:
 			t.Fatalf("unexpected kind %q", ev.Kind)

@@ -267,31 +267,12 @@ func (p *parser) secret(n *yaml.Node, field string) Secret {
 	if ref == "" {
 		return Secret{}
 	}
-	kind, arg, ok := strings.Cut(ref, ":")
-	switch {
-	case ok && kind == "env" && arg != "":
-		v, found := p.lookup(arg)
-		if !found || strings.TrimSpace(v) == "" {
-			p.errf(n, field, "environment variable %s is not set or empty", arg)
-			return Secret{}
-		}
-		return NewSecret(strings.TrimSpace(v))
-	case ok && kind == "file" && arg != "":
-		path := p.path(arg)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			p.errf(n, field, "read secret file %s: %v", path, cause(err))
-			return Secret{}
-		}
-		v := strings.TrimSpace(string(data))
-		if v == "" {
-			p.errf(n, field, "secret file %s is empty", path)
-			return Secret{}
-		}
-		return NewSecret(v)
+	s, err := ResolveSecretRef(ref, p.baseDir, p.lookup)
+	if err != nil {
+		p.errf(n, field, "%v", err)
+		return Secret{}
 	}
-	p.errf(n, field, "want env:NAME or file:PATH; secrets cannot be written in this file")
-	return Secret{}
+	return s
 }
 
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)

@@ -76,6 +76,8 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 		ev, err = parsePush(payload)
 	case "pull_request":
 		ev, err = parsePullRequestEvent(payload)
+	case "status", "check_run", "check_suite":
+		ev, err = parseStatusEvent(kind, payload)
 	default:
 		return nil, nil
 	}

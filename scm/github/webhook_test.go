@@ -284,6 +284,7 @@ func FuzzParseWebhook(f *testing.F) {
 	}
 	f.Add("pull_request", []byte(`{"action":"closed","pull_request":{"number":1,"merged":true,"merge_commit_sha":null}}`), true)
 	f.Add("push", []byte(`{"ref":"refs/heads/"}`), false)
+	f.Add("check_run", []byte(`{"action":"completed","check_run":{"head_sha":"ab12","name":"t","status":"completed","conclusion":"success"},"repository":{"full_name":"a/b"}}`), true)
 	p := &WebhookParser{MaxBody: 64 << 10}
 	f.Fuzz(func(t *testing.T, event string, body []byte, signed bool) {
 		sig := "sha256=00"
@@ -314,6 +315,10 @@ func FuzzParseWebhook(f *testing.F) {
 		case scm.EventPullRequest:
 			if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
 				t.Fatalf("PR event without PR: %+v", ev)
+			}
+		case scm.EventStatus:
+			if ev.SHA == "" || ev.State == "" {
+				t.Fatalf("status event without sha/state: %+v", ev)
 			}
 		default:
 			t.Fatalf("unexpected kind %q", ev.Kind)

@@ -57,7 +57,7 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	switch kind {
-	case "Push Hook", "Merge Request Hook", "System Hook":
+	case "Push Hook", "Merge Request Hook", "System Hook", "Pipeline Hook":
 	case "":
 		return nil, fmt.Errorf("%s: missing %s header", where, headerEvent)
 	default:
@@ -79,6 +79,8 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 		ev, err = parsePush(body)
 	case "merge_request":
 		ev, err = parseMergeRequestEvent(body)
+	case "pipeline":
+		ev, err = parsePipelineEvent(body)
 	case "":
 		return nil, fmt.Errorf("%s: payload has no object_kind", where)
 	default:

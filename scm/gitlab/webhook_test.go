@@ -254,6 +254,7 @@ func TestParseWebhookIgnored(t *testing.T) {
 
 func FuzzParseWebhook(f *testing.F) {
 	f.Add("Push Hook", readTestdata(f, "push.json"), true)
+	f.Add("Pipeline Hook", []byte(`{"object_kind":"pipeline","object_attributes":{"sha":"ab12","status":"success"},"project":{"path_with_namespace":"g/p"}}`), true)
 	f.Add("Merge Request Hook", readTestdata(f, "merge_request_merge.json"), true)
 	f.Add("Merge Request Hook", readTestdata(f, "merge_request_labeled.json"), true)
 	f.Add("System Hook", []byte(`{"object_kind":"merge_request","object_attributes":{"iid":1,"action":"update","oldrev":"x"}}`), false)
@@ -290,6 +291,10 @@ func FuzzParseWebhook(f *testing.F) {
 			}
 			if ev.Action == scm.PRLabeled && ev.Label == "" {
 				t.Fatalf("labeled without label: %+v", ev)
+			}
+		case scm.EventStatus:
+			if ev.SHA == "" || ev.State == "" {
+				t.Fatalf("status event without sha/state: %+v", ev)
 			}
 		default:
 			t.Fatalf("unexpected kind %q", ev.Kind)

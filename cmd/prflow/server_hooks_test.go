@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/scm/scmtest"
+)
+
+// TestServerWebhookFlags: bad --webhooks and --pipelines files stop the server with
+// file:line:field; good ones serve /hooks/github and start the triggered pipeline.
+func TestServerWebhookFlags(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
+	t.Setenv("PRFLOW_TEST_HOOK_SECRET", "hook-secret-0123456789")
+	tokens := filepath.Join(dir, "tokens.yaml")
+	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	badHooks := filepath.Join(dir, "bad-hooks.yaml")
+	_ = os.WriteFile(badHooks, []byte("webhooks:\n  - provider: github\n    secret: literally-the-secret\n"), 0o600)
+	if _, err := run(t, "server", "--tokens", tokens, "--webhooks", badHooks, "--data-dir", filepath.Join(dir, "n0")); err == nil ||
+		!strings.Contains(err.Error(), "bad-hooks.yaml:3: webhooks[0].secret") || strings.Contains(err.Error(), "literally-the-secret") {
+		t.Fatalf("bad webhooks file: %v", err)
+	}
+	hooks := filepath.Join(dir, "hooks.yaml")
+	_ = os.WriteFile(hooks, []byte("webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK_SECRET\n"), 0o600)
+	pdir := filepath.Join(dir, "pipelines")
+	_ = os.MkdirAll(pdir, 0o755)
+	_ = os.WriteFile(filepath.Join(pdir, "bad.yaml"), []byte("name: b\ntriggers: [{push: {}, if: '${{ inputs.x }}'}]\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)
+	if _, err := run(t, "server", "--tokens", tokens, "--webhooks", hooks, "--pipelines", pdir, "--data-dir", filepath.Join(dir, "n1")); err == nil ||
+		!strings.Contains(err.Error(), "bad.yaml:2:") || !strings.Contains(err.Error(), "triggers[0].if") {
+		t.Fatalf("bad pipelines dir: %v", err)
+	}
+	_ = os.WriteFile(filepath.Join(pdir, "bad.yaml"), []byte("name: hooked\ntriggers: [{push: {repo: acme/web, branches: [main]}}]\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetArgs([]string{"server", "--tokens", tokens, "--listen", addr, "--data-dir", filepath.Join(dir, "n2"), "--log-level", "warn",
+			"--webhooks", hooks, "--pipelines", pdir, "--external-url", "https://prflow.example.test"})
+		done <- root.ExecuteContext(ctx)
+	}()
+	for i := 0; i < 200; i++ {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && resp.StatusCode == 200 {
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	push := scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/main", Before: strings.Repeat("1", 40), After: strings.Repeat("2", 40)}
+	req, err := scmtest.GitHubWebhookRequest(ctx, "http://"+addr+"/hooks/github", "hook-secret-0123456789", push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("webhook: HTTP %d %s", resp.StatusCode, b)
+	}
+	var runs []struct {
+		ID       string `json:"id"`
+		Pipeline string `json:"pipeline"`
+		Trigger  *struct {
+			Provider, Repo, SHA string
+		} `json:"trigger"`
+	}
+	for i := 0; i < 200 && len(runs) == 0; i++ {
+		r, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/runs", nil)
+		r.Header.Set("Authorization", "Bearer cli-token-0123456789")
+		if resp, err := http.DefaultClient.Do(r); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&runs)
+			resp.Body.Close()
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if len(runs) != 1 || runs[0].Pipeline != "hooked" || runs[0].Trigger == nil || runs[0].Trigger.SHA != strings.Repeat("2", 40) ||
+		runs[0].Trigger.Repo != "acme/web" {
+		t.Fatalf("runs after the push webhook: %+v", runs)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("server exit: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("server did not stop on cancel")
+	}
+}

@@ -1,0 +1,744 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/deploy/simagent"
+	"github.com/prflow/prflow/examples"
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/bitbucket"
+	"github.com/prflow/prflow/scm/github"
+	"github.com/prflow/prflow/scm/gitlab"
+	"github.com/prflow/prflow/scm/scmtest"
+	"github.com/prflow/prflow/steps"
+)
+
+const hookSecret = "whsec-0123456789-do-not-log"
+
+// connectors maps connector names to providers, as a worker's connectors file does.
+type connectors map[string]scm.Provider
+
+func (c connectors) Provider(_ context.Context, name string) (scm.Provider, error) {
+	p, ok := c[name]
+	if !ok {
+		return nil, fmt.Errorf("no connector %q", name)
+	}
+	return p, nil
+}
+
+// hookEnv is a prflow whose HTTP handler serves webhooks, with a recorder of every message
+// published on the job, event and SCM subjects (to look for secrets and count deliveries).
+type hookEnv struct {
+	*ctltest.Env
+	srv  *httptest.Server
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func newHookEnv(t *testing.T, svc map[string]any, secrets []string, triggers map[string][]byte, maxBody int64) *hookEnv {
+	t.Helper()
+	e := &hookEnv{Env: ctltest.New(t, ctltest.Options{Concurrency: 8, Services: svc, Secrets: secrets,
+		Tuning: queue.ConsumerTuning{AckWait: 5 * time.Second, MaxDeliver: 5}})}
+	sub, err := e.Conn.NC.Subscribe("prflow.>", func(m *nats.Msg) {
+		e.mu.Lock()
+		e.msgs = append(e.msgs, m)
+		e.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	e.Ctl.SetWebhooks(controller.NewWebhooks(maxBody, map[string]string{"github": hookSecret, "gitlab": hookSecret, "bitbucket": hookSecret}))
+	if triggers != nil {
+		ts, err := controller.NewTriggerSet(steps.Default, triggers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Ctl.SetTriggers(ts)
+	}
+	e.Ctl.SetFeedback(&controller.Feedback{ExternalURL: "https://prflow.example.test", Statuses: true, Comments: true})
+	e.srv = httptest.NewServer(e.Ctl.Handler(&controller.Auth{}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// post sends a webhook request and returns the status and body.
+func (e *hookEnv) post(req *http.Request) (int, string) {
+	e.T.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// scmCount is how many events PRFLOW_SCM holds.
+func (e *hookEnv) scmCount() uint64 {
+	e.T.Helper()
+	s, err := e.Conn.JS.Stream(context.Background(), queue.StreamSCM)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// triggeredRuns lists the runs a webhook started.
+func (e *hookEnv) triggeredRuns() []*pipelines.Run {
+	e.T.Helper()
+	runs, err := e.Ctl.List(context.Background(), 100)
+	if err != nil && err != jetstream.ErrNoKeysFound {
+		e.T.Fatal(err)
+	}
+	var out []*pipelines.Run
+	for _, r := range runs {
+		if r.Trigger != nil && r.Trigger.Kind == "webhook" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitTriggered waits until n webhook-started runs exist.
+func (e *hookEnv) waitTriggered(n int) []*pipelines.Run {
+	e.T.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		runs := e.triggeredRuns()
+		if len(runs) >= n {
+			return runs
+		}
+		if time.Now().After(deadline) {
+			e.T.Fatalf("%d triggered runs, want %d\n%s", len(runs), n, e.Logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// noSecrets fails if any secret appears in logs, run state, or any message on prflow.>.
+func (e *hookEnv) noSecrets(secrets ...string) {
+	e.T.Helper()
+	var all bytes.Buffer
+	all.WriteString(e.Logs.String())
+	e.mu.Lock()
+	for _, m := range e.msgs {
+		all.Write(m.Data)
+		all.WriteString(fmt.Sprint(m.Header))
+	}
+	n := len(e.msgs)
+	e.mu.Unlock()
+	runs, _ := e.Ctl.List(context.Background(), 1000)
+	for _, r := range runs {
+		b, _ := json.Marshal(r)
+		all.Write(b)
+	}
+	if n == 0 || len(runs) == 0 {
+		e.T.Fatalf("nothing to scan: %d messages, %d runs", n, len(runs))
+	}
+	for _, s := range secrets {
+		if strings.Contains(all.String(), s) {
+			e.T.Errorf("secret %.6s… found in logs, KV or messages", s)
+		}
+	}
+}
+
+// replayable returns a function that rebuilds req with the same body and headers: the forge's
+// "Redeliver" button.
+func replayable(t *testing.T, req *http.Request) func() *http.Request {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() *http.Request {
+		r := req.Clone(context.Background())
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		return r
+	}
+}
+
+const noopTrigger = `name: hello-hook
+inputs:
+  sha: {type: string, required: true}
+  pr: {type: number, default: 0}
+triggers:
+  - name: merged
+    connector: app
+    pullRequest:
+      repo: acme/web
+      actions: [merged]
+      branches: [main]
+    inputs:
+      sha: ${{ event.sha }}
+      pr: ${{ event.pr.number }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {sha: "${{ inputs.sha }}"}}}
+`
+
+// mergedPR makes a real merged PR on a fake forge's acme/web and returns its snapshot.
+func mergedPR(t *testing.T, f *scmtest.Forge, p scm.Provider) scmtest.PullRequest {
+	t.Helper()
+	ctx := context.Background()
+	main, err := p.Branch(ctx, "acme/web", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Commit(ctx, "acme/web", scm.CommitInput{Branch: "feature", Parent: main.SHA, Message: "feature",
+		Changes: []scm.FileChange{{Path: "src/app.txt", Content: []byte("v2\n")}}}); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := p.OpenPR(ctx, "acme/web", scm.NewPR{Title: "Feature", Head: "feature", Base: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var merged *scm.PullRequest
+	for i := 0; i < 100; i++ {
+		if merged, err = p.MergePR(ctx, "acme/web", pr.Number, scm.MergeInput{Method: scm.MergeCommit}); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := f.PullRequest("acme", "web", merged.Number)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// TestWebhookEndpoint: bad or missing signatures are 401, malformed bodies 400, oversized ones
+// 413, and nothing is queued for any of them; a good delivery is queued once and a replay
+// of it starts no second run.
+func TestWebhookEndpoint(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"app": ghp}}, []string{scmtest.DefaultToken},
+		map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 64<<10)
+	url := e.srv.URL + "/hooks/github"
+	pr := mergedPR(t, gh.Forge, ghp)
+	ev := scmtest.PREvent{Action: "closed", Owner: "acme", Name: "web", PR: pr}
+	ctx := context.Background()
+
+	bad, _ := scmtest.GitHubWebhookRequest(ctx, url, "wrong-secret", ev)
+	unsigned, _ := scmtest.GitHubWebhookRequest(ctx, url, "", ev)
+	garbage, _ := scmtest.GitHubWebhookRequest(ctx, url, hookSecret, ev)
+	body := []byte(`{"action": "closed", "pull_request": [1, 2`)
+	garbage.Body, garbage.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	garbage.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(hookSecret, body))
+	huge, _ := scmtest.GitHubWebhookRequest(ctx, url, hookSecret, scmtest.PREvent{Action: "closed", Owner: "acme", Name: "web",
+		PR: func() scmtest.PullRequest { p := pr; p.Body = strings.Repeat("x", 100<<10); return p }()})
+	unknown, _ := scmtest.GitHubWebhookRequest(ctx, e.srv.URL+"/hooks/gitea", hookSecret, ev)
+	for _, tc := range []struct {
+		name string
+		req  *http.Request
+		code int
+	}{
+		{"wrong secret", bad, 401}, {"unsigned", unsigned, 401}, {"malformed", garbage, 400},
+		{"too large", huge, 413}, {"unknown provider", unknown, 404},
+	} {
+		code, body := e.post(tc.req)
+		if code != tc.code {
+			t.Errorf("%s: HTTP %d %s, want %d", tc.name, code, body, tc.code)
+		}
+		if strings.Contains(body, hookSecret) {
+			t.Errorf("%s: the response shows the secret", tc.name)
+		}
+	}
+	if n := e.scmCount(); n != 0 {
+		t.Fatalf("rejected webhooks queued %d events", n)
+	}
+
+	good, _ := scmtest.GitHubWebhookRequest(ctx, url, hookSecret, ev)
+	again := replayable(t, good)
+	code, resp := e.post(again())
+	if code != http.StatusAccepted || !strings.Contains(resp, `"queued"`) {
+		t.Fatalf("good delivery: HTTP %d %s", code, resp)
+	}
+	runs := e.waitTriggered(1)
+	code, resp = e.post(again()) // the forge redelivers the same delivery
+	if code != http.StatusAccepted || !strings.Contains(resp, `"duplicate"`) {
+		t.Fatalf("redelivery: HTTP %d %s", code, resp)
+	}
+	if n := e.scmCount(); n != 1 {
+		t.Fatalf("PRFLOW_SCM holds %d events after a delivery and its replay, want 1", n)
+	}
+	// Past the dedup window (or replayed from the stream): the run id still says it ran.
+	var sev scm.Event
+	_ = json.Unmarshal(firstSCM(t, e), &sev)
+	if err := e.Ctl.HandleSCMEvent(ctx, &sev); err != nil {
+		t.Fatal(err)
+	}
+	r := e.Wait(runs[0].ID, 30*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("triggered run: %s %s", r.Status, r.Error)
+	}
+	if got := e.triggeredRuns(); len(got) != 1 {
+		t.Fatalf("%d runs after a replay, want 1", len(got))
+	}
+	tr := r.Trigger
+	if tr.Provider != "github" || tr.Repo != "acme/web" || tr.SHA != pr.MergeCommitSHA || tr.PR != pr.Number ||
+		tr.Connector != "app" || tr.Trigger != "merged" || tr.DeliveryID == "" || r.Inputs["sha"] != pr.MergeCommitSHA {
+		t.Errorf("run trigger: %+v inputs %v", tr, r.Inputs)
+	}
+	waitStatuses(t, gh.Forge, pr.MergeCommitSHA, map[string]string{"prflow/build": "success"})
+	e.noSecrets(hookSecret, scmtest.DefaultToken)
+}
+
+func firstSCM(t *testing.T, e *hookEnv) []byte {
+	t.Helper()
+	s, err := e.Conn.JS.Stream(context.Background(), queue.StreamSCM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetMsg(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Data
+}
+
+// waitStatuses waits until the newest status of each context on sha has the wanted state.
+func waitStatuses(t *testing.T, f *scmtest.Forge, sha string, want map[string]string) []scmtest.Status {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		all, err := f.Statuses("acme", "web", sha)
+		if err != nil {
+			t.Fatal(err)
+		}
+		latest := map[string]string{}
+		for _, s := range all {
+			latest[s.Context] = s.State
+		}
+		ok := true
+		for c, st := range want {
+			ok = ok && latest[c] == st
+		}
+		if ok {
+			return all
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("statuses on %.12s: %v, want %v", sha, latest, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTriggeredPromotionGitHub is the whole path of examples/pipelines/on-merge.yaml: a signed
+// PR-merged webhook → a run → release PRs → merges → syncs (simulated agent) → healthy, with
+// prflow/<stage> statuses pending then success on the merge commit and a summary comment on
+// every release PR.
+func TestTriggeredPromotionGitHub(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := examples.FS.ReadFile("pipelines/on-merge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
+		map[string][]byte{"examples/pipelines/on-merge.yaml": src}, 0)
+	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
+		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	pr := mergedPR(t, gh.Forge, ghp)
+	req, err := scmtest.GitHubWebhookRequest(context.Background(), e.srv.URL+"/hooks/github", hookSecret,
+		scmtest.PREvent{Action: "closed", Owner: "acme", Name: "web", PR: pr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if code, body := e.post(req); code != http.StatusAccepted {
+		t.Fatalf("webhook: HTTP %d %s", code, body)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the webhook took %s to answer", d)
+	}
+	runs := e.waitTriggered(1)
+	r := e.Wait(runs[0].ID, 90*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run: %s %s\n%s", r.Status, r.Error, e.Logs.String())
+	}
+	tag := pr.MergeCommitSHA[:12]
+	if r.Inputs["tag"] != tag || r.Inputs["pr"] != float64(pr.Number) && r.Inputs["pr"] != pr.Number {
+		t.Errorf("inputs from the event: %v (want tag %s, pr %d)", r.Inputs, tag, pr.Number)
+	}
+	for _, env := range []string{"dev", "staging"} {
+		cfg, err := ghp.ReadFile(context.Background(), "acme/release", "main", "envs/"+env+"/config.yaml")
+		if err != nil || !strings.Contains(string(cfg), `tag: "`+tag+`"`) {
+			t.Errorf("%s config after the run: %v\n%s", env, err, cfg)
+		}
+		sync := ctltest.Step(r, env, "sync")
+		if sync == nil || !strings.Contains(fmt.Sprint(sync.Outputs), "Healthy") {
+			t.Errorf("%s sync outputs: %v", env, sync)
+		}
+		// The release PR got a summary comment naming the run and the triggering PR.
+		n := ctltest.Step(r, env, "update").Outputs["prNumber"]
+		num := int(n.(float64))
+		waitComment(t, gh.Forge, "release", num, r.ID)
+		rp, _ := gh.PullRequest("acme", "release", num)
+		body := rp.Comments[0].Body
+		if !strings.Contains(body, "`envs/"+env+"/config.yaml`: image.tag = `"+tag+"`") || !strings.Contains(body, fmt.Sprintf("acme/web#%d (merged)", pr.Number)) ||
+			!strings.Contains(body, "https://prflow.example.test/api/v1/runs/"+r.ID) {
+			t.Errorf("comment on release PR #%d:\n%s", num, body)
+		}
+		if len(rp.Comments) != 1 {
+			t.Errorf("release PR #%d has %d comments, want 1", num, len(rp.Comments))
+		}
+	}
+	all := waitStatuses(t, gh.Forge, pr.MergeCommitSHA, map[string]string{"prflow/dev": "success", "prflow/staging": "success"})
+	seen := map[string][]string{}
+	for _, s := range all {
+		seen[s.Context] = append(seen[s.Context], s.State)
+		if s.TargetURL != "https://prflow.example.test/api/v1/runs/"+r.ID {
+			t.Errorf("status %s links to %q", s.Context, s.TargetURL)
+		}
+	}
+	for _, c := range []string{"prflow/dev", "prflow/staging"} {
+		if fmt.Sprint(seen[c]) != "[pending success]" {
+			t.Errorf("%s went %v, want [pending success]", c, seen[c])
+		}
+	}
+	e.noSecrets(hookSecret, scmtest.DefaultToken)
+}
+
+func waitComment(t *testing.T, f *scmtest.Forge, repo string, n int, run string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pr, err := f.PullRequest("acme", repo, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pr.Comments) > 0 && strings.Contains(pr.Comments[0].Body, run) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no comment naming run %s on %s#%d: %v", run, repo, n, pr.Comments)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTriggeredRunGitLabAndBitbucket: the same trigger path for GitLab and Bitbucket: their
+// signed webhooks start the run and the statuses land on their commits.
+func TestTriggeredRunGitLabAndBitbucket(t *testing.T) {
+	for _, kind := range []string{"gitlab", "bitbucket"} {
+		t.Run(kind, func(t *testing.T) {
+			var f *scmtest.Forge
+			var p scm.Provider
+			var err error
+			var build func(ctx context.Context, url, secret string, ev scmtest.WebhookEvent) (*http.Request, error)
+			switch kind {
+			case "gitlab":
+				gl := scmtest.NewGitLab(t)
+				f, build = gl.Forge, scmtest.GitLabWebhookRequest
+				if _, err = gl.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err == nil {
+					p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
+				}
+			case "bitbucket":
+				bb := scmtest.NewBitbucket(t)
+				f, build = bb.Forge, scmtest.BitbucketWebhookRequest
+				if _, err = bb.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err == nil {
+					p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"app": p}}, []string{scmtest.DefaultToken},
+				map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 0)
+			pr := mergedPR(t, f, p)
+			url := e.srv.URL + "/hooks/" + kind
+			bad, _ := build(context.Background(), url, "wrong", scmtest.PREvent{Action: "closed", Owner: "acme", Name: "web", PR: pr})
+			if code, body := e.post(bad); code != http.StatusUnauthorized {
+				t.Fatalf("bad secret: HTTP %d %s", code, body)
+			}
+			req, err := build(context.Background(), url, hookSecret, scmtest.PREvent{Action: "closed", Owner: "acme", Name: "web", PR: pr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, body := e.post(req); code != http.StatusAccepted {
+				t.Fatalf("webhook: HTTP %d %s", code, body)
+			}
+			runs := e.waitTriggered(1)
+			r := e.Wait(runs[0].ID, 30*time.Second)
+			if r.Status != pipelines.StSucceeded || r.Trigger.Provider != kind || r.Trigger.SHA == "" || r.Trigger.PR != pr.Number {
+				t.Fatalf("run: %s %s trigger %+v", r.Status, r.Error, r.Trigger)
+			}
+			// Bitbucket's webhooks carry abbreviated hashes; its API takes them as they are.
+			if len(r.Trigger.SHA) < 12 || !strings.HasPrefix(pr.MergeCommitSHA, r.Trigger.SHA) {
+				t.Errorf("trigger sha %s, want the merge commit %s", r.Trigger.SHA, pr.MergeCommitSHA)
+			}
+			waitStatuses(t, f, pr.MergeCommitSHA, map[string]string{"prflow/build": "success"})
+			e.noSecrets(hookSecret, scmtest.DefaultToken)
+		})
+	}
+}
+
+// TestWaitForMergeWokenByWebhook: a parked waitForMerge step continues when the forge's
+// PR-merged webhook arrives (its poll is a minute: the test ends long before), and fails when
+// the PR is closed unmerged.
+func TestWaitForMergeWokenByWebhook(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
+	gh.RegisterWebhook(e.srv.URL+"/hooks/github", hookSecret) // the fake forge sends real signed webhooks
+	src := `
+name: review
+stages:
+  - id: s
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        timeout: 10m
+        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json, waitForMerge: true,
+               variables: [{name: replicas, type: Number, value: "4"}]}
+`
+	ids := []string{e.Start(src, nil).ID, e.Start(src, nil).ID}
+	prs := map[string]int{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(prs) < 2 && time.Now().Before(deadline) {
+		for _, id := range ids {
+			cur, _ := e.Ctl.Get(context.Background(), id)
+			if st := ctltest.Step(cur, "s", "update"); st.Status == pipelines.StWaiting {
+				var m struct{ PR int }
+				_ = json.Unmarshal(st.Memo, &m)
+				if st.Wait == nil || st.Wait.Poll < time.Minute {
+					t.Fatalf("waitForMerge polls every %v; the test needs a slow poll", st.Wait)
+				}
+				prs[id] = m.PR
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(prs) != 2 {
+		t.Fatalf("steps did not park on their PRs: %v", prs)
+	}
+	start := time.Now()
+	merged, err := ghp.MergePR(context.Background(), "acme/release", prs[ids[0]], scm.MergeInput{Method: scm.MergeCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ghp.ClosePR(context.Background(), "acme/release", prs[ids[1]]); err != nil {
+		t.Fatal(err)
+	}
+	r0 := e.Wait(ids[0], 45*time.Second)
+	r1 := e.Wait(ids[1], 45*time.Second)
+	if d := time.Since(start); d > 45*time.Second {
+		t.Errorf("woken after %s: that is the poll, not the webhook", d)
+	}
+	st0 := ctltest.Step(r0, "s", "update")
+	if r0.Status != pipelines.StSucceeded || st0.Outputs["commitId"] != merged.MergeSHA ||
+		!strings.HasPrefix(st0.WakeReason, fmt.Sprintf("event pr:github:acme/release#%d", prs[ids[0]])) {
+		t.Errorf("merged: %s %s wake %q outputs %v", r0.Status, r0.Error, st0.WakeReason, st0.Outputs)
+	}
+	st1 := ctltest.Step(r1, "s", "update")
+	if r1.Status != pipelines.StFailed || !strings.Contains(r1.Error, "was closed without being merged") ||
+		!strings.HasPrefix(st1.WakeReason, "event pr:github:") {
+		t.Errorf("closed: %s %s wake %q", r1.Status, r1.Error, st1.WakeReason)
+	}
+	if n := e.scmCount(); n < 2 {
+		t.Errorf("PRFLOW_SCM holds %d events; the forge's webhooks did not go through it", n)
+	}
+	e.noSecrets(hookSecret, scmtest.DefaultToken)
+}
+
+// TestLoadWebhooks: the webhooks file resolves env:/file: secrets and names file:line:field on
+// errors, never the secret.
+func TestLoadWebhooks(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PRFLOW_TEST_HOOK", hookSecret)
+	if err := os.WriteFile(filepath.Join(dir, "gl.secret"), []byte(hookSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "hooks.yaml")
+	if err := os.WriteFile(good, []byte("webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK\n  - provider: gitlab\n    secret: file:gl.secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := controller.LoadWebhooks(good)
+	if err != nil || fmt.Sprint(w.Providers()) != "[github gitlab]" {
+		t.Fatalf("good file: %v %v", w, err)
+	}
+	if s := fmt.Sprintf("%v %+v %#v", w, w, w); strings.Contains(s, hookSecret) {
+		t.Errorf("printing the config shows the secret: %s", s)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("webhooks:\n  - provider: gitea\n    secret: env:X\n  - provider: github\n    secret: "+hookSecret+"\n  - provider: gitlab\n    secret: env:PRFLOW_TEST_UNSET_VAR\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = controller.LoadWebhooks(bad)
+	msg := fmt.Sprint(err)
+	for _, want := range []string{"bad.yaml:2: webhooks[0].provider", "bad.yaml:5: webhooks[1].secret: want env:NAME or file:PATH",
+		"bad.yaml:7: webhooks[2].secret: environment variable PRFLOW_TEST_UNSET_VAR"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, hookSecret) {
+		t.Errorf("the error shows the secret: %s", msg)
+	}
+}
+
+func hmacHex(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// TestMergePRWokenByStatusWebhook: MergePR parked on a PR that required checks block wakes
+// when the forge's status webhook for the PR's head arrives (its poll is 30 s: the test ends
+// before), then merges.
+func TestMergePRWokenByStatusWebhook(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gh.SetRequiredStatusChecks("acme", "release", "main", "ci/build"); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
+	src := `
+name: checked
+stages:
+  - id: s
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json,
+               variables: [{name: replicas, type: Number, value: "4"}]}
+      - {id: merge, type: MergePR, timeout: 10m}
+`
+	id := e.Start(src, nil).ID
+	var head string
+	deadline := time.Now().Add(30 * time.Second)
+	for head == "" {
+		cur, _ := e.Ctl.Get(context.Background(), id)
+		if st := ctltest.Step(cur, "s", "merge"); st.Status == pipelines.StWaiting {
+			if st.Wait.Poll < 30*time.Second {
+				t.Fatalf("MergePR polls every %s; the test needs a slow poll", st.Wait.Poll)
+			}
+			head, _ = ctltest.Step(cur, "s", "update").Outputs["commitId"].(string)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("MergePR did not park on the blocked PR: %+v", ctltest.Step(cur, "s", "merge"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	if err := ghp.SetStatus(context.Background(), "acme/release", head, scm.Status{Context: "ci/build", State: scm.StatusSuccess}); err != nil {
+		t.Fatal(err)
+	}
+	// GitHub's `status` webhook for that commit.
+	body, _ := json.Marshal(map[string]any{"id": 1, "sha": head, "name": "acme/release", "context": "ci/build", "state": "success",
+		"target_url": nil, "description": nil, "branches": []any{}, "repository": map[string]any{"full_name": "acme/release", "name": "release"},
+		"sender": map[string]any{"login": "ci-bot"}})
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/github", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", "status")
+	req.Header.Set("X-GitHub-Delivery", "status-delivery-1")
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(hookSecret, body))
+	if code, resp := e.post(req); code != http.StatusAccepted {
+		t.Fatalf("status webhook: HTTP %d %s", code, resp)
+	}
+	r := e.Wait(id, 25*time.Second)
+	merge := ctltest.Step(r, "s", "merge")
+	if r.Status != pipelines.StSucceeded || !strings.HasPrefix(merge.WakeReason, "event commit:github:acme/release@"+head[:12]) {
+		t.Fatalf("run %s %s; merge woken by %q after %s", r.Status, r.Error, merge.WakeReason, time.Since(start))
+	}
+	if pr, _ := gh.PullRequest("acme", "release", int(ctltest.Step(r, "s", "update").Outputs["prNumber"].(float64))); pr.State != scmtest.PRMerged {
+		t.Errorf("release PR is %s", pr.State)
+	}
+}
+
+// TestLoadTriggerDir: --pipelines DIR keeps the files with triggers and reports every broken
+// file with file:line:field.
+func TestLoadTriggerDir(t *testing.T) {
+	dir := t.TempDir()
+	src, err := examples.FS.ReadFile("pipelines/on-merge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := examples.FS.ReadFile("pipelines/hello.yaml")
+	for name, body := range map[string][]byte{"on-merge.yaml": src, "hello.yaml": plain, "notes.txt": []byte("not a pipeline")} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts, err := controller.LoadTriggerDir(dir, steps.Default)
+	if err != nil || len(ts.Pipelines) != 1 || ts.Pipelines[0].Name != "on-merge" || ts.Pipelines[0].Triggers[0].Connector != "app" {
+		t.Fatalf("got %+v, %v", ts, err)
+	}
+	bad := strings.Replace(string(src), "actions: [merged]", "actions: [merged, reopend]", 1)
+	if err := os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = controller.LoadTriggerDir(dir, steps.Default)
+	if err == nil || !strings.Contains(err.Error(), "broken.yaml:") || !strings.Contains(err.Error(), `triggers[0].pullRequest.actions[1]: unknown action "reopend"`) {
+		t.Fatalf("broken file: %v", err)
+	}
+}

@@ -1,0 +1,208 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/steps"
+)
+
+// SCMConsumer is the durable consumer controllers share on PRFLOW_SCM.
+const SCMConsumer = "controller-scm"
+
+// TriggerSet is the pipelines a server starts on webhooks (--pipelines DIR).
+type TriggerSet struct {
+	Pipelines []*pipelines.Pipeline
+}
+
+// LoadTriggerDir loads every *.yaml / *.yml file of dir and keeps those with triggers. Any file
+// that does not load is an error (all problems are reported, with file:line:field).
+func LoadTriggerDir(dir string, reg *steps.Registry) (*TriggerSet, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("pipelines dir: %w", err)
+	}
+	ts := &TriggerSet{}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() || !(strings.HasSuffix(e.Name(), ".yaml") || strings.HasSuffix(e.Name(), ".yml")) {
+			continue
+		}
+		p, err := pipelines.LoadFile(filepath.Join(dir, e.Name()), reg)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(p.Triggers) > 0 {
+			ts.Pipelines = append(ts.Pipelines, p)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	sort.Slice(ts.Pipelines, func(i, j int) bool { return ts.Pipelines[i].File < ts.Pipelines[j].File })
+	return ts, nil
+}
+
+// NewTriggerSet loads pipeline sources (file name → YAML) in code; tests and `prflow dev` use it.
+func NewTriggerSet(reg *steps.Registry, files map[string][]byte) (*TriggerSet, error) {
+	ts := &TriggerSet{}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p, err := pipelines.Load(n, files[n], reg)
+		if err != nil {
+			return nil, err
+		}
+		if len(p.Triggers) == 0 {
+			return nil, fmt.Errorf("%s: no triggers", n)
+		}
+		ts.Pipelines = append(ts.Pipelines, p)
+	}
+	return ts, nil
+}
+
+// SetTriggers replaces the pipelines started by webhooks (nil: none).
+func (c *Controller) SetTriggers(ts *TriggerSet) { c.triggers.Store(ts) }
+
+func (c *Controller) scmConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return c.conn.JS.CreateOrUpdateConsumer(ctx, queue.StreamSCM, jetstream.ConsumerConfig{
+		Durable: SCMConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxDeliver: 20, DeliverPolicy: jetstream.DeliverNewPolicy, FilterSubject: "prflow.scm.>",
+		Description: "prflow controllers: webhook triggers and PR wakes",
+	})
+}
+
+// consumeSCM applies normalised webhook events: it wakes the steps parked on them and starts
+// the runs whose triggers match.
+func (c *Controller) consumeSCM(ctx context.Context, cons jetstream.Consumer) {
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		var ev scm.Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.Provider == "" || ev.DeliveryID == "" {
+			c.log.Error("dropping bad SCM event", "subject", msg.Subject(), "err", err)
+			_ = msg.Term()
+			return
+		}
+		if err := c.HandleSCMEvent(ctx, &ev); err != nil {
+			c.log.Warn("SCM event failed, will retry", "provider", ev.Provider, "delivery", ev.DeliveryID, "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		_ = msg.Ack()
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if ctx.Err() == nil {
+			c.log.Warn("SCM consumer", "err", err)
+		}
+	}))
+	if err != nil {
+		c.log.Error("consume SCM events", "err", err)
+		return
+	}
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+}
+
+// PRTopic is the wake topic of a PR's events (as steps park on it): pr:<provider>:<repo>#<n>.
+func PRTopic(provider string, repo scm.Repo, n int) string {
+	return fmt.Sprintf("pr:%s:%s#%d", provider, repo, n)
+}
+
+// HandleSCMEvent wakes parked steps and starts triggered runs for one event. It is idempotent:
+// runs get ids derived from the delivery id, so a redelivered event starts nothing new.
+func (c *Controller) HandleSCMEvent(ctx context.Context, ev *scm.Event) error {
+	if ev.Kind == scm.EventPullRequest && ev.PR != nil {
+		topic := PRTopic(ev.Provider, ev.Repo, ev.PR.Number)
+		c.noteTopic(topic)
+		if err := c.WakeTopic(ctx, topic); err != nil {
+			return fmt.Errorf("wake %s: %w", topic, err)
+		}
+	}
+	if ev.Kind == scm.EventStatus && ev.SHA != "" {
+		topic := steps.CommitTopic(ev.Provider, string(ev.Repo), ev.SHA)
+		c.noteTopic(topic)
+		if err := c.WakeTopic(ctx, topic); err != nil {
+			return fmt.Errorf("wake %s: %w", topic, err)
+		}
+	}
+	ts := c.triggers.Load()
+	if ts == nil {
+		return nil
+	}
+	var first error
+	for _, p := range ts.Pipelines {
+		for _, t := range p.Triggers {
+			inputs, ok, err := t.Match(ctx, p.File, ev)
+			if err != nil {
+				// A bad expression result is the pipeline author's problem; retrying will not help.
+				c.log.Error("trigger expression failed", "pipeline", p.Name, "trigger", t.Name, "delivery", ev.DeliveryID, "err", err)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			if err := c.startTriggered(ctx, p, t, ev, inputs); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, t *pipelines.Trigger, ev *scm.Event, inputs map[string]any) error {
+	info := &pipelines.TriggerInfo{Kind: "webhook", DeliveryID: ev.DeliveryID, Trigger: t.Name, Provider: ev.Provider,
+		Event: string(ev.Kind), Action: string(ev.Action), Repo: string(ev.Repo), SHA: pipelines.EventSHA(ev), Connector: t.Connector}
+	if ev.PR != nil {
+		info.PR = ev.PR.Number
+	}
+	id := pipelines.TriggerRunID(ev.Provider, ev.DeliveryID, p.Name, t.Index)
+	executor := "webhook:" + ev.Provider
+	if ev.Sender != "" {
+		executor += ":" + ev.Sender
+	}
+	r, err := c.Start(ctx, StartRequest{File: p.File, Source: p.Source, Inputs: inputs, Executor: executor, ID: id, Trigger: info})
+	switch {
+	case errors.Is(err, ErrExists):
+		c.log.Info("trigger already started its run", "pipeline", p.Name, "trigger", t.Name, "run", id, "delivery", ev.DeliveryID)
+		return nil
+	case errors.Is(err, ErrInvalid):
+		c.log.Error("triggered run not started", "pipeline", p.Name, "trigger", t.Name, "delivery", ev.DeliveryID, "err", err)
+		return nil
+	case err != nil:
+		return err
+	}
+	c.log.Info("run triggered", "pipeline", p.Name, "trigger", t.Name, "run", r.ID, "provider", ev.Provider,
+		"repo", ev.Repo, "sha", info.SHA, "pr", info.PR, "delivery", ev.DeliveryID)
+	return nil
+}
+
+// noteTopic remembers when a topic's event arrived, so that a step that parks on it just after
+// (its job was running while the webhook came) is woken at once instead of by its poll.
+func (c *Controller) noteTopic(topic string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.changed[topic] = time.Now()
+	if len(c.changed) > 100000 {
+		cut := time.Now().Add(-time.Hour)
+		for k, t := range c.changed {
+			if t.Before(cut) {
+				delete(c.changed, k)
+			}
+		}
+	}
+}

@@ -1,0 +1,404 @@
+package pipelines
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/scm"
+)
+
+// Trigger starts a run of its pipeline when a forge webhook matches it:
+//
+//	triggers:
+//	  - name: app-merged
+//	    connector: app              # worker connector of the triggering repo: commit statuses go there
+//	    pullRequest:                # or push: {repo, branches, paths}
+//	      repo: acme/app            # glob over owner/name
+//	      actions: [merged]         # opened, synchronized, merged, closed, labeled
+//	      branches: [main]          # base branch globs
+//	      paths: ["services/web/**"]
+//	      labels: [deploy]
+//	    if: ${{ !event.pr.draft }}
+//	    inputs:
+//	      tag: ${{ event.sha }}
+type Trigger struct {
+	Name      string
+	Index     int
+	Line      int
+	Connector string
+	Kind      scm.EventKind // push or pull_request
+	Provider  string        // empty = any forge
+	Repos     []string      // globs over the repo name; empty = any
+	Actions   []scm.PRAction
+	Branches  []string // base branch (PR) or pushed branch globs
+	Paths     []string // changed path globs (** = any depth)
+	Labels    []string
+	If        *template.Template
+	Inputs    []TriggerInput
+}
+
+// TriggerInput maps an event field to a pipeline input.
+type TriggerInput struct {
+	Name string
+	Line int
+	Tmpl *template.Template
+}
+
+// TriggerRoots are the names trigger expressions may read: the event (Harness pipelines call
+// it trigger, as in <+trigger.commitSha>).
+var TriggerRoots = []string{"event", "trigger"}
+
+var prActions = []scm.PRAction{scm.PROpened, scm.PRSynchronize, scm.PRMergedEvt, scm.PRClosedOnly, scm.PRLabeled}
+
+func (l *loader) triggers(f field, p *Pipeline) []*Trigger {
+	if f.val == nil {
+		return nil
+	}
+	if f.val.Kind != yaml.SequenceNode {
+		l.errf(f.val, "triggers", "want a list of triggers, got %s", kindName(f.val))
+		return nil
+	}
+	var out []*Trigger
+	names := map[string]bool{}
+	for i, n := range f.val.Content {
+		t := l.trigger(n, i, p)
+		if t == nil {
+			continue
+		}
+		if names[t.Name] {
+			l.errf(n, fmt.Sprintf("triggers[%d].name", i), "duplicate trigger name %q", t.Name)
+		}
+		names[t.Name] = true
+		out = append(out, t)
+	}
+	return out
+}
+
+func (l *loader) trigger(n *yaml.Node, i int, p *Pipeline) *Trigger {
+	path := fmt.Sprintf("triggers[%d]", i)
+	f := l.fields(n, path, "name", "connector", "pullRequest", "push", "if", "inputs")
+	t := &Trigger{Index: i, Line: n.Line, Name: l.str(f["name"], path+".name"), Connector: l.str(f["connector"], path+".connector")}
+	if t.Name == "" {
+		t.Name = "trigger" + strconv.Itoa(i)
+	} else if !idRE.MatchString(t.Name) {
+		l.errf(f["name"].val, path+".name", "%q: use letters, digits, - and _ (start with a letter)", t.Name)
+	}
+	pr, push := f["pullRequest"], f["push"]
+	switch {
+	case pr.val != nil && push.val != nil:
+		l.errf(push.key, path, "set either pullRequest or push, not both (use two triggers)")
+		return nil
+	case pr.val != nil:
+		t.Kind = scm.EventPullRequest
+		ff := l.fields(pr.val, path+".pullRequest", "provider", "repo", "actions", "branches", "paths", "labels")
+		l.triggerCommon(t, ff, path+".pullRequest")
+		for j, a := range l.strList(ff["actions"], path+".pullRequest.actions") {
+			act := scm.PRAction(a)
+			if a == "synchronize" {
+				act = scm.PRSynchronize
+			}
+			if !containsAction(prActions, act) {
+				l.errf(ff["actions"].val.Content[min(j, len(ff["actions"].val.Content)-1)], fmt.Sprintf("%s.pullRequest.actions[%d]", path, j),
+					"unknown action %q (one of opened, synchronized, merged, closed, labeled)", a)
+				continue
+			}
+			t.Actions = append(t.Actions, act)
+		}
+		t.Labels = l.strList(ff["labels"], path+".pullRequest.labels")
+	case push.val != nil:
+		t.Kind = scm.EventPush
+		ff := l.fields(push.val, path+".push", "provider", "repo", "branches", "paths")
+		l.triggerCommon(t, ff, path+".push")
+	default:
+		l.errf(n, path, "required: pullRequest or push")
+		return nil
+	}
+	if c := f["if"]; c.val != nil {
+		t.If = l.cond(c, path+".if")
+		if t.If != nil {
+			l.triggerRefs(c.val, path+".if", t.If)
+		}
+	}
+	if in := f["inputs"]; in.val != nil {
+		if in.val.Kind != yaml.MappingNode {
+			l.errf(in.val, path+".inputs", "want a mapping of input name to value, got %s", kindName(in.val))
+		} else {
+			for k := 0; k+1 < len(in.val.Content); k += 2 {
+				kn, vn := in.val.Content[k], in.val.Content[k+1]
+				ip := path + ".inputs." + kn.Value
+				if p.input(kn.Value) == nil {
+					l.errf(kn, ip, "the pipeline has no input %q (declare it under inputs:)", kn.Value)
+					continue
+				}
+				if vn.Kind != yaml.ScalarNode {
+					l.errf(vn, ip, "want a string or an expression, got %s", kindName(vn))
+					continue
+				}
+				tm, err := template.Compile(vn.Value)
+				if err != nil {
+					l.exprErr(vn, ip, err)
+					continue
+				}
+				l.triggerRefs(vn, ip, tm)
+				t.Inputs = append(t.Inputs, TriggerInput{Name: kn.Value, Line: vn.Line, Tmpl: tm})
+			}
+		}
+	}
+	set := map[string]bool{}
+	for _, ti := range t.Inputs {
+		set[ti.Name] = true
+	}
+	for _, in := range p.Inputs {
+		if in.Required && in.Default == nil && !set[in.Name] {
+			l.errf(n, path+".inputs", "required input %q is not set by this trigger", in.Name)
+		}
+	}
+	return t
+}
+
+func (l *loader) triggerCommon(t *Trigger, ff map[string]field, path string) {
+	t.Provider = l.str(ff["provider"], path+".provider")
+	switch t.Provider {
+	case "", "github", "gitlab", "bitbucket":
+	default:
+		l.errf(ff["provider"].val, path+".provider", "unknown provider %q (github, gitlab or bitbucket)", t.Provider)
+	}
+	t.Repos = l.strList(ff["repo"], path+".repo")
+	t.Branches = l.strList(ff["branches"], path+".branches")
+	t.Paths = l.strList(ff["paths"], path+".paths")
+	for name, list := range map[string][]string{"repo": t.Repos, "branches": t.Branches, "paths": t.Paths} {
+		for j, g := range list {
+			if _, err := path2Match(g, ""); err != nil {
+				l.errf(ff[name].val, fmt.Sprintf("%s.%s[%d]", path, name, j), "bad glob %q: %v", g, err)
+			}
+		}
+	}
+}
+
+// triggerRefs rejects references to anything but the event: a trigger runs before the run
+// exists, so inputs, steps and variables are not there yet.
+func (l *loader) triggerRefs(n *yaml.Node, path string, t *template.Template) {
+	for _, r := range t.Refs() {
+		root, _, _ := strings.Cut(r, ".")
+		root, _, _ = strings.Cut(root, "[")
+		if !slices.Contains(TriggerRoots, root) {
+			l.errf(n, path, "%s: a trigger expression can only read event.* (the webhook), not %s", r, root)
+		}
+	}
+}
+
+func (p *Pipeline) input(name string) *Input {
+	for i := range p.Inputs {
+		if p.Inputs[i].Name == name {
+			return &p.Inputs[i]
+		}
+	}
+	return nil
+}
+
+func containsAction(list []scm.PRAction, a scm.PRAction) bool {
+	for _, x := range list {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// EventEnv is what trigger expressions see as `event` (and `trigger`).
+func EventEnv(ev *scm.Event) map[string]any {
+	m := map[string]any{
+		"provider": ev.Provider, "kind": string(ev.Kind), "repo": string(ev.Repo), "sender": ev.Sender,
+		"deliveryId": ev.DeliveryID, "branch": ev.Branch, "before": ev.Before, "after": ev.After,
+		"changed": toAnyList(ev.Changed), "action": string(ev.Action), "label": ev.Label, "sha": EventSHA(ev),
+	}
+	if ev.PR != nil {
+		pr := ev.PR
+		m["pr"] = map[string]any{"number": pr.Number, "title": pr.Title, "body": pr.Body, "state": string(pr.State),
+			"draft": pr.Draft, "head": pr.Head, "base": pr.Base, "headSha": pr.HeadSHA, "mergeSha": pr.MergeSHA,
+			"labels": toAnyList(pr.Labels), "url": pr.URL}
+		if ev.Branch == "" {
+			m["branch"] = pr.Base
+		}
+	} else {
+		m["pr"] = map[string]any{"number": 0, "title": "", "body": "", "state": "", "draft": false, "head": "", "base": "",
+			"headSha": "", "mergeSha": "", "labels": []any{}, "url": ""}
+	}
+	return m
+}
+
+// EventSHA is the commit an event is about: a merged PR's merge commit, a PR's head, a push's
+// new head.
+func EventSHA(ev *scm.Event) string {
+	if ev.PR != nil {
+		if ev.Action == scm.PRMergedEvt && ev.PR.MergeSHA != "" {
+			return ev.PR.MergeSHA
+		}
+		return ev.PR.HeadSHA
+	}
+	return ev.After
+}
+
+func toAnyList(s []string) []any {
+	out := make([]any, len(s))
+	for i, x := range s {
+		out[i] = x
+	}
+	return out
+}
+
+// Match reports whether ev fires t and, if so, the run inputs it maps. Errors are from the
+// `if:` or input expressions (with the file, line and field).
+func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (map[string]any, bool, error) {
+	if ev == nil || ev.Kind != t.Kind {
+		return nil, false, nil
+	}
+	if t.Provider != "" && t.Provider != ev.Provider {
+		return nil, false, nil
+	}
+	if len(t.Repos) > 0 && !anyGlob(t.Repos, string(ev.Repo)) {
+		return nil, false, nil
+	}
+	switch t.Kind {
+	case scm.EventPullRequest:
+		if ev.PR == nil {
+			return nil, false, nil
+		}
+		if len(t.Actions) > 0 && !containsAction(t.Actions, ev.Action) {
+			return nil, false, nil
+		}
+		if len(t.Branches) > 0 && !anyGlob(t.Branches, ev.PR.Base) {
+			return nil, false, nil
+		}
+		if len(t.Labels) > 0 {
+			have := ev.PR.Labels
+			if ev.Action == scm.PRLabeled && ev.Label != "" {
+				have = []string{ev.Label} // the label that was just added
+			}
+			found := false
+			for _, want := range t.Labels {
+				for _, h := range have {
+					found = found || h == want
+				}
+			}
+			if !found {
+				return nil, false, nil
+			}
+		}
+	case scm.EventPush:
+		if len(t.Branches) > 0 && !anyGlob(t.Branches, ev.Branch) {
+			return nil, false, nil
+		}
+	}
+	if len(t.Paths) > 0 {
+		// Forges send changed paths with pushes; PR webhooks carry none, so a PR trigger with
+		// paths only fires when the event lists them.
+		hit := false
+		for _, c := range ev.Changed {
+			if anyGlob(t.Paths, c) {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			return nil, false, nil
+		}
+	}
+	env := map[string]any{"event": EventEnv(ev)}
+	env["trigger"] = env["event"]
+	where := fmt.Sprintf("%s:%d: triggers[%d]", file, t.Line, t.Index)
+	if t.If != nil {
+		ok, err := t.If.EvalBool(ctx, env)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s.if: %w", where, err)
+		}
+		if !ok {
+			return nil, false, nil
+		}
+	}
+	in := map[string]any{}
+	for _, ti := range t.Inputs {
+		v, err := ti.Tmpl.Eval(ctx, env)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s:%d: triggers[%d].inputs.%s: %w", file, ti.Line, t.Index, ti.Name, err)
+		}
+		in[ti.Name] = v
+	}
+	return in, true, nil
+}
+
+func anyGlob(globs []string, s string) bool {
+	for _, g := range globs {
+		if ok, _ := path2Match(g, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+const maxDoubleStars = 4
+
+// path2Match is path.Match where a "**" segment matches any number of segments.
+func path2Match(glob, name string) (bool, error) {
+	if !strings.Contains(glob, "**") {
+		return path.Match(glob, name)
+	}
+	gs, ns := strings.Split(glob, "/"), strings.Split(name, "/")
+	if strings.Count(glob, "**") > maxDoubleStars {
+		return false, fmt.Errorf("more than %d ** segments", maxDoubleStars)
+	}
+	for _, g := range gs {
+		if g != "**" {
+			if _, err := path.Match(g, ""); err != nil {
+				return false, err
+			}
+		}
+	}
+	return segMatch(gs, ns, 0), nil
+}
+
+func segMatch(gs, ns []string, depth int) bool {
+	if depth > 64 {
+		return false
+	}
+	for len(gs) > 0 {
+		if gs[0] == "**" {
+			for len(gs) > 1 && gs[1] == "**" {
+				gs = gs[1:]
+			}
+			if len(gs) == 1 {
+				return true
+			}
+			for i := 0; i <= len(ns); i++ {
+				if segMatch(gs[1:], ns[i:], depth+1) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(ns) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(gs[0], ns[0]); !ok {
+			return false
+		}
+		gs, ns = gs[1:], ns[1:]
+	}
+	return len(ns) == 0
+}
+
+// TriggerRunID is the run id a trigger's run of one webhook delivery gets: a redelivered or
+// replayed webhook maps to the same id, so it never starts a second run.
+func TriggerRunID(provider, delivery, pipeline string, trigger int) string {
+	sum := sha256.Sum256([]byte(provider + "\x00" + delivery + "\x00" + pipeline + "\x00" + strconv.Itoa(trigger)))
+	return "t" + hex.EncodeToString(sum[:20])
+}

@@ -1,0 +1,237 @@
+package pipelines
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/steps"
+)
+
+const triggerPipeline = `name: app
+inputs:
+  tag: {type: string, required: true}
+  who: {type: string, default: ""}
+triggers:
+  - name: merged
+    connector: app
+    pullRequest:
+      provider: github
+      repo: acme/*
+      actions: [merged]
+      branches: [main, "release/*"]
+    if: ${{ !("no-deploy" in event.pr.labels) }}
+    inputs:
+      tag: ${{ event.sha[:7] }}
+      who: ${{ event.sender }}
+  - name: labeled
+    pullRequest:
+      repo: acme/web
+      actions: [labeled]
+      labels: [deploy]
+    inputs:
+      tag: pr-${{ event.pr.number }}
+  - name: pushed
+    push:
+      repo: acme/web
+      branches: [main]
+      paths: ["services/web/**", "*.md"]
+    inputs:
+      tag: ${{ event.after }}
+stages:
+  - id: s
+    steps: [{id: a, type: Noop}]
+`
+
+func loadTriggers(t *testing.T) *Pipeline {
+	t.Helper()
+	p, err := Load("app.yaml", []byte(triggerPipeline), steps.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Triggers) != 3 {
+		t.Fatalf("%d triggers", len(p.Triggers))
+	}
+	return p
+}
+
+func mergedEvent() *scm.Event {
+	return &scm.Event{Provider: "github", DeliveryID: "d1", Kind: scm.EventPullRequest, Repo: "acme/web", Sender: "alice",
+		Action: scm.PRMergedEvt, PR: &scm.PullRequest{Number: 7, State: scm.PRMerged, Base: "main", Head: "feat",
+			HeadSHA: "1111111111111111111111111111111111111111", MergeSHA: "abcdef0123456789abcdef0123456789abcdef01"}}
+}
+
+func TestTriggerMatch(t *testing.T) {
+	p := loadTriggers(t)
+	ctx := context.Background()
+	fired := func(ev *scm.Event) map[string]map[string]any {
+		t.Helper()
+		out := map[string]map[string]any{}
+		for _, tr := range p.Triggers {
+			in, ok, err := tr.Match(ctx, p.File, ev)
+			if err != nil {
+				t.Fatalf("%s: %v", tr.Name, err)
+			}
+			if ok {
+				out[tr.Name] = in
+			}
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		ev   func() *scm.Event
+		want string // JSON of trigger → inputs
+	}{
+		{"merged into main", mergedEvent, `{"merged":{"tag":"abcdef0","who":"alice"}}`},
+		{"merged into a release branch", func() *scm.Event { e := mergedEvent(); e.PR.Base = "release/1.2"; return e }, `{"merged":{"tag":"abcdef0","who":"alice"}}`},
+		{"other base branch", func() *scm.Event { e := mergedEvent(); e.PR.Base = "dev"; return e }, `{}`},
+		{"other repo", func() *scm.Event { e := mergedEvent(); e.Repo = "other/web"; return e }, `{}`},
+		{"other forge", func() *scm.Event { e := mergedEvent(); e.Provider = "gitlab"; return e }, `{}`},
+		{"closed unmerged", func() *scm.Event { e := mergedEvent(); e.Action = scm.PRClosedOnly; return e }, `{}`},
+		{"if: false", func() *scm.Event { e := mergedEvent(); e.PR.Labels = []string{"no-deploy"}; return e }, `{}`},
+		{"labeled deploy", func() *scm.Event {
+			e := mergedEvent()
+			e.Action, e.Label, e.PR.Labels = scm.PRLabeled, "deploy", []string{"x", "deploy"}
+			return e
+		}, `{"labeled":{"tag":"pr-7"}}`},
+		{"labeled something else", func() *scm.Event {
+			e := mergedEvent()
+			e.Action, e.Label, e.PR.Labels = scm.PRLabeled, "docs", []string{"deploy", "docs"}
+			return e
+		}, `{}`},
+		{"push touching the service", func() *scm.Event {
+			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff00",
+				Changed: []string{"go.mod", "services/web/cmd/main.go"}}
+		}, `{"pushed":{"tag":"ff00"}}`},
+		{"push of a top-level doc", func() *scm.Event {
+			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff01", Changed: []string{"README.md"}}
+		}, `{"pushed":{"tag":"ff01"}}`},
+		{"push elsewhere", func() *scm.Event {
+			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff02",
+				Changed: []string{"services/api/main.go", "docs/x.md"}}
+		}, `{}`},
+		{"push to another branch", func() *scm.Event {
+			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "dev", After: "ff03", Changed: []string{"services/web/a"}}
+		}, `{}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := json.Marshal(fired(tc.ev()))
+			if string(got) != tc.want {
+				t.Errorf("fired %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTriggerLoadErrors(t *testing.T) {
+	head := "name: x\ninputs:\n  tag: {type: string, required: true}\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\ntriggers:\n"
+	cases := []struct{ name, src, want string }{
+		{"no kind", "  - name: t\n    inputs: {tag: x}\n", "p.yaml:6:5: triggers[0]: required: pullRequest or push"},
+		{"both kinds", "  - pullRequest: {}\n    push: {}\n    inputs: {tag: x}\n", "p.yaml:7:5: triggers[0]: set either pullRequest or push"},
+		{"unknown action", "  - pullRequest: {actions: [merged, reopen]}\n    inputs: {tag: x}\n", `p.yaml:6:37: triggers[0].pullRequest.actions[1]: unknown action "reopen"`},
+		{"unknown field", "  - pullRequest: {branch: main}\n    inputs: {tag: x}\n", "p.yaml:6:19: triggers[0].pullRequest.branch: unknown field"},
+		{"bad provider", "  - push: {provider: gitea}\n    inputs: {tag: x}\n", `triggers[0].push.provider: unknown provider "gitea"`},
+		{"bad glob", "  - push: {paths: [\"a/[\"]}\n    inputs: {tag: x}\n", `triggers[0].push.paths[0]: bad glob "a/["`},
+		{"bad if", "  - push: {}\n    if: ${{ event.sha == }}\n    inputs: {tag: x}\n", "p.yaml:7:9: triggers[0].if"},
+		{"if reads inputs", "  - push: {}\n    if: ${{ inputs.tag == 'x' }}\n    inputs: {tag: x}\n", "triggers[0].if: inputs.tag: a trigger expression can only read event.*"},
+		{"unknown input", "  - push: {}\n    inputs: {tag: x, nope: y}\n", `p.yaml:7:22: triggers[0].inputs.nope: the pipeline has no input "nope"`},
+		{"required input unset", "  - push: {}\n", `p.yaml:6:5: triggers[0].inputs: required input "tag" is not set by this trigger`},
+		{"bad input expression", "  - push: {}\n    inputs:\n      tag: ${{ event.sha + }}\n", "p.yaml:8:12: triggers[0].inputs.tag"},
+		{"duplicate name", "  - {name: a, push: {}, inputs: {tag: x}}\n  - {name: a, push: {}, inputs: {tag: x}}\n", `triggers[1].name: duplicate trigger name "a"`},
+		{"not a list", "  push: {}\n", "p.yaml:6:3: triggers: want a list of triggers"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load("p.yaml", []byte(head+tc.src), steps.Default)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v\nwant it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTriggerExpressionErrorsAtRunTime: an input expression that fails on an event names the
+// file, line and field; the event does not fire the trigger.
+func TestTriggerExpressionErrorsAtRunTime(t *testing.T) {
+	src := "name: x\ninputs:\n  tag: {type: string, required: true}\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\ntriggers:\n" +
+		"  - push: {}\n    inputs:\n      tag: ${{ event.pr.nope }}\n"
+	p, err := Load("p.yaml", []byte(src), steps.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok, err := p.Triggers[0].Match(context.Background(), p.File, &scm.Event{Kind: scm.EventPush, Repo: "a/b", Branch: "main"})
+	if ok || err == nil || !strings.Contains(err.Error(), "p.yaml:8: triggers[0].inputs.tag") {
+		t.Fatalf("got %v %v", ok, err)
+	}
+}
+
+func TestTriggerRunIDIsStable(t *testing.T) {
+	a := TriggerRunID("github", "d-1", "promote", 0)
+	if a != TriggerRunID("github", "d-1", "promote", 0) {
+		t.Fatal("same delivery, different ids")
+	}
+	for _, b := range []string{TriggerRunID("github", "d-2", "promote", 0), TriggerRunID("gitlab", "d-1", "promote", 0),
+		TriggerRunID("github", "d-1", "other", 0), TriggerRunID("github", "d-1", "promote", 1)} {
+		if a == b {
+			t.Fatalf("different deliveries/pipelines/triggers share id %s", a)
+		}
+	}
+	if len(a) > 64 || strings.Trim(a, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		t.Fatalf("id %q is not a KV key / subject token", a)
+	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, tc := range []struct {
+		glob, name string
+		want       bool
+	}{
+		{"services/web/**", "services/web/a/b/c.go", true}, {"services/web/**", "services/web", true},
+		{"services/web/**", "services/api/x", false}, {"**/*.md", "README.md", true}, {"**/*.md", "a/b/c.md", true},
+		{"**/*.md", "a/b/c.go", false}, {"a/**/z", "a/z", true}, {"a/**/z", "a/b/c/z", true}, {"a/**/z", "a/b/c/y", false},
+		{"*.md", "a/b.md", false}, {"release/*", "release/1.2", true},
+	} {
+		if got, err := path2Match(tc.glob, tc.name); got != tc.want || err != nil {
+			t.Errorf("%s ~ %s = %v, %v; want %v", tc.glob, tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// FuzzTriggerMatch: any event (as the normalisers could produce it, or worse) against the
+// triggers never panics, and a match always yields inputs the pipeline accepts.
+func FuzzTriggerMatch(f *testing.F) {
+	f.Add("github", "pull_request", "acme/web", "merged", "main", "abcdef0123", "deploy", "services/web/a.go", 7)
+	f.Add("gitlab", "push", "acme/web", "", "main", "ff", "", "README.md", 0)
+	f.Add("github", "pull_request", "acme/x", "labeled", "release/1", "", "deploy", "", -1)
+	f.Add("bitbucket", "status", "", "closed", "", "", "", "**", 1<<30)
+	p, err := Load("app.yaml", []byte(triggerPipeline), steps.Default)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, provider, kind, repo, action, branch, sha, label, changed string, n int) {
+		ev := &scm.Event{Provider: provider, Kind: scm.EventKind(kind), Repo: scm.Repo(repo), Action: scm.PRAction(action),
+			Branch: branch, After: sha, Label: label, Changed: strings.Split(changed, ",")}
+		if kind == "pull_request" {
+			ev.PR = &scm.PullRequest{Number: n, Base: branch, HeadSHA: sha, MergeSHA: sha, Labels: []string{label}}
+		}
+		for _, tr := range p.Triggers {
+			in, ok, err := tr.Match(context.Background(), p.File, ev)
+			if err != nil {
+				if !strings.Contains(err.Error(), "app.yaml:") {
+					t.Fatalf("error without a location: %v", err)
+				}
+				continue
+			}
+			if ok {
+				if _, err := p.CheckInputs(in); err != nil {
+					t.Fatalf("trigger %s fired with inputs the pipeline rejects: %v (%v)", tr.Name, err, in)
+				}
+			}
+		}
+		_, _ = path2Match(changed, repo)
+	})
+}

@@ -1,0 +1,114 @@
+package steps
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prflow/prflow/scm"
+)
+
+// Feedback steps report a run's progress back to the forge. The controller dispatches them on
+// stage transitions of webhook-triggered runs (it never calls a forge itself: tokens stay on
+// workers); the state machine ignores their results. Pipelines may use them too.
+const (
+	TypeCommitStatus = "CommitStatus"
+	TypePRComment    = "PRComment"
+)
+
+func init() {
+	Register(Definition{
+		Type: TypeCommitStatus,
+		New:  func() Step { return StepFunc(runCommitStatus) },
+		Validate: func(in map[string]any) error {
+			if s, ok := in["state"].(string); ok && !isStatusState(s) {
+				return fmt.Errorf("state: %q is not one of pending, success, failure, error", s)
+			}
+			return nil
+		},
+	})
+	Register(Definition{
+		Type: TypePRComment,
+		New:  func() Step { return StepFunc(runPRComment) },
+	})
+}
+
+// CommitTopic is the event topic a commit's status and check webhooks wake:
+// commit:<provider>:<repo>@<first 12 hex digits>. Twelve digits, because Bitbucket's webhooks
+// carry abbreviated hashes while the APIs return full ones.
+func CommitTopic(provider, repo, sha string) string {
+	if len(sha) > 12 {
+		sha = sha[:12]
+	}
+	return "commit:" + provider + ":" + repo + "@" + sha
+}
+
+func isStatusState(s string) bool {
+	switch scm.StatusState(s) {
+	case scm.StatusPending, scm.StatusSuccess, scm.StatusFailure, scm.StatusError:
+		return true
+	}
+	return false
+}
+
+func requiredStrings(in map[string]any, names ...string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, n := range names {
+		s, err := StringInput(in, n)
+		if err != nil {
+			return nil, Terminal(err)
+		}
+		if s == "" {
+			return nil, Terminalf("%s: required", n)
+		}
+		out[n] = s
+	}
+	return out, nil
+}
+
+// runCommitStatus sets one commit status: {connector, repo, sha, context, state, description,
+// targetUrl}. Setting the same status again is harmless on every forge.
+func runCommitStatus(ctx context.Context, sc *Context) (Result, error) {
+	v, err := requiredStrings(sc.Inputs, "connector", "repo", "sha", "context", "state")
+	if err != nil {
+		return Result{}, err
+	}
+	if !isStatusState(v["state"]) {
+		return Result{}, Terminalf("state: %q is not one of pending, success, failure, error", v["state"])
+	}
+	desc, _ := StringInput(sc.Inputs, "description")
+	target, _ := StringInput(sc.Inputs, "targetUrl")
+	p, err := scmFor(ctx, sc, v["connector"])
+	if err != nil {
+		return Result{}, err
+	}
+	st := scm.Status{Context: v["context"], State: scm.StatusState(v["state"]), Description: desc, TargetURL: target}
+	if err := p.SetStatus(ctx, scm.Repo(v["repo"]), v["sha"], st); err != nil {
+		return Result{}, classify(err, fmt.Sprintf("set status %s on %.12s", st.Context, v["sha"]))
+	}
+	sc.Log.Info("commit status set", "repo", v["repo"], "sha", v["sha"], "context", st.Context, "state", string(st.State))
+	return Done(nil), nil
+}
+
+// runPRComment comments on a PR: {connector, repo, prNumber, body}.
+func runPRComment(ctx context.Context, sc *Context) (Result, error) {
+	v, err := requiredStrings(sc.Inputs, "connector", "repo", "body")
+	if err != nil {
+		return Result{}, err
+	}
+	n, err := intInput(sc.Inputs["prNumber"], "prNumber", false)
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	if n <= 0 {
+		return Result{}, Terminalf("prNumber: required")
+	}
+	p, err := scmFor(ctx, sc, v["connector"])
+	if err != nil {
+		return Result{}, err
+	}
+	if err := p.Comment(ctx, scm.Repo(v["repo"]), n, v["body"]); err != nil {
+		return Result{}, classify(err, fmt.Sprintf("comment on PR #%d", n))
+	}
+	sc.Log.Info("commented on PR", "repo", v["repo"], "pr", n)
+	return Done(nil), nil
+}
