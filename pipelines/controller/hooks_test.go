@@ -418,8 +418,8 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 		t.Errorf("inputs from the event: %v (want tag %s, pr %d)", r.Inputs, tag, pr.Number)
 	}
 	for _, env := range []string{"dev", "staging"} {
-		cfg, err := ghp.ReadFile(context.Background(), "acme/release", "main", "envs/"+env+"/config.yaml")
-		if err != nil || !strings.Contains(string(cfg), `tag: "`+tag+`"`) {
+		cfg, err := ghp.ReadFile(context.Background(), "acme/release", "main", "envs/"+env+"/config.json")
+		if err != nil || !strings.Contains(string(cfg), `"tag": "`+tag+`"`) {
 			t.Errorf("%s config after the run: %v\n%s", env, err, cfg)
 		}
 		sync := ctltest.Step(r, env, "sync")
@@ -432,7 +432,7 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 		waitComment(t, gh.Forge, "release", num, r.ID)
 		rp, _ := gh.PullRequest("acme", "release", num)
 		body := rp.Comments[0].Body
-		if !strings.Contains(body, "`envs/"+env+"/config.yaml`: image.tag = `"+tag+"`") || !strings.Contains(body, fmt.Sprintf("acme/web#%d (merged)", pr.Number)) ||
+		if !strings.Contains(body, "`envs/"+env+"/config.json`: image.tag = `"+tag+"`") || !strings.Contains(body, fmt.Sprintf("acme/web#%d (merged)", pr.Number)) ||
 			!strings.Contains(body, "https://prflow.example.test/api/v1/runs/"+r.ID) {
 			t.Errorf("comment on release PR #%d:\n%s", num, body)
 		}
