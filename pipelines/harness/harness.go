@@ -189,6 +189,10 @@ func Convert(file string, src []byte, o Options) (*Result, error) {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Line: doc.Content[0].Line, Msg: "not a Harness pipeline (no root key `pipeline:`)"}}}
 	}
 	out := c.pipeline(pf.v, "pipeline")
+	if c.overrun {
+		// Nothing useful can come of encoding a pipeline that hit the size limit.
+		return &Result{Warnings: dedupe(c.warns)}, &pipelines.LoadError{Errs: dedupe(c.errs)}
+	}
 	native, err := encode(out)
 	if err != nil {
 		c.bad(pf.v, "pipeline", "encoding the native pipeline: %v", err)
