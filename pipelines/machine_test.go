@@ -1,6 +1,7 @@
 package pipelines
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -224,5 +225,29 @@ stages:
 	}
 	if v := j.Env.Variables; v["replicas"] != 3 || v["tier"] != "gold" || j.Env.Service != "web" {
 		t.Errorf("service→env→override merge: %#v", j.Env)
+	}
+}
+
+// The run state is rewritten to KV on every step and sent to every watcher: times that are
+// not set yet must not be stored (they were, as "0001-01-01T00:00:00Z", doubling its size).
+func TestRunStateOmitsUnsetTimes(t *testing.T) {
+	m := mustLoad(t, "name: p\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n")
+	r, err := NewRun(m.P, "r1", nil, "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := m.Advance(r, testNow)
+	result(m, r, jobs[0], steps.Result{Status: steps.Succeeded}, testNow.Add(time.Second))
+	data, _ := json.Marshal(r)
+	if strings.Contains(string(data), "0001-01-01") {
+		t.Errorf("unset times stored:\n%s", data)
+	}
+	var back Run
+	if err := json.Unmarshal(data, &back); err != nil || !back.Stages[0].Steps[0].Ended.Equal(testNow.Add(time.Second)) || !back.Stages[0].Steps[1].Ended.IsZero() {
+		t.Errorf("round trip: %v %+v", err, back.Stages[0].Steps)
+	}
+	jd, _ := json.Marshal(jobs[0])
+	if strings.Contains(string(jd), "0001-01-01") {
+		t.Errorf("unset times in a job: %s", jd)
 	}
 }

@@ -47,9 +47,9 @@ type Run struct {
 	// RollingBack is set when a rollbackPipeline failure strategy fired.
 	RollingBack bool              `json:"rollingBack,omitempty"`
 	Created     time.Time         `json:"created"`
-	Started     time.Time         `json:"started,omitempty"`
-	Ended       time.Time         `json:"ended,omitempty"`
-	Deadline    time.Time         `json:"deadline,omitempty"`
+	Started     time.Time         `json:"started,omitzero"`
+	Ended       time.Time         `json:"ended,omitzero"`
+	Deadline    time.Time         `json:"deadline,omitzero"`
 	Stages      []*StageRun       `json:"stages"`
 	Trigger     *TriggerInfo      `json:"trigger,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
@@ -76,9 +76,9 @@ type StageRun struct {
 	Status      Status     `json:"status"`
 	Error       string     `json:"error,omitempty"`
 	RollingBack bool       `json:"rollingBack,omitempty"`
-	Started     time.Time  `json:"started,omitempty"`
-	Ended       time.Time  `json:"ended,omitempty"`
-	Deadline    time.Time  `json:"deadline,omitempty"`
+	Started     time.Time  `json:"started,omitzero"`
+	Ended       time.Time  `json:"ended,omitzero"`
+	Deadline    time.Time  `json:"deadline,omitzero"`
 	Steps       []*StepRun `json:"steps"`
 	Rollback    []*StepRun `json:"rollback,omitempty"`
 	// RollbackOrder is when a pipeline rollback reached this stage (later stages first).
@@ -96,13 +96,13 @@ type StepRun struct {
 	Ignored    bool            `json:"ignored,omitempty"` // failed, but its failure strategy was ignore
 	Outputs    map[string]any  `json:"outputs,omitempty"`
 	Error      string          `json:"error,omitempty"`
-	Queued     time.Time       `json:"queued,omitempty"`
-	Started    time.Time       `json:"started,omitempty"`
-	Ended      time.Time       `json:"ended,omitempty"`
-	RetryAt    time.Time       `json:"retryAt,omitempty"`
-	Deadline   time.Time       `json:"deadline,omitempty"`
+	Queued     time.Time       `json:"queued,omitzero"`
+	Started    time.Time       `json:"started,omitzero"`
+	Ended      time.Time       `json:"ended,omitzero"`
+	RetryAt    time.Time       `json:"retryAt,omitzero"`
+	Deadline   time.Time       `json:"deadline,omitzero"`
 	Wait       *steps.Wait     `json:"wait,omitempty"`
-	WaitSince  time.Time       `json:"waitSince,omitempty"`
+	WaitSince  time.Time       `json:"waitSince,omitzero"`
 	Memo       json.RawMessage `json:"memo,omitempty"`
 	Signals    []steps.Signal  `json:"signals,omitempty"`
 	Worker     string          `json:"worker,omitempty"`

@@ -36,7 +36,7 @@ type Job struct {
 	Memo       json.RawMessage    `json:"memo,omitempty"`
 	Signals    []steps.Signal     `json:"signals,omitempty"`
 	Executor   string             `json:"executor,omitempty"`
-	Deadline   time.Time          `json:"deadline,omitempty"`
+	Deadline   time.Time          `json:"deadline,omitzero"`
 }
 
 // ID is the job's idempotency key, used as Nats-Msg-Id for the job and its result.
@@ -98,8 +98,8 @@ type Event struct {
 	Reason   string        `json:"reason,omitempty"`
 	User     string        `json:"user,omitempty"`
 	Worker   string        `json:"worker,omitempty"`
-	Started  time.Time     `json:"started,omitempty"`
-	Ended    time.Time     `json:"ended,omitempty"`
+	Started  time.Time     `json:"started,omitzero"`
+	Ended    time.Time     `json:"ended,omitzero"`
 }
 
 // DecodeEvent parses and checks an event payload.

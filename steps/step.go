@@ -52,7 +52,7 @@ type Wait struct {
 	// Poll is the fallback: wake after this long even if nothing happened. 0 = no polling.
 	Poll time.Duration `json:"poll,omitempty"`
 	// Deadline: wake then for the last time; a step still Waiting after it fails as timed out.
-	Deadline time.Time `json:"deadline,omitempty"`
+	Deadline time.Time `json:"deadline,omitzero"`
 	// Reason is shown in status output ("waiting for PR #12 to be merged").
 	Reason string `json:"reason,omitempty"`
 }
