@@ -34,6 +34,9 @@ func (m *Machine) Apply(r *Run, ev *queue.Event, now time.Time) bool {
 		m.cancel(r, ev.User, now)
 		return true
 	}
+	if ev.Stage == PathCheckStage {
+		return m.applyPathCheck(r, ev, now)
+	}
 	si, sr := m.stageRun(r, ev.Stage)
 	if sr == nil {
 		return false
@@ -329,6 +332,9 @@ func (m *Machine) Advance(r *Run, now time.Time) []*queue.Job {
 	}
 	if r.Status == StPending {
 		r.Status, r.Started = StRunning, now
+	}
+	if r.PathsPending() {
+		return m.startPathCheck(r, now)
 	}
 	var jobs []*queue.Job
 	for pass := 0; pass < 4*len(r.Stages)+4; pass++ {
@@ -700,6 +706,9 @@ func (m *Machine) Jobs(r *Run) []*queue.Job {
 		return nil
 	}
 	var out []*queue.Job
+	if r.PathsPending() && r.Trigger.PathCheck != nil && r.Trigger.PathCheck.Status == StQueued {
+		out = append(out, m.pathCheckJob(r))
+	}
 	for si, sr := range r.Stages {
 		for ri, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
 			for _, st := range list {
@@ -718,6 +727,99 @@ func (m *Machine) Jobs(r *Run) []*queue.Job {
 		}
 	}
 	return out
+}
+
+// startPathCheck dispatches the trigger's path check (once; Jobs re-sends it) while no stage
+// may start yet.
+func (m *Machine) startPathCheck(r *Run, now time.Time) []*queue.Job {
+	tr := r.Trigger
+	if tr.PathCheck == nil {
+		tr.PathCheck = &StepRun{ID: PathCheckStep, Type: steps.TypeTriggerPaths, Status: StPending}
+	}
+	st := tr.PathCheck
+	if st.Status != StPending {
+		return nil // queued: the worker will report
+	}
+	if st.Attempt == 0 {
+		st.Attempt = 1
+	}
+	st.Status, st.Queued = StQueued, now
+	return []*queue.Job{m.pathCheckJob(r)}
+}
+
+func (m *Machine) pathCheckJob(r *Run) *queue.Job {
+	tr, st := r.Trigger, r.Trigger.PathCheck
+	pool := DefaultPool
+	if def, _ := m.reg().Lookup(steps.TypeTriggerPaths); def != nil && def.Pool != "" {
+		pool = def.Pool
+	}
+	paths := make([]any, len(tr.Paths))
+	for i, p := range tr.Paths {
+		paths[i] = p
+	}
+	j := &queue.Job{V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: PathCheckStage, Step: PathCheckStep,
+		Type: steps.TypeTriggerPaths, Pool: pool, Attempt: st.Attempt, Wake: st.Wake, Executor: r.Executor,
+		Inputs: map[string]any{"connector": tr.Connector, "repo": tr.Repo, "prNumber": tr.PR, "paths": paths}}
+	if tr.Connector != "" {
+		j.Connectors = []string{tr.Connector}
+	}
+	return j
+}
+
+// applyPathCheck records the path check's result: a match lets Advance start the stages, no
+// match ends the run skipped, a failure fails it. Stale or duplicate results change nothing.
+func (m *Machine) applyPathCheck(r *Run, ev *queue.Event, now time.Time) bool {
+	tr := r.Trigger
+	if ev.Step != PathCheckStep || ev.Rollback || tr == nil || tr.PathCheck == nil {
+		return false
+	}
+	st := tr.PathCheck
+	if ev.Kind != queue.EvResult && ev.Kind != queue.EvDead {
+		return false
+	}
+	if st.Status != StQueued || st.Attempt != ev.Attempt || st.Wake != ev.Wake {
+		return false
+	}
+	res := ev.Result
+	if ev.Kind == queue.EvDead || res == nil {
+		res = &steps.Result{Status: steps.Failed, Message: ev.Reason}
+	}
+	if st.Started.IsZero() {
+		st.Started = ev.Started
+	}
+	st.Worker, st.Ended = ev.Worker, now
+	switch res.Status {
+	case steps.Succeeded:
+		st.Status, st.Outputs = StSucceeded, res.Outputs
+		if matched, _ := res.Outputs["matched"].(bool); !matched {
+			m.skipRun(r, fmt.Sprintf("no changed file of PR #%d matches paths %v", tr.PR, tr.Paths), now)
+		}
+	case steps.Waiting:
+		st.Status, st.Error = StFailed, "unexpected wait"
+		m.failRun(r, "trigger paths check: unexpected wait", now)
+	default:
+		msg := orDefault(res.Message, "step failed")
+		st.Status, st.Error = StFailed, msg
+		m.failRun(r, "trigger paths check: "+msg, now)
+	}
+	return true
+}
+
+// skipRun ends a run that has nothing to do: every stage and step is skipped.
+func (m *Machine) skipRun(r *Run, msg string, now time.Time) {
+	for _, sr := range r.Stages {
+		for _, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
+			for _, st := range list {
+				if !st.Status.Terminal() {
+					st.Status = StSkipped
+				}
+			}
+		}
+		if !sr.Status.Terminal() {
+			sr.Status, sr.Ended = StSkipped, now
+		}
+	}
+	r.Status, r.Ended, r.Error = StSkipped, now, msg
 }
 
 // Parked describes a waiting step for the controller's wake index.

@@ -68,6 +68,23 @@ type TriggerInfo struct {
 	SHA       string `json:"sha,omitempty"`       // the triggering commit (statuses go here)
 	PR        int    `json:"pr,omitempty"`        // the triggering PR number
 	Connector string `json:"connector,omitempty"` // worker connector of that repo
+	// Paths are a pullRequest trigger's changed-path globs that the webhook could not settle
+	// (PR webhooks list no files): before any stage starts, a TriggerPaths job reads the PR's
+	// files through Connector. PathCheck is that check's state (ids PathCheckStage/PathCheckStep).
+	Paths     []string `json:"paths,omitempty"`
+	PathCheck *StepRun `json:"pathCheck,omitempty"`
+}
+
+// PathCheckStage and PathCheckStep name the path check's job and result. Both start with an
+// underscore, which no pipeline stage or step id may (idRE), so they never collide.
+const (
+	PathCheckStage = "_trigger"
+	PathCheckStep  = "_paths"
+)
+
+// PathsPending reports whether the run still waits for its trigger's path check.
+func (r *Run) PathsPending() bool {
+	return r.Trigger != nil && len(r.Trigger.Paths) > 0 && (r.Trigger.PathCheck == nil || r.Trigger.PathCheck.Status != StSucceeded)
 }
 
 // StageRun is one stage's state.

@@ -5,13 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/prflow/prflow/pipelines/glob"
 	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/scm"
 )
@@ -21,6 +21,7 @@ import (
 //	triggers:
 //	  - name: app-merged
 //	    connector: app              # worker connector of the triggering repo: commit statuses go there
+//	                                # (required with pullRequest.paths: the PR's files are read through it)
 //	    pullRequest:                # or push: {repo, branches, paths}
 //	      repo: acme/app            # glob over owner/name
 //	      actions: [merged]         # opened, synchronized, merged, closed, labeled
@@ -114,6 +115,11 @@ func (l *loader) trigger(n *yaml.Node, i int, p *Pipeline) *Trigger {
 			t.Actions = append(t.Actions, act)
 		}
 		t.Labels = l.strList(ff["labels"], path+".pullRequest.labels")
+		if len(t.Paths) > 0 && t.Connector == "" {
+			// PR webhooks list no files: a worker asks the forge through this connector.
+			l.errf(ff["paths"].key, path+".pullRequest.paths",
+				"a pullRequest trigger with paths needs a connector (the PR's changed files are read through it): set triggers[%d].connector", i)
+		}
 	case push.val != nil:
 		t.Kind = scm.EventPush
 		ff := l.fields(push.val, path+".push", "provider", "repo", "branches", "paths")
@@ -256,28 +262,37 @@ func toAnyList(s []string) []any {
 	return out
 }
 
-// Match reports whether ev fires t and, if so, the run inputs it maps. Errors are from the
-// `if:` or input expressions (with the file, line and field).
-func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (map[string]any, bool, error) {
+// TriggerMatch is what a matching trigger starts a run with.
+type TriggerMatch struct {
+	Inputs map[string]any
+	// PendingPaths is set when the match is provisional: the trigger filters a pull request on
+	// changed paths and the webhook lists none (GitHub, GitLab and Bitbucket PR webhooks never
+	// do). The run must check the PR's files (a worker asks the forge) before any stage starts.
+	PendingPaths []string
+}
+
+// Match reports whether ev fires t and, if so, the run inputs it maps (nil: no match). Errors
+// are from the `if:` or input expressions (with the file, line and field).
+func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (*TriggerMatch, error) {
 	if ev == nil || ev.Kind != t.Kind {
-		return nil, false, nil
+		return nil, nil
 	}
 	if t.Provider != "" && t.Provider != ev.Provider {
-		return nil, false, nil
+		return nil, nil
 	}
 	if len(t.Repos) > 0 && !anyGlob(t.Repos, string(ev.Repo)) {
-		return nil, false, nil
+		return nil, nil
 	}
 	switch t.Kind {
 	case scm.EventPullRequest:
 		if ev.PR == nil {
-			return nil, false, nil
+			return nil, nil
 		}
 		if len(t.Actions) > 0 && !containsAction(t.Actions, ev.Action) {
-			return nil, false, nil
+			return nil, nil
 		}
 		if len(t.Branches) > 0 && !anyGlob(t.Branches, ev.PR.Base) {
-			return nil, false, nil
+			return nil, nil
 		}
 		if len(t.Labels) > 0 {
 			have := ev.PR.Labels
@@ -291,17 +306,20 @@ func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (map[st
 				}
 			}
 			if !found {
-				return nil, false, nil
+				return nil, nil
 			}
 		}
 	case scm.EventPush:
 		if len(t.Branches) > 0 && !anyGlob(t.Branches, ev.Branch) {
-			return nil, false, nil
+			return nil, nil
 		}
 	}
-	if len(t.Paths) > 0 {
-		// Forges send changed paths with pushes; PR webhooks carry none, so a PR trigger with
-		// paths only fires when the event lists them.
+	var pending []string
+	if len(t.Paths) > 0 && t.Kind == scm.EventPullRequest && len(ev.Changed) == 0 {
+		// Forges send changed paths with pushes; PR webhooks carry none. The match is
+		// provisional: the run checks the PR's files through a worker before it starts a stage.
+		pending = slices.Clone(t.Paths)
+	} else if len(t.Paths) > 0 {
 		hit := false
 		for _, c := range ev.Changed {
 			if anyGlob(t.Paths, c) {
@@ -310,7 +328,7 @@ func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (map[st
 			}
 		}
 		if !hit {
-			return nil, false, nil
+			return nil, nil
 		}
 	}
 	env := map[string]any{"event": EventEnv(ev)}
@@ -319,82 +337,27 @@ func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (map[st
 	if t.If != nil {
 		ok, err := t.If.EvalBool(ctx, env)
 		if err != nil {
-			return nil, false, fmt.Errorf("%s.if: %w", where, err)
+			return nil, fmt.Errorf("%s.if: %w", where, err)
 		}
 		if !ok {
-			return nil, false, nil
+			return nil, nil
 		}
 	}
 	in := map[string]any{}
 	for _, ti := range t.Inputs {
 		v, err := ti.Tmpl.Eval(ctx, env)
 		if err != nil {
-			return nil, false, fmt.Errorf("%s:%d: triggers[%d].inputs.%s: %w", file, ti.Line, t.Index, ti.Name, err)
+			return nil, fmt.Errorf("%s:%d: triggers[%d].inputs.%s: %w", file, ti.Line, t.Index, ti.Name, err)
 		}
 		in[ti.Name] = v
 	}
-	return in, true, nil
+	return &TriggerMatch{Inputs: in, PendingPaths: pending}, nil
 }
 
-func anyGlob(globs []string, s string) bool {
-	for _, g := range globs {
-		if ok, _ := path2Match(g, s); ok {
-			return true
-		}
-	}
-	return false
-}
-
-const maxDoubleStars = 4
+func anyGlob(globs []string, s string) bool { return glob.Any(globs, s) }
 
 // path2Match is path.Match where a "**" segment matches any number of segments.
-func path2Match(glob, name string) (bool, error) {
-	if !strings.Contains(glob, "**") {
-		return path.Match(glob, name)
-	}
-	gs, ns := strings.Split(glob, "/"), strings.Split(name, "/")
-	if strings.Count(glob, "**") > maxDoubleStars {
-		return false, fmt.Errorf("more than %d ** segments", maxDoubleStars)
-	}
-	for _, g := range gs {
-		if g != "**" {
-			if _, err := path.Match(g, ""); err != nil {
-				return false, err
-			}
-		}
-	}
-	return segMatch(gs, ns, 0), nil
-}
-
-func segMatch(gs, ns []string, depth int) bool {
-	if depth > 64 {
-		return false
-	}
-	for len(gs) > 0 {
-		if gs[0] == "**" {
-			for len(gs) > 1 && gs[1] == "**" {
-				gs = gs[1:]
-			}
-			if len(gs) == 1 {
-				return true
-			}
-			for i := 0; i <= len(ns); i++ {
-				if segMatch(gs[1:], ns[i:], depth+1) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(ns) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(gs[0], ns[0]); !ok {
-			return false
-		}
-		gs, ns = gs[1:], ns[1:]
-	}
-	return len(ns) == 0
-}
+func path2Match(g, name string) (bool, error) { return glob.Match(g, name) }
 
 // TriggerRunID is the run id a trigger's run of one webhook delivery gets: a redelivered or
 // replayed webhook maps to the same id, so it never starts a second run.

@@ -40,6 +40,14 @@ triggers:
       paths: ["services/web/**", "*.md"]
     inputs:
       tag: ${{ event.after }}
+  - name: webpr
+    connector: web
+    pullRequest:
+      repo: acme/web
+      actions: [opened]
+      paths: ["services/web/**"]
+    inputs:
+      tag: pr-${{ event.pr.number }}
 stages:
   - id: s
     steps: [{id: a, type: Noop}]
@@ -51,7 +59,7 @@ func loadTriggers(t *testing.T) *Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Triggers) != 3 {
+	if len(p.Triggers) != 4 {
 		t.Fatalf("%d triggers", len(p.Triggers))
 	}
 	return p
@@ -70,12 +78,15 @@ func TestTriggerMatch(t *testing.T) {
 		t.Helper()
 		out := map[string]map[string]any{}
 		for _, tr := range p.Triggers {
-			in, ok, err := tr.Match(ctx, p.File, ev)
+			m, err := tr.Match(ctx, p.File, ev)
 			if err != nil {
 				t.Fatalf("%s: %v", tr.Name, err)
 			}
-			if ok {
-				out[tr.Name] = in
+			if m != nil {
+				out[tr.Name] = m.Inputs
+				if m.PendingPaths != nil {
+					out[tr.Name]["(pending)"] = m.PendingPaths
+				}
 			}
 		}
 		return out
@@ -113,6 +124,26 @@ func TestTriggerMatch(t *testing.T) {
 			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff02",
 				Changed: []string{"services/api/main.go", "docs/x.md"}}
 		}, `{}`},
+		{"PR opened, webhook lists no files: provisional", func() *scm.Event {
+			e := mergedEvent()
+			e.Action = scm.PROpened
+			return e
+		}, `{"webpr":{"(pending)":["services/web/**"],"tag":"pr-7"}}`},
+		{"PR opened, event lists a matching file", func() *scm.Event {
+			e := mergedEvent()
+			e.Action, e.Changed = scm.PROpened, []string{"services/web/a.go"}
+			return e
+		}, `{"webpr":{"tag":"pr-7"}}`},
+		{"PR opened, event lists other files", func() *scm.Event {
+			e := mergedEvent()
+			e.Action, e.Changed = scm.PROpened, []string{"services/api/a.go"}
+			return e
+		}, `{}`},
+		{"PR opened on another repo", func() *scm.Event {
+			e := mergedEvent()
+			e.Action, e.Repo = scm.PROpened, "acme/api"
+			return e
+		}, `{}`},
 		{"push to another branch", func() *scm.Event {
 			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "dev", After: "ff03", Changed: []string{"services/web/a"}}
 		}, `{}`},
@@ -143,6 +174,8 @@ func TestTriggerLoadErrors(t *testing.T) {
 		{"bad input expression", "  - push: {}\n    inputs:\n      tag: ${{ event.sha + }}\n", "p.yaml:8:12: triggers[0].inputs.tag"},
 		{"duplicate name", "  - {name: a, push: {}, inputs: {tag: x}}\n  - {name: a, push: {}, inputs: {tag: x}}\n", `triggers[1].name: duplicate trigger name "a"`},
 		{"not a list", "  push: {}\n", "p.yaml:6:3: triggers: want a list of triggers"},
+		{"PR paths without connector", "  - pullRequest: {repo: a/b, paths: [\"web/**\"]}\n    inputs: {tag: x}\n",
+			"p.yaml:6:30: triggers[0].pullRequest.paths: a pullRequest trigger with paths needs a connector"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,8 +196,8 @@ func TestTriggerExpressionErrorsAtRunTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ok, err := p.Triggers[0].Match(context.Background(), p.File, &scm.Event{Kind: scm.EventPush, Repo: "a/b", Branch: "main"})
-	if ok || err == nil || !strings.Contains(err.Error(), "p.yaml:8: triggers[0].inputs.tag") {
+	m, err := p.Triggers[0].Match(context.Background(), p.File, &scm.Event{Kind: scm.EventPush, Repo: "a/b", Branch: "main"})
+	if ok := m != nil; ok || err == nil || !strings.Contains(err.Error(), "p.yaml:8: triggers[0].inputs.tag") {
 		t.Fatalf("got %v %v", ok, err)
 	}
 }
@@ -214,21 +247,28 @@ func FuzzTriggerMatch(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, provider, kind, repo, action, branch, sha, label, changed string, n int) {
 		ev := &scm.Event{Provider: provider, Kind: scm.EventKind(kind), Repo: scm.Repo(repo), Action: scm.PRAction(action),
-			Branch: branch, After: sha, Label: label, Changed: strings.Split(changed, ",")}
+			Branch: branch, After: sha, Label: label}
+		if changed != "" {
+			ev.Changed = strings.Split(changed, ",")
+		}
 		if kind == "pull_request" {
 			ev.PR = &scm.PullRequest{Number: n, Base: branch, HeadSHA: sha, MergeSHA: sha, Labels: []string{label}}
 		}
 		for _, tr := range p.Triggers {
-			in, ok, err := tr.Match(context.Background(), p.File, ev)
+			m, err := tr.Match(context.Background(), p.File, ev)
 			if err != nil {
 				if !strings.Contains(err.Error(), "app.yaml:") {
 					t.Fatalf("error without a location: %v", err)
 				}
 				continue
 			}
-			if ok {
-				if _, err := p.CheckInputs(in); err != nil {
-					t.Fatalf("trigger %s fired with inputs the pipeline rejects: %v (%v)", tr.Name, err, in)
+			if m != nil {
+				if _, err := p.CheckInputs(m.Inputs); err != nil {
+					t.Fatalf("trigger %s fired with inputs the pipeline rejects: %v (%v)", tr.Name, err, m.Inputs)
+				}
+				// Only a PR trigger with paths on an event listing no file is provisional.
+				if m.PendingPaths != nil && (ev.Kind != scm.EventPullRequest || len(tr.Paths) == 0 || len(ev.Changed) > 0) {
+					t.Fatalf("trigger %s: provisional match on %+v", tr.Name, ev)
 				}
 			}
 		}

@@ -147,16 +147,16 @@ func (c *Controller) HandleSCMEvent(ctx context.Context, ev *scm.Event) error {
 	var first error
 	for _, p := range ts.Pipelines {
 		for _, t := range p.Triggers {
-			inputs, ok, err := t.Match(ctx, p.File, ev)
+			m, err := t.Match(ctx, p.File, ev)
 			if err != nil {
 				// A bad expression result is the pipeline author's problem; retrying will not help.
 				c.log.Error("trigger expression failed", "pipeline", p.Name, "trigger", t.Name, "delivery", ev.DeliveryID, "err", err)
 				continue
 			}
-			if !ok {
+			if m == nil {
 				continue
 			}
-			if err := c.startTriggered(ctx, p, t, ev, inputs); err != nil && first == nil {
+			if err := c.startTriggered(ctx, p, t, ev, m); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -164,9 +164,13 @@ func (c *Controller) HandleSCMEvent(ctx context.Context, ev *scm.Event) error {
 	return first
 }
 
-func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, t *pipelines.Trigger, ev *scm.Event, inputs map[string]any) error {
+func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, t *pipelines.Trigger, ev *scm.Event, m *pipelines.TriggerMatch) error {
+	inputs := m.Inputs
+	// PendingPaths: the run's first job checks the PR's files through the connector (a
+	// worker holds its token) and the stages start only if one matches.
 	info := &pipelines.TriggerInfo{Kind: "webhook", DeliveryID: ev.DeliveryID, Trigger: t.Name, Provider: ev.Provider,
-		Event: string(ev.Kind), Action: string(ev.Action), Repo: string(ev.Repo), SHA: pipelines.EventSHA(ev), Connector: t.Connector}
+		Event: string(ev.Kind), Action: string(ev.Action), Repo: string(ev.Repo), SHA: pipelines.EventSHA(ev), Connector: t.Connector,
+		Paths: m.PendingPaths}
 	if ev.PR != nil {
 		info.PR = ev.PR.Number
 	}
