@@ -1,0 +1,85 @@
+package steps_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/github"
+	"github.com/prflow/prflow/scm/scmtest"
+	"github.com/prflow/prflow/steps"
+)
+
+// TestTriggerPathsStep runs the worker side of a trigger's path check against the GitHub fake:
+// a PR changing 150 files under services/web/ and a README.
+func TestTriggerPathsStep(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	main, err := p.Branch(ctx, "acme/web", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := []scm.FileChange{{Path: "README.md", Content: []byte("v2\n")}}
+	for i := range 150 {
+		changes = append(changes, scm.FileChange{Path: fmt.Sprintf("services/web/f%03d.go", i), Content: []byte("package web\n")})
+	}
+	if _, err := p.Commit(ctx, "acme/web", scm.CommitInput{Branch: "feature", Parent: main.SHA, Message: "x", Changes: changes}); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := p.OpenPR(ctx, "acme/web", scm.NewPR{Title: "x", Head: "feature", Base: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, ok := steps.Default.Lookup(steps.TypeTriggerPaths)
+	if !ok {
+		t.Fatal("TriggerPaths is not registered")
+	}
+	run := func(in map[string]any) (steps.Result, error) {
+		sc := &steps.Context{RunID: "r1", Stage: "_trigger", StepID: "_paths", Type: steps.TypeTriggerPaths, Attempt: 1, Inputs: in,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: steps.NewServices(map[string]any{steps.ServiceSCM: resolver{"web": p}})}
+		return def.New().Run(ctx, sc)
+	}
+	in := func(n int, paths ...any) map[string]any {
+		return map[string]any{"connector": "web", "repo": "acme/web", "prNumber": float64(n), "paths": paths}
+	}
+
+	res, err := run(in(pr.Number, "services/web/**"))
+	if err != nil || res.Status != steps.Succeeded || res.Outputs["matched"] != true || res.Outputs["changed"] != 151 {
+		t.Fatalf("matching: %v %+v", err, res)
+	}
+	files := res.Outputs["files"].([]any)
+	if len(files) != steps.MaxPathCheckFiles || !strings.HasPrefix(files[0].(string), "services/web/") {
+		t.Fatalf("files: %d %v", len(files), files[:3])
+	}
+	if res, err := run(in(pr.Number, "*.md")); err != nil || res.Outputs["matched"] != true || fmt.Sprint(res.Outputs["files"]) != "[README.md]" {
+		t.Fatalf("README: %v %+v", err, res)
+	}
+	if res, err := run(in(pr.Number, "services/api/**", "docs/**")); err != nil || res.Status != steps.Succeeded || res.Outputs["matched"] != false ||
+		len(res.Outputs["files"].([]any)) != 0 {
+		t.Fatalf("not matching: %v %+v", err, res)
+	}
+	if _, err := run(in(pr.Number+100, "**")); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("PR #%d", pr.Number+100)) {
+		t.Fatalf("unknown PR: %v", err)
+	}
+	for _, bad := range []map[string]any{
+		{"repo": "acme/web", "prNumber": 1, "paths": []any{"**"}},
+		{"connector": "web", "repo": "acme/web", "paths": []any{"**"}},
+		{"connector": "web", "repo": "acme/web", "prNumber": 1},
+		{"connector": "nope", "repo": "acme/web", "prNumber": 1, "paths": []any{"**"}},
+	} {
+		if _, err := run(bad); err == nil || !steps.IsTerminal(err) {
+			t.Errorf("inputs %v: %v, want a terminal error", bad, err)
+		}
+	}
+}
