@@ -202,6 +202,9 @@ func (m *Machine) cancel(r *Run, user string, now time.Time) {
 			sr.Status, sr.Ended = StCancelled, now
 		}
 	}
+	if r.Trigger != nil && r.Trigger.PathCheck != nil && !r.Trigger.PathCheck.Status.Terminal() {
+		r.Trigger.PathCheck.Status, r.Trigger.PathCheck.Ended = StCancelled, now
+	}
 	r.Status, r.Ended = StCancelled, now
 	r.Error = "cancelled"
 	if user != "" {

@@ -191,3 +191,16 @@ func TestPathCheckRunJSONBackwardCompatible(t *testing.T) {
 		t.Fatalf("old run: %v pending=%v", err, old.PathsPending())
 	}
 }
+
+// Cancelling a run whose check is out ends the check too; its late result changes nothing.
+func TestPathCheckCancelled(t *testing.T) {
+	m, r := pathCheckRun(t)
+	check := m.Advance(r, testNow)[0]
+	m.Apply(r, &queue.Event{Kind: queue.EvCancel, User: "bob"}, testNow)
+	if r.Status != StCancelled || r.Trigger.PathCheck.Status != StCancelled {
+		t.Fatalf("run %s, check %s", r.Status, r.Trigger.PathCheck.Status)
+	}
+	if jobs := result(m, r, check, steps.Done(map[string]any{"matched": true}), testNow); len(jobs) != 0 || r.Status != StCancelled {
+		t.Fatalf("late result: %+v %s", jobs, r.Status)
+	}
+}

@@ -401,11 +401,12 @@ func (c *Controller) observe(ev *queue.Event, r *pipelines.Run, jobs []*queue.Jo
 	if ev.Kind != queue.EvResult && ev.Kind != queue.EvDead {
 		return
 	}
-	sr := r.Find(ev.Stage)
-	if sr == nil {
-		return
+	var st *pipelines.StepRun
+	if ev.Stage == pipelines.PathCheckStage && r.Trigger != nil {
+		st = r.Trigger.PathCheck // the trigger's path check (no stage of the pipeline)
+	} else if sr := r.Find(ev.Stage); sr != nil {
+		st = sr.Step(ev.Step, ev.Rollback)
 	}
-	st := sr.Step(ev.Step, ev.Rollback)
 	if st == nil {
 		return
 	}
