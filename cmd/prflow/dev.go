@@ -13,6 +13,7 @@ import (
 	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -78,7 +79,7 @@ on loopback, without authentication.`,
 			w := &worker.Worker{ID: "dev-worker", Concurrency: 4, Registry: steps.Default, Log: log, Version: version, DrainTimeout: 5 * time.Second,
 				Secrets: []string{devToken},
 				Services: steps.NewServices(map[string]any{
-					steps.ServiceSCM:    connectors{"release": sb.provider},
+					steps.ServiceSCM:    connector.Static{"release": sb.provider},
 					steps.ServiceLocks:  &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: "dev-worker"},
 					steps.ServiceGitOps: agent.NewClient(conn.NC, b.Apps, b.Agents),
 				})}

@@ -30,16 +30,6 @@ type sandbox struct {
 	stop     func()
 }
 
-// connectors maps the examples' connector name to the sandbox's provider.
-type connectors map[string]scm.Provider
-
-func (c connectors) Provider(_ context.Context, name string) (scm.Provider, error) {
-	if p, ok := c[name]; ok {
-		return p, nil
-	}
-	return nil, fmt.Errorf("the dev sandbox has no connector %q (it has \"release\")", name)
-}
-
 func startSandbox(ctx context.Context, dir string, conn *queue.Conn, log *slog.Logger) (*sandbox, error) {
 	gs, err := scmtest.OpenGitServer(filepath.Join(dir, "git"), scmtest.WithToken(devToken, "dev"))
 	if err != nil {

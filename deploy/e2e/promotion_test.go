@@ -15,6 +15,7 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
@@ -49,15 +50,6 @@ func promoConfig(env string) string {
 		"  \"image\": {\"repository\": \"registry.example.com/shop/web\", \"tag\": \"1.4.1\"},\n  \"replicas\": 2\n}\n"
 }
 
-type connectorMap map[string]scm.Provider
-
-func (c connectorMap) Provider(_ context.Context, name string) (scm.Provider, error) {
-	if p, ok := c[name]; ok {
-		return p, nil
-	}
-	return nil, fmt.Errorf("no connector %q", name)
-}
-
 type promoStack struct {
 	t  *testing.T
 	e  *ctltest.Env
@@ -81,7 +73,7 @@ func newPromoStack(t *testing.T, envs ...string) *promoStack {
 		t.Fatal(err)
 	}
 	e := ctltest.New(t, ctltest.Options{Concurrency: 8,
-		Services: map[string]any{steps.ServiceSCM: connectorMap{"release": p}},
+		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
 		Tuning:   queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}})
 	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
 		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,

@@ -30,6 +30,7 @@ import (
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/bitbucket"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/gitlab"
 	"github.com/prflow/prflow/scm/scmtest"
@@ -37,17 +38,6 @@ import (
 )
 
 const hookSecret = "whsec-0123456789-do-not-log"
-
-// connectors maps connector names to providers, as a worker's connectors file does.
-type connectors map[string]scm.Provider
-
-func (c connectors) Provider(_ context.Context, name string) (scm.Provider, error) {
-	p, ok := c[name]
-	if !ok {
-		return nil, fmt.Errorf("no connector %q", name)
-	}
-	return p, nil
-}
 
 // hookEnv is a prflow whose HTTP handler serves webhooks, with a recorder of every message
 // published on the job, event and SCM subjects (to look for secrets and count deliveries).
@@ -250,7 +240,7 @@ func TestWebhookEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"app": ghp}}, []string{scmtest.DefaultToken},
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 64<<10)
 	url := e.srv.URL + "/hooks/github"
 	pr := mergedPR(t, gh.Forge, ghp)
@@ -382,7 +372,7 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"examples/pipelines/on-merge.yaml": src}, 0)
 	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
 		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
@@ -500,7 +490,7 @@ func TestTriggeredRunGitLabAndBitbucket(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"app": p}}, []string{scmtest.DefaultToken},
+			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": p}}, []string{scmtest.DefaultToken},
 				map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 0)
 			pr := mergedPR(t, f, p)
 			url := e.srv.URL + "/hooks/" + kind
@@ -542,7 +532,7 @@ func TestWaitForMergeWokenByWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
 	gh.RegisterWebhook(e.srv.URL+"/hooks/github", hookSecret) // the fake forge sends real signed webhooks
 	src := `
 name: review
@@ -661,7 +651,7 @@ func TestMergePRWokenByStatusWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
 	src := `
 name: checked
 stages:

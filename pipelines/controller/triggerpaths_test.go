@@ -14,6 +14,7 @@ import (
 	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
@@ -44,7 +45,7 @@ func pathsPromotion(t *testing.T, paths string) (*hookEnv, *scmtest.GitHub, scmt
 		t.Fatal("on-merge.yaml changed: no branches line in its trigger")
 	}
 	src = []byte(strings.Replace(string(src), anchor, anchor+"      paths: "+paths+"\n", 1))
-	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connectors{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
+	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"examples/pipelines/on-merge.yaml": src}, 0)
 	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
 		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,

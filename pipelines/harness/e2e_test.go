@@ -17,20 +17,11 @@ import (
 	"github.com/prflow/prflow/pipelines/harness"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
-
-// connectors maps connector names to providers, as a worker's connectors file does.
-type connectors map[string]scm.Provider
-
-func (c connectors) Provider(_ context.Context, name string) (scm.Provider, error) {
-	if p, ok := c[name]; ok {
-		return p, nil
-	}
-	return nil, fmt.Errorf("no connector %q", name)
-}
 
 const valuesYAML = `# web values
 replicaCount: 2
@@ -85,7 +76,7 @@ func newKit(t *testing.T, files map[string]string) *kit {
 	}
 	conv := harness.Converter(m, steps.Default, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e := ctltest.New(t, ctltest.Options{Concurrency: 8,
-		Services:   map[string]any{steps.ServiceSCM: connectors{"release": p}},
+		Services:   map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
 		Tuning:     queue.ConsumerTuning{AckWait: 5 * time.Second, MaxDeliver: 5},
 		Controller: []controller.Option{controller.WithSourceConverter(conv)}})
 	return &kit{e: e, gh: gh, p: p, dir: gh.Git().Dir("acme", "release")}
@@ -286,7 +277,7 @@ func TestHarnessRunSurvivesRestartWithoutMap(t *testing.T) {
 	k.e.Stop()
 	m, _ := harness.LoadMap("testdata/map.yaml")
 	conv := harness.Converter(m, steps.Default, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	svc := map[string]any{steps.ServiceSCM: connectors{"release": k.p}}
+	svc := map[string]any{steps.ServiceSCM: connector.Static{"release": k.p}}
 	k.e = ctltest.New(t, ctltest.Options{Dir: dir, Services: svc, Controller: []controller.Option{controller.WithSourceConverter(conv)}})
 	run := k.start(t, "testdata/approval.yaml", map[string]any{"tag": "3.0.0"})
 	k.waitStep(t, run, "dev", "approve", pipelines.StWaiting)

@@ -366,3 +366,15 @@ func TestHTTPClientUsesTransportStack(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+func TestStatic(t *testing.T) {
+	var p scm.Provider // nil is enough: Static only looks names up
+	s := connector.Static{"release": p, "app": p}
+	if _, err := s.Provider(context.Background(), "release"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Provider(context.Background(), "relase")
+	if err == nil || !strings.Contains(err.Error(), `"relase"`) || !strings.Contains(err.Error(), "[app release]") {
+		t.Errorf("unknown connector: %v", err)
+	}
+}

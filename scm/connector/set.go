@@ -211,3 +211,20 @@ func (s *Set) check(ctx context.Context, c Config, repos []scm.Repo) CheckResult
 	}
 	return r
 }
+
+// Static serves a fixed set of providers by connector name, for the dev sandbox and tests,
+// where no connectors file is loaded.
+type Static map[string]scm.Provider
+
+// Provider returns the provider of connector name.
+func (s Static) Provider(_ context.Context, name string) (scm.Provider, error) {
+	if p, ok := s[name]; ok {
+		return p, nil
+	}
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("no connector %q (have: %v)", name, names)
+}
