@@ -93,9 +93,14 @@ stages:
 	if r.Status != pipelines.StSucceeded || ctltest.Step(r, "s", "merge").Outputs["commitId"] != first.MergeSHA {
 		t.Fatalf("%s %s %v (want merge %s)", r.Status, r.Error, ctltest.Step(r, "s", "merge").Outputs, first.MergeSHA)
 	}
+	// The step may try the merge (its first try needs no PR read); the forge must refuse it
+	// and main must still be at the first merge.
 	for _, c := range fg.f.Calls() {
-		if c.Method == "PUT" && strings.HasSuffix(c.Path, "/merge") {
-			t.Errorf("merged a second time: %s %s", c.Method, c.Path)
+		if c.Method == "PUT" && strings.HasSuffix(c.Path, "/merge") && c.Status < 300 {
+			t.Errorf("merged a second time: %s %s → %d", c.Method, c.Path, c.Status)
 		}
+	}
+	if head, err := fg.p.Branch(context.Background(), "acme/release", "main"); err != nil || head.SHA != first.MergeSHA {
+		t.Errorf("main is at %s (%v), want the first merge %s", head.SHA, err, first.MergeSHA)
 	}
 }

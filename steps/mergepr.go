@@ -40,6 +40,7 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 	repo, _ := StringInput(in, "repo")
 	number := 0
 	var edits []fileEdit
+	var known *scm.PullRequest // what the prior step reported about its PR, if anything
 	if v, ok := in["prNumber"]; ok && v != nil && v != "" {
 		n, err := intInput(v, "prNumber", false)
 		if err != nil {
@@ -68,6 +69,9 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			repo, _ = prior.Outputs["repo"].(string)
 		}
 		edits, _ = editsFrom(prior.Outputs["edits"])
+		if !sc.Repeat() { // a repeat reads the PR first: an earlier run may have merged or rebuilt it
+			known = reportedPR(prior.Outputs, number)
+		}
 	}
 	if repo == "" {
 		return Result{}, Terminalf("repo: required with prNumber")
@@ -85,24 +89,39 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		return Result{}, err
 	}
 	r := scm.Repo(repo)
-	pr, err := p.GetPR(ctx, r, number)
-	if err != nil {
-		return Result{}, classify(err, fmt.Sprintf("get PR #%d", number))
+	// With the head and base the prior step reported, the first merge attempt needs no PR
+	// read: the head-SHA guard makes it safe, and any refusal falls back to reading the PR.
+	var pr *scm.PullRequest
+	base := ""
+	if known != nil {
+		base = known.Base
+	} else {
+		if pr, err = p.GetPR(ctx, r, number); err != nil {
+			return Result{}, classify(err, fmt.Sprintf("get PR #%d of %s", number, repo))
+		}
+		if res, done := prFinal(pr); done {
+			return res, nil
+		}
+		base = pr.Base
 	}
-	if res, done := prFinal(pr); done {
-		return res, nil
-	}
-	unlock, err := lock(ctx, sc, "repo", connector, repo, pr.Base)
+	unlock, err := lock(ctx, sc, "repo", connector, repo, base)
 	if err != nil {
 		return Result{}, err
 	}
 	defer unlock()
+	if known != nil {
+		merged, err := p.MergePR(ctx, r, number, scm.MergeInput{Method: method, SHA: known.HeadSHA, DeleteBranch: del, Head: known.Head})
+		if err == nil {
+			return mergedResult(sc, merged, known, method), nil
+		}
+		sc.Log.Info("merge with the reported head refused; reading the PR", "pr", number, "head", known.HeadSHA, "err", err.Error())
+	}
 	rebuilt := false
 	wait := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 { // the first pass uses the read made before taking the lock
+		if pr == nil || attempt > 0 { // the first pass may use the read made before taking the lock
 			if pr, err = p.GetPR(ctx, r, number); err != nil {
-				return Result{}, classify(err, fmt.Sprintf("get PR #%d", number))
+				return Result{}, classify(err, fmt.Sprintf("get PR #%d of %s", number, repo))
 			}
 		}
 		if res, done := prFinal(pr); done {
@@ -110,16 +129,15 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		}
 		switch pr.Mergeability {
 		case scm.MergeClean:
-			merged, err := p.MergePR(ctx, r, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA, DeleteBranch: del})
+			merged, err := p.MergePR(ctx, r, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA, DeleteBranch: del, Head: pr.Head})
 			if err == nil {
-				sc.Log.Info("PR merged", "pr", merged.Number, "commit", merged.MergeSHA, "method", string(method))
-				return Done(map[string]any{"commitId": merged.MergeSHA, "prNumber": merged.Number, "prlink": merged.URL}), nil
+				return mergedResult(sc, merged, pr, method), nil
 			}
 			if cur, gerr := p.GetPR(ctx, r, pr.Number); gerr == nil && cur.State == scm.PRMerged {
 				return Done(map[string]any{"commitId": cur.MergeSHA, "prNumber": cur.Number, "prlink": cur.URL}), nil
 			}
 			if !errors.Is(err, scm.ErrNotMergeable) || attempt > 20 {
-				return Result{}, classify(err, fmt.Sprintf("merge PR #%d", pr.Number))
+				return Result{}, classify(err, fmt.Sprintf("merge PR #%d of %s", pr.Number, repo))
 			}
 			// The base moved between our read and the merge: look again.
 		case scm.MergeDirty:
@@ -151,6 +169,30 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			wait *= 2
 		}
 	}
+}
+
+// reportedPR is the PR as UpdateReleaseRepo or RevertPR reported it: number, head branch
+// and commit, base, link. nil when the outputs lack any of them.
+func reportedPR(out map[string]any, number int) *scm.PullRequest {
+	head, _ := out["commitId"].(string)
+	branch, _ := out["ref"].(string)
+	base, _ := out["baseBranch"].(string)
+	link, _ := out["prlink"].(string)
+	if head == "" || branch == "" || base == "" {
+		return nil
+	}
+	return &scm.PullRequest{Number: number, Head: branch, HeadSHA: head, Base: base, URL: link, State: scm.PROpen}
+}
+
+// mergedResult is MergePR's outputs; fields the forge's merge answer lacks come from what was
+// known before the merge.
+func mergedResult(sc *Context, merged, before *scm.PullRequest, method scm.MergeMethod) Result {
+	link := merged.URL
+	if link == "" {
+		link = before.URL
+	}
+	sc.Log.Info("PR merged", "pr", merged.Number, "commit", merged.MergeSHA, "method", string(method))
+	return Done(map[string]any{"commitId": merged.MergeSHA, "prNumber": merged.Number, "prlink": link})
 }
 
 func prFinal(pr *scm.PullRequest) (Result, bool) {

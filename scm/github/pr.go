@@ -166,16 +166,23 @@ func (d *Driver) MergePR(ctx context.Context, repo scm.Repo, number int, in scm.
 		}
 		d.log.Info("github PR was already merged", "repo", string(repo), "number", number, "sha", pr.MergeSHA)
 	} else {
-		if pr, err = d.GetPR(ctx, repo, number); err != nil {
-			return nil, err
-		}
-		pr.State = scm.PRMerged
-		if res.GetSHA() != "" {
-			pr.MergeSHA = res.GetSHA()
+		// The merge answer carries the merge commit: no need to read the PR again, unless the
+		// source branch is to be deleted and the caller did not name it.
+		pr = &scm.PullRequest{Number: number, State: scm.PRMerged, MergeSHA: res.GetSHA(), HeadSHA: in.SHA, Head: in.Head}
+		if pr.MergeSHA == "" || (in.DeleteBranch && pr.Head == "") {
+			full, err := d.GetPR(ctx, repo, number)
+			if err != nil {
+				return nil, err
+			}
+			full.State = scm.PRMerged
+			if pr.MergeSHA != "" {
+				full.MergeSHA = pr.MergeSHA
+			}
+			pr = full
 		}
 		d.log.Info("github PR merged", "repo", string(repo), "number", number, "method", string(method), "sha", pr.MergeSHA)
 	}
-	if in.DeleteBranch {
+	if in.DeleteBranch && pr.Head != "" {
 		if err := d.DeleteBranch(ctx, repo, pr.Head); err != nil && !errors.Is(err, scm.ErrNotFound) {
 			d.log.Warn("github: delete merged branch failed", "repo", string(repo), "branch", pr.Head, "err", err.Error())
 		}
