@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,6 +100,9 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		if pr, err = p.GetPR(ctx, r, number); err != nil {
 			return Result{}, classify(err, fmt.Sprintf("get PR #%d of %s", number, repo))
 		}
+		if pr, err = successor(ctx, p, r, pr, edits); err != nil {
+			return Result{}, err
+		}
 		if res, done := prFinal(pr); done {
 			return res, nil
 		}
@@ -116,13 +120,17 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		}
 		sc.Log.Info("merge with the reported head refused; reading the PR", "pr", number, "head", known.HeadSHA, "err", err.Error())
 	}
-	rebuilt := false
+	rebuilds := 0 // bounded: under the lock only a merge from outside prflow can make a rebuilt PR conflict again
 	wait := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		if pr == nil || attempt > 0 { // the first pass may use the read made before taking the lock
 			if pr, err = p.GetPR(ctx, r, number); err != nil {
 				return Result{}, classify(err, fmt.Sprintf("get PR #%d of %s", number, repo))
 			}
+			if pr, err = successor(ctx, p, r, pr, edits); err != nil {
+				return Result{}, err
+			}
+			number = pr.Number
 		}
 		if res, done := prFinal(pr); done {
 			return res, nil
@@ -141,18 +149,19 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			}
 			// The base moved between our read and the merge: look again.
 		case scm.MergeDirty:
-			if rebuilt || len(edits) == 0 || !strings.HasPrefix(pr.Head, "prflow/") {
+			if rebuilds >= maxRebuildsPerRun || len(edits) == 0 || !strings.HasPrefix(pr.Head, "prflow/") {
 				files, _ := p.ChangedFiles(ctx, r, pr.Number)
 				return Fail(fmt.Sprintf("PR #%d (%s) has conflicts with %s; files: %s", pr.Number, pr.URL, pr.Base, strings.Join(files, ", "))), nil
 			}
-			if err := rebuild(ctx, sc, p, r, pr, edits); err != nil {
-				if errors.Is(err, scm.ErrNotSupported) {
-					files, _ := p.ChangedFiles(ctx, r, pr.Number)
-					return Fail(fmt.Sprintf("PR #%d (%s) has conflicts with %s; files: %s (this forge cannot rebuild the branch)", pr.Number, pr.URL, pr.Base, strings.Join(files, ", "))), nil
-				}
+			next, err := rebuild(ctx, sc, p, r, pr, edits)
+			if err != nil {
 				return Result{}, err
 			}
-			rebuilt = true
+			rebuilds++
+			if next != nil { // rebuilt as a new PR: carry on with that one
+				pr, number = next, next.Number
+				continue
+			}
 		case scm.MergeBlocked:
 			return parkMerge(sc, p, repo, pr, 30*time.Second)
 		default: // unknown: the forge is computing; ask again shortly, then park
@@ -213,25 +222,84 @@ func parkMerge(sc *Context, p scm.Provider, repo string, pr *scm.PullRequest, po
 		Reason: fmt.Sprintf("PR #%d is %s", pr.Number, pr.Mergeability)}, nil), nil
 }
 
-// rebuild re-applies the recorded edits on the base's current head and moves the PR branch
-// there, guarded on the branch still holding the PR's head.
-func rebuild(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, edits []fileEdit) error {
+// rebuild re-applies the recorded edits on the base's current head. Where the forge can move a
+// branch off its history (CommitInput.Replace: GitHub, GitLab, local) the PR's own branch is
+// moved there, guarded on it still holding the PR's head, and rebuild returns nil. Where it
+// cannot (Bitbucket Cloud: /src only fast-forwards, and deleting the branch would decline the
+// PR), the edits go to a new branch named after the PR's (successorBranch), a new PR is opened
+// from it and the old one is declined; rebuild returns the new PR. Each step is idempotent:
+// a repeat finds the branch and the open PR (OpenPR adopts it) and declines again.
+func rebuild(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, edits []fileEdit) (*scm.PullRequest, error) {
 	base, err := p.Branch(ctx, r, pr.Base)
 	if err != nil {
-		return classify(err, "base branch "+pr.Base)
+		return nil, classify(err, fmt.Sprintf("base branch %s of %s", pr.Base, r))
 	}
 	changes, err := applyEdits(ctx, p, r, base.SHA, edits, fileedit.Options{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	sha, err := p.Commit(ctx, r, scm.CommitInput{Branch: pr.Head, Parent: base.SHA, Replace: pr.HeadSHA,
-		Message: fmt.Sprintf("Update %s (rebuilt on %s@%.12s)", strings.Join(pathsOf(edits), ", "), pr.Base, base.SHA), Changes: changes})
+	msg := fmt.Sprintf("Update %s (rebuilt on %s@%.12s)", strings.Join(pathsOf(edits), ", "), pr.Base, base.SHA)
+	sha, err := p.Commit(ctx, r, scm.CommitInput{Branch: pr.Head, Parent: base.SHA, Replace: pr.HeadSHA, Message: msg, Changes: changes})
+	if err == nil {
+		sc.Log.Info("PR conflicted after another merge; rebuilt its branch on the new base", "pr", pr.Number, "commit", sha, "base", base.SHA)
+		return nil, nil
+	}
+	if !errors.Is(err, scm.ErrNotSupported) {
+		return nil, classify(err, fmt.Sprintf("rebuild %s of PR #%d in %s", pr.Head, pr.Number, r))
+	}
+	branch := successorBranch(pr.Head)
+	sha, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: base.SHA, Message: msg, Changes: changes})
+	switch {
+	case errors.Is(err, scm.ErrConflict):
+		// An earlier attempt made the branch; its PR (open or not yet) is found below.
+		sc.Log.Info("the rebuilt branch exists already (an earlier attempt)", "branch", branch)
+	case err != nil:
+		return nil, classify(err, fmt.Sprintf("rebuild PR #%d of %s on %s", pr.Number, r, branch))
+	}
+	body := fmt.Sprintf("%s\n\nRebuilt by prflow on %s@%.12s because #%d conflicted after another merge; replaces #%d.",
+		strings.TrimSpace(pr.Body), pr.Base, base.SHA, pr.Number, pr.Number)
+	next, err := p.OpenPR(ctx, r, scm.NewPR{Title: pr.Title, Body: strings.TrimSpace(body), Head: branch, Base: pr.Base, Labels: pr.Labels})
 	if err != nil {
-		if errors.Is(err, scm.ErrNotSupported) {
-			return err
-		}
-		return classify(err, "rebuild "+pr.Head)
+		return nil, classify(err, fmt.Sprintf("open the rebuilt PR %s → %s in %s (replacing #%d)", branch, pr.Base, r, pr.Number))
 	}
-	sc.Log.Info("PR conflicted after another merge; rebuilt its branch on the new base", "pr", pr.Number, "commit", sha, "base", base.SHA)
-	return nil
+	if err := p.ClosePR(ctx, r, pr.Number); err != nil {
+		return nil, classify(err, fmt.Sprintf("decline PR #%d of %s (rebuilt as #%d)", pr.Number, r, next.Number))
+	}
+	sc.Log.Info("PR conflicted after another merge; this forge cannot move its branch, so it was rebuilt as a new PR",
+		"pr", pr.Number, "newPR", next.Number, "branch", branch, "commit", sha, "base", base.SHA)
+	return next, nil
+}
+
+// successorBranch names the branch of a PR rebuilt as a new PR: <branch>.r2, then .r3, ...
+// Work branches never contain a dot (workBranch), so these cannot collide with another step's.
+func successorBranch(head string) string {
+	if i := strings.LastIndex(head, ".r"); i > 0 {
+		if n, err := strconv.Atoi(head[i+2:]); err == nil && n >= 2 {
+			return fmt.Sprintf("%s.r%d", head[:i], n+1)
+		}
+	}
+	return head + ".r2"
+}
+
+// maxRebuildsPerRun bounds the rebuilds of one MergePR run.
+const maxRebuildsPerRun = 3
+
+// maxRebuilds bounds how far successor follows a chain of rebuilt PRs.
+const maxRebuilds = 50
+
+// successor follows a prflow PR that was declined because it was rebuilt as a new PR to the
+// newest PR of that chain (a repeat of MergePR after a crash starts from the old number). A
+// PR closed for any other reason, or with no rebuilt successor, is returned as it is.
+func successor(ctx context.Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, edits []fileEdit) (*scm.PullRequest, error) {
+	for i := 0; i < maxRebuilds && pr.State == scm.PRClosed && len(edits) > 0 && strings.HasPrefix(pr.Head, "prflow/"); i++ {
+		next, err := p.FindPR(ctx, r, successorBranch(pr.Head), pr.Base)
+		if errors.Is(err, scm.ErrNotFound) {
+			return pr, nil
+		}
+		if err != nil {
+			return nil, classify(err, fmt.Sprintf("find the PR rebuilt from #%d of %s", pr.Number, r))
+		}
+		pr = next
+	}
+	return pr, nil
 }

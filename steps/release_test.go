@@ -242,10 +242,12 @@ stages:
 }
 
 // TestConcurrentPromotionsSameFile: 20 runs change different keys of one file at once. Each
-// PR conflicts with the ones merged before it; MergePR rebuilds it on the new base. Bitbucket
-// cannot move a branch off its history through its API, so it is not in this test.
+// PR conflicts with the ones merged before it; MergePR rebuilds it on the new base: by moving
+// its branch (GitHub, GitLab, local) or, on Bitbucket, whose API cannot move a branch off its
+// history, as a new PR that replaces the declined one. Every forge ends with 20 merged PRs and
+// all 20 changes.
 func TestConcurrentPromotionsSameFile(t *testing.T) {
-	for _, fg := range forges(t)[:2] {
+	for _, fg := range forges(t)[:3] {
 		t.Run(fg.name, func(t *testing.T) { concurrentPromotions(t, fg) })
 	}
 }
@@ -274,13 +276,25 @@ stages:
 		ids[i] = e.Start(src, map[string]any{"key": fmt.Sprintf("k%02d", i)}).ID
 	}
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	mergedPRs := map[int]string{}
 	for _, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r := e.Wait(id, 3*time.Minute); r.Status != pipelines.StSucceeded {
+			r := e.Wait(id, 3*time.Minute)
+			if r.Status != pipelines.StSucceeded {
 				t.Errorf("run %s: %s %s", id, r.Status, r.Error)
+				return
 			}
+			out := ctltest.Step(r, "s", "merge").Outputs
+			num, _ := out["prNumber"].(float64)
+			mu.Lock()
+			defer mu.Unlock()
+			if prev, dup := mergedPRs[int(num)]; dup || num == 0 {
+				t.Errorf("run %s reports PR #%v merged, as does run %s", id, out["prNumber"], prev)
+			}
+			mergedPRs[int(num)] = fmt.Sprint(out["commitId"])
 		}()
 	}
 	wg.Wait()
@@ -290,10 +304,44 @@ stages:
 			t.Errorf("change %s lost:\n%s", k, got)
 		}
 	}
-	prs, _ := fg.f.PullRequests("acme", "release")
-	if len(prs) != n {
-		t.Errorf("%d PRs, want %d", len(prs), n)
+	merged := 0
+	for num, commit := range mergedPRs {
+		pr, err := fg.p.GetPR(context.Background(), "acme/release", num)
+		if err != nil || pr.State != scm.PRMerged || pr.MergeSHA != commit {
+			t.Errorf("PR #%d: %v state %v merge %v, the run reported merge %s", num, err, pr.State, pr.MergeSHA, commit)
+			continue
+		}
+		merged++
 	}
+	if merged != n {
+		t.Errorf("%d PRs merged, want %d", merged, n)
+	}
+	if fg.f == nil {
+		return
+	}
+	// Nothing else is left open. Only on Bitbucket may a PR be declined, and only when a
+	// later PR from the same work branch's rebuilt line (<branch>.rN) replaced it.
+	prs, _ := fg.f.PullRequests("acme", "release")
+	replaced := 0
+	for _, pr := range prs {
+		if pr.State == scmtest.PRMerged {
+			continue
+		}
+		root, _, _ := strings.Cut(pr.Head, ".r")
+		found := false
+		for _, later := range prs {
+			found = found || later.Number > pr.Number && strings.HasPrefix(later.Head, root+".r")
+		}
+		if pr.State != scmtest.PRClosed || fg.name != "bitbucket" || !found {
+			t.Errorf("PR #%d (%s) is %s (replaced by a rebuilt PR: %v)", pr.Number, pr.Head, pr.State, found)
+			continue
+		}
+		replaced++
+	}
+	if len(prs) != n+replaced {
+		t.Errorf("%d PRs, want %d merged + %d replaced", len(prs), n, replaced)
+	}
+	t.Logf("%s: %d PRs merged, %d rebuilt as new PRs", fg.name, merged, replaced)
 }
 
 func approve(e *ctltest.Env, run, stage, step string) error {
