@@ -90,84 +90,84 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		return Result{}, err
 	}
 	r := scm.Repo(repo)
-	// With the head and base the prior step reported, the first merge attempt needs no PR
-	// read: the head-SHA guard makes it safe, and any refusal falls back to reading the PR.
+	// pr is what is believed about the PR; when it says "clean" a merge is tried with its head
+	// SHA as the guard. With the head and base the prior step reported, the first merge needs
+	// no PR read, and after a rebuild the merge goes straight to the new head; any refusal
+	// other than a conflict to rebuild makes the loop read the PR again.
 	var pr *scm.PullRequest
-	base := ""
 	if known != nil {
-		base = known.Base
+		pr = known
+		pr.Mergeability = scm.MergeClean
 	} else {
-		if pr, err = p.GetPR(ctx, r, number); err != nil {
-			return Result{}, classify(err, fmt.Sprintf("get PR #%d of %s", number, repo))
-		}
-		if pr, err = successor(ctx, p, r, pr, edits); err != nil {
+		if pr, err = readPR(ctx, p, r, number, edits); err != nil {
 			return Result{}, err
 		}
 		if res, done := prFinal(pr); done {
 			return res, nil
 		}
-		base = pr.Base
 	}
-	unlock, err := lock(ctx, sc, "repo", connector, repo, base)
+	unlock, err := lock(ctx, sc, "repo", connector, repo, pr.Base)
 	if err != nil {
 		return Result{}, err
 	}
 	defer unlock()
-	if known != nil {
-		merged, err := p.MergePR(ctx, r, number, scm.MergeInput{Method: method, SHA: known.HeadSHA, DeleteBranch: del, Head: known.Head})
-		if err == nil {
-			return mergedResult(sc, merged, known, method), nil
-		}
-		sc.Log.Info("merge with the reported head refused; reading the PR", "pr", number, "head", known.HeadSHA, "err", err.Error())
-	}
 	rebuilds := 0 // bounded: under the lock only a merge from outside prflow can make a rebuilt PR conflict again
 	wait := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		if pr == nil || attempt > 0 { // the first pass may use the read made before taking the lock
-			if pr, err = p.GetPR(ctx, r, number); err != nil {
-				return Result{}, classify(err, fmt.Sprintf("get PR #%d of %s", number, repo))
-			}
-			if pr, err = successor(ctx, p, r, pr, edits); err != nil {
+		if pr == nil {
+			if pr, err = readPR(ctx, p, r, number, edits); err != nil {
 				return Result{}, err
 			}
-			number = pr.Number
 		}
+		number = pr.Number
 		if res, done := prFinal(pr); done {
 			return res, nil
 		}
+		rebuildable := rebuilds < maxRebuildsPerRun && len(edits) > 0 && strings.HasPrefix(pr.Head, "prflow/")
+		dirty := false
 		switch pr.Mergeability {
 		case scm.MergeClean:
 			merged, err := p.MergePR(ctx, r, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA, DeleteBranch: del, Head: pr.Head})
 			if err == nil {
 				return mergedResult(sc, merged, pr, method), nil
 			}
-			if cur, gerr := p.GetPR(ctx, r, pr.Number); gerr == nil && cur.State == scm.PRMerged {
-				return Done(map[string]any{"commitId": cur.MergeSHA, "prNumber": cur.Number, "prlink": cur.URL}), nil
+			if isConflictFiles(err) && rebuildable {
+				dirty = true // no need to read the PR to know that
+				break
 			}
-			if !errors.Is(err, scm.ErrNotMergeable) || attempt > 20 {
+			again := errors.Is(err, scm.ErrNotMergeable) || errors.Is(err, scm.ErrConflict) || scm.Transient(err)
+			if !again || errors.Is(err, scm.ErrRateLimited) || attempt > 20 {
+				// Rate limits and the rest go back to the worker (backoff, bounded deliveries).
 				return Result{}, classify(err, fmt.Sprintf("merge PR #%d of %s", pr.Number, repo))
 			}
-			// The base moved between our read and the merge: look again.
+			// The base or head moved, the forge is still computing, or the PR changed: look again.
+			sc.Log.Debug("merge refused; reading the PR again", "pr", pr.Number, "err", err.Error())
+			pr = nil
+			if attempt == 0 {
+				continue // the first try may have used what the prior step reported
+			}
 		case scm.MergeDirty:
-			if rebuilds >= maxRebuildsPerRun || len(edits) == 0 || !strings.HasPrefix(pr.Head, "prflow/") {
+			if !rebuildable {
 				files, _ := p.ChangedFiles(ctx, r, pr.Number)
 				return Fail(fmt.Sprintf("PR #%d (%s) has conflicts with %s; files: %s", pr.Number, pr.URL, pr.Base, strings.Join(files, ", "))), nil
 			}
-			next, err := rebuild(ctx, sc, p, r, pr, edits)
-			if err != nil {
-				return Result{}, err
-			}
-			rebuilds++
-			if next != nil { // rebuilt as a new PR: carry on with that one
-				pr, number = next, next.Number
-				continue
-			}
+			dirty = true
 		case scm.MergeBlocked:
 			return parkMerge(sc, p, repo, pr, 30*time.Second)
 		default: // unknown: the forge is computing; ask again shortly, then park
 			if attempt > 40 {
 				return parkMerge(sc, p, repo, pr, 2*time.Second)
 			}
+			pr = nil
+		}
+		if dirty {
+			next, err := rebuild(ctx, sc, p, r, pr, edits)
+			if err != nil {
+				return Result{}, err
+			}
+			rebuilds++
+			pr = next // try the merge on the rebuilt head at once
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -178,6 +178,15 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			wait *= 2
 		}
 	}
+}
+
+// readPR reads PR number, following a PR declined because it was rebuilt as a new one.
+func readPR(ctx context.Context, p scm.Provider, r scm.Repo, number int, edits []fileEdit) (*scm.PullRequest, error) {
+	pr, err := p.GetPR(ctx, r, number)
+	if err != nil {
+		return nil, classify(err, fmt.Sprintf("get PR #%d of %s", number, r))
+	}
+	return successor(ctx, p, r, pr, edits)
 }
 
 // reportedPR is the PR as UpdateReleaseRepo or RevertPR reported it: number, head branch
@@ -222,9 +231,10 @@ func parkMerge(sc *Context, p scm.Provider, repo string, pr *scm.PullRequest, po
 		Reason: fmt.Sprintf("PR #%d is %s", pr.Number, pr.Mergeability)}, nil), nil
 }
 
-// rebuild re-applies the recorded edits on the base's current head. Where the forge can move a
-// branch off its history (CommitInput.Replace: GitHub, GitLab, local) the PR's own branch is
-// moved there, guarded on it still holding the PR's head, and rebuild returns nil. Where it
+// rebuild re-applies the recorded edits on the base's current head and returns the PR to
+// merge next. Where the forge can move a branch off its history (CommitInput.Replace: GitHub,
+// GitLab, local) the PR's own branch is moved there, guarded on it still holding the PR's
+// head, and the PR is returned with its new head. Where it
 // cannot (Bitbucket Cloud: /src only fast-forwards, and deleting the branch would decline the
 // PR), the edits go to a new branch named after the PR's (successorBranch), a new PR is opened
 // from it and the old one is declined; rebuild returns the new PR. Each step is idempotent:
@@ -242,10 +252,19 @@ func rebuild(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *s
 	sha, err := p.Commit(ctx, r, scm.CommitInput{Branch: pr.Head, Parent: base.SHA, Replace: pr.HeadSHA, Message: msg, Changes: changes})
 	if err == nil {
 		sc.Log.Info("PR conflicted after another merge; rebuilt its branch on the new base", "pr", pr.Number, "commit", sha, "base", base.SHA)
-		return nil, nil
+		next := *pr
+		next.HeadSHA, next.Mergeability = sha, scm.MergeClean
+		return &next, nil
 	}
 	if !errors.Is(err, scm.ErrNotSupported) {
 		return nil, classify(err, fmt.Sprintf("rebuild %s of PR #%d in %s", pr.Head, pr.Number, r))
+	}
+	if pr.Title == "" { // known only from the prior step's outputs: read title, body and labels
+		full, err := p.GetPR(ctx, r, pr.Number)
+		if err != nil {
+			return nil, classify(err, fmt.Sprintf("get PR #%d of %s", pr.Number, r))
+		}
+		pr = full
 	}
 	branch := successorBranch(pr.Head)
 	sha, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: base.SHA, Message: msg, Changes: changes})
@@ -267,6 +286,9 @@ func rebuild(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *s
 	}
 	sc.Log.Info("PR conflicted after another merge; this forge cannot move its branch, so it was rebuilt as a new PR",
 		"pr", pr.Number, "newPR", next.Number, "branch", branch, "commit", sha, "base", base.SHA)
+	if next.HeadSHA != "" {
+		next.Mergeability = scm.MergeClean // merge at once; a refusal reads it again
+	}
 	return next, nil
 }
 

@@ -247,7 +247,7 @@ stages:
 // history, as a new PR that replaces the declined one. Every forge ends with 20 merged PRs and
 // all 20 changes.
 func TestConcurrentPromotionsSameFile(t *testing.T) {
-	for _, fg := range forges(t)[:3] {
+	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) { concurrentPromotions(t, fg) })
 	}
 }
