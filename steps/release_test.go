@@ -52,8 +52,12 @@ env:
 type forge struct {
 	name string
 	p    scm.Provider
-	f    *scmtest.Forge
+	f    *scmtest.Forge     // nil for local
+	git  *scmtest.GitServer // the git server holding the repo
 }
+
+// branches returns every branch of acme/release and its head, as the git server has them.
+func (fg forge) branches() (map[string]string, error) { return fg.git.Branches("acme", "release") }
 
 func forges(t *testing.T) []forge {
 	files := map[string]string{"envs/dev/values.yaml": valuesYAML, "envs/prod/config.json": "{\n  \"replicas\": 2,\n  \"image\": {\"tag\": \"1.4.1\"}\n}\n", "README.md": "release repo\n"}
@@ -66,7 +70,7 @@ func forges(t *testing.T) []forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, forge{"github", ghp, gh.Forge})
+	out = append(out, forge{"github", ghp, gh.Forge, gh.Git()})
 	gl := scmtest.NewGitLab(t)
 	if _, err := gl.CreateRepo("acme", "release", files); err != nil {
 		t.Fatal(err)
@@ -75,7 +79,7 @@ func forges(t *testing.T) []forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, forge{"gitlab", glp, gl.Forge})
+	out = append(out, forge{"gitlab", glp, gl.Forge, gl.Git()})
 	bb := scmtest.NewBitbucket(t)
 	if _, err := bb.CreateRepo("acme", "release", files); err != nil {
 		t.Fatal(err)
@@ -84,7 +88,7 @@ func forges(t *testing.T) []forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, forge{"bitbucket", bbp, bb.Forge})
+	out = append(out, forge{"bitbucket", bbp, bb.Forge, bb.Git()})
 	// The local driver: a plain git remote (the same real git smart-HTTP server), no forge.
 	gs := scmtest.NewGitServer(t)
 	if _, err := gs.CreateRepo("acme", "release", files); err != nil {
@@ -95,7 +99,7 @@ func forges(t *testing.T) []forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, forge{"local", lp, nil})
+	out = append(out, forge{"local", lp, nil, gs})
 	return out
 }
 
@@ -180,16 +184,19 @@ func TestPromoteOnEveryForge(t *testing.T) {
 	}
 }
 
+// TestRevertRestoresContent reverts a merge commit and a squash commit on every forge.
 func TestRevertRestoresContent(t *testing.T) {
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			e := env(t, fg, 1)
-			before, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
-			strategy := "merge"
-			if fg.name == "gitlab" {
-				strategy = "squash"
-			}
-			src := `
+	for _, strategy := range []string{"merge", "squash"} {
+		for _, fg := range forges(t) {
+			t.Run(fg.name+"/"+strategy, func(t *testing.T) { revertRestores(t, fg, strategy) })
+		}
+	}
+}
+
+func revertRestores(t *testing.T, fg forge, strategy string) {
+	e := env(t, fg, 1)
+	before, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+	src := `
 name: revert
 inputs:
   strategy: {type: string}
@@ -220,24 +227,22 @@ stages:
         type: UpdateReleaseRepo
         with: {connector: release, repo: acme/release, filePath: ../outside.json, variables: [{name: a, value: b}]}
 `
-			r := e.Wait(e.Start(src, map[string]any{"strategy": strategy}).ID, 90*time.Second)
-			if r.Status != pipelines.StFailed {
-				t.Fatalf("run: %s %s", r.Status, r.Error)
-			}
-			if st := ctltest.Step(r, "newenv", "create"); st.Status != pipelines.StFailed || !strings.Contains(st.Error, `filePath: file path "../outside.json" leaves the repository`) {
-				t.Errorf("path escape: %s %q", st.Status, st.Error)
-			}
-			if st := ctltest.Step(r, "dev", "mergeRevert"); st.Status != pipelines.StSucceeded {
-				t.Fatalf("revert merge: %s %s\n%s", st.Status, st.Error, e.Logs.String())
-			}
-			after, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
-			if string(after) != string(before) {
-				t.Errorf("revert of the %s commit did not restore the file:\n%s\nwant:\n%s", strategy, after, before)
-			}
-			if _, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "outside.json"); err == nil {
-				t.Error("a rejected path was written")
-			}
-		})
+	r := e.Wait(e.Start(src, map[string]any{"strategy": strategy}).ID, 90*time.Second)
+	if r.Status != pipelines.StFailed {
+		t.Fatalf("run: %s %s", r.Status, r.Error)
+	}
+	if st := ctltest.Step(r, "newenv", "create"); st.Status != pipelines.StFailed || !strings.Contains(st.Error, `filePath: file path "../outside.json" leaves the repository`) {
+		t.Errorf("path escape: %s %q", st.Status, st.Error)
+	}
+	if st := ctltest.Step(r, "dev", "mergeRevert"); st.Status != pipelines.StSucceeded {
+		t.Fatalf("revert merge: %s %s\n%s", st.Status, st.Error, e.Logs.String())
+	}
+	after, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+	if string(after) != string(before) {
+		t.Errorf("revert of the %s commit did not restore the file:\n%s\nwant:\n%s", strategy, after, before)
+	}
+	if _, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "outside.json"); err == nil {
+		t.Error("a rejected path was written")
 	}
 }
 
