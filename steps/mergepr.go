@@ -234,11 +234,11 @@ func parkMerge(sc *Context, p scm.Provider, repo string, pr *scm.PullRequest, po
 // rebuild re-applies the recorded edits on the base's current head and returns the PR to
 // merge next. Where the forge can move a branch off its history (CommitInput.Replace: GitHub,
 // GitLab, local) the PR's own branch is moved there, guarded on it still holding the PR's
-// head, and the PR is returned with its new head. Where it
-// cannot (Bitbucket Cloud: /src only fast-forwards, and deleting the branch would decline the
-// PR), the edits go to a new branch named after the PR's (successorBranch), a new PR is opened
-// from it and the old one is declined; rebuild returns the new PR. Each step is idempotent:
-// a repeat finds the branch and the open PR (OpenPR adopts it) and declines again.
+// head, and the same PR comes back with its new head. Where it cannot (Bitbucket Cloud: /src
+// only fast-forwards an existing branch, and deleting the branch would decline the PR), the
+// edits go to a new branch named after the PR's (successorBranch), a new PR is opened from it
+// and the old one is declined; rebuild returns the new PR. Each step is idempotent: a repeat
+// finds the branch, OpenPR adopts the open PR, and declining again is harmless.
 func rebuild(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, edits []fileEdit) (*scm.PullRequest, error) {
 	base, err := p.Branch(ctx, r, pr.Base)
 	if err != nil {
