@@ -115,18 +115,16 @@ func (w *Workspace) commitOnce(ctx context.Context, req CommitRequest, res *Comm
 	branchRef := "refs/heads/" + req.Branch
 	head, exists := refs[branchRef]
 	start := head
+	replace := exists && req.Replace != ""
+	if replace && head != req.Replace {
+		return w.e.redact(fmt.Errorf("gitengine: commit to %s: branch is at %s, not at %s which was to be replaced: %w",
+			req.Branch, short(head), short(req.Replace), scm.ErrConflict))
+	}
 	switch {
-	case exists && req.Replace != "":
-		if head != req.Replace {
-			return w.e.redact(fmt.Errorf("gitengine: commit to %s: branch is at %s, not at %s which was to be replaced: %w",
-				req.Branch, short(head), short(req.Replace), scm.ErrConflict))
-		}
+	case replace:
+		// Built on Parent like a new branch; the push below replaces head (Old = head).
 		start = req.Parent
-		var within []string
-		if req.Base != "" {
-			within = []string{req.Base}
-		}
-		if err := w.FetchCommit(ctx, refs, req.Parent, within...); err != nil {
+		if err := w.fetchParent(ctx, refs, req); err != nil {
 			return err
 		}
 	case exists && req.Parent != "" && head != req.Parent:
@@ -147,11 +145,7 @@ func (w *Workspace) commitOnce(ctx context.Context, req CommitRequest, res *Comm
 		start = head
 	case req.Parent != "":
 		start = req.Parent
-		var within []string
-		if req.Base != "" {
-			within = []string{req.Base}
-		}
-		if err := w.FetchCommit(ctx, refs, req.Parent, within...); err != nil {
+		if err := w.fetchParent(ctx, refs, req); err != nil {
 			return err
 		}
 	case req.Base != "":
@@ -212,6 +206,15 @@ func (w *Workspace) commitOnce(ctx context.Context, req CommitRequest, res *Comm
 	}
 	res.SHA, res.Created = sha, !exists
 	return nil
+}
+
+// fetchParent makes req.Parent available, looking for it on req.Base when that is set.
+func (w *Workspace) fetchParent(ctx context.Context, refs map[string]string, req CommitRequest) error {
+	var within []string
+	if req.Base != "" {
+		within = []string{req.Base}
+	}
+	return w.FetchCommit(ctx, refs, req.Parent, within...)
 }
 
 // FetchCommit makes sha available: with depth 1 when it is the head of some remote ref (refs
