@@ -65,6 +65,9 @@ type MergeInput struct {
 	SHA          string
 	Message      string
 	DeleteBranch bool
+	// Head is the PR's source branch when the caller knows it (prflow's own PRs); drivers
+	// use it for DeleteBranch instead of reading the PR again. Empty means "read it".
+	Head string
 }
 
 // PullRequests covers the PR life cycle.
@@ -73,8 +76,10 @@ type PullRequests interface {
 	FindPR(ctx context.Context, repo Repo, head, base string) (*PullRequest, error)
 	OpenPR(ctx context.Context, repo Repo, in NewPR) (*PullRequest, error)
 	GetPR(ctx context.Context, repo Repo, number int) (*PullRequest, error)
-	// MergePR merges and returns the PR as merged (MergeSHA set). A PR that cannot be merged
-	// returns an error matching ErrNotMergeable (or ErrConflict when in.SHA is stale).
+	// MergePR merges and returns the PR as merged: Number, State and MergeSHA are always set;
+	// drivers whose merge answer carries no more may leave the other fields empty rather than
+	// read the PR again. A PR that cannot be merged returns an error matching ErrNotMergeable
+	// (or ErrConflict when in.SHA is stale). A PR already merged at in.SHA is success.
 	MergePR(ctx context.Context, repo Repo, number int, in MergeInput) (*PullRequest, error)
 	ClosePR(ctx context.Context, repo Repo, number int) error
 	Comment(ctx context.Context, repo Repo, number int, body string) error

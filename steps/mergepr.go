@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +41,7 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 	repo, _ := StringInput(in, "repo")
 	number := 0
 	var edits []fileEdit
+	var known *scm.PullRequest // what the prior step reported about its PR, if anything
 	if v, ok := in["prNumber"]; ok && v != nil && v != "" {
 		n, err := intInput(v, "prNumber", false)
 		if err != nil {
@@ -68,6 +70,9 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			repo, _ = prior.Outputs["repo"].(string)
 		}
 		edits, _ = editsFrom(prior.Outputs["edits"])
+		if !sc.Repeat() { // a repeat reads the PR first: an earlier run may have merged or rebuilt it
+			known = reportedPR(prior.Outputs, number)
+		}
 	}
 	if repo == "" {
 		return Result{}, Terminalf("repo: required with prNumber")
@@ -85,62 +90,84 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		return Result{}, err
 	}
 	r := scm.Repo(repo)
-	pr, err := p.GetPR(ctx, r, number)
-	if err != nil {
-		return Result{}, classify(err, fmt.Sprintf("get PR #%d", number))
-	}
-	if res, done := prFinal(pr); done {
-		return res, nil
+	// pr is what is believed about the PR; when it says "clean" a merge is tried with its head
+	// SHA as the guard. With the head and base the prior step reported, the first merge needs
+	// no PR read, and after a rebuild the merge goes straight to the new head; any refusal
+	// other than a conflict to rebuild makes the loop read the PR again.
+	var pr *scm.PullRequest
+	if known != nil {
+		pr = known
+		pr.Mergeability = scm.MergeClean
+	} else {
+		if pr, err = readPR(ctx, p, r, number, edits); err != nil {
+			return Result{}, err
+		}
+		if res, done := prFinal(pr); done {
+			return res, nil
+		}
 	}
 	unlock, err := lock(ctx, sc, "repo", connector, repo, pr.Base)
 	if err != nil {
 		return Result{}, err
 	}
 	defer unlock()
-	rebuilt := false
+	rebuilds := 0 // bounded: under the lock only a merge from outside prflow can make a rebuilt PR conflict again
 	wait := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 { // the first pass uses the read made before taking the lock
-			if pr, err = p.GetPR(ctx, r, number); err != nil {
-				return Result{}, classify(err, fmt.Sprintf("get PR #%d", number))
+		if pr == nil {
+			if pr, err = readPR(ctx, p, r, number, edits); err != nil {
+				return Result{}, err
 			}
 		}
+		number = pr.Number
 		if res, done := prFinal(pr); done {
 			return res, nil
 		}
+		rebuildable := rebuilds < maxRebuildsPerRun && len(edits) > 0 && strings.HasPrefix(pr.Head, "prflow/")
+		dirty := false
 		switch pr.Mergeability {
 		case scm.MergeClean:
-			merged, err := p.MergePR(ctx, r, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA, DeleteBranch: del})
+			merged, err := p.MergePR(ctx, r, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA, DeleteBranch: del, Head: pr.Head})
 			if err == nil {
-				sc.Log.Info("PR merged", "pr", merged.Number, "commit", merged.MergeSHA, "method", string(method))
-				return Done(map[string]any{"commitId": merged.MergeSHA, "prNumber": merged.Number, "prlink": merged.URL}), nil
+				return mergedResult(sc, merged, pr, method), nil
 			}
-			if cur, gerr := p.GetPR(ctx, r, pr.Number); gerr == nil && cur.State == scm.PRMerged {
-				return Done(map[string]any{"commitId": cur.MergeSHA, "prNumber": cur.Number, "prlink": cur.URL}), nil
+			if isConflictFiles(err) && rebuildable {
+				dirty = true // no need to read the PR to know that
+				break
 			}
-			if !errors.Is(err, scm.ErrNotMergeable) || attempt > 20 {
-				return Result{}, classify(err, fmt.Sprintf("merge PR #%d", pr.Number))
+			again := errors.Is(err, scm.ErrNotMergeable) || errors.Is(err, scm.ErrConflict) || scm.Transient(err)
+			if !again || errors.Is(err, scm.ErrRateLimited) || attempt > 20 {
+				// Rate limits and the rest go back to the worker (backoff, bounded deliveries).
+				return Result{}, classify(err, fmt.Sprintf("merge PR #%d of %s", pr.Number, repo))
 			}
-			// The base moved between our read and the merge: look again.
+			// The base or head moved, the forge is still computing, or the PR changed: look again.
+			sc.Log.Debug("merge refused; reading the PR again", "pr", pr.Number, "err", err.Error())
+			pr = nil
+			if attempt == 0 {
+				continue // the first try may have used what the prior step reported
+			}
 		case scm.MergeDirty:
-			if rebuilt || len(edits) == 0 || !strings.HasPrefix(pr.Head, "prflow/") {
+			if !rebuildable {
 				files, _ := p.ChangedFiles(ctx, r, pr.Number)
 				return Fail(fmt.Sprintf("PR #%d (%s) has conflicts with %s; files: %s", pr.Number, pr.URL, pr.Base, strings.Join(files, ", "))), nil
 			}
-			if err := rebuild(ctx, sc, p, r, pr, edits); err != nil {
-				if errors.Is(err, scm.ErrNotSupported) {
-					files, _ := p.ChangedFiles(ctx, r, pr.Number)
-					return Fail(fmt.Sprintf("PR #%d (%s) has conflicts with %s; files: %s (this forge cannot rebuild the branch)", pr.Number, pr.URL, pr.Base, strings.Join(files, ", "))), nil
-				}
-				return Result{}, err
-			}
-			rebuilt = true
+			dirty = true
 		case scm.MergeBlocked:
 			return parkMerge(sc, p, repo, pr, 30*time.Second)
 		default: // unknown: the forge is computing; ask again shortly, then park
 			if attempt > 40 {
 				return parkMerge(sc, p, repo, pr, 2*time.Second)
 			}
+			pr = nil
+		}
+		if dirty {
+			next, err := rebuild(ctx, sc, p, r, pr, edits)
+			if err != nil {
+				return Result{}, err
+			}
+			rebuilds++
+			pr = next // try the merge on the rebuilt head at once
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -151,6 +178,39 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			wait *= 2
 		}
 	}
+}
+
+// readPR reads PR number, following a PR declined because it was rebuilt as a new one.
+func readPR(ctx context.Context, p scm.Provider, r scm.Repo, number int, edits []fileEdit) (*scm.PullRequest, error) {
+	pr, err := p.GetPR(ctx, r, number)
+	if err != nil {
+		return nil, classify(err, fmt.Sprintf("get PR #%d of %s", number, r))
+	}
+	return successor(ctx, p, r, pr, edits)
+}
+
+// reportedPR is the PR as UpdateReleaseRepo or RevertPR reported it: number, head branch
+// and commit, base, link. nil when the outputs lack any of them.
+func reportedPR(out map[string]any, number int) *scm.PullRequest {
+	head, _ := out["commitId"].(string)
+	branch, _ := out["ref"].(string)
+	base, _ := out["baseBranch"].(string)
+	link, _ := out["prlink"].(string)
+	if head == "" || branch == "" || base == "" {
+		return nil
+	}
+	return &scm.PullRequest{Number: number, Head: branch, HeadSHA: head, Base: base, URL: link, State: scm.PROpen}
+}
+
+// mergedResult is MergePR's outputs; fields the forge's merge answer lacks come from what was
+// known before the merge.
+func mergedResult(sc *Context, merged, before *scm.PullRequest, method scm.MergeMethod) Result {
+	link := merged.URL
+	if link == "" {
+		link = before.URL
+	}
+	sc.Log.Info("PR merged", "pr", merged.Number, "commit", merged.MergeSHA, "method", string(method))
+	return Done(map[string]any{"commitId": merged.MergeSHA, "prNumber": merged.Number, "prlink": link})
 }
 
 func prFinal(pr *scm.PullRequest) (Result, bool) {
@@ -171,25 +231,97 @@ func parkMerge(sc *Context, p scm.Provider, repo string, pr *scm.PullRequest, po
 		Reason: fmt.Sprintf("PR #%d is %s", pr.Number, pr.Mergeability)}, nil), nil
 }
 
-// rebuild re-applies the recorded edits on the base's current head and moves the PR branch
-// there, guarded on the branch still holding the PR's head.
-func rebuild(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, edits []fileEdit) error {
+// rebuild re-applies the recorded edits on the base's current head and returns the PR to
+// merge next. Where the forge can move a branch off its history (CommitInput.Replace: GitHub,
+// GitLab, local) the PR's own branch is moved there, guarded on it still holding the PR's
+// head, and the same PR comes back with its new head. Where it cannot (Bitbucket Cloud: /src
+// only fast-forwards an existing branch, and deleting the branch would decline the PR), the
+// edits go to a new branch named after the PR's (successorBranch), a new PR is opened from it
+// and the old one is declined; rebuild returns the new PR. Each step is idempotent: a repeat
+// finds the branch, OpenPR adopts the open PR, and declining again is harmless.
+func rebuild(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, edits []fileEdit) (*scm.PullRequest, error) {
 	base, err := p.Branch(ctx, r, pr.Base)
 	if err != nil {
-		return classify(err, "base branch "+pr.Base)
+		return nil, classify(err, fmt.Sprintf("base branch %s of %s", pr.Base, r))
 	}
 	changes, err := applyEdits(ctx, p, r, base.SHA, edits, fileedit.Options{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	sha, err := p.Commit(ctx, r, scm.CommitInput{Branch: pr.Head, Parent: base.SHA, Replace: pr.HeadSHA,
-		Message: fmt.Sprintf("Update %s (rebuilt on %s@%.12s)", strings.Join(pathsOf(edits), ", "), pr.Base, base.SHA), Changes: changes})
-	if err != nil {
-		if errors.Is(err, scm.ErrNotSupported) {
-			return err
+	msg := fmt.Sprintf("Update %s (rebuilt on %s@%.12s)", strings.Join(pathsOf(edits), ", "), pr.Base, base.SHA)
+	sha, err := p.Commit(ctx, r, scm.CommitInput{Branch: pr.Head, Parent: base.SHA, Replace: pr.HeadSHA, Message: msg, Changes: changes})
+	if err == nil {
+		sc.Log.Info("PR conflicted after another merge; rebuilt its branch on the new base", "pr", pr.Number, "commit", sha, "base", base.SHA)
+		next := *pr
+		next.HeadSHA, next.Mergeability = sha, scm.MergeClean
+		return &next, nil
+	}
+	if !errors.Is(err, scm.ErrNotSupported) {
+		return nil, classify(err, fmt.Sprintf("rebuild %s of PR #%d in %s", pr.Head, pr.Number, r))
+	}
+	if pr.Title == "" { // known only from the prior step's outputs: read title, body and labels
+		full, err := p.GetPR(ctx, r, pr.Number)
+		if err != nil {
+			return nil, classify(err, fmt.Sprintf("get PR #%d of %s", pr.Number, r))
 		}
-		return classify(err, "rebuild "+pr.Head)
+		pr = full
 	}
-	sc.Log.Info("PR conflicted after another merge; rebuilt its branch on the new base", "pr", pr.Number, "commit", sha, "base", base.SHA)
-	return nil
+	branch := successorBranch(pr.Head)
+	sha, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: base.SHA, Message: msg, Changes: changes})
+	switch {
+	case errors.Is(err, scm.ErrConflict):
+		// An earlier attempt made the branch; its PR (open or not yet) is found below.
+		sc.Log.Info("the rebuilt branch exists already (an earlier attempt)", "branch", branch)
+	case err != nil:
+		return nil, classify(err, fmt.Sprintf("rebuild PR #%d of %s on %s", pr.Number, r, branch))
+	}
+	body := fmt.Sprintf("%s\n\nRebuilt by prflow on %s@%.12s because #%d conflicted after another merge; replaces #%d.",
+		strings.TrimSpace(pr.Body), pr.Base, base.SHA, pr.Number, pr.Number)
+	next, err := p.OpenPR(ctx, r, scm.NewPR{Title: pr.Title, Body: strings.TrimSpace(body), Head: branch, Base: pr.Base, Labels: pr.Labels})
+	if err != nil {
+		return nil, classify(err, fmt.Sprintf("open the rebuilt PR %s → %s in %s (replacing #%d)", branch, pr.Base, r, pr.Number))
+	}
+	if err := p.ClosePR(ctx, r, pr.Number); err != nil {
+		return nil, classify(err, fmt.Sprintf("decline PR #%d of %s (rebuilt as #%d)", pr.Number, r, next.Number))
+	}
+	sc.Log.Info("PR conflicted after another merge; this forge cannot move its branch, so it was rebuilt as a new PR",
+		"pr", pr.Number, "newPR", next.Number, "branch", branch, "commit", sha, "base", base.SHA)
+	if next.HeadSHA != "" {
+		next.Mergeability = scm.MergeClean // merge at once; a refusal reads it again
+	}
+	return next, nil
+}
+
+// successorBranch names the branch of a PR rebuilt as a new PR: <branch>.r2, then .r3, ...
+// Work branches never contain a dot (workBranch), so these cannot collide with another step's.
+func successorBranch(head string) string {
+	if i := strings.LastIndex(head, ".r"); i > 0 {
+		if n, err := strconv.Atoi(head[i+2:]); err == nil && n >= 2 {
+			return fmt.Sprintf("%s.r%d", head[:i], n+1)
+		}
+	}
+	return head + ".r2"
+}
+
+// maxRebuildsPerRun bounds the rebuilds of one MergePR run.
+const maxRebuildsPerRun = 3
+
+// maxRebuilds bounds how far successor follows a chain of rebuilt PRs.
+const maxRebuilds = 50
+
+// successor follows a prflow PR that was declined because it was rebuilt as a new PR to the
+// newest PR of that chain (a repeat of MergePR after a crash starts from the old number). A
+// PR closed for any other reason, or with no rebuilt successor, is returned as it is.
+func successor(ctx context.Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, edits []fileEdit) (*scm.PullRequest, error) {
+	for i := 0; i < maxRebuilds && pr.State == scm.PRClosed && len(edits) > 0 && strings.HasPrefix(pr.Head, "prflow/"); i++ {
+		next, err := p.FindPR(ctx, r, successorBranch(pr.Head), pr.Base)
+		if errors.Is(err, scm.ErrNotFound) {
+			return pr, nil
+		}
+		if err != nil {
+			return nil, classify(err, fmt.Sprintf("find the PR rebuilt from #%d of %s", pr.Number, r))
+		}
+		pr = next
+	}
+	return pr, nil
 }

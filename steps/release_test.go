@@ -52,8 +52,12 @@ env:
 type forge struct {
 	name string
 	p    scm.Provider
-	f    *scmtest.Forge
+	f    *scmtest.Forge     // nil for local
+	git  *scmtest.GitServer // the git server holding the repo
 }
+
+// branches returns every branch of acme/release and its head, as the git server has them.
+func (fg forge) branches() (map[string]string, error) { return fg.git.Branches("acme", "release") }
 
 func forges(t *testing.T) []forge {
 	files := map[string]string{"envs/dev/values.yaml": valuesYAML, "envs/prod/config.json": "{\n  \"replicas\": 2,\n  \"image\": {\"tag\": \"1.4.1\"}\n}\n", "README.md": "release repo\n"}
@@ -66,7 +70,7 @@ func forges(t *testing.T) []forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, forge{"github", ghp, gh.Forge})
+	out = append(out, forge{"github", ghp, gh.Forge, gh.Git()})
 	gl := scmtest.NewGitLab(t)
 	if _, err := gl.CreateRepo("acme", "release", files); err != nil {
 		t.Fatal(err)
@@ -75,7 +79,7 @@ func forges(t *testing.T) []forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, forge{"gitlab", glp, gl.Forge})
+	out = append(out, forge{"gitlab", glp, gl.Forge, gl.Git()})
 	bb := scmtest.NewBitbucket(t)
 	if _, err := bb.CreateRepo("acme", "release", files); err != nil {
 		t.Fatal(err)
@@ -84,7 +88,7 @@ func forges(t *testing.T) []forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, forge{"bitbucket", bbp, bb.Forge})
+	out = append(out, forge{"bitbucket", bbp, bb.Forge, bb.Git()})
 	// The local driver: a plain git remote (the same real git smart-HTTP server), no forge.
 	gs := scmtest.NewGitServer(t)
 	if _, err := gs.CreateRepo("acme", "release", files); err != nil {
@@ -95,7 +99,7 @@ func forges(t *testing.T) []forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, forge{"local", lp, nil})
+	out = append(out, forge{"local", lp, nil, gs})
 	return out
 }
 
@@ -180,16 +184,19 @@ func TestPromoteOnEveryForge(t *testing.T) {
 	}
 }
 
+// TestRevertRestoresContent reverts a merge commit and a squash commit on every forge.
 func TestRevertRestoresContent(t *testing.T) {
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			e := env(t, fg, 1)
-			before, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
-			strategy := "merge"
-			if fg.name == "gitlab" {
-				strategy = "squash"
-			}
-			src := `
+	for _, strategy := range []string{"merge", "squash"} {
+		for _, fg := range forges(t) {
+			t.Run(fg.name+"/"+strategy, func(t *testing.T) { revertRestores(t, fg, strategy) })
+		}
+	}
+}
+
+func revertRestores(t *testing.T, fg forge, strategy string) {
+	e := env(t, fg, 1)
+	before, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+	src := `
 name: revert
 inputs:
   strategy: {type: string}
@@ -220,32 +227,32 @@ stages:
         type: UpdateReleaseRepo
         with: {connector: release, repo: acme/release, filePath: ../outside.json, variables: [{name: a, value: b}]}
 `
-			r := e.Wait(e.Start(src, map[string]any{"strategy": strategy}).ID, 90*time.Second)
-			if r.Status != pipelines.StFailed {
-				t.Fatalf("run: %s %s", r.Status, r.Error)
-			}
-			if st := ctltest.Step(r, "newenv", "create"); st.Status != pipelines.StFailed || !strings.Contains(st.Error, `filePath: file path "../outside.json" leaves the repository`) {
-				t.Errorf("path escape: %s %q", st.Status, st.Error)
-			}
-			if st := ctltest.Step(r, "dev", "mergeRevert"); st.Status != pipelines.StSucceeded {
-				t.Fatalf("revert merge: %s %s\n%s", st.Status, st.Error, e.Logs.String())
-			}
-			after, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
-			if string(after) != string(before) {
-				t.Errorf("revert of the %s commit did not restore the file:\n%s\nwant:\n%s", strategy, after, before)
-			}
-			if _, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "outside.json"); err == nil {
-				t.Error("a rejected path was written")
-			}
-		})
+	r := e.Wait(e.Start(src, map[string]any{"strategy": strategy}).ID, 90*time.Second)
+	if r.Status != pipelines.StFailed {
+		t.Fatalf("run: %s %s", r.Status, r.Error)
+	}
+	if st := ctltest.Step(r, "newenv", "create"); st.Status != pipelines.StFailed || !strings.Contains(st.Error, `filePath: file path "../outside.json" leaves the repository`) {
+		t.Errorf("path escape: %s %q", st.Status, st.Error)
+	}
+	if st := ctltest.Step(r, "dev", "mergeRevert"); st.Status != pipelines.StSucceeded {
+		t.Fatalf("revert merge: %s %s\n%s", st.Status, st.Error, e.Logs.String())
+	}
+	after, _ := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+	if string(after) != string(before) {
+		t.Errorf("revert of the %s commit did not restore the file:\n%s\nwant:\n%s", strategy, after, before)
+	}
+	if _, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "outside.json"); err == nil {
+		t.Error("a rejected path was written")
 	}
 }
 
 // TestConcurrentPromotionsSameFile: 20 runs change different keys of one file at once. Each
-// PR conflicts with the ones merged before it; MergePR rebuilds it on the new base. Bitbucket
-// cannot move a branch off its history through its API, so it is not in this test.
+// PR conflicts with the ones merged before it; MergePR rebuilds it on the new base: by moving
+// its branch (GitHub, GitLab, local) or, on Bitbucket, whose API cannot move a branch off its
+// history, as a new PR that replaces the declined one. Every forge ends with 20 merged PRs and
+// all 20 changes.
 func TestConcurrentPromotionsSameFile(t *testing.T) {
-	for _, fg := range forges(t)[:2] {
+	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) { concurrentPromotions(t, fg) })
 	}
 }
@@ -274,13 +281,25 @@ stages:
 		ids[i] = e.Start(src, map[string]any{"key": fmt.Sprintf("k%02d", i)}).ID
 	}
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	mergedPRs := map[int]string{}
 	for _, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r := e.Wait(id, 3*time.Minute); r.Status != pipelines.StSucceeded {
+			r := e.Wait(id, 3*time.Minute)
+			if r.Status != pipelines.StSucceeded {
 				t.Errorf("run %s: %s %s", id, r.Status, r.Error)
+				return
 			}
+			out := ctltest.Step(r, "s", "merge").Outputs
+			num, _ := out["prNumber"].(float64)
+			mu.Lock()
+			defer mu.Unlock()
+			if prev, dup := mergedPRs[int(num)]; dup || num == 0 {
+				t.Errorf("run %s reports PR #%v merged, as does run %s", id, out["prNumber"], prev)
+			}
+			mergedPRs[int(num)] = fmt.Sprint(out["commitId"])
 		}()
 	}
 	wg.Wait()
@@ -290,10 +309,44 @@ stages:
 			t.Errorf("change %s lost:\n%s", k, got)
 		}
 	}
-	prs, _ := fg.f.PullRequests("acme", "release")
-	if len(prs) != n {
-		t.Errorf("%d PRs, want %d", len(prs), n)
+	merged := 0
+	for num, commit := range mergedPRs {
+		pr, err := fg.p.GetPR(context.Background(), "acme/release", num)
+		if err != nil || pr.State != scm.PRMerged || pr.MergeSHA != commit {
+			t.Errorf("PR #%d: %v state %v merge %v, the run reported merge %s", num, err, pr.State, pr.MergeSHA, commit)
+			continue
+		}
+		merged++
 	}
+	if merged != n {
+		t.Errorf("%d PRs merged, want %d", merged, n)
+	}
+	if fg.f == nil {
+		return
+	}
+	// Nothing else is left open. Only on Bitbucket may a PR be declined, and only when a
+	// later PR from the same work branch's rebuilt line (<branch>.rN) replaced it.
+	prs, _ := fg.f.PullRequests("acme", "release")
+	replaced := 0
+	for _, pr := range prs {
+		if pr.State == scmtest.PRMerged {
+			continue
+		}
+		root, _, _ := strings.Cut(pr.Head, ".r")
+		found := false
+		for _, later := range prs {
+			found = found || later.Number > pr.Number && strings.HasPrefix(later.Head, root+".r")
+		}
+		if pr.State != scmtest.PRClosed || fg.name != "bitbucket" || !found {
+			t.Errorf("PR #%d (%s) is %s (replaced by a rebuilt PR: %v)", pr.Number, pr.Head, pr.State, found)
+			continue
+		}
+		replaced++
+	}
+	if len(prs) != n+replaced {
+		t.Errorf("%d PRs, want %d merged + %d replaced", len(prs), n, replaced)
+	}
+	t.Logf("%s: %d PRs merged, %d rebuilt as new PRs", fg.name, merged, replaced)
 }
 
 func approve(e *ctltest.Env, run, stage, step string) error {

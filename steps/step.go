@@ -116,6 +116,7 @@ type Context struct {
 	StepID     string
 	Type       string
 	Attempt    int
+	Delivery   int    // how often the queue delivered this job (1 = first); >1: an earlier delivery may have done part of it
 	Wake       int    // how many times this parked step has been woken (0 on first run)
 	WakeReason string // "key prflow-apps/x.y changed", "poll", "deadline", "signal"
 	Executor   string // user who started the run
@@ -128,6 +129,11 @@ type Context struct {
 	Log        *slog.Logger
 	Services   Services
 }
+
+// Repeat reports whether an earlier run of this step may have done part of its work: a
+// redelivered job, a retried attempt or a woken park. Steps still check (any hint can be
+// missing, e.g. a job re-sent after a controller crash); it only says which check to try first.
+func (sc *Context) Repeat() bool { return sc.Delivery > 1 || sc.Attempt > 1 || sc.Wake > 0 }
 
 // DecodeMemo unmarshals the memo an earlier parked run of this step left.
 func (sc *Context) DecodeMemo(v any) (bool, error) {

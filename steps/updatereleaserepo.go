@@ -107,98 +107,103 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 	}
 	defer unlock()
 
-	// The work branch tells whether an earlier delivery got anywhere: no branch means no
-	// commit and no PR yet (this saves a PR lookup on the normal path).
-	readRef, parent, branchExists := base, "", false
-	if br, err := p.Branch(ctx, r, branch); err == nil {
-		readRef, parent, branchExists = branch, br.SHA, true
-		if pr, err := p.FindPR(ctx, r, branch, base); err == nil {
-			sc.Log.Info("found the PR an earlier attempt opened", "pr", pr.Number, "url", pr.URL)
-			files, _ := p.ChangedFiles(ctx, r, pr.Number)
-			out := prOutputs(pr, pr.HeadSHA, branch, connector, repo, base, files)
-			out["edits"] = editsOutput(edits, nil)
-			return afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
-		} else if !errors.Is(err, scm.ErrNotFound) {
-			return Result{}, classify(err, "find PR for "+branch)
+	// A first delivery assumes that no earlier run of this step got anywhere, which is the
+	// normal case, and does not look for earlier work: creating the work branch is the check.
+	// When the branch turns out to exist (the commit conflicts) or nothing is left to change,
+	// the recovering pass looks for the branch and its PR and carries on from there. A repeat
+	// (redelivery, retry) starts with that pass, so it makes no commit it would throw away.
+	var (
+		commit, readRef, parent string
+		branchExists            bool
+		changedFiles, skipped   []string
+		baseRef                 scm.Ref
+	)
+	first := 0
+	if sc.Repeat() {
+		first = 1
+	}
+	for pass := first; ; pass++ {
+		recovering := pass > 0
+		branchExists, readRef, parent = false, "", ""
+		if recovering {
+			br, err := p.Branch(ctx, r, branch)
+			switch {
+			case err == nil:
+				readRef, parent, branchExists = br.SHA, br.SHA, true
+				found, err := p.FindPR(ctx, r, branch, base)
+				if err == nil {
+					sc.Log.Info("found the PR an earlier attempt opened", "pr", found.Number, "url", found.URL)
+					files, _ := p.ChangedFiles(ctx, r, found.Number)
+					out := prOutputs(found, found.HeadSHA, branch, connector, repo, base, files)
+					out["edits"] = editsOutput(edits, nil)
+					return afterPR(ctx, sc, p, connector, r, found, out, flags["waitForMerge"])
+				} else if !errors.Is(err, scm.ErrNotFound) {
+					return Result{}, classify(err, fmt.Sprintf("find PR %s → %s in %s", branch, base, repo))
+				}
+			case !errors.Is(err, scm.ErrNotFound):
+				return Result{}, classify(err, fmt.Sprintf("branch %s of %s", branch, repo))
+			}
 		}
-	} else if !errors.Is(err, scm.ErrNotFound) {
-		return Result{}, classify(err, "branch "+branch)
-	}
-	baseRef, err := p.Branch(ctx, r, base)
-	if err != nil {
-		return Result{}, classify(err, fmt.Sprintf("base branch %s of %s", base, repo))
-	}
-	if !branchExists {
-		parent = baseRef.SHA
-	}
-
-	var changes []scm.FileChange
-	var changedFiles, skipped []string
-	opts := fileedit.Options{IgnoreMissingValues: flags["ignoreMissingValues"]}
-	for _, e := range edits {
-		f, err := fileedit.FormatFor(e.path)
+		if baseRef.SHA == "" {
+			if baseRef, err = p.Branch(ctx, r, base); err != nil {
+				return Result{}, classify(err, fmt.Sprintf("base branch %s of %s", base, repo))
+			}
+		}
+		if !branchExists {
+			// Read at the commit the new branch starts from, never at the moving branch name.
+			readRef, parent = baseRef.SHA, baseRef.SHA
+		}
+		var changes []scm.FileChange
+		changes, changedFiles, skipped, err = editFiles(ctx, sc, p, r, readRef, edits, flags)
 		if err != nil {
-			return Result{}, Terminal(err)
+			return Result{}, err
 		}
-		cur, err := p.ReadFile(ctx, r, readRef, e.path)
-		var out []byte
-		changed := false
-		switch {
-		case errors.Is(err, scm.ErrNotFound):
-			if flags["ignoreMissingFiles"] {
-				skipped = append(skipped, e.path)
+		if len(skipped) > 0 {
+			sc.Log.Info("missing files skipped (ignoreMissingFiles)", "files", strings.Join(skipped, ", "))
+		}
+		if len(changes) == 0 && !recovering {
+			// Nothing to change on the base: an earlier attempt may still have left a branch
+			// (whose changes someone then merged by other means) or a PR; look once.
+			if _, err := p.Branch(ctx, r, branch); err == nil {
 				continue
+			} else if !errors.Is(err, scm.ErrNotFound) {
+				return Result{}, classify(err, fmt.Sprintf("branch %s of %s", branch, repo))
 			}
-			out, err = fileedit.Create(f, e.changes, opts)
+		}
+		if len(edits) == len(skipped) && len(edits) > 0 && !branchExists {
+			return Done(prOutputs(nil, "", "", connector, repo, base, nil)), nil
+		}
+		commit = parent
+		switch {
+		case len(changes) > 0:
+			msg, _ := StringInput(in, "commitMessage")
+			if msg == "" {
+				msg = fmt.Sprintf("Update %s for %s", strings.Join(changedFiles, ", "), envName(sc))
+			}
+			commit, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: parent, Message: msg, Changes: changes})
 			if err != nil {
-				return Result{}, Terminalf("%s: %w", e.path, err)
+				if !recovering && errors.Is(err, scm.ErrConflict) {
+					sc.Log.Info("the work branch exists already (an earlier attempt); looking for its commit and PR", "branch", branch)
+					continue
+				}
+				return Result{}, classify(err, fmt.Sprintf("commit to %s of %s", branch, repo))
 			}
-			changed = true
-			sc.Log.Info("file does not exist; creating it", "file", e.path)
-		case err != nil:
-			return Result{}, classify(err, "read "+e.path+"@"+readRef)
+			sc.Log.Info("committed", "branch", branch, "commit", commit, "files", strings.Join(changedFiles, ", "))
+		case branchExists && parent != baseRef.SHA:
+			// An earlier attempt committed and died before opening the PR.
+			sc.Log.Info("branch already holds the changes; opening its PR", "branch", branch)
+		case flags["allowNoFilesChanged"]:
+			sc.Log.Info("all values already match the release repo; nothing to do")
+			return Done(prOutputs(nil, "", "", connector, repo, base, nil)), nil
+		case flags["allowEmptyCommit"]:
+			commit, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: parent, Message: "Empty commit (allowEmptyCommit)"})
+			if err != nil {
+				return Result{}, classify(err, fmt.Sprintf("empty commit to %s of %s", branch, repo))
+			}
 		default:
-			out, changed, err = fileedit.Apply(f, cur, e.changes, opts)
-			if err != nil {
-				return Result{}, Terminalf("%s: %w", e.path, err)
-			}
+			return Fail(fmt.Sprintf("no files changed: every value already matches in %s (set allowNoFilesChanged: true to pass)", strings.Join(pathsOf(edits), ", "))), nil
 		}
-		if changed {
-			changes = append(changes, scm.FileChange{Path: e.path, Content: out})
-			changedFiles = append(changedFiles, e.path)
-		}
-	}
-	if len(skipped) > 0 {
-		sc.Log.Info("missing files skipped (ignoreMissingFiles)", "files", strings.Join(skipped, ", "))
-	}
-	if len(edits) == len(skipped) && len(edits) > 0 && !branchExists {
-		return Done(prOutputs(nil, "", "", connector, repo, base, nil)), nil
-	}
-	commit := parent
-	switch {
-	case len(changes) > 0:
-		msg, _ := StringInput(in, "commitMessage")
-		if msg == "" {
-			msg = fmt.Sprintf("Update %s for %s", strings.Join(changedFiles, ", "), envName(sc))
-		}
-		commit, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: parent, Message: msg, Changes: changes})
-		if err != nil {
-			return Result{}, classify(err, "commit to "+branch)
-		}
-		sc.Log.Info("committed", "branch", branch, "commit", commit, "files", strings.Join(changedFiles, ", "))
-	case branchExists && parent != baseRef.SHA:
-		// An earlier attempt committed and died before opening the PR.
-		sc.Log.Info("branch already holds the changes; opening its PR", "branch", branch)
-	case flags["allowNoFilesChanged"]:
-		sc.Log.Info("all values already match the release repo; nothing to do")
-		return Done(prOutputs(nil, "", "", connector, repo, base, nil)), nil
-	case flags["allowEmptyCommit"]:
-		commit, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: parent, Message: "Empty commit (allowEmptyCommit)"})
-		if err != nil {
-			return Result{}, classify(err, "empty commit to "+branch)
-		}
-	default:
-		return Fail(fmt.Sprintf("no files changed: every value already matches in %s (set allowNoFilesChanged: true to pass)", strings.Join(pathsOf(edits), ", "))), nil
+		break
 	}
 	if len(changedFiles) == 0 && branchExists {
 		changedFiles = pathsOf(edits)
@@ -228,6 +233,44 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 	out := prOutputs(pr, commit, branch, connector, repo, base, changedFiles)
 	out["edits"] = editsOutput(edits, skipped)
 	return afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
+}
+
+// editFiles reads every file of edits at ref and applies its changes; it returns the files
+// that change, their paths, and the missing files skipped under ignoreMissingFiles.
+func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, flags map[string]bool) (changes []scm.FileChange, changed, skipped []string, err error) {
+	opts := fileedit.Options{IgnoreMissingValues: flags["ignoreMissingValues"]}
+	for _, e := range edits {
+		f, err := fileedit.FormatFor(e.path)
+		if err != nil {
+			return nil, nil, nil, Terminal(err)
+		}
+		cur, err := p.ReadFile(ctx, r, ref, e.path)
+		var out []byte
+		differs := false
+		switch {
+		case errors.Is(err, scm.ErrNotFound):
+			if flags["ignoreMissingFiles"] {
+				skipped = append(skipped, e.path)
+				continue
+			}
+			if out, err = fileedit.Create(f, e.changes, opts); err != nil {
+				return nil, nil, nil, Terminalf("%s: %w", e.path, err)
+			}
+			differs = true
+			sc.Log.Info("file does not exist; creating it", "file", e.path)
+		case err != nil:
+			return nil, nil, nil, classify(err, fmt.Sprintf("read %s@%s of %s", e.path, ref, r))
+		default:
+			if out, differs, err = fileedit.Apply(f, cur, e.changes, opts); err != nil {
+				return nil, nil, nil, Terminalf("%s: %w", e.path, err)
+			}
+		}
+		if differs {
+			changes = append(changes, scm.FileChange{Path: e.path, Content: out})
+			changed = append(changed, e.path)
+		}
+	}
+	return changes, changed, skipped, nil
 }
 
 // editsOutput records what the step set, so MergePR can rebuild the branch on a base that

@@ -152,16 +152,8 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 	if len(in.Changes) == 0 {
 		return "", d.wrap(op, repo, nil, fmt.Errorf("%w: Bitbucket's /src API cannot create a commit without file changes", scm.ErrNotSupported))
 	}
-	// Fail early with a clear message; the parents field is what really guards the write.
-	head, err := d.Branch(ctx, repo, in.Branch)
-	switch {
-	case errors.Is(err, scm.ErrNotFound):
-	case err != nil:
-		return "", err
-	case head.SHA != in.Parent:
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at the expected parent %s", in.Branch, head.SHA, in.Parent)}}
-	}
+	// No lookup first: the parents field guards the write (an existing branch must be at
+	// in.Parent, else 409), and a missing branch is created at in.Parent.
 	form := url.Values{}
 	for _, c := range in.Changes {
 		name := c.Path
@@ -186,7 +178,7 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 		var st *statusError
 		if errors.As(err, &st) && st.code == http.StatusConflict {
 			return "", &scm.Error{Provider: Name, Op: op, Repo: repo, Status: st.code,
-				Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s moved away from %s: %s", in.Branch, in.Parent, d.bodyMessage(st.code, st.body))}}
+				Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s exists and is not at the expected parent %s: %s", in.Branch, in.Parent, d.bodyMessage(st.code, st.body))}}
 		}
 		return "", d.wrap(op, repo, nil, err)
 	}

@@ -231,7 +231,9 @@ func (d *Driver) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*scm.
 		return nil, d.wrap(op, repo, nil, fmt.Errorf("unexpected create response: %v", err))
 	}
 	d.log.Info("bitbucket PR opened", "repo", string(repo), "id", pr.ID, "head", in.Head, "base", in.Base)
-	return d.complete(ctx, repo, &pr)
+	// A PR just opened: its mergeability is left unknown (GetPR works it out) rather than
+	// paying for a merge preview nobody asked for.
+	return d.expand(ctx, repo, convertPR(&pr))
 }
 
 // complete converts a PR, expands Bitbucket's 12-character hashes to full SHAs and, for an open
@@ -251,6 +253,11 @@ func (d *Driver) complete(ctx context.Context, repo scm.Repo, pr *apiPR) (*scm.P
 			out.Mergeability = scm.MergeClean
 		}
 	}
+	return d.expand(ctx, repo, out)
+}
+
+// expand replaces Bitbucket's 12-character hashes in the PR by full SHAs.
+func (d *Driver) expand(ctx context.Context, repo scm.Repo, out *scm.PullRequest) (*scm.PullRequest, error) {
 	for _, h := range []*string{&out.HeadSHA, &out.MergeSHA} {
 		if *h != "" && len(*h) < 40 {
 			c, err := d.commit(ctx, repo, *h)
@@ -261,6 +268,11 @@ func (d *Driver) complete(ctx context.Context, repo scm.Repo, pr *apiPR) (*scm.P
 		}
 	}
 	return out, nil
+}
+
+// sameCommit compares a full SHA with a hash Bitbucket may have shortened to 12 characters.
+func sameCommit(full, short string) bool {
+	return short != "" && len(short) >= 12 && strings.HasPrefix(full, short)
 }
 
 func (d *Driver) getPR(ctx context.Context, repo scm.Repo, number int) (*apiPR, error) {
@@ -326,24 +338,26 @@ func (d *Driver) MergePR(ctx context.Context, repo scm.Repo, number int, in scm.
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
 	}
-	pr, err := d.GetPR(ctx, repo, number)
+	// One read for the guard: the PR's short head hash is compared with in.SHA as a prefix.
+	raw, err := d.getPR(ctx, repo, number)
 	if err != nil {
 		return nil, err
 	}
+	state, head := prState(raw.State), raw.Source.hash()
 	switch {
-	case pr.State == scm.PRMerged && (in.SHA == "" || pr.HeadSHA == in.SHA):
-		return pr, nil
-	case in.SHA != "" && pr.HeadSHA != in.SHA:
+	case state == scm.PRMerged && (in.SHA == "" || sameCommit(in.SHA, head)):
+		return d.complete(ctx, repo, raw)
+	case in.SHA != "" && !sameCommit(in.SHA, head):
 		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("head is %s, not the expected %s", pr.HeadSHA, in.SHA)}}
-	case pr.State == scm.PRClosed:
+			Err: &scm.ConflictError{Msg: fmt.Sprintf("head is %s, not the expected %s", head, in.SHA)}}
+	case state == scm.PRClosed:
 		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo, Err: &scm.NotMergeableError{Msg: "the pull request is declined"}}
 	}
 	cl, err := d.call(ctx, false)
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
 	}
-	_, err = cl.c.Repositories.PullRequests.Merge(&bb.PullRequestsOptions{
+	v, err := cl.c.Repositories.PullRequests.Merge(&bb.PullRequestsOptions{
 		Owner: ws, RepoSlug: slug, ID: strconv.Itoa(number), MergeStrategy: strategy,
 		Message: in.Message, CloseSourceBranch: in.DeleteBranch,
 	})
@@ -369,18 +383,33 @@ func (d *Driver) MergePR(ctx context.Context, repo scm.Repo, number int, in scm.
 		}
 		return nil, se
 	}
-	merged, err := d.GetPR(ctx, repo, number)
-	if err != nil {
-		return nil, err
+	// A finished merge answers with the merged PR (200); 202 means Bitbucket still merges
+	// (large PRs merge asynchronously) and a later read sees the result.
+	var done apiPR
+	if derr := decode(v, &done); derr != nil || done.ID != number || prState(done.State) != scm.PRMerged || done.MergeCommit == nil {
+		cur, gerr := d.getPR(ctx, repo, number)
+		if gerr != nil {
+			return nil, gerr
+		}
+		done = *cur
 	}
-	if merged.State != scm.PRMerged {
-		// 202: Bitbucket merges large PRs asynchronously; asking again later sees the result.
+	if prState(done.State) != scm.PRMerged || done.MergeCommit == nil {
 		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo, Status: http.StatusAccepted,
 			Err: &transientError{msg: "Bitbucket is still merging the pull request"}}
 	}
-	if in.SHA != "" && merged.HeadSHA != in.SHA {
+	headSHA := in.SHA
+	if headSHA == "" {
+		headSHA = done.Source.hash()
+	}
+	merged, err := d.expand(ctx, repo, &scm.PullRequest{Number: done.ID, Title: done.Title, State: scm.PRMerged,
+		Head: done.Source.Branch.Name, Base: done.Destination.Branch.Name, HeadSHA: headSHA, MergeSHA: done.MergeCommit.Hash,
+		URL: done.Links.HTML.Href})
+	if err != nil {
+		return nil, err
+	}
+	if in.SHA != "" && !sameCommit(in.SHA, done.Source.hash()) {
 		d.log.Warn("bitbucket PR head moved between the SHA check and the merge", "repo", string(repo), "id", number,
-			"expected", in.SHA, "merged", merged.HeadSHA)
+			"expected", in.SHA, "merged", done.Source.hash())
 	}
 	d.log.Info("bitbucket PR merged", "repo", string(repo), "id", number, "strategy", string(strategy), "sha", merged.MergeSHA)
 	return merged, nil

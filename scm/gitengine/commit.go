@@ -28,7 +28,11 @@ type CommitRequest struct {
 	// scm.CommitInput.Parent): if Branch moved, Commit fails with an error matching
 	// scm.ErrConflict and writes nothing, without retrying. Without Parent, a lost race is
 	// retried on the new head with the edits re-applied.
-	Parent  string
+	Parent string
+	// Replace, when set (with Parent), is the commit Branch must point at now; the new commit,
+	// made on Parent, then replaces it although that is no fast-forward: a guarded push like
+	// git push --force-with-lease=Branch:Replace. A branch that moved fails with scm.ErrConflict.
+	Replace string
 	Message string
 	Author  scm.Signature
 	// Committer defaults to the engine's committer, then to Author.
@@ -61,6 +65,8 @@ func (r CommitRequest) validate() error {
 		return errors.New("author name and email are required")
 	case len(r.Changes) == 0 && r.Edit == nil && !r.AllowEmpty:
 		return errors.New("no changes and no edit function")
+	case r.Replace != "" && r.Parent == "":
+		return errors.New("replace needs the parent to build on")
 	}
 	if err := ValidateBranchName(r.Branch); err != nil {
 		return err
@@ -109,7 +115,18 @@ func (w *Workspace) commitOnce(ctx context.Context, req CommitRequest, res *Comm
 	branchRef := "refs/heads/" + req.Branch
 	head, exists := refs[branchRef]
 	start := head
+	replace := exists && req.Replace != ""
+	if replace && head != req.Replace {
+		return w.e.redact(fmt.Errorf("gitengine: commit to %s: branch is at %s, not at %s which was to be replaced: %w",
+			req.Branch, short(head), short(req.Replace), scm.ErrConflict))
+	}
 	switch {
+	case replace:
+		// Built on Parent like a new branch; the push below replaces head (Old = head).
+		start = req.Parent
+		if err := w.fetchParent(ctx, refs, req); err != nil {
+			return err
+		}
 	case exists && req.Parent != "" && head != req.Parent:
 		return w.e.redact(fmt.Errorf("gitengine: commit to %s: branch is at %s, not at parent %s: %w",
 			req.Branch, short(head), short(req.Parent), scm.ErrConflict))
@@ -128,11 +145,7 @@ func (w *Workspace) commitOnce(ctx context.Context, req CommitRequest, res *Comm
 		start = head
 	case req.Parent != "":
 		start = req.Parent
-		var within []string
-		if req.Base != "" {
-			within = []string{req.Base}
-		}
-		if err := w.FetchCommit(ctx, refs, req.Parent, within...); err != nil {
+		if err := w.fetchParent(ctx, refs, req); err != nil {
 			return err
 		}
 	case req.Base != "":
@@ -193,6 +206,15 @@ func (w *Workspace) commitOnce(ctx context.Context, req CommitRequest, res *Comm
 	}
 	res.SHA, res.Created = sha, !exists
 	return nil
+}
+
+// fetchParent makes req.Parent available, looking for it on req.Base when that is set.
+func (w *Workspace) fetchParent(ctx context.Context, refs map[string]string, req CommitRequest) error {
+	var within []string
+	if req.Base != "" {
+		within = []string{req.Base}
+	}
+	return w.FetchCommit(ctx, refs, req.Parent, within...)
 }
 
 // FetchCommit makes sha available: with depth 1 when it is the head of some remote ref (refs

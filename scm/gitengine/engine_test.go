@@ -433,3 +433,49 @@ func TestCommitFirstCommitOfEmptyRepository(t *testing.T) {
 		t.Fatalf("got %q, %+v", got, res)
 	}
 }
+
+// TestCommitReplaceMovesBranchOffItsHistory rebuilds a feature branch on a main that moved: the
+// branch ends at a commit whose only parent is the new main head (no fast-forward), and only
+// while it still is at the commit to replace.
+func TestCommitReplaceMovesBranchOffItsHistory(t *testing.T) {
+	f := newFixture(t, seed)
+	ctx := ctxT(t)
+	base := f.head(t, "main")
+	first, err := f.engine.Commit(ctx, f.url, CommitRequest{Branch: "feature", Parent: base, Message: "mine", Author: bot,
+		Changes: []scm.FileChange{{Path: "envs/dev/config.json", Content: []byte("{\n  \"image\": \"v2\"\n}\n")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := f.srv.Commit("acme", "deploy", "main", map[string]string{"other.txt": "x"}, nil, "someone else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := CommitRequest{Branch: "feature", Parent: moved, Replace: first.SHA, Message: "mine, rebuilt", Author: bot,
+		Changes: []scm.FileChange{{Path: "envs/dev/config.json", Content: []byte("{\n  \"image\": \"v3\"\n}\n")}}}
+	res, err := f.engine.Commit(ctx, f.url, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.srv.GetCommit("acme", "deploy", res.SHA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.head(t, "feature") != res.SHA || len(c.Parents) != 1 || c.Parents[0] != moved {
+		t.Fatalf("feature at %s (want %s) with parents %v (want [%s])", f.head(t, "feature"), res.SHA, c.Parents, moved)
+	}
+	if f.read(t, "feature", "other.txt") != "x" || !strings.Contains(f.read(t, "feature", "envs/dev/config.json"), "v3") {
+		t.Fatal("rebuilt branch lacks the new base or the edit")
+	}
+	// The same request again: the branch is no longer at first.SHA, so nothing is replaced.
+	req.Changes[0].Content = []byte("{\n  \"image\": \"v4\"\n}\n")
+	if _, err := f.engine.Commit(ctx, f.url, req); !errors.Is(err, scm.ErrConflict) {
+		t.Fatalf("replace of a moved branch: %v, want ErrConflict", err)
+	}
+	if f.head(t, "feature") != res.SHA {
+		t.Fatal("a stale replace moved the branch")
+	}
+	if _, err := f.engine.Commit(ctx, f.url, CommitRequest{Branch: "feature", Replace: res.SHA, Message: "m", Author: bot,
+		Changes: req.Changes}); err == nil || !strings.Contains(err.Error(), "replace needs the parent") {
+		t.Fatalf("replace without parent: %v", err)
+	}
+}

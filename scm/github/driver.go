@@ -32,6 +32,7 @@ type Driver struct {
 	app     *ghinstallation.Transport // nil with token auth
 	secrets []string
 	log     *slog.Logger
+	trees   treeCache // commit SHA → tree SHA of commits seen
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"unicode/utf8"
 
@@ -14,7 +15,9 @@ import (
 	"github.com/prflow/prflow/scm/transport"
 )
 
-// Branch returns a branch head; ErrNotFound when the branch does not exist.
+// Branch returns a branch head; ErrNotFound when the branch does not exist. It reads the
+// branch endpoint rather than the ref because its answer also names the head commit's tree,
+// which Commit then needs no extra call for (see trees).
 func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Ref, error) {
 	op := "get branch " + name
 	owner, rname, err := splitRepo(repo)
@@ -24,16 +27,28 @@ func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Re
 	if err := scm.CheckBranch(name); err != nil {
 		return scm.Ref{}, d.wrap(op, repo, nil, err)
 	}
-	ref, resp, err := d.client.Git.GetRef(ctx, owner, rname, "heads/"+name)
+	// Through Client.Do (not RepositoriesService.GetBranch, which skips the client's error
+	// and rate-limit handling).
+	req, err := d.client.NewRequest(http.MethodGet, fmt.Sprintf("repos/%s/%s/branches/%s", owner, rname, url.PathEscape(name)), nil)
+	if err != nil {
+		return scm.Ref{}, d.wrap(op, repo, nil, err)
+	}
+	var b gh.Branch
+	resp, err := d.client.Do(ctx, req, &b)
 	if err != nil {
 		return scm.Ref{}, d.wrap(op, repo, resp, err)
 	}
-	// GET /git/ref/ can answer a prefix match with a list; only an exact ref counts.
-	if ref.GetRef() != "refs/heads/"+name {
+	// GitHub redirects a renamed branch to its new name; only the exact name counts.
+	if b.GetName() != name {
 		return scm.Ref{}, &scm.Error{Provider: Name, Op: op, Repo: repo, Status: http.StatusNotFound,
-			Err: fmt.Errorf("%w: no branch %s", scm.ErrNotFound, name)}
+			Err: fmt.Errorf("%w: no branch %s (GitHub answered for %q)", scm.ErrNotFound, name, b.GetName())}
 	}
-	return scm.Ref{Name: name, SHA: ref.GetObject().GetSHA()}, nil
+	sha := b.GetCommit().GetSHA()
+	if sha == "" {
+		return scm.Ref{}, d.wrap(op, repo, resp, errors.New("the answer names no head commit"))
+	}
+	d.trees.put(sha, b.GetCommit().GetCommit().GetTree().GetSHA())
+	return scm.Ref{Name: name, SHA: sha}, nil
 }
 
 // CreateBranch creates name at sha. It succeeds when the branch already points at sha and
@@ -95,8 +110,13 @@ func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) e
 }
 
 // Commit writes in.Changes as one commit through the Git Data API: the new tree is built on
-// Parent's tree, the commit gets Parent as its only parent, and the branch moves with a
-// non-forced update, so a branch that moved since Parent is never overwritten (ErrConflict).
+// Parent's tree, the commit gets Parent as its only parent, and only then does the branch move,
+// so a branch that moved since Parent is never overwritten (ErrConflict).
+//
+// Without Replace the branch is first assumed new: the ref is created pointing at the new
+// commit (one call instead of a lookup, a create and an update). When it exists, it is read
+// and moved by a non-forced update only if it is still at Parent. With Replace the branch is
+// checked to be at Replace first and then force-moved.
 func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) (string, error) {
 	op := "commit to " + in.Branch
 	owner, rname, err := splitRepo(repo)
@@ -106,25 +126,79 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 	if err := scm.CheckCommitInput(in); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
-	exists := true
-	head, err := d.Branch(ctx, repo, in.Branch)
-	switch {
-	case errors.Is(err, scm.ErrNotFound):
-		exists = false
-	case err != nil:
-		return "", err
-	case in.Replace != "" && head.SHA != in.Replace:
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at %s which was to be replaced", in.Branch, head.SHA, in.Replace)}}
-	case in.Replace == "" && head.SHA != in.Parent:
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at the expected parent %s", in.Branch, head.SHA, in.Parent)}}
+	replace := in.Replace != ""
+	if replace {
+		head, err := d.Branch(ctx, repo, in.Branch)
+		switch {
+		case errors.Is(err, scm.ErrNotFound):
+			replace = false // gone: created below like a new branch
+		case err != nil:
+			return "", err
+		case head.SHA != in.Replace:
+			return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
+				Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at %s which was to be replaced", in.Branch, head.SHA, in.Replace)}}
+		}
 	}
-	parent, resp, err := d.client.Git.GetCommit(ctx, owner, rname, in.Parent)
+	sha, err := d.createCommit(ctx, repo, op, in)
 	if err != nil {
-		return "", d.wrap(op+": get parent commit "+in.Parent, repo, resp, err)
+		return "", err
 	}
-	treeSHA := parent.GetTree().GetSHA()
+	ref := &gh.Reference{Ref: str("refs/heads/" + in.Branch), Object: &gh.GitObject{SHA: str(sha)}}
+	if replace {
+		// Moves the branch off its history; it was checked to be at in.Replace above.
+		if _, resp, err := d.client.Git.UpdateRef(ctx, owner, rname, ref, true); err != nil {
+			return "", d.wrap(op+": force-update ref", repo, resp, err)
+		}
+		d.log.Info("github branch rebuilt", "repo", string(repo), "branch", in.Branch, "sha", sha, "replaced", in.Replace)
+		return sha, nil
+	}
+	_, resp, err := d.client.Git.CreateRef(transport.Guarded(ctx), owner, rname, ref)
+	switch {
+	case err == nil:
+	case !alreadyExists(resp, err):
+		return "", d.wrap(op+": create ref", repo, resp, err)
+	default:
+		cur, gerr := d.Branch(ctx, repo, in.Branch)
+		if gerr != nil {
+			return "", gerr
+		}
+		switch cur.SHA {
+		case sha:
+			// Our own create, replayed after a lost response.
+		case in.Parent:
+			// Non-forced: GitHub refuses it if the branch moved after we read it.
+			if _, resp, err := d.client.Git.UpdateRef(ctx, owner, rname, ref, false); err != nil {
+				if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
+					return "", &scm.Error{Provider: Name, Op: op + ": update ref", Repo: repo, Status: resp.StatusCode,
+						Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s moved away from %s during the commit", in.Branch, in.Parent)}}
+				}
+				return "", d.wrap(op+": update ref", repo, resp, err)
+			}
+		default:
+			return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
+				Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at the expected parent %s", in.Branch, cur.SHA, in.Parent)}}
+		}
+	}
+	d.log.Info("github commit created", "repo", string(repo), "branch", in.Branch, "sha", sha, "files", len(in.Changes))
+	return sha, nil
+}
+
+// createCommit makes the tree and commit objects of in (not reachable from any branch yet).
+// Git objects are content-addressed, so replaying their creation is harmless.
+func (d *Driver) createCommit(ctx context.Context, repo scm.Repo, op string, in scm.CommitInput) (string, error) {
+	owner, rname, err := splitRepo(repo)
+	if err != nil {
+		return "", d.wrap(op, repo, nil, err)
+	}
+	treeSHA, ok := d.trees.get(in.Parent)
+	if !ok {
+		parent, resp, err := d.client.Git.GetCommit(ctx, owner, rname, in.Parent)
+		if err != nil {
+			return "", d.wrap(op+": get parent commit "+in.Parent, repo, resp, err)
+		}
+		treeSHA = parent.GetTree().GetSHA()
+		d.trees.put(in.Parent, treeSHA)
+	}
 	if len(in.Changes) > 0 {
 		entries := make([]*gh.TreeEntry, 0, len(in.Changes))
 		for _, c := range in.Changes {
@@ -145,7 +219,6 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 			}
 			entries = append(entries, e)
 		}
-		// Git objects are content-addressed: replaying their creation is harmless.
 		tree, resp, err := d.client.Git.CreateTree(transport.Guarded(ctx), owner, rname, treeSHA, entries)
 		if err != nil {
 			return "", d.wrap(op+": create tree", repo, resp, err)
@@ -164,34 +237,8 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 	if err != nil {
 		return "", d.wrap(op+": create commit", repo, resp, err)
 	}
-	sha := created.GetSHA()
-	ref := &gh.Reference{Ref: str("refs/heads/" + in.Branch), Object: &gh.GitObject{SHA: str(sha)}}
-	if exists {
-		// Replace moves the branch off its history; it was checked to be at in.Replace above.
-		_, resp, err = d.client.Git.UpdateRef(ctx, owner, rname, ref, in.Replace != "")
-		if err != nil {
-			if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
-				// "Update is not a fast forward": the branch moved after we read it.
-				return "", &scm.Error{Provider: Name, Op: op + ": update ref", Repo: repo, Status: resp.StatusCode,
-					Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s moved away from %s during the commit", in.Branch, in.Parent)}}
-			}
-			return "", d.wrap(op+": update ref", repo, resp, err)
-		}
-	} else {
-		_, resp, err = d.client.Git.CreateRef(transport.Guarded(ctx), owner, rname, ref)
-		if err != nil {
-			if alreadyExists(resp, err) {
-				if cur, gerr := d.Branch(ctx, repo, in.Branch); gerr == nil && cur.SHA == sha {
-					return sha, nil // our own create, replayed after a lost response
-				}
-				return "", &scm.Error{Provider: Name, Op: op + ": create ref", Repo: repo, Status: resp.StatusCode,
-					Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s was created by someone else during the commit", in.Branch)}}
-			}
-			return "", d.wrap(op+": create ref", repo, resp, err)
-		}
-	}
-	d.log.Info("github commit created", "repo", string(repo), "branch", in.Branch, "sha", sha, "files", len(in.Changes))
-	return sha, nil
+	d.trees.put(created.GetSHA(), treeSHA)
+	return created.GetSHA(), nil
 }
 
 // Revert undoes in.SHA file by file (scm.PlanRevert over the contents API) and commits the

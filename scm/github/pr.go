@@ -166,16 +166,23 @@ func (d *Driver) MergePR(ctx context.Context, repo scm.Repo, number int, in scm.
 		}
 		d.log.Info("github PR was already merged", "repo", string(repo), "number", number, "sha", pr.MergeSHA)
 	} else {
-		if pr, err = d.GetPR(ctx, repo, number); err != nil {
-			return nil, err
-		}
-		pr.State = scm.PRMerged
-		if res.GetSHA() != "" {
-			pr.MergeSHA = res.GetSHA()
+		// The merge answer carries the merge commit: no need to read the PR again, unless the
+		// source branch is to be deleted and the caller did not name it.
+		pr = &scm.PullRequest{Number: number, State: scm.PRMerged, MergeSHA: res.GetSHA(), HeadSHA: in.SHA, Head: in.Head}
+		if pr.MergeSHA == "" || (in.DeleteBranch && pr.Head == "") {
+			full, err := d.GetPR(ctx, repo, number)
+			if err != nil {
+				return nil, err
+			}
+			full.State = scm.PRMerged
+			if pr.MergeSHA != "" {
+				full.MergeSHA = pr.MergeSHA
+			}
+			pr = full
 		}
 		d.log.Info("github PR merged", "repo", string(repo), "number", number, "method", string(method), "sha", pr.MergeSHA)
 	}
-	if in.DeleteBranch {
+	if in.DeleteBranch && pr.Head != "" {
 		if err := d.DeleteBranch(ctx, repo, pr.Head); err != nil && !errors.Is(err, scm.ErrNotFound) {
 			d.log.Warn("github: delete merged branch failed", "repo", string(repo), "branch", pr.Head, "err", err.Error())
 		}
@@ -202,7 +209,8 @@ func (d *Driver) mergeError(ctx context.Context, op string, repo scm.Repo, numbe
 			return nil, e
 		}
 		// Already merged (a redelivered job) is success; closed is a clear refusal.
-		if pr, gerr := d.GetPR(ctx, repo, number); gerr == nil {
+		pr, gerr := d.GetPR(ctx, repo, number)
+		if gerr == nil {
 			switch {
 			case pr.State == scm.PRMerged && (in.SHA == "" || pr.HeadSHA == in.SHA):
 				return pr, nil
@@ -215,8 +223,8 @@ func (d *Driver) mergeError(ctx context.Context, op string, repo scm.Repo, numbe
 			}
 		}
 		nm := &scm.NotMergeableError{Msg: msg}
-		if lower := strings.ToLower(msg); strings.Contains(lower, "not mergeable") || strings.Contains(lower, "can't be rebased") {
-			nm.Files = d.conflictFiles(ctx, repo, number)
+		if lower := strings.ToLower(msg); gerr == nil && (strings.Contains(lower, "not mergeable") || strings.Contains(lower, "can't be rebased")) {
+			nm.Files = d.conflictFiles(ctx, repo, pr.Base, pr.HeadSHA)
 		}
 		e.Err = nm
 		return nil, e
@@ -227,16 +235,11 @@ func (d *Driver) mergeError(ctx context.Context, op string, repo scm.Repo, numbe
 // conflictFiles names the files a refused merge conflicts on, best effort: GitHub does not
 // say, so they are the files both the PR and its base changed since their merge base, to
 // different contents (compared by blob SHA). Errors leave the list empty.
-func (d *Driver) conflictFiles(ctx context.Context, repo scm.Repo, number int) []string {
+func (d *Driver) conflictFiles(ctx context.Context, repo scm.Repo, base, head string) []string {
 	owner, name, err := splitRepo(repo)
-	if err != nil {
+	if err != nil || base == "" || head == "" {
 		return nil
 	}
-	pr, _, err := d.client.PullRequests.Get(ctx, owner, name, number)
-	if err != nil {
-		return nil
-	}
-	base, head := pr.GetBase().GetRef(), pr.GetHead().GetSHA()
 	ours, _, err := d.client.Repositories.CompareCommits(ctx, owner, name, base, head, &gh.ListOptions{PerPage: 100})
 	if err != nil || ours.GetMergeBaseCommit().GetSHA() == "" {
 		return nil

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
+	"sync"
 
 	gl "gitlab.com/gitlab-org/api/client-go"
 
@@ -52,12 +54,14 @@ func (d *Driver) stat(ctx context.Context, repo scm.Repo, op, ref, path string) 
 			// client-go drops 404 bodies, so "404 File Not Found" and "404 Project Not
 			// Found" look alike: a readable ref means the file is what is missing.
 			if _, _, cerr := d.client.Commits.GetCommit(pid, ref, nil, gl.WithContext(ctx)); cerr == nil {
+				d.metas.put(repo, ref, path, fileMeta{})
 				return fileMeta{}, nil
 			}
 		}
 		return fileMeta{}, werr
 	}
 	m := fileMeta{exists: true, lastCommitID: f.LastCommitID}
+	d.metas.put(repo, ref, path, m)
 	switch f.Encoding {
 	case "base64":
 		if m.data, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
@@ -69,6 +73,59 @@ func (d *Driver) stat(ctx context.Context, repo scm.Repo, op, ref, path string) 
 		return fileMeta{}, d.wrap(op, repo, nil, fmt.Errorf("unknown content encoding %q", f.Encoding))
 	}
 	return m, nil
+}
+
+// metaAt is stat for a commit's parent: a file read at that commit earlier (the step reads
+// every file it edits at the commit it builds on) needs no second request, because what a
+// commit holds never changes.
+func (d *Driver) metaAt(ctx context.Context, repo scm.Repo, op, commit, path string) (fileMeta, error) {
+	if m, ok := d.metas.get(repo, commit, path); ok {
+		return m, nil
+	}
+	return d.stat(ctx, repo, op, commit, path)
+}
+
+// metaCache remembers, per repo, commit SHA and path, whether the file exists and its
+// last_commit_id (not its content). Only full SHAs are cached: branch names move. Bounded: when
+// full it starts over, which only costs a request.
+type metaCache struct {
+	mu sync.Mutex
+	m  map[string]fileMeta
+}
+
+const metaCacheSize = 4096
+
+func metaKey(repo scm.Repo, ref, path string) (string, bool) {
+	if !fullSHA.MatchString(ref) {
+		return "", false
+	}
+	return string(repo) + "\x00" + ref + "\x00" + path, true
+}
+
+var fullSHA = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+func (c *metaCache) put(repo scm.Repo, ref, path string, m fileMeta) {
+	k, ok := metaKey(repo, ref, path)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= metaCacheSize {
+		c.m = make(map[string]fileMeta)
+	}
+	c.m[k] = fileMeta{exists: m.exists, lastCommitID: m.lastCommitID}
+}
+
+func (c *metaCache) get(repo scm.Repo, ref, path string) (fileMeta, bool) {
+	k, ok := metaKey(repo, ref, path)
+	if !ok {
+		return fileMeta{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.m[k]
+	return m, ok
 }
 
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

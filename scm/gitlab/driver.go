@@ -31,6 +31,7 @@ type Driver struct {
 	client  *gl.Client
 	secrets []string
 	log     *slog.Logger
+	metas   metaCache // files seen at commits, for commit actions
 }
 
 var (

@@ -114,7 +114,8 @@ func TestCommitGuards(t *testing.T) {
 	if !errors.Is(err, scm.ErrNotSupported) {
 		t.Errorf("empty commit: %v", err)
 	}
-	// Stale parent: refused before any write.
+	// Stale parent: refused, nothing written (the commit first tries to create the branch,
+	// which GitLab refuses because it exists; then the head is found not at the parent).
 	f.fake.ResetCalls()
 	_, err = f.d.Commit(ctx, testRepo, scm.CommitInput{Branch: "feature", Parent: f.head, Message: "stale",
 		Changes: []scm.FileChange{{Path: "apps/web/values.yaml", Content: []byte("image: v9\n")}}})
@@ -122,9 +123,12 @@ func TestCommitGuards(t *testing.T) {
 		t.Fatalf("stale parent: %v", err)
 	}
 	for _, call := range f.fake.Calls() {
-		if call.Method == http.MethodPost {
+		if call.Method == http.MethodPost && call.Status < 300 {
 			t.Errorf("a stale commit still wrote: %+v", call)
 		}
+	}
+	if head, err := f.d.Branch(ctx, testRepo, "feature"); err != nil || head.SHA != sha {
+		t.Errorf("feature moved to %s (%v) after a refused commit", head.SHA, err)
 	}
 	if got := read(t, f, "feature", "apps/web/values.yaml"); got != "image: v2\n" {
 		t.Errorf("web = %q", got)

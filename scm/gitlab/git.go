@@ -102,6 +102,15 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 	if err := scm.CheckCommitInput(in); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
+	if in.Replace == "" {
+		// First assume the branch is new: the commit creates it from start_sha = Parent, and
+		// GitLab refuses when it exists ("A branch called ... already exists"); only then is
+		// the branch read, and committed on with the last_commit_id guards if it is at Parent.
+		sha, err := d.commitActions(ctx, repo, in, false)
+		if err == nil || !branchExists(err) {
+			return sha, err
+		}
+	}
 	exists := true
 	head, err := d.Branch(ctx, repo, in.Branch)
 	switch {
@@ -133,7 +142,7 @@ func (d *Driver) commitActions(ctx context.Context, repo scm.Repo, in scm.Commit
 	}
 	actions := make([]*gl.CommitActionOptions, 0, len(in.Changes))
 	for _, c := range in.Changes {
-		m, err := d.stat(ctx, repo, fmt.Sprintf("%s: read %s@%s", op, c.Path, in.Parent), in.Parent, c.Path)
+		m, err := d.metaAt(ctx, repo, fmt.Sprintf("%s: read %s@%s", op, c.Path, in.Parent), in.Parent, c.Path)
 		if err != nil {
 			return "", err
 		}
@@ -194,6 +203,13 @@ func (d *Driver) commitActions(ctx context.Context, repo scm.Repo, in scm.Commit
 }
 
 // isStaleWrite recognises GitLab's answers when the optimistic checks fail.
+// branchExists tells the refusal of a commit that was to create its branch because the branch
+// exists (commitActions wraps it as a conflict).
+func branchExists(err error) bool {
+	var ce *scm.ConflictError
+	return errors.As(err, &ce) && strings.Contains(strings.ToLower(ce.Msg), "a branch called")
+}
+
 func (d *Driver) isStaleWrite(err error) bool {
 	msg := strings.ToLower(d.errText(err))
 	for _, s := range []string{

@@ -125,22 +125,21 @@ func (p *Provider) DeleteBranch(ctx context.Context, repo scm.Repo, name string)
 
 // Commit writes in.Changes as one commit on in.Branch, which must be at in.Parent (when set);
 // a missing branch is created from in.Parent. Like the forges' commit APIs it commits even when
-// the tree does not change.
+// the tree does not change. With in.Replace the branch must be at in.Replace and is moved to
+// the new commit by a compare-and-swap push (force-with-lease), which git allows unless the
+// remote sets receive.denyNonFastForwards (then the push is refused and nothing changes).
 func (p *Provider) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) (string, error) {
 	op := "commit to " + in.Branch
 	url, err := p.repoURL(repo)
 	if err != nil {
 		return "", p.fail(repo, op, err)
 	}
-	if in.Replace != "" {
-		return "", p.fail(repo, op, fmt.Errorf("%w: the local driver does not move a branch off its history", scm.ErrNotSupported))
-	}
 	author := in.Author
 	if author.Name == "" || author.Email == "" {
 		author = p.identity
 	}
 	res, err := p.engine.Commit(ctx, url, gitengine.CommitRequest{
-		Branch: in.Branch, Parent: in.Parent, Message: in.Message, Author: author, Committer: p.identity,
+		Branch: in.Branch, Parent: in.Parent, Replace: in.Replace, Message: in.Message, Author: author, Committer: p.identity,
 		Changes: in.Changes, AllowEmpty: true,
 	})
 	if err != nil {

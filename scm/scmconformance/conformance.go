@@ -71,6 +71,7 @@ var cases = []testCase{
 	{"CommitMultiFile", testCommitMultiFile},
 	{"CommitCreatesBranchFromParent", testCommitCreatesBranch},
 	{"CommitStaleParent", testCommitStaleParent},
+	{"CommitReplace", testCommitReplace},
 	{"FindPRNone", testFindPRNone},
 	{"OpenGetFindPR", testOpenGetFindPR},
 	{"MergeMethods", testMergeMethods},
@@ -378,6 +379,43 @@ func testCommitStaleParent(t *testing.T, s *suite) {
 		t.Fatalf("%s = %q after a rejected commit", s.f1, got)
 	}
 	s.assertMissing(t, b, "conformance/stale.txt")
+}
+
+// testCommitReplace rebuilds a PR branch on a base that moved (CommitInput.Replace): the branch
+// ends at one new commit on the new base head, and a stale Replace changes nothing. A driver
+// that cannot do it must say ErrNotSupported and leave the branch alone.
+func testCommitReplace(t *testing.T, s *suite) {
+	const b = "conformance/replace"
+	s.branch(t, b)
+	old := s.commit(t, b, "first", change(s.f1, "first\n"))
+	moved := s.commit(t, s.Base, "base moves", change(s.f2, "moved\n"))
+	in := scm.CommitInput{Branch: b, Parent: moved, Replace: old, Message: "rebuilt", Author: s.Author,
+		Changes: []scm.FileChange{change(s.f1, "rebuilt\n")}}
+	sha, err := s.Provider.Commit(s.ctx, s.Repo, in)
+	if errors.Is(err, scm.ErrNotSupported) {
+		if got := s.head(t, b); got != old {
+			t.Fatalf("branch moved to %s although Replace is not supported", got)
+		}
+		t.Logf("%s: Replace is not supported: %v", s.Provider.Name(), err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("Commit with Replace: %v", err)
+	}
+	if got := s.head(t, b); got != sha || !shaRe.MatchString(sha) {
+		t.Fatalf("branch at %s, want the new commit %q", got, sha)
+	}
+	if s.read(t, b, s.f1) != "rebuilt\n" || s.read(t, b, s.f2) != "moved\n" {
+		t.Fatalf("rebuilt branch: %s = %q, %s = %q", s.f1, s.read(t, b, s.f1), s.f2, s.read(t, b, s.f2))
+	}
+	// Replace names the commit the branch must be at; it no longer is.
+	in.Changes = []scm.FileChange{change(s.f1, "stale\n")}
+	if _, err := s.Provider.Commit(s.ctx, s.Repo, in); !errors.Is(err, scm.ErrConflict) {
+		t.Fatalf("Commit with a stale Replace = %v, want ErrConflict", err)
+	}
+	if got := s.head(t, b); got != sha {
+		t.Fatalf("a stale Replace moved the branch to %s", got)
+	}
 }
 
 func testFindPRNone(t *testing.T, s *suite) {

@@ -270,7 +270,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	stepLog := slog.New(fanout{w.Log.Handler(), MaskHandler(pub, w.masker)}).With("run", job.Run, "stage", job.Stage, "step", job.Step)
 	sc := &steps.Context{
 		RunID: job.Run, Pipeline: job.Pipeline, Stage: job.Stage, StepID: job.Step, Type: job.Type,
-		Attempt: job.Attempt, Wake: job.Wake, WakeReason: job.WakeReason, Executor: job.Executor,
+		Attempt: job.Attempt, Delivery: delivered, Wake: job.Wake, WakeReason: job.WakeReason, Executor: job.Executor,
 		Inputs: job.Inputs, Env: job.Env, Priors: job.Priors, Memo: job.Memo, Signals: job.Signals,
 		Deadline: job.Deadline, Log: stepLog, Services: w.Services,
 	}
