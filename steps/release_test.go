@@ -14,6 +14,7 @@ import (
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/bitbucket"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/gitengine"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/gitlab"
@@ -21,17 +22,6 @@ import (
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
-
-// resolver maps connector names to providers, as the worker's connectors file does.
-type resolver map[string]scm.Provider
-
-func (r resolver) Provider(_ context.Context, name string) (scm.Provider, error) {
-	p, ok := r[name]
-	if !ok {
-		return nil, fmt.Errorf("no connector %q", name)
-	}
-	return p, nil
-}
 
 const valuesYAML = `# Helm values for the web service
 replicaCount: 2   # scaled by HPA in prod
@@ -105,7 +95,7 @@ func forges(t *testing.T) []forge {
 
 func env(t *testing.T, fg forge, workers int) *ctltest.Env {
 	return ctltest.New(t, ctltest.Options{Workers: workers, Concurrency: 8,
-		Services: map[string]any{steps.ServiceSCM: resolver{"release": fg.p}},
+		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": fg.p}},
 		Tuning:   queue.ConsumerTuning{AckWait: 5 * time.Second, MaxDeliver: 5}})
 }
 

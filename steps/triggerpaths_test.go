@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
@@ -47,7 +48,7 @@ func TestTriggerPathsStep(t *testing.T) {
 	}
 	run := func(in map[string]any) (steps.Result, error) {
 		sc := &steps.Context{RunID: "r1", Stage: "_trigger", StepID: "_paths", Type: steps.TypeTriggerPaths, Attempt: 1, Inputs: in,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: steps.NewServices(map[string]any{steps.ServiceSCM: resolver{"web": p}})}
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"web": p}})}
 		return def.New().Run(ctx, sc)
 	}
 	in := func(n int, paths ...any) map[string]any {
