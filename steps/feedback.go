@@ -3,6 +3,7 @@ package steps
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/prflow/prflow/scm"
 )
@@ -65,6 +66,11 @@ func requiredStrings(in map[string]any, names ...string) (map[string]string, err
 	return out, nil
 }
 
+// Sequencer records the newest step of an ordered sequence (worker.LeaseLocker implements it).
+type Sequencer interface {
+	Advance(ctx context.Context, key string, seq int) (bool, error)
+}
+
 // runCommitStatus sets one commit status: {connector, repo, sha, context, state, description,
 // targetUrl}. Setting the same status again is harmless on every forge.
 func runCommitStatus(ctx context.Context, sc *Context) (Result, error) {
@@ -80,6 +86,27 @@ func runCommitStatus(ctx context.Context, sc *Context) (Result, error) {
 	p, err := scmFor(ctx, sc, v["connector"])
 	if err != nil {
 		return Result{}, err
+	}
+	// A stage's pending and final statuses are separate jobs that two worker slots may run in
+	// either order. With an `order` (pending 1, final 2, …) they are written under one lock and a
+	// stale one is skipped, so a fast stage cannot end on "pending".
+	if order, _ := intInput(sc.Inputs["order"], "order", false); order > 0 {
+		key := strings.Join([]string{sc.RunID, v["repo"], v["sha"], v["context"]}, "/")
+		unlock, err := lock(ctx, sc, "status", key)
+		if err != nil {
+			return Result{}, err
+		}
+		defer unlock()
+		if seq, ok := sc.Services.Get(ServiceLocks).(Sequencer); ok {
+			current, err := seq.Advance(ctx, key, order)
+			if err != nil {
+				return Result{}, err
+			}
+			if !current {
+				sc.Log.Info("commit status skipped: a later one is already set", "context", v["context"], "state", v["state"])
+				return Done(map[string]any{"skipped": true}), nil
+			}
+		}
 	}
 	st := scm.Status{Context: v["context"], State: scm.StatusState(v["state"]), Description: desc, TargetURL: target}
 	if err := p.SetStatus(ctx, scm.Repo(v["repo"]), v["sha"], st); err != nil {

@@ -104,14 +104,17 @@ func (c *Controller) feedbackJobs(before *fbSnapshot, r *pipelines.Run) []*queue
 			default:
 				continue
 			}
-			step := "prflow-status-" + state
-			if sr.Status == pipelines.StRolledBack {
-				step = "prflow-status-rolledback"
+			step, order := "prflow-status-"+state, 2 // order: a worker skips a status older than one it set
+			switch {
+			case state == "pending":
+				order = 1
+			case sr.Status == pipelines.StRolledBack:
+				step, order = "prflow-status-rolledback", 3
 			}
 			jobs = append(jobs, &queue.Job{V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: sr.ID, Step: step,
 				Type: steps.TypeCommitStatus, Pool: pool, Attempt: 1, Executor: r.Executor, Connectors: []string{tr.Connector},
 				Inputs: map[string]any{"connector": tr.Connector, "repo": tr.Repo, "sha": tr.SHA, "context": "prflow/" + sr.ID,
-					"state": state, "description": clip(r.Pipeline+" "+sr.ID+": "+desc, 140), "targetUrl": f.RunURL(r.ID)}})
+					"state": state, "description": clip(r.Pipeline+" "+sr.ID+": "+desc, 140), "targetUrl": f.RunURL(r.ID), "order": order}})
 		}
 	}
 	if f.Comments {

@@ -2,9 +2,13 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/queue"
 )
@@ -28,4 +32,40 @@ func (l *LeaseLocker) Lock(ctx context.Context, key string) (func(), error) {
 		defer cancel()
 		_ = ls.Release(rctx)
 	}, nil
+}
+
+// Advance records seq as the newest step of the sequence called key and reports whether seq is
+// still current (no higher one was recorded). Jobs that may run out of order, such as a
+// stage's pending and final commit status, use it under a lock to skip a stale write. The
+// record lives in the locks bucket, so it is forgotten after the lease TTL.
+func (l *LeaseLocker) Advance(ctx context.Context, key string, seq int) (bool, error) {
+	k := queue.LeaseKey("seq", key)
+	for range 20 {
+		e, err := l.Leases.KV.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if _, err := l.Leases.KV.Create(ctx, k, []byte(strconv.Itoa(seq))); errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			} else if err != nil {
+				return false, err
+			}
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		cur, _ := strconv.Atoi(string(e.Value()))
+		if cur > seq {
+			return false, nil
+		}
+		if cur == seq {
+			return true, nil // a retry of the same write
+		}
+		if _, err := l.Leases.KV.Update(ctx, k, []byte(strconv.Itoa(seq)), e.Revision()); errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue
+		} else if err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("sequence %s: too many concurrent updates", key)
 }
