@@ -352,11 +352,11 @@ func waitStatuses(t *testing.T, f *scmtest.Forge, sha string, want map[string]st
 	}
 }
 
-// TestTriggeredPromotionGitHub is the whole path of examples/pipelines/on-merge.yaml: a signed
-// PR-merged webhook → a run → release PRs → merges → syncs (simulated agent) → healthy, with
-// prflow/<stage> statuses pending then success on the merge commit and a summary comment on
-// every release PR.
-func TestTriggeredPromotionGitHub(t *testing.T) {
+// onMergeEnv runs examples/pipelines/on-merge.yaml (after edit, when given) in a hook env: a
+// GitHub fake holding acme/web and the example release repo as acme/release, and a simulated
+// agent deploying the release repo.
+func onMergeEnv(t *testing.T, edit func(src []byte) []byte) (*hookEnv, *scmtest.GitHub, scm.Provider) {
+	t.Helper()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
 		t.Fatal(err)
@@ -372,6 +372,9 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if edit != nil {
+		src = edit(src)
+	}
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"examples/pipelines/on-merge.yaml": src}, 0)
 	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
@@ -384,6 +387,15 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return e, gh, ghp
+}
+
+// TestTriggeredPromotionGitHub is the whole path of examples/pipelines/on-merge.yaml: a signed
+// PR-merged webhook → a run → release PRs → merges → syncs (simulated agent) → healthy, with
+// prflow/<stage> statuses pending then success on the merge commit and a summary comment on
+// every release PR.
+func TestTriggeredPromotionGitHub(t *testing.T) {
+	e, gh, ghp := onMergeEnv(t, nil)
 
 	pr := mergedPR(t, gh.Forge, ghp)
 	req, err := scmtest.GitHubWebhookRequest(context.Background(), e.srv.URL+"/hooks/github", hookSecret,

@@ -4,18 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/deploy/simagent"
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -25,38 +19,13 @@ import (
 // PR-merged webhook for a PR changing src/app.txt and returns the finished run.
 func pathsPromotion(t *testing.T, paths string) (*hookEnv, *scmtest.GitHub, scmtest.PullRequest, *pipelines.Run) {
 	t.Helper()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := examples.FS.ReadFile("pipelines/on-merge.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const anchor = "      branches: [main]\n"
-	if !strings.Contains(string(src), anchor) {
-		t.Fatal("on-merge.yaml changed: no branches line in its trigger")
-	}
-	src = []byte(strings.Replace(string(src), anchor, anchor+"      paths: "+paths+"\n", 1))
-	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
-		map[string][]byte{"examples/pipelines/on-merge.yaml": src}, 0)
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
+	e, gh, ghp := onMergeEnv(t, func(src []byte) []byte {
+		const anchor = "      branches: [main]\n"
+		if !strings.Contains(string(src), anchor) {
+			t.Fatal("on-merge.yaml changed: no branches line in its trigger")
+		}
+		return []byte(strings.Replace(string(src), anchor, anchor+"      paths: "+paths+"\n", 1))
+	})
 
 	pr := mergedPR(t, gh.Forge, ghp) // changes src/app.txt
 	req, err := scmtest.GitHubWebhookRequest(context.Background(), e.srv.URL+"/hooks/github", hookSecret,
