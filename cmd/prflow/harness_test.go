@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/steps"
@@ -71,25 +67,7 @@ func TestServerRunsHarnessYAML(t *testing.T) {
 	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
 	tokens := filepath.Join(dir, "tokens.yaml")
 	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		root := newRoot()
-		root.SetArgs([]string{"server", "--tokens", tokens, "--listen", addr, "--data-dir", filepath.Join(dir, "nats"),
-			"--log-level", "warn", "--harness-map", fixtures + "map.yaml"})
-		done <- root.ExecuteContext(ctx)
-	}()
-	for i := 0; i < 200; i++ {
-		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && resp.StatusCode == 200 {
-			resp.Body.Close()
-			break
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"), "--harness-map", fixtures+"map.yaml")
 	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}
 	out, err := run(t, append([]string{"run", fixtures + "approval.yaml", "--set", "tag=1.2.3"}, common...)...)
 	if err != nil || !strings.Contains(out, "started") {
@@ -108,11 +86,5 @@ func TestServerRunsHarnessYAML(t *testing.T) {
 	_ = os.WriteFile(bad, []byte(strings.Replace(string(src), "type: MergePR", "type: ShellScript", 1)), 0o644)
 	if _, err := run(t, append([]string{"run", bad}, common...)...); err == nil || !strings.Contains(err.Error(), "step.type") {
 		t.Errorf("bad Harness file: %v", err)
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Error("server did not stop")
 	}
 }

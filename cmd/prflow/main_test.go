@@ -94,24 +94,7 @@ func TestServerAndClientCommands(t *testing.T) {
 	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
 	tokens := filepath.Join(dir, "tokens.yaml")
 	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		root := newRoot()
-		root.SetArgs([]string{"server", "--tokens", tokens, "--listen", addr, "--data-dir", filepath.Join(dir, "nats"), "--log-level", "warn"})
-		done <- root.ExecuteContext(ctx)
-	}()
-	for i := 0; i < 200; i++ {
-		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && resp.StatusCode == 200 {
-			resp.Body.Close()
-			break
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"))
 	p := filepath.Join(dir, "p.yaml")
 	_ = os.WriteFile(p, []byte("name: cli\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)
 	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}
@@ -126,15 +109,6 @@ func TestServerAndClientCommands(t *testing.T) {
 	}
 	if _, err := run(t, "status", id, "--server", "http://"+addr, "--token", "wrong-token-xx"); err == nil || !strings.Contains(err.Error(), "bearer token") {
 		t.Fatalf("bad token: %v", err)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("server exit: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("server did not stop on cancel")
 	}
 }
 
@@ -212,4 +186,43 @@ stages:
 	if !strings.Contains(out, "step dev.gate (StageGate): waiting soaking") || !strings.Contains(out, "step dev.gate (StageGate): succeeded") {
 		t.Errorf("dev gate did not soak then pass:\n%s", out)
 	}
+}
+
+// startServer runs `prflow server --listen <free loopback port> --log-level warn ARGS…` until the
+// test ends, waits until it is ready and returns its address; at the end the server must stop
+// cleanly on cancel.
+func startServer(t *testing.T, args ...string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetArgs(append([]string{"server", "--listen", addr, "--log-level", "warn"}, args...))
+		done <- root.ExecuteContext(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("server exit: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("server did not stop on cancel")
+		}
+	})
+	for i := 0; i < 200; i++ {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && resp.StatusCode == 200 {
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return addr
 }
