@@ -39,12 +39,14 @@ type Controller struct {
 	timers   map[string]*runTimer
 	byKey    map[string]map[parkRef]struct{} // prflow-apps key → parked steps
 	byTopic  map[string]map[parkRef]struct{}
-	parkedOf map[string][]parkRef // run → its parked refs (to unindex)
-	waiting  map[string]int       // run → number of parked steps
-	revs     map[string]uint64    // run → revision the index reflects
-	changed  map[string]time.Time // prflow-apps key → when it last changed
-	cache    sync.Map             // run id → cachedRun: saves a KV read per event
-	indexed  sync.Map             // run id → newest revision already indexed
+	parkedOf map[string][]parkRef             // run → its parked refs (to unindex)
+	waiting  map[string]int                   // run → number of parked steps
+	revs     map[string]uint64                // run → revision the index reflects
+	changed  map[string]time.Time             // prflow-apps key → when it last changed
+	cache    sync.Map                         // run id → cachedRun: saves a KV read and a decode per event
+	indexed  sync.Map                         // run id → newest revision already indexed
+	writing  sync.Map                         // run id → bytes handle is writing (the runs watcher skips them)
+	waiters  map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
 	ready    chan struct{}
 	readyOne sync.Once
 
@@ -60,11 +62,13 @@ type parkRef struct {
 	key              string
 }
 
-// cachedRun is the last revision of a run this controller saw. A stale copy is harmless: the
-// revision-checked Update fails and the run is read again.
+// cachedRun is the last revision of a run this controller wrote, raw and decoded. A stale copy
+// is harmless: the revision-checked Update fails and the run is read again. Only the shard
+// that owns the run touches run, so handle may change it in place.
 type cachedRun struct {
 	rev  uint64
 	data []byte
+	run  *pipelines.Run
 }
 
 type runTimer struct {
@@ -97,10 +101,11 @@ func WithEventWorkers(n int) Option { return func(c *Controller) { c.workers = n
 
 // New builds a controller on a connection whose topology was created with queue.Setup.
 func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, error) {
-	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 16,
+	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 64,
 		machines: map[string]*pipelines.Machine{}, timers: map[string]*runTimer{},
 		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
-		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: map[string]time.Time{}, ready: make(chan struct{})}
+		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: map[string]time.Time{},
+		waiters: map[string][]chan *pipelines.Run{}, ready: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
@@ -283,8 +288,10 @@ type storedSpec struct {
 func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bool) error {
 	for attempt := 0; attempt < 50; attempt++ {
 		var cur cachedRun
+		fresh := true
 		if v, ok := c.cache.Load(ev.Run); ok && attempt == 0 {
-			cur = v.(cachedRun)
+			cur, fresh = v.(cachedRun), false
+			c.cache.Delete(ev.Run) // cur.run is changed below; stored again once written
 		} else {
 			entry, err := c.b.Runs.Get(ctx, ev.Run)
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -296,59 +303,73 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			}
 			cur = cachedRun{rev: entry.Revision(), data: entry.Value()}
 		}
-		var r pipelines.Run
-		if err := json.Unmarshal(cur.data, &r); err != nil {
-			return fmt.Errorf("run %s state: %w", ev.Run, err)
+		r := cur.run
+		if r == nil {
+			r = &pipelines.Run{}
+			if err := json.Unmarshal(cur.data, r); err != nil {
+				return fmt.Errorf("run %s state: %w", ev.Run, err)
+			}
 		}
 		m, err := c.machine(ctx, r.Spec)
 		if err != nil {
 			if errors.Is(err, ErrUnknownSpec) || !r.Status.Terminal() {
-				c.cache.Delete(r.ID)
-				return c.failBroken(ctx, cur.rev, &r, err)
+				return c.failBroken(ctx, cur.rev, r, err)
 			}
 			return err
 		}
 		now := time.Now()
-		before := c.feedbackSnapshot(&r)
+		before := c.feedbackSnapshot(r)
 		if ev.Kind == queue.EvTick {
-			m.Tick(&r, now)
+			m.Tick(r, now)
 		} else {
-			m.Apply(&r, ev, now)
+			m.Apply(r, ev, now)
 		}
-		jobs := m.Advance(&r, now)
-		data, _ := json.Marshal(&r)
+		jobs := m.Advance(r, now)
+		data, _ := json.Marshal(r)
 		if bytes.Equal(data, cur.data) {
+			if !fresh {
+				// Nothing changed on the cached copy, but another replica may have moved the
+				// run on (queued the step this result is for): decide on the stored state.
+				continue
+			}
+			if !r.Status.Terminal() {
+				c.cache.Store(r.ID, cachedRun{rev: cur.rev, data: cur.data, run: r})
+			}
+			// A stored revision, maybe another replica's that the runs watcher skipped while
+			// our own write was pending: index it.
+			c.index(r, m, cur.rev)
 			if redelivered {
 				// A crash may have come between our Update and the publishes: send the
 				// queued jobs again; dedup by Nats-Msg-Id drops those that got through.
-				return c.publishJobs(ctx, m.Jobs(&r))
+				return c.publishJobs(ctx, m.Jobs(r))
 			}
 			return nil
 		}
+		c.writing.Store(r.ID, data)
 		rev, err := c.b.Runs.Update(ctx, r.ID, data, cur.rev)
 		if err != nil {
-			c.cache.Delete(r.ID)
+			c.writing.Delete(r.ID)
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				continue
 			}
 			return err
 		}
-		if r.Status.Terminal() {
-			c.cache.Delete(r.ID)
-		} else {
-			c.cache.Store(r.ID, cachedRun{rev: rev, data: data})
+		if !r.Status.Terminal() {
+			c.cache.Store(r.ID, cachedRun{rev: rev, data: data, run: r})
 		}
 		// Index our own update now; the runs watcher then skips it instead of decoding it again.
 		c.indexed.Store(r.ID, rev)
-		c.index(&r, m, rev)
+		c.writing.Delete(r.ID)
+		c.index(r, m, rev)
 		if r.Status.Terminal() {
 			c.indexed.Delete(r.ID)
+			c.finished(r)
 		}
-		c.observe(ev, &r, jobs)
+		c.observe(ev, r, jobs)
 		if ev.Kind == queue.EvCancel {
 			_ = c.conn.NC.Publish(queue.CancelSubject, []byte(r.ID))
 		}
-		return c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, &r)...))
+		return c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...))
 	}
 	return fmt.Errorf("run %s: too many concurrent updates", ev.Run)
 }
@@ -461,6 +482,9 @@ func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
 		if v, ok := c.indexed.Load(e.Key()); ok && v.(uint64) >= e.Revision() {
 			continue // this controller applied that revision and indexed it already
 		}
+		if v, ok := c.writing.Load(e.Key()); ok && bytes.Equal(v.([]byte), e.Value()) {
+			continue // our own write, seen before its Update returned: handle indexes it
+		}
 		var r pipelines.Run
 		if err := json.Unmarshal(e.Value(), &r); err != nil {
 			continue
@@ -475,6 +499,9 @@ func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
 			_ = c.Publish(ctx, queue.Event{Kind: queue.EvTick, Run: r.ID}, "")
 		}
 		c.index(&r, m, e.Revision())
+		if r.Status.Terminal() {
+			c.finished(&r)
+		}
 	}
 	c.readyOne.Do(func() { close(c.ready) })
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -214,7 +215,7 @@ func (e *env) start(o envOpts) {
 		t.Fatal(err)
 	}
 	e.conn = conn
-	ctl, err := New(ctx, conn, WithRegistry(e.reg), WithLogger(e.log))
+	ctl, err := New(ctx, conn, WithRegistry(e.reg), WithLogger(e.log), WithEventWorkers(shardsForTest()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,3 +283,11 @@ func sha256hex(s string) string {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// shardsForTest is the controller's event workers in tests: SHARDS overrides it for benchmarks.
+func shardsForTest() int {
+	if n, _ := strconv.Atoi(os.Getenv("SHARDS")); n > 0 {
+		return n
+	}
+	return 64
+}

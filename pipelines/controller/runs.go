@@ -133,8 +133,13 @@ func (c *Controller) Cancel(ctx context.Context, id, user string) error {
 	return c.Publish(ctx, queue.Event{Kind: queue.EvCancel, Run: id, User: user}, "cancel/"+id)
 }
 
-// Wait blocks until the run ends or ctx is done, calling fn on every state change.
+// Wait blocks until the run ends or ctx is done, calling fn on every state change. The
+// controller must be running. Without fn it waits on the controller's own view of the runs
+// (no watcher of its own, so many waiting clients cost the server nothing).
 func (c *Controller) Wait(ctx context.Context, id string, fn func(*pipelines.Run)) (*pipelines.Run, error) {
+	if fn == nil {
+		return c.waitEnd(ctx, id)
+	}
 	w, err := c.b.Runs.Watch(ctx, id)
 	if err != nil {
 		return nil, err
@@ -172,4 +177,53 @@ func validKey(s string) bool {
 	return strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '=')
 	}) < 0
+}
+
+func (c *Controller) waitEnd(ctx context.Context, id string) (*pipelines.Run, error) {
+	ch := make(chan *pipelines.Run, 1)
+	c.mu.Lock()
+	c.waiters[id] = append(c.waiters[id], ch)
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		list := c.waiters[id]
+		for i, w := range list {
+			if w == ch {
+				list = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(c.waiters, id)
+		} else {
+			c.waiters[id] = list
+		}
+	}()
+	// Registered first, read second: an end between the two is not missed.
+	r, err := c.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status.Terminal() {
+		return r, nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case r := <-ch:
+		return r, nil
+	}
+}
+
+// finished hands a run that ended to its Wait calls.
+func (c *Controller) finished(r *pipelines.Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.waiters[r.ID] {
+		select {
+		case ch <- r:
+		default:
+		}
+	}
 }

@@ -1,0 +1,107 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+)
+
+// Two controller replicas share the event consumer, so a run's events are split between them
+// and their revision-checked updates collide. Every run must still finish exactly as written,
+// and Wait on either replica must see the end, whichever replica wrote it.
+func TestTwoControllerReplicas(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 1, concurrency: 8})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	second, err := New(ctx, e.conn, WithRegistry(e.reg), WithLogger(e.log), WithEventWorkers(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = second.Run(ctx) }()
+	defer wg.Wait()
+	defer cancel()
+	<-second.Ready()
+
+	src := `
+name: replicas
+stages:
+  - id: a
+    steps:
+      - {id: one, type: Noop, with: {outputs: {n: 1}}}
+      - {id: two, type: Noop, with: {outputs: {n: "${{ steps.one.outputs.n + 1 }}"}}}
+  - id: b
+    needs: [a]
+    steps:
+      - {id: three, type: Noop, with: {outputs: {n: "${{ stages.a.steps.two.outputs.n + 1 }}"}}}
+`
+	const runs = 30
+	errs := make(chan error, runs)
+	for i := 0; i < runs; i++ {
+		go func(i int) {
+			starter, waiter := e.ctl, second
+			if i%2 == 1 {
+				starter, waiter = second, e.ctl
+			}
+			r, err := starter.Start(context.Background(), StartRequest{File: "r.yaml", Source: []byte(src)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer wcancel()
+			fin, err := waiter.Wait(wctx, r.ID, nil)
+			if err != nil {
+				errs <- fmt.Errorf("run %s: %w", r.ID, err)
+				return
+			}
+			if fin.Status != pipelines.StSucceeded {
+				errs <- fmt.Errorf("run %s ended %s: %s", r.ID, fin.Status, fin.Error)
+				return
+			}
+			got := fin.Stages[1].Steps[0].Outputs["n"]
+			if fmt.Sprint(got) != "3" {
+				errs <- fmt.Errorf("run %s: stage b got n=%v, want 3", r.ID, got)
+				return
+			}
+			errs <- nil
+		}(i)
+	}
+	for i := 0; i < runs; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// Wait on a run that has already ended returns its final state at once.
+func TestWaitOnFinishedRun(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 1})
+	r, err := e.ctl.Start(context.Background(), StartRequest{File: "w.yaml", Source: []byte("name: w\nstages:\n  - id: s\n    steps:\n      - {id: x, type: Noop}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := e.ctl.Wait(ctx, r.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.ctl.Wait(ctx, r.ID, nil)
+	if err != nil || again.Status != pipelines.StSucceeded {
+		t.Fatalf("second Wait: %v, %v", again, err)
+	}
+	if _, err := e.ctl.Wait(ctx, "no-such-run", nil); err == nil {
+		t.Fatal("Wait on an unknown run returned no error")
+	}
+	e.ctl.mu.Lock()
+	left := len(e.ctl.waiters)
+	e.ctl.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d Wait registrations left behind", left)
+	}
+}
