@@ -40,6 +40,18 @@ func JobSubject(pool string) string { return "prflow.jobs." + pool }
 // EventSubject is the subject of one kind of event for a run.
 func EventSubject(run, kind string) string { return "prflow.events." + run + "." + kind }
 
+// ResultSubject is the core-NATS request subject a worker offers a step's result on first.
+// A controller replica (queue group ResultGroup) applies it to the run state and replies "ok";
+// only then is the job acked. Without an "ok" (no controller, timeout, error) the worker
+// publishes the result to the events stream instead, so a result is never only in flight.
+func ResultSubject(run string) string { return "prflow.results." + run }
+
+// ResultGroup is the queue group controllers answer result requests in.
+const ResultGroup = "prflow-controllers"
+
+// ResultOK is a controller's reply once a result is in the run state.
+const ResultOK = "ok"
+
 // LogSubject is where a step's log lines go.
 func LogSubject(run, stage, step string) string {
 	return "prflow.logs." + run + "." + stage + "." + step

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
@@ -36,6 +37,7 @@ type Controller struct {
 
 	mu       sync.Mutex
 	machines map[string]*pipelines.Machine // by spec hash
+	parsed   map[string]*pipelines.Pipeline // by file and source (Start)
 	timers   map[string]*runTimer
 	byKey    map[string]map[parkRef]struct{} // prflow-apps key → parked steps
 	byTopic  map[string]map[parkRef]struct{}
@@ -48,7 +50,8 @@ type Controller struct {
 	writing  sync.Map                         // run id → bytes handle is writing (the runs watcher skips them)
 	waiters  map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
 	ready    chan struct{}
-	readyOne sync.Once
+	loaded   chan struct{} // closed once the runs watcher replayed every run
+	loadOne  sync.Once
 
 	webhooks atomic.Pointer[Webhooks]   // /hooks/<provider> secrets (hooks.go)
 	triggers atomic.Pointer[TriggerSet] // pipelines started by webhooks (scmevents.go)
@@ -102,10 +105,10 @@ func WithEventWorkers(n int) Option { return func(c *Controller) { c.workers = n
 // New builds a controller on a connection whose topology was created with queue.Setup.
 func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, error) {
 	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 64,
-		machines: map[string]*pipelines.Machine{}, timers: map[string]*runTimer{},
+		machines: map[string]*pipelines.Machine{}, parsed: map[string]*pipelines.Pipeline{}, timers: map[string]*runTimer{},
 		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
 		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: map[string]time.Time{},
-		waiters: map[string][]chan *pipelines.Run{}, ready: make(chan struct{})}
+		waiters: map[string][]chan *pipelines.Run{}, ready: make(chan struct{}), loaded: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
@@ -147,7 +150,7 @@ func (c *Controller) liveWorkers() float64 {
 	return float64(len(keys))
 }
 
-// Ready is closed once the controller has loaded every existing run.
+// Ready is closed once the controller has loaded every existing run and takes events and results.
 func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
 // Buckets exposes the KV handles (the API reads runs and workers).
@@ -191,20 +194,20 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	// Consume calls back on one goroutine; events are fanned out to shards by run id so that
 	// runs progress in parallel while each run's events are applied in order (no CAS fights).
-	shards := make([]chan jetstream.Msg, c.workers)
+	shards := make([]chan inbound, c.workers)
 	var shardWG sync.WaitGroup
 	for i := range shards {
-		shards[i] = make(chan jetstream.Msg, 64)
+		shards[i] = make(chan inbound, 64)
 		shardWG.Add(1)
-		go func(ch chan jetstream.Msg) {
+		go func(ch chan inbound) {
 			defer shardWG.Done()
-			for msg := range ch {
-				c.onEvent(ctx, msg)
+			for in := range ch {
+				c.onEvent(ctx, in)
 			}
 		}(shards[i])
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		shards[shardOf(msg.Subject(), len(shards))] <- msg
+		shards[shardOf(msg.Subject(), len(shards))] <- inbound{js: msg}
 	}, jetstream.PullMaxMessages(c.workers*8), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if ctx.Err() == nil {
 			c.log.Warn("event consumer", "err", err)
@@ -213,8 +216,27 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume events: %w", err)
 	}
+	// Step results offered directly by workers: applied like events, without a trip through
+	// the events stream (the worker keeps its job unacked until we answer).
+	results, err := c.conn.NC.QueueSubscribe(queue.ResultSubject("*"), queue.ResultGroup, func(m *nats.Msg) {
+		shards[shardOf(m.Subject, len(shards))] <- inbound{req: m}
+	})
+	if err != nil {
+		cc.Stop()
+		return fmt.Errorf("subscribe %s: %w", queue.ResultSubject("*"), err)
+	}
+	_ = results.SetPendingLimits(-1, -1)
+	select {
+	case <-c.loaded:
+		close(c.ready)
+	case <-ctx.Done():
+	}
 	c.log.Info("controller started")
 	<-ctx.Done()
+	_ = results.Drain()
+	for results.IsValid() {
+		time.Sleep(5 * time.Millisecond)
+	}
 	cc.Drain()
 	<-cc.Closed()
 	for _, ch := range shards {
@@ -232,7 +254,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Controller) onEvent(ctx context.Context, msg jetstream.Msg) {
+// inbound is an event from the events stream (js) or a result a worker offers directly (req).
+type inbound struct {
+	js  jetstream.Msg
+	req *nats.Msg
+}
+
+func (c *Controller) onEvent(ctx context.Context, in inbound) {
+	if in.req != nil {
+		c.onResultRequest(ctx, in.req)
+		return
+	}
+	msg := in.js
 	ev, err := queue.DecodeEvent(msg.Data())
 	if err != nil {
 		c.log.Error("dropping bad event", "subject", msg.Subject(), "err", err)
@@ -247,6 +280,26 @@ func (c *Controller) onEvent(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	_ = msg.Ack()
+}
+
+// onResultRequest applies a result a worker offers directly and answers "ok" once it is in the
+// run state. Any other answer makes the worker publish it to the events stream instead.
+func (c *Controller) onResultRequest(ctx context.Context, m *nats.Msg) {
+	ev, err := queue.DecodeEvent(m.Data)
+	if err == nil && (ev.Kind != queue.EvResult || queue.ResultSubject(ev.Run) != m.Subject) {
+		err = fmt.Errorf("a %q event for run %q on %s: only step results may come this way", ev.Kind, ev.Run, m.Subject)
+	}
+	if err != nil {
+		// Not dropped: the worker falls back to the events stream, whose checks terminate it.
+		_ = m.Respond([]byte("bad result: " + err.Error()))
+		return
+	}
+	if err := c.handle(ctx, ev, false); err != nil {
+		c.log.Warn("direct result not applied; the worker will publish it to the stream", "run", ev.Run, "stage", ev.Stage, "step", ev.Step, "err", err)
+		_ = m.Respond([]byte("not applied: " + err.Error()))
+		return
+	}
+	_ = m.Respond([]byte(queue.ResultOK))
 }
 
 // ErrUnknownSpec means a run points at a pipeline source that is not stored.
@@ -471,7 +524,7 @@ func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
 		if e == nil {
 			if initial {
 				initial = false
-				c.readyOne.Do(func() { close(c.ready) })
+				c.loadOne.Do(func() { close(c.loaded) })
 			}
 			continue
 		}
@@ -503,7 +556,7 @@ func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
 			c.finished(&r)
 		}
 	}
-	c.readyOne.Do(func() { close(c.ready) })
+	c.loadOne.Do(func() { close(c.loaded) })
 }
 
 func (c *Controller) forget(run string) {
@@ -672,13 +725,15 @@ func (c *Controller) wakeRefs(ctx context.Context, refs []parkRef, reason string
 
 // shardOf hashes the run id (the third subject token) to a shard.
 func shardOf(subject string, n int) int {
-	// prflow.events.<run>.<kind>
+	// prflow.events.<run>.<kind> or prflow.results.<run>
 	run := subject
 	if i := strings.Index(subject, ".events."); i >= 0 {
 		run = subject[i+8:]
 		if j := strings.IndexByte(run, '.'); j >= 0 {
 			run = run[:j]
 		}
+	} else if r, ok := strings.CutPrefix(subject, queue.ResultSubject("")); ok {
+		run = r
 	}
 	var h uint32 = 2166136261
 	for i := 0; i < len(run); i++ {

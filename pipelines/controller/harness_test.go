@@ -228,7 +228,7 @@ func (e *env) start(o envOpts) {
 	}
 	for i := 0; i < o.workers; i++ {
 		w := &worker.Worker{ID: fmt.Sprintf("w%d", i), Concurrency: o.concurrency, Registry: e.reg, Log: e.log,
-			Secrets: []string{testSecret}, Tuning: o.tuning, DrainTimeout: 2 * time.Second}
+			Secrets: []string{testSecret}, Tuning: o.tuning, DrainTimeout: 2 * time.Second, StreamResults: os.Getenv("STREAMRES") != ""}
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); _ = w.Run(ctx, conn) }()
 	}

@@ -3,11 +3,13 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
 )
 
 // Two controller replicas share the event consumer, so a run's events are split between them
@@ -103,5 +105,49 @@ func TestWaitOnFinishedRun(t *testing.T) {
 	e.ctl.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d Wait registrations left behind", left)
+	}
+}
+
+// Results go straight to a controller while one answers: the events stream then stores only
+// the run's start, not one result per step. With no controller answering, results take the
+// stream and wait there (covered by the restart tests).
+func TestResultsSkipTheEventsStream(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 1})
+	ctx := context.Background()
+	stream, err := e.conn.JS.Stream(ctx, queue.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := stream.Info(ctx)
+	r := e.startRun("name: d\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n      - {id: c, type: Noop}\n      - {id: d, type: Noop}\n", nil)
+	fin := e.wait(r.ID, 30*time.Second)
+	if fin.Status != pipelines.StSucceeded {
+		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
+	}
+	after, _ := stream.Info(ctx)
+	if stored := after.State.LastSeq - before.State.LastSeq; stored > 1 {
+		t.Fatalf("the events stream stored %d messages for a 4-step run; want only the start", stored)
+	}
+}
+
+// A direct result that is not a result of the run its subject names is refused (the worker
+// then uses the stream, whose checks apply), and nothing is applied.
+func TestDirectResultRefusesOtherEvents(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name, payload := range map[string]string{
+		"not JSON":       `{"v":1,"kind":`,
+		"a cancel":       `{"v":1,"kind":"cancel","run":"r1"}`,
+		"other run":      `{"v":1,"kind":"result","run":"r2","stage":"s","step":"x","attempt":1,"result":{"status":"Succeeded"}}`,
+		"future version": `{"v":9,"kind":"result","run":"r1","stage":"s","step":"x","attempt":1,"result":{"status":"Succeeded"}}`,
+	} {
+		reply, err := e.conn.NC.RequestWithContext(ctx, queue.ResultSubject("r1"), []byte(payload))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if string(reply.Data) == queue.ResultOK || !strings.Contains(string(reply.Data), "bad result") {
+			t.Errorf("%s: controller answered %q", name, reply.Data)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +40,7 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		}
 		req.Source = src
 	}
-	p, err := pipelines.Load(req.File, req.Source, c.reg)
+	p, err := c.load(req.File, req.Source)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -227,3 +228,30 @@ func (c *Controller) finished(r *pipelines.Run) {
 		}
 	}
 }
+
+// load parses a pipeline, reusing the result for a source it parsed before: a trigger or a
+// script starts the same file again and again. Loaded pipelines are never changed.
+func (c *Controller) load(file string, src []byte) (*pipelines.Pipeline, error) {
+	sum := sha256.Sum256(src)
+	key := file + "\x00" + string(sum[:])
+	c.mu.Lock()
+	p := c.parsed[key]
+	c.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	p, err := pipelines.Load(file, src, c.reg)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if len(c.parsed) >= maxParsed {
+		clear(c.parsed)
+	}
+	c.parsed[key] = p
+	c.mu.Unlock()
+	return p, nil
+}
+
+// maxParsed bounds the parsed-pipeline cache.
+const maxParsed = 256

@@ -37,13 +37,19 @@ type Worker struct {
 	Log         *slog.Logger
 	// DrainTimeout bounds how long SIGTERM waits for in-flight jobs before handing them back.
 	DrainTimeout time.Duration
+	// StreamResults makes every result go through the events stream, never straight to a
+	// controller (see queue.ResultSubject).
+	StreamResults bool
 
-	conn    *queue.Conn
-	masker  *Masker
-	running atomic.Int64
-	done    atomic.Int64
-	mu      sync.Mutex
-	cancels map[string]map[*jobCtx]struct{} // run → in-flight jobs, for cancel
+	conn   *queue.Conn
+	masker *Masker
+	// settling counts results being reported after their slot moved on; settleSlots bounds them.
+	settling    sync.WaitGroup
+	settleSlots chan struct{}
+	running     atomic.Int64
+	done        atomic.Int64
+	mu          sync.Mutex
+	cancels     map[string]map[*jobCtx]struct{} // run → in-flight jobs, for cancel
 }
 
 type jobCtx struct{ cancel context.CancelFunc }
@@ -88,6 +94,7 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 	w.masker = NewMasker(w.Secrets)
 	w.Log = slog.New(MaskHandler(w.Log.Handler(), w.masker)).With("worker", w.ID)
 	w.cancels = map[string]map[*jobCtx]struct{}{}
+	w.settleSlots = make(chan struct{}, max(1024, 4*w.Concurrency*len(w.Pools)))
 
 	b, err := queue.OpenBuckets(ctx, conn.JS)
 	if err != nil {
@@ -144,7 +151,7 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 		it.Stop() // stop pulling; buffered, not yet started messages are redelivered
 	}
 	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
+	go func() { wg.Wait(); w.settling.Wait(); close(finished) }()
 	select {
 	case <-finished:
 	case <-time.After(w.DrainTimeout):
@@ -303,7 +310,20 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		stepLog.Error("step failed", "err", runErr)
 	}
 	pub.Flush(ctx)
-	w.finish(ctx, msg, job, res, started, log)
+	w.settle(ctx, msg, job, res, started, log)
+}
+
+// settle reports the result and acks the job in the background, so the slot pulls its next
+// job while a controller applies this one. The job stays unacked until its result is stored;
+// a bound on unsettled results keeps a slow controller from piling them up.
+func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
+	w.settleSlots <- struct{}{}
+	w.settling.Add(1)
+	go func() {
+		defer w.settling.Done()
+		defer func() { <-w.settleSlots }()
+		w.finish(ctx, msg, job, res, started, log)
+	}()
 }
 
 func (w *Worker) finish(ctx context.Context, msg jetstream.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
@@ -335,11 +355,41 @@ func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Re
 		Rollback: job.Rollback, Attempt: job.Attempt, Wake: job.Wake, Result: &res, Worker: w.ID,
 		Started: started, Ended: time.Now()}
 	data, _ := json.Marshal(ev)
+	if w.offerResult(ctx, job, data) {
+		return nil
+	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_, err = w.conn.JS.Publish(pctx, queue.EventSubject(job.Run, queue.EvResult), data, jetstream.WithMsgID("res/"+job.ID()))
 	return err
 }
+
+// offerResult hands the result straight to a controller, which answers once the run state
+// holds it: one request instead of a stored event, a delivery and an ack. False means no
+// controller took it (none listening, a timeout, an error) and the caller uses the stream.
+func (w *Worker) offerResult(ctx context.Context, job *queue.Job, data []byte) bool {
+	if w.StreamResults {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directResultTimeout)
+	defer cancel()
+	reply, err := w.conn.NC.RequestWithContext(rctx, queue.ResultSubject(job.Run), data)
+	if err != nil {
+		if !errors.Is(err, nats.ErrNoResponders) {
+			w.Log.Debug("direct result not taken; publishing it to the events stream", "run", job.Run, "stage", job.Stage, "step", job.Step, "err", err)
+		}
+		return false
+	}
+	if string(reply.Data) != queue.ResultOK {
+		w.Log.Warn("controller did not apply the result; publishing it to the events stream", "run", job.Run, "stage", job.Stage, "step", job.Step, "reply", w.masker.Mask(string(reply.Data)))
+		return false
+	}
+	return true
+}
+
+// directResultTimeout bounds the wait for a controller's answer to a direct result. Late
+// answers are harmless: the stream copy then carries the same result, applied once.
+const directResultTimeout = 10 * time.Second
 
 // runStep calls the step, turning a panic into a terminal error so one bad step cannot take
 // the worker down.
