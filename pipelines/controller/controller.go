@@ -36,7 +36,7 @@ type Controller struct {
 	workers int
 
 	mu       sync.Mutex
-	machines map[string]*pipelines.Machine // by spec hash
+	machines map[string]*pipelines.Machine  // by spec hash
 	parsed   map[string]*pipelines.Pipeline // by file and source (Start)
 	timers   map[string]*runTimer
 	byKey    map[string]map[parkRef]struct{} // prflow-apps key → parked steps

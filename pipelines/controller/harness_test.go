@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -215,7 +214,7 @@ func (e *env) start(o envOpts) {
 		t.Fatal(err)
 	}
 	e.conn = conn
-	ctl, err := New(ctx, conn, WithRegistry(e.reg), WithLogger(e.log), WithEventWorkers(shardsForTest()))
+	ctl, err := New(ctx, conn, WithRegistry(e.reg), WithLogger(e.log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +227,7 @@ func (e *env) start(o envOpts) {
 	}
 	for i := 0; i < o.workers; i++ {
 		w := &worker.Worker{ID: fmt.Sprintf("w%d", i), Concurrency: o.concurrency, Registry: e.reg, Log: e.log,
-			Secrets: []string{testSecret}, Tuning: o.tuning, DrainTimeout: 2 * time.Second, StreamResults: os.Getenv("STREAMRES") != ""}
+			Secrets: []string{testSecret}, Tuning: o.tuning, DrainTimeout: 2 * time.Second}
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); _ = w.Run(ctx, conn) }()
 	}
@@ -283,11 +282,3 @@ func sha256hex(s string) string {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-
-// shardsForTest is the controller's event workers in tests: SHARDS overrides it for benchmarks.
-func shardsForTest() int {
-	if n, _ := strconv.Atoi(os.Getenv("SHARDS")); n > 0 {
-		return n
-	}
-	return 64
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps/worker"
 )
 
 // Two controller replicas share the event consumer, so a run's events are split between them
@@ -149,5 +150,29 @@ func TestDirectResultRefusesOtherEvents(t *testing.T) {
 		if string(reply.Data) == queue.ResultOK || !strings.Contains(string(reply.Data), "bad result") {
 			t.Errorf("%s: controller answered %q", name, reply.Data)
 		}
+	}
+}
+
+// A worker told to keep results in the stream (StreamResults) reports every one through
+// PRFLOW_EVENTS, and the run completes the same way.
+func TestStreamResultsWorker(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 0})
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker.Worker{ID: "streamer", Concurrency: 2, Registry: e.reg, Log: e.log, StreamResults: true, DrainTimeout: time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx, e.conn) }()
+	defer func() { cancel(); <-done }()
+	stream, err := e.conn.JS.Stream(ctx, queue.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := stream.Info(ctx)
+	r := e.startRun("name: s\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n      - {id: c, type: Noop}\n", nil)
+	if fin := e.wait(r.ID, 30*time.Second); fin.Status != pipelines.StSucceeded {
+		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
+	}
+	after, _ := stream.Info(ctx)
+	if stored := after.State.LastSeq - before.State.LastSeq; stored != 4 {
+		t.Fatalf("the events stream stored %d messages; want the start and 3 results", stored)
 	}
 }
