@@ -1,5 +1,6 @@
 // Package controller is prflow's control plane: it keeps every run's state in the prflow-runs
-// KV (each change a revision-checked update), consumes run events, dispatches step jobs, parks
+// KV (each change a revision-checked update), consumes run events and the step results workers
+// offer directly (queue.ResultSubject), dispatches step jobs, parks
 // waiting steps without holding a worker, and wakes them on KV changes, signals, poll
 // fallbacks and deadlines. Several replicas may run; all state is in NATS.
 package controller

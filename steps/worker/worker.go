@@ -1,5 +1,6 @@
 // Package worker is prflow's delegate: it pulls step jobs of its pools from JetStream, resolves
-// secrets locally, runs the step with heartbeats, and reports the result. Transient errors are
+// secrets locally, runs the step with heartbeats, and reports the result (straight to a
+// controller, else through the events stream) before acking the job. Transient errors are
 // retried with NakWithDelay and exponential backoff; terminal errors become Failed results; a
 // job on its last delivery reports its error instead of vanishing.
 package worker
