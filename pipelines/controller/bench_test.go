@@ -31,6 +31,7 @@ func BenchmarkFullPath(b *testing.B) {
 	}
 	src := sb.String()
 	runs := max(b.N/stepsPerRun, 8)
+	v0, _ := e.conn.Embedded().Varz(nil)
 	b.ResetTimer()
 	start := time.Now()
 	ids := make([]string, runs)
@@ -58,6 +59,7 @@ func BenchmarkFullPath(b *testing.B) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	v1, _ := e.conn.Embedded().Varz(nil)
 	var lat []time.Duration
 	for _, id := range ids {
 		r, err := e.ctl.Get(context.Background(), id)
@@ -74,6 +76,12 @@ func BenchmarkFullPath(b *testing.B) {
 	b.ReportMetric(stepsPerSec, "steps/s")
 	b.ReportMetric(raw, "raw-msgs/s")
 	b.ReportMetric(stepsPerSec/raw, "ratio")
+	// What the server handled per step (all components share it): where to look for savings.
+	if v0 != nil && v1 != nil {
+		n := float64(runs * stepsPerRun)
+		b.ReportMetric(float64(v1.InMsgs-v0.InMsgs)/n, "srv-in-msgs/step")
+		b.ReportMetric(float64(v1.OutMsgs-v0.OutMsgs)/n, "srv-out-msgs/step")
+	}
 	if len(lat) > 0 {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-dispatch-ms")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-dispatch-ms")
