@@ -53,7 +53,10 @@ func TestLoadErrorsNameFileLineAndField(t *testing.T) {
 	}
 }
 
-func TestExamplesLoadAndMatchSchema(t *testing.T) {
+// schemaValidator compiles the repo's JSON Schema and returns a function that checks a
+// pipeline's YAML against it.
+func schemaValidator(t *testing.T) func(src []byte) error {
+	t.Helper()
 	c := jsonschema.NewCompiler()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema))
 	if err != nil {
@@ -66,7 +69,7 @@ func TestExamplesLoadAndMatchSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	validate := func(src []byte) error {
+	return func(src []byte) error {
 		var y any
 		if err := yaml.Unmarshal(src, &y); err != nil {
 			return err
@@ -75,8 +78,12 @@ func TestExamplesLoadAndMatchSchema(t *testing.T) {
 		v, _ := jsonschema.UnmarshalJSON(bytes.NewReader(j))
 		return sch.Validate(v)
 	}
+}
+
+func TestExamplesLoadAndMatchSchema(t *testing.T) {
+	validate := schemaValidator(t)
 	n := 0
-	err = fs.WalkDir(examples.FS, "pipelines", func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(examples.FS, "pipelines", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
 			return err
 		}

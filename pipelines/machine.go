@@ -47,17 +47,10 @@ func (m *Machine) Apply(r *Run, ev *queue.Event, now time.Time) bool {
 	}
 	switch ev.Kind {
 	case queue.EvResult, queue.EvDead:
-		if st.Status != StQueued || st.Attempt != ev.Attempt || st.Wake != ev.Wake {
+		res, ok := takeResult(st, ev)
+		if !ok {
 			return false
 		}
-		res := ev.Result
-		if ev.Kind == queue.EvDead || res == nil {
-			res = &steps.Result{Status: steps.Failed, Message: ev.Reason}
-		}
-		if st.Started.IsZero() {
-			st.Started = ev.Started
-		}
-		st.Worker = ev.Worker
 		switch res.Status {
 		case steps.Succeeded:
 			st.Status, st.Outputs, st.Ended, st.Wait, st.Error = StSucceeded, res.Outputs, now, nil, ""
@@ -769,6 +762,24 @@ func (m *Machine) pathCheckJob(r *Run) *queue.Job {
 	return j
 }
 
+// takeResult checks that ev is the result st waits for (queued, same attempt and wake), so a
+// stale or repeated result changes nothing, and records who ran the step and when it started.
+// A dead letter or a missing result counts as a failure.
+func takeResult(st *StepRun, ev *queue.Event) (*steps.Result, bool) {
+	if st.Status != StQueued || st.Attempt != ev.Attempt || st.Wake != ev.Wake {
+		return nil, false
+	}
+	res := ev.Result
+	if ev.Kind == queue.EvDead || res == nil {
+		res = &steps.Result{Status: steps.Failed, Message: ev.Reason}
+	}
+	if st.Started.IsZero() {
+		st.Started = ev.Started
+	}
+	st.Worker = ev.Worker
+	return res, true
+}
+
 // applyPathCheck records the path check's result: a match lets Advance start the stages, no
 // match ends the run skipped, a failure fails it. Stale or duplicate results change nothing.
 func (m *Machine) applyPathCheck(r *Run, ev *queue.Event, now time.Time) bool {
@@ -780,17 +791,11 @@ func (m *Machine) applyPathCheck(r *Run, ev *queue.Event, now time.Time) bool {
 	if ev.Kind != queue.EvResult && ev.Kind != queue.EvDead {
 		return false
 	}
-	if st.Status != StQueued || st.Attempt != ev.Attempt || st.Wake != ev.Wake {
+	res, ok := takeResult(st, ev)
+	if !ok {
 		return false
 	}
-	res := ev.Result
-	if ev.Kind == queue.EvDead || res == nil {
-		res = &steps.Result{Status: steps.Failed, Message: ev.Reason}
-	}
-	if st.Started.IsZero() {
-		st.Started = ev.Started
-	}
-	st.Worker, st.Ended = ev.Worker, now
+	st.Ended = now
 	switch res.Status {
 	case steps.Succeeded:
 		st.Status, st.Outputs = StSucceeded, res.Outputs

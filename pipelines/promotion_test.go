@@ -1,16 +1,11 @@
 package pipelines
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"gopkg.in/yaml.v3"
 
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
@@ -370,27 +365,8 @@ func TestPromotionErrorsNameFileLineAndField(t *testing.T) {
 // The JSON Schema editors use knows the promotion section: what loads matches it, and the
 // common mistakes are flagged in the editor too.
 func TestPromotionSchema(t *testing.T) {
-	c := jsonschema.NewCompiler()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	validate := func(src string) error {
-		var y any
-		if err := yaml.Unmarshal([]byte(src), &y); err != nil {
-			return err
-		}
-		j, _ := json.Marshal(y)
-		v, _ := jsonschema.UnmarshalJSON(bytes.NewReader(j))
-		return sch.Validate(v)
-	}
+	validateYAML := schemaValidator(t)
+	validate := func(src string) error { return validateYAML([]byte(src)) }
 	good := promoSrc("  mergedBy: people\n  syncTimeout: 5m\n", "    - dev\n    - {name: staging, soak: 10m, approval: {approvers: [a]}}\n"+
 		"    - {name: qa, clusters: [{name: qa-eu, agent: sim}], set: {cluster.name: qa-eu}}\n")
 	if _, err := Load("p.yaml", []byte(good), steps.Default); err != nil {

@@ -122,12 +122,9 @@ func runPRComment(ctx context.Context, sc *Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	n, err := intInput(sc.Inputs["prNumber"], "prNumber", false)
+	n, err := prNumberInput(sc.Inputs)
 	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	if n <= 0 {
-		return Result{}, Terminalf("prNumber: required")
+		return Result{}, err
 	}
 	p, err := scmFor(ctx, sc, v["connector"])
 	if err != nil {

@@ -2,7 +2,6 @@ package steps_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -358,22 +357,7 @@ stages:
                variables: [{name: replicas, type: Number, value: "4"}]}
 `
 	ids := []string{e.Start(src, nil).ID, e.Start(src, nil).ID}
-	prs := map[string]int{}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(prs) < 2 && time.Now().Before(deadline) {
-		for _, id := range ids {
-			cur, _ := e.Ctl.Get(context.Background(), id)
-			if st := ctltest.Step(cur, "s", "update"); st.Status == pipelines.StWaiting {
-				var m struct{ PR int }
-				_ = json.Unmarshal(st.Memo, &m)
-				prs[id] = m.PR
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if len(prs) != 2 {
-		t.Fatalf("steps did not park on their PRs: %v", prs)
-	}
+	prs, _ := e.ParkedPRs(ids, "s", "update", 30*time.Second)
 	// A person merges the first PR and closes the second; the steps wake (poll fallback or a
 	// webhook) and finish accordingly.
 	merged, err := fg.p.MergePR(context.Background(), "acme/release", prs[ids[0]], scm.MergeInput{Method: scm.MergeCommit})

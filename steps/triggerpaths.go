@@ -31,12 +31,9 @@ func runTriggerPaths(ctx context.Context, sc *Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	n, err := intInput(sc.Inputs["prNumber"], "prNumber", false)
+	n, err := prNumberInput(sc.Inputs)
 	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	if n <= 0 {
-		return Result{}, Terminalf("prNumber: required")
+		return Result{}, err
 	}
 	paths, err := stringList(sc.Inputs["paths"], "paths")
 	if err != nil {

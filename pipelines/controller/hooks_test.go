@@ -558,24 +558,11 @@ stages:
                variables: [{name: replicas, type: Number, value: "4"}]}
 `
 	ids := []string{e.Start(src, nil).ID, e.Start(src, nil).ID}
-	prs := map[string]int{}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(prs) < 2 && time.Now().Before(deadline) {
-		for _, id := range ids {
-			cur, _ := e.Ctl.Get(context.Background(), id)
-			if st := ctltest.Step(cur, "s", "update"); st.Status == pipelines.StWaiting {
-				var m struct{ PR int }
-				_ = json.Unmarshal(st.Memo, &m)
-				if st.Wait == nil || st.Wait.Poll < time.Minute {
-					t.Fatalf("waitForMerge polls every %v; the test needs a slow poll", st.Wait)
-				}
-				prs[id] = m.PR
-			}
+	prs, parked := e.ParkedPRs(ids, "s", "update", 30*time.Second)
+	for _, st := range parked {
+		if st.Wait == nil || st.Wait.Poll < time.Minute {
+			t.Fatalf("waitForMerge polls every %v; the test needs a slow poll", st.Wait)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if len(prs) != 2 {
-		t.Fatalf("steps did not park on their PRs: %v", prs)
 	}
 	start := time.Now()
 	merged, err := ghp.MergePR(context.Background(), "acme/release", prs[ids[0]], scm.MergeInput{Method: scm.MergeCommit})

@@ -157,6 +157,28 @@ func (e *Env) Wait(id string, d time.Duration) *pipelines.Run {
 	return r
 }
 
+// ParkedPRs waits until step stage.step of every run in ids is parked on its PR (the step's
+// memo names it, as UpdateReleaseRepo's waitForMerge does) and returns the PR numbers and the
+// parked step states by run id. It fails the test after d.
+func (e *Env) ParkedPRs(ids []string, stage, step string, d time.Duration) (map[string]int, map[string]*pipelines.StepRun) {
+	e.T.Helper()
+	prs, parked := map[string]int{}, map[string]*pipelines.StepRun{}
+	for deadline := time.Now().Add(d); len(prs) < len(ids) && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, id := range ids {
+			cur, _ := e.Ctl.Get(context.Background(), id)
+			if st := Step(cur, stage, step); st != nil && st.Status == pipelines.StWaiting {
+				var m struct{ PR int }
+				_ = json.Unmarshal(st.Memo, &m)
+				prs[id], parked[id] = m.PR, st
+			}
+		}
+	}
+	if len(prs) != len(ids) {
+		e.T.Fatalf("steps %s.%s did not park on their PRs: %v", stage, step, prs)
+	}
+	return prs, parked
+}
+
 // Step returns a step's state (main or rollback list).
 func Step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
 	s := r.Find(stage)
