@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ func BenchmarkFullPath(b *testing.B) {
 	src := sb.String()
 	runs := max(b.N/stepsPerRun, 8)
 	v0, _ := e.conn.Embedded().Varz(nil)
+	cpu0 := cpuTime()
 	b.ResetTimer()
 	start := time.Now()
 	ids := make([]string, runs)
@@ -59,6 +61,7 @@ func BenchmarkFullPath(b *testing.B) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
 	v1, _ := e.conn.Embedded().Varz(nil)
 	var lat []time.Duration
 	for _, id := range ids {
@@ -72,8 +75,14 @@ func BenchmarkFullPath(b *testing.B) {
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	stepsPerSec := float64(runs*stepsPerRun) / elapsed.Seconds()
+	rawCPU0 := cpuTime()
 	raw := rawJetStream(b, e.conn.JS, 20000)
+	rawCPU := cpuTime() - rawCPU0
 	b.ReportMetric(stepsPerSec, "steps/s")
+	// CPU time (this process: server and clients) per step and per raw message: steadier than
+	// rates on a noisy machine, and their quotient is what the ratio would be if CPU-bound.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(runs*stepsPerRun), "cpu-µs/step")
+	b.ReportMetric(float64(rawCPU.Microseconds())/20000, "cpu-µs/raw-msg")
 	b.ReportMetric(raw, "raw-msgs/s")
 	b.ReportMetric(stepsPerSec/raw, "ratio")
 	// What the server handled per step (all components share it): where to look for savings.
@@ -86,6 +95,13 @@ func BenchmarkFullPath(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-dispatch-ms")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-dispatch-ms")
 	}
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rawJetStream publishes n messages (sync, with Nats-Msg-Id, from 16 publishers, as the

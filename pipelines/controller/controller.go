@@ -39,6 +39,7 @@ type Controller struct {
 	mu       sync.Mutex
 	machines map[string]*pipelines.Machine  // by spec hash
 	parsed   map[string]*pipelines.Pipeline // by file and source (Start)
+	specs    map[string]struct{}            // spec hashes known to be in prflow-specs
 	timers   map[string]*runTimer
 	byKey    map[string]map[parkRef]struct{} // prflow-apps key → parked steps
 	byTopic  map[string]map[parkRef]struct{}
@@ -46,7 +47,7 @@ type Controller struct {
 	waiting  map[string]int                   // run → number of parked steps
 	revs     map[string]uint64                // run → revision the index reflects
 	changed  map[string]time.Time             // prflow-apps key → when it last changed
-	cache    sync.Map                         // run id → cachedRun: saves a KV read and a decode per event
+	cache    sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
 	indexed  sync.Map                         // run id → newest revision already indexed
 	writing  sync.Map                         // run id → bytes handle is writing (the runs watcher skips them)
 	waiters  map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
@@ -66,9 +67,9 @@ type parkRef struct {
 	key              string
 }
 
-// cachedRun is the last revision of a run this controller wrote, raw and decoded. A stale copy
-// is harmless: the revision-checked Update fails and the run is read again. Only the shard
-// that owns the run touches run, so handle may change it in place.
+// cachedRun is the last revision of a run this controller wrote, raw and (once an event was
+// applied) decoded. A stale copy is harmless: the revision-checked Update fails and the run is
+// read again. Only the shard that owns the run touches run, so handle may change it in place.
 type cachedRun struct {
 	rev  uint64
 	data []byte
@@ -106,7 +107,7 @@ func WithEventWorkers(n int) Option { return func(c *Controller) { c.workers = n
 // New builds a controller on a connection whose topology was created with queue.Setup.
 func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, error) {
 	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 64,
-		machines: map[string]*pipelines.Machine{}, parsed: map[string]*pipelines.Pipeline{}, timers: map[string]*runTimer{},
+		machines: map[string]*pipelines.Machine{}, parsed: map[string]*pipelines.Pipeline{}, specs: map[string]struct{}{}, timers: map[string]*runTimer{},
 		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
 		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: map[string]time.Time{},
 		waiters: map[string][]chan *pipelines.Run{}, ready: make(chan struct{}), loaded: make(chan struct{})}
@@ -341,10 +342,10 @@ type storedSpec struct {
 // revision conflict it starts over from the fresh state.
 func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bool) error {
 	for attempt := 0; attempt < 50; attempt++ {
-		var cur cachedRun
+		var cur *cachedRun
 		fresh := true
 		if v, ok := c.cache.Load(ev.Run); ok && attempt == 0 {
-			cur, fresh = v.(cachedRun), false
+			cur, fresh = v.(*cachedRun), false
 			c.cache.Delete(ev.Run) // cur.run is changed below; stored again once written
 		} else {
 			entry, err := c.b.Runs.Get(ctx, ev.Run)
@@ -355,7 +356,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			if err != nil {
 				return err
 			}
-			cur = cachedRun{rev: entry.Revision(), data: entry.Value()}
+			cur = &cachedRun{rev: entry.Revision(), data: entry.Value()}
 		}
 		r := cur.run
 		if r == nil {
@@ -379,7 +380,10 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			m.Apply(r, ev, now)
 		}
 		jobs := m.Advance(r, now)
-		data, _ := json.Marshal(r)
+		data, err := r.AppendJSON(make([]byte, 0, len(cur.data)+512))
+		if err != nil {
+			return fmt.Errorf("run %s: encode state: %w", r.ID, err)
+		}
 		if bytes.Equal(data, cur.data) {
 			if !fresh {
 				// Nothing changed on the cached copy, but another replica may have moved the
@@ -387,7 +391,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 				continue
 			}
 			if !r.Status.Terminal() {
-				c.cache.Store(r.ID, cachedRun{rev: cur.rev, data: cur.data, run: r})
+				c.cache.Store(r.ID, &cachedRun{rev: cur.rev, data: cur.data, run: r})
 			}
 			// A stored revision, maybe another replica's that the runs watcher skipped while
 			// our own write was pending: index it.
@@ -409,7 +413,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			return err
 		}
 		if !r.Status.Terminal() {
-			c.cache.Store(r.ID, cachedRun{rev: rev, data: data, run: r})
+			c.cache.Store(r.ID, &cachedRun{rev: rev, data: data, run: r})
 		}
 		// Index our own update now; the runs watcher then skips it instead of decoding it again.
 		c.indexed.Store(r.ID, rev)
@@ -434,8 +438,11 @@ func (c *Controller) failBroken(ctx context.Context, rev uint64, r *pipelines.Ru
 		return nil
 	}
 	r.Status, r.Error, r.Ended = pipelines.StFailed, cause.Error(), time.Now()
-	data, _ := json.Marshal(r)
-	_, err := c.b.Runs.Update(ctx, r.ID, data, rev)
+	data, err := r.AppendJSON(nil)
+	if err != nil {
+		return fmt.Errorf("run %s: encode state: %w", r.ID, err)
+	}
+	_, err = c.b.Runs.Update(ctx, r.ID, data, rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return err
 	}
@@ -539,6 +546,11 @@ func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
 		if v, ok := c.writing.Load(e.Key()); ok && bytes.Equal(v.([]byte), e.Value()) {
 			continue // our own write, seen before its Update returned: handle indexes it
 		}
+		// Another replica moved the run on: our cached copy is stale (and would stay in memory
+		// for good if that replica finishes the run).
+		if v, ok := c.cache.Load(e.Key()); ok && v.(*cachedRun).rev < e.Revision() {
+			c.cache.CompareAndDelete(e.Key(), v)
+		}
 		var r pipelines.Run
 		if err := json.Unmarshal(e.Value(), &r); err != nil {
 			continue
@@ -562,6 +574,7 @@ func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
 
 func (c *Controller) forget(run string) {
 	c.indexed.Delete(run)
+	c.cache.Delete(run)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unindexLocked(run)

@@ -80,6 +80,21 @@ stages:
 			t.Error(err)
 		}
 	}
+	// Neither replica keeps a copy of a run that ended, whichever replica ended it.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range []*Controller{e.ctl, second} {
+		for {
+			n := 0
+			c.cache.Range(func(k, _ any) bool { n++; return true })
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a replica still caches %d ended runs", n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // Wait on a run that has already ended returns its final state at once.

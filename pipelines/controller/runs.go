@@ -53,12 +53,15 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, req.File, err)
 	}
 	r.Trigger = req.Trigger
-	spec, _ := json.Marshal(storedSpec{File: p.File, Source: p.Source})
-	if _, err := c.b.Specs.Put(ctx, p.Hash, spec); err != nil {
-		return nil, fmt.Errorf("store pipeline: %w", err)
+	if err := c.storeSpec(ctx, p); err != nil {
+		return nil, err
 	}
-	data, _ := json.Marshal(r)
-	if _, err := c.b.Runs.Create(ctx, r.ID, data); err != nil {
+	data, err := r.AppendJSON(nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: run state: %w", ErrInvalid, req.File, err)
+	}
+	rev, err := c.b.Runs.Create(ctx, r.ID, data)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			existing, gerr := c.Get(ctx, r.ID)
 			if gerr == nil {
@@ -67,6 +70,8 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		}
 		return nil, fmt.Errorf("store run: %w", err)
 	}
+	// The start event finds the run here instead of reading it back.
+	c.cache.Store(r.ID, &cachedRun{rev: rev, data: data})
 	if err := c.Publish(ctx, queue.Event{Kind: queue.EvStart, Run: r.ID}, "start/"+r.ID); err != nil {
 		// The run is stored; a controller restart or the next event picks it up.
 		c.log.Warn("start event not published", "run", r.ID, "err", err)
@@ -251,6 +256,28 @@ func (c *Controller) load(file string, src []byte) (*pipelines.Pipeline, error) 
 	c.parsed[key] = p
 	c.mu.Unlock()
 	return p, nil
+}
+
+// storeSpec stores a pipeline's source under its hash, once per source: runs of the same
+// pipeline share it, and stored sources are never changed or removed.
+func (c *Controller) storeSpec(ctx context.Context, p *pipelines.Pipeline) error {
+	c.mu.Lock()
+	_, done := c.specs[p.Hash]
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	spec, _ := json.Marshal(storedSpec{File: p.File, Source: p.Source})
+	if _, err := c.b.Specs.Put(ctx, p.Hash, spec); err != nil {
+		return fmt.Errorf("store pipeline: %w", err)
+	}
+	c.mu.Lock()
+	if len(c.specs) >= 4096 {
+		clear(c.specs)
+	}
+	c.specs[p.Hash] = struct{}{}
+	c.mu.Unlock()
+	return nil
 }
 
 // maxParsed bounds the parsed-pipeline cache.
