@@ -129,11 +129,14 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (*Buckets, error) 
 	return b, nil
 }
 
+// PoolConsumerName is the durable consumer a pool's workers share.
+func PoolConsumerName(pool string) string { return "pool-" + pool }
+
 // PoolConsumer creates (or upgrades) the durable pull consumer a pool's workers share.
 func PoolConsumer(ctx context.Context, js jetstream.JetStream, pool string, cfg ConsumerTuning) (jetstream.Consumer, error) {
 	cfg = cfg.withDefaults()
 	return js.CreateOrUpdateConsumer(ctx, StreamJobs, jetstream.ConsumerConfig{
-		Durable:       "pool-" + pool,
+		Durable:       PoolConsumerName(pool),
 		FilterSubject: JobSubject(pool),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,

@@ -111,34 +111,34 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopJobs()
 	var wg sync.WaitGroup
-	var iters []jetstream.MessagesContext
+	var pullers []*queue.Puller
+	defer func() {
+		for _, p := range pullers {
+			p.Stop()
+		}
+	}()
 	for _, pool := range w.Pools {
-		cons, err := queue.PoolConsumer(ctx, conn.JS, pool, w.Tuning)
-		if err != nil {
+		if _, err := queue.PoolConsumer(ctx, conn.JS, pool, w.Tuning); err != nil {
 			return fmt.Errorf("pool %s consumer: %w", pool, err)
 		}
+		// The puller asks for no more jobs than there are free slots: none waits in a client
+		// buffer while its AckWait runs out.
+		p, err := queue.NewPuller(conn.NC, queue.StreamJobs, queue.PoolConsumerName(pool), w.Concurrency, queue.PullerConfig{})
+		if err != nil {
+			return fmt.Errorf("pool %s: %w", pool, err)
+		}
+		pullers = append(pullers, p)
 		for i := 0; i < w.Concurrency; i++ {
-			// One iterator per slot, each holding at most one message: no job waits in a
-			// client buffer while its AckWait runs out.
-			it, err := cons.Messages(jetstream.PullMaxMessages(1))
-			if err != nil {
-				return fmt.Errorf("pool %s: %w", pool, err)
-			}
-			iters = append(iters, it)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for {
-					msg, err := it.Next()
+					msg, err := p.Next(context.Background())
 					if err != nil {
-						if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-							return
-						}
-						w.Log.Warn("pull failed", "pool", pool, "err", err)
-						time.Sleep(200 * time.Millisecond)
-						continue
+						return // stopped
 					}
 					w.handle(jobsCtx, msg)
+					p.Release()
 				}
 			}()
 		}
@@ -148,8 +148,8 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 
 	<-ctx.Done()
 	w.Log.Info("worker draining", "running", w.running.Load())
-	for _, it := range iters {
-		it.Stop() // stop pulling; buffered, not yet started messages are redelivered
+	for _, p := range pullers {
+		p.Stop() // stop pulling; jobs not yet started are handed back for redelivery
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); w.settling.Wait(); close(finished) }()
@@ -218,14 +218,10 @@ func (w *Worker) track(run string, jc *jobCtx, add bool) {
 }
 
 // handle runs one job and settles its message exactly one way: result+Ack, NakWithDelay, or Term.
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
+func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 	w.running.Add(1)
 	defer w.running.Add(-1)
-	md, _ := msg.Metadata()
-	delivered := 1
-	if md != nil {
-		delivered = int(md.NumDelivered)
-	}
+	delivered := msg.Delivered()
 	job, err := queue.DecodeJob(msg.Data())
 	if err != nil {
 		w.Log.Error("bad job payload", "err", err, "subject", msg.Subject())
@@ -317,7 +313,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 // settle reports the result and acks the job in the background, so the slot pulls its next
 // job while a controller applies this one. The job stays unacked until its result is stored;
 // a bound on unsettled results keeps a slow controller from piling them up.
-func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
+func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
 	w.settleSlots <- struct{}{}
 	w.settling.Add(1)
 	go func() {
@@ -327,7 +323,7 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, job *queue.Job, 
 	}()
 }
 
-func (w *Worker) finish(ctx context.Context, msg jetstream.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
+func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
 	if err := w.publishResult(ctx, job, res, started); err != nil {
 		// Not acked: the job is redelivered and runs again (steps are idempotent).
 		log.Error("publishing result failed; job will be redelivered", "err", err)
