@@ -424,7 +424,10 @@ func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*queue.Job, boo
 				return nil, progressed
 			}
 			sp := m.spec(si, st, rollback)
-			env := m.Env(r, si, rollback)
+			var env map[string]any // built only for a step that evaluates something
+			if sp.When != nil || m.needsEnv(si, sp) {
+				env = m.Env(r, si, rollback)
+			}
 			if sp.When != nil && st.Wake == 0 {
 				ok, err := sp.When.EvalBool(context.Background(), env)
 				if err != nil {
@@ -592,6 +595,19 @@ func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env 
 		}
 	}
 	return j, nil
+}
+
+// needsEnv reports whether building sp's job evaluates anything: an expression in its inputs,
+// per-target inputs or an environment's variables. Most steps' inputs are literals, and the
+// environment (every step's outputs) was most of the cost of dispatching them.
+func (m *Machine) needsEnv(si int, sp *Step) bool {
+	if sp.With.dynamic() || m.environment(si) != nil {
+		return true
+	}
+	if def, ok := m.reg().Lookup(sp.Type); ok && len(def.PerTarget) > 0 {
+		return true
+	}
+	return false
 }
 
 func (m *Machine) reg() *steps.Registry {

@@ -121,6 +121,27 @@ type Value struct {
 	Line int
 }
 
+// dynamic reports whether v holds an expression anywhere.
+func (v *Value) dynamic() bool {
+	if v == nil {
+		return false
+	}
+	if v.Tmpl != nil {
+		return true
+	}
+	for _, c := range v.Map {
+		if c.dynamic() {
+			return true
+		}
+	}
+	for _, c := range v.List {
+		if c.dynamic() {
+			return true
+		}
+	}
+	return false
+}
+
 // Stage returns the stage with id, or nil.
 func (p *Pipeline) Stage(id string) *Stage {
 	for _, s := range p.Stages {

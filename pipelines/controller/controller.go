@@ -203,8 +203,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		shardWG.Add(1)
 		go func(ch chan inbound) {
 			defer shardWG.Done()
+			var dc deadlineCtx
+			defer dc.stop()
 			for in := range ch {
-				c.onEvent(ctx, in)
+				c.onEvent(dc.get(ctx), in)
 			}
 		}(shards[i])
 	}
@@ -254,6 +256,30 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// deadlineCtx hands out one deadline context for many events: nats.go gives every request
+// without a deadline a timer of its own, a visible cost at thousands of events a second. Each
+// event's requests still time out, within 10 to 30 seconds.
+type deadlineCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	until  time.Time
+}
+
+func (d *deadlineCtx) get(parent context.Context) context.Context {
+	if time.Until(d.until) < 10*time.Second {
+		d.stop()
+		d.until = time.Now().Add(30 * time.Second)
+		d.ctx, d.cancel = context.WithDeadline(parent, d.until)
+	}
+	return d.ctx
+}
+
+func (d *deadlineCtx) stop() {
+	if d.cancel != nil {
+		d.cancel()
+	}
 }
 
 // inbound is an event from the events stream (js) or a result a worker offers directly (req).
