@@ -293,6 +293,9 @@ func (m *Msg) Delivered() int {
 	return int(md.NumDelivered)
 }
 
+// AckSubject is where the job's acknowledgements go (a controller may ack it for the worker).
+func (m *Msg) AckSubject() string { return m.m.Reply }
+
 // Ack marks the job done.
 func (m *Msg) Ack() error { return m.m.Ack() }
 

@@ -52,6 +52,15 @@ const ResultGroup = "prflow-controllers"
 // ResultOK is a controller's reply once a result is in the run state.
 const ResultOK = "ok"
 
+// ResultAckHeader carries the job's ack subject on a direct result. A controller that applied
+// the result acks the job itself, with the worker's reply inbox as the ack's reply subject:
+// the server's confirmation (an empty message) is then the worker's answer. One message per
+// step fewer than answering ResultOK and leaving the ack to the worker.
+const ResultAckHeader = "Prflow-Job-Ack"
+
+// JobAckPrefix starts the ack subject of every job; a controller acks nothing else.
+const JobAckPrefix = "$JS.ACK." + StreamJobs + "."
+
 // LogSubject is where a step's log lines go.
 func LogSubject(run, stage, step string) string {
 	return "prflow.logs." + run + "." + stage + "." + step

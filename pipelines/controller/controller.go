@@ -327,6 +327,14 @@ func (c *Controller) onResultRequest(ctx context.Context, m *nats.Msg) {
 		_ = m.Respond([]byte("not applied: " + err.Error()))
 		return
 	}
+	// Ack the job for the worker; the server confirms to the worker's inbox (see
+	// queue.ResultAckHeader). If that publish is lost, the worker times out and reports
+	// through the stream, where the result is a no-op.
+	if ack := m.Header.Get(queue.ResultAckHeader); m.Reply != "" && strings.HasPrefix(ack, queue.JobAckPrefix) && !strings.ContainsAny(ack, " *>") {
+		if err := c.conn.NC.PublishRequest(ack, m.Reply, []byte("+ACK")); err == nil {
+			return
+		}
+	}
 	_ = m.Respond([]byte(queue.ResultOK))
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps/worker"
@@ -189,5 +191,112 @@ func TestStreamResultsWorker(t *testing.T) {
 	after, _ := stream.Info(ctx)
 	if stored := after.State.LastSeq - before.State.LastSeq; stored != 4 {
 		t.Fatalf("the events stream stored %d messages; want the start and 3 results", stored)
+	}
+}
+
+// A controller that applied a direct result acks the job itself, with the worker's inbox as
+// the ack's reply subject, so the worker sends no ack of its own: every job ack seen on the
+// wire carries a reply subject, and the jobs stream ends empty.
+func TestControllerAcksDirectResults(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 1})
+	var mu sync.Mutex
+	var acks []*nats.Msg
+	sub, err := e.conn.NC.Subscribe(queue.JobAckPrefix+">", func(m *nats.Msg) {
+		mu.Lock()
+		acks = append(acks, m)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	r := e.startRun("name: a\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n      - {id: c, type: Noop}\n", nil)
+	if fin := e.wait(r.ID, 30*time.Second); fin.Status != pipelines.StSucceeded {
+		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
+	}
+	ctx := context.Background()
+	stream, err := e.conn.JS.Stream(ctx, queue.StreamJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, _ := stream.Info(ctx)
+		mu.Lock()
+		n := len(acks)
+		mu.Unlock()
+		if info.State.Msgs == 0 && n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs left in the stream, %d acks seen", info.State.Msgs, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acks) != 3 {
+		t.Fatalf("%d job acks for 3 steps", len(acks))
+	}
+	for _, a := range acks {
+		if string(a.Data) != "+ACK" || a.Reply == "" {
+			t.Errorf("ack %q on %s with reply %q: want the controller's +ACK with the worker's inbox", a.Data, a.Subject, a.Reply)
+		}
+	}
+}
+
+// A controller that only answers "ok" (one from before controllers acked jobs) leaves the ack
+// to the worker, which then sends it.
+func TestWorkerAcksWhenControllerOnlySaysOK(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn, err := queue.Open(ctx, queue.Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := queue.Setup(ctx, conn.JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	offered := make(chan *nats.Msg, 1)
+	sub, err := conn.NC.QueueSubscribe(queue.ResultSubject("*"), queue.ResultGroup, func(m *nats.Msg) {
+		offered <- m
+		_ = m.Respond([]byte(queue.ResultOK))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	w := &worker.Worker{ID: "w", Concurrency: 1, Registry: testRegistry(), DrainTimeout: time.Second}
+	done := make(chan struct{})
+	wctx, stop := context.WithCancel(ctx)
+	go func() { defer close(done); _ = w.Run(wctx, conn) }()
+	defer func() { stop(); <-done }()
+	job := `{"v":1,"run":"r1","stage":"s","step":"x","type":"Noop","pool":"default","attempt":1}`
+	if _, err := conn.JS.Publish(ctx, queue.JobSubject("default"), []byte(job)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-offered:
+		if !strings.HasPrefix(m.Header.Get(queue.ResultAckHeader), queue.JobAckPrefix) {
+			t.Fatalf("result offered without the job's ack subject: %v", m.Header)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no result offered")
+	}
+	stream, err := conn.JS.Stream(ctx, queue.StreamJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, _ := stream.Info(ctx)
+		if info.State.Msgs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker did not ack the job after a plain ok")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -226,7 +226,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 	if err != nil {
 		w.Log.Error("bad job payload", "err", err, "subject", msg.Subject())
 		if job != nil && job.Run != "" && job.Stage != "" && job.Step != "" {
-			w.publishResult(ctx, job, steps.Fail(err.Error()), time.Now())
+			_, _ = w.publishResult(ctx, job, steps.Fail(err.Error()), time.Now(), "")
 		}
 		_ = msg.TermWithReason(w.masker.Mask(err.Error()))
 		return
@@ -324,20 +324,25 @@ func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res
 }
 
 func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
-	if err := w.publishResult(ctx, job, res, started); err != nil {
+	acked, err := w.publishResult(ctx, job, res, started, msg.AckSubject())
+	if err != nil {
 		// Not acked: the job is redelivered and runs again (steps are idempotent).
 		log.Error("publishing result failed; job will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if err := msg.Ack(); err != nil {
-		log.Warn("ack failed; a redelivery will find the result already recorded", "err", err)
+	if !acked {
+		if err := msg.Ack(); err != nil {
+			log.Warn("ack failed; a redelivery will find the result already recorded", "err", err)
+		}
 	}
 	w.done.Add(1)
 	log.Debug("step finished", "status", res.Status, "took", time.Since(started).String())
 }
 
-func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Result, started time.Time) error {
+// publishResult reports a step's result. acked means a controller took it directly and acked
+// the job (ackSubject) itself.
+func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Result, started time.Time, ackSubject string) (acked bool, err error) {
 	// Results pass through the masker as text, so a secret in a message or output never
 	// reaches the run state.
 	rb, err := json.Marshal(res)
@@ -352,36 +357,45 @@ func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Re
 		Rollback: job.Rollback, Attempt: job.Attempt, Wake: job.Wake, Result: &res, Worker: w.ID,
 		Started: started, Ended: time.Now()}
 	data, _ := json.Marshal(ev)
-	if w.offerResult(ctx, job, data) {
-		return nil
+	if taken, acked := w.offerResult(ctx, job, data, ackSubject); taken {
+		return acked, nil
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_, err = w.conn.JS.Publish(pctx, queue.EventSubject(job.Run, queue.EvResult), data, jetstream.WithMsgID("res/"+job.ID()))
-	return err
+	return false, err
 }
 
 // offerResult hands the result straight to a controller, which answers once the run state
-// holds it: one request instead of a stored event, a delivery and an ack. False means no
-// controller took it (none listening, a timeout, an error) and the caller uses the stream.
-func (w *Worker) offerResult(ctx context.Context, job *queue.Job, data []byte) bool {
+// holds it: one request instead of a stored event, a delivery and an ack. With the job's ack
+// subject in queue.ResultAckHeader the controller acks the job itself and the server's
+// confirmation of that ack is the answer (acked); a plain "ok" leaves the ack to us. Not
+// taken means no controller took it (none listening, a timeout, an error): use the stream.
+func (w *Worker) offerResult(ctx context.Context, job *queue.Job, data []byte, ackSubject string) (taken, acked bool) {
 	if w.StreamResults {
-		return false
+		return false, false
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directResultTimeout)
 	defer cancel()
-	reply, err := w.conn.NC.RequestWithContext(rctx, queue.ResultSubject(job.Run), data)
+	req := &nats.Msg{Subject: queue.ResultSubject(job.Run), Data: data}
+	if ackSubject != "" {
+		req.Header = nats.Header{queue.ResultAckHeader: []string{ackSubject}}
+	}
+	reply, err := w.conn.NC.RequestMsgWithContext(rctx, req)
 	if err != nil {
 		if !errors.Is(err, nats.ErrNoResponders) {
 			w.Log.Debug("direct result not taken; publishing it to the events stream", "run", job.Run, "stage", job.Stage, "step", job.Step, "err", err)
 		}
-		return false
+		return false, false
 	}
-	if string(reply.Data) != queue.ResultOK {
-		w.Log.Warn("controller did not apply the result; publishing it to the events stream", "run", job.Run, "stage", job.Stage, "step", job.Step, "reply", w.masker.Mask(string(reply.Data)))
-		return false
+	switch string(reply.Data) {
+	case "":
+		return ackSubject != "", ackSubject != ""
+	case queue.ResultOK:
+		return true, false
 	}
-	return true
+	w.Log.Warn("controller did not apply the result; publishing it to the events stream", "run", job.Run, "stage", job.Stage, "step", job.Step, "reply", w.masker.Mask(string(reply.Data)))
+	return false, false
 }
 
 // directResultTimeout bounds the wait for a controller's answer to a direct result. Late
