@@ -41,9 +41,10 @@ func JobSubject(pool string) string { return "prflow.jobs." + pool }
 func EventSubject(run, kind string) string { return "prflow.events." + run + "." + kind }
 
 // ResultSubject is the core-NATS request subject a worker offers a step's result on first.
-// A controller replica (queue group ResultGroup) applies it to the run state and replies "ok";
-// only then is the job acked. Without an "ok" (no controller, timeout, error) the worker
-// publishes the result to the events stream instead, so a result is never only in flight.
+// A controller replica (queue group ResultGroup) applies it to the run state, then acks the
+// job (see ResultAckHeader) or replies ResultOK; only then is the job acked. Without either
+// (no controller, timeout, error) the worker publishes the result to the events stream
+// instead, so a result is never only in flight.
 func ResultSubject(run string) string { return "prflow.results." + run }
 
 // ResultGroup is the queue group controllers answer result requests in.
