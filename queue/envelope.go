@@ -74,7 +74,7 @@ func DecodeJob(data []byte) (*Job, error) {
 
 // Event kinds on prflow.events.<run>.<kind>.
 const (
-	EvStart  = "start"  // a run was created; advance it
+	EvStart  = "start"  // advance a run (Start no longer sends it; still applied if found)
 	EvResult = "result" // a step finished, failed or parked
 	EvWake   = "wake"   // wake a parked step
 	EvSignal = "signal" // approval or forge event for a step

@@ -126,9 +126,9 @@ func TestWaitOnFinishedRun(t *testing.T) {
 	}
 }
 
-// Results go straight to a controller while one answers: the events stream then stores only
-// the run's start, not one result per step. With no controller answering, results take the
-// stream and wait there (covered by the restart tests).
+// Results go straight to a controller while one answers, and Start dispatches a run's first
+// steps itself: the events stream then stores nothing for a run that only runs steps. With no
+// controller answering, results take the stream and wait there (see the restart tests).
 func TestResultsSkipTheEventsStream(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 1})
 	ctx := context.Background()
@@ -143,8 +143,8 @@ func TestResultsSkipTheEventsStream(t *testing.T) {
 		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
 	}
 	after, _ := stream.Info(ctx)
-	if stored := after.State.LastSeq - before.State.LastSeq; stored > 1 {
-		t.Fatalf("the events stream stored %d messages for a 4-step run; want only the start", stored)
+	if stored := after.State.LastSeq - before.State.LastSeq; stored != 0 {
+		t.Fatalf("the events stream stored %d messages for a 4-step run; want none", stored)
 	}
 }
 
@@ -189,8 +189,8 @@ func TestStreamResultsWorker(t *testing.T) {
 		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
 	}
 	after, _ := stream.Info(ctx)
-	if stored := after.State.LastSeq - before.State.LastSeq; stored != 4 {
-		t.Fatalf("the events stream stored %d messages; want the start and 3 results", stored)
+	if stored := after.State.LastSeq - before.State.LastSeq; stored != 3 {
+		t.Fatalf("the events stream stored %d messages; want the 3 results", stored)
 	}
 }
 
@@ -298,5 +298,37 @@ func TestWorkerAcksWhenControllerOnlySaysOK(t *testing.T) {
 			t.Fatal("the worker did not ack the job after a plain ok")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Start stores a run with its first steps queued and sends their jobs right after. A
+// controller that died in between leaves a stored run whose jobs never went out: the next
+// controller to start sends them, and the run completes.
+func TestStartedRunWithLostJobsResumes(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, envOpts{workers: 1, dir: dir})
+	ctx := context.Background()
+	p, err := e.ctl.load("lost.yaml", []byte("name: lost\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ctl.storeSpec(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	r, err := pipelines.NewRun(p, "rlostjobs", nil, "tester", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jobs := e.ctl.machineFor(p).Advance(r, time.Now()); len(jobs) != 1 {
+		t.Fatalf("%d jobs queued, want 1", len(jobs))
+	}
+	data, _ := r.AppendJSON(nil)
+	if _, err := e.ctl.b.Runs.Create(ctx, r.ID, data); err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+	e.start(envOpts{workers: 1, dir: dir})
+	if fin := e.wait(r.ID, 30*time.Second); fin.Status != pipelines.StSucceeded {
+		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
 	}
 }

@@ -56,6 +56,13 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 	if err := c.storeSpec(ctx, p); err != nil {
 		return nil, err
 	}
+	// The run is stored already advanced (its first steps queued) and their jobs go out right
+	// after: no start event to store, deliver and apply. If this process dies in between, the
+	// restarted controller re-sends the jobs of every active run (watchRuns).
+	m := c.machineFor(p)
+	now := time.Now()
+	before := c.feedbackSnapshot(r)
+	jobs := m.Advance(r, now)
 	data, err := r.AppendJSON(nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: run state: %w", ErrInvalid, req.File, err)
@@ -70,13 +77,33 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		}
 		return nil, fmt.Errorf("store run: %w", err)
 	}
-	// The start event finds the run here instead of reading it back.
-	c.cache.Store(r.ID, &cachedRun{rev: rev, data: data})
-	if err := c.Publish(ctx, queue.Event{Kind: queue.EvStart, Run: r.ID}, "start/"+r.ID); err != nil {
-		// The run is stored; a controller restart or the next event picks it up.
-		c.log.Warn("start event not published", "run", r.ID, "err", err)
+	if !r.Status.Terminal() {
+		// The first result finds the run here instead of reading it back. Not r itself:
+		// the caller keeps that one.
+		c.cache.Store(r.ID, &cachedRun{rev: rev, data: data})
+		c.indexed.Store(r.ID, rev)
+	}
+	c.index(r, m, rev)
+	if r.Status.Terminal() {
+		c.finished(r)
+	}
+	if err := c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...)); err != nil {
+		// Stored with its steps queued: the jobs go out again when a controller restarts.
+		c.log.Error("run stored but its first jobs not dispatched", "run", r.ID, "err", err)
 	}
 	return r, nil
+}
+
+// machineFor is the state machine of a pipeline Start just loaded (and stored).
+func (c *Controller) machineFor(p *pipelines.Pipeline) *pipelines.Machine {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.machines[p.Hash]
+	if m == nil {
+		m = &pipelines.Machine{P: p, Reg: c.reg}
+		c.machines[p.Hash] = m
+	}
+	return m
 }
 
 // ErrExists is returned by Start when a run with the requested id already exists.
