@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -272,6 +273,22 @@ func TestBadJobPayloadFailsStepNotWorker(t *testing.T) {
 	}
 	if !strings.Contains(e.logBuf.String(), "bad job payload") {
 		t.Error("bad payload not logged")
+	}
+}
+
+// A step that runs three times its AckWait is kept alive by the worker's heartbeats: it is
+// delivered once and its result counts.
+func TestHeartbeatsKeepLongStepsFromRedelivery(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 2, tuning: queue.ConsumerTuning{AckWait: time.Second, MaxDeliver: 5}})
+	r := e.startRun("name: slow\nstages:\n  - id: s\n    steps:\n      - {id: z, type: Slow, with: {sleep: 3s}}\n", nil)
+	r = e.wait(r.ID, 30*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run ended %s: %s", r.Status, r.Error)
+	}
+	time.Sleep(1500 * time.Millisecond) // a redelivery would start within an AckWait
+	n, _ := slowStarts.Load(r.ID + "/z")
+	if starts := n.(*atomic.Int64).Load(); starts != 1 {
+		t.Fatalf("the step started %d times: heartbeats did not hold the job", starts)
 	}
 }
 

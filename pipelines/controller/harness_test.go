@@ -29,6 +29,9 @@ var logLevel = slog.LevelDebug
 const testSecret = "s3cr3t-T0KEN-value-9f8e7d"
 
 // testRegistry has the built-in steps plus steps that exercise the runtime.
+// slowStarts counts how often each Slow step started (run/step → *atomic.Int64).
+var slowStarts sync.Map
+
 func testRegistry() *steps.Registry {
 	reg := steps.NewRegistry()
 	for _, t := range []string{"Noop", "Wait", "Approval"} {
@@ -45,6 +48,19 @@ func testRegistry() *steps.Registry {
 	reg.Register(steps.Definition{Type: "Park", New: func() steps.Step { return steps.StepFunc(runPark) }})
 	reg.Register(steps.Definition{Type: "Leaky", New: func() steps.Step { return steps.StepFunc(runLeaky) }})
 	reg.Register(steps.Definition{Type: "Effect", New: func() steps.Step { return steps.StepFunc(runEffect) }})
+	reg.Register(steps.Definition{Type: "Slow", New: func() steps.Step {
+		return steps.StepFunc(func(ctx context.Context, sc *steps.Context) (steps.Result, error) {
+			n, _ := slowStarts.LoadOrStore(sc.RunID+"/"+sc.StepID, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			d, _ := time.ParseDuration(fmt.Sprint(sc.Inputs["sleep"]))
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return steps.Result{}, ctx.Err()
+			}
+			return steps.Done(map[string]any{"delivery": sc.Delivery}), nil
+		})
+	}})
 	// Crash kills its worker process mid-step, every time; only in a child worker process.
 	reg.Register(steps.Definition{Type: "Crash", New: func() steps.Step {
 		return steps.StepFunc(func(_ context.Context, sc *steps.Context) (steps.Result, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 )
 
 // Masker replaces secret values with *** wherever they appear.
@@ -119,3 +120,27 @@ func (f fanout) WithGroup(name string) slog.Handler {
 	}
 	return out
 }
+
+// lazyAttrs adds attrs to base only when a record is first handled: formatting them is most
+// of a logger's cost, and most steps log nothing.
+type lazyAttrs struct {
+	base  slog.Handler
+	attrs []slog.Attr
+	once  sync.Once
+	h     slog.Handler
+}
+
+func (l *lazyAttrs) handler() slog.Handler {
+	l.once.Do(func() { l.h = l.base.WithAttrs(l.attrs) })
+	return l.h
+}
+
+func (l *lazyAttrs) Enabled(ctx context.Context, lv slog.Level) bool { return l.base.Enabled(ctx, lv) }
+
+func (l *lazyAttrs) Handle(ctx context.Context, r slog.Record) error {
+	return l.handler().Handle(ctx, r)
+}
+
+func (l *lazyAttrs) WithAttrs(as []slog.Attr) slog.Handler { return l.handler().WithAttrs(as) }
+
+func (l *lazyAttrs) WithGroup(name string) slog.Handler { return l.handler().WithGroup(name) }

@@ -231,33 +231,14 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		_ = msg.TermWithReason(w.masker.Mask(err.Error()))
 		return
 	}
-	log := w.Log.With("run", job.Run, "stage", job.Stage, "step", job.Step, "attempt", job.Attempt)
 	started := time.Now()
 	def, ok := w.Registry.Lookup(job.Type)
 	if !ok {
 		res := steps.Fail(fmt.Sprintf("worker %s (version %s) has no step type %q", w.ID, w.Version, job.Type))
-		w.finish(ctx, msg, job, res, started, log)
+		w.finish(ctx, msg, job, res, started)
 		return
 	}
-
-	// Heartbeat so a long step is not redelivered while it runs.
-	hbStop := make(chan struct{})
-	var hbWG sync.WaitGroup
-	hbWG.Add(1)
-	go func() {
-		defer hbWG.Done()
-		t := time.NewTicker(w.Tuning.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-hbStop:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	stopHB := func() { close(hbStop); hbWG.Wait() }
+	stopHB := heartbeat(msg, w.Tuning.AckWait/3)
 
 	sctx, cancel := context.WithCancel(ctx)
 	if !job.Deadline.IsZero() {
@@ -271,7 +252,9 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 	defer w.track(job.Run, jc, false)
 
 	pub := newPublishHandler(w.conn.JS, job.Run, job.Stage, job.Step)
-	stepLog := slog.New(fanout{w.Log.Handler(), MaskHandler(pub, w.masker)}).With("run", job.Run, "stage", job.Stage, "step", job.Step)
+	// The run/stage/step attributes are formatted when the step first logs: most never do.
+	stepLog := slog.New(&lazyAttrs{base: fanout{w.Log.Handler(), MaskHandler(pub, w.masker)},
+		attrs: []slog.Attr{slog.String("run", job.Run), slog.String("stage", job.Stage), slog.String("step", job.Step)}})
 	sc := &steps.Context{
 		RunID: job.Run, Pipeline: job.Pipeline, Stage: job.Stage, StepID: job.Step, Type: job.Type,
 		Attempt: job.Attempt, Delivery: delivered, Wake: job.Wake, WakeReason: job.WakeReason, Executor: job.Executor,
@@ -289,7 +272,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 			// Drain timeout: hand the job back untouched for another worker.
 			pub.Flush(context.Background())
 			_ = msg.NakWithDelay(0)
-			log.Warn("job handed back on shutdown")
+			w.jobLog(job).Warn("job handed back on shutdown")
 			return
 		case sctx.Err() != nil && !job.Deadline.IsZero() && time.Now().After(job.Deadline):
 			res = steps.Fail(fmt.Sprintf("timed out at %s: %v", job.Deadline.UTC().Format(time.RFC3339), runErr))
@@ -307,37 +290,70 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		stepLog.Error("step failed", "err", runErr)
 	}
 	pub.Flush(ctx)
-	w.settle(ctx, msg, job, res, started, log)
+	w.settle(ctx, msg, job, res, started)
 }
 
 // settle reports the result and acks the job in the background, so the slot pulls its next
 // job while a controller applies this one. The job stays unacked until its result is stored;
 // a bound on unsettled results keeps a slow controller from piling them up.
-func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
+func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time) {
 	w.settleSlots <- struct{}{}
 	w.settling.Add(1)
 	go func() {
 		defer w.settling.Done()
 		defer func() { <-w.settleSlots }()
-		w.finish(ctx, msg, job, res, started, log)
+		w.finish(ctx, msg, job, res, started)
 	}()
 }
 
-func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, log *slog.Logger) {
+func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time) {
 	acked, err := w.publishResult(ctx, job, res, started, msg.AckSubject())
 	if err != nil {
 		// Not acked: the job is redelivered and runs again (steps are idempotent).
-		log.Error("publishing result failed; job will be redelivered", "err", err)
+		w.jobLog(job).Error("publishing result failed; job will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
 	if !acked {
 		if err := msg.Ack(); err != nil {
-			log.Warn("ack failed; a redelivery will find the result already recorded", "err", err)
+			w.jobLog(job).Warn("ack failed; a redelivery will find the result already recorded", "err", err)
 		}
 	}
 	w.done.Add(1)
-	log.Debug("step finished", "status", res.Status, "took", time.Since(started).String())
+	if w.Log.Enabled(ctx, slog.LevelDebug) {
+		w.jobLog(job).Debug("step finished", "status", res.Status, "took", time.Since(started).String())
+	}
+}
+
+// jobLog is the worker's logger for one job's lines.
+func (w *Worker) jobLog(job *queue.Job) *slog.Logger {
+	return w.Log.With("run", job.Run, "stage", job.Stage, "step", job.Step, "attempt", job.Attempt)
+}
+
+// heartbeat tells JetStream every interval that msg's step still runs, so a long step is not
+// redelivered; the returned stop ends it and waits for a beat under way. A timer, not a
+// goroutine per job.
+func heartbeat(msg *queue.Msg, interval time.Duration) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(interval, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		_ = msg.InProgress()
+		t.Reset(interval)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // publishResult reports a step's result. acked means a controller took it directly and acked
