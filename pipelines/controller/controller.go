@@ -48,8 +48,7 @@ type Controller struct {
 	revs     map[string]uint64                // run → revision the index reflects
 	changed  map[string]time.Time             // prflow-apps key → when it last changed
 	cache    sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
-	indexed  sync.Map                         // run id → newest revision already indexed
-	writing  sync.Map                         // run id → bytes handle is writing (the runs watcher skips them)
+	own      ownWrites                        // our writes to prflow-runs, which the runs watcher skips
 	waiters  map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
 	ready    chan struct{}
 	loaded   chan struct{} // closed once the runs watcher replayed every run
@@ -437,10 +436,14 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			}
 			return nil
 		}
-		c.writing.Store(r.ID, data)
+		c.own.begin(r.ID)
 		rev, err := c.b.Runs.Update(ctx, r.ID, data, cur.rev)
+		// Index our own update here; the runs watcher skips it. What it saw meanwhile from
+		// other replicas is read back.
+		if others := c.own.end(r.ID, rev, err == nil, r.Status.Terminal()); others {
+			c.reload(ctx, r.ID)
+		}
 		if err != nil {
-			c.writing.Delete(r.ID)
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				continue
 			}
@@ -449,12 +452,8 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		if !r.Status.Terminal() {
 			c.cache.Store(r.ID, &cachedRun{rev: rev, data: data, run: r})
 		}
-		// Index our own update now; the runs watcher then skips it instead of decoding it again.
-		c.indexed.Store(r.ID, rev)
-		c.writing.Delete(r.ID)
 		c.index(r, m, rev)
 		if r.Status.Terminal() {
-			c.indexed.Delete(r.ID)
 			c.finished(r)
 		}
 		c.observe(ev, r, jobs)
@@ -558,56 +557,8 @@ func (c *Controller) Publish(ctx context.Context, ev queue.Event, msgID string) 
 	return err
 }
 
-// watchRuns keeps timers and the wake index in step with every run's state, for all replicas,
-// and rebuilds them at start (the watch first replays every key).
-func (c *Controller) watchRuns(ctx context.Context, w jetstream.KeyWatcher) {
-	initial := true
-	for e := range w.Updates() {
-		if e == nil {
-			if initial {
-				initial = false
-				c.loadOne.Do(func() { close(c.loaded) })
-			}
-			continue
-		}
-		if e.Operation() != jetstream.KeyValuePut {
-			c.forget(e.Key())
-			continue
-		}
-		if v, ok := c.indexed.Load(e.Key()); ok && v.(uint64) >= e.Revision() {
-			continue // this controller applied that revision and indexed it already
-		}
-		if v, ok := c.writing.Load(e.Key()); ok && bytes.Equal(v.([]byte), e.Value()) {
-			continue // our own write, seen before its Update returned: handle indexes it
-		}
-		// Another replica moved the run on: our cached copy is stale (and would stay in memory
-		// for good if that replica finishes the run).
-		if v, ok := c.cache.Load(e.Key()); ok && v.(*cachedRun).rev < e.Revision() {
-			c.cache.CompareAndDelete(e.Key(), v)
-		}
-		var r pipelines.Run
-		if err := json.Unmarshal(e.Value(), &r); err != nil {
-			continue
-		}
-		m, err := c.machine(ctx, r.Spec)
-		if err != nil {
-			continue
-		}
-		if initial && r.Active() {
-			// After a restart: re-send jobs that may never have gone out, and kick the run.
-			_ = c.publishJobs(ctx, m.Jobs(&r))
-			_ = c.Publish(ctx, queue.Event{Kind: queue.EvTick, Run: r.ID}, "")
-		}
-		c.index(&r, m, e.Revision())
-		if r.Status.Terminal() {
-			c.finished(&r)
-		}
-	}
-	c.loadOne.Do(func() { close(c.loaded) })
-}
-
 func (c *Controller) forget(run string) {
-	c.indexed.Delete(run)
+	c.own.forget(run)
 	c.cache.Delete(run)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -67,7 +67,11 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: run state: %w", ErrInvalid, req.File, err)
 	}
+	c.own.begin(r.ID)
 	rev, err := c.b.Runs.Create(ctx, r.ID, data)
+	if others := c.own.end(r.ID, rev, err == nil, r.Status.Terminal()); others {
+		c.reload(ctx, r.ID)
+	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			existing, gerr := c.Get(ctx, r.ID)
@@ -81,7 +85,6 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		// The first result finds the run here instead of reading it back. Not r itself:
 		// the caller keeps that one.
 		c.cache.Store(r.ID, &cachedRun{rev: rev, data: data})
-		c.indexed.Store(r.ID, rev)
 	}
 	c.index(r, m, rev)
 	if r.Status.Terminal() {
