@@ -308,7 +308,7 @@ func TestSecretsNeverStored(t *testing.T) {
 	bad := e.startRun("name: leak2\nstages:\n  - id: s\n    steps:\n      - {id: l, type: Leaky, with: {fail: true}}\n", nil)
 	e.wait(ok.ID, 20*time.Second)
 	rb := e.wait(bad.ID, 20*time.Second)
-	if !strings.Contains(rb.Error, "auth failed with token ***") {
+	if !strings.Contains(rb.Error, "auth failed with token *** and password ***") {
 		t.Errorf("masked error not kept: %q", rb.Error)
 	}
 	var seen []string
@@ -332,9 +332,12 @@ func TestSecretsNeverStored(t *testing.T) {
 	}
 	seen = append(seen, e.logBuf.String())
 	logged := false
+	escaped, _ := json.Marshal(testSecretJSON)
 	for _, s := range seen {
-		if strings.Contains(s, testSecret) {
-			t.Fatalf("secret leaked into stored data: %.300s", s)
+		for _, secret := range []string{testSecret, testSecretJSON, string(escaped[1 : len(escaped)-1])} {
+			if strings.Contains(s, secret) {
+				t.Fatalf("secret %q leaked into stored data: %.400s", secret, s)
+			}
 		}
 		logged = logged || strings.Contains(s, "using token ***")
 	}

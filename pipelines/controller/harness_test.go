@@ -28,6 +28,10 @@ var logLevel = slog.LevelDebug
 // testSecret must never appear in a job, KV entry, log line or error.
 const testSecret = "s3cr3t-T0KEN-value-9f8e7d"
 
+// testSecretJSON is a secret with characters JSON escapes: masked in JSON text, it must be
+// found in its escaped form too.
+const testSecretJSON = `p&ss<w0rd>"q\\z`
+
 // testRegistry has the built-in steps plus steps that exercise the runtime.
 // slowStarts counts how often each Slow step started (run/step → *atomic.Int64).
 var slowStarts sync.Map
@@ -122,11 +126,11 @@ func runPark(_ context.Context, sc *steps.Context) (steps.Result, error) {
 
 // runLeaky tries hard to leak the secret: logs it, returns it in an output and an error.
 func runLeaky(_ context.Context, sc *steps.Context) (steps.Result, error) {
-	sc.Log.Info("using token "+testSecret, "token", testSecret)
+	sc.Log.Info("using token "+testSecret, "token", testSecret, "password", testSecretJSON)
 	if sc.Inputs["fail"] == true {
-		return steps.Fail("auth failed with token " + testSecret), nil
+		return steps.Fail("auth failed with token " + testSecret + " and password " + testSecretJSON), nil
 	}
-	return steps.Done(map[string]any{"header": "Bearer " + testSecret}), nil
+	return steps.Done(map[string]any{"header": "Bearer " + testSecret, "auth": []any{"user:" + testSecretJSON}}), nil
 }
 
 // runEffect appends the job's key to a file once per run+step (idempotent), then sleeps so a
@@ -243,7 +247,7 @@ func (e *env) start(o envOpts) {
 	}
 	for i := 0; i < o.workers; i++ {
 		w := &worker.Worker{ID: fmt.Sprintf("w%d", i), Concurrency: o.concurrency, Registry: e.reg, Log: e.log,
-			Secrets: []string{testSecret}, Tuning: o.tuning, DrainTimeout: 2 * time.Second}
+			Secrets: []string{testSecret, testSecretJSON}, Tuning: o.tuning, DrainTimeout: 2 * time.Second}
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); _ = w.Run(ctx, conn) }()
 	}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,8 +15,16 @@ type Masker struct{ r *strings.Replacer }
 func NewMasker(secrets []string) *Masker {
 	var pairs []string
 	for _, s := range secrets {
-		if len(s) >= 4 {
-			pairs = append(pairs, s, "***")
+		if len(s) < 4 {
+			continue
+		}
+		pairs = append(pairs, s, "***")
+		// Results are masked as JSON text, where a secret with quotes, backslashes, <, >,
+		// & or control characters appears escaped.
+		if b, err := json.Marshal(s); err == nil {
+			if esc := string(b[1 : len(b)-1]); esc != s {
+				pairs = append(pairs, esc, "***")
+			}
 		}
 	}
 	if len(pairs) == 0 {

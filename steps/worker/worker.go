@@ -359,20 +359,25 @@ func heartbeat(msg *queue.Msg, interval time.Duration) (stop func()) {
 // publishResult reports a step's result. acked means a controller took it directly and acked
 // the job (ackSubject) itself.
 func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Result, started time.Time, ackSubject string) (acked bool, err error) {
-	// Results pass through the masker as text, so a secret in a message or output never
-	// reaches the run state.
-	rb, err := json.Marshal(res)
-	if err != nil {
-		res = steps.Fail(fmt.Sprintf("step %s returned outputs that cannot be encoded: %v", job.Type, err))
-		rb, _ = json.Marshal(res)
-	}
-	if masked := w.masker.Mask(string(rb)); masked != string(rb) {
-		_ = json.Unmarshal([]byte(masked), &res)
-	}
 	ev := queue.Event{V: queue.Version, Kind: queue.EvResult, Run: job.Run, Stage: job.Stage, Step: job.Step,
 		Rollback: job.Rollback, Attempt: job.Attempt, Wake: job.Wake, Result: &res, Worker: w.ID,
 		Started: started, Ended: time.Now()}
-	data, _ := json.Marshal(ev)
+	data, err := json.Marshal(ev)
+	if err != nil {
+		res = steps.Fail(fmt.Sprintf("step %s returned outputs that cannot be encoded: %v", job.Type, err))
+		data, _ = json.Marshal(ev)
+	}
+	// The encoded result passes through the masker (which knows each secret raw and as JSON
+	// escapes it), so a secret in a message or an output never reaches the run state.
+	if masked := w.masker.Mask(string(data)); masked != string(data) {
+		data = []byte(masked)
+		if !json.Valid(data) {
+			// A secret matched across JSON syntax: keep nothing of what the step returned.
+			res = steps.Fail(fmt.Sprintf("step %s returned a result that cannot be masked safely", job.Type))
+			data, _ = json.Marshal(ev)
+			data = []byte(w.masker.Mask(string(data)))
+		}
+	}
 	if taken, acked := w.offerResult(ctx, job, data, ackSubject); taken {
 		return acked, nil
 	}
