@@ -36,23 +36,24 @@ type Controller struct {
 	metrics *Metrics
 	workers int
 
-	mu       sync.Mutex
-	machines map[string]*pipelines.Machine  // by spec hash
-	parsed   map[string]*pipelines.Pipeline // by file and source (Start)
-	specs    map[string]struct{}            // spec hashes known to be in prflow-specs
-	timers   map[string]*runTimer
-	byKey    map[string]map[parkRef]struct{} // prflow-apps key → parked steps
-	byTopic  map[string]map[parkRef]struct{}
-	parkedOf map[string][]parkRef             // run → its parked refs (to unindex)
-	waiting  map[string]int                   // run → number of parked steps
-	revs     map[string]uint64                // run → revision the index reflects
-	changed  map[string]time.Time             // prflow-apps key → when it last changed
-	cache    sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
-	own      ownWrites                        // our writes to prflow-runs, which the runs watcher skips
-	waiters  map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
-	ready    chan struct{}
-	loaded   chan struct{} // closed once the runs watcher replayed every run
-	loadOne  sync.Once
+	mu          sync.Mutex
+	machines    map[string]*pipelines.Machine  // by spec hash
+	parsed      map[string]*pipelines.Pipeline // by file and source (Start)
+	specs       map[string]struct{}            // spec hashes known to be in prflow-specs
+	timers      map[string]*runTimer
+	byKey       map[string]map[parkRef]struct{} // prflow-apps key → parked steps
+	byTopic     map[string]map[parkRef]struct{}
+	parkedOf    map[string][]parkRef             // run → its parked refs (to unindex)
+	waiting     map[string]int                   // run → number of parked steps
+	parkedTotal int                              // sum of waiting
+	revs        map[string]uint64                // run → revision the index reflects
+	changed     map[string]time.Time             // prflow-apps key → when it last changed
+	cache       sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
+	own         ownWrites                        // our writes to prflow-runs, which the runs watcher skips
+	waiters     map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
+	ready       chan struct{}
+	loaded      chan struct{} // closed once the runs watcher replayed every run
+	loadOne     sync.Once
 
 	webhooks atomic.Pointer[Webhooks]   // /hooks/<provider> secrets (hooks.go)
 	triggers atomic.Pointer[TriggerSet] // pipelines started by webhooks (scmevents.go)
@@ -508,7 +509,9 @@ func (c *Controller) publishJob(ctx context.Context, j *queue.Job) error {
 		return fmt.Errorf("dispatch %s: %w", j.ID(), err)
 	}
 	c.metrics.Dispatched.WithLabelValues(j.Type).Inc()
-	c.log.Debug("dispatched", "run", j.Run, "stage", j.Stage, "step", j.Step, "attempt", j.Attempt, "wake", j.Wake)
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.Debug("dispatched", "run", j.Run, "stage", j.Stage, "step", j.Step, "attempt", j.Attempt, "wake", j.Wake)
+	}
 	return nil
 }
 
@@ -563,8 +566,7 @@ func (c *Controller) forget(run string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unindexLocked(run)
-	delete(c.waiting, run)
-	c.metrics.parked.Store(int64(c.countParkedLocked()))
+	c.setWaitingLocked(run, 0)
 	if t := c.timers[run]; t != nil {
 		t.t.Stop()
 		delete(c.timers, run)
@@ -603,11 +605,7 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 	c.unindexLocked(r.ID)
 	var refs []parkRef
 	parked := m.Parked(r)
-	if len(parked) > 0 {
-		c.waiting[r.ID] = len(parked)
-	} else {
-		delete(c.waiting, r.ID)
-	}
+	c.setWaitingLocked(r.ID, len(parked))
 	var missed []parkRef
 	for _, p := range parked {
 		for _, k := range p.Keys {
@@ -641,7 +639,6 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 	if len(missed) > 0 {
 		go func() { _ = c.wakeRefs(context.Background(), missed, "key changed before the step parked") }()
 	}
-	c.metrics.parked.Store(int64(c.countParkedLocked()))
 	due := m.NextDue(r)
 	old := c.timers[r.ID]
 	if due.IsZero() {
@@ -666,12 +663,16 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 	})}
 }
 
-func (c *Controller) countParkedLocked() int {
-	n := 0
-	for _, w := range c.waiting {
-		n += w
+// setWaitingLocked records how many of run's steps are parked, keeping the total for the
+// parked-steps metric (summing the map on every event cost time linear in the parked runs).
+func (c *Controller) setWaitingLocked(run string, n int) {
+	c.parkedTotal += n - c.waiting[run]
+	if n > 0 {
+		c.waiting[run] = n
+	} else {
+		delete(c.waiting, run)
 	}
-	return n
+	c.metrics.parked.Store(int64(c.parkedTotal))
 }
 
 // watchApps wakes the steps parked on an app status key when it changes.
