@@ -1,6 +1,6 @@
 // Package queue holds prflow's NATS side: the embedded server, connecting to an external
 // cluster, the streams, consumers and KV buckets every component shares, the versioned job and
-// event envelopes, and leases.
+// event envelopes, leases, and the Puller workers take jobs with.
 package queue
 
 import (

@@ -380,7 +380,7 @@ func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Re
 			data = []byte(w.masker.Mask(string(data)))
 		}
 	}
-	if taken, acked := w.offerResult(ctx, job, data, ackSubject); taken {
+	if taken, acked := w.offerResult(job, data, ackSubject); taken {
 		return acked, nil
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -394,7 +394,7 @@ func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Re
 // subject in queue.ResultAckHeader the controller acks the job itself and the server's
 // confirmation of that ack is the answer (acked); a plain "ok" leaves the ack to us. Not
 // taken means no controller took it (none listening, a timeout, an error): use the stream.
-func (w *Worker) offerResult(ctx context.Context, job *queue.Job, data []byte, ackSubject string) (taken, acked bool) {
+func (w *Worker) offerResult(job *queue.Job, data []byte, ackSubject string) (taken, acked bool) {
 	if w.StreamResults {
 		return false, false
 	}
