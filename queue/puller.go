@@ -146,7 +146,9 @@ func (p *Puller) Stop() {
 }
 
 // pull asks for a job for every free slot not yet covered by a request: at once when enough
-// slots are free (or force), else after Linger so that slots freed meanwhile share it.
+// slots are free (or force). Fewer wait while an earlier request is still open (it takes the
+// next jobs anyway, and the server keeps a bounded number of requests per consumer), or for
+// Linger when none is, so that slots freed meanwhile share the request.
 func (p *Puller) pull(force bool) {
 	if p.stopped.Load() {
 		return
@@ -158,6 +160,10 @@ func (p *Puller) pull(force bool) {
 		return
 	}
 	if !force && n < p.cfg.MinBatch {
+		if p.asked > 0 {
+			p.mu.Unlock()
+			return
+		}
 		if p.timer == nil {
 			var t *time.Timer
 			t = time.AfterFunc(p.cfg.Linger, func() {
@@ -213,8 +219,12 @@ func (p *Puller) onMsg(m *nats.Msg) {
 		return
 	}
 	p.free--
+	last := p.asked == 0
 	p.mu.Unlock()
 	p.out <- m // never blocks: every message in out holds one of the slots
+	if last {
+		p.pull(false) // no request open any more: cover the slots still free
+	}
 }
 
 // onStatus handles the server's status replies; p.mu is held and released here.

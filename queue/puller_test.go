@@ -209,3 +209,31 @@ func TestPullerSurvivesConsumerRecreateAndServerRestart(t *testing.T) {
 	publishJobs(t, c.JS, 1, 1)
 	next(t, p, 5*time.Second)
 }
+
+// Jobs trickling in one at a time do not pile up open pull requests on the server (it keeps
+// a bounded number per consumer, 512 by default, shared by all workers of a pool).
+func TestPullerKeepsFewRequestsOpen(t *testing.T) {
+	c := open(t)
+	pool(t, c, ConsumerTuning{}, 0)
+	p := puller(t, c.NC, 64, PullerConfig{})
+	for i := 0; i < 100; i++ {
+		publishJobs(t, c.JS, i, 1)
+		m := next(t, p, 5*time.Second)
+		_ = m.Ack()
+		p.Release()
+		time.Sleep(3 * time.Millisecond) // past Linger: each freed slot on its own
+	}
+	time.Sleep(50 * time.Millisecond)
+	cons, err := c.JS.Consumer(context.Background(), StreamJobs, PoolConsumerName("p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumWaiting > 64/8+1 {
+		t.Fatalf("%d pull requests open for 64 slots", info.NumWaiting)
+	}
+	t.Logf("%d pull requests open, %d sent for 100 jobs", info.NumWaiting, p.PullRequests())
+}
