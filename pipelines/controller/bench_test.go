@@ -104,6 +104,60 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// BenchmarkTwoReplicas is BenchmarkFullPath's load on two controller replicas sharing the
+// work: results and events go to either, and each run is waited for on the replica that did
+// not start it, so its end reaches Wait through the runs watcher.
+func BenchmarkTwoReplicas(b *testing.B) {
+	const stepsPerRun = 10
+	logLevel = slog.LevelInfo
+	e := newEnv(&testing.T{}, envOpts{workers: 1, concurrency: 64})
+	defer e.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	second, err := New(ctx, e.conn, WithRegistry(e.reg), WithLogger(e.log))
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = second.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-second.Ready()
+	var sb strings.Builder
+	sb.WriteString("name: bench\nstages:\n  - id: s\n    steps:\n")
+	for i := 0; i < stepsPerRun; i++ {
+		fmt.Fprintf(&sb, "      - {id: n%d, type: Noop}\n", i)
+	}
+	src := sb.String()
+	runs := max(b.N/stepsPerRun, 8)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for i := 0; i < runs; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			starter, waiter := e.ctl, second
+			if i%2 == 1 {
+				starter, waiter = second, e.ctl
+			}
+			r, err := starter.Start(context.Background(), StartRequest{File: "b.yaml", Source: []byte(src)})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer wcancel()
+			if fin, err := waiter.Wait(wctx, r.ID, nil); err != nil || fin.Status != pipelines.StSucceeded {
+				b.Errorf("run %s: %v", r.ID, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	b.ReportMetric(float64(runs*stepsPerRun)/time.Since(start).Seconds(), "steps/s")
+}
+
 // rawJetStream publishes n messages (sync, with Nats-Msg-Id, from 16 publishers, as the
 // controller publishes jobs) to a work-queue stream and consumes+acks them with a pull
 // consumer: the ceiling prflow's full path is compared with.
