@@ -54,7 +54,8 @@ func next(t *testing.T, p *Puller, within time.Duration) *Msg {
 	return m
 }
 
-func ackPending(t *testing.T, c *Conn) int {
+// poolInfo is the server's view of the pool consumer.
+func poolInfo(t *testing.T, c *Conn) *jetstream.ConsumerInfo {
 	t.Helper()
 	cons, err := c.JS.Consumer(context.Background(), StreamJobs, PoolConsumerName("p"))
 	if err != nil {
@@ -64,8 +65,10 @@ func ackPending(t *testing.T, c *Conn) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.NumAckPending
+	return info
 }
+
+func ackPending(t *testing.T, c *Conn) int { return poolInfo(t, c).NumAckPending }
 
 // A busy worker holds no job beyond its slots: the rest stay on the server, where a second
 // worker with free slots gets them.
@@ -224,14 +227,7 @@ func TestPullerKeepsFewRequestsOpen(t *testing.T) {
 		time.Sleep(3 * time.Millisecond) // past Linger: each freed slot on its own
 	}
 	time.Sleep(50 * time.Millisecond)
-	cons, err := c.JS.Consumer(context.Background(), StreamJobs, PoolConsumerName("p"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cons.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := poolInfo(t, c)
 	if info.NumWaiting > 64/8+1 {
 		t.Fatalf("%d pull requests open for 64 slots", info.NumWaiting)
 	}

@@ -25,40 +25,13 @@ func BenchmarkFullPath(b *testing.B) {
 	logLevel = slog.LevelInfo
 	e := newEnv(&testing.T{}, envOpts{workers: 1, concurrency: 64})
 	defer e.stop()
-	var sb strings.Builder
-	sb.WriteString("name: bench\nstages:\n  - id: s\n    steps:\n")
-	for i := 0; i < stepsPerRun; i++ {
-		fmt.Fprintf(&sb, "      - {id: n%d, type: Noop}\n", i)
-	}
-	src := sb.String()
+	src := noopPipeline("bench", stepsPerRun)
 	runs := max(b.N/stepsPerRun, 8)
 	v0, _ := e.conn.Embedded().Varz(nil)
 	cpu0 := cpuTime()
 	b.ResetTimer()
 	start := time.Now()
-	ids := make([]string, runs)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 256)
-	for i := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r, err := e.ctl.Start(context.Background(), StartRequest{File: "b.yaml", Source: []byte(src)})
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			ids[i] = r.ID
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			if fin, err := e.ctl.Wait(ctx, r.ID, nil); err != nil || fin.Status != pipelines.StSucceeded {
-				b.Errorf("run %s: %v", r.ID, err)
-			}
-		}(i)
-	}
-	wg.Wait()
+	ids := runAll(b, runs, src, func(int) (*Controller, *Controller) { return e.ctl, e.ctl })
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu := cpuTime() - cpu0
@@ -97,6 +70,46 @@ func BenchmarkFullPath(b *testing.B) {
 	}
 }
 
+// noopPipeline is a one-stage pipeline of n Noop steps.
+func noopPipeline(name string, n int) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "name: %s\nstages:\n  - id: s\n    steps:\n", name)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&sb, "      - {id: n%d, type: Noop}\n", i)
+	}
+	return sb.String()
+}
+
+// runAll runs src runs times, 256 at once, each started on one controller and waited for on
+// another (pick), and returns the run ids.
+func runAll(b *testing.B, runs int, src string, pick func(i int) (starter, waiter *Controller)) []string {
+	ids := make([]string, runs)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for i := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			starter, waiter := pick(i)
+			r, err := starter.Start(context.Background(), StartRequest{File: "b.yaml", Source: []byte(src)})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			ids[i] = r.ID
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if fin, err := waiter.Wait(ctx, r.ID, nil); err != nil || fin.Status != pipelines.StSucceeded {
+				b.Errorf("run %s: %v", r.ID, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	return ids
+}
+
 // cpuTime is the user and system CPU time this process has used.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -121,40 +134,16 @@ func BenchmarkTwoReplicas(b *testing.B) {
 	go func() { defer close(done); _ = second.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	<-second.Ready()
-	var sb strings.Builder
-	sb.WriteString("name: bench\nstages:\n  - id: s\n    steps:\n")
-	for i := 0; i < stepsPerRun; i++ {
-		fmt.Fprintf(&sb, "      - {id: n%d, type: Noop}\n", i)
-	}
-	src := sb.String()
+	src := noopPipeline("bench", stepsPerRun)
 	runs := max(b.N/stepsPerRun, 8)
 	b.ResetTimer()
 	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 256)
-	for i := 0; i < runs; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			starter, waiter := e.ctl, second
-			if i%2 == 1 {
-				starter, waiter = second, e.ctl
-			}
-			r, err := starter.Start(context.Background(), StartRequest{File: "b.yaml", Source: []byte(src)})
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer wcancel()
-			if fin, err := waiter.Wait(wctx, r.ID, nil); err != nil || fin.Status != pipelines.StSucceeded {
-				b.Errorf("run %s: %v", r.ID, err)
-			}
-		}(i)
-	}
-	wg.Wait()
+	runAll(b, runs, src, func(i int) (*Controller, *Controller) {
+		if i%2 == 1 {
+			return second, e.ctl
+		}
+		return e.ctl, second
+	})
 	b.ReportMetric(float64(runs*stepsPerRun)/time.Since(start).Seconds(), "steps/s")
 }
 
@@ -206,15 +195,11 @@ func BenchmarkDispatchLatency(b *testing.B) {
 	e := newEnv(&testing.T{}, envOpts{workers: 1, concurrency: 4})
 	defer e.stop()
 	const n = 100
-	var sb strings.Builder
-	sb.WriteString("name: lat\nstages:\n  - id: s\n    steps:\n")
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&sb, "      - {id: n%d, type: Noop}\n", i)
-	}
+	src := []byte(noopPipeline("lat", n))
 	var lat []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		r, err := e.ctl.Start(context.Background(), StartRequest{File: "l.yaml", Source: []byte(sb.String())})
+		r, err := e.ctl.Start(context.Background(), StartRequest{File: "l.yaml", Source: src})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -203,10 +203,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		shardWG.Add(1)
 		go func(ch chan inbound) {
 			defer shardWG.Done()
-			var dc deadlineCtx
-			defer dc.stop()
+			// One deadline context for many events (see queue.SharedDeadline): each event's
+			// requests still time out, within 10 to 20 seconds.
+			dl := &queue.SharedDeadline{Parent: ctx, D: 10 * time.Second}
+			defer dl.Stop()
 			for in := range ch {
-				c.onEvent(dc.get(ctx), in)
+				c.onEvent(dl.Context(), in)
 			}
 		}(shards[i])
 	}
@@ -258,30 +260,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// deadlineCtx hands out one deadline context for many events: nats.go gives every request
-// without a deadline a timer of its own, a visible cost at thousands of events a second. Each
-// event's requests still time out, within 10 to 30 seconds.
-type deadlineCtx struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	until  time.Time
-}
-
-func (d *deadlineCtx) get(parent context.Context) context.Context {
-	if time.Until(d.until) < 10*time.Second {
-		d.stop()
-		d.until = time.Now().Add(30 * time.Second)
-		d.ctx, d.cancel = context.WithDeadline(parent, d.until)
-	}
-	return d.ctx
-}
-
-func (d *deadlineCtx) stop() {
-	if d.cancel != nil {
-		d.cancel()
-	}
-}
-
 // inbound is an event from the events stream (js) or a result a worker offers directly (req).
 type inbound struct {
 	js  jetstream.Msg
@@ -310,8 +288,9 @@ func (c *Controller) onEvent(ctx context.Context, in inbound) {
 	_ = msg.Ack()
 }
 
-// onResultRequest applies a result a worker offers directly and answers "ok" once it is in the
-// run state. Any other answer makes the worker publish it to the events stream instead.
+// onResultRequest applies a result a worker offers directly and, once it is in the run state,
+// acks the job for the worker (or answers "ok"). Any other answer makes the worker publish the
+// result to the events stream instead.
 func (c *Controller) onResultRequest(ctx context.Context, m *nats.Msg) {
 	ev, err := queue.DecodeEvent(m.Data)
 	if err == nil && (ev.Kind != queue.EvResult || queue.ResultSubject(ev.Run) != m.Subject) {
@@ -360,11 +339,19 @@ func (c *Controller) machine(ctx context.Context, hash string) (*pipelines.Machi
 	if err != nil {
 		return nil, fmt.Errorf("stored pipeline %s no longer loads: %w", sp.File, err)
 	}
-	m = &pipelines.Machine{P: p, Reg: c.reg}
+	return c.machineFor(p), nil
+}
+
+// machineFor is the state machine of a loaded pipeline, one per pipeline hash.
+func (c *Controller) machineFor(p *pipelines.Pipeline) *pipelines.Machine {
 	c.mu.Lock()
-	c.machines[hash] = m
-	c.mu.Unlock()
-	return m, nil
+	defer c.mu.Unlock()
+	m := c.machines[p.Hash]
+	if m == nil {
+		m = &pipelines.Machine{P: p, Reg: c.reg}
+		c.machines[p.Hash] = m
+	}
+	return m
 }
 
 type storedSpec struct {
@@ -437,26 +424,14 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			}
 			return nil
 		}
-		c.own.begin(r.ID)
-		rev, err := c.b.Runs.Update(ctx, r.ID, data, cur.rev)
-		// Index our own update here; the runs watcher skips it. What it saw meanwhile from
-		// other replicas is read back.
-		if others := c.own.end(r.ID, rev, err == nil, r.Status.Terminal()); others {
-			c.reload(ctx, r.ID)
-		}
+		rev, err := c.writeRun(ctx, r, func() (uint64, error) { return c.b.Runs.Update(ctx, r.ID, data, cur.rev) })
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				continue
 			}
 			return err
 		}
-		if !r.Status.Terminal() {
-			c.cache.Store(r.ID, &cachedRun{rev: rev, data: data, run: r})
-		}
-		c.index(r, m, rev)
-		if r.Status.Terminal() {
-			c.finished(r)
-		}
+		c.stored(r, m, rev, data, r)
 		c.observe(ev, r, jobs)
 		if ev.Kind == queue.EvCancel {
 			_ = c.conn.NC.Publish(queue.CancelSubject, []byte(r.ID))
@@ -464,6 +439,31 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		return c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...))
 	}
 	return fmt.Errorf("run %s: too many concurrent updates", ev.Run)
+}
+
+// writeRun stores r's new state with put (a Create or a revision-checked Update) as this
+// controller's own write, which the runs watcher then skips; revisions of other replicas it
+// saw meanwhile are read back.
+func (c *Controller) writeRun(ctx context.Context, r *pipelines.Run, put func() (uint64, error)) (uint64, error) {
+	c.own.begin(r.ID)
+	rev, err := put()
+	if others := c.own.end(r.ID, rev, err == nil, r.Status.Terminal()); others {
+		c.reload(ctx, r.ID)
+	}
+	return rev, err
+}
+
+// stored takes in a run state this controller just wrote as revision rev: cached for the
+// run's next event (with decoded, the decoded run only the run's shard may change, or nil),
+// indexed, and handed to Wait calls if the run ended.
+func (c *Controller) stored(r *pipelines.Run, m *pipelines.Machine, rev uint64, data []byte, decoded *pipelines.Run) {
+	if !r.Status.Terminal() {
+		c.cache.Store(r.ID, &cachedRun{rev: rev, data: data, run: decoded})
+	}
+	c.index(r, m, rev)
+	if r.Status.Terminal() {
+		c.finished(r)
+	}
 }
 
 // failBroken ends a run whose pipeline can no longer be loaded, instead of leaving it hanging.

@@ -285,6 +285,16 @@ func (e *env) wait(id string, d time.Duration) *pipelines.Run {
 	return r
 }
 
+// eventually polls cond until it holds, failing the test with msg() after d.
+func eventually(t *testing.T, d time.Duration, cond func() bool, msg func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(msg())
+		}
+	}
+}
+
 func step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
 	s := r.Find(stage)
 	if s == nil {

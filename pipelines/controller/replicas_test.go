@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/queue"
@@ -84,22 +85,16 @@ stages:
 	}
 	// Neither replica keeps a copy of, or a note about its writes to, a run that ended,
 	// whichever replica ended it.
-	deadline := time.Now().Add(10 * time.Second)
 	for _, c := range []*Controller{e.ctl, second} {
-		for {
-			n := 0
+		n := 0
+		eventually(t, 10*time.Second, func() bool {
+			n = 0
 			c.cache.Range(func(k, _ any) bool { n++; return true })
 			c.own.mu.Lock()
 			n += len(c.own.done) + len(c.own.inflight)
 			c.own.mu.Unlock()
-			if n == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a replica still holds %d entries for ended runs", n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return n == 0
+		}, func() string { return fmt.Sprintf("a replica still holds %d entries for ended runs", n) })
 	}
 }
 
@@ -135,21 +130,27 @@ func TestWaitOnFinishedRun(t *testing.T) {
 // controller answering, results take the stream and wait there (see the restart tests).
 func TestResultsSkipTheEventsStream(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 1})
+	if stored := eventsStored(t, e, "name: d\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n      - {id: c, type: Noop}\n      - {id: d, type: Noop}\n"); stored != 0 {
+		t.Fatalf("the events stream stored %d messages for a 4-step run; want none", stored)
+	}
+}
+
+// eventsStored runs src to success and says how many messages the events stream stored
+// meanwhile.
+func eventsStored(t *testing.T, e *env, src string) uint64 {
+	t.Helper()
 	ctx := context.Background()
 	stream, err := e.conn.JS.Stream(ctx, queue.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before, _ := stream.Info(ctx)
-	r := e.startRun("name: d\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n      - {id: c, type: Noop}\n      - {id: d, type: Noop}\n", nil)
-	fin := e.wait(r.ID, 30*time.Second)
-	if fin.Status != pipelines.StSucceeded {
+	r := e.startRun(src, nil)
+	if fin := e.wait(r.ID, 30*time.Second); fin.Status != pipelines.StSucceeded {
 		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
 	}
 	after, _ := stream.Info(ctx)
-	if stored := after.State.LastSeq - before.State.LastSeq; stored != 0 {
-		t.Fatalf("the events stream stored %d messages for a 4-step run; want none", stored)
-	}
+	return after.State.LastSeq - before.State.LastSeq
 }
 
 // A direct result that is not a result of the run its subject names is refused (the worker
@@ -183,17 +184,7 @@ func TestStreamResultsWorker(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx, e.conn) }()
 	defer func() { cancel(); <-done }()
-	stream, err := e.conn.JS.Stream(ctx, queue.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, _ := stream.Info(ctx)
-	r := e.startRun("name: s\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n      - {id: c, type: Noop}\n", nil)
-	if fin := e.wait(r.ID, 30*time.Second); fin.Status != pipelines.StSucceeded {
-		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
-	}
-	after, _ := stream.Info(ctx)
-	if stored := after.State.LastSeq - before.State.LastSeq; stored != 3 {
+	if stored := eventsStored(t, e, "name: s\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n      - {id: c, type: Noop}\n"); stored != 3 {
 		t.Fatalf("the events stream stored %d messages; want the 3 results", stored)
 	}
 }
@@ -218,25 +209,15 @@ func TestControllerAcksDirectResults(t *testing.T) {
 	if fin := e.wait(r.ID, 30*time.Second); fin.Status != pipelines.StSucceeded {
 		t.Fatalf("run ended %s: %s", fin.Status, fin.Error)
 	}
-	ctx := context.Background()
-	stream, err := e.conn.JS.Stream(ctx, queue.StreamJobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		info, _ := stream.Info(ctx)
+	var left uint64
+	n := 0
+	eventually(t, 5*time.Second, func() bool {
+		left = jobsLeft(t, e.conn.JS)
 		mu.Lock()
-		n := len(acks)
+		n = len(acks)
 		mu.Unlock()
-		if info.State.Msgs == 0 && n >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d jobs left in the stream, %d acks seen", info.State.Msgs, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return left == 0 && n >= 3
+	}, func() string { return fmt.Sprintf("%d jobs left in the stream, %d acks seen", left, n) })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(acks) != 3 {
@@ -288,21 +269,22 @@ func TestWorkerAcksWhenControllerOnlySaysOK(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no result offered")
 	}
-	stream, err := conn.JS.Stream(ctx, queue.StreamJobs)
+	eventually(t, 5*time.Second, func() bool { return jobsLeft(t, conn.JS) == 0 },
+		func() string { return "the worker did not ack the job after a plain ok" })
+}
+
+// jobsLeft is how many jobs the jobs stream holds (acked ones are removed).
+func jobsLeft(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), queue.StreamJobs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		info, _ := stream.Info(ctx)
-		if info.State.Msgs == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker did not ack the job after a plain ok")
-		}
-		time.Sleep(10 * time.Millisecond)
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
+	return info.State.Msgs
 }
 
 // Start stores a run with its first steps queued and sends their jobs right after. A

@@ -67,11 +67,7 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: run state: %w", ErrInvalid, req.File, err)
 	}
-	c.own.begin(r.ID)
-	rev, err := c.b.Runs.Create(ctx, r.ID, data)
-	if others := c.own.end(r.ID, rev, err == nil, r.Status.Terminal()); others {
-		c.reload(ctx, r.ID)
-	}
+	rev, err := c.writeRun(ctx, r, func() (uint64, error) { return c.b.Runs.Create(ctx, r.ID, data) })
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			existing, gerr := c.Get(ctx, r.ID)
@@ -81,32 +77,14 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		}
 		return nil, fmt.Errorf("store run: %w", err)
 	}
-	if !r.Status.Terminal() {
-		// The first result finds the run here instead of reading it back. Not r itself:
-		// the caller keeps that one.
-		c.cache.Store(r.ID, &cachedRun{rev: rev, data: data})
-	}
-	c.index(r, m, rev)
-	if r.Status.Terminal() {
-		c.finished(r)
-	}
+	// The first result finds the run cached instead of reading it back; not r itself, which
+	// the caller keeps.
+	c.stored(r, m, rev, data, nil)
 	if err := c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...)); err != nil {
 		// Stored with its steps queued: the jobs go out again when a controller restarts.
 		c.log.Error("run stored but its first jobs not dispatched", "run", r.ID, "err", err)
 	}
 	return r, nil
-}
-
-// machineFor is the state machine of a pipeline Start just loaded (and stored).
-func (c *Controller) machineFor(p *pipelines.Pipeline) *pipelines.Machine {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m := c.machines[p.Hash]
-	if m == nil {
-		m = &pipelines.Machine{P: p, Reg: c.reg}
-		c.machines[p.Hash] = m
-	}
-	return m
 }
 
 // ErrExists is returned by Start when a run with the requested id already exists.
@@ -302,7 +280,7 @@ func (c *Controller) storeSpec(ctx context.Context, p *pipelines.Pipeline) error
 		return fmt.Errorf("store pipeline: %w", err)
 	}
 	c.mu.Lock()
-	if len(c.specs) >= 4096 {
+	if len(c.specs) >= maxSpecs {
 		clear(c.specs)
 	}
 	c.specs[p.Hash] = struct{}{}
@@ -310,5 +288,8 @@ func (c *Controller) storeSpec(ctx context.Context, p *pipelines.Pipeline) error
 	return nil
 }
 
-// maxParsed bounds the parsed-pipeline cache.
-const maxParsed = 256
+// maxParsed and maxSpecs bound the parsed-pipeline cache and the set of stored sources.
+const (
+	maxParsed = 256
+	maxSpecs  = 4096
+)

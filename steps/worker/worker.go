@@ -44,7 +44,7 @@ type Worker struct {
 
 	conn    *queue.Conn
 	masker  *Masker
-	results sharedDeadline // for direct result requests
+	results queue.SharedDeadline // for direct result requests
 	// settling counts results being reported after their slot moved on; settleSlots bounds them.
 	settling    sync.WaitGroup
 	settleSlots chan struct{}
@@ -94,7 +94,7 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 	}
 	w.Tuning = withDefaults(w.Tuning)
 	w.masker = NewMasker(w.Secrets)
-	w.results = sharedDeadline{d: directResultTimeout}
+	w.results.D = directResultTimeout
 	w.Log = slog.New(MaskHandler(w.Log.Handler(), w.masker)).With("worker", w.ID)
 	w.cancels = map[string]map[*jobCtx]struct{}{}
 	w.settleSlots = make(chan struct{}, max(1024, 4*w.Concurrency*len(w.Pools)))
@@ -402,7 +402,7 @@ func (w *Worker) offerResult(job *queue.Job, data []byte, ackSubject string) (ta
 	if ackSubject != "" {
 		req.Header = nats.Header{queue.ResultAckHeader: []string{ackSubject}}
 	}
-	reply, err := w.conn.NC.RequestMsgWithContext(w.results.get(), req)
+	reply, err := w.conn.NC.RequestMsgWithContext(w.results.Context(), req)
 	if err != nil {
 		if !errors.Is(err, nats.ErrNoResponders) {
 			w.Log.Debug("direct result not taken; publishing it to the events stream", "run", job.Run, "stage", job.Stage, "step", job.Step, "err", err)
@@ -422,32 +422,6 @@ func (w *Worker) offerResult(job *queue.Job, data []byte, ackSubject string) (ta
 // directResultTimeout bounds the wait for a controller's answer to a direct result. Late
 // answers are harmless: the stream copy then carries the same result, applied once.
 const directResultTimeout = 10 * time.Second
-
-// sharedDeadline hands out one context for many requests, its deadline between d and 2d
-// away: nats.go otherwise needs a context (and its timer) per request, a visible cost at
-// thousands of results a second. A context is cancelled only two generations later, when
-// its deadline has passed anyway, so no request is cut short.
-type sharedDeadline struct {
-	d          time.Duration
-	mu         sync.Mutex
-	ctx        context.Context
-	until      time.Time
-	cur, older context.CancelFunc
-}
-
-func (s *sharedDeadline) get() context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if time.Until(s.until) < s.d {
-		if s.older != nil {
-			s.older()
-		}
-		s.older = s.cur
-		s.until = time.Now().Add(2 * s.d)
-		s.ctx, s.cur = context.WithDeadline(context.Background(), s.until)
-	}
-	return s.ctx
-}
 
 // runStep calls the step, turning a panic into a terminal error so one bad step cannot take
 // the worker down.
