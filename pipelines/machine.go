@@ -163,7 +163,7 @@ func (m *Machine) NextDue(r *Run) time.Time {
 		if sr.Status != StRunning {
 			continue
 		}
-		if !sr.RollingBack {
+		if !sr.RollingBack && sr.Failing == "" { // as in Tick: a failing stage's deadline is spent
 			min(sr.Deadline)
 		}
 		for _, list := range [][]*StepRun{sr.Steps, sr.Rollback} {

@@ -164,9 +164,14 @@ func runModel(rng *rand.Rand, m *Machine, model []modelStage) string {
 			if due.IsZero() {
 				return "run is stuck: no job out and nothing due: " + dumpRun(r)
 			}
-			now = due
-			m.Tick(r, now)
+			if due.After(now) {
+				now = due
+			}
+			changed := m.Tick(r, now)
 			pending = m.Advance(r, now)
+			if !changed && len(pending) == 0 && !r.Status.Terminal() {
+				return fmt.Sprintf("NextDue says %s but nothing happens then: %s", due, dumpRun(r))
+			}
 			continue
 		}
 		// Answer one job, or let a stage time out.

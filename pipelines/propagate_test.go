@@ -1,7 +1,9 @@
 package pipelines
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prflow/prflow/steps"
 )
@@ -146,4 +148,25 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// After a stage times out, its always() steps still run; the spent stage deadline must not be
+// reported as due again (the controller would wake in a loop).
+func TestFailingStageDeadlineIsNotDueAgain(t *testing.T) {
+	m := mustLoad(t, "name: x\nstages:\n  - id: s\n    timeout: 5m\n    steps:\n      - {id: a, type: Noop}\n      - {id: notify, type: Noop, when: 'always()'}\n")
+	r, _ := NewRun(m.P, "r1", nil, "me", testNow)
+	m.Advance(r, testNow)
+	now := testNow.Add(6 * time.Minute)
+	m.Tick(r, now)
+	jobs := m.Advance(r, now)
+	if len(jobs) != 1 || jobs[0].Step != "notify" {
+		t.Fatalf("after the timeout: jobs %+v, %s", jobs, dumpRun(r))
+	}
+	if due := m.NextDue(r); !due.IsZero() && !due.After(now) {
+		t.Fatalf("NextDue %s is not after now %s: %s", due, now, dumpRun(r))
+	}
+	result(m, r, jobs[0], steps.Done(nil), now)
+	if r.Status != StFailed || !strings.Contains(r.Error, "stage timed out") || r.Find("s").Step("notify", false).Status != StSucceeded {
+		t.Fatalf("end: %s", dumpRun(r))
+	}
 }

@@ -93,14 +93,14 @@ func TestMultiStagePipeline(t *testing.T) {
 		t.Errorf("when=false step: %s", st.Status)
 	}
 	b := r.Find("broken")
-	if b.Status != pipelines.StFailed || step(r, "broken", "never").Status != pipelines.StSkipped {
+	if b.Status != pipelines.StFailed || step(r, "broken", "never").Status != pipelines.StNotRun {
 		t.Errorf("failed stage: %s, never=%s", b.Status, step(r, "broken", "never").Status)
 	}
 	if u := step(r, "broken", "undo"); u.Status != pipelines.StSucceeded || u.Outputs["undid"] != "succeeded" {
 		t.Errorf("rollback step: %s %#v", u.Status, u.Outputs)
 	}
-	if a := r.Find("after"); a.Status != pipelines.StSkipped {
-		t.Errorf("stage after a failed stage: %s", a.Status)
+	if a := r.Find("after"); a.Status != pipelines.StNotRun || a.Error != "broken failed" {
+		t.Errorf("stage after a failed stage: %s %q", a.Status, a.Error)
 	}
 	// build and lint have no needs: they start together, and deploy only after both ended.
 	bs, ls, ds := r.Find("build"), r.Find("lint"), r.Find("deploy")
