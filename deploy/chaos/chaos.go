@@ -480,6 +480,8 @@ func (h *harness) start(name string, args ...string) (*proc, error) {
 	}
 	cmd := exec.Command(h.cfg.Bin, args...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = h.env, f, f
+	// If this process dies without its cleanup (a test timeout panics), its children die too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start prflow %s: %w", args[0], err)

@@ -87,7 +87,8 @@ func Evaluate(specs []RunSpec, obs Observed) []Check {
 		checkLeftoverBranches(obs),
 		checkOpenPRs(obs),
 		checkStrayCommits(obs, byRun),
-		checkOverlaps(obs.Execs),
+		checkOverlaps("jobs run twice at the same time", obs.Execs, func(job string) string { return job }),
+		checkOverlaps("steps run twice at the same time", obs.Execs, stepOf),
 	}
 }
 
@@ -316,15 +317,16 @@ func checkStrayCommits(obs Observed, byRun map[string]*runArtifacts) Check {
 	return c
 }
 
-// checkOverlaps: no job id ran on two executions whose time spans overlap. Timestamps come
-// from one clock (all processes on this machine) at millisecond resolution, so two
-// executions one after the other never compare as overlapping.
-func checkOverlaps(execs []Exec) Check {
+// checkOverlaps: no two executions with the same key (the job id, or its step: any attempt
+// or wake of it) have overlapping time spans. Timestamps come from one clock (all processes
+// on this machine), so two executions one after the other never compare as overlapping.
+func checkOverlaps(name string, execs []Exec, key func(job string) string) Check {
 	byJob := map[string][]Exec{}
 	for _, e := range execs {
-		byJob[e.Job] = append(byJob[e.Job], e)
+		k := key(e.Job)
+		byJob[k] = append(byJob[k], e)
 	}
-	c := Check{Name: "jobs run twice at the same time", Counted: len(byJob)}
+	c := Check{Name: name, Counted: len(byJob)}
 	jobs := make([]string, 0, len(byJob))
 	for j := range byJob {
 		jobs = append(jobs, j)
@@ -336,12 +338,28 @@ func checkOverlaps(execs []Exec) Check {
 		for a := 0; a < len(es); a++ {
 			for b := a + 1; b < len(es); b++ {
 				if es[b].Start.Before(es[a].End) {
-					c.miss("job %s: on %s %s and on %s %s", j, es[a].Worker, span(es[a]), es[b].Worker, span(es[b]))
+					c.miss("%s: on %s %s and on %s %s", describeJobs(es[a].Job, es[b].Job), es[a].Worker, span(es[a]), es[b].Worker, span(es[b]))
 				}
 			}
 		}
 	}
 	return c
+}
+
+// stepOf drops the attempt and wake from a job id (run/stage/[rb.]step/attempt/wake).
+func stepOf(job string) string {
+	parts := strings.Split(job, "/")
+	if len(parts) < 3 {
+		return job
+	}
+	return strings.Join(parts[:len(parts)-2], "/")
+}
+
+func describeJobs(a, b string) string {
+	if a == b {
+		return "job " + a
+	}
+	return "jobs " + a + " and " + b
 }
 
 func span(e Exec) string {

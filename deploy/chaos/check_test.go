@@ -103,11 +103,19 @@ func TestEvaluateCatches(t *testing.T) {
 		{"job overlaps after a kill", func(o *Observed) {
 			e := o.Execs[0]
 			o.Execs = append(o.Execs, Exec{Job: e.Job, Worker: "w2-1", Start: e.End.Add(-time.Millisecond), End: e.End.Add(time.Second)})
-		}, map[string]string{"jobs run twice at the same time": "on w0-0"}},
+		}, map[string]string{"jobs run twice at the same time": "on w0-0", "steps run twice at the same time": "on w0-0"}},
 		{"job overlaps on one worker", func(o *Observed) {
 			e := o.Execs[1]
 			o.Execs = append(o.Execs, Exec{Job: e.Job, Worker: e.Worker, Start: e.Start.Add(500 * time.Millisecond), End: e.End.Add(time.Second)})
-		}, map[string]string{"jobs run twice at the same time": "on w1-0"}},
+		}, map[string]string{"jobs run twice at the same time": "on w1-0", "steps run twice at the same time": "on w1-0"}},
+		{"two wakes of one step overlap", func(o *Observed) {
+			e := o.Execs[1]
+			o.Execs = append(o.Execs, Exec{Job: strings.TrimSuffix(e.Job, "/0") + "/1", Worker: "w2-0", Start: e.Start.Add(500 * time.Millisecond), End: e.End.Add(time.Second)})
+		}, map[string]string{"steps run twice at the same time": "jobs " + specs[0].ID + "/promote/update/1/0 and " + specs[0].ID + "/promote/update/1/1"}},
+		{"next wake after the previous one", func(o *Observed) {
+			e := o.Execs[1]
+			o.Execs = append(o.Execs, Exec{Job: strings.TrimSuffix(e.Job, "/0") + "/1", Worker: "w2-0", Start: e.End, End: e.End.Add(time.Second)})
+		}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -205,7 +213,7 @@ func TestReadRepoFindsLeftovers(t *testing.T) {
 	for _, c := range Evaluate(specs, obs) {
 		got[c.Name] = c
 	}
-	want := map[string]int{"runs terminal": 0, "runs succeeded": 0, "exactly one PR per run": 0, "exactly one merge per run": 1,
+	want := map[string]int{"steps run twice at the same time": 0, "runs terminal": 0, "runs succeeded": 0, "exactly one PR per run": 0, "exactly one merge per run": 1,
 		"lost updates": 1, "values applied twice": 1, "leftover branches": 1, "open PRs": 1, "commits not from a run's merge": 0,
 		"jobs run twice at the same time": 0}
 	for name, bad := range want {
