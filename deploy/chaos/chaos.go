@@ -82,7 +82,9 @@ type Result struct {
 	Checks      []Check
 	WorkerKills int
 	ServerKills int
-	Wall        time.Duration
+	// Processes that exited by themselves and were started again, as a supervisor would.
+	WorkerExits, AgentExits, ServerExits int
+	Wall                                 time.Duration
 }
 
 // OK reports whether every check passed.
@@ -109,6 +111,7 @@ func (r *Result) Summary(maxDetails int) string {
 	fmt.Fprintf(&b, "  %-34s %d × concurrency %d\n", "workers", r.Config.Workers, r.Config.Concurrency)
 	fmt.Fprintf(&b, "  %-34s %d\n", "worker kills (SIGKILL, restarted)", r.WorkerKills)
 	fmt.Fprintf(&b, "  %-34s %d\n", "server kills (SIGKILL, restarted)", r.ServerKills)
+	fmt.Fprintf(&b, "  %-34s %d workers, %d agents, %d servers\n", "exited by themselves (restarted)", r.WorkerExits, r.AgentExits, r.ServerExits)
 	fmt.Fprintf(&b, "  %-34s %s\n", "wall time", r.Wall.Round(100*time.Millisecond))
 	fmt.Fprintf(&b, "  %-34s %8s %8s\n", "check", "of", "misses")
 	for _, c := range r.Checks {
@@ -246,6 +249,8 @@ type harness struct {
 	workers      []*proc // current process of each worker slot
 	gens         []int
 	serverStarts int
+	agentStarts  int
+	agentArgs    []string
 	all          []*proc // every process started, for the logs and the final cleanup
 	http         *http.Client
 	logf         func(format string, a ...any)
@@ -331,8 +336,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := startServer(); err != nil {
 		return nil, err
 	}
-	if h.agent, err = h.start("agent", "agent", "--nats", h.natsURL, "--agent-id", "sim", "--sim-repo", gs.Dir(owner, repo),
-		"--sim-branch", "main", "--sim-delay", "300ms", "--log-format", "json"); err != nil {
+	h.agentArgs = []string{"agent", "--nats", h.natsURL, "--agent-id", "sim", "--sim-repo", gs.Dir(owner, repo),
+		"--sim-branch", "main", "--sim-delay", "300ms", "--log-format", "json"}
+	if err := h.startAgent(); err != nil {
 		return nil, err
 	}
 	h.workers, h.gens = make([]*proc, cfg.Workers), make([]int, cfg.Workers)
@@ -391,12 +397,46 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				h.logf("server restarted")
 				continue
 			}
-			slot := h.rng.IntN(cfg.Workers)
-			if p := h.workers[slot]; p != nil && p.alive() {
-				res.WorkerKills++
-				h.logf("SIGKILL worker %s (kill %d)", p.name, res.WorkerKills)
-				p.kill()
-				restarts[slot] = time.Now().Add(time.Duration(200+h.rng.IntN(1300)) * time.Millisecond)
+			// A random live worker; a slot waiting for its restart is passed over.
+			slot, first := -1, h.rng.IntN(cfg.Workers)
+			for i := range cfg.Workers {
+				if p := h.workers[(first+i)%cfg.Workers]; p.alive() {
+					slot = (first + i) % cfg.Workers
+					break
+				}
+			}
+			if slot < 0 {
+				h.logf("no live worker to kill; kill skipped")
+				continue
+			}
+			p := h.workers[slot]
+			res.WorkerKills++
+			h.logf("SIGKILL worker %s (kill %d)", p.name, res.WorkerKills)
+			p.kill()
+			restarts[slot] = time.Now().Add(time.Duration(200+h.rng.IntN(1300)) * time.Millisecond)
+		}
+		// Supervise like a process manager: a process that exited by itself is started again
+		// (and counted: the summary shows it).
+		for slot, p := range h.workers {
+			if _, pending := restarts[slot]; !pending && !p.alive() {
+				res.WorkerExits++
+				h.logf("worker %s exited by itself: %s", p.name, tail(p.logPath, 1))
+				restarts[slot] = time.Now().Add(time.Second)
+			}
+		}
+		if !h.agent.alive() {
+			res.AgentExits++
+			h.logf("agent exited by itself: %s", tail(h.agent.logPath, 1))
+			time.Sleep(time.Second)
+			if err := h.startAgent(); err != nil {
+				return nil, err
+			}
+		}
+		if !h.server.alive() {
+			res.ServerExits++
+			h.logf("server exited by itself: %s", tail(h.server.logPath, 1))
+			if err := startServer(); err != nil {
+				return nil, fmt.Errorf("restart the server after it exited: %w", err)
 			}
 		}
 		for slot, at := range restarts {
@@ -456,6 +496,16 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.Checks = Evaluate(specs, Observed{Runs: results, Repo: st, Execs: execs, BranchPrefix: branchPrefix})
 	res.Wall = time.Since(start)
 	return res, nil
+}
+
+func (h *harness) startAgent() error {
+	p, err := h.start(fmt.Sprintf("agent-%d", h.agentStarts), h.agentArgs...)
+	if err != nil {
+		return err
+	}
+	h.agentStarts++
+	h.agent = p
+	return nil
 }
 
 func (h *harness) startWorker(slot int) error {
