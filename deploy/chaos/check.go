@@ -192,16 +192,21 @@ func checkOneMerge(specs []RunSpec, byRun map[string]*runArtifacts) Check {
 	return c
 }
 
-// checkLostUpdates: every distinct file and distinct key holds its run's value at the end;
-// the one key holds a value of its group, the one set by the last of the group's merges.
+// checkLostUpdates: every merged run's distinct file or distinct key holds its value at the
+// end; the one key holds the value set by the last of its group's merges. A run that never
+// merged lost nothing here: "exactly one merge per run" and "runs succeeded" count it.
 func checkLostUpdates(specs []RunSpec, obs Observed, byRun map[string]*runArtifacts) Check {
-	c := Check{Name: "lost updates", Counted: len(specs)}
+	c := Check{Name: "lost updates"}
 	if obs.Repo == nil {
 		c.miss("release repo not read")
 		return c
 	}
 	oneKey := map[FileKey][]RunSpec{}
 	for _, s := range specs {
+		if len(byRun[s.ID].merges) == 0 {
+			continue
+		}
+		c.Counted++
 		k := FileKey{s.File, s.Key}
 		if s.Group == OneKey {
 			oneKey[k] = append(oneKey[k], s)
@@ -233,7 +238,7 @@ func checkLostUpdates(specs []RunSpec, obs Observed, byRun map[string]*runArtifa
 		}
 		switch {
 		case owner == "":
-			c.miss("%s is %q at the end: no run of the group set it", k, got)
+			c.miss("%s is %q at the end: no merged run of the group set it", k, got)
 		case lastAt >= 0 && last.Value != got:
 			c.miss("%s is %q (run %s) at the end, but the last merge of the group was run %s's (%q): its update was lost",
 				k, got, owner, last.ID, last.Value)
