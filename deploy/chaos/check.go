@@ -87,6 +87,7 @@ func Evaluate(specs []RunSpec, obs Observed) []Check {
 		checkLeftoverBranches(obs),
 		checkOpenPRs(obs),
 		checkStrayCommits(obs, byRun),
+		checkDoubleComments(obs),
 		checkOverlaps("jobs run twice at the same time", obs.Execs, func(job string) string { return job }),
 		checkOverlaps("steps run twice at the same time", obs.Execs, stepOf),
 	}
@@ -305,6 +306,32 @@ func checkOpenPRs(obs Observed) Check {
 	}
 	return c
 }
+
+// checkDoubleComments: prflow comments a summary once on each PR it opens; two of its
+// comments on one PR are a side effect done twice.
+func checkDoubleComments(obs Observed) Check {
+	c := Check{Name: "PR comments posted twice"}
+	if obs.Repo == nil {
+		c.miss("release repo not read")
+		return c
+	}
+	c.Counted = len(obs.Repo.PRs)
+	for _, pr := range obs.Repo.PRs {
+		n := 0
+		for _, cm := range pr.Comments {
+			if strings.HasPrefix(cm.Body, prflowComment) {
+				n++
+			}
+		}
+		if n > 1 {
+			c.miss("PR #%d (%s) has %d prflow comments", pr.Number, pr.Head, n)
+		}
+	}
+	return c
+}
+
+// prflowComment starts the summary prflow comments on the PRs it opens.
+const prflowComment = "**prflow**"
 
 // checkStrayCommits: every base-branch commit after the seed is the merge of a run's PR.
 func checkStrayCommits(obs Observed, byRun map[string]*runArtifacts) Check {

@@ -104,6 +104,10 @@ func TestEvaluateCatches(t *testing.T) {
 		}, map[string]string{"open PRs": "PR #8 x → main is open"}},
 		{"open slot without open PR", func(o *Observed) { o.Repo.OpenSlots = []string{"refs/prflow/open/abc"} },
 			map[string]string{"open PRs": "1 open-PR slots"}},
+		{"comment posted twice", func(o *Observed) {
+			pr := &o.Repo.PRs[1]
+			pr.Comments = append(pr.Comments, PRComment{"**prflow**: this PR updates"}, PRComment{"looks good"}, PRComment{"**prflow**: this PR updates"})
+		}, map[string]string{"PR comments posted twice": "PR #2 (prflow/chaos/chaos-s7-01/promote-update) has 2 prflow comments"}},
 		{"stray commit", func(o *Observed) {
 			o.Repo.History = append(o.Repo.History, Commit{SHA: strings.Repeat("c", 40), Message: "direct push\n"})
 		}, map[string]string{"commits not from a run's merge": `"direct push"`}},
@@ -220,7 +224,7 @@ func TestReadRepoFindsLeftovers(t *testing.T) {
 	for _, c := range Evaluate(specs, obs) {
 		got[c.Name] = c
 	}
-	want := map[string]int{"steps run twice at the same time": 0, "runs terminal": 0, "runs succeeded": 0, "exactly one PR per run": 0, "exactly one merge per run": 1,
+	want := map[string]int{"PR comments posted twice": 0, "steps run twice at the same time": 0, "runs terminal": 0, "runs succeeded": 0, "exactly one PR per run": 0, "exactly one merge per run": 1,
 		"lost updates": 0, "values applied twice": 1, "leftover branches": 1, "open PRs": 1, "commits not from a run's merge": 0,
 		"jobs run twice at the same time": 0}
 	for name, bad := range want {

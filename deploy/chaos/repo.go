@@ -30,11 +30,17 @@ type RepoState struct {
 
 // PRRecord is the part of a local-driver PR record the checks read.
 type PRRecord struct {
-	Number   int    `json:"number"`
-	State    string `json:"state"`
-	Head     string `json:"head"`
-	Base     string `json:"base"`
-	MergeSHA string `json:"mergeSha"`
+	Number   int         `json:"number"`
+	State    string      `json:"state"`
+	Head     string      `json:"head"`
+	Base     string      `json:"base"`
+	MergeSHA string      `json:"mergeSha"`
+	Comments []PRComment `json:"comments"`
+}
+
+// PRComment is one comment kept in a PR record.
+type PRComment struct {
+	Body string `json:"body"`
 }
 
 // Commit is one commit of the base branch's first-parent history.
