@@ -474,7 +474,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.Runs = results
 
 	var execs []Exec
+	crashes := map[string]string{}
 	for _, p := range h.all {
+		if f, err := os.Open(p.logPath); err == nil {
+			if l := CrashLine(f); l != "" {
+				crashes[p.name] = l + " (see " + p.logPath + ")"
+			}
+			f.Close()
+		}
 		if !strings.HasPrefix(p.name, "worker-") {
 			continue
 		}
@@ -493,7 +500,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Checks = Evaluate(specs, Observed{Runs: results, Repo: st, Execs: execs, BranchPrefix: branchPrefix})
+	res.Checks = Evaluate(specs, Observed{Runs: results, Repo: st, Execs: execs, Crashes: crashes, BranchPrefix: branchPrefix})
 	res.Wall = time.Since(start)
 	return res, nil
 }

@@ -67,7 +67,7 @@ func runChaos(t *testing.T, cfg Config) {
 	}
 }
 
-// buildPrflow builds the prflow binary once per test binary.
+// buildPrflow builds the prflow binary, with -race when this test runs with it.
 func buildPrflow(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "prflow")
@@ -77,7 +77,11 @@ func buildPrflow(t *testing.T) string {
 			t.Fatalf("no go command to build prflow with: %v", err)
 		}
 	}
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/prflow/prflow/cmd/prflow")
+	args := []string{"build", "-o", bin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goBin, append(args, "github.com/prflow/prflow/cmd/prflow")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build prflow: %v\n%s", err, out)
 	}

@@ -52,6 +52,9 @@ type Observed struct {
 	Runs  map[string]RunResult // by run id; a run missing here never reached the server
 	Repo  *RepoState
 	Execs []Exec
+	// Crashes are the processes whose output shows a panic, a fatal error or a data race
+	// (process name → the first such line).
+	Crashes map[string]string
 	// BranchPrefix is the head-branch prefix of the runs' PRs: PRs and branches are
 	// attributed to a run by the "/<run id>/" segment after it.
 	BranchPrefix string
@@ -88,6 +91,7 @@ func Evaluate(specs []RunSpec, obs Observed) []Check {
 		checkOpenPRs(obs),
 		checkStrayCommits(obs, byRun),
 		checkDoubleComments(obs),
+		checkCrashes(obs),
 		checkOverlaps("jobs run twice at the same time", obs.Execs, func(job string) string { return job }),
 		checkOverlaps("steps run twice at the same time", obs.Execs, stepOf),
 	}
@@ -374,6 +378,19 @@ func checkOverlaps(name string, execs []Exec, key func(job string) string) Check
 				}
 			}
 		}
+	}
+	return c
+}
+
+func checkCrashes(obs Observed) Check {
+	c := Check{Name: "processes crashed (panic, race)", Counted: len(obs.Crashes)}
+	names := make([]string, 0, len(obs.Crashes))
+	for n := range obs.Crashes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c.miss("%s: %s", n, obs.Crashes[n])
 	}
 	return c
 }

@@ -108,6 +108,8 @@ func TestEvaluateCatches(t *testing.T) {
 			pr := &o.Repo.PRs[1]
 			pr.Comments = append(pr.Comments, PRComment{"**prflow**: this PR updates"}, PRComment{"looks good"}, PRComment{"**prflow**: this PR updates"})
 		}, map[string]string{"PR comments posted twice": "PR #2 (prflow/chaos/chaos-s7-01/promote-update) has 2 prflow comments"}},
+		{"worker panicked", func(o *Observed) { o.Crashes = map[string]string{"worker-w1-0": "panic: boom"} },
+			map[string]string{"processes crashed (panic, race)": "worker-w1-0: panic: boom"}},
 		{"stray commit", func(o *Observed) {
 			o.Repo.History = append(o.Repo.History, Commit{SHA: strings.Repeat("c", 40), Message: "direct push\n"})
 		}, map[string]string{"commits not from a run's merge": `"direct push"`}},
@@ -169,6 +171,12 @@ not json: goroutine 1 [running]
 	if b.Job != "r/s/b/1/0" || !b.Killed || !b.End.Equal(exit) {
 		t.Errorf("execution cut by the kill: %+v", b)
 	}
+	if l := CrashLine(strings.NewReader(log + "\nWARNING: DATA RACE\nWrite at 0x00c000\n")); l != "WARNING: DATA RACE" {
+		t.Errorf("CrashLine: %q", l)
+	}
+	if l := CrashLine(strings.NewReader(log)); l != "" {
+		t.Errorf("CrashLine of a log without a crash: %q", l)
+	}
 	if _, err := ParseWorkerLog(strings.NewReader(`{"time":"2026-01-01T00:00:00Z","msg":"job returned","job":"x"}`), "w", exit, false); err == nil ||
 		!strings.Contains(err.Error(), "returned without having started") {
 		t.Errorf("a return without a start: %v", err)
@@ -224,7 +232,7 @@ func TestReadRepoFindsLeftovers(t *testing.T) {
 	for _, c := range Evaluate(specs, obs) {
 		got[c.Name] = c
 	}
-	want := map[string]int{"PR comments posted twice": 0, "steps run twice at the same time": 0, "runs terminal": 0, "runs succeeded": 0, "exactly one PR per run": 0, "exactly one merge per run": 1,
+	want := map[string]int{"processes crashed (panic, race)": 0, "PR comments posted twice": 0, "steps run twice at the same time": 0, "runs terminal": 0, "runs succeeded": 0, "exactly one PR per run": 0, "exactly one merge per run": 1,
 		"lost updates": 0, "values applied twice": 1, "leftover branches": 1, "open PRs": 1, "commits not from a run's merge": 0,
 		"jobs run twice at the same time": 0}
 	for name, bad := range want {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -56,4 +57,21 @@ func ParseWorkerLog(r io.Reader, worker string, exitAt time.Time, killed bool) (
 		}
 	}
 	return out, nil
+}
+
+// CrashLine returns the first line of a process's output that shows it crashed: a Go panic,
+// a fatal runtime error or a race detector report; "" when there is none. SIGKILL leaves no
+// such line.
+func CrashLine(r io.Reader) string {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		for _, p := range []string{"panic: ", "fatal error: ", "WARNING: DATA RACE"} {
+			if strings.HasPrefix(l, p) {
+				return l
+			}
+		}
+	}
+	return ""
 }
