@@ -1,5 +1,0 @@
-//go:build !race
-
-package chaos
-
-const raceBuild = false
