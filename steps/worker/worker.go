@@ -263,7 +263,16 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		Inputs: job.Inputs, Env: job.Env, Priors: job.Priors, Memo: job.Memo, Signals: job.Signals,
 		Deadline: job.Deadline, Log: stepLog, Services: w.Services,
 	}
+	// Debug lines bracketing the step's execution let a test (deploy/chaos) prove from the
+	// logs of several workers that no job ran twice at the same time.
+	debug := w.Log.Enabled(ctx, slog.LevelDebug)
+	if debug {
+		w.Log.Debug("job started", "job", job.ID(), "delivery", delivered)
+	}
 	res, runErr := runStep(sctx, def.New(), sc)
+	if debug {
+		w.Log.Debug("job returned", "job", job.ID(), "delivery", delivered, "err", runErr != nil)
+	}
 	stopHB()
 
 	if runErr != nil {
