@@ -205,70 +205,92 @@ func TestGitOpsSyncDoesNotPassAtACommitWithoutTheMerge(t *testing.T) {
 	}
 }
 
+// directSync runs GitOpsSync for web in process, as the worker would, re-running it after each
+// park; expected is the stage's merge commit. It returns the first result that is not a park,
+// or the first error.
+type directSync struct {
+	s        *ancestryStack
+	expected string
+	memo     []byte
+	wake     int
+}
+
+func (d *directSync) run(t *testing.T, timeout time.Duration) (steps.Result, error) {
+	t.Helper()
+	def, _ := steps.Default.Lookup("GitOpsSync")
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		sc := &steps.Context{RunID: "run-ancestry", Stage: "dev", StepID: "sync", Type: "GitOpsSync", Attempt: 1, Wake: d.wake,
+			Inputs: map[string]any{"applicationsList": []any{map[string]any{"agentId": "eu", "applicationName": "web"}},
+				"connector": "release", "repo": "acme/release"},
+			Priors: []steps.Prior{{ID: "merge", Type: "MergePR", Outputs: map[string]any{"commitId": d.expected}}},
+			Memo:   d.memo, Deadline: time.Now().Add(time.Minute), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Services: steps.NewServices(map[string]any{steps.ServiceGitOps: d.s.client, steps.ServiceSCM: connector.Static{"release": d.s.p}})}
+		res, err := def.New().Run(context.Background(), sc)
+		if err != nil || res.Status != steps.Waiting {
+			return res, err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after %s: %s", timeout, res.Wait.Reason)
+		}
+		d.memo, d.wake = res.Memo, d.wake+1
+	}
+}
+
+// commits makes two direct commits on main: ours, then someone else's on top.
+func (s *ancestryStack) commits(t *testing.T) (ours, later string) {
+	t.Helper()
+	var err error
+	if ours, err = s.gh.Git().Commit("acme", "release", "main", map[string]string{"envs/a/config.json": "{}\n"}, nil, "ours"); err != nil {
+		t.Fatal(err)
+	}
+	if later, err = s.gh.Git().Commit("acme", "release", "main", map[string]string{"envs/b/config.json": "{}\n"}, nil, "someone else's"); err != nil {
+		t.Fatal(err)
+	}
+	return ours, later
+}
+
 func TestGitOpsSyncAncestryLookupErrorIsRetriedNotPassed(t *testing.T) {
 	// The forge fails the ancestry question: the step must neither pass nor re-sync; it
 	// returns a transient error (the worker retries) until the forge answers, then passes.
 	s := newAncestryStack(t)
 	s.addWeb("main")
-	ctx := context.Background()
-	merge, err := s.gh.Git().Commit("acme", "release", "main", map[string]string{"envs/a/config.json": "{}\n"}, nil, "ours")
-	if err != nil {
-		t.Fatal(err)
-	}
-	later, err := s.gh.Git().Commit("acme", "release", "main", map[string]string{"envs/b/config.json": "{}\n"}, nil, "someone else's")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ours, later := s.commits(t)
 	if err := s.gh.InjectFault(scmtest.Fault{Method: "GET", PathPattern: "/compare/", Status: 502}); err != nil {
 		t.Fatal(err)
 	}
-	def, _ := steps.Default.Lookup("GitOpsSync")
-	sc := func(memo []byte, wake int) *steps.Context {
-		return &steps.Context{RunID: "run-ancestry", Stage: "dev", StepID: "sync", Type: "GitOpsSync", Attempt: 1, Wake: wake,
-			Inputs: map[string]any{"applicationsList": []any{map[string]any{"agentId": "eu", "applicationName": "web"}},
-				"connector": "release", "repo": "acme/release"},
-			Priors: []steps.Prior{{ID: "merge", Type: "MergePR", Outputs: map[string]any{"commitId": merge}}},
-			Memo:   memo, Deadline: time.Now().Add(time.Minute), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Services: steps.NewServices(map[string]any{steps.ServiceGitOps: s.client, steps.ServiceSCM: connector.Static{"release": s.p}})}
-	}
-	var res steps.Result
-	memo, wake := []byte(nil), 0
-	sawErr := false
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		res, err = def.New().Run(ctx, sc(memo, wake))
-		if err != nil {
-			if steps.IsTerminal(err) || !strings.Contains(err.Error(), "contains "+merge[:12]) || !strings.Contains(err.Error(), "acme/release") {
-				t.Fatalf("lookup error: %v (terminal %v), want a transient error naming the commits and repo", err, steps.IsTerminal(err))
-			}
-			sawErr = true
-			break
-		}
-		if res.Status != steps.Waiting {
-			t.Fatalf("passed or failed with the forge unable to answer: %+v", res)
-		}
-		memo, wake = res.Memo, wake+1
-	}
-	if !sawErr {
-		t.Fatal("the step never needed the forge")
+	d := &directSync{s: s, expected: ours}
+	_, err := d.run(t, 30*time.Second)
+	if err == nil || steps.IsTerminal(err) || !strings.Contains(err.Error(), "contains "+ours[:12]) || !strings.Contains(err.Error(), "acme/release") {
+		t.Fatalf("lookup error: %v (terminal %v), want a transient error naming the commits and repo", err, steps.IsTerminal(err))
 	}
 	// The forge answers again: the redelivered job (same memo) passes at the later commit.
 	s.gh.ClearFaults()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		res, err = def.New().Run(ctx, sc(memo, wake))
-		if err != nil || res.Status != steps.Waiting || time.Now().After(deadline) {
-			break
-		}
-		memo, wake = res.Memo, wake+1
-	}
+	res, err := d.run(t, 30*time.Second)
 	if err != nil || res.Status != steps.Succeeded {
 		t.Fatalf("after the forge recovered: %+v %v", res, err)
 	}
 	apps, _ := res.Outputs["applications"].([]any)
 	a, _ := apps[0].(map[string]any)
-	if a["deployedRevision"] != later || a["revisionMatch"] != "contains" {
+	if a["deployedRevision"] != later || a["revisionMatch"] != "contains" || a["expectedRevision"] != ours {
 		t.Fatalf("applications %v, want deployed at %s", apps, later)
 	}
 	if n := len(s.syncRequests("web")); n != 1 {
 		t.Fatalf("%d syncs: the lookup error caused a re-sync", n)
+	}
+}
+
+func TestGitOpsSyncPinnedAppNeedsTheExactRevision(t *testing.T) {
+	// An app pinned to a commit (targetRevision is a full SHA) that contains ours still does
+	// not pass: for pinned apps only the exact revision counts.
+	s := newAncestryStack(t)
+	ours, later := s.commits(t)
+	s.addWeb(later)
+	d := &directSync{s: s, expected: ours}
+	res, err := d.run(t, 60*time.Second)
+	if err != nil || res.Status != steps.Failed {
+		t.Fatalf("pinned app at a containing commit: %+v %v, want Failed", res, err)
+	}
+	if !strings.Contains(res.Message, fmt.Sprintf("synced revision %s, expected %s", later, ours)) || !strings.Contains(res.Message, "pinned to "+later[:12]) {
+		t.Fatalf("message %q", res.Message)
 	}
 }
