@@ -38,6 +38,10 @@ type Env struct {
 	// CommitDirect commits files (path → content) and deletes to branch behind the provider's
 	// back, as another user would, and returns the new commit. Required.
 	CommitDirect func(t *testing.T, branch string, files map[string]string, deletes []string) string
+	// CommitOrphan creates branch at a new root commit holding files (a history unrelated to
+	// the base, as `git checkout --orphan` makes) behind the provider's back and returns it.
+	// Required by the IsAncestorUnrelated case.
+	CommitOrphan func(t *testing.T, branch string, files map[string]string) string
 	// Settle, when set, runs before the suite reads a PR's mergeability or merges it, for forges
 	// that compute mergeability lazily (poll until it is known).
 	Settle func(t *testing.T, number int)
@@ -89,6 +93,7 @@ var cases = []testCase{
 	{"ConcurrentCommits", testConcurrentCommits},
 	{"IsAncestor", testIsAncestor},
 	{"IsAncestorMergeCommit", testIsAncestorMergeCommit},
+	{"IsAncestorUnrelated", testIsAncestorUnrelated},
 }
 
 // Run runs every case as a subtest, each with a fresh Env from newEnv.
@@ -857,6 +862,22 @@ func testIsAncestorMergeCommit(t *testing.T, s *suite) {
 		got, err := s.Provider.IsAncestor(s.ctx, s.Repo, c.ancestor, c.descendant)
 		if err != nil || got != c.want {
 			t.Fatalf("case %d: IsAncestor(%.12s, %.12s) = %v, %v; want %v", i, c.ancestor, c.descendant, got, err, c.want)
+		}
+	}
+}
+
+// testIsAncestorUnrelated: commits of histories with no common commit never contain each other,
+// and that is an answer (false), not an error.
+func testIsAncestorUnrelated(t *testing.T, s *suite) {
+	if s.CommitOrphan == nil {
+		t.Fatal("scmconformance: Env.CommitOrphan is required by this case")
+	}
+	head := s.head(t, s.Base)
+	orphan := s.CommitOrphan(t, "conformance/orphan", map[string]string{"orphan.txt": "unrelated\n"})
+	for _, c := range [][2]string{{head, orphan}, {orphan, head}} {
+		got, err := s.Provider.IsAncestor(s.ctx, s.Repo, c[0], c[1])
+		if err != nil || got {
+			t.Fatalf("IsAncestor(%.12s, %.12s) across unrelated histories = %v, %v; want false, nil", c[0], c[1], got, err)
 		}
 	}
 }
