@@ -41,7 +41,7 @@ func init() {
 	Register(Definition{
 		Type:     "GitOpsSync",
 		New:      func() Step { return StepFunc(runGitOpsSync) },
-		Validate: func(in map[string]any) error { _, err := syncConfigFrom(in, true); return err },
+		Validate: validateSync,
 	})
 }
 

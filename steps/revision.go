@@ -28,6 +28,25 @@ type revisionGate struct {
 	notFound map[string]bool
 }
 
+// validateSync is GitOpsSync's load-time check: its sync inputs and the revision gate's.
+func validateSync(in map[string]any) error {
+	if _, err := syncConfigFrom(in, true); err != nil {
+		return err
+	}
+	return checkRevisionInputs(in)
+}
+
+// checkRevisionInputs checks at load that the `connector` and `repo` inputs are strings (either
+// may be left out: it then comes from the stage's UpdateReleaseRepo or RevertPR at run time).
+func checkRevisionInputs(in map[string]any) error {
+	for _, f := range []string{"connector", "repo"} {
+		if _, err := StringInput(in, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func newRevisionGate(sc *Context) (*revisionGate, error) {
 	g := &revisionGate{sc: sc, known: map[string]bool{}, notFound: map[string]bool{}}
 	var err error

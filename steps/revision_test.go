@@ -79,3 +79,24 @@ func TestRevisionGateHas(t *testing.T) {
 		t.Errorf("not found: why %q", why)
 	}
 }
+
+func TestGitOpsSyncRevisionInputsAtLoad(t *testing.T) {
+	def, ok := Default.Lookup("GitOpsSync")
+	if !ok {
+		t.Fatal("GitOpsSync not registered")
+	}
+	for _, c := range []struct {
+		in  map[string]any
+		err string
+	}{
+		{map[string]any{"connector": "release", "repo": "acme/release"}, ""},
+		{map[string]any{"connector": "${{ inputs.connector }}"}, ""},
+		{map[string]any{"connector": map[string]any{"name": "release"}}, "connector: want a string"},
+		{map[string]any{"repo": []any{"acme/release"}}, "repo: want a string"},
+	} {
+		err := def.Validate(c.in)
+		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("Validate(%v) = %v, want %q", c.in, err, c.err)
+		}
+	}
+}
