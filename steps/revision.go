@@ -114,8 +114,12 @@ func (r *syncRun) prepareRevisions(ctx context.Context, status []*agent.AppStatu
 		if a.State == appDone || st == nil || pinned(st) {
 			continue
 		}
+		ours := st.Operation.Tagged(r.sc.RunID, r.appTag(a))
+		if a.State == appTodo && !ours {
+			continue // not judged before its sync is requested: nothing to ask yet
+		}
 		want := firstNonEmptyStr(a.Revision, r.m.Expected)
-		if want == "" && st.Operation.Tagged(r.sc.RunID, r.appTag(a)) {
+		if want == "" && ours {
 			want = st.Operation.Revision // what evaluate will expect, when nothing else is known
 		}
 		revs := []string{st.Revision}

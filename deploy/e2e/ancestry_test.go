@@ -155,6 +155,13 @@ func TestGitOpsSyncPassesAtALaterCommitContainingTheMerge(t *testing.T) {
 	if n := len(s.syncRequests("web")); n != runs {
 		t.Fatalf("%d syncs for %d runs: a sync at a containing commit was retried", n, runs)
 	}
+	compares := 0
+	for _, c := range s.gh.Calls() {
+		if strings.Contains(c.Path, "/compare/") {
+			compares++
+		}
+	}
+	t.Logf("%d runs, %d passed at a later commit, %d compare calls to the forge", runs, contains, compares)
 }
 
 func TestGitOpsSyncDoesNotPassAtACommitWithoutTheMerge(t *testing.T) {
