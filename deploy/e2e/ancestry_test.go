@@ -58,6 +58,26 @@ func newAncestryStack(t *testing.T) *ancestryStack {
 	return &ancestryStack{stack: s, gh: gh, p: p, repoURL: gh.Git().CloneURL("acme", "release")}
 }
 
+// waitStepLong is waitStep with room for several concurrent UpdateReleaseRepo and MergePR
+// runs on a loaded machine.
+func (s *ancestryStack) waitStepLong(id, stage, stepID string, cond func(*pipelines.StepRun) bool) *pipelines.Run {
+	s.t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		r, err := s.ctl.Get(context.Background(), id)
+		if err == nil {
+			if st := step(r, stage, stepID); st != nil && cond(st) {
+				return r
+			}
+			if r.Status == pipelines.StFailed {
+				s.t.Fatalf("run %s failed before %s/%s parked: %s", id, stage, stepID, r.Error)
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("step %s/%s of run %s did not park behind alice's operation\n%s", stage, stepID, id, describeRun(r))
+		}
+	}
+}
+
 // addWeb adds the app web tracking targetRevision of the release repo.
 func (s *ancestryStack) addWeb(targetRevision string) {
 	a := app("web", "apps/web", nil)
@@ -111,7 +131,7 @@ func TestGitOpsSyncPassesAtALaterCommitContainingTheMerge(t *testing.T) {
 	// All merges land while alice's operation holds the app.
 	merged := map[string]string{}
 	for i, id := range ids {
-		r := s.waitStep(id, "dev", "sync", "parked behind alice's operation", func(st *pipelines.StepRun) bool {
+		r := s.waitStepLong(id, "dev", "sync", func(st *pipelines.StepRun) bool {
 			return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "alice")
 		})
 		sha, _ := step(r, "dev", "merge").Outputs["commitId"].(string)
