@@ -56,4 +56,9 @@ type Git interface {
 	// A revert that does not apply cleanly fails with an error matching ErrConflict whose
 	// ConflictError lists the files.
 	Revert(ctx context.Context, repo Repo, in RevertInput) (string, error)
+	// IsAncestor reports whether descendant contains ancestor: ancestor is descendant itself
+	// or one of its ancestors. Both must be full commit SHAs. A commit the forge does not
+	// know is an error matching ErrNotFound; unrelated histories are (false, nil). Drivers
+	// cache answers per (repo, ancestor, descendant): an answer about two SHAs never changes.
+	IsAncestor(ctx context.Context, repo Repo, ancestor, descendant string) (bool, error)
 }

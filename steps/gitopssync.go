@@ -41,7 +41,7 @@ func init() {
 	Register(Definition{
 		Type:     "GitOpsSync",
 		New:      func() Step { return StepFunc(runGitOpsSync) },
-		Validate: func(in map[string]any) error { _, err := syncConfigFrom(in, true); return err },
+		Validate: validateSync,
 	})
 }
 
@@ -418,6 +418,7 @@ type syncApp struct {
 	Waiting       string    `json:"waiting,omitempty"` // why it is not done, for messages
 	DegradedSince time.Time `json:"degradedSince,omitzero"`
 	Superseded    string    `json:"superseded,omitempty"` // who started the operation that replaced ours
+	Deployed      string    `json:"deployed,omitempty"`   // the revision it passed at (Revision or a commit containing it)
 	Note          string    `json:"note,omitempty"`
 }
 
@@ -465,7 +466,11 @@ func runGitOpsSync(ctx context.Context, sc *Context) (Result, error) {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 	}
-	run := &syncRun{sc: sc, cfg: cfg, g: g, m: &m, tag: syncTag(sc), now: time.Now()}
+	rev, err := newRevisionGate(sc)
+	if err != nil {
+		return Result{}, err
+	}
+	run := &syncRun{sc: sc, cfg: cfg, g: g, m: &m, tag: syncTag(sc), now: time.Now(), rev: rev}
 	return run.step(ctx, final)
 }
 
@@ -592,6 +597,7 @@ type syncRun struct {
 	m   *syncMemo
 	tag string
 	now time.Time
+	rev *revisionGate // which revisions have the change (revision.go)
 }
 
 // appTag is the InfoStep tag of an app's current operation: each re-sync gets its own, so a
@@ -624,6 +630,9 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			return Result{}, fmt.Errorf("read status of %s on agent %s: %w", a.App, a.Agent, err)
 		}
 		status[i] = st
+	}
+	if err := r.prepareRevisions(ctx, status); err != nil {
+		return Result{}, err
 	}
 
 	// Apps whose sync was requested: done, failed, or still going.
@@ -821,9 +830,10 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 			a.Revision = op.Revision
 		}
 		// Succeeded: on the revision we want?
-		if a.Revision != "" && op.SyncedRevision != "" && op.SyncedRevision != a.Revision {
+		if a.Revision != "" && op.SyncedRevision != "" && !r.rev.has(st, a.Revision, op.SyncedRevision) {
 			if a.Resyncs >= syncMaxResyncs {
-				return verdict{fail: fmt.Sprintf("synced revision %s, expected %s (after %d re-syncs with a hard refresh)", op.SyncedRevision, a.Revision, a.Resyncs)}
+				return verdict{fail: fmt.Sprintf("synced revision %s, expected %s (after %d re-syncs with a hard refresh)%s", op.SyncedRevision, a.Revision, a.Resyncs,
+					r.rev.why(st, a.Revision, op.SyncedRevision))}
 			}
 			r.sc.Log.Warn("sync finished on the wrong revision; syncing again after a hard refresh", "app", a.App,
 				"synced", op.SyncedRevision, "expected", a.Revision)
@@ -845,13 +855,18 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 		a.Note = fmt.Sprintf("%d resource(s) removed from git are still live (prune: false)", st.Resources.RequiresPruning)
 		r.sc.Log.Warn("app is OutOfSync only by resources awaiting pruning", "app", a.App, "resources", st.Resources.RequiresPruning)
 	}
-	if (st.Sync != agent.SyncSynced && !leftovers) || (a.Revision != "" && st.Revision != a.Revision) {
+	if (st.Sync != agent.SyncSynced && !leftovers) || !r.rev.has(st, a.Revision, st.Revision) {
 		a.Waiting = fmt.Sprintf("sync finished; app is %s at %s", orDefault(st.Sync, "Unknown"), short(st.Revision))
 		if a.Revision != "" {
 			a.Waiting += ", waiting for Synced at " + short(a.Revision)
+			if r.rev.enabled() && !pinned(st) {
+				a.Waiting += " or a commit that contains it"
+			}
+			a.Waiting += r.rev.why(st, a.Revision, st.Revision)
 		}
 		return verdict{}
 	}
+	a.Deployed = firstNonEmptyStr(st.Revision, a.Revision)
 	if !r.cfg.waitTillHealthy {
 		a.State, a.Waiting = appDone, ""
 		return verdict{}
@@ -886,7 +901,7 @@ func (r *syncRun) timedOut(ctx context.Context, status []*agent.AppStatus) Resul
 			continue
 		}
 		synced := a.State == appSyncing && status[i] != nil && status[i].Sync == agent.SyncSynced &&
-			(a.Revision == "" || status[i].Revision == a.Revision) && status[i].Operation != nil &&
+			r.rev.has(status[i], a.Revision, status[i].Revision) && status[i].Operation != nil &&
 			status[i].Operation.Phase == agent.PhaseSucceeded
 		desc := fmt.Sprintf("%s (agent %s): %s", a.App, a.Agent, orDefault(a.Waiting, "not synced"))
 		if synced && r.cfg.waitTillHealthy {
@@ -944,6 +959,7 @@ func (r *syncRun) outputs(ctx context.Context, status []*agent.AppStatus) []any 
 		if a.Note != "" {
 			o["note"] = a.Note
 		}
+		r.revisionOutputs(o, &r.m.Apps[i])
 		if st := status[i]; st != nil {
 			o["sync"], o["health"], o["revision"] = st.Sync, st.Health, st.Revision
 			o["cluster"], o["namespace"], o["url"] = st.Cluster, st.Namespace, st.URL

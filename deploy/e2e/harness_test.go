@@ -54,6 +54,11 @@ type stackOpts struct {
 	concurrency int
 	metrics     *controller.Metrics
 	quiet       bool // info-level logs to nowhere (benchmarks)
+	// gitReader, when set, is how the fake Argo CD reads git (default: the stack's MemGit).
+	gitReader argocdtest.GitReader
+	// services are added to the worker's (e.g. steps.ServiceSCM); registry replaces registry().
+	services map[string]any
+	registry *steps.Registry
 }
 
 // stack is a whole prflow plus a fake Argo CD and one agent "eu" for it.
@@ -93,7 +98,11 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
 	s := &stack{t: t, git: argocdtest.NewMemGit(), logs: &logBuf{}}
 	s.sha = s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy")})
-	s.argo = argocdtest.New(append([]argocdtest.Option{argocdtest.WithGitReader(s.git), argocdtest.WithTimeline(3*time.Millisecond, 1)}, o.argo...)...)
+	var reader argocdtest.GitReader = s.git
+	if o.gitReader != nil {
+		reader = o.gitReader
+	}
+	s.argo = argocdtest.New(append([]argocdtest.Option{argocdtest.WithGitReader(reader), argocdtest.WithTimeline(3*time.Millisecond, 1)}, o.argo...)...)
 	var log *slog.Logger
 	if o.quiet {
 		log = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -113,7 +122,10 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	if s.b, err = queue.OpenBuckets(ctx, conn.JS); err != nil {
 		t.Fatal(err)
 	}
-	reg := registry()
+	reg := o.registry
+	if reg == nil {
+		reg = registry()
+	}
 	copts := []controller.Option{controller.WithRegistry(reg), controller.WithLogger(log)}
 	if o.metrics != nil {
 		copts = append(copts, controller.WithMetrics(o.metrics))
@@ -129,8 +141,12 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	if o.concurrency == 0 {
 		o.concurrency = 8
 	}
+	services := map[string]any{steps.ServiceGitOps: s.client}
+	for k, v := range o.services {
+		services[k] = v
+	}
 	w := &worker.Worker{ID: "w1", Concurrency: o.concurrency, Registry: reg, Log: log, DrainTimeout: 2 * time.Second,
-		Services: steps.NewServices(map[string]any{steps.ServiceGitOps: s.client})}
+		Services: steps.NewServices(services)}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); _ = w.Run(ctx, conn) }()
 

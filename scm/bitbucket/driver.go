@@ -46,6 +46,8 @@ type Driver struct {
 	password string
 	hc       *http.Client
 	log      *slog.Logger
+	// ancestry keeps IsAncestor answers (immutable for a pair of SHAs).
+	ancestry scm.AncestryCache
 }
 
 var (

@@ -424,6 +424,13 @@ func TestConformance(t *testing.T) {
 				}
 				return sha
 			},
+			CommitOrphan: func(t *testing.T, branch string, files map[string]string) string {
+				sha, err := b.Git().CommitOrphan("acme", "release", branch, files, "unrelated history")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sha
+			},
 			Comments: func(t *testing.T, n int) []string {
 				pr, err := b.PullRequest("acme", "release", n)
 				if err != nil {

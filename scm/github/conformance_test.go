@@ -36,6 +36,13 @@ func TestConformance(t *testing.T) {
 				}
 				return sha
 			},
+			CommitOrphan: func(t *testing.T, branch string, files map[string]string) string {
+				sha, err := g.Git().CommitOrphan("acme", "release", branch, files, "unrelated history")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sha
+			},
 			Settle: func(t *testing.T, n int) {
 				for range 50 {
 					pr, err := d.GetPR(context.Background(), testRepo, n)

@@ -33,6 +33,8 @@ type Driver struct {
 	secrets []string
 	log     *slog.Logger
 	trees   treeCache // commit SHA → tree SHA of commits seen
+	// ancestry keeps IsAncestor answers (immutable for a pair of SHAs).
+	ancestry scm.AncestryCache
 }
 
 var (

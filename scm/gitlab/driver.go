@@ -32,6 +32,8 @@ type Driver struct {
 	secrets []string
 	log     *slog.Logger
 	metas   metaCache // files seen at commits, for commit actions
+	// ancestry keeps IsAncestor answers (immutable for a pair of SHAs).
+	ancestry scm.AncestryCache
 }
 
 var (

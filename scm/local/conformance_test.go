@@ -42,6 +42,14 @@ func newEnv(t *testing.T, overHTTP bool) scmconformance.Env {
 			}
 			return sha
 		},
+		CommitOrphan: func(t *testing.T, branch string, files map[string]string) string {
+			t.Helper()
+			sha, err := srv.CommitOrphan("acme", "release", branch, files, "unrelated history")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sha
+		},
 		Comments: func(t *testing.T, n int) []string {
 			t.Helper()
 			cs, err := p.Comments(t.Context(), "acme/release", n)

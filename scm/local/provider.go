@@ -44,6 +44,8 @@ type Provider struct {
 	delay    time.Duration
 	log      *slog.Logger
 	now      func() time.Time
+	// ancestry keeps IsAncestor answers (immutable for a pair of SHAs).
+	ancestry scm.AncestryCache
 }
 
 var (

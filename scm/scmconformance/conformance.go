@@ -38,6 +38,10 @@ type Env struct {
 	// CommitDirect commits files (path → content) and deletes to branch behind the provider's
 	// back, as another user would, and returns the new commit. Required.
 	CommitDirect func(t *testing.T, branch string, files map[string]string, deletes []string) string
+	// CommitOrphan creates branch at a new root commit holding files (a history unrelated to
+	// the base, as `git checkout --orphan` makes) behind the provider's back and returns it.
+	// Required by the IsAncestorUnrelated case.
+	CommitOrphan func(t *testing.T, branch string, files map[string]string) string
 	// Settle, when set, runs before the suite reads a PR's mergeability or merges it, for forges
 	// that compute mergeability lazily (poll until it is known).
 	Settle func(t *testing.T, number int)
@@ -87,6 +91,9 @@ var cases = []testCase{
 	{"Status", testStatus},
 	{"ChangedFiles", testChangedFiles},
 	{"ConcurrentCommits", testConcurrentCommits},
+	{"IsAncestor", testIsAncestor},
+	{"IsAncestorMergeCommit", testIsAncestorMergeCommit},
+	{"IsAncestorUnrelated", testIsAncestorUnrelated},
 }
 
 // Run runs every case as a subtest, each with a fresh Env from newEnv.
@@ -760,6 +767,117 @@ func testConcurrentCommits(t *testing.T, s *suite) {
 	for i := range writers {
 		if got := s.read(t, b, fmt.Sprintf("conformance/concurrent/%d.txt", i)); got != fmt.Sprintf("writer %d\n", i) {
 			t.Fatalf("writer %d's file = %q", i, got)
+		}
+	}
+}
+
+// testIsAncestor: a commit contains itself and every earlier commit of its history, and never a
+// later commit, a sibling branch's commit, or an unknown one; answers hold when asked again
+// (cached) and when asked from many goroutines at once.
+func testIsAncestor(t *testing.T, s *suite) {
+	const b = "conformance/ancestry"
+	root := s.branch(t, b)
+	c1 := s.commit(t, b, "first", change(s.f1, "ancestry 1\n"))
+	c2 := s.commit(t, b, "second", change(s.f1, "ancestry 2\n"))
+	sibling := s.CommitDirect(t, s.Base, map[string]string{"conformance/sibling.txt": "sibling\n"}, nil)
+	unknown := strings.Repeat("e", 40)
+	cases := []struct {
+		name                 string
+		ancestor, descendant string
+		want                 bool
+	}{
+		{"itself", c2, c2, true},
+		{"parent", c1, c2, true},
+		{"branch point", root, c2, true},
+		{"branch point of the sibling", root, sibling, true},
+		{"later commit", c2, c1, false},
+		{"later commit of the base", sibling, root, false},
+		{"sibling into branch", sibling, c2, false},
+		{"branch into sibling", c1, sibling, false},
+		{"upper-case SHAs", strings.ToUpper(c1), strings.ToUpper(c2), true},
+	}
+	for round := 0; round < 2; round++ { // the second round answers from the driver's cache
+		for _, c := range cases {
+			got, err := s.Provider.IsAncestor(s.ctx, s.Repo, c.ancestor, c.descendant)
+			if err != nil || got != c.want {
+				t.Fatalf("round %d, %s: IsAncestor(%.12s, %.12s) = %v, %v; want %v", round, c.name, c.ancestor, c.descendant, got, err, c.want)
+			}
+		}
+	}
+	for _, bad := range [][2]string{{unknown, c2}, {c1, unknown}} {
+		if got, err := s.Provider.IsAncestor(s.ctx, s.Repo, bad[0], bad[1]); !errors.Is(err, scm.ErrNotFound) || got {
+			t.Fatalf("IsAncestor(%.12s, %.12s) with an unknown commit = %v, %v; want ErrNotFound", bad[0], bad[1], got, err)
+		}
+	}
+	for _, bad := range [][2]string{{"main", c2}, {c1, c2[:12]}, {c1, ""}} {
+		_, err := s.Provider.IsAncestor(s.ctx, s.Repo, bad[0], bad[1])
+		if err == nil || !strings.Contains(err.Error(), "not a full commit SHA") {
+			t.Fatalf("IsAncestor(%q, %q) = %v; want an error naming the bad SHA", bad[0], bad[1], err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*len(cases))
+	for i := range 4 {
+		for _, c := range cases {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if got, err := s.Provider.IsAncestor(s.ctx, s.Repo, c.ancestor, c.descendant); err != nil || got != c.want {
+					errs <- fmt.Errorf("concurrent %d, %s: %v, %v; want %v", i, c.name, got, err, c.want)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// testIsAncestorMergeCommit: after two PRs are merged one after the other, the later merge
+// commit contains the earlier one and both PR heads; the earlier one contains neither the later
+// merge nor the later PR's head. This is what a GitOps gate asks when an app synced past its
+// own merge.
+func testIsAncestorMergeCommit(t *testing.T, s *suite) {
+	pr1 := s.pr(t, "conformance/anc-one", change("conformance/anc/one.txt", "one\n"))
+	pr2 := s.pr(t, "conformance/anc-two", change("conformance/anc/two.txt", "two\n"))
+	m1, _ := s.merge(t, pr1, scm.MergeCommit)
+	m2, _ := s.merge(t, s.get(t, pr2.Number), scm.MergeCommit)
+	if m1.MergeSHA == "" || m2.MergeSHA == "" {
+		t.Fatalf("merge SHAs %q, %q", m1.MergeSHA, m2.MergeSHA)
+	}
+	cases := []struct {
+		ancestor, descendant string
+		want                 bool
+	}{
+		{m1.MergeSHA, m2.MergeSHA, true},
+		{pr1.HeadSHA, m2.MergeSHA, true},
+		{pr2.HeadSHA, m2.MergeSHA, true},
+		{m2.MergeSHA, m1.MergeSHA, false},
+		{pr2.HeadSHA, m1.MergeSHA, false},
+		{m1.MergeSHA, pr2.HeadSHA, false},
+	}
+	for i, c := range cases {
+		got, err := s.Provider.IsAncestor(s.ctx, s.Repo, c.ancestor, c.descendant)
+		if err != nil || got != c.want {
+			t.Fatalf("case %d: IsAncestor(%.12s, %.12s) = %v, %v; want %v", i, c.ancestor, c.descendant, got, err, c.want)
+		}
+	}
+}
+
+// testIsAncestorUnrelated: commits of histories with no common commit never contain each other,
+// and that is an answer (false), not an error.
+func testIsAncestorUnrelated(t *testing.T, s *suite) {
+	if s.CommitOrphan == nil {
+		t.Fatal("scmconformance: Env.CommitOrphan is required by this case")
+	}
+	head := s.head(t, s.Base)
+	orphan := s.CommitOrphan(t, "conformance/orphan", map[string]string{"orphan.txt": "unrelated\n"})
+	for _, c := range [][2]string{{head, orphan}, {orphan, head}} {
+		got, err := s.Provider.IsAncestor(s.ctx, s.Repo, c[0], c[1])
+		if err != nil || got {
+			t.Fatalf("IsAncestor(%.12s, %.12s) across unrelated histories = %v, %v; want false, nil", c[0], c[1], got, err)
 		}
 	}
 }

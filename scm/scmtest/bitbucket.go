@@ -189,6 +189,7 @@ func (b *Bitbucket) routes() {
 	b.handle("GET "+repo+"/commit/{sha}/statuses/build/{key}", b.getStatus)
 	b.handle("GET "+repo+"/diffstat/{spec...}", b.diffstat)
 	b.handle("GET "+repo+"/diff/{spec...}", b.diff)
+	b.handle("GET "+repo+"/merge-base/{spec...}", b.mergeBase)
 	for _, p := range []string{"/pullrequests", "/pullrequests/{$}"} {
 		b.handle("GET "+repo+p, b.listPRs)
 		b.handle("POST "+repo+p, b.createPR)
@@ -713,6 +714,37 @@ func (b *Bitbucket) getCommit(c *bbCall) {
 	cm, err := c.rs.repo.commit(c.ctx, c.r.PathValue("sha"))
 	if err != nil {
 		bbError(c.w, 404, "Commit not found")
+		return
+	}
+	writeJSON(c.w, 200, bbCommitJSON(c.rv, cm))
+}
+
+// mergeBase serves GET .../merge-base/{a}..{b} as Bitbucket Cloud does: the best common
+// ancestor as a commit object; 404 when a revision is unknown or the histories are unrelated.
+func (b *Bitbucket) mergeBase(c *bbCall) {
+	x, y, ok := strings.Cut(c.r.PathValue("spec"), "..")
+	if !ok || x == "" || y == "" || strings.HasPrefix(y, ".") {
+		bbError(c.w, 400, "Invalid revspec: want <commit>..<commit>")
+		return
+	}
+	a, err1 := c.rs.repo.resolve(c.ctx, x)
+	d, err2 := c.rs.repo.resolve(c.ctx, y)
+	if err1 != nil || err2 != nil {
+		bbError(c.w, 404, "Commit not found")
+		return
+	}
+	mb, err := c.rs.repo.mergeBase(c.ctx, a, d)
+	if err != nil {
+		bbError(c.w, 500, err.Error())
+		return
+	}
+	if mb == "" {
+		bbError(c.w, 404, "No common ancestor")
+		return
+	}
+	cm, err := c.rs.repo.commit(c.ctx, mb)
+	if err != nil {
+		bbError(c.w, 500, err.Error())
 		return
 	}
 	writeJSON(c.w, 200, bbCommitJSON(c.rv, cm))

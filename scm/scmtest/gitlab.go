@@ -268,6 +268,7 @@ func (g *GitLab) routes() {
 	g.handle("POST /projects/{id}/repository/commits", g.createCommit)
 	g.handle("GET /projects/{id}/repository/commits/{sha}", g.getCommit)
 	g.handle("GET /projects/{id}/repository/commits/{sha}/diff", g.commitDiff)
+	g.handle("GET /projects/{id}/repository/merge_base", g.mergeBase)
 	g.handle("POST /projects/{id}/repository/commits/{sha}/revert", g.revertCommit)
 	g.handle("GET /projects/{id}/repository/commits/{sha}/statuses", g.listStatuses)
 	g.handle("POST /projects/{id}/statuses/{sha}", g.createStatus)
@@ -599,6 +600,53 @@ func (g *GitLab) getCommit(c *glCall) {
 		stats = g.stats(c, commit)
 	}
 	writeJSON(c.w, 200, glCommitJSON(c.rv, commit, stats))
+}
+
+// mergeBase serves GET /projects/:id/repository/merge_base?refs[]=a&refs[]=b as GitLab does:
+// 400 for fewer than two refs or refs that do not resolve ("Could not find ref: x"), 404
+// "Merge Base Not Found" for unrelated histories, else the merge base commit.
+func (g *GitLab) mergeBase(c *glCall) {
+	refs := c.r.URL.Query()["refs[]"]
+	if len(refs) < 2 {
+		glMessage(c.w, 400, "Provide at least 2 refs")
+		return
+	}
+	shas := make([]string, 0, len(refs))
+	var unknown []string
+	for _, ref := range refs {
+		sha, err := c.rs.repo.resolve(c.ctx, ref)
+		if err != nil {
+			unknown = append(unknown, ref)
+			continue
+		}
+		shas = append(shas, sha)
+	}
+	if len(unknown) > 0 {
+		noun := "ref"
+		if len(unknown) > 1 {
+			noun = "refs"
+		}
+		glMessage(c.w, 400, "Could not find "+noun+": "+strings.Join(unknown, ", "))
+		return
+	}
+	mb := shas[0]
+	for _, sha := range shas[1:] {
+		var err error
+		if mb, err = c.rs.repo.mergeBase(c.ctx, mb, sha); err != nil {
+			glMessage(c.w, 500, err.Error())
+			return
+		}
+		if mb == "" {
+			glMessage(c.w, 404, "404 Merge Base Not Found")
+			return
+		}
+	}
+	commit, err := c.rs.repo.commit(c.ctx, mb)
+	if err != nil {
+		glMessage(c.w, 500, err.Error())
+		return
+	}
+	writeJSON(c.w, 200, glCommitJSON(c.rv, commit, nil))
 }
 
 func (g *GitLab) commitDiff(c *glCall) {
