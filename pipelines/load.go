@@ -429,10 +429,19 @@ func (l *loader) inputs(n *yaml.Node, p *Pipeline) {
 		}
 		if d := f["default"]; d.val != nil {
 			_ = d.val.Decode(&in.Default)
+			if in.Type == "string" && d.val.Kind == yaml.ScalarNode && d.val.Tag != "!!null" {
+				in.Default = d.val.Value // as written: a default of 1.10 is "1.10"
+			}
 		}
 		if a := f["allowed"]; a.val != nil {
 			if a.val.Decode(&in.Allowed) != nil || a.val.Kind != yaml.SequenceNode {
 				l.errf(a.val, path+".allowed", "want a list of values")
+			} else if in.Type == "string" {
+				for i, c := range a.val.Content {
+					if c.Kind == yaml.ScalarNode && c.Tag != "!!null" && i < len(in.Allowed) {
+						in.Allowed[i] = c.Value
+					}
+				}
 			}
 		}
 		in.Required = l.boolean(f["required"], path+".required")

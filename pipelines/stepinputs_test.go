@@ -231,3 +231,12 @@ func TestSuggest(t *testing.T) {
 	}
 	_ = fmt.Sprint
 }
+
+// A string pipeline input's default and allowed values are text as written, too.
+func TestStringInputDefaultsKeepTheirText(t *testing.T) {
+	m := mustLoad(t, "name: x\ninputs:\n  tag: {type: string, default: 1.10, allowed: [1.10, 2.0]}\n  n: {type: number, default: 1.10}\nstages:\n  - id: s\n    steps: [{id: a, type: Noop}]\n")
+	tag, n := m.P.Inputs[0], m.P.Inputs[1]
+	if tag.Default != "1.10" || fmt.Sprint(tag.Allowed) != "[1.10 2.0]" || n.Default != 1.1 {
+		t.Errorf("defaults: %#v %#v %#v", tag.Default, tag.Allowed, n.Default)
+	}
+}
