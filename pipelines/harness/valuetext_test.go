@@ -1,9 +1,17 @@
 package harness
 
 import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"gopkg.in/yaml.v3"
+
+	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -90,5 +98,50 @@ func TestHarnessCopiedFieldsAreDeclaredInputs(t *testing.T) {
 				t.Errorf("%s: spec field %s is copied but %s does not declare it", typ, f, def.Type)
 			}
 		}
+	}
+}
+
+// What the converter writes matches the pipeline schema, for every Harness test pipeline.
+func TestConvertedTestdataMatchesSchema(t *testing.T) {
+	c := jsonschema.NewCompiler()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(pipelines.Schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob("testdata/*.yaml")
+	n := 0
+	for _, f := range files {
+		if filepath.Base(f) == "map.yaml" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Convert(f, src, Options{Map: testMap(t), Validate: true})
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		var y any
+		if err := yaml.Unmarshal(res.Native, &y); err != nil {
+			t.Fatal(err)
+		}
+		j, _ := json.Marshal(y)
+		v, _ := jsonschema.UnmarshalJSON(bytes.NewReader(j))
+		if err := sch.Validate(v); err != nil {
+			t.Errorf("%s converted does not match the schema: %v\n%s", f, err, res.Native)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no Harness test pipelines")
 	}
 }
