@@ -337,7 +337,14 @@ func (l *loader) checkLinkedApps(s *Stage, p *Pipeline, path string) {
 				if given("applicationSet", "selector", "labels") {
 					continue
 				}
-				if b, _ := in["filterByServiceEnvCluster"].(bool); b {
+				byEnv, _ := in["filterByServiceEnvCluster"].(bool)
+				if s, ok := in["filterByServiceEnvCluster"].(string); ok {
+					if template.Contains(s) {
+						continue // known at run time; the step says what is missing then
+					}
+					byEnv = strings.EqualFold(strings.TrimSpace(s), "true")
+				}
+				if byEnv {
 					if s.Environment == "" {
 						msgf("filterByServiceEnvCluster needs the stage's environment:")
 					}

@@ -199,6 +199,7 @@ func TestLinkedAppsNeedAServiceOrSelector(t *testing.T) {
 		noService("      - {id: apps, type: FetchLinkedApps, with: {applicationSet: web}}\n      - {id: sync, type: GitOpsSync}\n"),
 		noService("      - {id: apps, type: FetchLinkedApps, with: {selector: \"team=a\"}}\n"),
 		noService("      - {id: apps, type: FetchLinkedApps, with: {filterByServiceEnvCluster: true}}\n"),
+		noService("      - {id: apps, type: FetchLinkedApps, with: {filterByServiceEnvCluster: \"${{ inputs.x == 'all' }}\"}}\n"),
 		noService("      - {id: sync, type: GitOpsSync, with: {applicationsList: [{applicationName: web, agentId: a1}]}}\n"),
 		noService("      - {id: sync, type: GitOpsSync, with: {applicationRegex: \"^web-\"}}\n"),
 		stepSrc("      - {id: apps, type: FetchLinkedApps}\n    rollbackSteps:\n      - {id: resync, type: GitOpsSync}\n"),
