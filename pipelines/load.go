@@ -262,7 +262,7 @@ func (l *loader) strList(f field, path string) []string {
 	return out
 }
 
-func (l *loader) cond(f field, path string) *template.Template {
+func (l *loader) cond(f field, path string, opts ...template.Option) *template.Template {
 	if f.val == nil {
 		return nil
 	}
@@ -275,7 +275,7 @@ func (l *loader) cond(f field, path string) *template.Template {
 	if s == "" {
 		return nil
 	}
-	t, err := template.CompileCondition(s)
+	t, err := template.CompileCondition(s, opts...)
 	if err != nil {
 		l.exprErr(f.val, path, err)
 		return nil
@@ -552,7 +552,7 @@ func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
 			}
 		}
 	}
-	s.When = l.cond(f["when"], path+".when")
+	s.When = l.cond(f["when"], path+".when", template.WithStatusFunctions())
 	s.Timeout = timeDur(l.dur(f["timeout"], path+".timeout"))
 	s.OnFailure = l.failure(f["onFailure"], path+".onFailure")
 	s.Variables = l.variables(f["variables"], path+".variables")
@@ -649,7 +649,7 @@ func (l *loader) step(n *yaml.Node, path string) *Step {
 			l.errf(line, path+".with", "%v", err)
 		}
 	}
-	st.When = l.cond(f["when"], path+".when")
+	st.When = l.cond(f["when"], path+".when", template.WithStatusFunctions())
 	st.Timeout = timeDur(l.dur(f["timeout"], path+".timeout"))
 	st.Pool = l.str(f["pool"], path+".pool")
 	st.OnFailure = l.failure(f["onFailure"], path+".onFailure")

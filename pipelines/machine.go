@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 )
@@ -110,7 +111,7 @@ func (m *Machine) Tick(r *Run, now time.Time) bool {
 		if sr.Status != StRunning {
 			continue
 		}
-		if !sr.Deadline.IsZero() && !now.Before(sr.Deadline) && !sr.RollingBack {
+		if !sr.Deadline.IsZero() && !now.Before(sr.Deadline) && !sr.RollingBack && sr.Failing == "" {
 			for _, st := range sr.Steps {
 				if st.Status == StQueued || st.Status == StWaiting || st.Status == StPending {
 					st.Status, st.Ended = StFailed, now
@@ -297,22 +298,47 @@ func (m *Machine) stageFailed(r *Run, si int, sr *StageRun, msg, action string, 
 		// A rollback step failed: the stage ends failed; keep the original error first.
 		sr.Error = joinErr(sr.Error, "rollback "+msg)
 		sr.Status, sr.Ended, sr.RollingBack = StFailed, now, false
-		for _, st := range sr.Rollback {
-			if st.Status == StPending {
-				st.Status = StSkipped
-			}
-		}
+		m.notRun(sr.Rollback, "an earlier rollback step failed", now)
+		return
+	}
+	if sr.Failing != "" {
+		// A step that ran after the failure failed too: the first failure's action stands.
+		sr.Error = joinErr(sr.Error, msg)
+		m.notRunUnlessAfterFailure(si, sr, now)
 		return
 	}
 	sr.Error = msg
-	for _, st := range sr.Steps {
-		if st.Status == StPending {
-			st.Status = StSkipped
-		}
-	}
 	if action == ActRollbackPipeline {
 		r.RollingBack = true
 	}
+	if m.notRunUnlessAfterFailure(si, sr, now) {
+		// Steps asking for failure() or always() run first; advanceStage applies the action.
+		sr.Failing = action
+		return
+	}
+	m.applyFailure(sr, action, now)
+}
+
+// notRunUnlessAfterFailure ends the stage's pending steps as not run, except those whose when
+// calls failure() or always(); it reports whether any of those is left to run.
+func (m *Machine) notRunUnlessAfterFailure(si int, sr *StageRun, now time.Time) bool {
+	left := false
+	for _, st := range sr.Steps {
+		if st.Status != StPending {
+			continue
+		}
+		if sp := m.spec(si, st, false); sp != nil && sp.When != nil && sp.When.RunsAfterFailure() {
+			left = true
+			continue
+		}
+		st.Status, st.Ended, st.Error, st.RetryAt = StNotRun, now, "an earlier step of the stage failed", time.Time{}
+	}
+	return left
+}
+
+// applyFailure ends a failed stage or starts its rollback steps.
+func (m *Machine) applyFailure(sr *StageRun, action string, now time.Time) {
+	sr.Failing = ""
 	if (action == ActRollbackStage || action == ActRollbackPipeline) && len(sr.Rollback) > 0 {
 		sr.RollingBack = true
 		return
@@ -362,25 +388,26 @@ func (m *Machine) Advance(r *Run, now time.Time) []*queue.Job {
 func (m *Machine) startStage(r *Run, si int, now time.Time) bool {
 	sr := r.Stages[si]
 	sp := m.P.Stages[si]
-	var failedNeed string
 	for _, d := range m.P.Deps(si) {
-		ds := r.Stages[d]
-		if !ds.Status.Terminal() {
+		if !r.Stages[d].Status.Terminal() {
 			return false
 		}
-		if ds.Status == StFailed || ds.Status == StCancelled || ds.Status == StRolledBack {
-			failedNeed = ds.ID
-		}
 	}
-	if failedNeed != "" || r.RollingBack {
-		sr.Status, sr.Ended = StSkipped, now
-		for _, st := range sr.Steps {
-			st.Status = StSkipped
-		}
+	why := m.upstreamFailure(r, si)
+	if why == "" && r.RollingBack {
+		why = "the pipeline is rolling back"
+	}
+	afterFailure := sp.When != nil && sp.When.RunsAfterFailure()
+	if why != "" && !afterFailure {
+		// Only a failure propagates; a stage skipped by its own when does not.
+		m.notRun(sr.Steps, why, now)
+		sr.Status, sr.Ended, sr.Error = StNotRun, now, why
 		return true
 	}
 	if sp.When != nil {
-		ok, err := sp.When.EvalBool(context.Background(), m.Env(r, si, false))
+		env := m.Env(r, si, false)
+		env[template.StatusKey] = statusEnv(why != "", m.cancelledUpstream(r, si))
+		ok, err := sp.When.EvalBool(context.Background(), env)
 		if err != nil {
 			sr.Status, sr.Started, sr.Ended, sr.Error = StFailed, now, now, "when: "+err.Error()
 			return true
@@ -400,6 +427,75 @@ func (m *Machine) startStage(r *Run, si int, now time.Time) bool {
 	return true
 }
 
+// upstreamFailure says why stage si must not run on its own: a stage it follows (directly or
+// through others) failed, was cancelled or rolled back. "" when every one succeeded or was
+// skipped by its own when.
+func (m *Machine) upstreamFailure(r *Run, si int) string {
+	for _, a := range m.ancestors(si) {
+		switch as := r.Stages[a]; as.Status {
+		case StFailed, StCancelled, StRolledBack:
+			return fmt.Sprintf("%s %s", as.ID, statusWord(as.Status))
+		}
+	}
+	for _, d := range m.P.Deps(si) {
+		if ds := r.Stages[d]; ds.Status == StNotRun {
+			return ds.Error // the original cause, e.g. "dev failed"
+		}
+	}
+	return ""
+}
+
+func (m *Machine) cancelledUpstream(r *Run, si int) bool {
+	for _, a := range m.ancestors(si) {
+		if r.Stages[a].Status == StCancelled {
+			return true
+		}
+	}
+	return false
+}
+
+// ancestors lists the stages si follows, directly or transitively, nearest first.
+func (m *Machine) ancestors(si int) []int {
+	seen := map[int]bool{}
+	var out []int
+	queue := m.P.Deps(si)
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		out = append(out, d)
+		queue = append(queue, m.P.Deps(d)...)
+	}
+	return out
+}
+
+func statusWord(s Status) string {
+	switch s {
+	case StRolledBack:
+		return "was rolled back"
+	case StNotRun:
+		return "did not run"
+	}
+	return string(s)
+}
+
+// statusEnv is what success(), failure() and cancelled() answer in a when.
+func statusEnv(failed, cancelled bool) map[string]any {
+	return map[string]any{"success": !failed && !cancelled, "failure": failed, "cancelled": cancelled}
+}
+
+// notRun ends the pending steps of list as not run, with why.
+func (m *Machine) notRun(list []*StepRun, why string, now time.Time) {
+	for _, st := range list {
+		if st.Status == StPending {
+			st.Status, st.Ended, st.Error, st.RetryAt = StNotRun, now, why, time.Time{}
+		}
+	}
+}
+
 // advanceStage runs a stage's steps in order (or its rollback steps when rolling back).
 func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*queue.Job, bool) {
 	sr := r.Stages[si]
@@ -413,10 +509,12 @@ func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*queue.Job, boo
 		case StSucceeded, StSkipped:
 			continue
 		case StFailed:
-			if st.Ignored {
+			if st.Ignored || (sr.Failing != "" && !rollback) {
 				continue
 			}
 			return nil, progressed // failStep already decided the stage's fate
+		case StNotRun:
+			continue
 		case StQueued, StWaiting, StCancelled:
 			return nil, progressed
 		case StPending:
@@ -429,6 +527,8 @@ func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*queue.Job, boo
 				env = m.Env(r, si, rollback)
 			}
 			if sp.When != nil && st.Wake == 0 {
+				// In a failing stage and in rollback steps, failure() is true.
+				env[template.StatusKey] = statusEnv(rollback || sr.Failing != "", false)
 				ok, err := sp.When.EvalBool(context.Background(), env)
 				if err != nil {
 					m.failStep(r, si, st, rollback, "when: "+err.Error(), now)
@@ -458,6 +558,14 @@ func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*queue.Job, boo
 		}
 	}
 	// Every step is done.
+	if sr.Failing != "" && !rollback {
+		m.applyFailure(sr, sr.Failing, now)
+		if sr.RollingBack {
+			return nil, true // the rollback steps start on the next pass
+		}
+		sr.Ended = now
+		return nil, true
+	}
 	if rollback {
 		sr.RollingBack = false
 		if sr.Status == StRunning && sr.Error == "" {

@@ -165,7 +165,7 @@ func TestMachineStageTimeoutAndCancel(t *testing.T) {
 	m.Advance(r, testNow)
 	m.Tick(r, testNow.Add(6*time.Minute))
 	m.Advance(r, testNow.Add(6*time.Minute))
-	if r.Status != StFailed || !strings.Contains(r.Error, "stage timed out after 5m0s") || r.Find("t").Status != StSkipped {
+	if r.Status != StFailed || !strings.Contains(r.Error, "stage timed out after 5m0s") || r.Find("t").Status != StNotRun || r.Find("t").Error != "s failed" {
 		t.Fatalf("timeout: %s %q", r.Status, r.Error)
 	}
 	r2, _ := NewRun(m.P, "r2", nil, "me", testNow)

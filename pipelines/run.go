@@ -23,12 +23,16 @@ const (
 	StSkipped    Status = "skipped"
 	StCancelled  Status = "cancelled"
 	StRolledBack Status = "rolledBack" // a succeeded stage undone by a pipeline rollback
+	// StNotRun: never started because something it follows failed (or the pipeline is rolling
+	// back). Unlike StSkipped (its own when was false) it propagates: what follows it does not
+	// run either, unless its when calls failure() or always().
+	StNotRun Status = "notRun"
 )
 
 // Terminal reports whether s is final.
 func (s Status) Terminal() bool {
 	switch s {
-	case StSucceeded, StFailed, StSkipped, StCancelled, StRolledBack:
+	case StSucceeded, StFailed, StSkipped, StCancelled, StRolledBack, StNotRun:
 		return true
 	}
 	return false
@@ -89,15 +93,18 @@ func (r *Run) PathsPending() bool {
 
 // StageRun is one stage's state.
 type StageRun struct {
-	ID          string     `json:"id"`
-	Status      Status     `json:"status"`
-	Error       string     `json:"error,omitempty"`
-	RollingBack bool       `json:"rollingBack,omitempty"`
-	Started     time.Time  `json:"started,omitzero"`
-	Ended       time.Time  `json:"ended,omitzero"`
-	Deadline    time.Time  `json:"deadline,omitzero"`
-	Steps       []*StepRun `json:"steps"`
-	Rollback    []*StepRun `json:"rollback,omitempty"`
+	ID          string `json:"id"`
+	Status      Status `json:"status"`
+	Error       string `json:"error,omitempty"`
+	RollingBack bool   `json:"rollingBack,omitempty"`
+	// Failing is the failure action (fail, rollbackStage, …) held back while steps whose when
+	// calls failure() or always() still run; it is applied when they are done.
+	Failing  string     `json:"failing,omitempty"`
+	Started  time.Time  `json:"started,omitzero"`
+	Ended    time.Time  `json:"ended,omitzero"`
+	Deadline time.Time  `json:"deadline,omitzero"`
+	Steps    []*StepRun `json:"steps"`
+	Rollback []*StepRun `json:"rollback,omitempty"`
 	// RollbackOrder is when a pipeline rollback reached this stage (later stages first).
 	Finished int `json:"finished,omitempty"` // completion order, for pipeline rollback
 }

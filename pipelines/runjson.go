@@ -101,6 +101,10 @@ func (s *StageRun) appendJSON(b []byte) ([]byte, error) {
 	if s.RollingBack {
 		b = append(b, `,"rollingBack":true`...)
 	}
+	if s.Failing != "" {
+		b = append(b, `,"failing":`...)
+		b = appendString(b, s.Failing)
+	}
 	if b, err = appendTimeOmitZero(b, `,"started":`, s.Started); err != nil {
 		return nil, err
 	}

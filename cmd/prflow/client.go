@@ -211,6 +211,10 @@ func printRun(w io.Writer, r *pipelines.Run) {
 	}
 	fmt.Fprintln(w)
 	for _, s := range r.Stages {
+		if s.Status == pipelines.StNotRun {
+			fmt.Fprintf(w, "  stage %-16s %s\n", s.ID, notRunText(s.Error))
+			continue
+		}
 		fmt.Fprintf(w, "  stage %-16s %s", s.ID, s.Status)
 		if s.Error != "" {
 			fmt.Fprintf(w, "  %s", s.Error)

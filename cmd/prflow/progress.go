@@ -30,7 +30,9 @@ func (p *progress) update(r *pipelines.Run) {
 			if s.RollingBack {
 				line += " (rolling back)"
 			}
-			if s.Error != "" && s.Status.Terminal() {
+			if s.Status == pipelines.StNotRun {
+				line = fmt.Sprintf("%s stage %s: %s", stamp(), s.ID, notRunText(s.Error))
+			} else if s.Error != "" && s.Status.Terminal() {
 				line += " — " + s.Error
 			}
 			fmt.Fprintln(p.w, line)
@@ -59,6 +61,10 @@ func (p *progress) update(r *pipelines.Run) {
 				if i == 1 {
 					label = "rollback step"
 				}
+				if state == pipelines.StNotRun {
+					fmt.Fprintf(p.w, "%s   %s %s.%s (%s): %s\n", stamp(), label, s.ID, st.ID, st.Type, notRunText(st.Error))
+					continue
+				}
 				fmt.Fprintf(p.w, "%s   %s %s.%s (%s): %s %s\n", stamp(), label, s.ID, st.ID, st.Type, state, stepDetail(st))
 			}
 		}
@@ -71,4 +77,13 @@ func (p *progress) update(r *pipelines.Run) {
 		}
 		fmt.Fprintln(p.w, line)
 	}
+}
+
+// notRunText shows a stage or step that never started because something before it failed,
+// e.g. "not run (dev failed)".
+func notRunText(why string) string {
+	if why == "" {
+		return "not run"
+	}
+	return "not run (" + why + ")"
 }

@@ -197,8 +197,8 @@ func TestHarnessStageRollback(t *testing.T) {
 	if rv := ctltest.Step(r, "dev", "revertPR"); rv == nil || merge == "" || !strings.Contains(fmt.Sprint(rv.Outputs), "prNumber") {
 		t.Errorf("revertPR: %+v (merge %v)", rv, merge)
 	}
-	if st := r.Find("after").Status; st != pipelines.StSkipped {
-		t.Errorf("stage after a rolled back stage: %s, want skipped", st)
+	if st := r.Find("after"); st.Status != pipelines.StNotRun || st.Error != "dev failed" {
+		t.Errorf("stage after a rolled back stage: %s %q, want notRun because dev failed", st.Status, st.Error)
 	}
 }
 

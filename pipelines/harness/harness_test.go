@@ -259,10 +259,8 @@ func TestUnsupportedConstructs(t *testing.T) {
 			"ManualIntervention", "pipeline.stages[0].stage.failureStrategies[0].onFailure.action.type"},
 		{"specific errors", map[string]string{"STEP": "failureStrategies:\n  - onFailure:\n      errors: [Timeout]\n      action: {type: Ignore}"},
 			"errors: [Timeout]", "pipeline.stages[0].stage.spec.execution.steps[0].step.failureStrategies[0].onFailure.errors"},
-		{"when status", map[string]string{"STEP": "when: {stageStatus: All}"}, "stageStatus: All",
+		{"unknown when status", map[string]string{"STEP": "when: {stageStatus: Sometimes}"}, "stageStatus: Sometimes",
 			"pipeline.stages[0].stage.spec.execution.steps[0].step.when.stageStatus"},
-		{"pipeline status", map[string]string{"STAGE": "when:\n  pipelineStatus: Failure"}, "pipelineStatus: Failure",
-			"pipeline.stages[0].stage.when.pipelineStatus"},
 		{"secret variable", map[string]string{"PIPE": "variables:\n  - {name: pw, type: Secret, value: account.pw}"}, "type: Secret",
 			"pipeline.variables[0].type"},
 		{"execution input", map[string]string{"PIPE": "variables:\n  - name: v\n    type: String\n    value: <+input>.executionInput()"}, "executionInput",
@@ -516,4 +514,41 @@ func TestExpansionLimits(t *testing.T) {
 
 func indent(s, pre string) string {
 	return pre + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+pre) + "\n"
+}
+
+// stageStatus/pipelineStatus Failure and All become failure() and always(): such a stage or
+// step runs after a failure; Success (or none) runs only when everything before succeeded.
+func TestWhenStatus(t *testing.T) {
+	m := testMap(t)
+	for _, tc := range []struct {
+		parts        map[string]string
+		stage, step  string
+		afterFailure bool
+		onStage      bool
+	}{
+		{map[string]string{"STEP": "when: {stageStatus: All}"}, "", "always()", true, false},
+		{map[string]string{"STEP": "when: {stageStatus: Failure, condition: <+pipeline.name> == \"p\"}"}, "", "failure() && (", true, false},
+		{map[string]string{"STEP": "when: {stageStatus: Success}"}, "", "", false, false},
+		{map[string]string{"STAGE": "when:\n  pipelineStatus: Failure"}, "failure()", "", true, true},
+	} {
+		res, err := Convert("p.yaml", []byte(fill(base, tc.parts)), Options{Map: m})
+		if err != nil {
+			t.Fatalf("%v: %v", tc.parts, err)
+		}
+		s := res.Pipeline.Stages[0]
+		w := s.Steps[0].When
+		want := tc.step
+		if tc.onStage {
+			w, want = s.When, tc.stage
+		}
+		if want == "" {
+			if w != nil {
+				t.Errorf("%v: when %q, want none", tc.parts, w.Source())
+			}
+			continue
+		}
+		if w == nil || !strings.HasPrefix(w.Source(), want) || w.RunsAfterFailure() != tc.afterFailure {
+			t.Errorf("%v: when %v, want prefix %q (runs after failure: %v)", tc.parts, w, want, tc.afterFailure)
+		}
+	}
 }

@@ -484,22 +484,37 @@ func (c *conv) stageEnv(n *yaml.Node, path string) (string, []string) {
 	return em.Name, names
 }
 
-// when converts {stageStatus|pipelineStatus, condition}. Only "Success" matches what prflow
-// does (a stage or step after a failure does not run), so other statuses are unsupported.
+// when converts {stageStatus|pipelineStatus, condition}. Success (the default) runs only when
+// everything before succeeded; Failure and All become failure() and always(), which prflow
+// evaluates even after a failure.
 func (c *conv) when(n *yaml.Node, path, statusKey string) *yaml.Node {
 	f := c.fields(n, path, statusKey, "condition")
-	if st := c.str(f[statusKey], path+"."+statusKey); st != "" && st != "Success" {
-		c.unsupported(f[statusKey].v, path+"."+statusKey, "%s: %s (prflow runs it only when everything before succeeded; use rollbackSteps or failure strategies)", statusKey, st)
+	status := ""
+	switch st := c.str(f[statusKey], path+"."+statusKey); st {
+	case "", "Success":
+	case "Failure":
+		status = "failure()"
+	case "All":
+		status = "always()"
+	default:
+		c.unsupported(f[statusKey].v, path+"."+statusKey, "%s: %s (supported: Success, Failure, All)", statusKey, st)
 	}
 	cond := f["condition"].v
 	if cond == nil {
-		return nil
+		if status == "" {
+			return nil
+		}
+		return strNode(status)
 	}
 	if !isScalar(cond) {
 		c.bad(cond, path+".condition", "want a condition string")
 		return nil
 	}
-	return strNode(c.expr(cond.Value, cond, path+".condition"))
+	expr := c.expr(cond.Value, cond, path+".condition")
+	if status != "" {
+		expr = status + " && (" + expr + ")"
+	}
+	return strNode(expr)
 }
 
 // failure converts failureStrategies (the AllErrors entry) into a native onFailure.

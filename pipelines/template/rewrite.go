@@ -19,16 +19,17 @@ import (
 // Names of the functions the rewriter calls. They contain ':' so no
 // expression can spell them.
 const (
-	fnPath           = "prflow:path" // (state, modes, prefix, base, keys...): a chain of strict lookups
-	fnAdd            = "prflow:add"  // (state, a, b)
-	fnAcct           = "prflow:acct" // (state, value): counts the value's deep size against the budget
-	fnIter           = "prflow:iter" // (state, collection): counts a predicate's iterations
-	fnWalk           = "prflow:walk" // (state, value): counts a traversal of the value
-	fnEq             = "prflow:eq"   // (state, a, b): == with element comparisons counted
-	fnIn             = "prflow:in"   // (state, needle, haystack): in with comparisons counted
-	fnMethodPrefix   = "prflow:m:"   // (state, mode, receiver, displayCall, args...)
-	fnOverridePrefix = "prflow:f:"   // (state, args...)
-	envIdent         = "$env"        // the evaluation state, passed as expr's env
+	fnPath           = "prflow:path"   // (state, modes, prefix, base, keys...): a chain of strict lookups
+	fnAdd            = "prflow:add"    // (state, a, b)
+	fnAcct           = "prflow:acct"   // (state, value): counts the value's deep size against the budget
+	fnIter           = "prflow:iter"   // (state, collection): counts a predicate's iterations
+	fnWalk           = "prflow:walk"   // (state, value): counts a traversal of the value
+	fnEq             = "prflow:eq"     // (state, a, b): == with element comparisons counted
+	fnIn             = "prflow:in"     // (state, needle, haystack): in with comparisons counted
+	fnStatus         = "prflow:status" // (state, name): success(), failure(), cancelled(), always()
+	fnMethodPrefix   = "prflow:m:"     // (state, mode, receiver, displayCall, args...)
+	fnOverridePrefix = "prflow:f:"     // (state, args...)
+	envIdent         = "$env"          // the evaluation state, passed as expr's env
 
 	// Argument positions. A path whose base is $env starts at a variable.
 	argPathModes, argPathPrefix, argPathBase, argPathKeys = 1, 2, 3, 4
@@ -56,7 +57,7 @@ var traversingBuiltins = map[string]bool{"max": true, "min": true, "mean": true,
 
 // compileExpr compiles one expression source with the strict-lookup rewrite.
 // It returns the program, the variable paths read and the number of syntax nodes.
-func compileExpr(src string, cfg *config, maxNodes uint, asBool bool) (*vm.Program, []string, uint, error) {
+func compileExpr(src string, cfg *config, maxNodes uint, asBool bool) (*vm.Program, []string, []string, uint, error) {
 	rw := &rewriter{cfg: cfg}
 	rc := &refCollector{}
 	opts := []expr.Option{
@@ -67,19 +68,19 @@ func compileExpr(src string, cfg *config, maxNodes uint, asBool bool) (*vm.Progr
 	}
 	prog, err := safeCompile(src, opts)
 	if rw.err != nil {
-		return nil, nil, 0, rw.err
+		return nil, nil, nil, 0, rw.err
 	}
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	if asBool {
 		// Reject conditions whose type is known and not bool; others are
 		// checked when evaluated.
 		if t := prog.Node().Type(); t != nil && t.Kind() != reflect.Interface && t.Kind() != reflect.Bool {
-			return nil, nil, 0, &posError{from: 0, err: fmt.Errorf("%w: condition is %s, want bool", ErrNotBool, t)}
+			return nil, nil, nil, 0, &posError{from: 0, err: fmt.Errorf("%w: condition is %s, want bool", ErrNotBool, t)}
 		}
 	}
-	return prog, rc.refs, rw.nodes, nil
+	return prog, rc.refs, rw.status, rw.nodes, nil
 }
 
 func safeCompile(src string, opts []expr.Option) (p *vm.Program, err error) {
@@ -116,10 +117,14 @@ func unreachable(...any) (any, error) {
 // keys), Harness method calls into function calls, and operators that can
 // build or compare large values into budget-aware calls.
 type rewriter struct {
-	cfg   *config
-	nodes uint
-	err   error
+	cfg    *config
+	nodes  uint
+	err    error
+	status []string // status functions called
 }
+
+// statusFuncs are the `when` functions that read how the stage or steps before ended.
+var statusFuncs = map[string]bool{"success": true, "failure": true, "cancelled": true, "always": true}
 
 func (r *rewriter) fail(loc file.Location, format string, args ...any) {
 	if r.err == nil {
@@ -256,6 +261,17 @@ func (r *rewriter) callNode(node *ast.Node, n *ast.CallNode, loc file.Location) 
 			*node = newCall(loc, fnAcct, envNode(loc), n)
 			return
 		}
+		if statusFuncs[name] && r.cfg.status {
+			if len(n.Arguments) != 0 {
+				r.fail(loc, "%s takes no arguments, got %d", name, len(n.Arguments))
+				return
+			}
+			if !containsString(r.status, name) {
+				r.status = append(r.status, name)
+			}
+			*node = newCall(loc, fnStatus, envNode(loc), strNode(loc, name))
+			return
+		}
 		if spec, ok := overrides[name]; ok {
 			if len(n.Arguments) < spec.min || (spec.max >= 0 && len(n.Arguments) > spec.max) {
 				r.fail(loc, "%s takes %s, got %d", name, arity(spec.min, spec.max), len(n.Arguments))
@@ -263,6 +279,10 @@ func (r *rewriter) callNode(node *ast.Node, n *ast.CallNode, loc file.Location) 
 			}
 			args := append([]ast.Node{envNode(loc)}, n.Arguments...)
 			*node = newCall(loc, fnOverridePrefix+name, args...)
+			return
+		}
+		if statusFuncs[name] {
+			r.fail(loc, "%s() is only available in a stage's or step's when", name)
 			return
 		}
 		r.fail(loc, "unknown function %s", name)

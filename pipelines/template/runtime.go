@@ -71,13 +71,14 @@ var internalFuncs = buildInternalFuncs()
 
 func buildInternalFuncs() map[string]*builtin.Function {
 	fns := map[string]*builtin.Function{
-		fnPath: {Name: fnPath, Func: lookupPath},
-		fnAdd:  {Name: fnAdd, Func: add},
-		fnAcct: {Name: fnAcct, Func: acct},
-		fnIter: {Name: fnIter, Func: iter},
-		fnWalk: {Name: fnWalk, Func: walk},
-		fnEq:   {Name: fnEq, Func: eq},
-		fnIn:   {Name: fnIn, Func: in},
+		fnPath:   {Name: fnPath, Func: lookupPath},
+		fnAdd:    {Name: fnAdd, Func: add},
+		fnAcct:   {Name: fnAcct, Func: acct},
+		fnIter:   {Name: fnIter, Func: iter},
+		fnWalk:   {Name: fnWalk, Func: walk},
+		fnEq:     {Name: fnEq, Func: eq},
+		fnIn:     {Name: fnIn, Func: in},
+		fnStatus: {Name: fnStatus, Func: status},
 	}
 	for name, spec := range methods {
 		fns[fnMethodPrefix+name] = &builtin.Function{Name: fnMethodPrefix + name, Func: methodFunc(name, spec)}
@@ -86,6 +87,25 @@ func buildInternalFuncs() map[string]*builtin.Function {
 		fns[fnOverridePrefix+name] = &builtin.Function{Name: fnOverridePrefix + name, Func: overrideFunc(name, spec)}
 	}
 	return fns
+}
+
+// status(state, name) answers success(), failure(), cancelled() and always() from the map
+// the caller put under StatusKey.
+func status(args ...any) (any, error) {
+	st, err := stateOf(args)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := args[1].(string)
+	if name == "always" {
+		return true, nil
+	}
+	m, ok := st.root[StatusKey].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s() is only available in a stage's or step's when", name)
+	}
+	b, _ := m[name].(bool)
+	return b, nil
 }
 
 // missingError is a strict lookup of something that does not exist.

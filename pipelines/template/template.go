@@ -68,6 +68,7 @@ type config struct {
 	funcs        map[string]Func
 	memoryBudget uint
 	maxNodes     uint
+	status       bool
 }
 
 // Defaults for the evaluation limits.
@@ -86,6 +87,16 @@ func WithFunction(name string, fn Func) Option {
 		c.funcs[name] = fn
 	}
 }
+
+// WithStatusFunctions makes success(), failure(), cancelled() and always() callable, as in a
+// stage's or step's `when`. They read the map under StatusKey in the evaluation env:
+// {"success": bool, "failure": bool, "cancelled": bool}; always() is true.
+func WithStatusFunctions() Option {
+	return func(c *config) { c.status = true }
+}
+
+// StatusKey is the env key the status functions read.
+const StatusKey = "$status"
 
 // WithMemoryBudget sets the memory budget of each expression evaluation
 // (expr's units: list elements, map entries, and string bytes built by
@@ -143,6 +154,7 @@ type Template struct {
 	cond    bool
 	parts   []part
 	refs    []string
+	status  []string // status functions called (success, failure, cancelled, always)
 	budget  uint
 	runners sync.Pool // *runner: VMs keep their stacks between evaluations
 }
@@ -231,7 +243,7 @@ func (t *Template) compilePart(p *part, cfg *config, nodesLeft *uint, asBool boo
 	if *nodesLeft == 0 {
 		return t.errorAt(p, p.bodyStart, fmt.Errorf("%w (limit %d)", ErrMaxNodes, cfg.maxNodes))
 	}
-	prog, refs, used, err := compileExpr(p.exprSrc, cfg, *nodesLeft, asBool)
+	prog, refs, status, used, err := compileExpr(p.exprSrc, cfg, *nodesLeft, asBool)
 	if err != nil {
 		return t.wrap(p, err, cfg.maxNodes)
 	}
@@ -241,6 +253,11 @@ func (t *Template) compilePart(p *part, cfg *config, nodesLeft *uint, asBool boo
 		*nodesLeft -= used
 	}
 	p.prog = prog
+	for _, f := range status {
+		if !containsString(t.status, f) {
+			t.status = append(t.status, f)
+		}
+	}
 	for _, r := range refs {
 		if !containsString(t.refs, r) {
 			t.refs = append(t.refs, r)
@@ -280,6 +297,18 @@ func (t *Template) Source() string { return t.src }
 // under ?. or ?? are included.
 func (t *Template) Refs() []string {
 	return append([]string(nil), t.refs...)
+}
+
+// RunsAfterFailure reports whether the condition calls failure(), cancelled() or always():
+// such a `when` is evaluated even after something before it failed. Any other condition
+// applies only when everything before succeeded.
+func (t *Template) RunsAfterFailure() bool {
+	for _, f := range t.status {
+		if f != "success" {
+			return true
+		}
+	}
+	return false
 }
 
 // Eval evaluates the template against env: a literal gives its text, a whole
