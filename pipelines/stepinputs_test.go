@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 )
@@ -241,3 +242,19 @@ func TestStringInputDefaultsKeepTheirText(t *testing.T) {
 		t.Errorf("defaults: %#v %#v %#v", tag.Default, tag.Allowed, n.Default)
 	}
 }
+
+// BenchmarkLoadPromotion: loading (with the step input checks) the largest example.
+func BenchmarkLoadPromotion(b *testing.B) {
+	src, err := examplesFile("pipelines/promote.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Load("promote.yaml", src, steps.Default); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func examplesFile(name string) ([]byte, error) { return examples.FS.ReadFile(name) }
