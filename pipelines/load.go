@@ -118,6 +118,7 @@ type loader struct {
 	file string
 	reg  *steps.Registry
 	errs []FieldError
+	text map[*yaml.Node]bool // scalars of string-typed step inputs: value() keeps their text
 }
 
 func (l *loader) errf(n *yaml.Node, path, format string, a ...any) {
@@ -324,6 +325,12 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 			v.Tmpl = t
 			return v
 		}
+		if l.text[n] || n.Tag == "!!timestamp" {
+			// A string input's value is its text as written: 1.10 stays "1.10", 0755 stays
+			// "0755". A date is never wanted as a time (it would come back reformatted).
+			v.Lit = n.Value
+			return v
+		}
 		var x any
 		if err := n.Decode(&x); err != nil {
 			l.errf(n, path, "%v", err)
@@ -422,10 +429,19 @@ func (l *loader) inputs(n *yaml.Node, p *Pipeline) {
 		}
 		if d := f["default"]; d.val != nil {
 			_ = d.val.Decode(&in.Default)
+			if in.Type == "string" && d.val.Kind == yaml.ScalarNode && d.val.Tag != "!!null" {
+				in.Default = d.val.Value // as written: a default of 1.10 is "1.10"
+			}
 		}
 		if a := f["allowed"]; a.val != nil {
 			if a.val.Decode(&in.Allowed) != nil || a.val.Kind != yaml.SequenceNode {
 				l.errf(a.val, path+".allowed", "want a list of values")
+			} else if in.Type == "string" {
+				for i, c := range a.val.Content {
+					if c.Kind == yaml.ScalarNode && c.Tag != "!!null" && i < len(in.Allowed) {
+						in.Allowed[i] = c.Value
+					}
+				}
 			}
 		}
 		in.Required = l.boolean(f["required"], path+".required")
@@ -547,6 +563,7 @@ func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
 			s.Steps = append(s.Steps, st)
 		}
 	}
+	l.checkLinkedApps(s, p, path)
 	ids := map[string]bool{}
 	for _, list := range [][]*Step{s.Steps, s.Rollback} {
 		for _, st := range list {
@@ -598,11 +615,23 @@ func (l *loader) step(n *yaml.Node, path string) *Step {
 	def, ok := l.reg.Lookup(typ)
 	switch {
 	case typ == "":
-		l.errf(n, path+".type", "required (one of %s)", strings.Join(l.reg.Types(), ", "))
+		l.errf(n, path+".type", "required (one of %s)", strings.Join(userTypes(l.reg), ", "))
 	case !ok:
-		l.errf(f["type"].val, path+".type", "unknown step type %q (known: %s)", typ, strings.Join(l.reg.Types(), ", "))
+		msg := fmt.Sprintf("unknown step type %q", typ)
+		if s := suggest(typ, userTypes(l.reg)); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		}
+		l.errf(f["type"].val, path+".type", "%s (known: %s)", msg, strings.Join(userTypes(l.reg), ", "))
+	case def.Internal:
+		l.errf(f["type"].val, path+".type", "step type %q is internal to prflow and cannot be used in a pipeline%s (known: %s)",
+			typ, internalHint(def.Type), strings.Join(userTypes(l.reg), ", "))
+		ok = false
 	default:
 		st.Type = def.Type
+	}
+	inputsOK := true
+	if ok {
+		inputsOK = l.checkWith(def, n, f["with"].val, path)
 	}
 	if w := f["with"]; w.val != nil {
 		if w.val.Kind != yaml.MappingNode {
@@ -611,7 +640,7 @@ func (l *loader) step(n *yaml.Node, path string) *Step {
 			st.With = l.value(w.val, path+".with")
 		}
 	}
-	if ok && def.Validate != nil {
+	if ok && inputsOK && def.Validate != nil {
 		if err := def.Validate(st.With.Static()); err != nil {
 			line := n
 			if w := f["with"]; w.val != nil {
@@ -898,4 +927,11 @@ func slug(s string) string {
 		}
 	}
 	return b.String()
+}
+
+func internalHint(typ string) string {
+	if typ == "StageGate" {
+		return " (give the stage a gate: {condition, soak} instead)"
+	}
+	return " (the controller runs it for triggers and commit statuses)"
 }

@@ -16,6 +16,18 @@ func init() {
 		Aliases:  []string{"HarnessApproval"},
 		New:      func() Step { return StepFunc(runApproval) },
 		Validate: validateApproval,
+		Inputs: []Input{
+			{Name: "approvers", Type: InputStrings, Required: true, Doc: "who may approve: user names and group:NAME, or {users, groups, minimumCount}",
+				Or: []Input{{Type: InputObject, Fields: []Input{
+					{Name: "users", Type: InputStrings, Doc: "user names"},
+					{Name: "groups", Type: InputStrings, Doc: "groups from the tokens file"},
+					{Name: "minimumCount", Type: InputInt, Default: 1, Doc: "approvals needed"},
+					{Name: "disallowPipelineExecutor", Type: InputBool, Default: false, Doc: "the run's starter may not approve"},
+				}}}},
+			{Name: "minimumCount", Type: InputInt, Default: 1, Doc: "approvals needed"},
+			{Name: "disallowPipelineExecutor", Type: InputBool, Default: false, Doc: "the run's starter may not approve"},
+			{Name: "message", Type: InputString, Doc: "shown to approvers"},
+		},
 	})
 }
 

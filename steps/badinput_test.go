@@ -50,7 +50,7 @@ func badInputs(t *testing.T, fg forge) {
 			`connector "nope": no connector "nope"`},
 		{"type mismatch", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: envs/dev/values.yaml, variables: [{name: image, value: "v2"}]}}`,
 			"envs/dev/values.yaml"},
-		{"bad number", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: a.json, variables: [{name: n, type: Number, value: "many"}]}}`,
+		{"bad number", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: a.json, variables: [{name: n, type: Number, value: "${{ 'many' }}"}]}}`, // a literal is refused at load; an expression is checked when evaluated
 			"variables[0] (n)"},
 		{"absolute path", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: /etc/passwd, variables: [{name: a, value: b}]}}`,
 			`file path "/etc/passwd" is absolute`},

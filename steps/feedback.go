@@ -18,8 +18,17 @@ const (
 
 func init() {
 	Register(Definition{
-		Type: TypeCommitStatus,
-		New:  func() Step { return StepFunc(runCommitStatus) },
+		Type:     TypeCommitStatus,
+		Internal: true,
+		New:      func() Step { return StepFunc(runCommitStatus) },
+		Inputs: []Input{inConnector, inRepo,
+			{Name: "sha", Type: InputString, Required: true, Doc: "the commit"},
+			{Name: "context", Type: InputString, Required: true, Doc: "the status's name"},
+			{Name: "state", Type: InputString, Required: true, Enum: []string{"pending", "success", "failure", "error"}},
+			{Name: "description", Type: InputString},
+			{Name: "targetUrl", Type: InputString},
+			{Name: "order", Type: InputInt, Doc: "sequence number: an older status never replaces a newer one"},
+		},
 		Validate: func(in map[string]any) error {
 			if s, ok := in["state"].(string); ok && !isStatusState(s) {
 				return fmt.Errorf("state: %q is not one of pending, success, failure, error", s)
@@ -28,8 +37,10 @@ func init() {
 		},
 	})
 	Register(Definition{
-		Type: TypePRComment,
-		New:  func() Step { return StepFunc(runPRComment) },
+		Type:     TypePRComment,
+		Internal: true,
+		New:      func() Step { return StepFunc(runPRComment) },
+		Inputs:   []Input{inConnector, inRepo, inPRNumber, {Name: "body", Type: InputString, Required: true}},
 	})
 }
 

@@ -23,6 +23,15 @@ func init() {
 		Aliases:  []string{"GitOpsFetchLinkedApps"},
 		New:      func() Step { return StepFunc(runFetchLinkedApps) },
 		Validate: func(in map[string]any) error { _, err := linkedConfigFrom(in, true); return err },
+		Inputs: []Input{
+			{Name: "applicationSet", Type: InputString, Doc: "the apps this ApplicationSet owns"},
+			inLabels("labels", "a label selector: \"k=v,k2=v2\", a list of \"k:v\" or a mapping"),
+			{Name: "selector", Type: InputString, Doc: "a label selector such as \"team=payments,tier in (web,api)\""},
+			{Name: "filterByServiceEnvCluster", Type: InputBool, Default: false, Doc: "every app of the environment on its clusters, whatever its service"},
+			{Name: "allowEmpty", Type: InputBool, Default: false, Doc: "succeed when no app matches"},
+			{Name: "appWaitTimeout", Type: InputDuration, Default: "2m", Doc: "how long to wait for a matching app to appear"},
+			inAgent, inAgentAlias,
+		},
 	})
 }
 

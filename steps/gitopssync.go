@@ -42,6 +42,43 @@ func init() {
 		Type:     "GitOpsSync",
 		New:      func() Step { return StepFunc(runGitOpsSync) },
 		Validate: validateSync,
+		Inputs: []Input{
+			{Name: "applicationsList", Type: InputList, Doc: "the apps to sync (besides the stage's FetchLinkedApps output)",
+				Items: &Input{Type: InputObject, Fields: []Input{
+					{Name: "applicationName", Type: InputString, Doc: "the app (namespace/name for apps outside Argo CD's namespace)"},
+					{Name: "name", Type: InputString, Doc: "same as applicationName"},
+					{Name: "appName", Type: InputString, Doc: "same as applicationName"},
+					{Name: "agentId", Type: InputString}, {Name: "agent", Type: InputString}, {Name: "agentIdentifier", Type: InputString},
+				}}},
+			{Name: "applicationRegex", Type: InputString, Doc: "sync the apps whose names match (Go regular expression)"},
+			inLabels("applicationLabels", "sync the apps with these labels"),
+			{Name: "prune", Type: InputBool, Default: false},
+			{Name: "dryRun", Type: InputBool, Default: false},
+			{Name: "applyOnly", Type: InputBool, Default: false},
+			{Name: "forceApply", Type: InputBool, Default: false},
+			{Name: "waitTillHealthy", Type: InputBool, Default: false, Doc: "wait until every app is Healthy, not only synced"},
+			{Name: "failOnTimeout", Type: InputBool, Default: false, Doc: "fail when health is not reached in time (needs waitTillHealthy)"},
+			{Name: "degradedStateTimeout", Type: InputDuration, Doc: "fail once an app has been Degraded this long (needs waitTillHealthy)"},
+			{Name: "expectedRevision", Type: InputString, Doc: "the revision apps must reach: a SHA, or any (default: the stage's merge commit)"},
+			{Name: "syncOptions", Type: InputObject, Doc: "Harness sync options, or a list of Argo CD items such as CreateNamespace=true",
+				Or: []Input{{Type: InputList, Items: &Input{Type: InputString}}},
+				Fields: []Input{
+					{Name: "skipSchemaValidation", Type: InputBool}, {Name: "autoCreateNamespace", Type: InputBool},
+					{Name: "pruneResourcesAtLast", Type: InputBool}, {Name: "applyOutOfSyncOnly", Type: InputBool},
+					{Name: "replaceResources", Type: InputBool}, {Name: "serverSideApply", Type: InputBool},
+					{Name: "respectIgnoreDifferences", Type: InputBool},
+					{Name: "prunePropagationPolicy", Type: InputString, Enum: []string{"foreground", "background", "orphan"}},
+				}},
+			{Name: "retryStrategy", Type: InputObject, Doc: "Argo CD's retry of a failed sync", Fields: []Input{
+				{Name: "limit", Type: InputInt, Required: true},
+				{Name: "baseBackoffDuration", Type: InputDuration},
+				{Name: "increaseBackoffByFactor", Type: InputInt},
+				{Name: "maxBackoffDuration", Type: InputDuration},
+			}},
+			{Name: "connector", Type: InputString, Doc: "the release repo's connector, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"},
+			{Name: "repo", Type: InputString, Doc: "the release repo, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"},
+			inAgent, inAgentAlias,
+		},
 	})
 }
 

@@ -22,6 +22,13 @@ func init() {
 	Register(Definition{
 		Type: "MergePR",
 		New:  func() Step { return StepFunc(runMergePR) },
+		Inputs: []Input{
+			{Name: "connector", Type: InputString, Doc: "the worker connector of the repo (default: the previous step's)"},
+			{Name: "repo", Type: InputString, Doc: "the repo (default: the previous step's)"},
+			{Name: "prNumber", Type: InputInt, Doc: "the PR to merge (default: the one the stage's UpdateReleaseRepo or RevertPR opened)"},
+			{Name: "mergeStrategy", Type: InputString, Enum: []string{"merge", "squash", "rebase"}, Default: "merge"},
+			{Name: "deleteSourceBranch", Type: InputBool, Default: false, Doc: "delete the PR's branch after merging"},
+		},
 		Validate: func(in map[string]any) error {
 			if s, ok := in["mergeStrategy"].(string); ok && !template.Contains(s) {
 				switch s {

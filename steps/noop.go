@@ -11,6 +11,10 @@ func init() {
 	Register(Definition{
 		Type: "Noop",
 		New:  func() Step { return StepFunc(runNoop) },
+		Inputs: []Input{
+			{Name: "outputs", Type: InputMap, Doc: "returned as the step's outputs"},
+			{Name: "message", Type: InputString, Doc: "logged"},
+		},
 		Validate: func(in map[string]any) error {
 			if v, ok := in["outputs"]; ok {
 				if _, isMap := v.(map[string]any); !isMap {

@@ -11,8 +11,16 @@ type Definition struct {
 	Type string
 	// Aliases are other names that load as this type (Harness names such as GitOpsSync).
 	Aliases []string
-	// Validate checks static inputs at pipeline load (values containing expressions are not
-	// resolved yet and are passed as strings). Errors should name the field.
+	// Inputs declares every key `with:` may hold (steps/inputs.go); nil declares nothing and
+	// takes any key (test doubles only: every built-in type declares). Pipeline load refuses
+	// other keys and literal values of the wrong type; the JSON Schema is generated from it.
+	Inputs []Input
+	// Internal step types are run by the controller itself (commit statuses, PR comments,
+	// trigger path checks, stage gates): a pipeline cannot name them, and the schema omits them.
+	Internal bool
+	// Validate checks what declarations cannot say (one of two inputs required, cross-field
+	// rules), at pipeline load after the declared inputs passed (values containing expressions
+	// are not resolved yet and are passed as strings). Errors should name the field.
 	Validate func(inputs map[string]any) error
 	New      func() Step
 	// Pool is the default worker pool when the pipeline does not set one.
@@ -48,6 +56,9 @@ func (r *Registry) Register(d Definition) {
 		}
 		r.alias[n] = d.Type
 	}
+	if err := checkDecl(d.Inputs, d.Type); err != nil {
+		panic("steps: " + err.Error())
+	}
 	dd := d
 	r.defs[d.Type] = &dd
 }
@@ -76,4 +87,46 @@ func (r *Registry) Types() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkDecl catches declaration mistakes at registration: duplicate or empty names, unknown
+// types, objects without fields.
+func checkDecl(list []Input, where string) error {
+	seen := map[string]bool{}
+	for _, in := range list {
+		if in.Name == "" || seen[in.Name] {
+			return fmt.Errorf("%s: input %q declared twice or without a name", where, in.Name)
+		}
+		seen[in.Name] = true
+		if err := checkInputDecl(in, where+"."+in.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkInputDecl(in Input, where string) error {
+	switch in.Type {
+	case InputString, InputBool, InputInt, InputDuration, InputStrings, InputMap, InputList, InputAny:
+	case InputObject:
+		if err := checkDecl(in.Fields, where); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%s: unknown input type %q", where, in.Type)
+	}
+	if in.Type == InputList && in.Items == nil {
+		return fmt.Errorf("%s: a list input declares its Items", where)
+	}
+	if in.Items != nil {
+		if err := checkInputDecl(*in.Items, where+"[]"); err != nil {
+			return err
+		}
+	}
+	for _, o := range in.Or {
+		if err := checkInputDecl(o, where); err != nil {
+			return err
+		}
+	}
+	return nil
 }

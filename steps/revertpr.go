@@ -14,6 +14,12 @@ func init() {
 	Register(Definition{
 		Type: "RevertPR",
 		New:  func() Step { return StepFunc(runRevertPR) },
+		Inputs: inputs([]Input{inConnector, inRepo, inBaseBranch,
+			{Name: "commitId", Type: InputString, Required: true, Doc: "the commit to revert, e.g. MergePR's commitId"},
+			{Name: "mainline", Type: InputInt, Default: 1, Doc: "the parent a merge commit is reverted against"},
+			{Name: "prTitle", Type: InputString},
+			{Name: "prBody", Type: InputString},
+		}, inRestraint),
 		Validate: func(in map[string]any) error {
 			if s, _ := in["commitId"].(string); s == "" {
 				return fmt.Errorf("commitId: required (the commit to revert, e.g. MergePR's commitId)")

@@ -19,8 +19,13 @@ import (
 // status changes; if the condition stops holding during the soak, the stage fails.
 func init() {
 	Register(Definition{
-		Type: "StageGate",
-		New:  func() Step { return StepFunc(runStageGate) },
+		Type:     "StageGate",
+		Internal: true, // written as a stage's `gate:`
+		New:      func() Step { return StepFunc(runStageGate) },
+		Inputs: []Input{
+			{Name: "condition", Type: InputString, Doc: "an expression over the apps' status (apps)"},
+			{Name: "soak", Type: InputDuration, Doc: "how long the condition must hold"},
+		},
 		Validate: func(in map[string]any) error {
 			if c, _ := in["condition"].(string); c != "" {
 				if _, err := template.CompileCondition(c); err != nil {

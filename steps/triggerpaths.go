@@ -19,8 +19,10 @@ const MaxPathCheckFiles = 100
 
 func init() {
 	Register(Definition{
-		Type: TypeTriggerPaths,
-		New:  func() Step { return StepFunc(runTriggerPaths) },
+		Type:     TypeTriggerPaths,
+		Internal: true,
+		New:      func() Step { return StepFunc(runTriggerPaths) },
+		Inputs:   []Input{inConnector, inRepo, inPRNumber, {Name: "paths", Type: InputStrings, Required: true, Doc: "glob patterns"}},
 	})
 }
 

@@ -23,6 +23,31 @@ func init() {
 		Aliases:   []string{"GitOpsUpdateReleaseRepo"},
 		New:       func() Step { return StepFunc(runUpdateReleaseRepo) },
 		PerTarget: []string{"filePath", "filePaths", "variables"},
+		Inputs: inputs([]Input{
+			{Name: "connector", Type: InputString, Required: true, Doc: "the worker connector of the release repo"},
+			{Name: "repo", Type: InputString, Required: true, Doc: "the release repo, e.g. acme/release"},
+			inBaseBranch,
+			{Name: "filePath", Type: InputString, Doc: "the config file, per target: envs/<+env.name>/config.json"},
+			{Name: "filePaths", Type: InputStrings, Doc: "several config files"},
+			{Name: "variables", Type: InputList, Doc: "the keys to set (dotted paths) and their values",
+				Items: &Input{Type: InputObject, Fields: []Input{
+					{Name: "name", Type: InputString, Required: true, Doc: "the key, e.g. image.tag or env[0].value"},
+					{Name: "type", Type: InputString, Default: "String", Enum: []string{fileedit.TypeString, fileedit.TypeNumber, fileedit.TypeBoolean, fileedit.TypeRaw, "Object", "string", "number", "boolean", "raw", "object"}, Doc: "String keeps the value's text as written"},
+					{Name: "value", Type: InputAny, TypedBy: "type"},
+				}}},
+			{Name: "commitMessage", Type: InputString},
+			{Name: "prTitle", Type: InputString},
+			{Name: "prBody", Type: InputString},
+			{Name: "labels", Type: InputStrings, Doc: "PR labels"},
+			{Name: "reviewers", Type: InputStrings, Doc: "PR reviewers"},
+			{Name: "draft", Type: InputBool, Default: false, Doc: "open the PR as a draft"},
+			{Name: "allowEmptyCommit", Type: InputBool, Default: false},
+			{Name: "allowNoFilesChanged", Type: InputBool, Default: false, Doc: "succeed without a PR when every value already matches"},
+			{Name: "ignoreMissingFiles", Type: InputBool, Default: false},
+			{Name: "ignoreMissingValues", Type: InputBool, Default: false},
+			{Name: "skipPipelineVariables", Type: InputBool, Default: false, Doc: "write only this step's variables, not the service's and environment's"},
+			{Name: "waitForMerge", Type: InputBool, Default: false, Doc: "succeed only when someone has merged the PR"},
+		}, inRestraint),
 		Validate: func(in map[string]any) error {
 			for _, f := range []string{"connector", "repo"} {
 				if s, _ := in[f].(string); s == "" {

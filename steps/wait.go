@@ -13,8 +13,9 @@ import (
 // holds no worker while it waits.
 func init() {
 	Register(Definition{
-		Type: "Wait",
-		New:  func() Step { return StepFunc(runWait) },
+		Type:   "Wait",
+		New:    func() Step { return StepFunc(runWait) },
+		Inputs: []Input{{Name: "duration", Type: InputDuration, Required: true, Doc: "how long to wait, e.g. 10m"}},
 		Validate: func(in map[string]any) error {
 			s, ok := in["duration"].(string)
 			if !ok {

@@ -31,6 +31,7 @@ const MaxRequest = 2 << 20
 //	POST /api/v1/runs/{id}/signals    approve/reject a parked step {stage, step, approve, comment}
 //	GET  /api/v1/runs/{id}/logs       step logs (?step=stage.step&follow=1), NDJSON
 //	GET  /api/v1/workers              live workers
+//	GET  /api/v1/schema               the pipeline JSON Schema (no token needed)
 //	GET  /healthz /readyz /metrics
 func (c *Controller) Handler(auth *Auth) http.Handler {
 	mux := http.NewServeMux()
@@ -57,6 +58,7 @@ func (c *Controller) Handler(auth *Auth) http.Handler {
 	api.HandleFunc("POST /api/v1/runs/{id}/signals", c.apiSignal)
 	api.HandleFunc("GET /api/v1/runs/{id}/logs", c.apiLogs)
 	api.HandleFunc("GET /api/v1/workers", c.apiWorkers)
+	mux.HandleFunc("GET /api/v1/schema", c.apiSchema) // public, like the schema file itself
 	mux.Handle("/api/", requireAuth(auth, api))
 	mux.HandleFunc("POST /hooks/{provider}", c.serveHook) // authenticated by the forge's signature
 	return mux
@@ -292,4 +294,19 @@ func (c *Controller) Signal(ctx context.Context, run, stage, step string, sig st
 func (c *Controller) signal(ctx context.Context, run, stage, step string, rollback bool, sig steps.Signal) error {
 	ev := queue.Event{Kind: queue.EvSignal, Run: run, Stage: stage, Step: step, Rollback: rollback, Signal: &sig, User: sig.User}
 	return c.Publish(ctx, ev, "")
+}
+
+// apiSchema serves the pipeline JSON Schema of this server's step types.
+func (c *Controller) apiSchema(w http.ResponseWriter, r *http.Request) {
+	reg := c.reg
+	if reg == nil {
+		reg = steps.Default
+	}
+	b, err := pipelines.GenerateSchema(reg)
+	if err != nil {
+		http.Error(w, "schema: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/schema+json")
+	_, _ = w.Write(b)
 }

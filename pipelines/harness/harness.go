@@ -411,7 +411,11 @@ func (c *conv) variables(n *yaml.Node, path, stage string) *yaml.Node {
 		if stage != "" {
 			in = inputName(stage, name)
 		}
-		nv, lit := c.value(val, p+".value", in, typ)
+		vt := typ
+		if vt == "" {
+			vt = "String" // Harness's default variable type
+		}
+		nv, lit := c.value(val, p+".value", in, vt)
 		put(out, name, nv)
 		if stage == "" && (f["value"].v != nil || f["default"].v != nil) {
 			if lit.err != "" {
@@ -456,6 +460,12 @@ func (c *conv) value(n *yaml.Node, path, in, typ string) (*yaml.Node, resolved) 
 	out := c.clone(n, func(s string) string { return c.expr(s, n, path) })
 	if out == nil {
 		return strNode(""), resolved{err: "too large"}
+	}
+	if typ == "String" && out.Tag != "!!str" {
+		// A String variable is its text as written: 1.10, 0755 and 2024-01-02 must not come
+		// back as 1.1, 493 and a timestamp. Tagged !!str, the native YAML quotes it.
+		out.Tag, out.Style = "!!str", yaml.DoubleQuotedStyle
+		return out, resolved{v: out.Value}
 	}
 	if out.Tag == "!!str" && strings.Contains(out.Value, "<+") {
 		return out, c.evalNow(out.Value)

@@ -273,7 +273,7 @@ func TestUnsupportedConstructs(t *testing.T) {
 			"rollbackSteps: []", "pipeline.stages[0].stage.spec.execution.steps[1].stepGroup.rollbackSteps"},
 		{"step matrix repeat", map[string]string{"STEP": "strategy: {repeat: {times: 2}}"}, "repeat", "pipeline.stages[0].stage.spec.execution.steps[0].step.strategy.repeat"},
 		{"multi-service stage", map[string]string{"STAGE": "delegateSelectors: [a, b]"}, "delegateSelectors", "pipeline.stages[0].stage.delegateSelectors"},
-		{"sync rollout behaviour", map[string]string{"STEPS": "- step:\n    identifier: s\n    name: s\n    type: GitOpsSync\n    spec: {autoPromoteRolloutBehavior: resume}"},
+		{"sync rollout behaviour", map[string]string{"STEPS": "- step:\n    identifier: s\n    name: s\n    type: GitOpsSync\n    spec: {autoPromoteRolloutBehavior: resume, applicationsList: [{applicationName: a, agentId: x}]}"},
 			"autoPromoteRolloutBehavior", "pipeline.stages[0].stage.spec.execution.steps[1].step.spec.autoPromoteRolloutBehavior"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
