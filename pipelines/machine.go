@@ -68,6 +68,9 @@ func (m *Machine) Apply(r *Run, ev *queue.Event, now time.Time) bool {
 				st.Deadline = w.Deadline
 			}
 		default:
+			// A failed step keeps what it saw (GitOpsSync's per-app state); NoRollback: it
+			// could not observe the cluster, so no rollback runs blind.
+			st.Outputs, st.NoRollback = res.Outputs, res.NoRollback
 			m.failStep(r, si, st, ev.Rollback, orDefault(res.Message, "step failed"), now)
 		}
 		return true
@@ -285,6 +288,11 @@ func (m *Machine) failStep(r *Run, si int, st *StepRun, rollback bool, msg strin
 		st.Error = msg
 	}
 	st.Status, st.Ended = StFailed, now
+	if st.NoRollback && (action == ActRollbackStage || action == ActRollbackPipeline) {
+		action = ActFail
+		st.Error = msg + " [not rolled back: prflow could not observe the cluster]"
+		msg = st.Error
+	}
 	if action == ActIgnore {
 		st.Ignored = true
 		return

@@ -110,7 +110,8 @@ type StepRun struct {
 	Attempt    int             `json:"attempt,omitempty"`
 	Wake       int             `json:"wake,omitempty"`
 	WakeReason string          `json:"wakeReason,omitempty"`
-	Ignored    bool            `json:"ignored,omitempty"` // failed, but its failure strategy was ignore
+	Ignored    bool            `json:"ignored,omitempty"`    // failed, but its failure strategy was ignore
+	NoRollback bool            `json:"noRollback,omitempty"` // failed blind: its stage was not rolled back
 	Outputs    map[string]any  `json:"outputs,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	Queued     time.Time       `json:"queued,omitzero"`
