@@ -321,5 +321,8 @@ func linkedOutput(agentID string, a agent.AppStatus) map[string]any {
 	if a.ApplicationSet != "" {
 		o["applicationSet"] = a.ApplicationSet
 	}
+	if a.HealthMessage != "" {
+		o["healthMessage"] = a.HealthMessage
+	}
 	return o
 }

@@ -161,10 +161,15 @@ type Application struct {
 			Message string `json:"message"`
 		} `json:"conditions"`
 		Resources []struct {
+			Group           string `json:"group"`
+			Kind            string `json:"kind"`
+			Namespace       string `json:"namespace"`
+			Name            string `json:"name"`
 			Status          string `json:"status"`
 			RequiresPruning bool   `json:"requiresPruning"`
 			Health          *struct {
-				Status string `json:"status"`
+				Status  string `json:"status"`
+				Message string `json:"message"`
 			} `json:"health"`
 		} `json:"resources"`
 		ControllerNamespace string `json:"controllerNamespace"`

@@ -210,3 +210,22 @@ func TestBackoffCappedByDefault(t *testing.T) {
 		t.Fatalf("defaults: max backoff %s, lease TTL %s, heartbeat %s", a.o.MaxBackoff, a.o.LeaseTTL, a.o.Heartbeat)
 	}
 }
+
+// Issue 20 #5: Argo CD v3 keeps the reason for a health status on the resource, not the
+// app; the record must carry it (with the resource's kind and name).
+func TestHealthMessageFromResources(t *testing.T) {
+	w := newWorld(t)
+	w.git.Commit(repoURL, "main", map[string]string{"apps/bad/cm.yaml": strings.Replace(healthyCM, "healthy", "degraded", 1)})
+	w.addApp(app("bad", "apps/bad", nil), argocdtest.Deployed())
+	w.start("eu", "r1")
+	st := w.waitRecord("eu", "bad", "Degraded with the resource's message", func(s *agent.AppStatus) bool {
+		return s != nil && s.Health == agent.HealthDegraded && s.HealthMessage != ""
+	})
+	if !strings.Contains(st.HealthMessage, "ConfigMap/") || !strings.Contains(st.HealthMessage, "cfg: data.simulate is degraded") {
+		t.Fatalf("health message %q, want the ConfigMap's reason", st.HealthMessage)
+	}
+	a, _ := w.argo.App("bad")
+	if a.Status.Health.Message != "" {
+		t.Fatalf("the fake must answer like v3: no message on the app's health, got %q", a.Status.Health.Message)
+	}
+}

@@ -233,7 +233,34 @@ func (a *Agent) status(app *Application) agent.AppStatus {
 			st.Resources.Health[r.Health.Status]++
 		}
 	}
+	if st.HealthMessage == "" {
+		st.HealthMessage = resourceHealthMessage(app)
+	}
 	return st
+}
+
+// resourceHealthMessage is the reason for the app's health when the app itself gives none
+// (Argo CD v3 keeps it on the resources): the message of the first resource with the app's
+// own health status, else of the first non-healthy one, as "Kind/name: message".
+func resourceHealthMessage(app *Application) string {
+	pick := ""
+	for pass := 0; pass < 2 && pick == ""; pass++ {
+		for _, r := range app.Status.Resources {
+			h := r.Health
+			if h == nil || h.Message == "" || h.Status == agent.HealthHealthy {
+				continue
+			}
+			if pass == 0 && h.Status != app.Status.Health.Status {
+				continue
+			}
+			pick = r.Kind + "/" + r.Name + ": " + h.Message
+			if r.Namespace != "" {
+				pick = r.Kind + "/" + r.Namespace + "/" + r.Name + ": " + h.Message
+			}
+			break
+		}
+	}
+	return pick
 }
 
 // operation is the app's current operation: app.operation while one is requested or running
