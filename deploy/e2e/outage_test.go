@@ -198,3 +198,51 @@ func mustGet(t *testing.T, s *stack, id string) *pipelines.Run {
 	}
 	return r
 }
+
+// A stage gate soaking on the apps' health neither counts the soak nor fails on a stale view:
+// the view recovers → the gate passes; an outage longer than agentOutageTimeout → the stage
+// fails without rollback.
+func TestStageGateOnStaleView(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		recover bool
+	}{{"recovers", true}, {"outage too long", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStack(t, stackOpts{})
+			s.addApp(app("web", "apps/web", nil))
+			s.waitRecord("web")
+			src := pipeline(syncBlind("")+`      - id: gate
+        type: StageGate
+        timeout: 60s
+        with:
+          condition: 'all(apps, .health == "Healthy")'
+          soak: 3s
+          agentOutageTimeout: 2s
+`, true) + withRollback
+			run := s.start(src, map[string]any{"commit": s.sha})
+			s.waitStep(run.ID, "dev", "gate", "soaking", func(st *pipelines.StepRun) bool {
+				return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "soaking")
+			})
+			s.argo.RevokeToken(s.argo.Token())
+			if c.recover {
+				s.waitStep(run.ID, "dev", "gate", "parked on the stale view", func(st *pipelines.StepRun) bool {
+					return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "waiting: agent eu cannot see Argo CD since")
+				})
+				s.argo.RestoreToken(s.argo.Token())
+				r := s.wait(run.ID, 60*time.Second)
+				if r.Status != pipelines.StSucceeded {
+					t.Fatalf("run %s: %s", r.Status, r.Error)
+				}
+				return
+			}
+			r := s.wait(run.ID, 60*time.Second)
+			st := step(r, "dev", "gate")
+			if r.Status != pipelines.StFailed || !st.NoRollback || !strings.Contains(st.Error, "refusing to roll back blind") {
+				t.Fatalf("run %s: gate %q", r.Status, st.Error)
+			}
+			if u := r.Find("dev").Step("undo", true); u == nil || u.Status == pipelines.StSucceeded {
+				t.Fatalf("rollback step ran: %+v", u)
+			}
+		})
+	}
+}
