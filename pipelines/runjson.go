@@ -169,6 +169,9 @@ func (st *StepRun) appendJSON(b []byte) ([]byte, error) {
 	if st.Ignored {
 		b = append(b, `,"ignored":true`...)
 	}
+	if st.NoRollback {
+		b = append(b, `,"noRollback":true`...)
+	}
 	if len(st.Outputs) > 0 {
 		b = append(b, `,"outputs":`...)
 		if b, err = appendValue(b, st.Outputs); err != nil {
