@@ -302,8 +302,11 @@ func (m *Machine) failStep(r *Run, si int, st *StepRun, rollback bool, msg strin
 
 func (m *Machine) stageFailed(r *Run, si int, sr *StageRun, msg, action string, now time.Time) {
 	if sr.RollingBack {
-		// A rollback step failed: the stage ends failed; keep the original error first.
-		sr.Error = joinErr(sr.Error, "rollback "+msg)
+		// A rollback step failed: the stage ends failed; keep the original error first, and
+		// say what git and the cluster hold now (RollbackFailed).
+		state := rollbackState(sr)
+		sr.Error = joinErr(sr.Error, "rollback failed: "+msg+" ("+state+")")
+		r.RollbackFailed = joinErr(r.RollbackFailed, "stage "+sr.ID+": "+state)
 		sr.Status, sr.Ended, sr.RollingBack = StFailed, now, false
 		for _, st := range sr.Rollback {
 			if st.Status == StPending {

@@ -45,14 +45,17 @@ type Run struct {
 	Status   Status         `json:"status"`
 	Error    string         `json:"error,omitempty"`
 	// RollingBack is set when a rollbackPipeline failure strategy fired.
-	RollingBack bool              `json:"rollingBack,omitempty"`
-	Created     time.Time         `json:"created"`
-	Started     time.Time         `json:"started,omitzero"`
-	Ended       time.Time         `json:"ended,omitzero"`
-	Deadline    time.Time         `json:"deadline,omitzero"`
-	Stages      []*StageRun       `json:"stages"`
-	Trigger     *TriggerInfo      `json:"trigger,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
+	RollingBack bool `json:"rollingBack,omitempty"`
+	// RollbackFailed is set when a stage's rollback could not finish: what git and the
+	// cluster hold then (the run is failed; a person has to finish the job).
+	RollbackFailed string            `json:"rollbackFailed,omitempty"`
+	Created        time.Time         `json:"created"`
+	Started        time.Time         `json:"started,omitzero"`
+	Ended          time.Time         `json:"ended,omitzero"`
+	Deadline       time.Time         `json:"deadline,omitzero"`
+	Stages         []*StageRun       `json:"stages"`
+	Trigger        *TriggerInfo      `json:"trigger,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
 }
 
 // TriggerInfo records what started a run (a webhook delivery, the CLI).

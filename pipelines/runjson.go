@@ -43,6 +43,10 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 	if r.RollingBack {
 		b = append(b, `,"rollingBack":true`...)
 	}
+	if r.RollbackFailed != "" {
+		b = append(b, `,"rollbackFailed":`...)
+		b = appendString(b, r.RollbackFailed)
+	}
 	if b, err = appendTime(b, `,"created":`, r.Created); err != nil {
 		return nil, err
 	}

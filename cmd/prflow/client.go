@@ -210,6 +210,9 @@ func printRun(w io.Writer, r *pipelines.Run) {
 		fmt.Fprintf(w, "  (%s)", r.Error)
 	}
 	fmt.Fprintln(w)
+	if r.RollbackFailed != "" {
+		fmt.Fprintf(w, "  ROLLBACK FAILED, finish it by hand: %s\n", r.RollbackFailed)
+	}
 	for _, s := range r.Stages {
 		fmt.Fprintf(w, "  stage %-16s %s", s.ID, s.Status)
 		if s.Error != "" {
