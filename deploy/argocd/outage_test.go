@@ -2,6 +2,7 @@ package argocd
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -227,5 +228,32 @@ func TestHealthMessageFromResources(t *testing.T) {
 	a, _ := w.argo.App("bad")
 	if a.Status.Health.Message != "" {
 		t.Fatalf("the fake must answer like v3: no message on the app's health, got %q", a.Status.Health.Message)
+	}
+}
+
+// A token revoked while the watch stream is open ends the stream with 401 in the stream: the
+// client must report it as unauthorized (not as a server error), so the agent logs it at
+// error and marks its view stale at once.
+func TestWatchRevokedOnOpenStreamIsUnauthorized(t *testing.T) {
+	w := newWorld(t)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	c, err := NewClient(ClientOptions{URL: w.argo.URL(), Token: w.argo.Token()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Watch(context.Background(), func() { close(opened) }, func(WatchEvent) {})
+	}()
+	<-opened
+	w.argo.RevokeToken(w.argo.Token())
+	select {
+	case err := <-done:
+		if !errors.Is(err, agent.ErrUnauthorized) || !strings.Contains(err.Error(), "does not have token") || strings.Contains(err.Error(), w.argo.Token()) {
+			t.Fatalf("err = %v; want ErrUnauthorized with Argo CD's reason and without the token", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end when its token was revoked")
 	}
 }
