@@ -410,6 +410,8 @@ type syncMemo struct {
 	Quiet int `json:"quiet,omitempty"`
 	// OutageSince is when the agents' view went stale (zero while it is fresh).
 	OutageSince time.Time `json:"outageSince,omitzero"`
+	// Selecting: the apps are still to be selected (the agent that lists them was out).
+	Selecting bool `json:"selecting,omitempty"`
 }
 
 // syncApp is one app's progress.
@@ -445,18 +447,43 @@ func runGitOpsSync(ctx context.Context, sc *Context) (Result, error) {
 		return Result{}, err
 	}
 	var m syncMemo
-	if ok, err := sc.DecodeMemo(&m); err != nil {
+	ok, err := sc.DecodeMemo(&m)
+	if err != nil {
 		return Result{}, Terminalf("GitOpsSync memo: %w", err)
-	} else if !ok {
+	}
+	if !ok {
 		m.Deadline = sc.Deadline
 		if m.Deadline.IsZero() {
 			m.Deadline = time.Now().Add(syncDefaultWait)
 		}
 		m.Expected = expectedRevision(sc, cfg)
+	}
+	if !ok || m.Selecting {
 		targets, err := syncTargets(ctx, sc, cfg, g)
+		var out outage
+		if err != nil {
+			var ae *agent.Error
+			if errors.As(err, &ae) {
+				if v, isOutage := outageErr(ae.Agent, err); isOutage {
+					out.add(v)
+				}
+			}
+		}
+		if out.any() {
+			// The apps are selected through an agent that cannot answer: wait for it.
+			now := time.Now()
+			m.Selecting = true
+			final := sc.WakeReason == "deadline" || !now.Before(m.Deadline)
+			if out.track(&m.OutageSince, now, cfg.outageTimeout, final) {
+				return FailBlind(out.blindMessage("GitOps sync could not select its applications", m.OutageSince, cfg.outageTimeout, final, now)), nil
+			}
+			poll := min(outagePoll, max(time.Until(m.OutageSince.Add(cfg.outageTimeout)), time.Second))
+			return Park(Wait{Poll: poll, Deadline: m.Deadline, Reason: "waiting: " + out.describe()}, m), nil
+		}
 		if err != nil {
 			return Result{}, err
 		}
+		m.Selecting, m.OutageSince = false, time.Time{}
 		if len(targets) == 0 {
 			sc.Log.Info("No application found to be synced")
 			return Done(map[string]any{"applications": []any{}}), nil

@@ -246,3 +246,26 @@ func TestStageGateOnStaleView(t *testing.T) {
 		})
 	}
 }
+
+// GitOpsSync selecting its apps by label through an agent that is down waits for the agent
+// instead of failing into a rollback.
+func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
+	s := newStack(t, stackOpts{noAgent: true})
+	s.addApp(app("web", "apps/web", map[string]string{"tier": "web"}))
+	run := s.start(pipeline(`      - id: sync
+        type: GitOpsSync
+        timeout: 60s
+        with: {agentId: eu, applicationLabels: {tier: web}, waitTillHealthy: true}
+`, true)+withRollback, map[string]any{"commit": s.sha})
+	s.waitStep(run.ID, "dev", "sync", "parked on the offline agent", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "waiting: agent eu cannot see Argo CD")
+	})
+	s.startAgent("r1")
+	r := s.wait(run.ID, 60*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	if apps := appsOut(step(r, "dev", "sync")); len(apps) != 1 || apps[0]["name"] != "web" || apps[0]["health"] != "Healthy" {
+		t.Fatalf("outputs: %v", apps)
+	}
+}
