@@ -45,17 +45,18 @@ type Run struct {
 	Status   Status         `json:"status"`
 	Error    string         `json:"error,omitempty"`
 	// RollingBack is set when a rollbackPipeline failure strategy fired.
-	RollingBack bool `json:"rollingBack,omitempty"`
+	RollingBack bool              `json:"rollingBack,omitempty"`
+	Created     time.Time         `json:"created"`
+	Started     time.Time         `json:"started,omitzero"`
+	Ended       time.Time         `json:"ended,omitzero"`
+	Deadline    time.Time         `json:"deadline,omitzero"`
+	Stages      []*StageRun       `json:"stages"`
+	Trigger     *TriggerInfo      `json:"trigger,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+
 	// RollbackFailed is set when a stage's rollback could not finish: what git and the
 	// cluster hold then (the run is failed; a person has to finish the job).
-	RollbackFailed string            `json:"rollbackFailed,omitempty"`
-	Created        time.Time         `json:"created"`
-	Started        time.Time         `json:"started,omitzero"`
-	Ended          time.Time         `json:"ended,omitzero"`
-	Deadline       time.Time         `json:"deadline,omitzero"`
-	Stages         []*StageRun       `json:"stages"`
-	Trigger        *TriggerInfo      `json:"trigger,omitempty"`
-	Labels         map[string]string `json:"labels,omitempty"`
+	RollbackFailed string `json:"rollbackFailed,omitempty"`
 }
 
 // TriggerInfo records what started a run (a webhook delivery, the CLI).
@@ -113,8 +114,8 @@ type StepRun struct {
 	Attempt    int             `json:"attempt,omitempty"`
 	Wake       int             `json:"wake,omitempty"`
 	WakeReason string          `json:"wakeReason,omitempty"`
-	Ignored    bool            `json:"ignored,omitempty"`    // failed, but its failure strategy was ignore
-	NoRollback bool            `json:"noRollback,omitempty"` // failed blind: its stage was not rolled back
+	Ignored    bool            `json:"ignored,omitempty"` // failed, but its failure strategy was ignore
+	NoRollback bool            `json:"noRollback,omitempty"`
 	Outputs    map[string]any  `json:"outputs,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	Queued     time.Time       `json:"queued,omitzero"`

@@ -43,10 +43,6 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 	if r.RollingBack {
 		b = append(b, `,"rollingBack":true`...)
 	}
-	if r.RollbackFailed != "" {
-		b = append(b, `,"rollbackFailed":`...)
-		b = appendString(b, r.RollbackFailed)
-	}
 	if b, err = appendTime(b, `,"created":`, r.Created); err != nil {
 		return nil, err
 	}
@@ -85,6 +81,10 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 		if b, err = appendValue(b, r.Labels); err != nil {
 			return nil, err
 		}
+	}
+	if r.RollbackFailed != "" {
+		b = append(b, `,"rollbackFailed":`...)
+		b = appendString(b, r.RollbackFailed)
 	}
 	return append(b, '}'), nil
 }
