@@ -269,3 +269,29 @@ func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
 		t.Fatalf("outputs: %v", apps)
 	}
 }
+
+// The step's deadline arriving while the view is stale does not time out into a rollback:
+// the stage fails without it, and the message says the deadline came during the outage.
+func TestDeadlineDuringOutageFailsWithoutRollback(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.addApp(app("web", "apps/web", nil))
+	s.waitRecord("web")
+	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
+		t.Fatal(err)
+	}
+	src := pipeline(strings.Replace(syncBlind(""), "timeout: 60s", "timeout: 4s", 1), true) + withRollback
+	run := s.start(src, map[string]any{"commit": s.sha})
+	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
+	})
+	s.argo.RevokeToken(s.argo.Token())
+	r := s.wait(run.ID, 60*time.Second)
+	st := step(r, "dev", "sync")
+	if r.Status != pipelines.StFailed || !st.NoRollback || !strings.Contains(st.Error, "until the step's deadline") ||
+		!strings.Contains(st.Error, "refusing to roll back blind") {
+		t.Fatalf("run %s: step %q (noRollback %v)", r.Status, st.Error, st.NoRollback)
+	}
+	if u := r.Find("dev").Step("undo", true); u == nil || u.Status == pipelines.StSucceeded {
+		t.Fatalf("rollback step ran: %+v", u)
+	}
+}
