@@ -69,6 +69,9 @@ func (m *Machine) Apply(r *Run, ev *queue.Event, now time.Time) bool {
 				st.Deadline = w.Deadline
 			}
 		default:
+			// A failed step keeps what it saw (GitOpsSync's per-app state); NoRollback: it
+			// could not observe the cluster, so no rollback runs blind.
+			st.Outputs, st.NoRollback = res.Outputs, res.NoRollback
 			m.failStep(r, si, st, ev.Rollback, orDefault(res.Message, "step failed"), now)
 		}
 		return true
@@ -286,6 +289,11 @@ func (m *Machine) failStep(r *Run, si int, st *StepRun, rollback bool, msg strin
 		st.Error = msg
 	}
 	st.Status, st.Ended = StFailed, now
+	if st.NoRollback && (action == ActRollbackStage || action == ActRollbackPipeline) {
+		action = ActFail
+		st.Error = msg + " [not rolled back: prflow could not observe the cluster]"
+		msg = st.Error
+	}
 	if action == ActIgnore {
 		st.Ignored = true
 		return
@@ -295,8 +303,11 @@ func (m *Machine) failStep(r *Run, si int, st *StepRun, rollback bool, msg strin
 
 func (m *Machine) stageFailed(r *Run, si int, sr *StageRun, msg, action string, now time.Time) {
 	if sr.RollingBack {
-		// A rollback step failed: the stage ends failed; keep the original error first.
-		sr.Error = joinErr(sr.Error, "rollback "+msg)
+		// A rollback step failed: the stage ends failed; keep the original error first, and
+		// say what git and the cluster hold now (RollbackFailed).
+		state := rollbackState(sr)
+		sr.Error = joinErr(sr.Error, "rollback failed: "+msg+" ("+state+")")
+		r.RollbackFailed = joinErr(r.RollbackFailed, "stage "+sr.ID+": "+state)
 		sr.Status, sr.Ended, sr.RollingBack = StFailed, now, false
 		m.notRun(sr.Rollback, "an earlier rollback step failed", now)
 		return

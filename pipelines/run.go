@@ -57,6 +57,10 @@ type Run struct {
 	Stages      []*StageRun       `json:"stages"`
 	Trigger     *TriggerInfo      `json:"trigger,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+
+	// RollbackFailed is set when a stage's rollback could not finish: what git and the
+	// cluster hold then (the run is failed; a person has to finish the job).
+	RollbackFailed string `json:"rollbackFailed,omitempty"`
 }
 
 // TriggerInfo records what started a run (a webhook delivery, the CLI).
@@ -118,6 +122,7 @@ type StepRun struct {
 	Wake       int             `json:"wake,omitempty"`
 	WakeReason string          `json:"wakeReason,omitempty"`
 	Ignored    bool            `json:"ignored,omitempty"` // failed, but its failure strategy was ignore
+	NoRollback bool            `json:"noRollback,omitempty"`
 	Outputs    map[string]any  `json:"outputs,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	Queued     time.Time       `json:"queued,omitzero"`

@@ -82,6 +82,10 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if r.RollbackFailed != "" {
+		b = append(b, `,"rollbackFailed":`...)
+		b = appendString(b, r.RollbackFailed)
+	}
 	return append(b, '}'), nil
 }
 
@@ -172,6 +176,9 @@ func (st *StepRun) appendJSON(b []byte) ([]byte, error) {
 	}
 	if st.Ignored {
 		b = append(b, `,"ignored":true`...)
+	}
+	if st.NoRollback {
+		b = append(b, `,"noRollback":true`...)
 	}
 	if len(st.Outputs) > 0 {
 		b = append(b, `,"outputs":`...)

@@ -30,6 +30,7 @@ func init() {
 			{Name: "filterByServiceEnvCluster", Type: InputBool, Default: false, Doc: "every app of the environment on its clusters, whatever its service"},
 			{Name: "allowEmpty", Type: InputBool, Default: false, Doc: "succeed when no app matches"},
 			{Name: "appWaitTimeout", Type: InputDuration, Default: "2m", Doc: "how long to wait for a matching app to appear"},
+			inOutage,
 			inAgent, inAgentAlias,
 		},
 	})
@@ -54,11 +55,15 @@ type linkedConfig struct {
 	agentID    string
 	wait       time.Duration
 	waitSet    bool
+	outage     time.Duration // agentOutageTimeout
 }
 
 func linkedConfigFrom(in map[string]any, static bool) (*linkedConfig, error) {
 	c := &linkedConfig{wait: linkedDefaultWait}
 	var err error
+	if c.outage, err = outageTimeoutFrom(in, static); err != nil {
+		return nil, err
+	}
 	if c.appSet, err = StringInput(in, "applicationSet"); err != nil {
 		return nil, err
 	}
@@ -113,7 +118,9 @@ func linkedConfigFrom(in map[string]any, static bool) (*linkedConfig, error) {
 
 // linkedMemo is kept while waiting for apps to appear.
 type linkedMemo struct {
-	Until time.Time `json:"until"`
+	Until time.Time `json:"until,omitzero"`
+	// OutageSince is when this step first found an agent offline or blind (zero: none).
+	OutageSince time.Time `json:"outageSince,omitzero"`
 }
 
 // target is one (agent, cluster) pair apps are looked up on; cluster "" means any cluster.
@@ -144,16 +151,41 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 	}
+	var m linkedMemo
+	if _, err := sc.DecodeMemo(&m); err != nil {
+		return Result{}, Terminalf("FetchLinkedApps memo: %w", err)
+	}
 	byAgent := map[string][]agent.AppStatus{}
+	var out0 outage
 	for _, t := range targets {
 		if _, done := byAgent[t.agent]; done {
 			continue
 		}
 		apps, err := g.Apps(ctx, t.agent, q)
+		if v, isOutage := outageErr(t.agent, err); isOutage {
+			// The agent is offline or cannot see Argo CD: wait for it (holding no worker)
+			// instead of failing the stage into a rollback nobody can observe.
+			out0.add(v)
+			byAgent[t.agent] = nil
+			continue
+		}
 		if err != nil {
 			return Result{}, agentErr(err, fmt.Sprintf("list apps on agent %s", t.agent))
 		}
 		byAgent[t.agent] = apps
+	}
+	now := time.Now()
+	if out0.track(&m.OutageSince, now, cfg.outage, final) {
+		return FailBlind(out0.blindMessage("linked apps could not be listed", m.OutageSince, cfg.outage, final, now)), nil
+	}
+	if out0.any() {
+		var keys []string
+		for _, v := range out0.views {
+			keys = append(keys, agent.InventoryKey(v.Agent))
+		}
+		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(cfg.outage)), time.Second))
+		sc.Log.Warn("agent not available; waiting", "why", out0.describe())
+		return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: "waiting: " + out0.describe()}, m), nil
 	}
 	var out []any
 	var empty []string
@@ -192,8 +224,7 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		return Done(map[string]any{"apps": orEmpty(out)}), nil
 	}
 	// Some cluster has no app yet: an ApplicationSet may be about to generate it.
-	var m linkedMemo
-	if ok, _ := sc.DecodeMemo(&m); !ok {
+	if m.Until.IsZero() {
 		wait := cfg.wait
 		m.Until = time.Now().Add(wait)
 		if !sc.Deadline.IsZero() && sc.Deadline.Before(m.Until) && !cfg.waitSet {
@@ -299,6 +330,9 @@ func linkedOutput(agentID string, a agent.AppStatus) map[string]any {
 	}
 	if a.ApplicationSet != "" {
 		o["applicationSet"] = a.ApplicationSet
+	}
+	if a.HealthMessage != "" {
+		o["healthMessage"] = a.HealthMessage
 	}
 	return o
 }

@@ -22,6 +22,8 @@ type GitOps interface {
 	Sync(ctx context.Context, agentID string, req agent.SyncRequest) (*agent.SyncReply, error)
 	Apps(ctx context.Context, agentID string, q agent.AppsQuery) ([]agent.AppStatus, error)
 	Status(ctx context.Context, agentID, app string) (*agent.AppStatus, error)
+	// View says whether the agent's records can be decided on (a live, current leader).
+	View(ctx context.Context, agentID string) agent.View
 }
 
 func gitopsFor(sc *Context) (GitOps, error) {
@@ -77,6 +79,7 @@ func init() {
 			}},
 			{Name: "connector", Type: InputString, Doc: "the release repo's connector, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"},
 			{Name: "repo", Type: InputString, Doc: "the release repo, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"},
+			inOutage,
 			inAgent, inAgentAlias,
 		},
 	})
@@ -112,6 +115,7 @@ type syncConfig struct {
 	failOnTimeout   bool
 	degradedTimeout time.Duration
 	expected        string // expectedRevision input: a SHA, "any", or ""
+	outageTimeout   time.Duration
 }
 
 func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
@@ -170,6 +174,9 @@ func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
 		return nil, err
 	}
 	if c.retry, err = retryStrategy(in["retryStrategy"], static); err != nil {
+		return nil, err
+	}
+	if c.outageTimeout, err = outageTimeoutFrom(in, static); err != nil {
 		return nil, err
 	}
 	if v, ok := in["degradedStateTimeout"]; ok && v != nil && v != "" {
@@ -439,6 +446,10 @@ type syncMemo struct {
 	Apps     []syncApp `json:"apps"`
 	// Quiet counts wakes in a row that changed nothing; the poll fallback doubles with it.
 	Quiet int `json:"quiet,omitempty"`
+	// OutageSince is when the agents' view went stale (zero while it is fresh).
+	OutageSince time.Time `json:"outageSince,omitzero"`
+	// Selecting: the apps are still to be selected (the agent that lists them was out).
+	Selecting bool `json:"selecting,omitempty"`
 }
 
 // syncApp is one app's progress.
@@ -475,18 +486,43 @@ func runGitOpsSync(ctx context.Context, sc *Context) (Result, error) {
 		return Result{}, err
 	}
 	var m syncMemo
-	if ok, err := sc.DecodeMemo(&m); err != nil {
+	ok, err := sc.DecodeMemo(&m)
+	if err != nil {
 		return Result{}, Terminalf("GitOpsSync memo: %w", err)
-	} else if !ok {
+	}
+	if !ok {
 		m.Deadline = sc.Deadline
 		if m.Deadline.IsZero() {
 			m.Deadline = time.Now().Add(syncDefaultWait)
 		}
 		m.Expected = expectedRevision(sc, cfg)
+	}
+	if !ok || m.Selecting {
 		targets, err := syncTargets(ctx, sc, cfg, g)
+		var out outage
+		if err != nil {
+			var ae *agent.Error
+			if errors.As(err, &ae) {
+				if v, isOutage := outageErr(ae.Agent, err); isOutage {
+					out.add(v)
+				}
+			}
+		}
+		if out.any() {
+			// The apps are selected through an agent that cannot answer: wait for it.
+			now := time.Now()
+			m.Selecting = true
+			final := sc.WakeReason == "deadline" || !now.Before(m.Deadline)
+			if out.track(&m.OutageSince, now, cfg.outageTimeout, final) {
+				return FailBlind(out.blindMessage("GitOps sync could not select its applications", m.OutageSince, cfg.outageTimeout, final, now)), nil
+			}
+			poll := min(outagePoll, max(time.Until(m.OutageSince.Add(cfg.outageTimeout)), time.Second))
+			return Park(Wait{Poll: poll, Deadline: m.Deadline, Reason: "waiting: " + out.describe()}, m), nil
+		}
 		if err != nil {
 			return Result{}, err
 		}
+		m.Selecting, m.OutageSince = false, time.Time{}
 		if len(targets) == 0 {
 			sc.Log.Info("No application found to be synced")
 			return Done(map[string]any{"applications": []any{}}), nil
@@ -672,11 +708,31 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		return Result{}, err
 	}
 
+	// Never judge an app on a stale view: its agent must have a live leader that sees Argo
+	// CD, and the record must not be marked stale.
+	views := &viewCache{g: r.g}
+	blind := make([]bool, len(m.Apps))
+	var out outage
+	for i := range m.Apps {
+		a := &m.Apps[i]
+		if a.State == appDone {
+			continue
+		}
+		if v := agent.RecordView(views.get(ctx, a.Agent), status[i]); !v.Fresh {
+			blind[i] = true
+			a.Waiting = v.Describe()
+			out.add(v)
+		}
+	}
+	if out.track(&m.OutageSince, r.now, r.cfg.outageTimeout, final) {
+		return r.blind(ctx, status, &out, final), nil
+	}
+
 	// Apps whose sync was requested: done, failed, or still going.
 	var failures []string
 	for i := range m.Apps {
 		a := &m.Apps[i]
-		if a.State != appSyncing {
+		if a.State != appSyncing || blind[i] {
 			continue
 		}
 		if v := r.evaluate(a, status[i]); v.fail != "" {
@@ -691,7 +747,7 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	byAgent := map[string][]int{}
 	for i := range m.Apps {
 		a := &m.Apps[i]
-		if a.State != appTodo {
+		if a.State != appTodo || blind[i] {
 			continue
 		}
 		st := status[i]
@@ -759,6 +815,11 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		}
 	}
 	reason := fmt.Sprintf("waiting for %d of %d application(s): %s", pending, len(m.Apps), r.waitingSummary())
+	if out.any() {
+		// Recovery may change no record (only the registration): look again soon.
+		poll = min(poll, outagePoll, max(time.Until(m.OutageSince.Add(r.cfg.outageTimeout)), time.Second))
+		reason = "waiting: " + out.describe() + "; " + reason
+	}
 	return Park(Wait{Keys: keys, Poll: poll, Deadline: m.Deadline, Reason: reason}, m), nil
 }
 
@@ -789,7 +850,9 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 		ApplyOnly: r.cfg.applyOnly, ForceApply: r.cfg.forceApply, SyncOptions: r.cfg.syncOptions, Retry: r.cfg.retry, Refresh: refresh}
 	rep, err := r.g.Sync(ctx, agentID, req)
 	if err != nil {
-		if agent.Transient(err) || errors.Is(err, context.DeadlineExceeded) {
+		// A refused token is an agent outage too (its view goes stale and the next run parks
+		// on it), not a reason to fail and roll back.
+		if agent.Transient(err) || errors.Is(err, agent.ErrUnauthorized) || errors.Is(err, context.DeadlineExceeded) {
 			for _, i := range idx {
 				m.Apps[i].Tries++
 				m.Apps[i].Waiting = "could not ask the agent yet: " + err.Error()
@@ -820,7 +883,7 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 		case errors.Is(res.Error, agent.ErrOperationInProgress):
 			a.Waiting = "waiting for another operation to finish: " + res.Error.Message
 			retry = true
-		case agent.Transient(res.Error):
+		case agent.Transient(res.Error) || errors.Is(res.Error, agent.ErrUnauthorized):
 			a.Tries++
 			a.Waiting = "could not sync yet: " + res.Error.Error()
 			retry = true
@@ -957,6 +1020,13 @@ func (r *syncRun) timedOut(ctx context.Context, status []*agent.AppStatus) Resul
 	return Done(map[string]any{"applications": r.outputs(ctx, status)})
 }
 
+// blind fails the step without rollback: the agents could not see Argo CD for too long.
+func (r *syncRun) blind(ctx context.Context, status []*agent.AppStatus, out *outage, final bool) Result {
+	res := FailBlind(out.blindMessage("GitOps sync could not be judged", r.m.OutageSince, r.cfg.outageTimeout, final, r.now))
+	res.Outputs = map[string]any{"applications": r.outputs(ctx, status)}
+	return res
+}
+
 func (r *syncRun) failed(ctx context.Context, status []*agent.AppStatus, failures []string) Result {
 	res := Fail("GitOps sync failed: " + strings.Join(failures, "; "))
 	res.Outputs = map[string]any{"applications": r.outputs(ctx, status)}
@@ -1002,6 +1072,12 @@ func (r *syncRun) outputs(ctx context.Context, status []*agent.AppStatus) []any 
 			o["cluster"], o["namespace"], o["url"] = st.Cluster, st.Namespace, st.URL
 			if st.HealthMessage != "" {
 				o["healthMessage"] = st.HealthMessage
+			}
+			if !st.ConfirmedAt.IsZero() {
+				o["confirmedAt"] = st.ConfirmedAt.UTC().Format(time.RFC3339)
+			}
+			if st.Stale != nil {
+				o["stale"] = fmt.Sprintf("since %s: %s", st.Stale.Since.UTC().Format(time.RFC3339), st.Stale.Reason)
 			}
 			if op := st.Operation; op != nil {
 				o["phase"], o["syncedRevision"] = op.Phase, op.SyncedRevision

@@ -3,6 +3,7 @@ package steps
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ func init() {
 		Inputs: []Input{
 			{Name: "condition", Type: InputString, Doc: "an expression over the apps' status (apps)"},
 			{Name: "soak", Type: InputDuration, Doc: "how long the condition must hold"},
+			inOutage,
 		},
 		Validate: func(in map[string]any) error {
 			if c, _ := in["condition"].(string); c != "" {
@@ -37,13 +39,15 @@ func init() {
 					return fmt.Errorf("soak: %w", err)
 				}
 			}
-			return nil
+			_, err := outageTimeoutFrom(in, true)
+			return err
 		},
 	})
 }
 
 type gateMemo struct {
-	HeldSince time.Time `json:"heldSince,omitzero"`
+	HeldSince   time.Time `json:"heldSince,omitzero"`
+	OutageSince time.Time `json:"outageSince,omitzero"`
 }
 
 func runStageGate(ctx context.Context, sc *Context) (Result, error) {
@@ -57,18 +61,30 @@ func runStageGate(ctx context.Context, sc *Context) (Result, error) {
 		}
 		soak = d
 	}
-	g, err := gitopsFor(sc)
-	if err != nil && cond != "" {
-		return Result{}, err
+	g, gerr := gitopsFor(sc)
+	if gerr != nil && cond != "" {
+		return Result{}, gerr
+	}
+	outageLimit, err := outageTimeoutFrom(sc.Inputs, false)
+	if err != nil {
+		return Result{}, Terminal(err)
 	}
 	targets := gateApps(sc)
+	if gerr != nil && len(targets) > 0 {
+		return Result{}, gerr
+	}
 	var statuses []any
 	var keys []string
+	views := &viewCache{g: g}
+	var out outage
 	for _, t := range targets {
 		keys = append(keys, agent.StatusKey(t.Agent, t.App))
 		st, err := g.Status(ctx, t.Agent, t.App)
-		if err != nil {
+		if err != nil && !errors.Is(err, agent.ErrNotFound) {
 			return Result{}, fmt.Errorf("status of %s (agent %s): %w", t.App, t.Agent, err)
+		}
+		if v := agent.RecordView(views.get(ctx, t.Agent), st); !v.Fresh {
+			out.add(v)
 		}
 		var m map[string]any
 		if st != nil {
@@ -78,6 +94,19 @@ func runStageGate(ctx context.Context, sc *Context) (Result, error) {
 			m = map[string]any{"name": t.App, "agent": t.Agent, "health": "Missing", "sync": "Unknown"}
 		}
 		statuses = append(statuses, m)
+	}
+	var m gateMemo
+	_, _ = sc.DecodeMemo(&m)
+	now := time.Now()
+	final := sc.WakeReason == "deadline"
+	if out.track(&m.OutageSince, now, outageLimit, final) {
+		return FailBlind(out.blindMessage(fmt.Sprintf("gate condition %q could not be checked", cond), m.OutageSince, outageLimit, final, now)), nil
+	}
+	if out.any() {
+		// What the apps show is not what Argo CD has: neither count the soak nor fail on it.
+		m.HeldSince = time.Time{}
+		poll := min(outagePoll, max(time.Until(m.OutageSince.Add(outageLimit)), time.Second))
+		return Park(Wait{Keys: keys, Deadline: sc.Deadline, Poll: poll, Reason: "waiting: " + out.describe()}, m), nil
 	}
 	holds := true
 	if cond != "" {
@@ -90,9 +119,6 @@ func runStageGate(ctx context.Context, sc *Context) (Result, error) {
 			return Result{}, Terminalf("condition %q: %w", cond, err)
 		}
 	}
-	var m gateMemo
-	_, _ = sc.DecodeMemo(&m)
-	now := time.Now()
 	switch {
 	case holds && m.HeldSince.IsZero():
 		m.HeldSince = now

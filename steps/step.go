@@ -41,6 +41,10 @@ type Result struct {
 	Wait    *Wait          `json:"wait,omitempty"`    // for Waiting
 	// Memo is carried to the next run of a parked step (e.g. "sync started at T for revision R").
 	Memo json.RawMessage `json:"memo,omitempty"`
+	// NoRollback (Failed only): the step could not observe what happened (its GitOps agent
+	// could not see Argo CD), so the stage must fail without running its rollback steps: a
+	// rollback it cannot observe may revert a healthy change and then fail itself.
+	NoRollback bool `json:"noRollback,omitempty"`
 }
 
 // Wait says what wakes a parked step. Any of them wakes it; it is re-run and decides again.
@@ -62,6 +66,9 @@ func Done(outputs map[string]any) Result { return Result{Status: Succeeded, Outp
 
 // Fail returns a terminal Failed result.
 func Fail(msg string) Result { return Result{Status: Failed, Message: msg} }
+
+// FailBlind returns a terminal Failed result that must not trigger a rollback (NoRollback).
+func FailBlind(msg string) Result { return Result{Status: Failed, Message: msg, NoRollback: true} }
 
 // Park returns a Waiting result.
 func Park(w Wait, memo any) Result {

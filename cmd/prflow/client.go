@@ -210,6 +210,9 @@ func printRun(w io.Writer, r *pipelines.Run) {
 		fmt.Fprintf(w, "  (%s)", r.Error)
 	}
 	fmt.Fprintln(w)
+	if r.RollbackFailed != "" {
+		fmt.Fprintf(w, "  ROLLBACK FAILED, finish it by hand: %s\n", r.RollbackFailed)
+	}
 	for _, s := range r.Stages {
 		if s.Status == pipelines.StNotRun {
 			fmt.Fprintf(w, "  stage %-16s %s\n", s.ID, notRunText(s.Error))

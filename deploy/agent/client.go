@@ -226,3 +226,105 @@ func withAgent(e *Error, agentID string) *Error {
 	}
 	return &c
 }
+
+// View says whether an agent's records in prflow-apps can be decided on now.
+type View struct {
+	Agent string
+	// Fresh: a live (registered, not expired) leader replica reports a current view of its
+	// backend. When false, Since and Reason say since when and why not.
+	Fresh  bool
+	Since  time.Time
+	Reason string
+}
+
+// Describe is "agent X cannot see Argo CD since T (reason)" for a view that is not fresh.
+func (v View) Describe() string {
+	if v.Fresh {
+		return "agent " + v.Agent + " sees its backend"
+	}
+	since := ""
+	if !v.Since.IsZero() {
+		since = " since " + v.Since.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("agent %s cannot see Argo CD%s (%s)", v.Agent, since, v.Reason)
+}
+
+// RecordView combines an agent's view with one record: a record the agent marked stale is not
+// fresh even when the agent has recovered but not rewritten it yet.
+func RecordView(v View, st *AppStatus) View {
+	if !v.Fresh || st == nil || st.Stale == nil {
+		return v
+	}
+	return View{Agent: v.Agent, Since: st.Stale.Since, Reason: "its record of " + st.Ref() + " is stale: " + st.Stale.Reason}
+}
+
+// View reads agentID's registrations and says whether its app records are current: some
+// replica's registration is live (not expired), it is the leader, healthy, and not stale.
+func (c *Client) View(ctx context.Context, agentID string) View {
+	return viewOf(agentID, c.registrations(ctx, agentID), time.Now())
+}
+
+type regsOrErr struct {
+	regs []Registration
+	err  error
+}
+
+func (c *Client) registrations(ctx context.Context, agentID string) regsOrErr {
+	regs, err := c.Registered(ctx, agentID)
+	return regsOrErr{regs, err}
+}
+
+func viewOf(agentID string, r regsOrErr, now time.Time) View {
+	v := View{Agent: agentID}
+	if r.err != nil {
+		var e *Error
+		if errors.As(r.err, &e) && e.Code == CodeOffline {
+			v.Reason = "no replica of the agent is registered in prflow-agents"
+		} else {
+			v.Reason = "cannot read prflow-agents: " + r.err.Error()
+		}
+		return v
+	}
+	var leader *Registration
+	var newest time.Time
+	for i := range r.regs {
+		g := &r.regs[i]
+		exp := g.Expires
+		if exp.IsZero() {
+			exp = g.Seen.Add(registrationTTL)
+		}
+		if g.Seen.After(newest) {
+			newest = g.Seen
+		}
+		if now.After(exp) || !g.Leader {
+			continue
+		}
+		if leader == nil || g.Seen.After(leader.Seen) {
+			leader = g
+		}
+	}
+	switch {
+	case leader == nil && newest.IsZero():
+		v.Reason = "no replica of the agent is registered in prflow-agents"
+	case leader == nil:
+		v.Reason = "no live replica holds the leader lease (the last one was seen " + newest.UTC().Format(time.RFC3339) + "; failover in progress?)"
+	case !leader.Healthy:
+		v.Since, v.Reason = leader.StaleSince, "leader "+leader.Replica+": "+orUnknown(leader.Problem)
+	case leader.Stale:
+		v.Since, v.Reason = leader.StaleSince, "leader "+leader.Replica+" is re-reading its backend: "+orUnknown(leader.Problem)
+	default:
+		v.Fresh = true
+	}
+	return v
+}
+
+// registrationTTL is how long a registration without Expires is trusted after Seen (the
+// prflow-agents bucket's TTL).
+const registrationTTL = 30 * time.Second
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "no reason reported"
+	}
+	return s
+}

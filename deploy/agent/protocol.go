@@ -85,6 +85,21 @@ type AppStatus struct {
 	// ResourceVersion is Argo CD's metadata.resourceVersion; agents order updates by it.
 	ResourceVersion string    `json:"resourceVersion,omitempty"`
 	ObservedAt      time.Time `json:"observedAt,omitzero"`
+	// ConfirmedAt is when the agent last wrote this record from what Argo CD answered. The
+	// record is current while Stale is nil and the agent's leader registration is live and
+	// not stale (see Client.View); an unchanged record is not rewritten, so ConfirmedAt alone
+	// does not age it.
+	ConfirmedAt time.Time `json:"confirmedAt,omitzero"`
+	// Stale is set by the agent when it lost Argo CD (stream error, 401/403, unreachable):
+	// the record shows the last thing the agent saw, not what Argo CD has now. Cleared by
+	// the re-list after recovery.
+	Stale *Staleness `json:"stale,omitempty"`
+}
+
+// Staleness says since when and why an agent cannot see its GitOps backend.
+type Staleness struct {
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"`
 }
 
 // Source is the app's (first) source.
@@ -240,18 +255,25 @@ type GetReply struct {
 // Registration is what each agent replica keeps in prflow-agents under
 // RegistrationKey(agent, replica), renewed well within the bucket's TTL.
 type Registration struct {
-	V       int       `json:"v"`
-	Agent   string    `json:"agent"`
-	Replica string    `json:"replica"`
-	Kind    string    `json:"kind"`             // "argocd" or "simulated"
-	Target  string    `json:"target,omitempty"` // Argo CD URL or release repo (no credentials)
-	Version string    `json:"version,omitempty"`
-	Leader  bool      `json:"leader"` // this replica writes app status
-	Apps    int       `json:"apps"`
-	Healthy bool      `json:"healthy"` // the replica reaches its GitOps backend
-	Problem string    `json:"problem,omitempty"`
-	Started time.Time `json:"started"`
-	Seen    time.Time `json:"seen"`
+	V       int    `json:"v"`
+	Agent   string `json:"agent"`
+	Replica string `json:"replica"`
+	Kind    string `json:"kind"`             // "argocd" or "simulated"
+	Target  string `json:"target,omitempty"` // Argo CD URL or release repo (no credentials)
+	Version string `json:"version,omitempty"`
+	Leader  bool   `json:"leader"` // this replica writes app status
+	Apps    int    `json:"apps"`
+	Healthy bool   `json:"healthy"` // the replica reaches its GitOps backend
+	Problem string `json:"problem,omitempty"`
+	// Stale (leader only): the app records in prflow-apps are not current (the watch stream
+	// is down, or the re-list after taking the lead or reconnecting has not finished).
+	Stale      bool      `json:"stale,omitempty"`
+	StaleSince time.Time `json:"staleSince,omitzero"`
+	Started    time.Time `json:"started"`
+	Seen       time.Time `json:"seen"`
+	// Expires is when readers stop trusting this registration if it is not renewed (a few
+	// heartbeats after Seen); zero means Seen plus the bucket's TTL.
+	Expires time.Time `json:"expires,omitzero"`
 }
 
 // Subject is where an agent serves one kind of request ("sync", "apps", "get").

@@ -164,6 +164,13 @@ func dispatch(ctx context.Context, h Handler, kind string, data []byte, agentID 
 // the key; done is closed then. reg is called each time so the record shows current leadership
 // and health.
 func Heartbeat(ctx context.Context, kv jetstream.KeyValue, every time.Duration, reg func() Registration, log *slog.Logger) (done <-chan struct{}, err error) {
+	return HeartbeatKick(ctx, kv, every, reg, log, nil)
+}
+
+// HeartbeatKick is Heartbeat that also re-registers at once whenever kick receives, so a
+// change of leadership, health or app count is visible right away rather than at the next
+// tick. Each registration says it expires three heartbeats after it was written.
+func HeartbeatKick(ctx context.Context, kv jetstream.KeyValue, every time.Duration, reg func() Registration, log *slog.Logger, kick <-chan struct{}) (done <-chan struct{}, err error) {
 	if every <= 0 {
 		every = 10 * time.Second
 	}
@@ -171,6 +178,7 @@ func Heartbeat(ctx context.Context, kv jetstream.KeyValue, every time.Duration, 
 		r := reg()
 		r.V = Version
 		r.Seen = time.Now().UTC()
+		r.Expires = r.Seen.Add(3 * every)
 		b, _ := json.Marshal(r)
 		key := RegistrationKey(r.Agent, r.Replica)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -195,13 +203,15 @@ func Heartbeat(ctx context.Context, kv jetstream.KeyValue, every time.Duration, 
 				cancel()
 				return
 			case <-t.C:
-				k, err := put()
-				if err != nil && ctx.Err() == nil && log != nil {
-					log.Warn("agent heartbeat failed", "err", err)
-				}
-				if err == nil {
-					key = k
-				}
+			case <-kick:
+				t.Reset(every)
+			}
+			k, err := put()
+			if err != nil && ctx.Err() == nil && log != nil {
+				log.Warn("agent heartbeat failed", "err", err)
+			}
+			if err == nil {
+				key = k
 			}
 		}
 	}()

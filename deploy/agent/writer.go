@@ -92,6 +92,9 @@ func (w *Writer) Put(ctx context.Context, s AppStatus) (bool, error) {
 	if s.ObservedAt.IsZero() {
 		s.ObservedAt = time.Now().UTC()
 	}
+	if s.ConfirmedAt.IsZero() && s.Stale == nil {
+		s.ConfirmedAt = s.ObservedAt
+	}
 	body, err := json.Marshal(s)
 	if err != nil {
 		return false, fmt.Errorf("encode status of %s: %w", s.Ref(), err)
@@ -147,6 +150,71 @@ func (w *Writer) Put(ctx context.Context, s AppStatus) (bool, error) {
 
 func isWrongLastSequence(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "wrong last sequence")
+}
+
+// MarkStale marks every record of this agent stale (the agent lost its backend), keeping the
+// rest of each record as last seen, so readers stop deciding on it. Records already marked
+// stale keep their first Since. The next Put of each app (the re-list after recovery) clears
+// the mark. It returns how many records it marked.
+func (w *Writer) MarkStale(ctx context.Context, st Staleness) (int, error) {
+	w.mu.Lock()
+	keys := sortedKeys(w.known)
+	w.mu.Unlock()
+	n := 0
+	var first error
+	for _, key := range keys {
+		for try := 0; try < 3; try++ {
+			e, err := w.kv.Get(ctx, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				break
+			}
+			if err != nil {
+				if first == nil {
+					first = fmt.Errorf("mark %s stale: %w", key, err)
+				}
+				break
+			}
+			var s AppStatus
+			if DecodeStatus(e.Value(), &s) != nil || s.Agent != w.agent {
+				break
+			}
+			if s.Stale != nil {
+				w.refresh(key, s, e.Revision())
+				break
+			}
+			s.Stale = &Staleness{Since: st.Since.UTC(), Reason: st.Reason}
+			s.ObservedAt = time.Now().UTC()
+			body, _ := json.Marshal(s)
+			rev, err := w.kv.Update(ctx, key, body, e.Revision())
+			if err == nil {
+				w.refresh(key, s, rev)
+				w.writes.Add(1)
+				n++
+				break
+			}
+			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongLastSequence(err) {
+				if first == nil {
+					first = fmt.Errorf("mark %s stale: %w", key, err)
+				}
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+	}
+	return n, first
+}
+
+// refresh records what the bucket now holds for key.
+func (w *Writer) refresh(key string, s AppStatus, rev uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.known[key]
+	if p == nil {
+		return // deleted meanwhile
+	}
+	p.cmp, p.rev = comparable(s), rev
 }
 
 // Delete removes an app's record (the app was deleted). rv is the resourceVersion of the
@@ -233,6 +301,7 @@ func (w *Writer) FlushInventory(ctx context.Context) error {
 func comparable(s AppStatus) []byte {
 	s.V = Version
 	s.ObservedAt = time.Time{}
+	s.ConfirmedAt = time.Time{}
 	s.ResourceVersion = ""
 	b, _ := json.Marshal(s)
 	return b

@@ -36,13 +36,18 @@ type Options struct {
 	// SyncConcurrency bounds the sync calls made at once for one request (default 8).
 	SyncConcurrency int
 	// MinBackoff and MaxBackoff bound the wait before reconnecting a broken watch stream
-	// (default 200ms and 30s; the wait doubles per failure, with jitter).
+	// (default 200ms and 3s; the wait doubles per failure, with jitter), so the view is
+	// back within seconds of Argo CD coming back.
 	MinBackoff, MaxBackoff time.Duration
 	// LeaderRetry is how often a replica that is not the leader tries to take the lease
-	// (default 2s). A leader that stops cleanly hands over at once; one that dies holds the
-	// lease until it expires (queue.LeaseTTL).
+	// (default 1s). A leader that stops cleanly hands over at once; one that dies holds the
+	// lease until it expires (LeaseTTL).
 	LeaderRetry time.Duration
-	// Heartbeat is how often the registration in prflow-agents is renewed (default 10s).
+	// LeaseTTL is how long the leader lease lives without renewal (default 6s; renewed every
+	// third of it): the longest a crashed leader blocks failover.
+	LeaseTTL time.Duration
+	// Heartbeat is how often the registration in prflow-agents is renewed (default 2s); a
+	// registration not renewed for three heartbeats counts as expired.
 	Heartbeat time.Duration
 	Version   string
 	Log       *slog.Logger
@@ -58,6 +63,10 @@ type Agent struct {
 	healthy atomic.Bool
 	problem atomic.Value // string
 	apps    atomic.Int64
+	// stale: the records are not current (leader only); staleSince is when that began.
+	stale      atomic.Bool
+	staleSince atomic.Value  // time.Time
+	kick       chan struct{} // re-register now
 
 	mu         sync.Mutex
 	writer     *agent.Writer // set while leader
@@ -92,17 +101,24 @@ func New(o Options) (*Agent, error) {
 		o.MinBackoff = 200 * time.Millisecond
 	}
 	if o.MaxBackoff < o.MinBackoff {
-		o.MaxBackoff = max(30*time.Second, o.MinBackoff)
+		o.MaxBackoff = max(3*time.Second, o.MinBackoff)
 	}
 	if o.LeaderRetry <= 0 {
-		o.LeaderRetry = 2 * time.Second
+		o.LeaderRetry = time.Second
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 6 * time.Second
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 2 * time.Second
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
 	o.Log = o.Log.With("agent", o.AgentID, "replica", o.Replica)
-	a := &Agent{o: o, argo: o.Client}
+	a := &Agent{o: o, argo: o.Client, kick: make(chan struct{}, 1)}
 	a.problem.Store("")
+	a.staleSince.Store(time.Time{})
 	return a, nil
 }
 
@@ -142,12 +158,23 @@ func (a *Agent) Run(ctx context.Context, conn *queue.Conn) error {
 	if err != nil {
 		return err
 	}
-	hb, err := agent.Heartbeat(ctx, b.Agents, a.o.Heartbeat, a.registration, a.o.Log)
+	// Try the lease before the first heartbeat, so the registration says who leads (and
+	// that its records are not confirmed yet) from the start.
+	lease := &leaderLease{kv: b.Locks, key: queue.LeaseKey("agent", a.o.AgentID), holder: a.o.Replica, ttl: a.o.LeaseTTL}
+	rev, lerr := lease.tryAcquire(ctx)
+	if lerr == nil {
+		a.leader.Store(true)
+		a.markStale("re-listing applications after taking the lead")
+	}
+	hb, err := agent.HeartbeatKick(ctx, b.Agents, a.o.Heartbeat, a.registration, a.o.Log, a.kick)
 	if err != nil {
+		if lerr == nil {
+			lease.release(rev)
+		}
 		return err
 	}
 	a.o.Log.Info("agent started", "argocd", a.argo.URL())
-	a.leadLoop(ctx, b)
+	a.leadLoop(ctx, b, lease, rev, lerr == nil)
 	wait()
 	<-hb
 	return nil
@@ -155,50 +182,102 @@ func (a *Agent) Run(ctx context.Context, conn *queue.Conn) error {
 
 func (a *Agent) registration() agent.Registration {
 	p, _ := a.problem.Load().(string)
-	return agent.Registration{Agent: a.o.AgentID, Replica: a.o.Replica, Kind: "argocd", Target: a.argo.URL(),
+	r := agent.Registration{Agent: a.o.AgentID, Replica: a.o.Replica, Kind: "argocd", Target: a.argo.URL(),
 		Version: a.o.Version, Leader: a.leader.Load(), Apps: int(a.apps.Load()), Healthy: a.healthy.Load(),
 		Problem: p, Started: a.started}
+	if r.Leader && a.stale.Load() {
+		r.Stale = true
+		r.StaleSince, _ = a.staleSince.Load().(time.Time)
+	}
+	return r
 }
 
+// reregister makes the heartbeat write the registration now.
+func (a *Agent) reregister() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// setProblem records whether this replica reaches Argo CD.
 func (a *Agent) setProblem(err error) {
 	if err == nil {
-		a.healthy.Store(true)
+		changed := !a.healthy.Swap(true)
+		if p, _ := a.problem.Load().(string); p != "" {
+			changed = true
+		}
 		a.problem.Store("")
+		if changed {
+			a.reregister()
+		}
 		return
 	}
 	a.healthy.Store(false)
 	a.problem.Store(err.Error())
+	a.reregister()
 }
 
-// leadLoop takes the lease when it is free and writes status while holding it.
-func (a *Agent) leadLoop(ctx context.Context, b *queue.Buckets) {
-	leases := &queue.Leases{KV: b.Locks}
-	key := queue.LeaseKey("agent", a.o.AgentID)
+// markStale says the records are not current any more (first time: since now).
+func (a *Agent) markStale(reason string) time.Time {
+	if !a.stale.Swap(true) {
+		a.staleSince.Store(time.Now().UTC())
+	}
+	if reason != "" {
+		a.problem.Store(reason)
+	}
+	a.reregister()
+	since, _ := a.staleSince.Load().(time.Time)
+	return since
+}
+
+// markFresh says the records are current again.
+func (a *Agent) markFresh() {
+	a.stale.Store(false)
+	a.staleSince.Store(time.Time{})
+	a.setProblem(nil)
+	a.reregister()
+}
+
+// leadLoop takes the lease when it is free and writes status while holding it. held says the
+// lease (revision rev) was taken before the loop.
+func (a *Agent) leadLoop(ctx context.Context, b *queue.Buckets, lease *leaderLease, rev uint64, held bool) {
 	for ctx.Err() == nil {
-		ls, err := leases.TryAcquire(ctx, key, a.o.Replica)
-		if err == nil {
+		if !held {
+			var err error
+			rev, err = lease.tryAcquire(ctx)
+			held = err == nil
+			if err != nil && !errors.Is(err, errLeaseHeld) && ctx.Err() == nil {
+				a.o.Log.Warn("agent: lease", "err", err)
+			}
+		}
+		if held {
 			a.o.Log.Info("agent is the leader: writing app status")
+			if !a.leader.Swap(true) {
+				a.markStale("re-listing applications after taking the lead")
+			}
 			lctx, cancel := context.WithCancel(ctx)
+			var lost bool
+			done := make(chan struct{})
 			go func() {
-				select {
-				case <-ls.Lost():
-					cancel()
-				case <-lctx.Done():
-				}
+				defer close(done)
+				rev, lost = lease.hold(lctx, rev)
+				cancel()
 			}()
-			a.leader.Store(true)
 			a.lead(lctx, b)
-			a.leader.Store(false)
 			cancel()
-			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = ls.Release(rctx)
-			rcancel()
+			<-done
+			a.leader.Store(false)
+			a.stale.Store(false)
+			a.reregister()
+			if !lost {
+				lease.release(rev)
+			}
+			held = false
 			if ctx.Err() != nil {
 				return
 			}
 			a.o.Log.Warn("agent lost the lease: another replica writes app status now")
-		} else if !errors.Is(err, queue.ErrLeaseHeld) && ctx.Err() == nil {
-			a.o.Log.Warn("agent: lease", "err", err)
 		}
 		select {
 		case <-ctx.Done():

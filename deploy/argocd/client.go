@@ -161,10 +161,15 @@ type Application struct {
 			Message string `json:"message"`
 		} `json:"conditions"`
 		Resources []struct {
+			Group           string `json:"group"`
+			Kind            string `json:"kind"`
+			Namespace       string `json:"namespace"`
+			Name            string `json:"name"`
 			Status          string `json:"status"`
 			RequiresPruning bool   `json:"requiresPruning"`
 			Health          *struct {
-				Status string `json:"status"`
+				Status  string `json:"status"`
+				Message string `json:"message"`
 			} `json:"health"`
 		} `json:"resources"`
 		ControllerNamespace string `json:"controllerNamespace"`
@@ -499,7 +504,13 @@ func (c *Client) Watch(ctx context.Context, opened func(), fn func(WatchEvent)) 
 		}
 		if msg.Error != nil {
 			data, _ := json.Marshal(errorBody{Message: msg.Error.Message})
-			return c.statusError(max(msg.Error.HTTPCode, 500), data, call, "")
+			code := msg.Error.HTTPCode
+			if code < 400 {
+				code = http.StatusInternalServerError
+			}
+			// A 401 on an open stream (token revoked) must read as unauthorized, not as a
+			// server error.
+			return c.statusError(code, data, call, "")
 		}
 		if msg.Result != nil {
 			fn(*msg.Result)

@@ -2,6 +2,7 @@ package argocd
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -73,6 +74,17 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 			return
 		}
 		a.setProblem(err)
+		// The view is not current from now on: say so in the registration at once. The
+		// records themselves are marked when the outage is more than a dropped stream (the
+		// token was refused, or reconnecting failed), so a stream a proxy cut does not
+		// rewrite every record twice.
+		since := a.markStale("Argo CD watch stream: " + err.Error())
+		if errors.Is(err, agent.ErrUnauthorized) {
+			a.o.Log.Error("agent: Argo CD refused the agent's token; app status is stale until it is accepted again", "err", err)
+		}
+		if opened.IsZero() || errors.Is(err, agent.ErrUnauthorized) {
+			a.markRecordsStale(ctx, w, since, err)
+		}
 		if !opened.IsZero() && (events > 0 || time.Since(opened) > 10*time.Second) {
 			backoff = a.o.MinBackoff // it worked for a while: start over
 		}
@@ -84,6 +96,17 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 		case <-time.After(d):
 		}
 		backoff = min(backoff*2, a.o.MaxBackoff)
+	}
+}
+
+// markRecordsStale marks every record stale, once per outage.
+func (a *Agent) markRecordsStale(ctx context.Context, w *agent.Writer, since time.Time, cause error) {
+	n, err := w.MarkStale(ctx, agent.Staleness{Since: since, Reason: cause.Error()})
+	if err != nil && ctx.Err() == nil {
+		a.o.Log.Warn("agent: marking app records stale", "err", err)
+	}
+	if n > 0 {
+		a.o.Log.Warn("agent: marked app records stale: Argo CD cannot be seen", "records", n, "since", since, "err", cause)
 	}
 }
 
@@ -107,7 +130,7 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
 				a.o.Log.Warn("agent: delete stale status", "err", err)
 			}
 			a.apps.Store(int64(len(apps)))
-			a.setProblem(nil)
+			a.markFresh()
 			a.o.Log.Debug("agent: re-listed applications", "apps", len(apps))
 			return
 		}
@@ -115,7 +138,12 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
 			return
 		}
 		a.setProblem(err)
-		a.o.Log.Warn("agent: listing applications failed; retrying", "err", err)
+		a.markRecordsStale(ctx, w, a.markStale("listing applications: "+err.Error()), err)
+		if errors.Is(err, agent.ErrUnauthorized) {
+			a.o.Log.Error("agent: Argo CD refused the agent's token while listing applications", "err", err)
+		} else {
+			a.o.Log.Warn("agent: listing applications failed; retrying", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -205,7 +233,34 @@ func (a *Agent) status(app *Application) agent.AppStatus {
 			st.Resources.Health[r.Health.Status]++
 		}
 	}
+	if st.HealthMessage == "" {
+		st.HealthMessage = resourceHealthMessage(app)
+	}
 	return st
+}
+
+// resourceHealthMessage is the reason for the app's health when the app itself gives none
+// (Argo CD v3 keeps it on the resources): the message of the first resource with the app's
+// own health status, else of the first non-healthy one, as "Kind/name: message".
+func resourceHealthMessage(app *Application) string {
+	pick := ""
+	for pass := 0; pass < 2 && pick == ""; pass++ {
+		for _, r := range app.Status.Resources {
+			h := r.Health
+			if h == nil || h.Message == "" || h.Status == agent.HealthHealthy {
+				continue
+			}
+			if pass == 0 && h.Status != app.Status.Health.Status {
+				continue
+			}
+			pick = r.Kind + "/" + r.Name + ": " + h.Message
+			if r.Namespace != "" {
+				pick = r.Kind + "/" + r.Namespace + "/" + r.Name + ": " + h.Message
+			}
+			break
+		}
+	}
+	return pick
 }
 
 // operation is the app's current operation: app.operation while one is requested or running

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -287,7 +288,11 @@ func (s *Server) applyComparison(st *appState, tg target) {
 		}
 	}
 	app.Status.Conditions = conds
-	s.setHealth(st, s.computeHealth(st, tg), now)
+	h := s.computeHealth(st, tg)
+	if st.healthPin == nil && tg.err == nil {
+		h = resourceHealth(app.Status.Resources, st.live, h)
+	}
+	s.setHealth(st, h, now)
 	app.Status.ReconciledAt = timePtr(now)
 	app.Status.ObservedAt = timePtr(now)
 	app.Status.SourceType = sourceType(src)
@@ -385,6 +390,48 @@ func (s *Server) computeHealth(st *appState, tg target) HealthStatus {
 	}
 	return h
 }
+
+// resourceHealth puts health on the live resources as Argo CD v3 does, and takes the message
+// off the app: v3 reports status.health without a message, the reason is on the resource
+// (status.resources[].health.message). ConfigMaps get the realenv's Lua check (a `simulate`
+// marker; Healthy otherwise); other kinds only when they carry the marker. A non-healthy app
+// whose reason no resource shows puts it on the first live resource.
+func resourceHealth(res []ResourceStatus, live *liveState, app HealthStatus) HealthStatus {
+	if live == nil {
+		return app
+	}
+	byKey := map[string]object{}
+	for _, o := range live.objects {
+		byKey[o.key()] = o
+	}
+	shown := false
+	first := -1
+	for i := range res {
+		r := &res[i]
+		o, ok := byKey[object{Group: r.Group, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}.key()]
+		if !ok {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		if m := simulateJSONRe.FindStringSubmatch(o.canon); m != nil && m[1] != "healthy" {
+			status := map[string]string{"degraded": HealthDegraded, "progressing": HealthProgressing, "suspended": HealthSuspended}[m[1]]
+			r.Health = &HealthStatus{Status: status, Message: "data.simulate is " + m[1]}
+			shown = shown || status == app.Status
+		} else if r.Kind == "ConfigMap" {
+			r.Health = &HealthStatus{Status: HealthHealthy}
+		}
+	}
+	if app.Status != HealthHealthy && app.Message != "" && !shown && first >= 0 {
+		res[first].Health = &HealthStatus{Status: app.Status, Message: app.Message}
+	}
+	app.Message = ""
+	return app
+}
+
+// simulateJSONRe finds the health marker in an object's canonical JSON.
+var simulateJSONRe = regexp.MustCompile(`"simulate":"(degraded|progressing|suspended|healthy)"`)
 
 // snapshotLocked is a deep copy of the in-memory object.
 func (st *appState) snapshotLocked() Application { return clone(st.app) }

@@ -65,6 +65,9 @@ type Server struct {
 	reqs        []Request
 	faults      []*Fault
 	streamDelay time.Duration
+	revoked     map[string]bool // tokens refused (RevokeToken)
+	down        bool            // connections are closed unanswered (SetDown, Restart)
+	hang        chan struct{}   // non-nil while unresponsive; closed when answering again
 }
 
 // Option configures New.
@@ -460,6 +463,16 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 
+	if s.isDown() {
+		// Down (restarting): the connection is cut before any answer.
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return
+	}
+	if !s.waitAnswering(r.Context()) {
+		return
+	}
 	if f := s.takeFault(r); f != nil {
 		if f.Delay > 0 && !s.sleepCtx(r.Context(), f.Delay) {
 			return
@@ -715,6 +728,10 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
 		cand := strings.TrimPrefix(h, "Bearer ")
 		s.mu.Lock()
+		if s.revoked[cand] {
+			s.mu.Unlock()
+			return "", s.revokedErr(cand)
+		}
 		for st, user := range s.staticTokens {
 			if constantTimeEqual(st, cand) {
 				s.mu.Unlock()

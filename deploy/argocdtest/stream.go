@@ -51,10 +51,13 @@ func (f *watchFilter) match(ev *event) bool {
 
 // subscriber is one open watch stream.
 type subscriber struct {
-	filter   watchFilter
-	ch       chan *event
-	drop     chan struct{}
-	dropOnce sync.Once
+	filter     watchFilter
+	token      string // the bearer token the stream was opened with
+	ch         chan *event
+	drop       chan struct{}
+	dropOnce   sync.Once
+	revoke     chan struct{} // closed when the token is revoked (RevokeToken)
+	revokeOnce sync.Once
 }
 
 // watchBuffer matches Argo CD's default ARGOCD_WATCH_API_BUFFER_SIZE.
@@ -166,7 +169,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 		}
 	}
 	fields, exclude, hasFields := fieldsParam(r)
-	sub := &subscriber{ch: make(chan *event, watchBuffer), drop: make(chan struct{})}
+	sub := &subscriber{ch: make(chan *event, watchBuffer), drop: make(chan struct{}), revoke: make(chan struct{}),
+		token: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}
 
 	s.mu.Lock()
 	if s.closed {
@@ -213,6 +217,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 
 	lastByName := map[string][]byte{}
 	send := func(ev *event) bool {
+		if !s.waitAnswering(r.Context()) {
+			return false
+		}
 		var buf bytes.Buffer
 		buf.WriteString(`{"result":{"type":"`)
 		buf.WriteString(ev.typ)
@@ -269,7 +276,21 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 			if !send(ev) {
 				return
 			}
+		case <-sub.revoke:
+			// The token was revoked while the stream was open: end it with the error the
+			// API answers for that token.
+			e := s.revokedErr(sub.token)
+			body, _ := json.Marshal(map[string]StreamError{"error": {GrpcCode: e.code, HTTPCode: httpStatus(e.code), Message: e.msg, HTTPStatus: http.StatusText(httpStatus(e.code))}})
+			if sse {
+				body = []byte("data: " + string(body) + " \n\n")
+			}
+			_, _ = w.Write(append(body, '\n'))
+			_ = rc.Flush()
+			return
 		case <-keepalive:
+			if !s.waitAnswering(r.Context()) {
+				return
+			}
 			if _, err := w.Write([]byte(":\n")); err != nil {
 				return
 			}

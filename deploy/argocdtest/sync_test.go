@@ -321,8 +321,10 @@ func TestDegradedCommitRefreshAndSync(t *testing.T) {
 
 	call(t, s, "POST", "/api/v1/applications/demo/sync", map[string]any{})
 	a = waitApp(t, s, "demo", func(a Application) bool { return state(a) == "Synced/Degraded/Succeeded" })
-	if a.Status.Sync.Revision != sha2 || !strings.Contains(a.Status.Health.Message, "simulate: degraded") {
-		t.Fatalf("degraded app: rev %s health %+v", a.Status.Sync.Revision, a.Status.Health)
+	// Argo CD v3: the app's health has no message; the reason is on the resource.
+	if a.Status.Sync.Revision != sha2 || a.Status.Health.Message != "" || len(a.Status.Resources) != 1 ||
+		a.Status.Resources[0].Health == nil || *a.Status.Resources[0].Health != (HealthStatus{Status: HealthDegraded, Message: "data.simulate is degraded"}) {
+		t.Fatalf("degraded app: rev %s health %+v resources %+v", a.Status.Sync.Revision, a.Status.Health, a.Status.Resources)
 	}
 	for _, rr := range a.Status.OperationState.SyncResult.Resources {
 		if rr.Message != "configmap/demo configured" {

@@ -111,7 +111,7 @@ func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
 	r := s.wait(s.start(src, map[string]any{"commit": sha}).ID, 60*time.Second)
 	st := step(r, "dev", "sync")
 	if r.Status != pipelines.StFailed || !strings.Contains(st.Error, "Degraded for longer than degradedStateTimeout 1s") ||
-		!strings.Contains(st.Error, "simulate: degraded") {
+		!strings.Contains(st.Error, "ConfigMap/") || !strings.Contains(st.Error, "web: data.simulate is degraded") {
 		t.Fatalf("run %s: %q", r.Status, st.Error)
 	}
 }

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/argocdtest"
@@ -34,7 +37,7 @@ func configMap(name, simulate string) string {
 // `commit` input (the real MergePR needs a forge; GitOpsSync only reads its output).
 func registry() *steps.Registry {
 	reg := steps.NewRegistry()
-	for _, t := range []string{"GitOpsSync", "FetchLinkedApps", "Noop", "Wait"} {
+	for _, t := range []string{"GitOpsSync", "FetchLinkedApps", "StageGate", "Noop", "Wait"} {
 		d, ok := steps.Default.Lookup(t)
 		if !ok {
 			panic("step type " + t + " not registered")
@@ -59,22 +62,26 @@ type stackOpts struct {
 	// services are added to the worker's (e.g. steps.ServiceSCM); registry replaces registry().
 	services map[string]any
 	registry *steps.Registry
+	noAgent  bool // start no agent (the test starts it with startAgent)
 }
 
 // stack is a whole prflow plus a fake Argo CD and one agent "eu" for it.
 type stack struct {
-	t      testing.TB
-	argo   *argocdtest.Server
-	git    *argocdtest.MemGit
-	sha    string
-	conn   *queue.Conn
-	b      *queue.Buckets
-	ctl    *controller.Controller
-	client *agent.Client
-	agent  *argocd.Agent
-	logs   *logBuf
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	t        testing.TB
+	argo     *argocdtest.Server
+	git      *argocdtest.MemGit
+	sha      string
+	conn     *queue.Conn
+	b        *queue.Buckets
+	ctl      *controller.Controller
+	client   *agent.Client
+	agent    *argocd.Agent
+	replicas []*replica
+	log      *slog.Logger
+	ctx      context.Context
+	logs     *logBuf
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 type logBuf struct {
@@ -110,7 +117,7 @@ func newStack(t testing.TB, o stackOpts) *stack {
 		log = slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	s.cancel, s.ctx, s.log = cancel, ctx, log
 	conn, err := queue.Open(ctx, queue.Options{DataDir: t.TempDir(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -150,28 +157,91 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); _ = w.Run(ctx, conn) }()
 
+	t.Cleanup(s.stop)
+	if !o.noAgent {
+		s.agent, _ = s.startAgent("r1")
+	}
+	return s
+}
+
+// replica is one agent replica on its own NATS connection (so closing it is a crash).
+type replica struct {
+	a    *argocd.Agent
+	nc   *nats.Conn
+	stop func()
+}
+
+// runAgent starts a replica of agent "eu" on its own NATS connection; it stops with the stack.
+func (s *stack) runAgent(name string) *replica {
+	s.t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(s.conn.Embedded()))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	c, err := argocd.NewClient(argocd.ClientOptions{URL: s.argo.URL(), Token: s.argo.Token()})
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
-	if s.agent, err = argocd.New(argocd.Options{AgentID: "eu", Replica: "r1", Client: c, Log: log,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}); err != nil {
-		t.Fatal(err)
+	a, err := argocd.New(argocd.Options{AgentID: "eu", Replica: name, Client: c, Log: s.log,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, LeaderRetry: 100 * time.Millisecond})
+	if err != nil {
+		s.t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); _ = s.agent.Run(ctx, conn) }()
+	go func() {
+		defer s.wg.Done()
+		defer close(done)
+		_ = a.Run(ctx, &queue.Conn{NC: nc, JS: js})
+		nc.Close()
+	}()
+	r := &replica{a: a, nc: nc, stop: func() { cancel(); <-done }}
+	s.replicas = append(s.replicas, r)
+	return r
+}
+
+// startAgent runs a replica and waits until it leads and the agent's view is fresh.
+func (s *stack) startAgent(name string) (*argocd.Agent, func()) {
+	s.t.Helper()
+	r := s.runAgent(name)
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := s.client.Registered(ctx, "eu"); err == nil && s.agent.IsLeader() {
-			break
-		}
+	for !(r.a.IsLeader() && s.client.View(s.ctx, "eu").Fresh) {
 		if time.Now().After(deadline) {
-			t.Fatal("agent did not start")
+			s.t.Fatal("agent did not start")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Cleanup(s.stop)
-	return s
+	return r.a, r.stop
+}
+
+// startAgentFollower runs another replica and waits until it is registered.
+func (s *stack) startAgentFollower(name string) (*argocd.Agent, func()) {
+	s.t.Helper()
+	r := s.runAgent(name)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		regs, _ := s.client.Registered(s.ctx, "eu")
+		for _, g := range regs {
+			if g.Replica == name {
+				return r.a, r.stop
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatal("agent replica did not register")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// crashAgent kills the first replica as SIGKILL would, as far as NATS can tell: its
+// connection drops with no lease release and no goodbye.
+func (s *stack) crashAgent() {
+	s.replicas[0].nc.Close()
 }
 
 func (s *stack) stop() {
