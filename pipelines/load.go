@@ -660,7 +660,7 @@ func (l *loader) step(n *yaml.Node, path string) *Step {
 // The condition is evaluated on the worker over the apps' live status (`apps`), so it is kept
 // as text here and only checked for syntax.
 func (l *loader) gate(f field, path string) *Step {
-	m := l.fields(f.val, path, "condition", "soak", "timeout")
+	m := l.fields(f.val, path, "condition", "soak", "timeout", "agentOutageTimeout")
 	cond := l.str(m["condition"], path+".condition")
 	soak := l.str(m["soak"], path+".soak")
 	if cond == "" && soak == "" {
@@ -677,8 +677,14 @@ func (l *loader) gate(f field, path string) *Step {
 			l.errf(m["soak"].val, path+".soak", "%v", err)
 		}
 	}
+	outage := l.str(m["agentOutageTimeout"], path+".agentOutageTimeout")
+	if outage != "" {
+		if _, err := duration.Parse(outage); err != nil {
+			l.errf(m["agentOutageTimeout"].val, path+".agentOutageTimeout", "%v", err)
+		}
+	}
 	with := &Value{Map: map[string]*Value{}, Line: f.val.Line}
-	for k, v := range map[string]string{"condition": cond, "soak": soak} {
+	for k, v := range map[string]string{"condition": cond, "soak": soak, "agentOutageTimeout": outage} {
 		if v != "" {
 			with.Keys = append(with.Keys, k)
 			with.Map[k] = &Value{Lit: v, Line: f.val.Line}

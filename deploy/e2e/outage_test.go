@@ -211,13 +211,11 @@ func TestStageGateOnStaleView(t *testing.T) {
 			s := newStack(t, stackOpts{})
 			s.addApp(app("web", "apps/web", nil))
 			s.waitRecord("web")
-			src := pipeline(syncBlind("")+`      - id: gate
-        type: StageGate
-        timeout: 60s
-        with:
-          condition: 'all(apps, .health == "Healthy")'
-          soak: 3s
-          agentOutageTimeout: 2s
+			src := pipeline(syncBlind("")+`    gate:
+      condition: 'all(apps, .health == "Healthy")'
+      soak: 3s
+      timeout: 60s
+      agentOutageTimeout: 2s
 `, true) + withRollback
 			run := s.start(src, map[string]any{"commit": s.sha})
 			s.waitStep(run.ID, "dev", "gate", "soaking", func(st *pipelines.StepRun) bool {
