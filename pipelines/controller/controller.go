@@ -187,8 +187,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch apps: %w", err)
 	}
+	mq, err := queue.OpenMergeQueue(ctx, js)
+	if err != nil {
+		return err
+	}
+	mqW, err := mq.Watch(ctx, queue.MergeQueueTurnFilter, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("watch merge queues: %w", err)
+	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); c.watchMergeQueue(ctx, mqW) }()
 	go func() { defer wg.Done(); c.consumeSCM(ctx, scmCons) }()
 	go func() { defer wg.Done(); c.watchRuns(ctx, runsW) }()
 	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
@@ -251,6 +260,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	shardWG.Wait()
 	_ = runsW.Stop()
 	_ = appsW.Stop()
+	_ = mqW.Stop()
 	wg.Wait()
 	c.mu.Lock()
 	for _, t := range c.timers {
