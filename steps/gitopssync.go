@@ -40,6 +40,7 @@ func gitopsFor(sc *Context) (GitOps, error) {
 func init() {
 	Register(Definition{
 		Type:     "GitOpsSync",
+		Parks:    true,
 		New:      func() Step { return StepFunc(runGitOpsSync) },
 		Validate: func(in map[string]any) error { _, err := syncConfigFrom(in, true); return err },
 	})

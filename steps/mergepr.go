@@ -20,8 +20,9 @@ import (
 // that step's commit). It parks while checks are pending; an already merged PR is success.
 func init() {
 	Register(Definition{
-		Type: "MergePR",
-		New:  func() Step { return StepFunc(runMergePR) },
+		Type:  "MergePR",
+		Parks: true,
+		New:   func() Step { return StepFunc(runMergePR) },
 		Validate: func(in map[string]any) error {
 			if s, ok := in["mergeStrategy"].(string); ok && !template.Contains(s) {
 				switch s {
