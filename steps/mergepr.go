@@ -113,8 +113,17 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			return res, nil
 		}
 	}
+	// One merge per repo+branch at a time, in order of arrival: a merge that cannot go yet
+	// parks in the branch's line (holding no worker) and is woken when the one ahead ends.
+	id := queueID(sc)
+	var turn *QueueTurn
 	q, _ := sc.Services.Get(ServiceLocks).(MergeQueue)
-	if q == nil {
+	if q != nil {
+		if turn, err = q.JoinMergeQueue(ctx, id, connector, repo, pr.Base); err != nil {
+			return Result{}, fmt.Errorf("merge queue of %s@%s: %w", repo, pr.Base, err)
+		}
+	}
+	if turn == nil {
 		// No merge queue on this worker (tests, embedded use): wait for the branch lease here.
 		unlock, err := lock(ctx, sc, "repo", connector, repo, pr.Base)
 		if err != nil {
@@ -122,13 +131,6 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		}
 		defer unlock()
 		return mergeLoop(ctx, sc, p, r, pr, number, edits, method, del)
-	}
-	// One merge per repo+branch at a time, in order of arrival: a merge that cannot go yet
-	// parks in the branch's line (holding no worker) and is woken when the one ahead ends.
-	id := queueID(sc)
-	turn, err := q.JoinMergeQueue(ctx, id, connector, repo, pr.Base)
-	if err != nil {
-		return Result{}, fmt.Errorf("merge queue of %s@%s: %w", repo, pr.Base, err)
 	}
 	if !turn.Head {
 		turn.Done(false)
@@ -232,6 +234,7 @@ func mergeLoop(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr 
 // implements it in KV). line names the branch: connector, repo, base branch.
 type MergeQueue interface {
 	// JoinMergeQueue puts merge id in line, or finds it where an earlier run of the step put it.
+	// nil, nil: there is no merge queue here (the caller waits for the branch's lock instead).
 	JoinMergeQueue(ctx context.Context, id string, line ...string) (*QueueTurn, error)
 	// LeaveMergeQueue takes merge id out of line (no-op when it is not there).
 	LeaveMergeQueue(ctx context.Context, id string, line ...string) error

@@ -405,6 +405,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		}
 		now := time.Now()
 		before := c.feedbackSnapshot(r)
+		wasDone := r.Status.Terminal()
 		if ev.Kind == queue.EvTick {
 			m.Tick(r, now)
 		} else {
@@ -430,7 +431,11 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			if redelivered {
 				// A crash may have come between our Update and the publishes: send the
 				// queued jobs again; dedup by Nats-Msg-Id drops those that got through.
-				return c.publishJobs(ctx, m.Jobs(r))
+				js := m.Jobs(r)
+				if j := m.CleanupJob(r); j != nil {
+					js = append(js, j) // the run may have ended in the write before the crash
+				}
+				return c.publishJobs(ctx, js)
 			}
 			return nil
 		}
@@ -445,6 +450,9 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		c.observe(ev, r, jobs)
 		if ev.Kind == queue.EvCancel {
 			_ = c.conn.NC.Publish(queue.CancelSubject, []byte(r.ID))
+		}
+		if j := m.CleanupJob(r); j != nil && !wasDone {
+			jobs = append(jobs, j) // the run just failed or was cancelled: close its PRs, leave its queues
 		}
 		return c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...))
 	}
