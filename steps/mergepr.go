@@ -71,7 +71,11 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			repo, _ = prior.Outputs["repo"].(string)
 		}
 		edits, _ = editsFrom(prior.Outputs["edits"])
-		if !sc.Repeat() { // a repeat reads the PR first: an earlier run may have merged or rebuilt it
+		// A repeat reads the PR first: an earlier run may have merged or rebuilt it. A merge
+		// woken from its place in the queue did nothing to the PR before it parked, so it
+		// merges with what the prior step reported (the head-SHA guard refuses a stale head,
+		// and a refusal reads the PR): the handover to the next merge saves a PR read.
+		if !sc.Repeat() || queuedOnly(sc) {
 			known = reportedPR(prior.Outputs, number)
 		}
 	}
@@ -147,8 +151,9 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			poll = 5 * time.Second // next in line: also watches for the head's holder dying
 		}
 		sc.Log.Info("waiting in the merge queue", "pr", pr.Number, "branch", pr.Base, "ahead", turn.Ahead)
+		memo := &mergeMemo{Queued: true, Untouched: sc.Delivery <= 1 && (len(sc.Memo) == 0 || queuedOnly(sc))}
 		return Park(Wait{Keys: []string{turn.WakeKey}, Poll: poll, Deadline: sc.Deadline,
-			Reason: fmt.Sprintf("PR #%d is in the merge queue of %s@%s: %d ahead", pr.Number, repo, pr.Base, turn.Ahead)}, nil), nil
+			Reason: fmt.Sprintf("PR #%d is in the merge queue of %s@%s: %d ahead", pr.Number, repo, pr.Base, turn.Ahead)}, memo), nil
 	}
 	res, err := mergeLoop(ctx, sc, p, r, pr, number, edits, method, del)
 	// A transient error keeps the place at the head for the retry (a retry that never comes
@@ -247,6 +252,21 @@ type QueueTurn struct {
 	WakeKey string // a Wait key that changes when it reaches the head
 	// Done releases the branch; with leave the merge also leaves the line, waking the next.
 	Done func(leave bool)
+}
+
+// mergeMemo is what a merge parked in its queue remembers. Untouched: every run of the step
+// so far was a first delivery that only joined the queue, so the PR is as the prior step
+// reported it.
+type mergeMemo struct {
+	Queued   bool `json:"queued"`
+	Untouched bool `json:"untouched,omitempty"`
+}
+
+// queuedOnly reports whether this run of the step follows only parks in the merge queue.
+func queuedOnly(sc *Context) bool {
+	var m mergeMemo
+	ok, err := sc.DecodeMemo(&m)
+	return ok && err == nil && m.Queued && m.Untouched && sc.Delivery <= 1 && sc.Attempt <= 1
 }
 
 // queueID names a MergePR step in its line; a redelivery, retry or wake has the same.
