@@ -258,7 +258,7 @@ type QueueTurn struct {
 // so far was a first delivery that only joined the queue, so the PR is as the prior step
 // reported it.
 type mergeMemo struct {
-	Queued   bool `json:"queued"`
+	Queued    bool `json:"queued"`
 	Untouched bool `json:"untouched,omitempty"`
 }
 
