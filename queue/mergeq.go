@@ -246,6 +246,11 @@ func (q *MergeQueue) Join(ctx context.Context, line, id string) (*Place, error) 
 		}
 		p := &Place{Line: line, ID: id, Position: pos, WakeKey: TurnKey(line, id)}
 		if pos == 0 {
+			if q.heldLive(ctx, line, id, now) {
+				// Another delivery of this same step holds it and is alive (a job redelivered
+				// while its first delivery still runs, as after a server restart): not twice.
+				return p, nil
+			}
 			ls, err := q.Leases.TryAcquire(ctx, line, id)
 			switch {
 			case err == nil:
@@ -257,6 +262,25 @@ func (q *MergeQueue) Join(ctx context.Context, line, id string) (*Place, error) 
 		return p, nil
 	}
 	return nil, fmt.Errorf("merge queue %s: too many concurrent updates", line)
+}
+
+// heldLive reports whether id's lease on line was renewed recently, i.e. another run of the
+// same step holds it and is alive. A holder that died stops renewing; its redelivered job
+// takes the lease over once it is stale, without waiting for the whole TTL.
+func (q *MergeQueue) heldLive(ctx context.Context, line, id string, now time.Time) bool {
+	e, err := q.Leases.KV.Get(ctx, line)
+	if err != nil {
+		return false
+	}
+	var v leaseValue
+	if json.Unmarshal(e.Value(), &v) != nil || v.Holder != id {
+		return false
+	}
+	renew := q.Leases.Renew
+	if renew <= 0 {
+		renew = LeaseTTL / 3
+	}
+	return now.Sub(v.At) < renew+renew/2
 }
 
 // signal writes the turn key of the new head, which wakes its parked step.

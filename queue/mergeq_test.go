@@ -47,6 +47,7 @@ func TestMergeQueueIsAFairFIFOAndWakesTheNext(t *testing.T) {
 	ctx := context.Background()
 	line := LineKey("gh", "acme/release", "main")
 	ids := []string{"r1/dev/merge", "r2/dev/merge", "r3/dev/rb.merge"}
+	var first *Lease
 	for i, id := range ids {
 		p := join(t, q, line, id)
 		if p.Position != i {
@@ -56,7 +57,7 @@ func TestMergeQueueIsAFairFIFOAndWakesTheNext(t *testing.T) {
 			t.Fatalf("%s at %d: lease held = %v", id, i, p.Lease != nil)
 		}
 		if i == 0 {
-			defer func(l *Lease) { _ = q.Leave(ctx, line, ids[0], l) }(p.Lease)
+			first = p.Lease
 		}
 	}
 	// A redelivered or woken step keeps its place and does not take the head's lease.
@@ -66,7 +67,13 @@ func TestMergeQueueIsAFairFIFOAndWakesTheNext(t *testing.T) {
 	if turned(t, q, line, ids[1]) {
 		t.Fatal("r2 woken before r1 left")
 	}
-	head := join(t, q, line, ids[0]) // the head re-joining (a redelivery) re-takes its own lease
+	// A second delivery of the head while the first still runs (renews its lease) must not
+	// merge too; once the first is gone it takes its own place over.
+	if dup := join(t, q, line, ids[0]); dup.Position != 0 || dup.Lease != nil {
+		t.Fatalf("duplicate head delivery: position %d lease %v", dup.Position, dup.Lease != nil)
+	}
+	first.Release(ctx) //nolint:errcheck // the first delivery ends
+	head := join(t, q, line, ids[0])
 	if head.Position != 0 || head.Lease == nil {
 		t.Fatalf("head re-join: position %d lease %v", head.Position, head.Lease != nil)
 	}
