@@ -342,7 +342,7 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 
 func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 	l.expandPromotion(root) // promotion: becomes ordinary stages (promotion.go)
-	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "promotion", "triggers")
+	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "promotion", "triggers", "cleanup")
 	p.Name = l.str(f["name"], "name")
 	if p.Name == "" {
 		l.errf(root, "name", "required")
@@ -363,6 +363,7 @@ func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 		p.Service = &Service{Name: l.str(sf["name"], "service.name"), Variables: l.variables(sf["variables"], "service.variables")}
 	}
 	p.Triggers = l.triggers(f["triggers"], p)
+	p.Cleanup = l.cleanup(f["cleanup"])
 	st := f["stages"]
 	if st.val == nil {
 		l.errf(root, "stages", "required: a pipeline needs at least one stage")

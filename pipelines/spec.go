@@ -19,7 +19,8 @@ type Pipeline struct {
 	Service      *Service
 	Stages       []*Stage
 	Timeout      time.Duration
-	Triggers     []*Trigger // webhook triggers (triggers.go)
+	Triggers     []*Trigger   // webhook triggers (triggers.go)
+	Cleanup      *CleanupSpec // after a failed or cancelled run (cleanup.go)
 
 	File   string // where it was loaded from, for messages
 	Source []byte // the exact text, stored with runs so a restarted controller can reload it

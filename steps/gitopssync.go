@@ -42,6 +42,7 @@ func gitopsFor(sc *Context) (GitOps, error) {
 func init() {
 	Register(Definition{
 		Type:     "GitOpsSync",
+		Parks:    true,
 		New:      func() Step { return StepFunc(runGitOpsSync) },
 		Validate: validateSync,
 		Inputs: []Input{

@@ -20,8 +20,9 @@ import (
 // that step's commit). It parks while checks are pending; an already merged PR is success.
 func init() {
 	Register(Definition{
-		Type: "MergePR",
-		New:  func() Step { return StepFunc(runMergePR) },
+		Type:  "MergePR",
+		Parks: true,
+		New:   func() Step { return StepFunc(runMergePR) },
 		Inputs: []Input{
 			{Name: "connector", Type: InputString, Doc: "the worker connector of the repo (default: the previous step's)"},
 			{Name: "repo", Type: InputString, Doc: "the repo (default: the previous step's)"},
@@ -77,7 +78,11 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			repo, _ = prior.Outputs["repo"].(string)
 		}
 		edits, _ = editsFrom(prior.Outputs["edits"])
-		if !sc.Repeat() { // a repeat reads the PR first: an earlier run may have merged or rebuilt it
+		// A repeat reads the PR first: an earlier run may have merged or rebuilt it. A merge
+		// woken from its place in the queue did nothing to the PR before it parked, so it
+		// merges with what the prior step reported (the head-SHA guard refuses a stale head,
+		// and a refusal reads the PR): the handover to the next merge saves a PR read.
+		if !sc.Repeat() || queuedOnly(sc) {
 			known = reportedPR(prior.Outputs, number)
 		}
 	}
@@ -110,14 +115,64 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			return Result{}, err
 		}
 		if res, done := prFinal(pr); done {
+			if q, _ := sc.Services.Get(ServiceLocks).(MergeQueue); q != nil {
+				// An earlier delivery merged it and died before leaving the line.
+				if err := q.LeaveMergeQueue(ctx, queueID(sc), connector, repo, pr.Base); err != nil {
+					return Result{}, fmt.Errorf("merge queue of %s@%s: %w", repo, pr.Base, err)
+				}
+			}
 			return res, nil
 		}
 	}
-	unlock, err := lock(ctx, sc, "repo", connector, repo, pr.Base)
-	if err != nil {
-		return Result{}, err
+	// One merge per repo+branch at a time, in order of arrival: a merge that cannot go yet
+	// parks in the branch's line (holding no worker) and is woken when the one ahead ends.
+	id := queueID(sc)
+	var turn *QueueTurn
+	q, _ := sc.Services.Get(ServiceLocks).(MergeQueue)
+	if q != nil {
+		if turn, err = q.JoinMergeQueue(ctx, id, connector, repo, pr.Base); err != nil {
+			return Result{}, fmt.Errorf("merge queue of %s@%s: %w", repo, pr.Base, err)
+		}
 	}
-	defer unlock()
+	if turn == nil {
+		// No merge queue on this worker (tests, embedded use): wait for the branch lease here.
+		unlock, err := lock(ctx, sc, "repo", connector, repo, pr.Base)
+		if err != nil {
+			return Result{}, err
+		}
+		defer unlock()
+		return mergeLoop(ctx, sc, p, r, pr, number, edits, method, del)
+	}
+	if !turn.Head {
+		turn.Done(false)
+		if sc.WakeReason == "deadline" {
+			_ = q.LeaveMergeQueue(context.WithoutCancel(ctx), id, connector, repo, pr.Base)
+			return Fail(fmt.Sprintf("PR #%d (%s) waited in the merge queue of %s@%s until the step's deadline; %d merges were still ahead",
+				pr.Number, pr.URL, repo, pr.Base, turn.Ahead)), nil
+		}
+		poll := 30 * time.Second // a safety net: the merge ahead wakes this one when it ends
+		switch turn.Ahead {
+		case 0:
+			poll = time.Second // at the head; the previous merge is releasing the branch
+		case 1:
+			poll = 5 * time.Second // next in line: also watches for the head's holder dying
+		}
+		sc.Log.Info("waiting in the merge queue", "pr", pr.Number, "branch", pr.Base, "ahead", turn.Ahead)
+		memo := &mergeMemo{Queued: true, Untouched: sc.Delivery <= 1 && (len(sc.Memo) == 0 || queuedOnly(sc))}
+		return Park(Wait{Keys: []string{turn.WakeKey}, Poll: poll, Deadline: sc.Deadline,
+			Reason: fmt.Sprintf("PR #%d is in the merge queue of %s@%s: %d ahead", pr.Number, repo, pr.Base, turn.Ahead)}, memo), nil
+	}
+	res, err := mergeLoop(ctx, sc, p, r, pr, number, edits, method, del)
+	// A transient error keeps the place at the head for the retry (a retry that never comes
+	// loses it after the grace); anything else ends this merge's turn and wakes the next.
+	turn.Done(err == nil || IsTerminal(err))
+	return res, err
+}
+
+// mergeLoop merges pr, rebuilding it when it conflicts; the caller holds the branch.
+func mergeLoop(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, pr *scm.PullRequest, number int, edits []fileEdit, method scm.MergeMethod, del bool) (Result, error) {
+	repo := string(r)
+	var err error
 	rebuilds := 0 // bounded: under the lock only a merge from outside prflow can make a rebuilt PR conflict again
 	wait := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -186,6 +241,43 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		}
 	}
 }
+
+// MergeQueue lines up the merges of one repo+branch across all workers (worker.LeaseLocker
+// implements it in KV). line names the branch: connector, repo, base branch.
+type MergeQueue interface {
+	// JoinMergeQueue puts merge id in line, or finds it where an earlier run of the step put it.
+	// nil, nil: there is no merge queue here (the caller waits for the branch's lock instead).
+	JoinMergeQueue(ctx context.Context, id string, line ...string) (*QueueTurn, error)
+	// LeaveMergeQueue takes merge id out of line (no-op when it is not there).
+	LeaveMergeQueue(ctx context.Context, id string, line ...string) error
+}
+
+// QueueTurn is a merge's place in its line.
+type QueueTurn struct {
+	Head    bool   // it may merge now: it holds the branch
+	Ahead   int    // merges ahead of it
+	WakeKey string // a Wait key that changes when it reaches the head
+	// Done releases the branch; with leave the merge also leaves the line, waking the next.
+	Done func(leave bool)
+}
+
+// mergeMemo is what a merge parked in its queue remembers. Untouched: every run of the step
+// so far was a first delivery that only joined the queue, so the PR is as the prior step
+// reported it.
+type mergeMemo struct {
+	Queued    bool `json:"queued"`
+	Untouched bool `json:"untouched,omitempty"`
+}
+
+// queuedOnly reports whether this run of the step follows only parks in the merge queue.
+func queuedOnly(sc *Context) bool {
+	var m mergeMemo
+	ok, err := sc.DecodeMemo(&m)
+	return ok && err == nil && m.Queued && m.Untouched && sc.Delivery <= 1 && sc.Attempt <= 1
+}
+
+// queueID names a MergePR step in its line; a redelivery, retry or wake has the same.
+func queueID(sc *Context) string { return sc.RunID + "/" + sc.Stage + "/" + sc.StepID }
 
 // readPR reads PR number, following a PR declined because it was rebuilt as a new one.
 func readPR(ctx context.Context, p scm.Provider, r scm.Repo, number int, edits []fileEdit) (*scm.PullRequest, error) {

@@ -29,6 +29,10 @@ type Definition struct {
 	// (with env, cluster and envgroup set to that target); the step gets them as
 	// inputs["targets"] = [{env, cluster, envgroup, <field>: value}, …] instead of top-level.
 	PerTarget []string
+	// Parks marks a step that parks or waits (MergePR, Approval, GitOpsSync). Its deliveries
+	// lost with a dead worker are not held against it like a crash loop: when they run out,
+	// the controller dispatches the job again, a bounded number of times.
+	Parks bool
 }
 
 // Registry maps step type names to implementations.

@@ -48,7 +48,7 @@ type forge struct {
 // branches returns every branch of acme/release and its head, as the git server has them.
 func (fg forge) branches() (map[string]string, error) { return fg.git.Branches("acme", "release") }
 
-func forges(t *testing.T) []forge {
+func forges(t testing.TB) []forge {
 	files := map[string]string{"envs/dev/values.yaml": valuesYAML, "envs/prod/config.json": "{\n  \"replicas\": 2,\n  \"image\": {\"tag\": \"1.4.1\"}\n}\n", "README.md": "release repo\n"}
 	var out []forge
 	gh := scmtest.NewGitHub(t)

@@ -76,11 +76,15 @@ on loopback, without authentication.`,
 			if err != nil {
 				return err
 			}
+			mq, err := queue.OpenMergeQueue(ctx, conn.JS)
+			if err != nil {
+				return err
+			}
 			w := &worker.Worker{ID: "dev-worker", Concurrency: 4, Registry: steps.Default, Log: log, Version: version, DrainTimeout: 5 * time.Second,
 				Secrets: []string{devToken},
 				Services: steps.NewServices(map[string]any{
 					steps.ServiceSCM:    connector.Static{"release": sb.provider},
-					steps.ServiceLocks:  &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: "dev-worker"},
+					steps.ServiceLocks:  worker.NewLeaseLocker(b, mq, "dev-worker"),
 					steps.ServiceGitOps: agent.NewClient(conn.NC, b.Apps, b.Agents),
 				})}
 			go func() { _ = w.Run(runCtx, conn); done <- struct{}{} }()

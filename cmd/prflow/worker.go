@@ -55,7 +55,11 @@ func newWorker(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			svc[steps.ServiceLocks] = &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: w.ID}
+			mq, err := queue.OpenMergeQueue(ctx, conn.JS)
+			if err != nil {
+				return err
+			}
+			svc[steps.ServiceLocks] = worker.NewLeaseLocker(b, mq, w.ID)
 			svc[steps.ServiceGitOps] = agent.NewClient(conn.NC, b.Apps, b.Agents)
 			w.Services = steps.NewServices(svc)
 			w.Tuning = queue.ConsumerTuning{AckWait: ackWait, MaxDeliver: maxDeliver}

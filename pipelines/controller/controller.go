@@ -187,8 +187,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch apps: %w", err)
 	}
+	mq, err := queue.OpenMergeQueue(ctx, js)
+	if err != nil {
+		return err
+	}
+	mqW, err := mq.Watch(ctx, queue.MergeQueueTurnFilter, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("watch merge queues: %w", err)
+	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); c.watchMergeQueue(ctx, mqW) }()
 	go func() { defer wg.Done(); c.consumeSCM(ctx, scmCons) }()
 	go func() { defer wg.Done(); c.watchRuns(ctx, runsW) }()
 	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
@@ -251,6 +260,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	shardWG.Wait()
 	_ = runsW.Stop()
 	_ = appsW.Stop()
+	_ = mqW.Stop()
 	wg.Wait()
 	c.mu.Lock()
 	for _, t := range c.timers {
@@ -395,6 +405,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		}
 		now := time.Now()
 		before := c.feedbackSnapshot(r)
+		wasDone := r.Status.Terminal()
 		if ev.Kind == queue.EvTick {
 			m.Tick(r, now)
 		} else {
@@ -420,7 +431,11 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 			if redelivered {
 				// A crash may have come between our Update and the publishes: send the
 				// queued jobs again; dedup by Nats-Msg-Id drops those that got through.
-				return c.publishJobs(ctx, m.Jobs(r))
+				js := m.Jobs(r)
+				if j := m.CleanupJob(r); j != nil {
+					js = append(js, j) // the run may have ended in the write before the crash
+				}
+				return c.publishJobs(ctx, js)
 			}
 			return nil
 		}
@@ -435,6 +450,9 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		c.observe(ev, r, jobs)
 		if ev.Kind == queue.EvCancel {
 			_ = c.conn.NC.Publish(queue.CancelSubject, []byte(r.ID))
+		}
+		if j := m.CleanupJob(r); j != nil && !wasDone {
+			jobs = append(jobs, j) // the run just failed or was cancelled: close its PRs, leave its queues
 		}
 		return c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...))
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/queue"
@@ -44,6 +46,11 @@ func (c *Controller) consumeDLQ(ctx context.Context, cons jetstream.Consumer) {
 			return
 		}
 		job, err := queue.DecodeJob(raw.Data)
+		if err == nil && c.redispatch(gctx, job, raw, adv.Deliveries) {
+			_ = jobs.DeleteMsg(gctx, adv.StreamSeq)
+			_ = msg.Ack()
+			return
+		}
 		if err == nil {
 			reason := fmt.Sprintf("job delivered %d times without a result (worker lost)", adv.Deliveries)
 			if logs != nil {
@@ -76,4 +83,41 @@ func (c *Controller) consumeDLQ(ctx context.Context, cons jetstream.Consumer) {
 	}
 	<-ctx.Done()
 	cc.Stop()
+}
+
+// RedispatchHeader counts how often a job that ran out of deliveries was dispatched again.
+const RedispatchHeader = "Prflow-Redispatch"
+
+// maxRedispatch bounds the extra rounds of deliveries a parking step gets.
+const maxRedispatch = 2
+
+// redispatch gives a job of a step that parks or waits (steps.Definition.Parks) a fresh round
+// of deliveries when its worker died on every one of them: such a step runs briefly and
+// parks, so losing it with a worker says that workers die, not that it crashes them. The new
+// message has its own Nats-Msg-Id and the same job (attempt and wake), so its result is taken
+// like the first one's. Bounded by maxRedispatch, so a step that does crash its worker still
+// fails its run. It reports whether the job went out again.
+func (c *Controller) redispatch(ctx context.Context, job *queue.Job, raw *jetstream.RawStreamMsg, deliveries uint64) bool {
+	def, ok := c.reg.Lookup(job.Type)
+	if !ok || !def.Parks {
+		return false
+	}
+	n := 0
+	if raw.Header != nil {
+		n, _ = strconv.Atoi(raw.Header.Get(RedispatchHeader))
+	}
+	if n >= maxRedispatch {
+		return false
+	}
+	m := nats.NewMsg(raw.Subject)
+	m.Data = raw.Data
+	m.Header.Set(RedispatchHeader, strconv.Itoa(n+1))
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/redispatch-%d", job.ID(), n+1))
+	if _, err := c.conn.JS.PublishMsg(ctx, m); err != nil {
+		c.log.Warn("dead letters: dispatch again", "run", job.Run, "stage", job.Stage, "step", job.Step, "err", err)
+		return false
+	}
+	c.log.Warn("job lost its worker on every delivery; its step parks, so it is dispatched again",
+		"run", job.Run, "stage", job.Stage, "step", job.Step, "deliveries", deliveries, "round", n+2)
+	return true
 }

@@ -52,6 +52,7 @@ func testRegistry() *steps.Registry {
 	reg.Register(steps.Definition{Type: "Park", New: func() steps.Step { return steps.StepFunc(runPark) }})
 	reg.Register(steps.Definition{Type: "Leaky", New: func() steps.Step { return steps.StepFunc(runLeaky) }})
 	reg.Register(steps.Definition{Type: "Effect", New: func() steps.Step { return steps.StepFunc(runEffect) }})
+	reg.Register(steps.Definition{Type: "Linger", Parks: true, New: func() steps.Step { return steps.StepFunc(runLinger) }})
 	reg.Register(steps.Definition{Type: "Slow", New: func() steps.Step {
 		return steps.StepFunc(func(ctx context.Context, sc *steps.Context) (steps.Result, error) {
 			n, _ := slowStarts.LoadOrStore(sc.RunID+"/"+sc.StepID, new(atomic.Int64))

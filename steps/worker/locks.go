@@ -11,13 +11,80 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
 )
 
-// LeaseLocker serialises writers of one repo+branch across all workers with KV leases.
+// LeaseLocker serialises writers of one repo+branch across all workers with KV leases, and
+// lines up merges per repo+branch in Queue (steps.MergeQueue) when it is set.
 type LeaseLocker struct {
 	Leases *queue.Leases
 	Holder string
-	seq    atomic.Int64
+	// Queue is the merge queue (queue.OpenMergeQueue); nil: merges wait for the lease in Lock.
+	Queue *queue.MergeQueue
+	seq   atomic.Int64
+}
+
+// NewLeaseLocker is the locker of worker holder on buckets b, with the merge queue in mq
+// (the prflow-mergeq bucket; nil for none).
+func NewLeaseLocker(b *queue.Buckets, mq jetstream.KeyValue, holder string) *LeaseLocker {
+	l := &LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: holder}
+	if mq != nil {
+		l.Queue = &queue.MergeQueue{KV: mq, Leases: l.Leases}
+	}
+	return l
+}
+
+// JoinMergeQueue implements steps.MergeQueue. At the head of the line it holds the line's
+// lease; when the previous head is still releasing it, it tries again for a moment.
+func (l *LeaseLocker) JoinMergeQueue(ctx context.Context, id string, line ...string) (*steps.QueueTurn, error) {
+	if l.Queue == nil {
+		return nil, nil
+	}
+	key := queue.LineKey(line...)
+	var p *queue.Place
+	wait := 20 * time.Millisecond
+	for try := 0; ; try++ {
+		var err error
+		if p, err = l.Queue.Join(ctx, key, id); err != nil {
+			return nil, err
+		}
+		if p.Position > 0 || p.Lease != nil || try == 6 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+	lease := p.Lease
+	return &steps.QueueTurn{Head: lease != nil, Ahead: p.Position, WakeKey: queue.MergeQueueWaitPrefix + p.WakeKey,
+		Done: func(leave bool) {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if leave {
+				_ = l.Queue.Leave(rctx, key, id, lease)
+			} else if lease != nil {
+				_ = lease.Release(rctx)
+			}
+		}}, nil
+}
+
+// LeaveMergeQueue implements steps.MergeQueue.
+func (l *LeaseLocker) LeaveMergeQueue(ctx context.Context, id string, line ...string) error {
+	if l.Queue == nil {
+		return nil
+	}
+	return l.Queue.Leave(ctx, queue.LineKey(line...), id, nil)
+}
+
+// RemoveRun takes a run's merges out of every line (its run failed or was cancelled).
+func (l *LeaseLocker) RemoveRun(ctx context.Context, run string) (int, error) {
+	if l.Queue == nil {
+		return 0, nil
+	}
+	return l.Queue.RemoveRun(ctx, run)
 }
 
 // Lock blocks until the lease for key is held (or ctx ends) and returns its release.

@@ -103,13 +103,17 @@ func New(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mq, err := queue.OpenMergeQueue(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < o.Workers; i++ {
 		svc := map[string]any{}
 		for k, v := range o.Services {
 			svc[k] = v
 		}
 		id := fmt.Sprintf("w%d", i)
-		svc[steps.ServiceLocks] = &worker.LeaseLocker{Leases: &queue.Leases{KV: b.Locks}, Holder: id}
+		svc[steps.ServiceLocks] = worker.NewLeaseLocker(b, mq, id)
 		if _, ok := svc[steps.ServiceGitOps]; !ok {
 			svc[steps.ServiceGitOps] = agent.NewClient(conn.NC, b.Apps, b.Agents)
 		}

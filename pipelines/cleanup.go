@@ -1,0 +1,105 @@
+package pipelines
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+)
+
+// CleanupSpec is a pipeline's `cleanup:` block: what happens to the side effects of a run that
+// failed or was cancelled.
+type CleanupSpec struct {
+	// KeepFailedPRs leaves the PRs and branches such a run opened as they are (for debugging);
+	// by default they are closed with a comment naming the run and the reason, and their
+	// branches deleted.
+	KeepFailedPRs bool
+}
+
+// Where a run's cleanup job goes: no stage of the pipeline can have this id (ids start with a
+// letter), so its Nats-Msg-Id (run/_cleanup/cleanup/1/0) is unique and it goes out once.
+const (
+	CleanupStage = "_cleanup"
+	cleanupStep  = "cleanup"
+)
+
+func (l *loader) cleanup(f field) *CleanupSpec {
+	if f.val == nil {
+		return nil
+	}
+	m := l.fields(f.val, "cleanup", "keepFailedPRs")
+	return &CleanupSpec{KeepFailedPRs: l.boolean(m["keepFailedPRs"], "cleanup.keepFailedPRs")}
+}
+
+// CleanupJob is the job that clears up after run r, which just ended failed or cancelled
+// (nil when it has nothing to clear up, or did not end that way). Invariant 5: every PR or
+// branch prflow opened is merged, or closed and deleted when its run fails. The controller
+// holds no forge token, so a worker does it (steps.TypeCleanup): it closes the PRs the run's
+// UpdateReleaseRepo and RevertPR steps opened that are still open, with a comment, deletes
+// their branches, and takes the run's merges out of their merge queues.
+func (m *Machine) CleanupJob(r *Run) *queue.Job {
+	if r.Status != StFailed && r.Status != StCancelled {
+		return nil
+	}
+	var prs []any
+	var connectors []string
+	seen := map[string]bool{}
+	pool, queued := "", false
+	for si, sr := range r.Stages {
+		for ri, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
+			for _, st := range list {
+				if st.Type == "MergePR" && st.Status != StPending && st.Status != StSkipped {
+					queued = true // it may hold a place in a merge queue
+				}
+				if st.Type != "UpdateReleaseRepo" && st.Type != "RevertPR" {
+					continue
+				}
+				out := st.Outputs
+				if out == nil && len(st.Memo) > 0 {
+					// Parked waiting for its PR's merge (waitForMerge): the PR is in the memo.
+					var memo struct {
+						Outputs map[string]any `json:"outputs"`
+					}
+					_ = json.Unmarshal(st.Memo, &memo)
+					out = memo.Outputs
+				}
+				pr := map[string]any{}
+				for _, k := range []string{"connector", "repo", "prNumber", "ref", "baseBranch", "edits"} {
+					if v, ok := out[k]; ok && v != nil && v != "" {
+						pr[k] = v
+					}
+				}
+				if pr["connector"] == nil || pr["repo"] == nil || pr["prNumber"] == nil {
+					continue // opened no PR (nothing changed), or never got that far
+				}
+				pr["step"] = fmt.Sprintf("%s.%s", sr.ID, st.ID)
+				prs = append(prs, pr)
+				c := fmt.Sprint(pr["connector"])
+				if !seen[c] {
+					seen[c] = true
+					connectors = append(connectors, c)
+				}
+				if pool == "" {
+					if sp := m.spec(si, st, ri == 1); sp != nil {
+						pool = sp.Pool
+					}
+				}
+			}
+		}
+	}
+	if len(prs) == 0 && !queued {
+		return nil
+	}
+	if pool == "" {
+		pool = DefaultPool
+	}
+	keep := m.P.Cleanup != nil && m.P.Cleanup.KeepFailedPRs
+	reason := string(r.Status)
+	if r.Error != "" {
+		reason += ": " + r.Error
+	}
+	return &queue.Job{V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: CleanupStage, Step: cleanupStep,
+		Type: steps.TypeCleanup, Pool: pool, Attempt: 1, Executor: r.Executor, Connectors: connectors,
+		Inputs: map[string]any{"prs": prs, "reason": reason, "keepFailedPRs": keep}}
+}

@@ -1,0 +1,134 @@
+package steps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/prflow/prflow/scm"
+)
+
+// TypeCleanup clears up after a run that failed or was cancelled. The controller dispatches it
+// when such a run ends (pipelines.Machine.CleanupJob); its result is not part of the run.
+const TypeCleanup = "Cleanup"
+
+func init() {
+	// Dispatched by the controller when a run ends failed or cancelled; never in a pipeline.
+	Register(Definition{Type: TypeCleanup, Internal: true, New: func() Step { return StepFunc(runCleanup) },
+		Inputs: []Input{
+			{Name: "prs", Type: InputList, Items: &Input{Type: InputObject}, Doc: "the PRs the run opened"},
+			{Name: "reason", Type: InputString, Doc: "why the run ended, for the PR comment"},
+			{Name: "keepFailedPRs", Type: InputBool, Doc: "leave the PRs and branches for debugging"},
+		}})
+}
+
+// RunQueues takes a run's merges out of the merge queues they joined (worker.LeaseLocker).
+type RunQueues interface {
+	RemoveRun(ctx context.Context, run string) (int, error)
+}
+
+// runCleanup takes the run's merges out of their merge queues, then, unless keepFailedPRs,
+// closes every PR in inputs.prs that is still open with a comment naming the run and why, and
+// deletes its branch (only prflow's own work branches, prflow/…). A merged PR is left alone.
+// A repeat finds closed PRs and missing branches and goes on; a PR it cannot clear up does
+// not stop the others.
+func runCleanup(ctx context.Context, sc *Context) (Result, error) {
+	out := map[string]any{}
+	if q, ok := sc.Services.Get(ServiceLocks).(RunQueues); ok && q != nil {
+		n, err := q.RemoveRun(ctx, sc.RunID)
+		if err != nil {
+			return Result{}, fmt.Errorf("merge queues of run %s: %w", sc.RunID, err)
+		}
+		out["dequeued"] = n
+	}
+	list, _ := sc.Inputs["prs"].([]any)
+	keep, _ := BoolInput(sc.Inputs, "keepFailedPRs")
+	if keep {
+		if len(list) > 0 {
+			sc.Log.Info("keeping the PRs of this run (cleanup.keepFailedPRs)", "prs", len(list))
+		}
+		out["kept"] = len(list)
+		return Done(out), nil
+	}
+	reason, _ := StringInput(sc.Inputs, "reason")
+	var closed, merged []any
+	var problems []string
+	var retry error
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		res, err := cleanupPR(ctx, sc, m, reason)
+		switch {
+		case err == nil && res == "merged":
+			merged = append(merged, m["prNumber"])
+		case err == nil && res != "":
+			closed = append(closed, m["prNumber"])
+		case err != nil && IsTerminal(err):
+			problems = append(problems, err.Error())
+		case err != nil:
+			retry = err
+			problems = append(problems, err.Error())
+		}
+	}
+	out["closed"], out["merged"] = closed, merged
+	if retry != nil {
+		return Result{}, retry // transient: the worker retries; done work is found done
+	}
+	if len(problems) > 0 {
+		return Fail("cleanup of run " + sc.RunID + ": " + strings.Join(problems, "; ")), nil
+	}
+	return Done(out), nil
+}
+
+// cleanupPR clears up one PR; it returns "merged", "closed" (it closed it now or found it
+// closed) or "" when there was nothing to do.
+func cleanupPR(ctx context.Context, sc *Context, m map[string]any, reason string) (string, error) {
+	connector, _ := m["connector"].(string)
+	repo, _ := m["repo"].(string)
+	number, err := intInput(m["prNumber"], "prNumber", false)
+	if err != nil || connector == "" || repo == "" || number <= 0 {
+		return "", Terminalf("prs: entry %v needs connector, repo and prNumber", m)
+	}
+	p, err := scmFor(ctx, sc, connector)
+	if err != nil {
+		return "", err
+	}
+	r := scm.Repo(repo)
+	edits, _ := editsFrom(m["edits"])
+	pr, err := readPR(ctx, p, r, number, edits) // follows a PR rebuilt as a new one (Bitbucket)
+	if errors.Is(err, scm.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if pr.State == scm.PRMerged {
+		return "merged", nil
+	}
+	branches := []string{pr.Head}
+	if ref, _ := m["ref"].(string); ref != "" && ref != pr.Head {
+		branches = append(branches, ref) // the first PR of a rebuilt chain
+	}
+	if pr.State == scm.PROpen {
+		step, _ := m["step"].(string)
+		body := fmt.Sprintf("prflow run %s (pipeline %s) ended %s.\n\nThis PR was opened by step %s and is closed without being merged; its branch %s is deleted. "+
+			"Set `cleanup: {keepFailedPRs: true}` in the pipeline to keep the PRs of failed runs.",
+			sc.RunID, sc.Pipeline, reason, step, pr.Head)
+		if err := p.Comment(ctx, r, pr.Number, body); err != nil && !errors.Is(err, scm.ErrNotSupported) {
+			return "", classify(err, fmt.Sprintf("comment on PR #%d of %s", pr.Number, repo))
+		}
+		if err := p.ClosePR(ctx, r, pr.Number); err != nil {
+			return "", classify(err, fmt.Sprintf("close PR #%d of %s", pr.Number, repo))
+		}
+		sc.Log.Info("closed a PR of the failed run", "pr", pr.Number, "repo", repo)
+	}
+	for _, b := range branches {
+		if !strings.HasPrefix(b, "prflow/") {
+			continue // never someone else's branch
+		}
+		if err := p.DeleteBranch(ctx, r, b); err != nil && !errors.Is(err, scm.ErrNotFound) {
+			return "", classify(err, fmt.Sprintf("delete branch %s of %s (PR #%d)", b, repo, pr.Number))
+		}
+	}
+	return "closed", nil
+}
