@@ -324,6 +324,10 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 			v.Tmpl = t
 			return v
 		}
+		if n.Tag == "!!str" {
+			v.Lit = template.Unescape(n.Value) // an escaped delimiter alone is literal text too
+			return v
+		}
 		var x any
 		if err := n.Decode(&x); err != nil {
 			l.errf(n, path, "%v", err)
