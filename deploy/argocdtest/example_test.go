@@ -82,7 +82,7 @@ func TestExampleReleaseRepoDeploys(t *testing.T) {
 			tlas[v.Name] = v.Value
 		}
 		var cfg struct {
-			Image struct{ Repository, Tag string }
+			Image   struct{ Repository, Tag string }
 			Cluster struct{ Name string }
 		}
 		if err := json.Unmarshal([]byte(files["envs/"+env+"/config.json"]), &cfg); err != nil {
