@@ -221,10 +221,10 @@ func (w *Workspace) fetchParent(ctx context.Context, refs map[string]string, req
 }
 
 // FetchCommit makes sha available: with depth 1 when it is the head of some remote ref (refs
-// as returned by ListRemote; nil lists them) or the server accepts wants by SHA, else by
-// fetching the history of the within branches (default: all branches) deeper until it
-// appears. A ref that moved after refs was listed is no obstacle: the commit is asked for by
-// SHA, or found in the ref's new history. A commit on none of them is an error matching
+// as returned by ListRemote; nil lists them), else by fetching the history of the within
+// branches (default: all branches) deeper until it appears. A ref that moved after refs was
+// listed is no obstacle: the commit is asked for by SHA (depth 1, where the server accepts
+// wants by SHA), or found in the new history. A commit on none of them is an error matching
 // scm.ErrNotFound.
 func (w *Workspace) FetchCommit(ctx context.Context, refs map[string]string, sha string, within ...string) error {
 	if w.HasCommit(sha) {
@@ -240,23 +240,25 @@ func (w *Workspace) FetchCommit(ctx context.Context, refs map[string]string, sha
 		}
 	}
 	for name, h := range refs {
-		if h == sha {
-			if err := w.Fetch(ctx, 1, name); err != nil {
-				return err
-			}
-			if w.HasCommit(sha) {
-				return nil
-			}
-			// The ref moved between the listing and the fetch: look for sha itself below.
-			w.e.log.DebugContext(ctx, "ref moved since it was listed; fetching the commit by SHA", "ref", name, "commit", short(sha))
-			break
+		if h != sha {
+			continue
 		}
-	}
-	switch err := w.fetchSHA(ctx, sha); {
-	case err == nil && w.HasCommit(sha):
-		return nil
-	case ctx.Err() != nil:
-		return w.wrap("fetch commit "+short(sha), ctx.Err())
+		if err := w.Fetch(ctx, 1, name); err != nil {
+			return err
+		}
+		if w.HasCommit(sha) {
+			return nil
+		}
+		// The ref moved between the listing and the fetch: ask for sha itself, else look
+		// for it in the history below.
+		w.e.log.DebugContext(ctx, "ref moved since it was listed; fetching the commit by SHA", "ref", name, "commit", short(sha))
+		if err := w.fetchSHA(ctx, sha); err == nil && w.HasCommit(sha) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return w.wrap("fetch commit "+short(sha), ctx.Err())
+		}
+		break
 	}
 	want := []string{"refs/heads/*"}
 	if len(within) > 0 {
