@@ -329,6 +329,13 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 			// A string input's value is its text as written: 1.10 stays "1.10", 0755 stays
 			// "0755". A date is never wanted as a time (it would come back reformatted).
 			v.Lit = n.Value
+			if n.Tag == "!!str" {
+				v.Lit = template.Unescape(n.Value) // an escaped delimiter alone is literal text too
+			}
+			return v
+		}
+		if n.Tag == "!!str" {
+			v.Lit = template.Unescape(n.Value)
 			return v
 		}
 		var x any

@@ -97,6 +97,7 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 	if err != nil {
 		return Result{}, Terminal(err)
 	}
+	del = deleteRevertBranch(sc, number, del)
 	p, err := scmFor(ctx, sc, connector)
 	if err != nil {
 		return Result{}, err

@@ -233,6 +233,17 @@ stages:
 	if _, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "outside.json"); err == nil {
 		t.Error("a rejected path was written")
 	}
+	// The rollback leaves nothing behind: the revert PR's branch goes with its merge (MergePR
+	// deletes a revert PR's source branch unless told deleteSourceBranch: false).
+	branches, err := fg.branches()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range branches {
+		if strings.HasSuffix(b, "-revert") {
+			t.Errorf("revert branch %s left behind after its PR was merged", b)
+		}
+	}
 }
 
 // TestConcurrentPromotionsSameFile: 20 runs change different keys of one file at once. Each

@@ -121,3 +121,22 @@ func runRevertPR(ctx context.Context, sc *Context) (Result, error) {
 	sc.Log.Info("opened revert PR", "pr", pr.Number, "url", pr.URL)
 	return Done(prOutputs(pr, commit, branch, connector, repo, base, files)), nil
 }
+
+// deleteRevertBranch is MergePR's deleteSourceBranch: the input when it is given; otherwise
+// true for the PR a RevertPR step of this stage opened (number), false for any other. A
+// revert branch exists only for its PR, so leaving it after the merge would leave one
+// branch behind per rollback.
+func deleteRevertBranch(sc *Context, number int, given bool) bool {
+	if v, set := sc.Inputs["deleteSourceBranch"]; set && v != nil && v != "" {
+		return given
+	}
+	for _, p := range sc.Priors {
+		if p.Type != "RevertPR" {
+			continue
+		}
+		if n, err := intInput(p.Outputs["prNumber"], "prNumber", false); err == nil && n == number {
+			return true
+		}
+	}
+	return given
+}

@@ -17,12 +17,20 @@ import (
 // of the stage's environment, in one commit on one branch, and opens one PR. Edits keep
 // everything they do not change (comments, order, quoting). It is idempotent: the branch is
 // derived from run+stage+step, and a re-run finds its branch, commit and PR.
+// inDocument selects the document of a multi-document YAML file: {index: N} or {kind, name}.
+var inDocument = Input{Name: "document", Type: InputObject, Doc: "the YAML document to edit in a multi-document file: {index: N} or {kind: K, name: N}",
+	Fields: []Input{
+		{Name: "index", Type: InputInt, Doc: "the document's position, from 0"},
+		{Name: "kind", Type: InputString, Doc: "the document's kind"},
+		{Name: "name", Type: InputString, Doc: "the document's metadata.name"},
+	}}
+
 func init() {
 	Register(Definition{
 		Type:      "UpdateReleaseRepo",
 		Aliases:   []string{"GitOpsUpdateReleaseRepo"},
 		New:       func() Step { return StepFunc(runUpdateReleaseRepo) },
-		PerTarget: []string{"filePath", "filePaths", "variables"},
+		PerTarget: []string{"filePath", "filePaths", "variables", "document"},
 		Inputs: inputs([]Input{
 			{Name: "connector", Type: InputString, Required: true, Doc: "the worker connector of the release repo"},
 			{Name: "repo", Type: InputString, Required: true, Doc: "the release repo, e.g. acme/release"},
@@ -34,7 +42,9 @@ func init() {
 					{Name: "name", Type: InputString, Required: true, Doc: "the key, e.g. image.tag or env[0].value"},
 					{Name: "type", Type: InputString, Default: "String", Enum: []string{fileedit.TypeString, fileedit.TypeNumber, fileedit.TypeBoolean, fileedit.TypeRaw, "Object", "string", "number", "boolean", "raw", "object"}, Doc: "String keeps the value's text as written"},
 					{Name: "value", Type: InputAny, TypedBy: "type"},
+					inDocument,
 				}}},
+			inDocument,
 			{Name: "commitMessage", Type: InputString},
 			{Name: "prTitle", Type: InputString},
 			{Name: "prBody", Type: InputString},
@@ -57,6 +67,9 @@ func init() {
 			if in["filePath"] == nil && in["filePaths"] == nil {
 				return fmt.Errorf("filePath: required (e.g. \"envs/<+env.name>/config.json\")")
 			}
+			if _, err := documentInput(in["document"], "document", true); err != nil {
+				return err
+			}
 			if vars, ok := in["variables"].([]any); ok {
 				for i, v := range vars {
 					m, ok := v.(map[string]any)
@@ -65,6 +78,9 @@ func init() {
 					}
 					if n, _ := m["name"].(string); n == "" {
 						return fmt.Errorf("variables[%d].name: required", i)
+					}
+					if _, err := documentInput(m["document"], fmt.Sprintf("variables[%d].document", i), true); err != nil {
+						return err
 					}
 					if t, _ := m["type"].(string); t != "" && !template.Contains(t) {
 						switch strings.ToLower(t) {
@@ -84,7 +100,119 @@ func init() {
 
 type fileEdit struct {
 	path    string
-	changes []fileedit.Change
+	changes []editChange
+}
+
+// editChange is one value to set and the YAML document it goes to (the step's `document`
+// input, or the variable's own); the zero Document is refused for multi-document files.
+type editChange struct {
+	fileedit.Change
+	doc fileedit.Document
+}
+
+// documentInput reads a document selector: {index: N}, {kind: K}, {name: N} or a mix
+// ({kind: Deployment, name: web}). At load (static) an expression stands for any value.
+func documentInput(v any, field string, static bool) (fileedit.Document, error) {
+	var d fileedit.Document
+	switch x := v.(type) {
+	case nil:
+		return d, nil
+	case string:
+		if static && template.Contains(x) {
+			return d, nil
+		}
+	case map[string]any:
+		if len(x) == 0 {
+			return d, fmt.Errorf("%s: empty; want {index: N} or {kind: K, name: N}", field)
+		}
+		for k, e := range x {
+			switch k {
+			case "index":
+				n, err := intInput(e, field+".index", static)
+				if err != nil {
+					return d, err
+				}
+				if n < 0 {
+					return d, fmt.Errorf("%s.index: %d is negative (documents count from 0)", field, n)
+				}
+				d.Index = &n
+			case "kind", "name":
+				s, ok := e.(string)
+				if !ok || s == "" {
+					return d, fmt.Errorf("%s.%s: want a non-empty string, got %v", field, k, e)
+				}
+				if k == "kind" {
+					d.Kind = s
+				} else {
+					d.Name = s
+				}
+			default:
+				return d, fmt.Errorf("%s.%s: unknown key (want index, kind or name)", field, k)
+			}
+		}
+		return d, nil
+	}
+	return d, fmt.Errorf("%s: want {index: N} or {kind: K, name: N}, got %T %v", field, v, v)
+}
+
+// documentOutput is documentInput's inverse, for the edits output.
+func documentOutput(d fileedit.Document) map[string]any {
+	if d.IsZero() {
+		return nil
+	}
+	m := map[string]any{}
+	if d.Index != nil {
+		m["index"] = *d.Index
+	}
+	if d.Kind != "" {
+		m["kind"] = d.Kind
+	}
+	if d.Name != "" {
+		m["name"] = d.Name
+	}
+	return m
+}
+
+// editFile applies changes to one file's content cur (nil when the file does not exist:
+// it is created). Runs of changes aimed at the same document go to fileedit together; each
+// run sees the file as the previous one left it.
+func editFile(path string, cur []byte, exists bool, changes []editChange, opts fileedit.Options) (out []byte, differs bool, err error) {
+	f, err := fileedit.FormatFor(path)
+	if err != nil {
+		return nil, false, Terminal(err)
+	}
+	out = cur
+	for i := 0; i < len(changes) || (!exists && i == 0); {
+		j := i
+		var doc fileedit.Document
+		if i < len(changes) {
+			doc = changes[i].doc
+		}
+		var run []fileedit.Change
+		for ; j < len(changes) && sameDocument(changes[j].doc, doc); j++ {
+			run = append(run, changes[j].Change)
+		}
+		o := opts
+		o.Document = doc
+		if !exists {
+			if out, err = fileedit.Create(f, run, o); err != nil {
+				return nil, false, Terminalf("%s: %w", path, err)
+			}
+			exists, differs = true, true
+		} else {
+			var ch bool
+			if out, ch, err = fileedit.Apply(f, out, run, o); err != nil {
+				return nil, false, Terminalf("%s: %w", path, err)
+			}
+			differs = differs || ch
+		}
+		i = max(j, i+1)
+	}
+	return out, differs, nil
+}
+
+func sameDocument(a, b fileedit.Document) bool {
+	return a.String() == b.String()
 }
 
 type urrMemo struct {
@@ -265,30 +393,25 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, flags map[string]bool) (changes []scm.FileChange, changed, skipped []string, err error) {
 	opts := fileedit.Options{IgnoreMissingValues: flags["ignoreMissingValues"]}
 	for _, e := range edits {
-		f, err := fileedit.FormatFor(e.path)
-		if err != nil {
+		if _, err := fileedit.FormatFor(e.path); err != nil {
 			return nil, nil, nil, Terminal(err)
 		}
 		cur, err := p.ReadFile(ctx, r, ref, e.path)
-		var out []byte
-		differs := false
+		exists := true
 		switch {
 		case errors.Is(err, scm.ErrNotFound):
 			if flags["ignoreMissingFiles"] {
 				skipped = append(skipped, e.path)
 				continue
 			}
-			if out, err = fileedit.Create(f, e.changes, opts); err != nil {
-				return nil, nil, nil, Terminalf("%s: %w", e.path, err)
-			}
-			differs = true
+			exists = false
 			sc.Log.Info("file does not exist; creating it", "file", e.path)
 		case err != nil:
 			return nil, nil, nil, classify(err, fmt.Sprintf("read %s@%s of %s", e.path, ref, r))
-		default:
-			if out, differs, err = fileedit.Apply(f, cur, e.changes, opts); err != nil {
-				return nil, nil, nil, Terminalf("%s: %w", e.path, err)
-			}
+		}
+		out, differs, err := editFile(e.path, cur, exists, e.changes, opts)
+		if err != nil {
+			return nil, nil, nil, err
 		}
 		if differs {
 			changes = append(changes, scm.FileChange{Path: e.path, Content: out})
@@ -312,7 +435,11 @@ func editsOutput(edits []fileEdit, skipped []string) []any {
 		}
 		var ch []any
 		for _, c := range e.changes {
-			ch = append(ch, map[string]any{"key": c.Key, "value": c.Value})
+			m := map[string]any{"key": c.Key, "value": c.Value}
+			if d := documentOutput(c.doc); d != nil {
+				m["document"] = d
+			}
+			ch = append(ch, m)
 		}
 		out = append(out, map[string]any{"file": e.path, "changes": ch})
 	}
@@ -337,7 +464,11 @@ func editsFrom(v any) ([]fileEdit, bool) {
 		for _, c := range chs {
 			cm, _ := c.(map[string]any)
 			k, _ := cm["key"].(string)
-			fe.changes = append(fe.changes, fileedit.Change{Key: k, Value: cm["value"]})
+			doc, err := documentInput(cm["document"], "edits.document", false)
+			if err != nil {
+				return nil, false
+			}
+			fe.changes = append(fe.changes, editChange{Change: fileedit.Change{Key: k, Value: cm["value"]}, doc: doc})
 		}
 		out = append(out, fe)
 	}
@@ -348,23 +479,17 @@ func editsFrom(v any) ([]fileEdit, bool) {
 func applyEdits(ctx context.Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, opts fileedit.Options) ([]scm.FileChange, error) {
 	var changes []scm.FileChange
 	for _, e := range edits {
-		f, err := fileedit.FormatFor(e.path)
-		if err != nil {
-			return nil, Terminal(err)
-		}
 		cur, err := p.ReadFile(ctx, r, ref, e.path)
-		var out []byte
+		exists := true
 		switch {
 		case errors.Is(err, scm.ErrNotFound):
-			if out, err = fileedit.Create(f, e.changes, opts); err != nil {
-				return nil, Terminalf("%s: %w", e.path, err)
-			}
+			exists = false
 		case err != nil:
 			return nil, classify(err, "read "+e.path+"@"+ref)
-		default:
-			if out, _, err = fileedit.Apply(f, cur, e.changes, opts); err != nil {
-				return nil, Terminalf("%s: %w", e.path, err)
-			}
+		}
+		out, _, err := editFile(e.path, cur, exists, e.changes, opts)
+		if err != nil {
+			return nil, err
 		}
 		changes = append(changes, scm.FileChange{Path: e.path, Content: out})
 	}
@@ -406,7 +531,8 @@ func waitMerged(ctx context.Context, sc *Context, p scm.Provider, connector stri
 func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
 	targets, _ := sc.Inputs["targets"].([]any)
 	if len(targets) == 0 {
-		targets = []any{map[string]any{"filePath": sc.Inputs["filePath"], "filePaths": sc.Inputs["filePaths"], "variables": sc.Inputs["variables"]}}
+		targets = []any{map[string]any{"filePath": sc.Inputs["filePath"], "filePaths": sc.Inputs["filePaths"], "variables": sc.Inputs["variables"],
+			"document": sc.Inputs["document"]}}
 	}
 	byPath := map[string]*fileEdit{}
 	var order []string
@@ -424,7 +550,11 @@ func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
 		if len(paths) == 0 {
 			return nil, fmt.Errorf("filePath: required")
 		}
-		var changes []fileedit.Change
+		doc, err := documentInput(tm["document"], "document", false)
+		if err != nil {
+			return nil, err
+		}
+		var changes []editChange
 		if !skipEnvVars && sc.Env != nil {
 			keys := make([]string, 0, len(sc.Env.Variables))
 			for k := range sc.Env.Variables {
@@ -432,7 +562,7 @@ func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				changes = append(changes, fileedit.Change{Key: k, Value: sc.Env.Variables[k]})
+				changes = append(changes, editChange{Change: fileedit.Change{Key: k, Value: sc.Env.Variables[k]}, doc: doc})
 			}
 		}
 		vars, _ := tm["variables"].([]any)
@@ -450,7 +580,13 @@ func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
 			if err != nil {
 				return nil, fmt.Errorf("variables[%d] (%s): %w", i, name, err)
 			}
-			changes = append(changes, fileedit.Change{Key: name, Value: val})
+			vdoc := doc
+			if vm["document"] != nil {
+				if vdoc, err = documentInput(vm["document"], fmt.Sprintf("variables[%d].document", i), false); err != nil {
+					return nil, err
+				}
+			}
+			changes = append(changes, editChange{Change: fileedit.Change{Key: name, Value: val}, doc: vdoc})
 		}
 		for _, raw := range paths {
 			pth, err := safePath(raw)
@@ -476,20 +612,21 @@ func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
 	return out, nil
 }
 
-// dedupe keeps the last change per key (later layers win) in first-seen order.
+// dedupe keeps the last change per key and document (later layers win) in first-seen order.
 func dedupe(fe *fileEdit) *fileEdit {
+	id := func(c editChange) string { return c.doc.String() + "\x00" + c.Key }
 	last := map[string]int{}
 	for i, c := range fe.changes {
-		last[c.Key] = i
+		last[id(c)] = i
 	}
-	var out []fileedit.Change
+	var out []editChange
 	seen := map[string]bool{}
 	for _, c := range fe.changes {
-		if seen[c.Key] {
+		if seen[id(c)] {
 			continue
 		}
-		seen[c.Key] = true
-		out = append(out, fe.changes[last[c.Key]])
+		seen[id(c)] = true
+		out = append(out, fe.changes[last[id(c)]])
 	}
 	fe.changes = out
 	return fe

@@ -98,21 +98,25 @@ func (e *manifestError) Error() string { return e.msg }
 
 // parseManifests extracts the Kubernetes objects of a directory-type app the
 // way Argo CD's repo-server does: *.yaml, *.yml and *.json files directly in
-// the app path (subdirectories only with directory.recurse), every document
-// must be an object with apiVersion, kind and metadata.name.
+// the app path (subdirectories only with directory.recurse), minus those that
+// match directory.exclude or miss directory.include; every document must be
+// an object with apiVersion, kind and metadata.name.
 func parseManifests(src ApplicationSource, destNamespace string, files map[string][]byte) ([]object, error) {
-	recurse := false
+	var d struct {
+		Recurse bool   `json:"recurse"`
+		Include string `json:"include"`
+		Exclude string `json:"exclude"`
+	}
 	if len(src.Directory) > 0 {
-		var d struct {
-			Recurse bool `json:"recurse"`
-		}
-		if err := json.Unmarshal(src.Directory, &d); err == nil {
-			recurse = d.Recurse
-		}
+		_ = json.Unmarshal(src.Directory, &d)
 	}
 	names := make([]string, 0, len(files))
 	for n := range files {
-		if !recurse && strings.Contains(n, "/") {
+		if !d.Recurse && strings.Contains(n, "/") {
+			continue
+		}
+		// Exclude first, then include, both against the path below the app path.
+		if d.Exclude != "" && globMatch(d.Exclude, n) || d.Include != "" && !globMatch(d.Include, n) {
 			continue
 		}
 		base := path.Base(n)
@@ -194,4 +198,71 @@ func toObject(v any, destNamespace string) (object, error) {
 		return object{}, fmt.Errorf("%s %s cannot be represented as JSON: %v", kind, name, err)
 	}
 	return object{Group: group, Version: version, Kind: kind, Namespace: ns, Name: name, canon: string(canon)}, nil
+}
+
+// globMatch matches a directory.include/exclude pattern the way Argo CD does
+// (gobwas/glob with no separators): '*' and '**' match any run of characters,
+// '/' included; '?' one character; [abc], [a-z], [!...] classes; {a,b}
+// alternatives; '\' escapes. A pattern that does not compile matches nothing,
+// as in Argo CD (which logs it).
+func globMatch(pattern, name string) bool {
+	re, ok := dirGlobRegexp(pattern)
+	return ok && re.MatchString(name)
+}
+
+func dirGlobRegexp(pattern string) (*regexp.Regexp, bool) {
+	var b strings.Builder
+	b.WriteString("^")
+	depth := 0 // open {…} groups
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; c {
+		case '*':
+			b.WriteString(".*")
+		case '?':
+			b.WriteString(".")
+		case '\\':
+			if i+1 == len(pattern) {
+				return nil, false
+			}
+			i++
+			b.WriteString(regexp.QuoteMeta(pattern[i : i+1]))
+		case '[':
+			end := strings.IndexByte(pattern[i+1:], ']')
+			if end < 0 {
+				return nil, false
+			}
+			class := pattern[i+1 : i+1+end]
+			if strings.HasPrefix(class, "!") {
+				class = "^" + class[1:]
+			}
+			if class == "" || class == "^" {
+				return nil, false
+			}
+			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
+			i += end + 1
+		case '{':
+			depth++
+			b.WriteString("(?:")
+		case '}':
+			if depth == 0 {
+				return nil, false
+			}
+			depth--
+			b.WriteString(")")
+		case ',':
+			if depth > 0 {
+				b.WriteString("|")
+			} else {
+				b.WriteString(",")
+			}
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	if depth != 0 {
+		return nil, false
+	}
+	b.WriteString("$")
+	re, err := regexp.Compile(b.String())
+	return re, err == nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -530,5 +531,82 @@ func TestUpdateAppRetargets(t *testing.T) {
 	}
 	if err := s.UpdateApp(demoApp("ghost", demoRepo, "apps/demo")); !errors.Is(err, ErrAppNotFound) {
 		t.Fatalf("UpdateApp of unknown app: %v", err)
+	}
+}
+
+func TestDirectoryIncludeExcludeGlobs(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"config.json", "config.json", true},
+		{"config.json", "sub/config.json", false},
+		{"*.yaml", "a.yaml", true},
+		{"*.yaml", "sub/a.yaml", true}, // no separators: '*' crosses '/'
+		{"*.yaml", "a.json", false},
+		{"{*.yml,*.yaml}", "a.yml", true},
+		{"{*.yml,*.yaml}", "a.yaml", true},
+		{"{*.yml,*.yaml}", "a.json", false},
+		{"{config.json,env-usw2/*}", "env-usw2/x.yaml", true},
+		{"some-directory/*", "some-directory/x.yaml", true},
+		{"some-directory/*", "other/x.yaml", false},
+		{"[ab].yaml", "b.yaml", true},
+		{"[!ab].yaml", "b.yaml", false},
+		{"a?.json", "ab.json", true},
+		{`\*.json`, "*.json", true},
+		{`\*.json`, "a.json", false},
+		{"{a.json", "a.json", false}, // does not compile: matches nothing
+		{"[a.json", "a.json", false},
+	} {
+		if got := globMatch(tc.pattern, tc.name); got != tc.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.pattern, tc.name, got, tc.want)
+		}
+	}
+}
+
+// A release repo keeps its generator's config.json next to the manifests: Argo CD refuses it
+// as a manifest ("Object 'Kind' is missing") unless directory.exclude (or include) leaves it
+// out, and so does the fake.
+func TestDirectoryExcludeSkipsConfigFiles(t *testing.T) {
+	files := map[string][]byte{
+		"config.json":    []byte(`{"image": {"tag": "1.0"}}`),
+		"configmap.yaml": []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n"),
+		"sub/extra.yaml": []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n"),
+	}
+	for _, tc := range []struct {
+		name, directory string
+		want            []string // object names; nil = an error naming config.json
+	}{
+		{"no directory options", ``, nil},
+		{"exclude", `{"exclude": "config.json"}`, []string{"web"}},
+		{"include yaml", `{"include": "*.yaml"}`, []string{"web"}},
+		{"include yaml, recurse", `{"include": "*.yaml", "recurse": true}`, []string{"extra", "web"}},
+		{"exclude a list, recurse", `{"exclude": "{config.json,sub/*}", "recurse": true}`, []string{"web"}},
+		{"exclude wins over include", `{"include": "*", "exclude": "*.json"}`, []string{"web"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := ApplicationSource{Path: "envs/dev"}
+			if tc.directory != "" {
+				src.Directory = json.RawMessage(tc.directory)
+			}
+			objs, err := parseManifests(src, "web-dev", files)
+			if tc.want == nil {
+				if err == nil || !strings.Contains(err.Error(), `"config.json"`) || !strings.Contains(err.Error(), "Kind") {
+					t.Fatalf("err = %v, want Argo CD's missing-Kind error for config.json", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, o := range objs {
+				names = append(names, o.Name)
+			}
+			sort.Strings(names)
+			if strings.Join(names, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("objects %v, want %v", names, tc.want)
+			}
+		})
 	}
 }

@@ -284,6 +284,26 @@ func Contains(src string) bool {
 	return false
 }
 
+// Unescape returns the text a string without a live expression (Contains is
+// false) stands for: every escaped opener loses its escaping backslash (\<+x>
+// gives <+x>, \\\${{ x }} gives \${{ x }}), as Compile and Eval would give it.
+// Callers that keep such strings as literals instead of compiling them must
+// use it, so that an escape works alone and not only next to an expression.
+// For a string with a live expression it returns src unchanged: compile it.
+func Unescape(src string) string {
+	if Contains(src) || !strings.Contains(src, `\`) {
+		return src
+	}
+	segs, err := splitTemplate(src)
+	if err != nil || len(segs) > 1 || (len(segs) == 1 && segs[0].expr != nil) {
+		return src
+	}
+	if len(segs) == 0 {
+		return ""
+	}
+	return segs[0].text
+}
+
 // Literal reports whether the template has no expression (Eval returns the
 // unescaped text).
 func (t *Template) Literal() bool { return t.literal }

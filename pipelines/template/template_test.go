@@ -665,3 +665,35 @@ func TestEnvUnchanged(t *testing.T) {
 		t.Errorf("env changed:\n%s\n%s", before, after)
 	}
 }
+
+// Unescape agrees with Compile+Eval on every string without a live expression and leaves
+// strings with one alone.
+func TestUnescape(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`\<+x>`, "<+x>"},
+		{`\${{ x }}`, "${{ x }}"},
+		{`a \<+x> b \${{ y }} c`, "a <+x> b ${{ y }} c"},
+		{`\\\<+x>`, `\<+x>`},
+		{`\\\\\${{ x }}`, `\\${{ x }}`},
+		{`C:\dir\<`, `C:\dir\<`},
+		{`no delimiters`, `no delimiters`},
+		{``, ``},
+		{`\<+x> and <+y>`, `\<+x> and <+y>`}, // live: compile it instead
+		{`\\<+y>`, `\\<+y>`},                 // the even run leaves <+y> live
+	} {
+		if got := Unescape(tc.in); got != tc.want {
+			t.Errorf("Unescape(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if Contains(tc.in) {
+			continue
+		}
+		tm, err := Compile(tc.in)
+		if err != nil {
+			t.Fatalf("Compile(%q): %v", tc.in, err)
+		}
+		v, err := tm.Eval(context.Background(), nil)
+		if err != nil || v != tc.want {
+			t.Errorf("Compile(%q).Eval = %q, %v; Unescape disagrees", tc.in, v, err)
+		}
+	}
+}

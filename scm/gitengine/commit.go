@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+
 	"github.com/prflow/prflow/scm"
 )
 
@@ -219,8 +222,10 @@ func (w *Workspace) fetchParent(ctx context.Context, refs map[string]string, req
 
 // FetchCommit makes sha available: with depth 1 when it is the head of some remote ref (refs
 // as returned by ListRemote; nil lists them), else by fetching the history of the within
-// branches (default: all branches) deeper until it appears. A commit on none of them is an
-// error matching scm.ErrNotFound.
+// branches (default: all branches) deeper until it appears. A ref that moved after refs was
+// listed is no obstacle: the commit is asked for by SHA (depth 1, where the server accepts
+// wants by SHA), or found in the new history. A commit on none of them is an error matching
+// scm.ErrNotFound.
 func (w *Workspace) FetchCommit(ctx context.Context, refs map[string]string, sha string, within ...string) error {
 	if w.HasCommit(sha) {
 		return nil
@@ -235,9 +240,25 @@ func (w *Workspace) FetchCommit(ctx context.Context, refs map[string]string, sha
 		}
 	}
 	for name, h := range refs {
-		if h == sha {
-			return w.Fetch(ctx, 1, name)
+		if h != sha {
+			continue
 		}
+		if err := w.Fetch(ctx, 1, name); err != nil {
+			return err
+		}
+		if w.HasCommit(sha) {
+			return nil
+		}
+		// The ref moved between the listing and the fetch: ask for sha itself, else look
+		// for it in the history below.
+		w.e.log.DebugContext(ctx, "ref moved since it was listed; fetching the commit by SHA", "ref", name, "commit", short(sha))
+		if err := w.fetchSHA(ctx, sha); err == nil && w.HasCommit(sha) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return w.wrap("fetch commit "+short(sha), ctx.Err())
+		}
+		break
 	}
 	want := []string{"refs/heads/*"}
 	if len(within) > 0 {
@@ -254,6 +275,18 @@ func (w *Workspace) FetchCommit(ctx context.Context, refs map[string]string, sha
 		return err
 	}
 	return nil
+}
+
+// fetchSHA fetches sha alone (depth 1) by asking for it by SHA, which servers allow with
+// uploadpack.allowReachableSHA1InWant or allowTipSHA1InWant (GitHub, GitLab and the scmtest
+// server do). It fails with git.ErrExactSHA1NotSupported when the server does not, and with
+// the server's error when sha is not reachable; the caller then searches branch history.
+func (w *Workspace) fetchSHA(ctx context.Context, sha string) error {
+	err := w.fetch(ctx, 1, []config.RefSpec{config.RefSpec(sha + ":refs/prflow/fetched/" + sha)})
+	if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil
+	}
+	return err
 }
 
 // retry runs op until it succeeds, fails with an error other than ErrPushRejected, or the

@@ -38,8 +38,10 @@
 //     key inherited through a merge key (<<) that must be descended into, is an
 //     [ErrAlias] error. Editing an anchored value itself is allowed and, as YAML
 //     defines, every alias of it follows.
-//   - Multi-document YAML: [Options.Document] selects the document (0-based);
-//     the other documents are not touched.
+//   - Multi-document YAML: [Options.Document] selects the document by index or
+//     by kind and metadata.name; the other documents are not touched. A file
+//     with several non-empty documents and no selector is an
+//     [ErrAmbiguousDocument] error that lists them, never a silent pick.
 //
 // # Layout of new text
 //
@@ -119,9 +121,12 @@ type Options struct {
 	// variable update when its resolved value is null or empty"). Without it,
 	// nil is written as null and "" as an empty string.
 	IgnoreMissingValues bool
-	// Document is the 0-based index of the YAML document to edit in a
-	// multi-document file. Ignored for JSON.
-	Document int
+	// Document selects the YAML document to edit in a multi-document file.
+	// Without it, a file with more than one non-empty document is refused
+	// ([ErrAmbiguousDocument]) rather than having its first document edited.
+	// A JSON file is one document: an index must be 0, a kind or name must
+	// match its top level.
+	Document Document
 }
 
 // Errors to branch on with errors.Is. Key-related errors come wrapped in a
@@ -239,7 +244,9 @@ func Apply(f Format, src []byte, changes []Change, opts Options) (out []byte, ch
 	case YAML:
 		out, err = applyYAML(src, cs, opts.Document)
 	case JSON:
-		out, err = applyJSON(src, cs)
+		if err = checkJSONDocument(src, opts.Document); err == nil {
+			out, err = applyJSON(src, cs)
+		}
 	default:
 		return nil, false, fmt.Errorf("%w: %v", ErrUnsupportedFormat, f)
 	}
@@ -265,7 +272,10 @@ func Create(f Format, changes []Change, opts Options) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("%w: %v", ErrUnsupportedFormat, f)
 	}
-	opts.Document = 0
+	if sel := opts.Document; sel.Kind != "" || sel.Name != "" || (sel.Index != nil && *sel.Index != 0) {
+		return nil, fmt.Errorf("%w: the file does not exist yet, so no document has %s", ErrNoDocument, sel)
+	}
+	opts.Document = Document{}
 	out, _, err := Apply(f, seed, changes, opts)
 	if err != nil {
 		return nil, err

@@ -152,7 +152,14 @@ func checkFuzzResult(t *testing.T, f Format, src []byte, key string, value any, 
 		if err != nil {
 			t.Fatalf("output does not parse: %v\n%q", err, out)
 		}
-		idx := opts.Document
+		srcDocs, err := decodeYAMLNodes(src)
+		if err != nil {
+			t.Fatalf("Apply accepted a source that does not parse: %v", err)
+		}
+		idx, err := selectDocument(yamlDocInfos(srcDocs), opts.Document)
+		if err != nil {
+			t.Fatalf("Apply accepted a selector that selects nothing: %v", err)
+		}
 		if idx >= len(docs) {
 			t.Fatalf("document %d missing from output %q", idx, out)
 		}

@@ -24,7 +24,11 @@ type goldenCase struct {
 		Type  string  `yaml:"type"`
 		Raw   *string `yaml:"raw"`
 	} `yaml:"changes"`
-	Document int `yaml:"document"`
+	Document struct {
+		Index *int   `yaml:"index"`
+		Kind  string `yaml:"kind"`
+		Name  string `yaml:"name"`
+	} `yaml:"document"`
 	// DeletedLines are the input lines (1-based) the edit replaces; every
 	// other input line must come out unchanged and in order.
 	DeletedLines []int `yaml:"deletedLines"`
@@ -89,7 +93,17 @@ func runGolden(t *testing.T, in string, gc goldenCase) {
 		t.Fatal(err)
 	}
 	changes := gc.changes(t)
-	opts := Options{Document: gc.Document}
+	opts := Options{Document: Document(gc.Document)}
+	docIndex := 0
+	if f == YAML {
+		docs, err := decodeYAMLNodes(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if docIndex, err = selectDocument(yamlDocInfos(docs), opts.Document); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out, changed, err := Apply(f, src, changes, opts)
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -124,7 +138,7 @@ func runGolden(t *testing.T, in string, gc goldenCase) {
 	}
 
 	// Round trip: the result decodes to the input with exactly the changes made.
-	before, after := decodeDoc(t, f, src, gc.Document), decodeDoc(t, f, out, gc.Document)
+	before, after := decodeDoc(t, f, src, docIndex), decodeDoc(t, f, out, docIndex)
 	model := before
 	for _, c := range changes {
 		v, err := canonical(c.Value)
@@ -143,7 +157,7 @@ func runGolden(t *testing.T, in string, gc goldenCase) {
 	if f == YAML {
 		// The documents that were not edited are byte-identical.
 		for i, d := range splitDocs(src) {
-			if i != gc.Document && !bytes.Contains(out, d) {
+			if i != docIndex && !bytes.Contains(out, d) {
 				t.Errorf("document %d changed", i)
 			}
 		}

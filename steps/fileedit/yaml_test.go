@@ -182,16 +182,16 @@ func TestYAMLMultiDocument(t *testing.T) {
 		"kind: A\nv: 1\n---\nkind: B\nv: 2\n---\nkind: C\nv: 1\n",
 		"kind: A\nv: 1\n---\nkind: B\nv: 1\n---\nkind: C\nv: 2\n",
 	} {
-		out, _, err := Apply(YAML, []byte(src), []Change{ch("v", int64(2))}, Options{Document: doc})
+		out, _, err := Apply(YAML, []byte(src), []Change{ch("v", int64(2))}, Options{Document: DocumentAt(doc)})
 		if err != nil || string(out) != want {
 			t.Fatalf("document %d: %q, %v", doc, out, err)
 		}
 	}
-	out, _, err := Apply(YAML, []byte(src), []Change{ch("w", int64(2))}, Options{Document: 1})
+	out, _, err := Apply(YAML, []byte(src), []Change{ch("w", int64(2))}, Options{Document: DocumentAt(1)})
 	if err != nil || string(out) != "kind: A\nv: 1\n---\nkind: B\nv: 1\nw: 2\n---\nkind: C\nv: 1\n" {
 		t.Fatalf("insert into the middle document: %q, %v", out, err)
 	}
-	if _, _, err := Apply(YAML, []byte(src), []Change{ch("v", int64(2))}, Options{Document: 3}); !errors.Is(err, ErrNoDocument) {
+	if _, _, err := Apply(YAML, []byte(src), []Change{ch("v", int64(2))}, Options{Document: DocumentAt(3)}); !errors.Is(err, ErrNoDocument) {
 		t.Fatalf("err = %v, want ErrNoDocument", err)
 	}
 }
@@ -327,7 +327,7 @@ func TestYAMLDocumentsUntouched(t *testing.T) {
 	head := "# header\n---\na: &x 1 # keep\nb: [1, 2]\n"
 	tail := "---\n# c\nz: {y: 1}\n...\n"
 	src := head + "---\nk: v\n" + tail
-	out, _, err := Apply(YAML, []byte(src), []Change{ch("k", "w"), ch("p.m", int64(1))}, Options{Document: 1})
+	out, _, err := Apply(YAML, []byte(src), []Change{ch("k", "w"), ch("p.m", int64(1))}, Options{Document: DocumentAt(1)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,13 +14,14 @@ import (
 // fresh parse of the current text, turned into byte splices, and checked: the
 // parse of the new text must decode to the old tree with the same logical
 // change made to it (the editor mutates that tree alongside the splices).
-func applyYAML(src []byte, cs []prepared, docIndex int) ([]byte, error) {
+func applyYAML(src []byte, cs []prepared, sel Document) ([]byte, error) {
 	t, err := parseYAMLText(src)
 	if err != nil {
 		return nil, err
 	}
-	if docIndex < 0 || docIndex >= max(len(t.docs), 1) {
-		return nil, fmt.Errorf("%w: document %d requested, the file has %d", ErrNoDocument, docIndex, len(t.docs))
+	docIndex, err := selectDocument(yamlDocInfos(t.docs), sel)
+	if err != nil {
+		return nil, err
 	}
 	orig := make([]any, len(t.docs))
 	for i, d := range t.docs {
