@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -70,10 +71,10 @@ func Open(ctx context.Context, o Options) (*Conn, error) {
 			nopts = append(nopts, nats.Secure(tc))
 		}
 	}
-	nc, err := nats.Connect(o.URL, nopts...)
+	nc, err := connect(ctx, o, nopts)
 	if err != nil {
 		c.shutdownServer()
-		return nil, fmt.Errorf("connect to NATS %s: %w", redactURL(o.URL), err)
+		return nil, err
 	}
 	c.NC = nc
 	js, err := jetstream.New(nc)
@@ -83,6 +84,43 @@ func Open(ctx context.Context, o Options) (*Conn, error) {
 	}
 	c.JS = js
 	return c, nil
+}
+
+// Backoff between attempts to reach an external NATS that is not up yet.
+const (
+	connectBackoffMin = 250 * time.Millisecond
+	connectBackoffMax = 10 * time.Second
+)
+
+// connect dials NATS. An external server that cannot be reached yet (down, restarting, not
+// started) is retried with capped jittered backoff until ctx ends, so a worker or agent
+// started before its server waits for it like a supervised daemon; other failures (TLS,
+// credentials, a bad URL) are returned at once.
+func connect(ctx context.Context, o Options, nopts []nats.Option) (*nats.Conn, error) {
+	wait := connectBackoffMin
+	for attempt := 1; ; attempt++ {
+		nc, err := nats.Connect(o.URL, nopts...)
+		if err == nil {
+			if attempt > 1 {
+				o.Logger.InfoContext(ctx, "connected to NATS", "url", redactURL(o.URL), "attempts", attempt)
+			}
+			return nc, nil
+		}
+		err = fmt.Errorf("connect to NATS %s: %w", redactURL(o.URL), err)
+		if o.URL == "" || !errors.Is(err, nats.ErrNoServers) {
+			return nil, err
+		}
+		d := wait/2 + rand.N(wait/2+1)
+		o.Logger.WarnContext(ctx, "NATS not reachable, retrying", "url", redactURL(o.URL), "attempt", attempt, "wait", d, "err", err)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(wait*2, connectBackoffMax)
+	}
 }
 
 // StartEmbedded starts an in-process nats-server with JetStream on a file store under dir.

@@ -70,8 +70,8 @@ func WithRepoURL(fn func(scm.Repo) (string, error)) Option {
 	return func(p *Provider) { p.repoURL = fn }
 }
 
-// WithRetry bounds the retries of record updates and merges that lost a race (default 8
-// attempts, backoff from 20ms).
+// WithRetry bounds the retries of record updates and merges that lost a race (default: no
+// fixed cap, retry while the context lives; backoff from 20ms, jittered, capped at maxDelay).
 func WithRetry(attempts int, base time.Duration) Option {
 	return func(p *Provider) {
 		if attempts > 0 {
@@ -113,7 +113,7 @@ func New(base string, opts ...Option) (*Provider, error) {
 	p := &Provider{
 		base:     base,
 		identity: scm.Signature{Name: "prflow", Email: "prflow@localhost"},
-		attempts: 8,
+		attempts: 0, // unbounded: a busy release repo must not fail a run, the context bounds it
 		delay:    20 * time.Millisecond,
 		log:      slog.New(slog.DiscardHandler),
 		now:      time.Now,
@@ -202,14 +202,20 @@ func (p *Provider) RepoExists(ctx context.Context, repo scm.Repo) error {
 	return p.fail(repo, "check repository", err)
 }
 
-// retry runs op again after a lost race (an error matching gitengine.ErrPushRejected).
+// maxDelay caps the wait between retries so that a worker that lost many races stays in the
+// queue instead of sleeping for seconds while others take the ref.
+const maxDelay = time.Second
+
+// retry runs op again after a lost race (an error matching gitengine.ErrPushRejected), with
+// jittered capped backoff, until it succeeds, fails otherwise, the context ends or (when set)
+// p.attempts are spent.
 func (p *Provider) retry(ctx context.Context, op func() error) error {
 	var err error
-	for attempt := 1; attempt <= p.attempts; attempt++ {
+	for attempt := 1; p.attempts <= 0 || attempt <= p.attempts; attempt++ {
 		if err = op(); err == nil || !errors.Is(err, gitengine.ErrPushRejected) {
 			return err
 		}
-		d := p.delay << min(attempt-1, 10)
+		d := min(p.delay<<min(attempt-1, 10), maxDelay)
 		d = d/2 + rand.N(d/2+1) // jitter spreads racing workers
 		p.log.DebugContext(ctx, "local: lost a race, retrying", "attempt", attempt, "wait", d)
 		t := time.NewTimer(d)
@@ -221,4 +227,16 @@ func (p *Provider) retry(ctx context.Context, op func() error) error {
 		}
 	}
 	return fmt.Errorf("gave up after %d attempts: %w", p.attempts, err)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/gitengine"
@@ -32,48 +34,70 @@ func (p *Provider) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*sc
 			return err
 		}
 		defer w.Close()
-		refs, err := w.ListRemote(ctx)
-		if err != nil {
-			return err
-		}
-		headSHA, ok := refs["refs/heads/"+in.Head]
-		if !ok {
-			return fmt.Errorf("head branch %s: %w", in.Head, scm.ErrNotFound)
-		}
-		if _, ok := refs["refs/heads/"+in.Base]; !ok {
-			return fmt.Errorf("base branch %s: %w", in.Base, scm.ErrNotFound)
-		}
-		if _, ok := refs[openRef(in.Base, in.Head)]; ok {
-			all, err := p.loadAll(ctx, w)
+		// Numbers are taken with create-only pushes. After losing one, the next free number is
+		// tried at once from the same workspace (a fresh ls-remote, no sleep): racing openers
+		// climb past each other instead of backing off, so N openers need about N pushes each
+		// at worst and every one of them gets a number.
+		next, losses := 0, 0
+		for {
+			refs, err := w.ListRemote(ctx)
 			if err != nil {
 				return err
 			}
-			for _, st := range all {
-				if st.rec.State == scm.PROpen && st.rec.Head == in.Head && st.rec.Base == in.Base {
-					return fmt.Errorf("PR #%d from %s into %s is already open: %w", st.rec.Number, in.Head, in.Base, scm.ErrConflict)
-				}
+			headSHA, ok := refs["refs/heads/"+in.Head]
+			if !ok {
+				return fmt.Errorf("head branch %s: %w", in.Head, scm.ErrNotFound)
 			}
+			if _, ok := refs["refs/heads/"+in.Base]; !ok {
+				return fmt.Errorf("base branch %s: %w", in.Base, scm.ErrNotFound)
+			}
+			if _, ok := refs[openRef(in.Base, in.Head)]; ok {
+				all, err := p.loadAll(ctx, w)
+				if err != nil {
+					return err
+				}
+				for _, st := range all {
+					if st.rec.State == scm.PROpen && st.rec.Head == in.Head && st.rec.Base == in.Base {
+						return fmt.Errorf("PR #%d from %s into %s is already open: %w", st.rec.Number, in.Head, in.Base, scm.ErrConflict)
+					}
+				}
+				// The marker is there but its record is not readable yet (or was just closed):
+				// let the outer retry look again after a pause.
+				return fmt.Errorf("open marker for %s -> %s without an open record: %w", in.Head, in.Base, gitengine.ErrPushRejected)
+			}
+			next = max(next+1, maxNumber(refs)+1)
+			now := p.now().UTC()
+			rec := record{
+				Number: next, Title: in.Title, Body: in.Body, State: scm.PROpen, Draft: in.Draft,
+				Head: in.Head, Base: in.Base, HeadSHA: headSHA, Labels: in.Labels, Reviewers: in.Reviewers,
+				Author: p.login, CreatedAt: now, UpdatedAt: now,
+			}
+			c, err := p.writeJSON(w, "", recordFile, rec, fmt.Sprintf("open PR #%d", rec.Number))
+			if err != nil {
+				return err
+			}
+			// Both refs are created or neither: the number and the open slot are taken together.
+			err = w.Push(ctx,
+				gitengine.RefUpdate{Name: pullRef(rec.Number), New: c},
+				gitengine.RefUpdate{Name: openRef(in.Base, in.Head), New: c})
+			if errors.Is(err, gitengine.ErrPushRejected) {
+				// A short jittered pause that grows with the losses thins out the next wave of
+				// pushes (the remote handles them one at a time) without a cap on attempts.
+				losses++
+				d := rand.N(min(time.Duration(losses)*p.delay, maxDelay) + 1)
+				p.log.DebugContext(ctx, "local: PR number taken, trying the next", "number", rec.Number, "wait", d)
+				if err := sleep(ctx, d); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			out = p.present(repo, rec, headSHA)
+			out.Mergeability = scm.MergeUnknown
+			return nil
 		}
-		now := p.now().UTC()
-		rec := record{
-			Number: maxNumber(refs) + 1, Title: in.Title, Body: in.Body, State: scm.PROpen, Draft: in.Draft,
-			Head: in.Head, Base: in.Base, HeadSHA: headSHA, Labels: in.Labels, Reviewers: in.Reviewers,
-			Author: p.login, CreatedAt: now, UpdatedAt: now,
-		}
-		c, err := p.writeJSON(w, "", recordFile, rec, fmt.Sprintf("open PR #%d", rec.Number))
-		if err != nil {
-			return err
-		}
-		// Both refs are created or neither: the number and the open slot are taken together.
-		err = w.Push(ctx,
-			gitengine.RefUpdate{Name: pullRef(rec.Number), New: c},
-			gitengine.RefUpdate{Name: openRef(in.Base, in.Head), New: c})
-		if err != nil {
-			return err
-		}
-		out = p.present(repo, rec, headSHA)
-		out.Mergeability = scm.MergeUnknown
-		return nil
 	})
 	return out, p.fail(repo, op, err)
 }
