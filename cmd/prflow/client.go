@@ -292,6 +292,8 @@ func stepDetail(st *pipelines.StepRun) string {
 		return st.Error
 	case st.Status == pipelines.StWaiting && st.Wait != nil:
 		return st.Wait.Reason
+	case st.Status == pipelines.StQueued && st.Wait != nil && strings.HasPrefix(st.Wait.Reason, controller.NoWorker):
+		return st.Wait.Reason // the server found no live worker that can take it
 	case len(st.Outputs) > 0:
 		keys := make([]string, 0, len(st.Outputs))
 		for k := range st.Outputs {

@@ -263,7 +263,7 @@ func startCmd(t *testing.T, args ...string) *lockedBuffer {
 		cancel()
 		select {
 		case err := <-done:
-			if err != nil {
+			if err != nil && !errors.Is(err, context.Canceled) {
 				t.Errorf("prflow %s: %v\n%s", args[0], err, out)
 			}
 		case <-time.After(15 * time.Second):

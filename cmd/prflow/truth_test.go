@@ -34,6 +34,14 @@ func newTruthEnv(t *testing.T) *truthEnv {
 	startCmd(t, "worker", "--nats", e.nats, "--log-level", "error", "--id", "w1")
 	e.cli = []string{"--server", "http://" + e.addr, "--token", "env:PRFLOW_TEST_TOKEN"}
 	e.alice = []string{"--server", "http://" + e.addr, "--token", "env:PRFLOW_TEST_ALICE"}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if out, err := run(t, append([]string{"workers"}, e.cli...)...); err == nil && strings.Contains(out, "w1 ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("worker w1 did not register")
+		}
+	}
 	return e
 }
 
@@ -183,5 +191,34 @@ func TestRunFollowRidesOutServerRestart(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "lost the server while following run") || !strings.Contains(stderr.String(), "server back after") {
 		t.Fatalf("stderr does not say what happened:\n%s", &stderr)
+	}
+}
+
+// TestValidateAgainstServer: `validate --server` refuses a pipeline whose connector or agent
+// nothing live serves, naming each, and passes once they are live; it starts nothing.
+func TestValidateAgainstServer(t *testing.T) {
+	e := newTruthEnv(t)
+	p := e.pipeline(t, `name: promo
+environments: [{name: prod, clusters: [{name: prod-eu, agent: eu}]}]
+stages:
+  - id: prod
+    environment: prod
+    steps:
+      - {id: update, type: Noop, with: {connector: relase}}
+`)
+	out, err := run(t, append([]string{"validate", p}, e.cli...)...)
+	want := p + `: refused: connector "relase" is held by no live worker of pool "default" (live: none); agent "eu" is not registered (registered: none)`
+	if err == nil || !strings.Contains(out, want) {
+		t.Fatalf("want %q, got %v\n%s", want, err, out)
+	}
+	if out, err := run(t, "validate", p); err != nil {
+		t.Fatalf("without --server only the file is checked: %v %s", err, out)
+	}
+	liveWorkerAndAgent(t, e.nats, "relase", "eu")
+	if out, err := run(t, append([]string{"validate", p}, e.cli...)...); err != nil || !strings.Contains(out, "ok (pipeline promo, 1 stages, connectors and agents live on") {
+		t.Fatalf("with both live: %v %s", err, out)
+	}
+	if out, _ := run(t, append([]string{"status", "--json"}, e.cli...)...); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("validate started a run: %s", out)
 	}
 }

@@ -33,6 +33,7 @@ const MaxRequest = 2 << 20
 //	POST /api/v1/runs/{id}/signals    approve/reject a parked step {stage, step, approve, comment}
 //	GET  /api/v1/runs/{id}/logs       step logs (?step=stage.step&follow=1), NDJSON
 //	GET  /api/v1/workers              live workers
+//	POST /api/v1/pipelines/check      check a pipeline {file, source, inputs} as a start would, start nothing
 //	GET  /healthz /readyz /metrics
 func (c *Controller) Handler(auth *Auth) http.Handler {
 	mux := http.NewServeMux()
@@ -59,6 +60,7 @@ func (c *Controller) Handler(auth *Auth) http.Handler {
 	api.HandleFunc("POST /api/v1/runs/{id}/signals", c.apiSignal)
 	api.HandleFunc("GET /api/v1/runs/{id}/logs", c.apiLogs)
 	api.HandleFunc("GET /api/v1/workers", c.apiWorkers)
+	api.HandleFunc("POST /api/v1/pipelines/check", c.apiCheck)
 	mux.Handle("/api/", requireAuth(auth, api))
 	mux.HandleFunc("POST /hooks/{provider}", c.serveHook) // authenticated by the forge's signature
 	return mux
@@ -131,10 +133,49 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, run)
 	case errors.Is(err, ErrInvalid):
 		writeErr(w, http.StatusUnprocessableEntity, err)
+	case errors.Is(err, ErrRefused):
+		writeErr(w, http.StatusConflict, err)
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err)
 	default:
 		writeJSON(w, http.StatusCreated, run)
+	}
+}
+
+// CheckRequest is a pipeline to check against the running system without starting it.
+type CheckRequest struct {
+	File   string         `json:"file"`
+	Source []byte         `json:"source"`
+	Inputs map[string]any `json:"inputs,omitempty"`
+}
+
+// CheckResult is the answer of a check that passed.
+type CheckResult struct {
+	Pipeline string `json:"pipeline"`
+	Stages   int    `json:"stages"`
+}
+
+// apiCheck is POST /api/v1/pipelines/check: the checks Start makes (load, inputs when given,
+// connectors and agents) without starting anything. 200 ok, 422 invalid, 409 refused.
+func (c *Controller) apiCheck(w http.ResponseWriter, r *http.Request) {
+	var req CheckRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	if req.File == "" {
+		req.File = "pipeline.yaml"
+	}
+	p, err := c.CheckSource(r.Context(), req.File, req.Source, req.Inputs)
+	switch {
+	case errors.Is(err, ErrInvalid):
+		writeErr(w, http.StatusUnprocessableEntity, err)
+	case errors.Is(err, ErrRefused):
+		writeErr(w, http.StatusConflict, err)
+	case err != nil:
+		writeErr(w, http.StatusInternalServerError, err)
+	default:
+		writeJSON(w, http.StatusOK, CheckResult{Pipeline: p.Name, Stages: len(p.Stages)})
 	}
 }
 
@@ -164,6 +205,7 @@ func (c *Controller) apiGet(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
+	c.explainQueued(r.Context(), run)
 	writeJSON(w, http.StatusOK, run)
 }
 
