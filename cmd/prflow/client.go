@@ -344,6 +344,7 @@ func newWorkers(g *globals) *cobra.Command {
 			var ws []struct {
 				ID          string    `json:"id"`
 				Pools       []string  `json:"pools"`
+				Connectors  []string  `json:"connectors"`
 				Version     string    `json:"version"`
 				Concurrency int       `json:"concurrency"`
 				Running     int64     `json:"running"`
@@ -354,9 +355,13 @@ func newWorkers(g *globals) *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%-24s %-16s %-8s %-8s %-10s %s\n", "ID", "POOLS", "VERSION", "RUNNING", "COMPLETED", "SEEN")
+			fmt.Fprintf(out, "%-24s %-16s %-20s %-8s %-8s %-10s %s\n", "ID", "POOLS", "CONNECTORS", "VERSION", "RUNNING", "COMPLETED", "SEEN")
 			for _, w := range ws {
-				fmt.Fprintf(out, "%-24s %-16s %-8s %d/%-6d %-10d %s ago\n", w.ID, strings.Join(w.Pools, ","), w.Version,
+				conns := strings.Join(w.Connectors, ",")
+				if conns == "" {
+					conns = "-"
+				}
+				fmt.Fprintf(out, "%-24s %-16s %-20s %-8s %d/%-6d %-10d %s ago\n", w.ID, strings.Join(w.Pools, ","), conns, w.Version,
 					w.Running, w.Concurrency, w.Completed, time.Since(w.Seen).Round(time.Second))
 			}
 			return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -215,6 +216,9 @@ stages:
 		t.Fatalf("without --server only the file is checked: %v %s", err, out)
 	}
 	liveWorkerAndAgent(t, e.nats, "relase", "eu")
+	if out, err := run(t, append([]string{"workers"}, e.cli...)...); err != nil || !regexp.MustCompile(`w-relase +default +relase `).MatchString(out) {
+		t.Fatalf("workers does not list the worker's connectors: %v\n%s", err, out)
+	}
 	if out, err := run(t, append([]string{"validate", p}, e.cli...)...); err != nil || !strings.Contains(out, "ok (pipeline promo, 1 stages, connectors and agents live on") {
 		t.Fatalf("with both live: %v %s", err, out)
 	}
