@@ -127,6 +127,25 @@ func New(t testing.TB, o Options) *Env {
 	return e
 }
 
+// RegisterAgent keeps a registration of agent id in prflow-agents (agent.Heartbeat, as agents
+// do) until the test ends, for pipelines that name an agent but never ask it anything.
+func (e *Env) RegisterAgent(id string) {
+	e.T.Helper()
+	b, err := queue.OpenBuckets(context.Background(), e.Conn.JS)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := agent.Heartbeat(ctx, b.Agents, 0, func() agent.Registration {
+		return agent.Registration{Agent: id, Replica: "ctltest", Kind: "simulated", Healthy: true}
+	}, nil)
+	if err != nil {
+		cancel()
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(func() { cancel(); <-done })
+}
+
 // WaitAgent waits until agent id has a live registration in prflow-agents (runs naming it
 // are refused at start before that).
 func (e *Env) WaitAgent(id string) {
