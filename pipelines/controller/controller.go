@@ -152,6 +152,14 @@ func (c *Controller) queueDepth() map[depthKey]float64 {
 			out[depthKey{pool, conn}] += float64(n)
 		}
 	}
+	// Pools and connectors that workers consume have a series even when empty.
+	for ci := range s.ListConsumers(ctx).Info() {
+		if pool, conn, ok := queue.ParseJobSubject(ci.Config.FilterSubject); ok {
+			if _, seen := out[depthKey{pool, conn}]; !seen {
+				out[depthKey{pool, conn}] = 0
+			}
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// A pool that had jobs keeps its series at 0 once they are done, so a dashboard sees it.
