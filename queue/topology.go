@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,8 +36,77 @@ const LeaseTTL = 30 * time.Second
 // controller or worker can republish the same job or result without it being done twice.
 const DedupWindow = 30 * time.Minute
 
-// JobSubject is the subject a pool's jobs are published on.
+// JobSubject is the subject a pool's jobs that name no connector are published on.
 func JobSubject(pool string) string { return "prflow.jobs." + pool }
+
+// ConnectorJobSubject is the subject of a pool's jobs that need connector: only workers that
+// hold it consume it (ConnectorConsumer), so a worker never takes a job it cannot run.
+func ConnectorJobSubject(pool, connector string) string {
+	return "prflow.jobs." + pool + ".c." + Token(connector)
+}
+
+// JobSubjectOf is where job j goes: routed by the first connector it names (a step names one;
+// the worker resolves any other itself), else to its pool.
+func JobSubjectOf(j *Job) string {
+	if len(j.Connectors) > 0 && j.Connectors[0] != "" {
+		return ConnectorJobSubject(j.Pool, j.Connectors[0])
+	}
+	return JobSubject(j.Pool)
+}
+
+// ParseJobSubject splits a job subject into its pool and connector token ("" for none).
+func ParseJobSubject(subject string) (pool, connector string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, "prflow.jobs.")
+	if !ok || rest == "" {
+		return "", "", false
+	}
+	pool, conn, hasConn := strings.Cut(rest, ".c.")
+	if hasConn {
+		conn = Untoken(conn)
+	}
+	return pool, conn, pool != "" && !strings.Contains(pool, ".")
+}
+
+// Token escapes s into one NATS subject token or consumer name part: ASCII letters, digits and
+// '-' stay, every other byte becomes "_" plus two hex digits, so two names never share one.
+func Token(s string) string {
+	if s == "" {
+		return "_"
+	}
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('_')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	return b.String()
+}
+
+// Untoken reverses Token.
+func Untoken(t string) string {
+	if t == "_" {
+		return ""
+	}
+	var b strings.Builder
+	for i := 0; i < len(t); i++ {
+		if t[i] == '_' && i+2 < len(t) {
+			if n, err := strconv.ParseUint(t[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(t[i])
+	}
+	return b.String()
+}
 
 // EventSubject is the subject of one kind of event for a run.
 func EventSubject(run, kind string) string { return "prflow.events." + run + "." + kind }
@@ -141,6 +212,27 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (*Buckets, error) 
 
 // PoolConsumerName is the durable consumer a pool's workers share.
 func PoolConsumerName(pool string) string { return "pool-" + pool }
+
+// ConnectorConsumerName is the durable consumer that the workers of pool holding connector
+// share.
+func ConnectorConsumerName(pool, connector string) string {
+	return "pool-" + pool + "-c-" + Token(connector)
+}
+
+// ConnectorConsumer creates (or upgrades) the durable pull consumer of pool's jobs that need
+// connector. Its subject overlaps no other consumer's, as a work-queue stream requires.
+func ConnectorConsumer(ctx context.Context, js jetstream.JetStream, pool, connector string, cfg ConsumerTuning) (jetstream.Consumer, error) {
+	cfg = cfg.withDefaults()
+	return js.CreateOrUpdateConsumer(ctx, StreamJobs, jetstream.ConsumerConfig{
+		Durable:       ConnectorConsumerName(pool, connector),
+		FilterSubject: ConnectorJobSubject(pool, connector),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.MaxAckPending,
+		Description:   "workers of pool " + pool + " holding connector " + connector,
+	})
+}
 
 // PoolConsumer creates (or upgrades) the durable pull consumer a pool's workers share.
 func PoolConsumer(ctx context.Context, js jetstream.JetStream, pool string, cfg ConsumerTuning) (jetstream.Consumer, error) {

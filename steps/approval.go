@@ -158,23 +158,12 @@ func runApproval(_ context.Context, sc *Context) (Result, error) {
 	if c.message != "" {
 		reason = c.message + " — " + reason
 	}
-	return Park(Wait{Topics: []string{"approval"}, Deadline: sc.Deadline, Reason: reason}, nil), nil
+	return Park(Wait{Topics: []string{"approval"}, Deadline: sc.Deadline, Reason: reason,
+		Approvers: &Approvers{Users: c.users, Groups: c.groups, NotExecutor: c.disallowExecutor}}, nil), nil
 }
 
 func (c approvalConfig) allowed(s Signal) bool {
-	for _, u := range c.users {
-		if u == s.User {
-			return true
-		}
-	}
-	for _, g := range c.groups {
-		for _, sg := range s.Groups {
-			if g == sg {
-				return true
-			}
-		}
-	}
-	return false
+	return (&Approvers{Users: c.users, Groups: c.groups}).Allows(s.User, s.Groups)
 }
 
 func prefixed(p string, list []string) []string {

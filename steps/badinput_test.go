@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/scm"
 )
@@ -46,8 +47,6 @@ func badInputs(t *testing.T, fg forge) {
 	cases := []struct {
 		name, step, want string
 	}{
-		{"missing connector", `{id: u, type: UpdateReleaseRepo, with: {connector: nope, repo: acme/release, filePath: a.json, variables: [{name: a, value: b}]}}`,
-			`connector "nope": no connector "nope"`},
 		{"type mismatch", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: envs/dev/values.yaml, variables: [{name: image, value: "v2"}]}}`,
 			"envs/dev/values.yaml"},
 		{"bad number", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: a.json, variables: [{name: n, type: Number, value: "${{ 'many' }}"}]}}`, // a literal is refused at load; an expression is checked when evaluated
@@ -59,6 +58,12 @@ func badInputs(t *testing.T, fg forge) {
 		{"unmergeable PR", `{id: m, type: MergePR, with: {connector: release, repo: acme/release, prNumber: ` + itoa(conflicting.Number) + `}}`,
 			"has conflicts with main; files: README.md"},
 	}
+	// A connector no worker holds is refused at run start, before anything is written.
+	if _, err := e.Ctl.Start(ctx, controller.StartRequest{File: "bad.yaml", Executor: "tester",
+		Source: []byte("name: bad\nstages:\n  - id: s\n    steps:\n      - {id: u, type: UpdateReleaseRepo, with: {connector: nope, repo: acme/release, filePath: a.json, variables: [{name: a, value: b}]}}\n")}); err == nil ||
+		!strings.Contains(err.Error(), `refused: connector "nope" is held by no live worker of pool "default" (live: release)`) {
+		t.Errorf("missing connector: %v", err)
+	}
 	for _, c := range cases {
 		r := e.Wait(e.Start("name: bad\nstages:\n  - id: s\n    steps:\n      - "+c.step+"\n", nil).ID, 60*time.Second)
 		st := r.Stages[0].Steps[0]
@@ -69,7 +74,7 @@ func badInputs(t *testing.T, fg forge) {
 			t.Errorf("%s: retried (%d attempts) although the error is terminal", c.name, st.Attempt)
 		}
 	}
-	if strings.Contains(ctltest.Step(e.Wait(e.Start("name: tm\nstages:\n  - id: s\n    steps:\n      - "+cases[1].step+"\n", nil).ID, 30*time.Second), "s", "u").Error, "map") == false {
+	if strings.Contains(ctltest.Step(e.Wait(e.Start("name: tm\nstages:\n  - id: s\n    steps:\n      - "+cases[0].step+"\n", nil).ID, 30*time.Second), "s", "u").Error, "map") == false {
 		t.Error("type mismatch does not name both types")
 	}
 	// No partial writes: every branch (main included) is where it was.

@@ -142,6 +142,7 @@ func TestPromoteOnEveryForge(t *testing.T) {
 	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) {
 			e := env(t, fg, 1)
+			e.RegisterAgent("a") // named by the environment, never asked: runs start only when it is live
 			r := e.Wait(e.Start(promote, map[string]any{"tag": "1.5.0"}).ID, 90*time.Second)
 			if r.Status != pipelines.StSucceeded {
 				t.Fatalf("run: %s %s\n%s", r.Status, r.Error, e.Logs.String())

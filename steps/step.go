@@ -59,6 +59,34 @@ type Wait struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Reason is shown in status output ("waiting for PR #12 to be merged").
 	Reason string `json:"reason,omitempty"`
+	// Approvers, on an approval wait, says who may decide: the API refuses anyone else
+	// instead of accepting a decision the step would ignore.
+	Approvers *Approvers `json:"approvers,omitempty"`
+}
+
+// Approvers are the users and groups allowed to decide on an approval wait.
+type Approvers struct {
+	Users  []string `json:"users,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+	// NotExecutor: the person who started the run may not decide (disallowPipelineExecutor).
+	NotExecutor bool `json:"notExecutor,omitempty"`
+}
+
+// Allows reports whether user (member of groups) is one of the approvers.
+func (a *Approvers) Allows(user string, groups []string) bool {
+	for _, u := range a.Users {
+		if u == user {
+			return true
+		}
+	}
+	for _, g := range a.Groups {
+		for _, ug := range groups {
+			if g == ug {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Done returns a Succeeded result.

@@ -18,7 +18,7 @@ import (
 func newAgent(g *globals) *cobra.Command {
 	var (
 		id, url, tokenFile, ca, ui, replica, namespace string
-		insecure                                       bool
+		insecure, embedded                             bool
 		simRepo, simBranch, simAppSet                  string
 		simDelay                                       time.Duration
 		timeout                                        time.Duration
@@ -31,6 +31,9 @@ func newAgent(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
+				return err
+			}
+			if err := g.requireNATS("agent", embedded); err != nil {
 				return err
 			}
 			if id == "" {
@@ -87,6 +90,7 @@ func newAgent(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&id, "agent-id", os.Getenv("PRFLOW_AGENT_ID"), "agent name used by pipelines (env PRFLOW_AGENT_ID)")
+	f.BoolVar(&embedded, "embedded", false, "without --nats, run on a private embedded NATS server (tests and demos only: no controller reaches it)")
 	f.StringVar(&url, "argocd-url", "", "Argo CD API base URL, e.g. https://argocd.example")
 	f.StringVar(&tokenFile, "argocd-token-file", "", "file holding an Argo CD API token (argocd account generate-token)")
 	f.StringVar(&ca, "argocd-ca", "", "PEM CA bundle to trust for Argo CD's TLS certificate")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -56,28 +57,57 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("prflow server %s: %w (is `prflow server` running? set --server or PRFLOW_SERVER)", c.base, err)
+		return unreachable(c.base, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error  string   `json:"error"`
-			Detail []string `json:"detail"`
-		}
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			msg := e.Error
-			if len(e.Detail) > 0 {
-				msg += ":\n  " + strings.Join(e.Detail, "\n  ")
-			}
-			return fmt.Errorf("%s %s: %s", method, path, msg)
-		}
-		return fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(data)))
+		return apiErr(method, path, resp.StatusCode, data)
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)
 	}
 	return nil
+}
+
+// httpError is an error answer of the API: the status and the server's message.
+type httpError struct {
+	Method, Path string
+	Status       int
+	Msg          string
+}
+
+func (e *httpError) Error() string { return e.Method + " " + e.Path + ": " + e.Msg }
+
+// apiErr turns an error answer into an httpError, with the server's message (and details)
+// rather than its JSON.
+func apiErr(method, path string, status int, data []byte) error {
+	var e struct {
+		Error  string   `json:"error"`
+		Detail []string `json:"detail"`
+	}
+	msg := fmt.Sprintf("HTTP %d: %s", status, strings.TrimSpace(string(data)))
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		msg = e.Error
+		if len(e.Detail) > 0 {
+			msg += ":\n  " + strings.Join(e.Detail, "\n  ")
+		}
+	}
+	return &httpError{Method: method, Path: path, Status: status, Msg: msg}
+}
+
+func unreachable(base string, err error) error {
+	return fmt.Errorf("prflow server %s: %w (is `prflow server` running? set --server or PRFLOW_SERVER)", base, err)
+}
+
+// retryable reports whether a request may succeed later: the server was unreachable or
+// answered that it is unavailable (a restart, a proxy in front of it).
+func retryable(err error) bool {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he.Status == http.StatusBadGateway || he.Status == http.StatusServiceUnavailable || he.Status == http.StatusGatewayTimeout
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 func parseSets(sets []string) (map[string]any, error) {
@@ -127,7 +157,7 @@ func newRun(g *globals) *cobra.Command {
 			if !follow {
 				return nil
 			}
-			return followRun(cmd.Context(), c, run.ID, cmd.OutOrStdout())
+			return followRun(cmd.Context(), c, run.ID, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "runtime input key=value (repeatable)")
@@ -136,12 +166,41 @@ func newRun(g *globals) *cobra.Command {
 	return cmd
 }
 
-func followRun(ctx context.Context, c *client, id string, w io.Writer) error {
+// followGiveUp bounds how long `run -f` keeps retrying an unreachable server.
+var followGiveUp = 10 * time.Minute
+
+// followRun prints a run's progress until it ends and returns its outcome. It rides out a
+// server restart: while the server is unreachable it retries with backoff, saying so on
+// errw, for up to followGiveUp.
+func followRun(ctx context.Context, c *client, id string, w, errw io.Writer) error {
 	pr := newProgress(w)
+	var down time.Time
+	backoff := 250 * time.Millisecond
 	for {
 		var run pipelines.Run
-		if err := c.do(ctx, "GET", "/api/v1/runs/"+id, nil, &run); err != nil {
-			return err
+		err := c.do(ctx, "GET", "/api/v1/runs/"+id, nil, &run)
+		if err != nil {
+			if !retryable(err) || ctx.Err() != nil {
+				return err
+			}
+			if down.IsZero() {
+				down = time.Now()
+				fmt.Fprintf(errw, "lost the server while following run %s (%v); retrying\n", id, err)
+			} else if time.Since(down) > followGiveUp {
+				return fmt.Errorf("gave up following run %s after %s without the server (the run may still be going; see `prflow status %s`): %w",
+					id, followGiveUp, id, err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		if !down.IsZero() {
+			fmt.Fprintf(errw, "server back after %s; following run %s again\n", time.Since(down).Round(time.Second), id)
+			down, backoff = time.Time{}, 250*time.Millisecond
 		}
 		pr.update(&run)
 		if run.Status.Terminal() {
@@ -240,6 +299,8 @@ func stepDetail(st *pipelines.StepRun) string {
 		return st.Error
 	case st.Status == pipelines.StWaiting && st.Wait != nil:
 		return st.Wait.Reason
+	case st.Status == pipelines.StQueued && st.Wait != nil && strings.HasPrefix(st.Wait.Reason, controller.NoWorker):
+		return st.Wait.Reason // the server found no live worker that can take it
 	case len(st.Outputs) > 0:
 		keys := make([]string, 0, len(st.Outputs))
 		for k := range st.Outputs {
@@ -290,6 +351,7 @@ func newWorkers(g *globals) *cobra.Command {
 			var ws []struct {
 				ID          string    `json:"id"`
 				Pools       []string  `json:"pools"`
+				Connectors  []string  `json:"connectors"`
 				Version     string    `json:"version"`
 				Concurrency int       `json:"concurrency"`
 				Running     int64     `json:"running"`
@@ -300,9 +362,13 @@ func newWorkers(g *globals) *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%-24s %-16s %-8s %-8s %-10s %s\n", "ID", "POOLS", "VERSION", "RUNNING", "COMPLETED", "SEEN")
+			fmt.Fprintf(out, "%-24s %-16s %-20s %-8s %-8s %-10s %s\n", "ID", "POOLS", "CONNECTORS", "VERSION", "RUNNING", "COMPLETED", "SEEN")
 			for _, w := range ws {
-				fmt.Fprintf(out, "%-24s %-16s %-8s %d/%-6d %-10d %s ago\n", w.ID, strings.Join(w.Pools, ","), w.Version,
+				conns := strings.Join(w.Connectors, ",")
+				if conns == "" {
+					conns = "-"
+				}
+				fmt.Fprintf(out, "%-24s %-16s %-20s %-8s %d/%-6d %-10d %s ago\n", w.ID, strings.Join(w.Pools, ","), conns, w.Version,
 					w.Running, w.Concurrency, w.Completed, time.Since(w.Seen).Round(time.Second))
 			}
 			return nil
@@ -321,9 +387,12 @@ func newLogs(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			path := "/api/v1/runs/" + args[0] + "/logs?"
+			path := "/api/v1/runs/" + url.PathEscape(args[0]) + "/logs?"
 			if len(args) == 2 {
-				path += "step=" + args[1] + "&"
+				if strings.Count(args[1], ".") != 1 {
+					return fmt.Errorf("step: want STAGE.STEP, got %q", args[1])
+				}
+				path += "step=" + url.QueryEscape(args[1]) + "&"
 			}
 			if follow {
 				path += "follow=1"
@@ -334,12 +403,12 @@ func newLogs(g *globals) *cobra.Command {
 			}
 			resp, err := c.http.Do(req)
 			if err != nil {
-				return err
+				return unreachable(c.base, err)
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode != 200 {
-				b, _ := io.ReadAll(resp.Body)
-				return fmt.Errorf("logs: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+				return apiErr("GET", path, resp.StatusCode, b)
 			}
 			sc := bufio.NewScanner(resp.Body)
 			sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -392,11 +461,13 @@ func newApprove(g *globals) *cobra.Command {
 			if err := c.do(cmd.Context(), "POST", "/api/v1/runs/"+args[0]+"/signals", req, nil); err != nil {
 				return err
 			}
-			verb := "approved"
+			verb := "approval"
 			if reject {
-				verb = "rejected"
+				verb = "rejection"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s in run %s\n", verb, args[1], args[0])
+			// The server accepted the decision from an allowed approver of a step that waits for
+			// one; the step counts it when it looks again.
+			fmt.Fprintf(cmd.OutOrStdout(), "%s of %s in run %s recorded\n", verb, args[1], args[0])
 			return nil
 		},
 	}

@@ -18,6 +18,25 @@ import (
 	"github.com/prflow/prflow/steps/worker"
 )
 
+// waitLive waits until the worker and the agent have registered (they start in the
+// background), for at most 30 seconds.
+func waitLive(ctx context.Context, b *queue.Buckets, ac *agent.Client, workerID, agentID string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		_, werr := b.Workers.Get(ctx, workerID)
+		_, aerr := ac.Registered(ctx, agentID)
+		if werr == nil && aerr == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("prflow dev: worker %s or agent %s did not register in 30s (worker: %v; agent: %v)", workerID, agentID, werr, aerr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func newDev(g *globals) *cobra.Command {
 	var pipelineFile, listen string
 	var sets []string
@@ -98,6 +117,10 @@ on loopback, without authentication.`,
 				go func() { _ = serveAPI(runCtx, log, ctl, listen, anon) }()
 			}
 			<-ctl.Ready()
+			// Runs are checked against live workers and agents at start: wait for ours.
+			if err := waitLive(ctx, b, agent.NewClient(conn.NC, b.Apps, b.Agents), w.ID, "sim"); err != nil {
+				return err
+			}
 			run, err := ctl.Start(ctx, controller.StartRequest{File: name, Source: src, Inputs: inputs, Executor: "dev"})
 			if err != nil {
 				return err

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -67,9 +71,16 @@ func TestServerRunsHarnessYAML(t *testing.T) {
 	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
 	tokens := filepath.Join(dir, "tokens.yaml")
 	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
-	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"), "--harness-map", fixtures+"map.yaml")
+	natsAddr := freeAddr(t)
+	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"), "--harness-map", fixtures+"map.yaml", "--nats-listen", natsAddr)
 	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}
+	// The converted pipeline names connector "release" and agent "eu": refused until they are live.
 	out, err := run(t, append([]string{"run", fixtures + "approval.yaml", "--set", "tag=1.2.3"}, common...)...)
+	if err == nil || !strings.Contains(err.Error(), `refused: connector "release": pool "default" has no live worker; agent "eu" is not registered (registered: none)`) {
+		t.Fatalf("without a worker and agent: %v %s", err, out)
+	}
+	liveWorkerAndAgent(t, "nats://"+natsAddr, "release", "eu")
+	out, err = run(t, append([]string{"run", fixtures + "approval.yaml", "--set", "tag=1.2.3"}, common...)...)
 	if err != nil || !strings.Contains(out, "started") {
 		t.Fatalf("server-side conversion: %v %s", err, out)
 	}
@@ -86,5 +97,39 @@ func TestServerRunsHarnessYAML(t *testing.T) {
 	_ = os.WriteFile(bad, []byte(strings.Replace(string(src), "type: MergePR", "type: ShellScript", 1)), 0o644)
 	if _, err := run(t, append([]string{"run", bad}, common...)...); err == nil || !strings.Contains(err.Error(), "step.type") {
 		t.Errorf("bad Harness file: %v", err)
+	}
+}
+
+// liveWorkerAndAgent runs a `prflow worker` holding connector (a connectors file naming it) and
+// registers agent the way agents do, on the NATS server at url, until the test ends.
+func liveWorkerAndAgent(t *testing.T, url, conn, agentID string) {
+	t.Helper()
+	t.Setenv("PRFLOW_TEST_GH", "gh-token-0123456789")
+	cf := filepath.Join(t.TempDir(), "connectors.yaml")
+	_ = os.WriteFile(cf, []byte("connectors:\n  - name: "+conn+"\n    provider: github\n    baseURL: http://127.0.0.1:9/api/v3/\n    auth: {token: env:PRFLOW_TEST_GH}\n"), 0o600)
+	startCmd(t, "worker", "--nats", url, "--connectors", cf, "--log-level", "error", "--id", "w-"+conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	qc, err := queue.Open(ctx, queue.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := queue.OpenBuckets(ctx, qc.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := agent.Heartbeat(ctx, b.Agents, 0, func() agent.Registration {
+		return agent.Registration{Agent: agentID, Replica: "test", Kind: "simulated", Healthy: true}
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-done; qc.Close() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := b.Workers.Get(ctx, "w-"+conn); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("worker did not register")
+		}
 	}
 }

@@ -193,12 +193,26 @@ stages:
 // cleanly on cancel.
 func startServer(t *testing.T, args ...string) string {
 	t.Helper()
+	addr := freeAddr(t)
+	t.Cleanup(startServerAt(t, addr, args...))
+	return addr
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	return addr
+}
+
+// startServerAt starts a server on addr, waits until it is ready and returns a func that
+// stops it (and checks that it stopped cleanly).
+func startServerAt(t *testing.T, addr string, args ...string) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -206,7 +220,12 @@ func startServer(t *testing.T, args ...string) string {
 		root.SetArgs(append([]string{"server", "--listen", addr, "--log-level", "warn"}, args...))
 		done <- root.ExecuteContext(ctx)
 	}()
-	t.Cleanup(func() {
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cancel()
 		select {
 		case err := <-done:
@@ -216,13 +235,40 @@ func startServer(t *testing.T, args ...string) string {
 		case <-time.After(10 * time.Second):
 			t.Error("server did not stop on cancel")
 		}
-	})
-	for i := 0; i < 200; i++ {
+	}
+	for i := 0; i < 400; i++ {
 		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && resp.StatusCode == 200 {
 			resp.Body.Close()
 			break
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	return addr
+	return stop
+}
+
+// startCmd runs a long-running prflow command (worker, agent) until the test ends.
+func startCmd(t *testing.T, args ...string) *lockedBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetOut(out)
+		root.SetErr(out)
+		root.SetArgs(args)
+		done <- root.ExecuteContext(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("prflow %s: %v\n%s", args[0], err, out)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("prflow %s did not stop on cancel", args[0])
+		}
+	})
+	return out
 }

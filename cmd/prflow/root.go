@@ -80,6 +80,19 @@ func (g *globals) connect(ctx context.Context, log *slog.Logger, name string) (*
 	return conn, nil
 }
 
+// requireNATS refuses to start a worker or agent without --nats: it would start a private
+// embedded NATS server that no controller reaches and wait there forever. --embedded asks for
+// that on purpose (a demo or test with everything sharing one data dir is `prflow dev`).
+func (g *globals) requireNATS(role string, embedded bool) error {
+	if g.nats.URL != "" || embedded {
+		return nil
+	}
+	return fmt.Errorf("prflow %s needs --nats URL (or env PRFLOW_NATS): the NATS server of your prflow server "+
+		"(e.g. `prflow server --nats-listen 127.0.0.1:4222` and then --nats nats://127.0.0.1:4222); "+
+		"without it the %s would run on a private embedded NATS server that no controller reaches. "+
+		"Give --embedded to do that on purpose", role, role)
+}
+
 func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
 	if parent == nil {
 		parent = context.Background()

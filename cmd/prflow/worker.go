@@ -19,12 +19,16 @@ func newWorker(g *globals) *cobra.Command {
 	var ackWait time.Duration
 	var maxDeliver int
 	var connectorsFile string
+	var embedded bool
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a delegate worker that takes step jobs of its pools",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
+				return err
+			}
+			if err := g.requireNATS("worker", embedded); err != nil {
 				return err
 			}
 			ctx, stop := signalContext(cmd.Context())
@@ -68,6 +72,7 @@ func newWorker(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&connectorsFile, "connectors", "", "connectors file: forges this worker can reach and their credentials")
+	f.BoolVar(&embedded, "embedded", false, "without --nats, run on a private embedded NATS server (tests and demos only: no controller reaches it)")
 	f.StringSliceVar(&w.Pools, "pool", []string{"default"}, "worker pools to take jobs from (repeatable)")
 	f.IntVar(&w.Concurrency, "concurrency", 4, "jobs run at once per pool")
 	f.StringVar(&w.ID, "id", "", "worker id (default host-pid)")

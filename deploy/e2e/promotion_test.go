@@ -85,6 +85,7 @@ func newPromoStack(t *testing.T, envs ...string) *promoStack {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
 	t.Cleanup(func() { cancel(); <-done })
+	e.WaitAgent("sim")
 	return &promoStack{t: t, e: e, gh: gh, p: p}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +34,7 @@ const MaxRequest = 2 << 20
 //	GET  /api/v1/runs/{id}/logs       step logs (?step=stage.step&follow=1), NDJSON
 //	GET  /api/v1/workers              live workers
 //	GET  /api/v1/schema               the pipeline JSON Schema (no token needed)
+//	POST /api/v1/pipelines/check      check a pipeline {file, source, inputs} as a start would, start nothing
 //	GET  /healthz /readyz /metrics
 func (c *Controller) Handler(auth *Auth) http.Handler {
 	mux := http.NewServeMux()
@@ -59,6 +62,7 @@ func (c *Controller) Handler(auth *Auth) http.Handler {
 	api.HandleFunc("GET /api/v1/runs/{id}/logs", c.apiLogs)
 	api.HandleFunc("GET /api/v1/workers", c.apiWorkers)
 	mux.HandleFunc("GET /api/v1/schema", c.apiSchema) // public, like the schema file itself
+	api.HandleFunc("POST /api/v1/pipelines/check", c.apiCheck)
 	mux.Handle("/api/", requireAuth(auth, api))
 	mux.HandleFunc("POST /hooks/{provider}", c.serveHook) // authenticated by the forge's signature
 	return mux
@@ -131,10 +135,49 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, run)
 	case errors.Is(err, ErrInvalid):
 		writeErr(w, http.StatusUnprocessableEntity, err)
+	case errors.Is(err, ErrRefused):
+		writeErr(w, http.StatusConflict, err)
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err)
 	default:
 		writeJSON(w, http.StatusCreated, run)
+	}
+}
+
+// CheckRequest is a pipeline to check against the running system without starting it.
+type CheckRequest struct {
+	File   string         `json:"file"`
+	Source []byte         `json:"source"`
+	Inputs map[string]any `json:"inputs,omitempty"`
+}
+
+// CheckResult is the answer of a check that passed.
+type CheckResult struct {
+	Pipeline string `json:"pipeline"`
+	Stages   int    `json:"stages"`
+}
+
+// apiCheck is POST /api/v1/pipelines/check: the checks Start makes (load, inputs when given,
+// connectors and agents) without starting anything. 200 ok, 422 invalid, 409 refused.
+func (c *Controller) apiCheck(w http.ResponseWriter, r *http.Request) {
+	var req CheckRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	if req.File == "" {
+		req.File = "pipeline.yaml"
+	}
+	p, err := c.CheckSource(r.Context(), req.File, req.Source, req.Inputs)
+	switch {
+	case errors.Is(err, ErrInvalid):
+		writeErr(w, http.StatusUnprocessableEntity, err)
+	case errors.Is(err, ErrRefused):
+		writeErr(w, http.StatusConflict, err)
+	case err != nil:
+		writeErr(w, http.StatusInternalServerError, err)
+	default:
+		writeJSON(w, http.StatusOK, CheckResult{Pipeline: p.Name, Stages: len(p.Stages)})
 	}
 }
 
@@ -164,6 +207,7 @@ func (c *Controller) apiGet(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
+	c.explainQueued(r.Context(), run)
 	writeJSON(w, http.StatusOK, run)
 }
 
@@ -197,7 +241,7 @@ func (c *Controller) apiSignal(w http.ResponseWriter, r *http.Request) {
 	}
 	run, err := c.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeErr(w, http.StatusNotFound, err)
+		writeErr(w, notFoundOr500(err), err)
 		return
 	}
 	sr := run.Find(req.Stage)
@@ -205,7 +249,8 @@ func (c *Controller) apiSignal(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Errorf("run %s has no step %s.%s", run.ID, req.Stage, req.Step))
 		return
 	}
-	if st := sr.Step(req.Step, req.Rollback); st.Status.Terminal() {
+	st := sr.Step(req.Step, req.Rollback)
+	if st.Status.Terminal() {
 		writeErr(w, http.StatusConflict, fmt.Errorf("step %s.%s is already %s", req.Stage, req.Step, st.Status))
 		return
 	}
@@ -214,12 +259,56 @@ func (c *Controller) apiSignal(w http.ResponseWriter, r *http.Request) {
 	if kind == "" {
 		kind = "approval"
 	}
+	if kind == "approval" {
+		if code, err := mayDecide(run, req.Stage, st, u); err != nil {
+			writeErr(w, code, err)
+			return
+		}
+	}
 	sig := steps.Signal{Kind: kind, User: u.Name, Groups: u.Groups, Approve: req.Approve, Comment: req.Comment, At: time.Now().UTC()}
 	if err := c.signal(r.Context(), run.ID, req.Stage, req.Step, req.Rollback, sig); err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, sig)
+}
+
+// mayDecide checks an approval decision before it is recorded, so the caller hears the truth
+// instead of a decision the step would ignore: the step must wait for an approval (409) and
+// the caller must be one of its approvers (403).
+func mayDecide(run *pipelines.Run, stage string, st *pipelines.StepRun, u User) (int, error) {
+	// A woken approval step keeps its wait until it looks again; decisions then still count.
+	if st.Wait == nil || !slices.Contains(st.Wait.Topics, "approval") {
+		return http.StatusConflict, fmt.Errorf("step %s.%s is not waiting for an approval (it is a %s step, %s)", stage, st.ID, st.Type, st.Status)
+	}
+	a := st.Wait.Approvers
+	if a == nil {
+		return 0, nil // parked by a worker that does not say who may decide: the step checks
+	}
+	if !a.Allows(u.Name, u.Groups) {
+		who := append(append([]string{}, a.Users...), prefixAll("group:", a.Groups)...)
+		sort.Strings(who)
+		return http.StatusForbidden, fmt.Errorf("%s is not an approver of step %s.%s (approvers: %s)", u.Name, stage, st.ID, strings.Join(who, ", "))
+	}
+	if a.NotExecutor && u.Name == run.Executor {
+		return http.StatusForbidden, fmt.Errorf("%s started run %s and may not decide on its approvals (disallowPipelineExecutor)", u.Name, run.ID)
+	}
+	return 0, nil
+}
+
+func prefixAll(p string, list []string) []string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = p + s
+	}
+	return out
+}
+
+func notFoundOr500(err error) int {
+	if errors.Is(err, ErrNotFound) {
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
 }
 
 func (c *Controller) apiWorkers(w http.ResponseWriter, r *http.Request) {
@@ -241,13 +330,18 @@ func (c *Controller) apiLogs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	run, err := c.Get(r.Context(), id)
 	if err != nil {
-		writeErr(w, http.StatusNotFound, err)
+		writeErr(w, notFoundOr500(err), err)
 		return
 	}
 	subject := "prflow.logs." + id + ".>"
 	if step := r.URL.Query().Get("step"); step != "" {
 		if strings.Count(step, ".") != 1 || !validKey(strings.ReplaceAll(step, ".", "")) {
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("step: want STAGE.STEP, got %q", step))
+			return
+		}
+		stage, id2, _ := strings.Cut(step, ".")
+		if !hasStep(run, stage, id2) {
+			writeErr(w, http.StatusNotFound, fmt.Errorf("run %s has no step %s", id, step))
 			return
 		}
 		subject = "prflow.logs." + id + "." + step
@@ -283,6 +377,15 @@ func (c *Controller) apiLogs(w http.ResponseWriter, r *http.Request) {
 			done = true // one more drain pass, then stop
 		}
 	}
+}
+
+// hasStep reports whether a run has a step (main or rollback, or the trigger's path check).
+func hasStep(r *pipelines.Run, stage, step string) bool {
+	if stage == pipelines.PathCheckStage && step == pipelines.PathCheckStep && r.Trigger != nil && r.Trigger.PathCheck != nil {
+		return true
+	}
+	sr := r.Find(stage)
+	return sr != nil && (sr.Step(step, false) != nil || sr.Step(step, true) != nil)
 }
 
 // Signal sends a signal (an approval, a forge event) to a step of a run. The caller is

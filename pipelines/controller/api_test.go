@@ -112,7 +112,7 @@ func TestAPI(t *testing.T) {
 	}
 	code, body = call("GET", "/metrics", "", "")
 	for _, want := range []string{`prflow_jobs_dispatched_total{type="Noop"}`, `prflow_jobs_completed_total{status="succeeded",type="Noop"}`,
-		"prflow_step_duration_seconds_bucket", "prflow_parked_steps", "prflow_live_workers 1", `prflow_queue_depth{pool="default"}`} {
+		"prflow_step_duration_seconds_bucket", "prflow_parked_steps", "prflow_live_workers 1", `prflow_queue_depth{connector="",pool="default"}`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics missing %s", want)
 		}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -52,18 +53,25 @@ stages:
 	if w := cur.Stages[0].Steps[0].Wait; w == nil || !strings.Contains(w.Reason, "Promote to prod? — waiting for 2 more approval(s) from carol, group:release") {
 		t.Fatalf("wait reason: %+v", w)
 	}
-	approve := func(token, comment string) {
+	approveAs := func(token, comment string, want int, wantMsg string) {
+		t.Helper()
 		req, _ := http.NewRequest("POST", srv.URL+"/api/v1/runs/"+r.ID+"/signals",
 			strings.NewReader(`{"stage":"prod","step":"approve","approve":true,"comment":"`+comment+`"}`))
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 202 {
-			t.Fatalf("approve: %v %v", err, resp.Status)
+		if err != nil {
+			t.Fatal(err)
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode != want || !strings.Contains(string(body), wantMsg) {
+			t.Fatalf("approve: got %s %s, want %d %q", resp.Status, body, want, wantMsg)
+		}
 	}
-	approve("mallory-token-1", "not my call")   // not an approver: ignored
-	approve("tester-token-12", "my own change") // the executor: ignored
+	approve := func(token, comment string) { t.Helper(); approveAs(token, comment, 202, "") }
+	// Refused up front, not accepted and then ignored by the step.
+	approveAs("mallory-token-1", "not my call", 403, `mallory is not an approver of step prod.approve (approvers: carol, group:release)`)
+	approveAs("tester-token-12", "my own change", 403, `tester started run `+r.ID+` and may not decide on its approvals`)
 	approve("alice-token-1234", "lgtm")
 	time.Sleep(300 * time.Millisecond)
 	if cur, _ := e.ctl.Get(t.Context(), r.ID); cur.Status.Terminal() {
@@ -87,5 +95,58 @@ func TestApprovalTimesOut(t *testing.T) {
 	got := e.wait(r.ID, 20*time.Second)
 	if got.Status != pipelines.StFailed || !strings.Contains(got.Error, "approval timed out with 0 of 1 approvals") {
 		t.Fatalf("%s %q", got.Status, got.Error)
+	}
+}
+
+// TestSignalRefusals: a decision on a run or step that does not exist is 404, and on a step that
+// is not waiting for an approval (a Wait step, a finished step) is 409; nothing is recorded.
+func TestSignalRefusals(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 1})
+	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}}))
+	defer srv.Close()
+	r := e.startRun(`
+name: mixed
+stages:
+  - id: s
+    steps:
+      - {id: done, type: Noop}
+      - {id: sleep, type: Wait, with: {duration: 1m}}
+`, nil)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cur, _ := e.ctl.Get(t.Context(), r.ID)
+		if st := cur.Stages[0].Steps[1]; st.Status == pipelines.StWaiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Wait step never parked")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name, run, body string
+		want            int
+		msg             string
+	}{
+		{"unknown run", "r000000000000nosuchrun", `{"stage":"s","step":"sleep","approve":true}`, 404, "run not found"},
+		{"unknown step", r.ID, `{"stage":"s","step":"nope","approve":true}`, 404, "has no step s.nope"},
+		{"unknown stage", r.ID, `{"stage":"x","step":"sleep","approve":true}`, 404, "has no step x.sleep"},
+		{"finished step", r.ID, `{"stage":"s","step":"done","approve":true}`, 409, "step s.done is already succeeded"},
+		{"not an approval", r.ID, `{"stage":"s","step":"sleep","approve":true}`, 409, "step s.sleep is not waiting for an approval"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Post(srv.URL+"/api/v1/runs/"+tc.run+"/signals", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want || !strings.Contains(string(body), tc.msg) {
+				t.Fatalf("got %s %s, want %d %q", resp.Status, body, tc.want, tc.msg)
+			}
+		})
+	}
+	if cur, _ := e.ctl.Get(t.Context(), r.ID); len(cur.Stages[0].Steps[1].Signals) != 0 {
+		t.Fatalf("a refused decision was recorded: %+v", cur.Stages[0].Steps[1].Signals)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/worker"
 )
 
 // Controller runs pipelines.
@@ -35,6 +36,8 @@ type Controller struct {
 	log     *slog.Logger
 	metrics *Metrics
 	workers int
+	// noChecks turns off the run-start check of connectors and agents (WithoutStartChecks).
+	noChecks bool
 
 	mu          sync.Mutex
 	machines    map[string]*pipelines.Machine  // by spec hash
@@ -51,6 +54,10 @@ type Controller struct {
 	cache       sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
 	own         ownWrites                        // our writes to prflow-runs, which the runs watcher skips
 	waiters     map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
+	seenDepth   map[depthKey]struct{}            // queue-depth series reported so far
+	viewMu      sync.Mutex                       // guards view and viewAt (workerView)
+	view        []worker.Info
+	viewAt      time.Time
 	ready       chan struct{}
 	loaded      chan struct{} // closed once the runs watcher replayed every run
 	loadOne     sync.Once
@@ -110,7 +117,7 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 		machines: map[string]*pipelines.Machine{}, parsed: map[string]*pipelines.Pipeline{}, specs: map[string]struct{}{}, timers: map[string]*runTimer{},
 		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
 		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: map[string]time.Time{},
-		waiters: map[string][]chan *pipelines.Run{}, ready: make(chan struct{}), loaded: make(chan struct{})}
+		waiters: map[string][]chan *pipelines.Run{}, seenDepth: map[depthKey]struct{}{}, ready: make(chan struct{}), loaded: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
@@ -126,21 +133,54 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 	return c, nil
 }
 
-func (c *Controller) queueDepth() map[string]float64 {
+// queueDepth counts the jobs in the jobs stream (waiting or running) by pool and connector,
+// from the stream's per-subject counts: pools that no worker consumes count too.
+func (c *Controller) queueDepth() map[depthKey]float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	out := map[string]float64{}
+	out := map[depthKey]float64{}
 	s, err := c.conn.JS.Stream(ctx, queue.StreamJobs)
 	if err != nil {
 		return out
 	}
-	for name := range s.ListConsumers(ctx).Info() {
-		if pool, ok := strings.CutPrefix(name.Name, "pool-"); ok {
-			out[pool] = float64(name.NumPending + uint64(name.NumAckPending))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("prflow.jobs.>"))
+	if err != nil {
+		return out
+	}
+	for subject, n := range info.State.Subjects {
+		if pool, conn, ok := queue.ParseJobSubject(subject); ok {
+			out[depthKey{pool, conn}] += float64(n)
+		}
+	}
+	// Pools and connectors that workers consume have a series even when empty.
+	for ci := range s.ListConsumers(ctx).Info() {
+		if pool, conn, ok := queue.ParseJobSubject(ci.Config.FilterSubject); ok {
+			if _, seen := out[depthKey{pool, conn}]; !seen {
+				out[depthKey{pool, conn}] = 0
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// A pool that had jobs keeps its series at 0 once they are done, so a dashboard sees it.
+	for k := range c.seenDepth {
+		if _, ok := out[k]; !ok {
+			out[k] = 0
+		}
+	}
+	for k := range out {
+		if len(c.seenDepth) < maxDepthSeries {
+			c.seenDepth[k] = struct{}{}
 		}
 	}
 	return out
 }
+
+// depthKey labels a queue-depth series.
+type depthKey struct{ pool, connector string }
+
+// maxDepthSeries bounds the pools × connectors the queue-depth metric remembers.
+const maxDepthSeries = 1024
 
 func (c *Controller) liveWorkers() float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -523,7 +563,7 @@ func (c *Controller) publishJob(ctx context.Context, j *queue.Job) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.conn.JS.Publish(ctx, queue.JobSubject(j.Pool), data, jetstream.WithMsgID(j.ID())); err != nil {
+	if _, err := c.conn.JS.Publish(ctx, queue.JobSubjectOf(j), data, jetstream.WithMsgID(j.ID())); err != nil {
 		return fmt.Errorf("dispatch %s: %w", j.ID(), err)
 	}
 	c.metrics.Dispatched.WithLabelValues(j.Type).Inc()

@@ -387,6 +387,7 @@ func onMergeEnv(t *testing.T, edit func(src []byte) []byte) (*hookEnv, *scmtest.
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
 	t.Cleanup(func() { cancel(); <-done })
+	e.WaitAgent("sim") // triggered runs naming it are refused until it is live
 	return e, gh, ghp
 }
 

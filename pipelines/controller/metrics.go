@@ -35,22 +35,24 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 
 // gauges registers series computed at scrape time from NATS: jobs waiting per pool and live
 // workers.
-func (m *Metrics) gauges(depth func() map[string]float64, workers func() float64) {
+func (m *Metrics) gauges(depth func() map[depthKey]float64, workers func() float64) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "prflow_live_workers", Help: "Workers with a fresh heartbeat."}, workers),
-		&depthCollector{desc: prometheus.NewDesc("prflow_queue_depth", "Step jobs waiting for a worker, by pool.", []string{"pool"}, nil), fn: depth},
+		&depthCollector{desc: prometheus.NewDesc("prflow_queue_depth",
+			"Step jobs not yet done (waiting for a worker or running), by pool and the connector they need (\"\" for none).",
+			[]string{"pool", "connector"}, nil), fn: depth},
 	)
 }
 
 type depthCollector struct {
 	desc *prometheus.Desc
-	fn   func() map[string]float64
+	fn   func() map[depthKey]float64
 }
 
 func (d *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
 func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
-	for pool, n := range d.fn() {
-		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, n, pool)
+	for k, n := range d.fn() {
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, n, k.pool, k.connector)
 	}
 }
 

@@ -53,6 +53,13 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, req.File, err)
 	}
 	r.Trigger = req.Trigger
+	// Before anything is stored or sent: a connector or agent nothing live serves would only
+	// show after earlier stages changed the release repo.
+	if !c.noChecks {
+		if err := c.Check(ctx, p, req.Trigger); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.storeSpec(ctx, p); err != nil {
 		return nil, err
 	}
@@ -85,6 +92,29 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		c.log.Error("run stored but its first jobs not dispatched", "run", r.ID, "err", err)
 	}
 	return r, nil
+}
+
+// CheckSource makes the checks Start makes, without starting anything: the pipeline loads
+// (converted first when the controller converts), the inputs fit when given (nil skips them),
+// and every connector and agent it names is live (Check).
+func (c *Controller) CheckSource(ctx context.Context, file string, src []byte, inputs map[string]any) (*pipelines.Pipeline, error) {
+	if c.convert != nil {
+		out, err := c.convert(file, src, inputs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		src = out
+	}
+	p, err := c.load(file, src)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if inputs != nil {
+		if _, err := p.CheckInputs(inputs); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, file, err)
+		}
+	}
+	return p, c.Check(ctx, p, nil)
 }
 
 // ErrExists is returned by Start when a run with the requested id already exists.

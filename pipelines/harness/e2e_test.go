@@ -94,6 +94,7 @@ func (k *kit) simAgent(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sim.Run(ctx, k.e.Conn) }()
 	t.Cleanup(func() { cancel(); <-done })
+	k.e.WaitAgent("eu")
 }
 
 func (k *kit) start(t *testing.T, file string, inputs map[string]any) string {
@@ -144,6 +145,7 @@ func (k *kit) approve(t *testing.T, run, stage, step string, ok bool) {
 // waits for a release manager, and merges after the approval arrives through the Signal API.
 func TestHarnessApprovalPipeline(t *testing.T) {
 	k := newKit(t, map[string]string{"envs/dev/values.yaml": valuesYAML})
+	k.e.RegisterAgent("eu") // the pipeline names agent "eu" (never asked here): runs start only when it is live
 	run := k.start(t, "testdata/approval.yaml", map[string]any{"tag": "1.5.0"})
 	k.waitStep(t, run, "dev", "approve", pipelines.StWaiting)
 	if got := k.read(t, "envs/dev/values.yaml"); got != valuesYAML {
@@ -176,6 +178,7 @@ func TestHarnessApprovalPipeline(t *testing.T) {
 // stage after it does not run.
 func TestHarnessStageRollback(t *testing.T) {
 	k := newKit(t, map[string]string{"envs/dev/values.yaml": valuesYAML})
+	k.e.RegisterAgent("eu") // the pipeline names agent "eu" (never asked here): runs start only when it is live
 	run := k.start(t, "testdata/rollback.yaml", map[string]any{"tag": "2.0.0"})
 	k.waitStep(t, run, "dev", "verify", pipelines.StWaiting)
 	if got := k.read(t, "envs/dev/values.yaml"); !strings.Contains(got, `tag: "2.0.0"`) {
@@ -279,6 +282,7 @@ func TestHarnessRunSurvivesRestartWithoutMap(t *testing.T) {
 	conv := harness.Converter(m, steps.Default, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	svc := map[string]any{steps.ServiceSCM: connector.Static{"release": k.p}}
 	k.e = ctltest.New(t, ctltest.Options{Dir: dir, Services: svc, Controller: []controller.Option{controller.WithSourceConverter(conv)}})
+	k.e.RegisterAgent("eu")
 	run := k.start(t, "testdata/approval.yaml", map[string]any{"tag": "3.0.0"})
 	k.waitStep(t, run, "dev", "approve", pipelines.StWaiting)
 	k.e.Stop()

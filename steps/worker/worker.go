@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -33,9 +36,12 @@ type Worker struct {
 	Registry    *steps.Registry
 	Services    steps.Services
 	Secrets     []string // values masked from every log line, result and error
-	Tuning      queue.ConsumerTuning
-	Version     string
-	Log         *slog.Logger
+	// Connectors are the connector names this worker can serve (registered, so that runs
+	// naming others are refused at start). Nil: the names of the SCM service, if it lists them.
+	Connectors []string
+	Tuning     queue.ConsumerTuning
+	Version    string
+	Log        *slog.Logger
 	// DrainTimeout bounds how long SIGTERM waits for in-flight jobs before handing them back.
 	DrainTimeout time.Duration
 	// StreamResults makes every result go through the events stream, never straight to a
@@ -62,6 +68,7 @@ type Info struct {
 	Pools       []string  `json:"pools"`
 	Version     string    `json:"version"`
 	Concurrency int       `json:"concurrency"`
+	Connectors  []string  `json:"connectors"`
 	Running     int64     `json:"running"`
 	Completed   int64     `json:"completed"`
 	Host        string    `json:"host"`
@@ -93,11 +100,15 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 		w.DrainTimeout = 30 * time.Second
 	}
 	w.Tuning = withDefaults(w.Tuning)
+	if w.Connectors == nil {
+		w.Connectors = connectorNames(w.Services.Get(steps.ServiceSCM))
+	}
+	w.Connectors = slices.Sorted(slices.Values(w.Connectors))
 	w.masker = NewMasker(w.Secrets)
 	w.results.D = directResultTimeout
 	w.Log = slog.New(MaskHandler(w.Log.Handler(), w.masker)).With("worker", w.ID)
 	w.cancels = map[string]map[*jobCtx]struct{}{}
-	w.settleSlots = make(chan struct{}, max(1024, 4*w.Concurrency*len(w.Pools)))
+	w.settleSlots = make(chan struct{}, max(1024, 4*w.Concurrency*len(w.Pools)*(1+len(w.Connectors))))
 
 	b, err := queue.OpenBuckets(ctx, conn.JS)
 	if err != nil {
@@ -123,29 +134,40 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 		if _, err := queue.PoolConsumer(ctx, conn.JS, pool, w.Tuning); err != nil {
 			return fmt.Errorf("pool %s consumer: %w", pool, err)
 		}
-		// The puller asks for no more jobs than there are free slots: none waits in a client
-		// buffer while its AckWait runs out.
-		p, err := queue.NewPuller(conn.NC, queue.StreamJobs, queue.PoolConsumerName(pool), w.Concurrency, queue.PullerConfig{})
-		if err != nil {
-			return fmt.Errorf("pool %s: %w", pool, err)
+		// Jobs that need a connector come on its own subject: this worker takes only those of
+		// the connectors it holds (each consumer with Concurrency slots of its own).
+		consumers := []string{queue.PoolConsumerName(pool)}
+		for _, cn := range w.Connectors {
+			if _, err := queue.ConnectorConsumer(ctx, conn.JS, pool, cn, w.Tuning); err != nil {
+				return fmt.Errorf("pool %s connector %s consumer: %w", pool, cn, err)
+			}
+			consumers = append(consumers, queue.ConnectorConsumerName(pool, cn))
 		}
-		pullers = append(pullers, p)
-		for i := 0; i < w.Concurrency; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					msg, err := p.Next(context.Background())
-					if err != nil {
-						return // stopped
+		for _, name := range consumers {
+			// The puller asks for no more jobs than there are free slots: none waits in a client
+			// buffer while its AckWait runs out.
+			p, err := queue.NewPuller(conn.NC, queue.StreamJobs, name, w.Concurrency, queue.PullerConfig{})
+			if err != nil {
+				return fmt.Errorf("pool %s: %w", pool, err)
+			}
+			pullers = append(pullers, p)
+			for i := 0; i < w.Concurrency; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						msg, err := p.Next(context.Background())
+						if err != nil {
+							return // stopped
+						}
+						w.handle(jobsCtx, msg)
+						p.Release()
 					}
-					w.handle(jobsCtx, msg)
-					p.Release()
-				}
-			}()
+				}()
+			}
 		}
 	}
-	w.Log.Info("worker started", "pools", strings.Join(w.Pools, ","), "concurrency", w.Concurrency)
+	w.Log.Info("worker started", "pools", strings.Join(w.Pools, ","), "connectors", strings.Join(w.Connectors, ","), "concurrency", w.Concurrency)
 	w.register(ctx, b.Workers, time.Now())
 
 	<-ctx.Done()
@@ -171,7 +193,7 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 func (w *Worker) register(ctx context.Context, kv jetstream.KeyValue, started time.Time) {
 	host, _ := os.Hostname()
 	put := func() {
-		info := Info{ID: w.ID, Pools: w.Pools, Version: w.Version, Concurrency: w.Concurrency,
+		info := Info{ID: w.ID, Pools: w.Pools, Version: w.Version, Concurrency: w.Concurrency, Connectors: w.Connectors,
 			Running: w.running.Load(), Completed: w.done.Load(), Host: host, Started: started, Seen: time.Now()}
 		b, _ := json.Marshal(info)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -193,6 +215,18 @@ func (w *Worker) register(ctx context.Context, kv jetstream.KeyValue, started ti
 			}
 		}
 	}()
+}
+
+// connectorNames lists the connectors an SCM service serves: a connectors file's set, or a
+// fixed map (dev, tests). Anything else lists none.
+func connectorNames(svc any) []string {
+	switch s := svc.(type) {
+	case interface{ Names() []string }:
+		return s.Names()
+	case connector.Static:
+		return slices.Collect(maps.Keys(s))
+	}
+	return []string{}
 }
 
 func (w *Worker) cancelRun(run string) {

@@ -123,7 +123,67 @@ func New(t testing.TB, o Options) *Env {
 		go func() { defer e.wg.Done(); _ = w.Run(ctx, conn) }()
 	}
 	t.Cleanup(e.Stop)
+	// Runs are checked against the live workers' connectors at start: wait until they are
+	// registered.
+	for i := 0; i < o.Workers; i++ {
+		e.WaitRegistered(fmt.Sprintf("w%d", i))
+	}
 	return e
+}
+
+// RegisterAgent keeps a registration of agent id in prflow-agents (agent.Heartbeat, as agents
+// do) until the test ends, for pipelines that name an agent but never ask it anything.
+func (e *Env) RegisterAgent(id string) {
+	e.T.Helper()
+	b, err := queue.OpenBuckets(context.Background(), e.Conn.JS)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := agent.Heartbeat(ctx, b.Agents, 0, func() agent.Registration {
+		return agent.Registration{Agent: id, Replica: "ctltest", Kind: "simulated", Healthy: true}
+	}, nil)
+	if err != nil {
+		cancel()
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(func() { cancel(); <-done })
+}
+
+// WaitAgent waits until agent id has a live registration in prflow-agents (runs naming it
+// are refused at start before that).
+func (e *Env) WaitAgent(id string) {
+	e.T.Helper()
+	b, err := queue.OpenBuckets(context.Background(), e.Conn.JS)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	ac := agent.NewClient(e.Conn.NC, b.Apps, b.Agents)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := ac.Registered(context.Background(), id); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.T.Fatalf("agent %s never registered", id)
+		}
+	}
+}
+
+// WaitRegistered waits until worker id is registered in prflow-workers.
+func (e *Env) WaitRegistered(id string) {
+	e.T.Helper()
+	b, err := queue.OpenBuckets(context.Background(), e.Conn.JS)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := b.Workers.Get(context.Background(), id); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.T.Fatalf("worker %s never registered", id)
+		}
+	}
 }
 
 // Stop shuts everything down (idempotent).
