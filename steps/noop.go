@@ -14,6 +14,10 @@ func init() {
 		Inputs: []Input{
 			{Name: "outputs", Type: InputMap, Doc: "returned as the step's outputs"},
 			{Name: "message", Type: InputString, Doc: "logged"},
+			// Naming a connector makes a Noop go only to workers holding it: a smoke test of
+			// routing and of the run-start check for a pool and connector.
+			{Name: "connector", Type: InputString, Doc: "run only on a worker holding this connector"},
+			{Name: "connectorRef", Type: InputString, Doc: "same as connector (Harness name)"},
 		},
 		Validate: func(in map[string]any) error {
 			if v, ok := in["outputs"]; ok {

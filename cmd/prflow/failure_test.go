@@ -47,9 +47,14 @@ func TestDevFailedStageStopsThePromotion(t *testing.T) {
 			data := filepath.Join(dir, "data")
 			args := append([]string{"dev", "--log-level", "error", "--data-dir", data, "--pipeline", file}, tc.args...)
 			out, err := run(t, args...)
+			// Either the run is refused before any step (the agent typo, caught by the
+			// run-start check) or it fails in dev; never exit 0.
 			var ee exitError
-			if !errors.As(err, &ee) || ee.code == 0 {
+			if err == nil || (errors.As(err, &ee) && ee.code == 0) {
 				t.Fatalf("want a non-zero exit, got %v\n%s", err, out)
+			}
+			if !errors.As(err, &ee) && !strings.Contains(err.Error(), "refused") {
+				t.Fatalf("want a failed run or a refusal, got %v\n%s", err, out)
 			}
 			if strings.Contains(out, "stage prod: running") || strings.Contains(out, "stage prod: succeeded") {
 				t.Errorf("prod ran after dev failed:\n%s", out)

@@ -595,6 +595,9 @@ func (h *harness) startRun(ctx context.Context, s RunSpec, deadline time.Time) e
 		switch {
 		case err == nil && (code == http.StatusCreated || code == http.StatusOK):
 			return nil
+		case err == nil && code == http.StatusConflict:
+			// Refused by the run-start check: the workers or the agent have not registered
+			// yet (or are being restarted). Nothing was started; try again until the deadline.
 		case err == nil && code < 500:
 			return fmt.Errorf("start run %s: HTTP %d: %s", s.ID, code, data)
 		}
