@@ -484,11 +484,8 @@ func (m *Machine) ancestors(si int) []int {
 }
 
 func statusWord(s Status) string {
-	switch s {
-	case StRolledBack:
+	if s == StRolledBack {
 		return "was rolled back"
-	case StNotRun:
-		return "did not run"
 	}
 	return string(s)
 }

@@ -26,13 +26,15 @@ func (p *progress) update(r *pipelines.Run) {
 		key := "stage/" + s.ID
 		if p.seen[key] != s.Status && s.Status != pipelines.StPending {
 			p.seen[key] = s.Status
-			line := fmt.Sprintf("%s stage %s: %s", stamp(), s.ID, s.Status)
+			state := string(s.Status)
+			if s.Status == pipelines.StNotRun {
+				state = notRunText(s.Error)
+			}
+			line := fmt.Sprintf("%s stage %s: %s", stamp(), s.ID, state)
 			if s.RollingBack {
 				line += " (rolling back)"
 			}
-			if s.Status == pipelines.StNotRun {
-				line = fmt.Sprintf("%s stage %s: %s", stamp(), s.ID, notRunText(s.Error))
-			} else if s.Error != "" && s.Status.Terminal() {
+			if s.Status != pipelines.StNotRun && s.Error != "" && s.Status.Terminal() {
 				line += " — " + s.Error
 			}
 			fmt.Fprintln(p.w, line)
