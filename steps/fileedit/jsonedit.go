@@ -121,19 +121,51 @@ func (p *jsonParser) enter() error {
 	return nil
 }
 
-func (p *jsonParser) object() (*jsonNode, error) {
+// open starts an object or array at p.pos: it counts the nesting and consumes the opening
+// bracket. empty reports "{}" or "[]", which is then already closed and uncounted; otherwise
+// the caller undoes the count when the container ends.
+func (p *jsonParser) open(kind, closing byte) (n *jsonNode, empty bool, err error) {
 	if err := p.enter(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	defer func() { p.depth-- }()
-	n := &jsonNode{kind: '{', start: p.pos}
+	n = &jsonNode{kind: kind, start: p.pos}
 	p.pos++
 	p.space()
-	if p.pos < len(p.src) && p.src[p.pos] == '}' {
+	if p.pos < len(p.src) && p.src[p.pos] == closing {
+		p.depth--
 		p.pos++
 		n.end = p.pos
-		return n, nil
+		return n, true, nil
 	}
+	return n, false, nil
+}
+
+// next reads what follows a member or item: ',' (more to come) or the closing bracket, which
+// ends n.
+func (p *jsonParser) next(n *jsonNode, closing byte) (done bool, err error) {
+	p.space()
+	if p.pos >= len(p.src) {
+		return false, p.errorf("unexpected end of file, want ',' or '%c'", closing)
+	}
+	switch p.src[p.pos] {
+	case ',':
+		p.pos++
+		p.space()
+		return false, nil
+	case closing:
+		p.pos++
+		n.end = p.pos
+		return true, nil
+	}
+	return false, p.errorf("unexpected %s, want ',' or '%c'", p.describe(), closing)
+}
+
+func (p *jsonParser) object() (*jsonNode, error) {
+	n, empty, err := p.open('{', '}')
+	if err != nil || empty {
+		return n, err
+	}
+	defer func() { p.depth-- }()
 	for {
 		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
 			return nil, p.errorf("unexpected %s, want a string key", p.describe())
@@ -155,57 +187,26 @@ func (p *jsonParser) object() (*jsonNode, error) {
 			return nil, err
 		}
 		n.members = append(n.members, jsonMember{key: key, keyStart: ks, keyEnd: ke, value: v})
-		p.space()
-		if p.pos >= len(p.src) {
-			return nil, p.errorf("unexpected end of file, want ',' or '}'")
-		}
-		switch p.src[p.pos] {
-		case ',':
-			p.pos++
-			p.space()
-		case '}':
-			p.pos++
-			n.end = p.pos
-			return n, nil
-		default:
-			return nil, p.errorf("unexpected %s, want ',' or '}'", p.describe())
+		if done, err := p.next(n, '}'); done || err != nil {
+			return n, err
 		}
 	}
 }
 
 func (p *jsonParser) array() (*jsonNode, error) {
-	if err := p.enter(); err != nil {
-		return nil, err
+	n, empty, err := p.open('[', ']')
+	if err != nil || empty {
+		return n, err
 	}
 	defer func() { p.depth-- }()
-	n := &jsonNode{kind: '[', start: p.pos}
-	p.pos++
-	p.space()
-	if p.pos < len(p.src) && p.src[p.pos] == ']' {
-		p.pos++
-		n.end = p.pos
-		return n, nil
-	}
 	for {
 		v, err := p.value()
 		if err != nil {
 			return nil, err
 		}
 		n.items = append(n.items, v)
-		p.space()
-		if p.pos >= len(p.src) {
-			return nil, p.errorf("unexpected end of file, want ',' or ']'")
-		}
-		switch p.src[p.pos] {
-		case ',':
-			p.pos++
-			p.space()
-		case ']':
-			p.pos++
-			n.end = p.pos
-			return n, nil
-		default:
-			return nil, p.errorf("unexpected %s, want ',' or ']'", p.describe())
+		if done, err := p.next(n, ']'); done || err != nil {
+			return n, err
 		}
 	}
 }
@@ -603,16 +604,10 @@ func (e *jsonEditor) setMap(s jslot, m map[string]any) error {
 			return err
 		}
 	}
-	var add []kv
-	for _, k := range sortedKeys(m) {
-		if !have[k] {
-			add = append(add, kv{k, m[k]})
-		}
+	if add := missing(m, have); len(add) > 0 {
+		return e.insertMembers(s, add)
 	}
-	if len(add) == 0 {
-		return nil
-	}
-	return e.insertMembers(s, add)
+	return nil
 }
 
 func (e *jsonEditor) setList(s jslot, l []any) error {

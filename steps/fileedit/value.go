@@ -350,30 +350,25 @@ func valuesEqual(a, b any) bool {
 		return true
 	case map[string]any:
 		bm, ok := b.(map[string]any)
-		if !ok || len(a) != len(bm) {
-			return false
-		}
-		for k, x := range a {
-			y, ok := bm[k]
-			if !ok || !valuesEqual(x, y) {
-				return false
-			}
-		}
-		return true
+		return ok && mapsEqual(a, bm)
 	case map[any]any:
 		bm, ok := b.(map[any]any)
-		if !ok || len(a) != len(bm) {
-			return false
-		}
-		for k, x := range a {
-			y, ok := bm[k]
-			if !ok || !valuesEqual(x, y) {
-				return false
-			}
-		}
-		return true
+		return ok && mapsEqual(a, bm)
 	}
 	return reflect.DeepEqual(a, b)
+}
+
+func mapsEqual[K comparable](a, b map[K]any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, x := range a {
+		y, ok := b[k]
+		if !ok || !valuesEqual(x, y) {
+			return false
+		}
+	}
+	return true
 }
 
 // sortedKeys returns the keys of m in byte order, which is how new maps are
@@ -385,4 +380,16 @@ func sortedKeys(m map[string]any) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// missing lists, in byte order, the members of m that have is without: the keys an edit adds
+// to an existing map.
+func missing(m map[string]any, have map[string]bool) []kv {
+	var add []kv
+	for _, k := range sortedKeys(m) {
+		if !have[k] {
+			add = append(add, kv{k, m[k]})
+		}
+	}
+	return add
 }

@@ -452,16 +452,10 @@ func (e *yamlEditor) setMap(s yslot, m map[string]any) error {
 			return err
 		}
 	}
-	var add []kv
-	for _, k := range sortedKeys(m) {
-		if !have[k] {
-			add = append(add, kv{k, m[k]})
-		}
+	if add := missing(m, have); len(add) > 0 {
+		return e.insertMembers(s, add)
 	}
-	if len(add) == 0 {
-		return nil
-	}
-	return e.insertMembers(s, add)
+	return nil
 }
 
 func (e *yamlEditor) setList(s yslot, l []any) error {
