@@ -2,15 +2,18 @@ package ui_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/prflow/prflow/pipelines"
@@ -66,31 +69,64 @@ func newUIEnv(t *testing.T, o ctltest.Options, fb *controller.Feedback) *uiEnv {
 	return &uiEnv{Env: e, URL: srv.URL}
 }
 
-// browser starts a headless Chromium of its own (its own profile: no cookies shared between
-// tests) and returns a tab's context.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path := ""
+// One Chromium serves every test of the package (starting it is the slow part); each test
+// gets a tab of its own and starts with no cookies (the tests run one at a time).
+var (
+	browserOnce sync.Once
+	browserCtx  context.Context
+	browserErr  error
+	browserPath string
+	stopBrowser = func() {}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopBrowser()
+	os.Exit(code)
+}
+
+func startBrowser() {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
 		if p, err := exec.LookPath(name); err == nil {
-			path = p
+			browserPath = p
 			break
 		}
 	}
-	if path == "" {
+	if browserPath == "" {
+		return
+	}
+	dir, err := os.MkdirTemp("", "prflow-ui-chromium-")
+	if err != nil {
+		browserErr = err
+		return
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browserPath), chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(dir), chromedp.WindowSize(1400, 900))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	stopBrowser = func() { cancelB(); cancelA(); _ = os.RemoveAll(dir) }
+	browserErr = chromedp.Run(ctx) // starts the browser
+	browserCtx = ctx
+}
+
+// browser returns a new tab, with the browser's cookies cleared (no session from other tests).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	browserOnce.Do(startBrowser)
+	if browserPath == "" {
 		if os.Getenv("PRFLOW_UI_NO_BROWSER") == "1" {
 			t.Skip("PRFLOW_UI_NO_BROWSER=1 and no Chromium: browser test skipped")
 		}
 		t.Fatal("no Chromium found (apt-get install chromium; .ci/run installs it); PRFLOW_UI_NO_BROWSER=1 skips the browser tests")
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 900))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelB := chromedp.NewContext(actx)
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelT(); cancelB(); cancelA() })
-	if err := chromedp.Run(ctx); err != nil { // starts the browser
-		t.Fatalf("start Chromium %s: %v", path, err)
+	if browserErr != nil {
+		t.Fatalf("start Chromium %s: %v", browserPath, browserErr)
+	}
+	ctx, cancel := chromedp.NewContext(browserCtx)
+	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(func() { cancelT(); cancel() })
+	if err := chromedp.Run(ctx, network.ClearBrowserCookies()); err != nil {
+		t.Fatalf("open a tab in Chromium: %v", err)
 	}
 	return ctx
 }
@@ -134,11 +170,15 @@ func signIn(t *testing.T, ctx context.Context, url, token string) {
 	}
 }
 
+// text reads an element's text in one step in the page: the live run body is replaced on
+// every pushed update, so a node looked up first and read after may be gone.
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
 	var s string
-	run(t, ctx, "text of "+sel, chromedp.Text(sel, &s, chromedp.ByQuery))
-	return strings.TrimSpace(s)
+	q, _ := json.Marshal(sel)
+	run(t, ctx, "wait for "+sel, chromedp.WaitReady(sel, chromedp.ByQuery))
+	run(t, ctx, "text of "+sel, chromedp.Evaluate(`(function(){var n=document.querySelector(`+string(q)+`);return n?n.textContent:"(missing)"})()`, &s))
+	return strings.Join(strings.Fields(s), " ")
 }
 
 const approvalPipeline = `
