@@ -307,7 +307,9 @@ func TestBrowserApproveFromPage(t *testing.T) {
 	url := e.URL + "/ui/runs/" + r.ID
 	signIn(t, ctx, url, aliceToken)
 	form := `[data-step="prod.approve"] form.decide`
-	run(t, ctx, "approve", chromedp.WaitVisible(form, chromedp.ByQuery),
+	// body[data-live] says the live stream has delivered the run (which re-renders the body);
+	// what is typed before or after that stays.
+	run(t, ctx, "approve", chromedp.WaitVisible(form, chromedp.ByQuery), chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery),
 		chromedp.SendKeys(form+` input[name=comment]`, "looks good", chromedp.ByQuery))
 	shot(t, ctx, "run-approval")
 	run(t, ctx, "click approve", chromedp.Click(form+` button.approve`, chromedp.ByQuery), chromedp.WaitVisible(`#flash`, chromedp.ByID))

@@ -11,7 +11,25 @@
   var live = document.getElementById("live");
   if (live && live.dataset.events) {
     var runES = new EventSource(live.dataset.events);
-    runES.addEventListener("run", function (e) { live.innerHTML = e.data; });
+    var last = live.innerHTML;
+    runES.addEventListener("run", function (e) {
+      document.body.dataset.live = "true";
+      if (e.data === last) return;
+      // Keep what someone is typing (an approval comment) and where the focus is.
+      var typed = {}, focus = null;
+      live.querySelectorAll("form.decide input[name=comment]").forEach(function (i) {
+        var key = i.form.dataset.key;
+        typed[key] = i.value;
+        if (document.activeElement === i) focus = key;
+      });
+      live.innerHTML = e.data;
+      last = e.data;
+      live.querySelectorAll("form.decide input[name=comment]").forEach(function (i) {
+        var key = i.form.dataset.key;
+        if (typed[key]) i.value = typed[key];
+        if (focus === key) { i.focus(); i.setSelectionRange(i.value.length, i.value.length); }
+      });
+    });
     runES.addEventListener("problem", function (e) { problem(e.data); });
     runES.addEventListener("end", function () { runES.close(); document.body.dataset.ended = "true"; });
     runES.onerror = function () {
