@@ -148,7 +148,7 @@ func shot(t *testing.T, ctx context.Context, name string) {
 		return
 	}
 	var png []byte
-	run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(&png, 90))
+	run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(&png, 100))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
