@@ -166,6 +166,9 @@ func (u *UI) runLogs(w http.ResponseWriter, r *http.Request) {
 			}
 			text := l.Msg
 			for _, k := range slices.Sorted(maps.Keys(l.Attrs)) {
+				if k == "run" || k == "stage" || k == "step" {
+					continue // the line's step says it
+				}
 				text += fmt.Sprintf(" %s=%s", k, l.Attrs[k])
 			}
 			b, _ := json.Marshal(logLine{Time: l.Time.UTC().Format("15:04:05.000"), Level: l.Level, Step: l.Stage + "." + l.Step, Text: text})
