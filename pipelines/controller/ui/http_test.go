@@ -3,6 +3,7 @@ package ui_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
@@ -251,5 +253,77 @@ stages:
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %s", want)
 		}
+	}
+}
+
+// TestRunEventsAppStatus: a change of an app's status in prflow-apps (what the agent reports)
+// re-renders the run page of a run whose steps named the app, with no run change.
+func TestRunEventsAppStatus(t *testing.T) {
+	e := ctltest.New(t, ctltest.Options{})
+	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
+	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
+	defer srv.Close()
+	put := func(health, rev string) {
+		t.Helper()
+		b, _ := json.Marshal(agent.AppStatus{V: agent.Version, Agent: "sim", Name: "web-dev", Sync: agent.SyncSynced, Health: health, SyncedRevision: rev})
+		if _, err := e.Ctl.Buckets().Apps.Put(context.Background(), agent.StatusKey("sim", "web-dev"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(agent.HealthHealthy, "1111111111111111111111111111111111111111")
+	r := e.Start(`name: apps
+stages:
+  - id: dev
+    steps:
+      - {id: apps, type: Noop, with: {outputs: {apps: [{name: web-dev, agent: sim}]}}}
+      - {id: soak, type: Wait, with: {duration: 10m}}
+`, nil)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		cur, _ := e.Ctl.Get(context.Background(), r.ID)
+		if st := ctltest.Step(cur, "dev", "soak"); st != nil && st.Status == pipelines.StWaiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("soak never parked")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/ui/runs/"+r.ID+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	// next returns the data of the next run event.
+	next := func() string {
+		t.Helper()
+		var data strings.Builder
+		inRun := false
+		for sc.Scan() {
+			l := sc.Text()
+			switch {
+			case l == "event: run":
+				inRun = true
+			case strings.HasPrefix(l, "data: ") && inRun:
+				data.WriteString(strings.TrimPrefix(l, "data: ") + "\n")
+			case l == "" && inRun:
+				return data.String()
+			}
+		}
+		t.Fatalf("stream ended: %v", sc.Err())
+		return ""
+	}
+	if first := next(); !strings.Contains(first, `class="h-Healthy"`) || !strings.Contains(first, "11111111") {
+		t.Fatalf("first render lacks the app's status:\n%s", first)
+	}
+	put(agent.HealthDegraded, "2222222222222222222222222222222222222222")
+	if got := next(); !strings.Contains(got, `class="h-Degraded"`) || !strings.Contains(got, "22222222") {
+		t.Fatalf("after the app turned Degraded:\n%s", got)
+	}
+	if err := e.Ctl.Cancel(context.Background(), r.ID, "test"); err != nil {
+		t.Fatal(err)
 	}
 }

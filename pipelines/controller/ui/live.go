@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
@@ -78,6 +79,22 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := sessionFrom(ctx)
+	// App status changes (sync, health, deployed revision) of the run's apps re-render too.
+	var appUpdates <-chan jetstream.KeyValueEntry
+	if aw, err := u.ctl.Buckets().Apps.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly()); err == nil {
+		defer func() { _ = aw.Stop() }()
+		appUpdates = aw.Updates()
+	}
+	var last *pipelines.Run
+	var appKeys map[string]bool
+	push := func(run *pipelines.Run) bool {
+		var b strings.Builder
+		if err := u.tmpl.ExecuteTemplate(&b, "runbody", u.runView(ctx, run, s)); err != nil {
+			_ = out.send("problem", "rendering run "+id+": "+err.Error())
+			return false
+		}
+		return out.send("run", b.String()) == nil
+	}
 	keepalive := time.NewTicker(25 * time.Second) // proxies drop idle streams
 	defer keepalive.Stop()
 	for {
@@ -89,6 +106,14 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			out.f.Flush()
+		case e, ok := <-appUpdates:
+			if !ok {
+				appUpdates = nil
+				continue
+			}
+			if e != nil && last != nil && appKeys[e.Key()] && !push(last) {
+				return
+			}
 		case e, ok := <-watch.Updates():
 			if !ok {
 				_ = out.send("problem", "the watch of run "+id+" ended: reload the page")
@@ -102,12 +127,8 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 				_ = out.send("problem", "unreadable state of run "+id+": "+err.Error())
 				continue
 			}
-			var b strings.Builder
-			if err := u.tmpl.ExecuteTemplate(&b, "runbody", u.runView(ctx, &run, s)); err != nil {
-				_ = out.send("problem", "rendering run "+id+": "+err.Error())
-				return
-			}
-			if err := out.send("run", b.String()); err != nil {
+			last, appKeys = &run, runAppKeys(&run)
+			if !push(&run) {
 				return
 			}
 			if run.Status.Terminal() {
@@ -116,6 +137,17 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// runAppKeys are the prflow-apps keys of the apps a run's steps found.
+func runAppKeys(r *pipelines.Run) map[string]bool {
+	keys := map[string]bool{}
+	for _, sr := range r.Stages {
+		for _, a := range stageAppRefs(sr) {
+			keys[agent.StatusKey(a.agent, a.name)] = true
+		}
+	}
+	return keys
 }
 
 // logLine is what the page gets per step log line.

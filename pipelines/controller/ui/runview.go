@@ -175,6 +175,37 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 // applications) with their status as the agent reports it now in prflow-apps.
 func (u *UI) stageApps(ctx context.Context, sr *pipelines.StageRun) []appView {
 	var out []appView
+	for _, ref := range stageAppRefs(sr) {
+		av := appView{Name: ref.name, Agent: ref.agent, URL: ref.url}
+		e, err := u.ctl.Buckets().Apps.Get(ctx, agent.StatusKey(ref.agent, ref.name))
+		if err != nil {
+			av.Problem = "no status from agent " + ref.agent + ": " + err.Error()
+			out = append(out, av)
+			continue
+		}
+		var as agent.AppStatus
+		if err := json.Unmarshal(e.Value(), &as); err != nil {
+			av.Problem = "unreadable status: " + err.Error()
+			out = append(out, av)
+			continue
+		}
+		av.Sync, av.Health, av.Revision, av.SyncedRevision, av.Message = as.Sync, as.Health, as.Revision, as.SyncedRevision, as.Message
+		if as.URL != "" {
+			av.URL = as.URL
+		}
+		if as.Stale != nil {
+			av.Stale = fmt.Sprintf("stale since %s: %s", as.Stale.Since.UTC().Format("15:04:05"), as.Stale.Reason)
+		}
+		out = append(out, av)
+	}
+	return out
+}
+
+type appRef struct{ name, agent, url string }
+
+// stageAppRefs are the apps a stage's steps name in their outputs, once each.
+func stageAppRefs(sr *pipelines.StageRun) []appRef {
+	var out []appRef
 	seen := map[string]bool{}
 	for _, st := range sr.Steps {
 		for _, key := range []string{"apps", "applications"} {
@@ -186,28 +217,8 @@ func (u *UI) stageApps(ctx context.Context, sr *pipelines.StageRun) []appView {
 					continue
 				}
 				seen[ag+"/"+name] = true
-				av := appView{Name: name, Agent: ag}
-				av.URL, _ = m["url"].(string)
-				e, err := u.ctl.Buckets().Apps.Get(ctx, agent.StatusKey(ag, name))
-				if err != nil {
-					av.Problem = "no status from agent " + ag + ": " + err.Error()
-					out = append(out, av)
-					continue
-				}
-				var as agent.AppStatus
-				if err := json.Unmarshal(e.Value(), &as); err != nil {
-					av.Problem = "unreadable status: " + err.Error()
-					out = append(out, av)
-					continue
-				}
-				av.Sync, av.Health, av.Revision, av.SyncedRevision, av.Message = as.Sync, as.Health, as.Revision, as.SyncedRevision, as.Message
-				if as.URL != "" {
-					av.URL = as.URL
-				}
-				if as.Stale != nil {
-					av.Stale = fmt.Sprintf("stale since %s: %s", as.Stale.Since.UTC().Format("15:04:05"), as.Stale.Reason)
-				}
-				out = append(out, av)
+				url, _ := m["url"].(string)
+				out = append(out, appRef{name: name, agent: ag, url: url})
 			}
 		}
 	}
