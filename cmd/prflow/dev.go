@@ -127,13 +127,16 @@ on loopback, without authentication.`,
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "prflow dev: run %s of pipeline %s (release repo %s, agent \"sim\")\n", run.ID, run.Pipeline, sb.repoURL)
+			if serve {
+				fmt.Fprintf(out, "prflow dev: watch it live at http://%s/ui/runs/%s\n", listen, run.ID)
+			}
 			pr := newProgress(out)
 			final, err := ctl.Wait(ctx, run.ID, pr.update)
 			if err != nil {
 				return err
 			}
 			if serve {
-				fmt.Fprintf(out, "serving the API on http://%s (Ctrl-C to stop)\n", listen)
+				fmt.Fprintf(out, "serving the web UI on http://%s/ui/ and the API on http://%s (Ctrl-C to stop)\n", listen, listen)
 				<-ctx.Done()
 			}
 			return runOutcome(final)

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/ui"
 	"github.com/prflow/prflow/pipelines/harness"
 	"github.com/prflow/prflow/steps"
 )
@@ -89,7 +90,7 @@ func newServer(g *globals) *cobra.Command {
 			return <-errc
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API address")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API and web UI address (UI at /ui/)")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "", "with the embedded NATS: also accept workers/agents on this address (e.g. 127.0.0.1:4222)")
@@ -107,9 +108,10 @@ func serveAPI(ctx context.Context, log *slog.Logger, ctl *controller.Controller,
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
-	srv := &http.Server{Handler: ctl.Handler(auth), ReadHeaderTimeout: 10 * time.Second}
+	// The web UI (/ui/) in front of the API; it signs people in with the API's tokens.
+	srv := &http.Server{Handler: ui.Wrap(ctl.Handler(auth), ui.New(ctl, auth, log)), ReadHeaderTimeout: 10 * time.Second}
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("API listening", "addr", ln.Addr().String())
+	log.Info("API and web UI listening", "addr", ln.Addr().String(), "ui", "http://"+ln.Addr().String()+"/ui/")
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

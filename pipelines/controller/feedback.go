@@ -15,7 +15,7 @@ import (
 // Nats-Msg-Id (run/stage/prflow-status-<state>/1/0) makes each one go out once.
 type Feedback struct {
 	// ExternalURL is where people reach this server (--external-url); statuses and comments
-	// link to <ExternalURL>/api/v1/runs/<id>.
+	// link to the run's page in the web UI, <ExternalURL>/ui/runs/<id>.
 	ExternalURL string
 	// Statuses sets prflow/<stage> commit statuses on the triggering commit of webhook-triggered
 	// runs whose trigger names a connector: pending when the stage starts, then success or failure.
@@ -34,7 +34,7 @@ func (f *Feedback) RunURL(run string) string {
 	if f == nil || f.ExternalURL == "" {
 		return ""
 	}
-	return strings.TrimRight(f.ExternalURL, "/") + "/api/v1/runs/" + run
+	return strings.TrimRight(f.ExternalURL, "/") + "/ui/runs/" + run
 }
 
 // fbSnapshot is what feedback compares before and after an event.

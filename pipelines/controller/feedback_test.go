@@ -54,7 +54,7 @@ func TestFeedbackJobs(t *testing.T) {
 	r.Stages[0].Rollback[0].Outputs = map[string]any{"connector": "release", "repo": "acme/release", "prNumber": 10}
 	jobs := c.feedbackJobs(b, r)
 	if len(jobs) != 2 || jobs[0].ID() != "t1/dev/prflow-status-failure/1/0" || jobs[0].Inputs["description"] != "p dev: failed: sync failed" ||
-		jobs[0].Inputs["targetUrl"] != "https://x.test/api/v1/runs/t1" || jobs[0].Inputs["sha"] != "abc" || jobs[0].Inputs["context"] != "prflow/dev" ||
+		jobs[0].Inputs["targetUrl"] != "https://x.test/ui/runs/t1" || jobs[0].Inputs["sha"] != "abc" || jobs[0].Inputs["context"] != "prflow/dev" ||
 		jobs[1].ID() != "t1/dev/rb.prflow-comment-revert/1/0" || !strings.Contains(jobs[1].Inputs["body"].(string), "reverts an earlier release") ||
 		jobs[1].Inputs["prNumber"] != 10 {
 		for _, j := range jobs {

@@ -436,7 +436,7 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 		rp, _ := gh.PullRequest("acme", "release", num)
 		body := rp.Comments[0].Body
 		if !strings.Contains(body, "`envs/"+env+"/config.json`: image.tag = `"+tag+"`") || !strings.Contains(body, fmt.Sprintf("acme/web#%d (merged)", pr.Number)) ||
-			!strings.Contains(body, "https://prflow.example.test/api/v1/runs/"+r.ID) {
+			!strings.Contains(body, "https://prflow.example.test/ui/runs/"+r.ID) {
 			t.Errorf("comment on release PR #%d:\n%s", num, body)
 		}
 		if len(rp.Comments) != 1 {
@@ -447,7 +447,7 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 	seen := map[string][]string{}
 	for _, s := range all {
 		seen[s.Context] = append(seen[s.Context], s.State)
-		if s.TargetURL != "https://prflow.example.test/api/v1/runs/"+r.ID {
+		if s.TargetURL != "https://prflow.example.test/ui/runs/"+r.ID {
 			t.Errorf("status %s links to %q", s.Context, s.TargetURL)
 		}
 	}

@@ -1,0 +1,122 @@
+package ui_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/examples"
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/scm/connector"
+	"github.com/prflow/prflow/scm/github"
+	"github.com/prflow/prflow/scm/scmtest"
+	"github.com/prflow/prflow/steps"
+)
+
+const twoEnvPipeline = `
+name: promote-two
+inputs:
+  tag: {type: string, required: true}
+environments:
+  - {name: dev, clusters: [{name: dev-eu, agent: sim}]}
+  - {name: staging, clusters: [{name: staging-eu, agent: sim}]}
+stages:
+  - id: dev
+    environment: dev
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
+               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
+      - id: merge
+        type: MergePR
+        with: {mergeStrategy: squash}
+  - id: staging
+    environment: staging
+    steps:
+      - id: gate
+        type: Approval
+        timeout: 5m
+        with: {approvers: {groups: [release], minimumCount: 1}}
+      - id: update
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
+               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
+      - id: merge
+        type: MergePR
+        with: {mergeStrategy: squash}
+`
+
+// TestEnvironmentsView: each environment shows the value and merge commit of the newest run
+// whose stage for it succeeded, and that run; a run whose stage failed does not count.
+func TestEnvironmentsView(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e.RegisterAgent("sim")
+	alice := controller.User{Name: "alice", Groups: []string{"release"}}
+	decide := func(id string, approve bool) {
+		t.Helper()
+		waitParked(t, e, id, "staging", "gate")
+		if err := e.Ctl.Decide(context.Background(), id, controller.SignalRequest{Stage: "staging", Step: "gate", Approve: approve}, alice); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Run 1 puts 1.0 on both; run 2 puts 2.0 on dev and is rejected before staging.
+	r1 := e.Start(twoEnvPipeline, map[string]any{"tag": "1.0"})
+	decide(r1.ID, true)
+	if f := e.Wait(r1.ID, 60*time.Second); f.Status != pipelines.StSucceeded {
+		t.Fatalf("run 1: %s %s", f.Status, f.Error)
+	}
+	r2 := e.Start(twoEnvPipeline, map[string]any{"tag": "2.0"})
+	decide(r2.ID, false)
+	f2 := e.Wait(r2.ID, 60*time.Second)
+	if f2.Status != pipelines.StFailed {
+		t.Fatalf("run 2: %s, want failed (staging rejected)", f2.Status)
+	}
+	final1, _ := e.Ctl.Get(context.Background(), r1.ID)
+	stagingCommit, _ := ctltest.Step(final1, "staging", "merge").Outputs["commitId"].(string)
+	devCommit, _ := ctltest.Step(f2, "dev", "merge").Outputs["commitId"].(string)
+	if stagingCommit == "" || devCommit == "" {
+		t.Fatal("merge steps report no commitId")
+	}
+
+	c := client(t)
+	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {bobToken}}, nil); code != http.StatusSeeOther {
+		t.Fatalf("login: %d", code)
+	}
+	code, _, page := do(t, c, "GET", e.URL+"/ui/environments", nil, nil)
+	if code != http.StatusOK {
+		t.Fatalf("environments: %d\n%s", code, page)
+	}
+	row := func(env string) string {
+		m := regexp.MustCompile(`(?s)<tr data-env="` + env + `">(.*?)</tr>`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("no row for %s:\n%s", env, page)
+		}
+		return m[1]
+	}
+	for _, tc := range []struct{ env, value, commit, run string }{
+		{"dev", "envs/dev/config.json: image.tag = 2.0", devCommit, r2.ID},
+		{"staging", "envs/staging/config.json: image.tag = 1.0", stagingCommit, r1.ID},
+	} {
+		got := row(tc.env)
+		for _, want := range []string{tc.value, `data-copy="` + tc.commit + `"`, `href="/ui/runs/` + tc.run + `"`} {
+			if !strings.Contains(got, want) {
+				t.Errorf("%s row lacks %s:\n%s", tc.env, want, got)
+			}
+		}
+	}
+}

@@ -1,0 +1,324 @@
+package ui
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/steps/worker"
+)
+
+// PageSize is how many runs the runs page shows at a time.
+const PageSize = 25
+
+// allRuns reads every run, newest first (by creation time: webhook runs have delivery ids,
+// which do not sort by time).
+func (u *UI) allRuns(ctx context.Context) ([]*pipelines.Run, error) {
+	runs, err := u.ctl.List(ctx, 0)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	slices.SortStableFunc(runs, func(a, b *pipelines.Run) int {
+		if c := b.Created.Compare(a.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	return runs, nil
+}
+
+type runRow struct {
+	*pipelines.Run
+	Duration string
+	Trigger  triggerView
+}
+
+func (u *UI) runsPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	pipeline, status := q.Get("pipeline"), q.Get("status")
+	if status != "" && !slices.Contains(statusFilters, status) {
+		u.fail(w, r, http.StatusBadRequest, fmt.Sprintf("status filter %q: want one of %s", status, strings.Join(statusFilters, ", ")))
+		return
+	}
+	page, _ := strconv.Atoi(q.Get("page"))
+	page = max(page, 1)
+	runs, err := u.allRuns(r.Context())
+	if err != nil {
+		u.fail(w, r, http.StatusInternalServerError, err.Error())
+		return
+	}
+	var names []string
+	var match []*pipelines.Run
+	for _, run := range runs {
+		if !slices.Contains(names, run.Pipeline) {
+			names = append(names, run.Pipeline)
+		}
+		if pipeline != "" && run.Pipeline != pipeline {
+			continue
+		}
+		if status != "" && !statusMatches(run.Status, status) {
+			continue
+		}
+		match = append(match, run)
+	}
+	slices.Sort(names)
+	from := min((page-1)*PageSize, len(match))
+	to := min(from+PageSize, len(match))
+	rows := make([]runRow, 0, to-from)
+	now := time.Now()
+	for _, run := range match[from:to] {
+		rows = append(rows, runRow{Run: run, Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger)})
+	}
+	link := func(p int) string {
+		v := q
+		v.Set("page", strconv.Itoa(p))
+		return "/ui/?" + v.Encode()
+	}
+	data := map[string]any{"Title": "Runs", "Nav": "runs", "Rows": rows, "Pipelines": names, "Pipeline": pipeline, "Status": status,
+		"Statuses": statusFilters, "Total": len(match), "Page": page, "From": from + 1, "To": to}
+	if page > 1 {
+		data["Prev"] = link(page - 1)
+	}
+	if to < len(match) {
+		data["Next"] = link(page + 1)
+	}
+	u.render(w, r, http.StatusOK, "runs", data)
+}
+
+// statusFilters are the runs page's status choices; "active" is every run not finished.
+var statusFilters = []string{"active", "succeeded", "failed", "cancelled", "rolledBack", "waiting"}
+
+func statusMatches(s pipelines.Status, f string) bool {
+	if f == "active" {
+		return !s.Terminal()
+	}
+	return string(s) == f
+}
+
+func (u *UI) runPage(w http.ResponseWriter, r *http.Request) {
+	run, err := u.ctl.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, controller.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		u.fail(w, r, code, err.Error())
+		return
+	}
+	data := map[string]any{"Title": "Run " + run.ID, "Nav": "runs", "Run": u.runView(r.Context(), run, sessionFrom(r.Context()))}
+	if m := r.URL.Query().Get("msg"); m != "" {
+		data["Flash"] = m
+	}
+	u.render(w, r, http.StatusOK, "run", data)
+}
+
+func (u *UI) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s := sessionFrom(r.Context())
+	if err := u.ctl.Cancel(r.Context(), id, s.user.Name); err != nil {
+		code := http.StatusConflict
+		if errors.Is(err, controller.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		u.fail(w, r, code, "cancel run "+id+": "+err.Error())
+		return
+	}
+	http.Redirect(w, r, "/ui/runs/"+id+"?msg="+urlq("cancel requested by "+s.user.Name), http.StatusSeeOther)
+}
+
+func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s := sessionFrom(r.Context())
+	dec := r.PostFormValue("decision")
+	if dec != "approve" && dec != "reject" {
+		u.fail(w, r, http.StatusBadRequest, fmt.Sprintf("decision: want approve or reject, got %q", dec))
+		return
+	}
+	req := controller.SignalRequest{Stage: r.PostFormValue("stage"), Step: r.PostFormValue("step"), Rollback: r.PostFormValue("rollback") == "true",
+		Approve: dec == "approve", Comment: strings.TrimSpace(r.PostFormValue("comment"))}
+	if err := u.ctl.Decide(r.Context(), id, req, s.user); err != nil {
+		code := http.StatusInternalServerError
+		var de *controller.DecisionError
+		if errors.As(err, &de) {
+			code = de.Code
+		}
+		u.fail(w, r, code, fmt.Sprintf("%s step %s.%s of run %s: %v", dec, req.Stage, req.Step, id, err))
+		return
+	}
+	verb := map[string]string{"approve": "approved", "reject": "rejected"}[dec]
+	http.Redirect(w, r, "/ui/runs/"+id+"?msg="+urlq(fmt.Sprintf("%s.%s %s by %s", req.Stage, req.Step, verb, s.user.Name)), http.StatusSeeOther)
+}
+
+// envRow is one environment of a pipeline: what it runs now and which run put it there.
+type envRow struct {
+	Env     string
+	Stage   string
+	Run     *pipelines.Run
+	Ended   time.Time
+	Values  []string
+	Commit  string
+	PR      string
+	Apps    []appView
+	Missing string
+}
+
+type envPipeline struct {
+	Name string
+	Envs []envRow
+}
+
+func (u *UI) envPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	runs, err := u.allRuns(ctx)
+	if err != nil {
+		u.fail(w, r, http.StatusInternalServerError, err.Error())
+		return
+	}
+	var out []envPipeline
+	index := map[string]int{}
+	specs := map[string]*pipelines.Pipeline{}
+	// Newest runs first: the first run that finished a stage of an environment put the
+	// environment's current value there.
+	for _, run := range runs {
+		p, ok := specs[run.Spec]
+		if !ok {
+			p, _ = u.ctl.Pipeline(ctx, run.Spec)
+			specs[run.Spec] = p
+		}
+		if p == nil || len(p.Environments) == 0 {
+			continue
+		}
+		i, ok := index[run.Pipeline]
+		if !ok {
+			i = len(out)
+			index[run.Pipeline] = i
+			ep := envPipeline{Name: run.Pipeline}
+			for _, e := range p.Environments {
+				ep.Envs = append(ep.Envs, envRow{Env: e.Name, Missing: "no run has finished a stage of this environment yet"})
+			}
+			out = append(out, ep)
+		}
+		for _, st := range p.Stages {
+			if st.Environment == "" {
+				continue
+			}
+			sr := run.Find(st.ID)
+			if sr == nil || sr.Status != pipelines.StSucceeded {
+				continue // rolled back, failed or not run: the environment runs something else
+			}
+			for k := range out[i].Envs {
+				row := &out[i].Envs[k]
+				if row.Env != st.Environment || row.Run != nil {
+					continue
+				}
+				*row = envRow{Env: row.Env, Stage: sr.ID, Run: run, Ended: sr.Ended}
+				row.Values, row.Commit, row.PR = stageChange(sr)
+				row.Apps = u.stageApps(ctx, sr)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b envPipeline) int { return cmp.Compare(a.Name, b.Name) })
+	u.render(w, r, http.StatusOK, "environments", map[string]any{"Title": "Environments", "Nav": "environments", "Pipelines": out})
+}
+
+// stageChange is what a succeeded stage changed: the values it set, the commit that merged
+// them and the PR.
+func stageChange(sr *pipelines.StageRun) (values []string, commit, pr string) {
+	for _, st := range sr.Steps {
+		switch st.Type {
+		case "UpdateReleaseRepo":
+			for _, e := range asList(st.Outputs["edits"]) {
+				m, _ := e.(map[string]any)
+				for _, c := range asList(m["changes"]) {
+					cm, _ := c.(map[string]any)
+					if k, _ := cm["key"].(string); k != "" {
+						values = append(values, fmt.Sprintf("%v: %s = %v", m["file"], k, cm["value"]))
+					}
+				}
+			}
+			if s, _ := st.Outputs["prlink"].(string); s != "" {
+				pr = s
+			}
+			if s, _ := st.Outputs["commitId"].(string); s != "" && commit == "" {
+				commit = s
+			}
+		case "MergePR":
+			if s, _ := st.Outputs["commitId"].(string); s != "" {
+				commit = s
+			}
+		}
+	}
+	return values, commit, pr
+}
+
+func asList(v any) []any { l, _ := v.([]any); return l }
+
+type workerRow struct {
+	worker.Info
+	Age   string
+	Stale bool
+}
+
+type agentRow struct {
+	agent.Registration
+	Age   string
+	Stale bool
+}
+
+func (u *UI) workersPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	b := u.ctl.Buckets()
+	now := time.Now()
+	var workers []workerRow
+	var problems []string
+	eachKV(ctx, b.Workers, &problems, func(raw []byte) {
+		var wi worker.Info
+		if json.Unmarshal(raw, &wi) == nil {
+			workers = append(workers, workerRow{Info: wi, Age: ago(wi.Seen, now), Stale: now.Sub(wi.Seen) > 20*time.Second})
+		}
+	})
+	var agents []agentRow
+	eachKV(ctx, b.Agents, &problems, func(raw []byte) {
+		var ar agent.Registration
+		if json.Unmarshal(raw, &ar) == nil && ar.Agent != "" {
+			agents = append(agents, agentRow{Registration: ar, Age: ago(ar.Seen, now), Stale: !ar.Expires.IsZero() && now.After(ar.Expires)})
+		}
+	})
+	slices.SortFunc(workers, func(a, b workerRow) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(agents, func(a, b agentRow) int {
+		return cmp.Or(cmp.Compare(a.Agent, b.Agent), cmp.Compare(a.Replica, b.Replica))
+	})
+	u.render(w, r, http.StatusOK, "workers", map[string]any{"Title": "Workers and agents", "Nav": "workers", "Workers": workers, "Agents": agents, "Problems": problems})
+}
+
+// eachKV calls fn with every value of a bucket; read errors are collected for the page.
+func eachKV(ctx context.Context, kv jetstream.KeyValue, problems *[]string, fn func([]byte)) {
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		*problems = append(*problems, fmt.Sprintf("list %s: %v", kv.Bucket(), err))
+		return
+	}
+	for k := range lister.Keys() {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // expired between list and read
+		}
+		if err != nil {
+			*problems = append(*problems, fmt.Sprintf("read %s/%s: %v", kv.Bucket(), k, err))
+			continue
+		}
+		fn(e.Value())
+	}
+}

@@ -1,0 +1,377 @@
+package ui
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+)
+
+// runView is everything the run page's live body shows.
+type runView struct {
+	*pipelines.Run
+	Duration string
+	Trigger  triggerView
+	Inputs   []kv
+	Stages   []stageView
+	CanAct   bool // signed in (or dev) and the run is active: cancel is offered
+	CSRF     string
+}
+
+type kv struct {
+	Key   string
+	Value template.HTML
+}
+
+type stageView struct {
+	*pipelines.StageRun
+	Env      string
+	Clusters []string
+	Duration string
+	Steps    []stepView
+	Rollback []stepView
+	Apps     []appView
+}
+
+type stepView struct {
+	*pipelines.StepRun
+	RunID     string
+	CSRF      string
+	Stage     string
+	IsRB      bool
+	Reason    string
+	Timing    string
+	Outputs   []kv
+	Decisions []string
+	// Decide: the caller may approve or reject this step now; NoDecide says why not when the
+	// step waits for an approval the caller may not give.
+	Decide   bool
+	NoDecide string
+}
+
+type appView struct {
+	Name           string
+	Agent          string
+	URL            string
+	Sync           string
+	Health         string
+	Revision       string
+	SyncedRevision string
+	Message        string
+	Stale          string
+	Problem        string
+}
+
+type triggerView struct {
+	Text    string
+	PRURL   string
+	PRText  string
+	SHA     string
+	SHAURL  string
+	Kind    string
+	Trigger string
+}
+
+func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runView {
+	now := time.Now()
+	v := runView{Run: run, Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger), CanAct: s != nil && run.Active()}
+	if s != nil {
+		v.CSRF = s.csrf
+	}
+	keys := make([]string, 0, len(run.Inputs))
+	for k := range run.Inputs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v.Inputs = append(v.Inputs, kv{k, value(k, run.Inputs[k])})
+	}
+	var p *pipelines.Pipeline
+	if run.Spec != "" {
+		p, _ = u.ctl.Pipeline(ctx, run.Spec)
+	}
+	for _, sr := range run.Stages {
+		sv := stageView{StageRun: sr, Duration: duration(sr.Started, sr.Ended, now)}
+		if p != nil {
+			if st := p.Stage(sr.ID); st != nil {
+				sv.Env, sv.Clusters = st.Environment, st.Clusters
+			}
+		}
+		for _, st := range sr.Steps {
+			sv.Steps = append(sv.Steps, stepOf(run, sr.ID, st, false, s, now))
+		}
+		for _, st := range sr.Rollback {
+			sv.Rollback = append(sv.Rollback, stepOf(run, sr.ID, st, true, s, now))
+		}
+		sv.Apps = u.stageApps(ctx, sr)
+		v.Stages = append(v.Stages, sv)
+	}
+	return v
+}
+
+func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s *session, now time.Time) stepView {
+	v := stepView{StepRun: st, RunID: run.ID, Stage: stage, IsRB: rb}
+	if s != nil {
+		v.CSRF = s.csrf
+	}
+	switch {
+	case st.Status == pipelines.StWaiting && st.Wait != nil && st.Wait.Reason != "":
+		v.Reason = st.Wait.Reason
+	case st.WakeReason != "" && !st.Status.Terminal():
+		v.Reason = st.WakeReason
+	}
+	switch {
+	case !st.Started.IsZero():
+		v.Timing = st.Started.UTC().Format("15:04:05") + " · " + duration(st.Started, st.Ended, now)
+	case !st.Queued.IsZero():
+		v.Timing = "queued " + ago(st.Queued, now)
+	}
+	if st.Status == pipelines.StWaiting && !st.WaitSince.IsZero() {
+		v.Timing += " · waiting " + duration(st.WaitSince, time.Time{}, now)
+	}
+	keys := make([]string, 0, len(st.Outputs))
+	for k := range st.Outputs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v.Outputs = append(v.Outputs, kv{k, value(k, st.Outputs[k])})
+	}
+	for _, sig := range st.Signals {
+		if sig.Kind != "" && sig.Kind != "approval" {
+			continue
+		}
+		d := "rejected"
+		if sig.Approve {
+			d = "approved"
+		}
+		line := fmt.Sprintf("%s %s at %s", sig.User, d, sig.At.UTC().Format("15:04:05"))
+		if sig.Comment != "" {
+			line += ": " + sig.Comment
+		}
+		v.Decisions = append(v.Decisions, line)
+	}
+	if s != nil && st.Wait != nil && slices.Contains(st.Wait.Topics, "approval") && !st.Status.Terminal() {
+		if err := controller.MayDecide(run, stage, st, s.user); err != nil {
+			v.NoDecide = err.Error()
+		} else {
+			v.Decide = true
+		}
+	}
+	return v
+}
+
+// stageApps lists the apps a stage's steps found (FetchLinkedApps' apps, GitOpsSync's
+// applications) with their status as the agent reports it now in prflow-apps.
+func (u *UI) stageApps(ctx context.Context, sr *pipelines.StageRun) []appView {
+	var out []appView
+	for _, ref := range stageAppRefs(sr) {
+		av := appView{Name: ref.name, Agent: ref.agent, URL: ref.url}
+		e, err := u.ctl.Buckets().Apps.Get(ctx, agent.StatusKey(ref.agent, ref.name))
+		if err != nil {
+			av.Problem = "no status from agent " + ref.agent + ": " + err.Error()
+			out = append(out, av)
+			continue
+		}
+		var as agent.AppStatus
+		if err := json.Unmarshal(e.Value(), &as); err != nil {
+			av.Problem = "unreadable status: " + err.Error()
+			out = append(out, av)
+			continue
+		}
+		av.Sync, av.Health, av.Revision, av.SyncedRevision, av.Message = as.Sync, as.Health, as.Revision, as.SyncedRevision, as.Message
+		if as.URL != "" {
+			av.URL = as.URL
+		}
+		if as.Stale != nil {
+			av.Stale = fmt.Sprintf("stale since %s: %s", as.Stale.Since.UTC().Format("15:04:05"), as.Stale.Reason)
+		}
+		out = append(out, av)
+	}
+	return out
+}
+
+type appRef struct{ name, agent, url string }
+
+// stageAppRefs are the apps a stage's steps name in their outputs, once each.
+func stageAppRefs(sr *pipelines.StageRun) []appRef {
+	var out []appRef
+	seen := map[string]bool{}
+	for _, st := range sr.Steps {
+		for _, key := range []string{"apps", "applications"} {
+			for _, a := range asList(st.Outputs[key]) {
+				m, _ := a.(map[string]any)
+				name, _ := m["name"].(string)
+				ag, _ := m["agent"].(string)
+				if name == "" || ag == "" || seen[ag+"/"+name] {
+					continue
+				}
+				seen[ag+"/"+name] = true
+				url, _ := m["url"].(string)
+				out = append(out, appRef{name: name, agent: ag, url: url})
+			}
+		}
+	}
+	return out
+}
+
+// trigger describes what started a run, with links to the forge for the public hosts.
+func trigger(t *pipelines.TriggerInfo) triggerView {
+	if t == nil {
+		return triggerView{Text: "manual"}
+	}
+	v := triggerView{Kind: t.Kind, Trigger: t.Trigger, SHA: t.SHA}
+	if t.Provider == "" {
+		v.Text = cmpOr(t.Kind, "manual")
+		return v
+	}
+	v.Text = t.Provider + " " + t.Repo
+	base := map[string]string{"github": "https://github.com/", "gitlab": "https://gitlab.com/", "bitbucket": "https://bitbucket.org/"}[t.Provider]
+	if t.PR > 0 {
+		v.PRText = fmt.Sprintf("#%d", t.PR)
+		if base != "" && t.Repo != "" {
+			v.PRURL = base + t.Repo + map[string]string{"github": "/pull/", "gitlab": "/-/merge_requests/", "bitbucket": "/pull-requests/"}[t.Provider] + fmt.Sprint(t.PR)
+		}
+	}
+	if base != "" && t.Repo != "" && t.SHA != "" {
+		v.SHAURL = base + t.Repo + map[string]string{"github": "/commit/", "gitlab": "/-/commit/", "bitbucket": "/commits/"}[t.Provider] + t.SHA
+	}
+	if t.Action != "" {
+		v.Text += " (" + t.Action + ")"
+	}
+	return v
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+var shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+
+// value renders an output or input: URLs as links, commit SHAs short with a copy button,
+// lists and objects nested.
+func value(key string, v any) template.HTML {
+	var b strings.Builder
+	writeValue(&b, key, v, 0)
+	return template.HTML(b.String())
+}
+
+func writeValue(b *strings.Builder, key string, v any, depth int) {
+	esc := template.HTMLEscapeString
+	switch x := v.(type) {
+	case string:
+		switch {
+		case (strings.HasPrefix(x, "https://") || strings.HasPrefix(x, "http://")) && isURL(x):
+			fmt.Fprintf(b, `<a href="%s" rel="noreferrer">%s</a>`, esc(x), esc(x))
+		case shaRE.MatchString(x):
+			fmt.Fprintf(b, `<code class="sha" title="%s">%s</code><button type="button" class="copy" data-copy="%s" title="copy %s">copy</button>`, esc(x), esc(x[:8]), esc(x), esc(key))
+		default:
+			b.WriteString(esc(x))
+		}
+	case []any:
+		if len(x) == 0 {
+			b.WriteString("[]")
+			return
+		}
+		b.WriteString(`<ul class="val">`)
+		for _, e := range x {
+			b.WriteString("<li>")
+			writeValue(b, key, e, depth+1)
+			b.WriteString("</li>")
+		}
+		b.WriteString("</ul>")
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteString(`<span class="obj">`)
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(" · ")
+			}
+			fmt.Fprintf(b, `<span class="k">%s:</span> `, esc(k))
+			if depth > 4 {
+				raw, _ := json.Marshal(x[k])
+				b.WriteString(esc(string(raw)))
+				continue
+			}
+			writeValue(b, k, x[k], depth+1)
+		}
+		b.WriteString("</span>")
+	case nil:
+		b.WriteString("null")
+	default:
+		raw, err := json.Marshal(x)
+		if err != nil {
+			b.WriteString(esc(fmt.Sprint(x)))
+			return
+		}
+		b.WriteString(esc(string(raw)))
+	}
+}
+
+func isURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+func duration(from, to, now time.Time) string {
+	if from.IsZero() {
+		return ""
+	}
+	if to.IsZero() {
+		to = now
+	}
+	d := to.Sub(from)
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	return d.Round(time.Second).String() + " ago"
+}
+
+func urlq(s string) string { return url.QueryEscape(s) }
+
+var funcs = template.FuncMap{
+	"short": func(s string) string {
+		if len(s) > 8 && shaRE.MatchString(s) {
+			return s[:8]
+		}
+		return s
+	},
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"lower": strings.ToLower,
+}

@@ -1,0 +1,73 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
+)
+
+// This file gives read-side views (the web UI) what they need from a controller without
+// reaching into its fields: the NATS buckets, the stored pipelines, and approval decisions
+// with the same checks the API makes.
+
+// Conn is the controller's NATS connection (the logs stream is read through it).
+func (c *Controller) Conn() *queue.Conn { return c.conn }
+
+// Pipeline returns the stored pipeline a run was started from (its Spec hash).
+func (c *Controller) Pipeline(ctx context.Context, spec string) (*pipelines.Pipeline, error) {
+	m, err := c.machine(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return m.P, nil
+}
+
+// DecisionError is a refused approval decision; Code is the HTTP status that fits it.
+type DecisionError struct {
+	Code int
+	Err  error
+}
+
+func (e *DecisionError) Error() string { return e.Err.Error() }
+func (e *DecisionError) Unwrap() error { return e.Err }
+
+// Decide records user u's approval decision on a parked step, after the API's checks: the run
+// and step exist, the step is not finished and waits for an approval, and u may decide.
+// Refusals are *DecisionError; an unknown run also matches ErrNotFound.
+func (c *Controller) Decide(ctx context.Context, runID string, req SignalRequest, u User) error {
+	run, err := c.Get(ctx, runID)
+	if err != nil {
+		return &DecisionError{Code: notFoundOr500(err), Err: err}
+	}
+	sr := run.Find(req.Stage)
+	if sr == nil || sr.Step(req.Step, req.Rollback) == nil {
+		return &DecisionError{Code: http.StatusNotFound, Err: fmt.Errorf("run %s has no step %s.%s", run.ID, req.Stage, req.Step)}
+	}
+	st := sr.Step(req.Step, req.Rollback)
+	if st.Status.Terminal() {
+		return &DecisionError{Code: http.StatusConflict, Err: fmt.Errorf("step %s.%s is already %s", req.Stage, req.Step, st.Status)}
+	}
+	if code, err := mayDecide(run, req.Stage, st, u); err != nil {
+		return &DecisionError{Code: code, Err: err}
+	}
+	sig := steps.Signal{Kind: "approval", User: u.Name, Groups: u.Groups, Approve: req.Approve, Comment: req.Comment, At: time.Now().UTC()}
+	if err := c.signal(ctx, run.ID, req.Stage, req.Step, req.Rollback, sig); err != nil {
+		return &DecisionError{Code: http.StatusInternalServerError, Err: err}
+	}
+	return nil
+}
+
+// MayDecide reports whether u may decide on step st of run now (the UI shows its buttons
+// only then); the error says why not.
+func MayDecide(run *pipelines.Run, stage string, st *pipelines.StepRun, u User) error {
+	if st.Status.Terminal() {
+		return fmt.Errorf("step %s.%s is already %s", stage, st.ID, st.Status)
+	}
+	_, err := mayDecide(run, stage, st, u)
+	return err
+}
