@@ -268,7 +268,6 @@ func TestUnsupportedConstructs(t *testing.T) {
 		{"trigger expression", map[string]string{"SPEC": "mergeStrategy: <+trigger.branch>"}, "trigger.branch",
 			"pipeline.stages[0].stage.spec.execution.steps[0].step.spec.mergeStrategy"},
 		{"CI properties", map[string]string{"PIPE": "properties:\n  ci: {codebase: {build: <+input>}}"}, "properties:", "pipeline.properties"},
-		{"notifications", map[string]string{"PIPE": "notificationRules: []"}, "notificationRules", "pipeline.notificationRules"},
 		{"step group rollback", map[string]string{"STEPS": "- stepGroup:\n    identifier: g\n    name: g\n    steps:\n      - step: {identifier: w, name: w, type: Wait, spec: {duration: 1s}}\n    rollbackSteps: []"},
 			"rollbackSteps: []", "pipeline.stages[0].stage.spec.execution.steps[1].stepGroup.rollbackSteps"},
 		{"step matrix repeat", map[string]string{"STEP": "strategy: {repeat: {times: 2}}"}, "repeat", "pipeline.stages[0].stage.spec.execution.steps[0].step.strategy.repeat"},
