@@ -37,7 +37,7 @@ func TestRewriteExpr(t *testing.T) {
 		{in: "envs/<+env.name>/<+cluster.name>.json", want: "envs/<+env.name>/<+cluster.name>.json"},
 		{in: "<+pipeline.executionId>-<+stage.identifier>", want: "<+run.id>-<+stage.id>"},
 		{in: "no expression", want: "no expression"},
-		{in: "<+execution.steps.u.spec.variables.x>", problem: "step's inputs (spec) cannot be read"},
+		{in: "<+execution.steps.u.spec.variables.x>", problem: "reads step u's inputs (spec)"},
 		{in: "<+execution.steps.u.foo>", problem: `unknown step field "foo"`},
 		{in: "<+trigger.branch>", problem: `"trigger" expressions are not supported`},
 		{in: "<+env.type>", problem: "prflow has no env.type"},

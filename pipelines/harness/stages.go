@@ -174,6 +174,7 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 			continue
 		}
 		ax := axis{name: k.Value}
+		reported := false // axisValues reports its own failure: one problem, one line
 		switch {
 		case v.Kind == yaml.SequenceNode:
 			for _, x := range v.Content {
@@ -184,12 +185,17 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 				ax.vals = append(ax.vals, x.Value)
 			}
 		case isScalar(v) && strings.Contains(v.Value, "<+"):
+			n := len(c.errs)
 			ax.vals = c.axisValues(v, p)
+			reported = len(c.errs) > n
 		default:
 			c.bad(v, p, "want a list of values or an expression giving a list")
+			reported = true
 		}
 		if len(ax.vals) == 0 {
-			c.bad(v, p, "matrix axis %q has no values", k.Value)
+			if !reported {
+				c.bad(v, p, "matrix axis %q has no values", k.Value)
+			}
 			ax.vals = []string{""}
 		}
 		axes = append(axes, ax)

@@ -235,3 +235,52 @@ func TestTemplatesRefused(t *testing.T) {
 		t.Errorf("pipeline template: %v", err)
 	}
 }
+
+// One problem, one line: an axis that cannot be expanded and a read of another step's spec
+// each give exactly one error that says what is wrong.
+func TestOneErrorPerProblem(t *testing.T) {
+	m := testMap(t)
+	axis := `pipeline:
+  identifier: p
+  variables:
+    - {name: apps, type: String, value: <+input>}
+  stages:
+    - stage:
+        identifier: dev
+        type: Custom
+        strategy:
+          matrix:
+            app: <+pipeline.variables.apps.split(',')>
+        spec:
+          execution:
+            steps:
+              - step: {identifier: w, type: Wait, spec: {duration: 1s}}
+`
+	spec := `pipeline:
+  identifier: p
+  stages:
+    - stage:
+        identifier: dev
+        type: Custom
+        spec:
+          execution:
+            steps:
+              - step: {identifier: w, type: Wait, spec: {duration: 1s}}
+              - step: {identifier: w2, type: Wait, spec: {duration: <+execution.steps.w.spec.duration>}}
+`
+	for _, tc := range []struct{ name, src, want string }{
+		{"matrix axis", axis, `p.yaml:11:18: pipeline.stages[0].stage.strategy.matrix.app: matrix axis <+pipeline.variables.apps.split(',')> cannot be expanded: input "apps" has no value: give it with --set apps=…`},
+		{"spec read", spec, `p.yaml:11:69: pipeline.stages[0].stage.spec.execution.steps[1].step.spec.duration: unsupported: <+execution.steps.w.spec.duration> reads step w's inputs (spec)`},
+	} {
+		_, err := Convert("p.yaml", []byte(tc.src), Options{Map: m})
+		var le *pipelines.LoadError
+		if !errors.As(err, &le) || len(le.Errs) != 1 || !strings.HasPrefix(le.Errs[0].Error(), tc.want) {
+			t.Errorf("%s: want one error starting %q, got:\n%v", tc.name, tc.want, err)
+		}
+	}
+	for _, in := range []string{"<+execution.steps.u.spec.variables.x>", "<+pipeline.stages.s.spec.execution.steps.u.spec.prTitle>", "<+execution.steps.u.foo.bar>"} {
+		if _, probs := rewriteExpr(in); len(probs) != 1 {
+			t.Errorf("%s: %d problems %q, want 1", in, len(probs), probs)
+		}
+	}
+}
