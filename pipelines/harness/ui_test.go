@@ -284,3 +284,26 @@ func TestOneErrorPerProblem(t *testing.T) {
 		}
 	}
 }
+
+// UpdateGitOpsApp is documented by Harness but edits a live Argo CD app, which prflow's agents
+// cannot do: it is refused saying why and what to use instead. A whole `serviceInputs:
+// <+input>` (as templates write it) asks nothing prflow uses and is accepted; an agentId the
+// map does not know passes as a prflow agent id.
+func TestUpdateGitOpsAppAndOtherUIShapes(t *testing.T) {
+	m := testMap(t)
+	src := fill(base, map[string]string{"STEPS": "- step:\n    identifier: upd\n    type: UpdateGitOpsApp\n    spec: {agentId: harnessdevagent, applicationName: web-dev, targetRevision: v2}"})
+	_, err := Convert("p.yaml", []byte(src), Options{Map: m})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("p.yaml:%d:", lineOf(t, src, "type: UpdateGitOpsApp"))) ||
+		!strings.Contains(err.Error(), "only read and sync apps") || !strings.Contains(err.Error(), "GitOpsUpdateReleaseRepo") {
+		t.Errorf("UpdateGitOpsApp: %v", err)
+	}
+	src = strings.Replace(fill(base, map[string]string{"STEPS": "- step:\n    identifier: d\n    type: GitOpsGetAppDetails\n    spec:\n      applicationsList:\n        - {applicationName: a, agentId: harnessdevagent}\n        - {applicationName: b, agentId: us}"}),
+		"service: {serviceRef: web}", "service: {serviceRef: web, serviceInputs: <+input>}", 1)
+	res, err := Convert("p.yaml", []byte(src), Options{Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(res.Pipeline.Stages[0].Steps[1].With.Static()["applicationsList"]); got != "[map[agentId:eu applicationName:a] map[agentId:us applicationName:b]]" {
+		t.Errorf("applicationsList %s", got)
+	}
+}
