@@ -190,3 +190,12 @@ func devRunID(out string) string {
 	}
 	return ""
 }
+
+// `prflow validate` accepts the UI-saved pipeline in strict mode, printing the one warning
+// about its notification rules.
+func TestValidateHarnessUIPipeline(t *testing.T) {
+	out, err := run(t, "validate", fixtures+"ui_pr.yaml", "--harness-map", fixtures+"map.yaml")
+	if err != nil || !strings.Contains(out, "ok") || strings.Count(out, "warning:") != 1 || !strings.Contains(out, "notificationRules: not carried") {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+}
