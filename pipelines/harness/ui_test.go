@@ -307,3 +307,23 @@ func TestUpdateGitOpsAppAndOtherUIShapes(t *testing.T) {
 		t.Errorf("applicationsList %s", got)
 	}
 }
+
+// agents: and artifacts: in the map are checked like the rest of it, with file:line.
+func TestMapAgentsAndArtifactsErrors(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"agents: [a, b]\n", "m.yaml:1:9: agents: want a mapping of Harness agent identifier: prflow agent id"},
+		{"agents:\n  h1: \"\"\n", "m.yaml:2:7: agents.h1: required"},
+		{"agents:\n  h1: eu\n  h1: us\n", "m.yaml:3:3: agents.h1: duplicate key"},
+		{"services:\n  web:\n    artifacts: [x]\n", "m.yaml:3:16: services.web.artifacts: want a mapping of name: value"},
+		{"services:\n  web:\n    artifacts: {tag: {a: b}}\n", "m.yaml:3:22: services.web.artifacts.tag: want a string"},
+	} {
+		_, err := ParseMap("m.yaml", []byte(tc.src))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.src, err, tc.want)
+		}
+	}
+	m, err := ParseMap("m.yaml", []byte("agents: {account.h1: eu}\nservices:\n  web: {artifacts: {primaryArtifactRef: img, tag: \"1.10\"}}\n"))
+	if err != nil || m.Agents["account.h1"] != "eu" || m.Services["web"].Artifacts["tag"] != "1.10" {
+		t.Errorf("map: %v %+v", err, m)
+	}
+}
