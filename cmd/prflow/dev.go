@@ -38,9 +38,10 @@ func waitLive(ctx context.Context, b *queue.Buckets, ac *agent.Client, workerID,
 }
 
 func newDev(g *globals) *cobra.Command {
-	var pipelineFile, listen string
-	var sets []string
+	var pipelineFile, listen, user, agentID string
+	var sets, groups []string
 	var serve bool
+	var hf harnessFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything in one process and run the example pipeline",
@@ -72,6 +73,19 @@ on loopback, without authentication.`,
 			if err != nil {
 				return err
 			}
+			if agentID == "" || user == "" {
+				return fmt.Errorf("--agent-id and --user must not be empty")
+			}
+			hmap, err := hf.load()
+			if err != nil {
+				return err
+			}
+			// A Harness pipeline is converted with the map here, so its problems are printed
+			// before anything starts.
+			if src, err = hf.convert(name, src, inputs, false, cmd.ErrOrStderr()); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return exitError{code: 1, msg: name + ": cannot be converted"}
+			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			conn, err := g.connect(ctx, log, "prflow-dev")
@@ -87,7 +101,7 @@ on loopback, without authentication.`,
 			defer cancel()
 			done := make(chan struct{}, 2)
 			go func() { _ = ctl.Run(runCtx); done <- struct{}{} }()
-			sb, err := startSandbox(runCtx, g.nats.DataDir, conn, log)
+			sb, err := startSandbox(runCtx, g.nats.DataDir, conn, log, agentID)
 			if err != nil {
 				return err
 			}
@@ -99,10 +113,20 @@ on loopback, without authentication.`,
 			if err != nil {
 				return err
 			}
+			// The sandbox's release repo answers for "release" and for every connector the
+			// Harness map names, so a map written for a real forge runs here unchanged.
+			conns := connector.Static{"release": sb.provider}
+			if hmap != nil {
+				for _, svc := range hmap.Services {
+					if svc.ReleaseRepo != nil && svc.ReleaseRepo.Connector != "" {
+						conns[svc.ReleaseRepo.Connector] = sb.provider
+					}
+				}
+			}
 			w := &worker.Worker{ID: "dev-worker", Concurrency: 4, Registry: steps.Default, Log: log, Version: version, DrainTimeout: 5 * time.Second,
 				Secrets: []string{devToken},
 				Services: steps.NewServices(map[string]any{
-					steps.ServiceSCM:    connector.Static{"release": sb.provider},
+					steps.ServiceSCM:    conns,
 					steps.ServiceLocks:  worker.NewLeaseLocker(b, mq, "dev-worker"),
 					steps.ServiceGitOps: agent.NewClient(conn.NC, b.Apps, b.Agents),
 				})}
@@ -113,12 +137,12 @@ on loopback, without authentication.`,
 				if h, _, err := splitLoopback(listen); err != nil || h == "" {
 					return fmt.Errorf("--listen %s: dev serves without authentication, so only on loopback", listen)
 				}
-				anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
+				anon := &controller.Auth{Anonymous: &controller.User{Name: user, Groups: groups}}
 				go func() { _ = serveAPI(runCtx, log, ctl, listen, anon) }()
 			}
 			<-ctl.Ready()
 			// Runs are checked against live workers and agents at start: wait for ours.
-			if err := waitLive(ctx, b, agent.NewClient(conn.NC, b.Apps, b.Agents), w.ID, "sim"); err != nil {
+			if err := waitLive(ctx, b, agent.NewClient(conn.NC, b.Apps, b.Agents), w.ID, agentID); err != nil {
 				return err
 			}
 			run, err := ctl.Start(ctx, controller.StartRequest{File: name, Source: src, Inputs: inputs, Executor: "dev"})
@@ -126,7 +150,7 @@ on loopback, without authentication.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "prflow dev: run %s of pipeline %s (release repo %s, agent \"sim\")\n", run.ID, run.Pipeline, sb.repoURL)
+			fmt.Fprintf(out, "prflow dev: run %s of pipeline %s (release repo %s, agent %q)\n", run.ID, run.Pipeline, sb.repoURL, agentID)
 			if serve {
 				fmt.Fprintf(out, "prflow dev: watch it live at http://%s/ui/runs/%s\n", listen, run.ID)
 			}
@@ -146,5 +170,9 @@ on loopback, without authentication.`,
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "runtime input key=value (repeatable)")
 	cmd.Flags().BoolVar(&serve, "serve", false, "keep running and serve the HTTP API on --listen")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "API address for --serve (loopback only)")
+	cmd.Flags().StringVar(&user, "user", "dev", "with --serve: the user every API caller is (who approves)")
+	cmd.Flags().StringSliceVar(&groups, "groups", []string{"dev"}, "with --serve: that user's groups (comma-separated), for approvals that name groups")
+	cmd.Flags().StringVar(&agentID, "agent-id", "sim", "the simulated GitOps agent's id (the agent the pipeline's clusters and apps name)")
+	hf.add(cmd)
 	return cmd
 }

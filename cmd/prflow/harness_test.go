@@ -133,3 +133,69 @@ func liveWorkerAndAgent(t *testing.T, url, conn, agentID string) {
 		}
 	}
 }
+
+// `prflow dev` runs a Harness pipeline as the UI saves it: --harness-map converts it (strict),
+// --agent-id names the simulated agent as the map does, and --user/--groups make the API's
+// caller a member of the group the approval names, so `prflow approve` lets it finish.
+func TestDevRunsHarnessUIPipeline(t *testing.T) {
+	addr := freeAddr(t)
+	out := startCmd(t, "dev", "--log-level", "warn", "--pipeline", fixtures+"ui_pr.yaml", "--harness-map", fixtures+"dev_map.yaml",
+		"--agent-id", "eu", "--serve", "--listen", addr, "--user", "alice", "--groups", "release_managers,ops", "--set", "tag=1.6.0")
+	var runID string
+	deadline := time.Now().Add(60 * time.Second)
+	for ; time.Now().Before(deadline) && !strings.Contains(out.String(), "waiting"); time.Sleep(50 * time.Millisecond) {
+	}
+	runID = devRunID(out.String())
+	if runID == "" || !strings.Contains(out.String(), `agent "eu"`) {
+		t.Fatalf("dev did not start the run on agent eu:\n%s", out.String())
+	}
+	if res, err := run(t, "approve", runID, "promote_dev.approveMerge", "--server", "http://"+addr); err != nil {
+		t.Fatalf("approve as alice (release_managers): %v\n%s", err, res)
+	}
+	for ; time.Now().Before(deadline) && !strings.Contains(out.String(), "serving the API"); time.Sleep(50 * time.Millisecond) {
+	}
+	got := out.String()
+	if !strings.Contains(got, "serving the API") || !strings.Contains(got, "step promote_dev.syncWeb (GitOpsSync): succeeded") ||
+		!strings.Contains(got, "step promote_dev.getAppDetails (GetAppDetails): succeeded") {
+		t.Fatalf("the run did not finish:\n%s", got)
+	}
+	if !strings.Contains(got, "notificationRules: not carried") || strings.Count(got, "notificationRules") != 1 {
+		t.Errorf("the notification rules must be reported once:\n%s", got)
+	}
+}
+
+// The approval names a group the dev caller is not in: the API refuses the decision.
+func TestDevUserOutsideTheApproversIsRefused(t *testing.T) {
+	addr := freeAddr(t)
+	out := startCmd(t, "dev", "--log-level", "warn", "--pipeline", fixtures+"ui_pr.yaml", "--harness-map", fixtures+"dev_map.yaml",
+		"--agent-id", "eu", "--serve", "--listen", addr, "--set", "tag=1.6.1")
+	deadline := time.Now().Add(60 * time.Second)
+	for ; time.Now().Before(deadline) && !strings.Contains(out.String(), "waiting"); time.Sleep(50 * time.Millisecond) {
+	}
+	id := devRunID(out.String())
+	if id == "" {
+		t.Fatalf("dev output:\n%s", out.String())
+	}
+	if res, err := run(t, "approve", id, "promote_dev.approveMerge", "--server", "http://"+addr); err == nil || !strings.Contains(err.Error(), "dev is not an approver") {
+		t.Fatalf("user dev (group dev) on a step for release_managers: %v %s", err, res)
+	}
+}
+
+// devRunID is the run id `prflow dev` prints ("prflow dev: run ID of pipeline …").
+func devRunID(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[0] == "prflow" && f[1] == "dev:" && f[2] == "run" {
+			return f[3]
+		}
+	}
+	return ""
+}
+
+// `prflow validate` accepts the UI-saved pipeline in strict mode, printing the one warning
+// about its notification rules.
+func TestValidateHarnessUIPipeline(t *testing.T) {
+	out, err := run(t, "validate", fixtures+"ui_pr.yaml", "--harness-map", fixtures+"map.yaml")
+	if err != nil || !strings.Contains(out, "ok") || strings.Count(out, "warning:") != 1 || !strings.Contains(out, "notificationRules: not carried") {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+}

@@ -30,7 +30,7 @@ type sandbox struct {
 	stop     func()
 }
 
-func startSandbox(ctx context.Context, dir string, conn *queue.Conn, log *slog.Logger) (*sandbox, error) {
+func startSandbox(ctx context.Context, dir string, conn *queue.Conn, log *slog.Logger, agentID string) (*sandbox, error) {
 	gs, err := scmtest.OpenGitServer(filepath.Join(dir, "git"), scmtest.WithToken(devToken, "dev"))
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ func startSandbox(ctx context.Context, dir string, conn *queue.Conn, log *slog.L
 		_ = srv.Close()
 		return nil, err
 	}
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gs.Dir("acme", "release"), Branch: "main",
+	sim, err := simagent.New(simagent.Options{AgentID: agentID, Repo: gs.Dir("acme", "release"), Branch: "main",
 		Delay: 300 * time.Millisecond, Step: 150 * time.Millisecond, Poll: 500 * time.Millisecond, Log: log, Version: version})
 	if err != nil {
 		_ = srv.Close()

@@ -297,3 +297,51 @@ func TestHarnessRunSurvivesRestartWithoutMap(t *testing.T) {
 		t.Errorf("values.yaml after the restarted run:\n%s", got)
 	}
 }
+
+// The web ApplicationSet makes one app per envs/<env>/config.json, labelled for Harness.
+const webAppSetYAML = `apiVersion: argoproj.io/v1alpha1
+kind: ApplicationSet
+metadata: {name: web}
+spec:
+  generators:
+    - git: {repoURL: https://git.example/release.git, revision: main, files: [{path: "envs/*/config.json"}]}
+  template:
+    metadata:
+      name: 'web-{{env}}'
+      labels: {harness.io/serviceRef: web, harness.io/envRef: '{{env}}'}
+    spec:
+      project: default
+      source: {repoURL: https://git.example/release.git, path: 'envs/{{env}}', targetRevision: main}
+      destination: {name: '{{cluster}}', namespace: web}
+`
+
+// The goal of issue 15: a GitOps PR pipeline as the Harness UI saves it (service runtime
+// inputs, stage-level gitOpsEnabled, the empty lists the UI writes, Get App Details, Harness
+// agent ids, notification rules) runs in strict mode from the PR to the synced app.
+func TestHarnessUIPipelineEndToEnd(t *testing.T) {
+	k := newKit(t, map[string]string{"appset.yaml": webAppSetYAML, "envs/dev/values.yaml": valuesYAML,
+		"envs/dev/config.json": `{"env": "dev", "cluster": "dev-eu"}`})
+	k.simAgent(t)
+	run := k.start(t, "testdata/ui_pr.yaml", map[string]any{"tag": "4.0.0"})
+	k.waitStep(t, run, "promote_dev", "approveMerge", pipelines.StWaiting)
+	k.approve(t, run, "promote_dev", "approveMerge", true)
+	r := k.e.Wait(run, 90*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
+	}
+	if got := k.read(t, "envs/dev/values.yaml"); !strings.Contains(got, `tag: "4.0.0"`) {
+		t.Errorf("values.yaml after the run:\n%s", got)
+	}
+	if r.Inputs["web_primaryArtifactRef"] != "web_image" {
+		t.Errorf("artifact input kept with the run: %v", r.Inputs)
+	}
+	details := fmt.Sprint(ctltest.Step(r, "promote_dev", "getAppDetails").Outputs["applications"])
+	if !strings.Contains(details, "name:web-dev") || !strings.Contains(details, "agent:eu") {
+		t.Errorf("GetAppDetails outputs %s", details)
+	}
+	merge := ctltest.Step(r, "promote_dev", "mergePR").Outputs["commitId"]
+	synced := fmt.Sprint(ctltest.Step(r, "promote_dev", "syncWeb").Outputs["applications"])
+	if !strings.Contains(synced, "web-dev") || !strings.Contains(synced, fmt.Sprint(merge)) {
+		t.Errorf("sync outputs %s, want web-dev at %v", synced, merge)
+	}
+}

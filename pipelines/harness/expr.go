@@ -52,6 +52,10 @@ func rewriteExpr(s string) (string, []string) {
 		return s, nil
 	}
 	var probs []string
+	// A step path prflow cannot read is one problem: it is reported once, with the whole
+	// reference, and not again as an unknown root below.
+	type bad struct{ m, step, why string }
+	var bads []bad
 	out := stepPathRE.ReplaceAllStringFunc(s, func(m string) string {
 		g := stepPathRE.FindStringSubmatch(m)
 		stage, chain, step, tail, ov := g[1], g[2], g[3], g[4], g[5]
@@ -70,10 +74,10 @@ func rewriteExpr(s string) (string, []string) {
 		case tail == "status":
 			return prefix + ".status"
 		case tail == "spec":
-			probs = append(probs, fmt.Sprintf("%s: a step's inputs (spec) cannot be read in prflow; read its outputs, or use a pipeline variable", m))
+			bads = append(bads, bad{m, step, fmt.Sprintf("reads step %s's inputs (spec): prflow cannot read a step's inputs; read its outputs (such as <+execution.steps.%s.updateReleaseRepoOutcome.commitId>) or put the value in a pipeline variable both steps use", step, step)})
 			return m
 		}
-		probs = append(probs, fmt.Sprintf("%s: unknown step field %q (use an outcome such as updateReleaseRepoOutcome, or status)", m, tail))
+		bads = append(bads, bad{m, step, fmt.Sprintf("unknown step field %q (use an outcome such as updateReleaseRepoOutcome, or status)", tail)})
 		return m
 	})
 	for _, r := range renames {
@@ -81,9 +85,23 @@ func rewriteExpr(s string) (string, []string) {
 	}
 	t, err := template.Compile(out)
 	if err != nil {
+		for _, b := range bads {
+			probs = append(probs, "<+"+b.m+">: "+b.why)
+		}
 		return out, append(probs, err.Error())
 	}
+	said := map[string]bool{}
+refs:
 	for _, ref := range t.Refs() {
+		for _, b := range bads {
+			if ref == b.m || strings.HasPrefix(ref, b.m+".") {
+				if !said[b.m] {
+					said[b.m] = true
+					probs = append(probs, "<+"+ref+"> "+b.why)
+				}
+				continue refs
+			}
+		}
 		parts := strings.Split(ref, ".")
 		root := parts[0]
 		if !nativeRoots[root] {
@@ -92,6 +110,11 @@ func rewriteExpr(s string) (string, []string) {
 		}
 		if keys, ok := nativeKeys[root]; ok && len(parts) > 1 && !contains(keys, parts[1]) {
 			probs = append(probs, fmt.Sprintf("<+%s>: prflow has no %s.%s (it has %s.%s)", ref, root, parts[1], root, strings.Join(keys, ", "+root+".")))
+		}
+	}
+	for _, b := range bads {
+		if !said[b.m] {
+			probs = append(probs, "<+"+b.m+"> "+b.why)
 		}
 	}
 	return out, probs

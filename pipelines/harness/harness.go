@@ -276,8 +276,12 @@ func (c *conv) nativeErrors(native []byte, err error) {
 }
 
 func (c *conv) pipeline(n *yaml.Node, path string) *yaml.Node {
-	f := c.fields(n, path, "variables", "stages", "timeout")
 	out := mapNode()
+	if c.template(n, path) {
+		return &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{out}}
+	}
+	f := c.fields(n, path, "variables", "stages", "timeout", "notificationRules")
+	c.notificationRules(f["notificationRules"], path+".notificationRules")
 	name := "harness"
 	if id := get(n, "identifier"); isScalar(id) {
 		name = nativeID(id.Value)
@@ -552,5 +556,43 @@ func Converter(m *Map, reg *steps.Registry, allowUnsupported bool, log *slog.Log
 			log.Warn("Harness pipeline", "warning", w.Error())
 		}
 		return res.Native, nil
+	}
+}
+
+// template reports a stage, step, step group or pipeline that uses a Harness template
+// (template.templateRef): the template's body lives in Harness, so prflow cannot convert it.
+func (c *conv) template(n *yaml.Node, path string) bool {
+	t := deref(get(n, "template"))
+	if t == nil {
+		return false
+	}
+	at, ref, ver := t, "", ""
+	if r := get(t, "templateRef"); isScalar(r) {
+		at, ref = r, r.Value
+	}
+	if v := get(t, "versionLabel"); isScalar(v) {
+		ver = ", versionLabel " + strconv.Quote(v.Value)
+	}
+	c.unsupported(at, path+".template", "templates are not supported: inline it (templateRef %q%s is kept in Harness; paste the template's YAML here in its place)", ref, ver)
+	return true
+}
+
+// notificationRules: prflow has no notification settings yet, so rules with content are
+// reported once as not carried (a warning: they do not change what the pipeline deploys).
+func (c *conv) notificationRules(f hfield, path string) {
+	n := f.v
+	if n == nil {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		c.bad(n, path, "want a list of notification rules")
+		return
+	}
+	if k := len(n.Content); k > 0 {
+		word := "rules"
+		if k == 1 {
+			word = "rule"
+		}
+		c.warn(f.k, path, "not carried: prflow has no notification settings yet (%d %s left out; nobody is notified by this pipeline)", k, word)
 	}
 }

@@ -19,6 +19,9 @@ type Map struct {
 	Services     map[string]*ServiceMap
 	Environments map[string]*EnvMap
 	Clusters     map[string]ClusterMap // by Harness GitOps cluster identifier
+	// Agents maps Harness GitOps agent identifiers (as pipelines name them in
+	// gitOpsClusters[].agentIdentifier and applicationsList[].agentId) to prflow agent ids.
+	Agents map[string]string
 }
 
 // ServiceMap is one Harness service (serviceRef).
@@ -29,7 +32,10 @@ type ServiceMap struct {
 	AppSelector  string // deploymentRepo.selector: or a label selector
 	Variables    []NamedValue
 	VariablesSet bool
-	Line         int
+	// Artifacts are the values of the service's artifact runtime inputs (primaryArtifactRef,
+	// a source's tag…), by field name; the pipeline's serviceInputs <+input> fields default to them.
+	Artifacts map[string]string
+	Line      int
 }
 
 // RepoMap is a release repo: connector (from the worker's connectors file), repo, branch and
@@ -146,7 +152,7 @@ func (r *mapReader) vars(n *yaml.Node, path string) []NamedValue {
 // ParseMap parses a mapping file; every problem names file:line and the field.
 func ParseMap(file string, src []byte) (*Map, error) {
 	r := &mapReader{file: file}
-	m := &Map{File: file, Services: map[string]*ServiceMap{}, Environments: map[string]*EnvMap{}, Clusters: map[string]ClusterMap{}}
+	m := &Map{File: file, Services: map[string]*ServiceMap{}, Environments: map[string]*EnvMap{}, Clusters: map[string]ClusterMap{}, Agents: map[string]string{}}
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc); err != nil {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "YAML: " + err.Error()}}}
@@ -154,7 +160,7 @@ func ParseMap(file string, src []byte) (*Map, error) {
 	if len(doc.Content) == 0 {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}
 	}
-	root := r.fields(doc.Content[0], "", "services", "environments", "gitOpsClusters")
+	root := r.fields(doc.Content[0], "", "services", "environments", "gitOpsClusters", "agents")
 	eachEntry := func(n *yaml.Node, path string, fn func(k, v *yaml.Node, p string)) {
 		if n == nil {
 			return
@@ -165,6 +171,20 @@ func ParseMap(file string, src []byte) (*Map, error) {
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			fn(n.Content[i], n.Content[i+1], path+"."+n.Content[i].Value)
+		}
+	}
+	if a := root["agents"]; a != nil {
+		if a.Kind != yaml.MappingNode {
+			r.errf(a, "agents", "want a mapping of Harness agent identifier: prflow agent id")
+		} else {
+			for i := 0; i+1 < len(a.Content); i += 2 {
+				k := a.Content[i]
+				if _, dup := m.Agents[k.Value]; dup {
+					r.errf(k, "agents."+k.Value, "duplicate key")
+					continue
+				}
+				m.Agents[k.Value] = r.str(a.Content[i+1], "agents."+k.Value, true, a)
+			}
 		}
 	}
 	eachEntry(root["gitOpsClusters"], "gitOpsClusters", func(k, v *yaml.Node, p string) {
@@ -197,8 +217,14 @@ func ParseMap(file string, src []byte) (*Map, error) {
 		m.Environments[k.Value] = e
 	})
 	eachEntry(root["services"], "services", func(k, v *yaml.Node, p string) {
-		f := r.fields(v, p, "releaseRepo", "deploymentRepo", "variables")
+		f := r.fields(v, p, "releaseRepo", "deploymentRepo", "variables", "artifacts")
 		s := &ServiceMap{Ref: k.Value, Variables: r.vars(f["variables"], p+".variables"), VariablesSet: f["variables"] != nil, Line: k.Line}
+		if a := f["artifacts"]; a != nil {
+			s.Artifacts = map[string]string{}
+			for _, nv := range r.vars(a, p+".artifacts") {
+				s.Artifacts[nv.Name] = r.str(nv.Value, p+".artifacts."+nv.Name, false, a)
+			}
+		}
 		if rr := f["releaseRepo"]; rr != nil {
 			rf := r.fields(rr, p+".releaseRepo", "connector", "repo", "branch", "path")
 			s.ReleaseRepo = &RepoMap{
@@ -239,4 +265,15 @@ func join(path, name string) string {
 		return name
 	}
 	return path + "." + name
+}
+
+// agent maps a Harness agent identifier to a prflow agent id (itself when not mapped).
+func (m *Map) agent(harnessID string) (string, bool) {
+	if m == nil {
+		return harnessID, false
+	}
+	if a, ok := m.Agents[harnessID]; ok {
+		return a, true
+	}
+	return harnessID, false
 }

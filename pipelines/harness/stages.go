@@ -94,6 +94,9 @@ func (c *conv) stage(n *yaml.Node, path string) [][]*yaml.Node {
 		c.bad(n, path+".identifier", "required")
 		return nil
 	}
+	if c.template(n, path) {
+		return nil
+	}
 	strat := deref(get(n, "strategy"))
 	if strat == nil || get(strat, "matrix") == nil {
 		if strat != nil {
@@ -171,6 +174,7 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 			continue
 		}
 		ax := axis{name: k.Value}
+		reported := false // axisValues reports its own failure: one problem, one line
 		switch {
 		case v.Kind == yaml.SequenceNode:
 			for _, x := range v.Content {
@@ -181,12 +185,17 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 				ax.vals = append(ax.vals, x.Value)
 			}
 		case isScalar(v) && strings.Contains(v.Value, "<+"):
+			n := len(c.errs)
 			ax.vals = c.axisValues(v, p)
+			reported = len(c.errs) > n
 		default:
 			c.bad(v, p, "want a list of values or an expression giving a list")
+			reported = true
 		}
 		if len(ax.vals) == 0 {
-			c.bad(v, p, "matrix axis %q has no values", k.Value)
+			if !reported {
+				c.bad(v, p, "matrix axis %q has no values", k.Value)
+			}
 			ax.vals = []string{""}
 		}
 		axes = append(axes, ax)
@@ -304,7 +313,11 @@ func (c *conv) stageOne(n *yaml.Node, path, id string) *yaml.Node {
 	if !c.spend(1) {
 		return nil
 	}
-	f := c.fields(n, path, "type", "spec", "failureStrategies", "when", "variables", "strategy", "timeout")
+	f := c.fields(n, path, "type", "spec", "failureStrategies", "when", "variables", "strategy", "timeout", "gitOpsEnabled")
+	if g := f["gitOpsEnabled"].v; g != nil && g.Value != "true" {
+		// The UI repeats spec.gitOpsEnabled at the stage: true is a no-op.
+		c.unsupported(g, path+".gitOpsEnabled", "gitOpsEnabled: %s (only GitOps PR pipelines: gitOpsEnabled: true)", g.Value)
+	}
 	out := mapNode()
 	out.HeadComment = marker(path, n.Line)
 	put(out, "id", strNode(id))
@@ -388,9 +401,11 @@ func (c *conv) needMap(n *yaml.Node, path, what string) bool {
 
 func (c *conv) service(n *yaml.Node, path string) *ServiceMap {
 	f := c.fields(n, path, "serviceRef", "useFromStage", "serviceInputs")
-	if si := f["serviceInputs"]; si.v != nil {
-		c.unsupported(si.k, path+".serviceInputs", "service runtime inputs (set the values in the mapping file)")
-	}
+	defer func(si hfield) {
+		if si.v != nil {
+			c.serviceInputs(si.v, path+".serviceInputs", c.stageService(f))
+		}
+	}(f["serviceInputs"])
 	if u := f["useFromStage"].v; u != nil {
 		uf := c.fields(u, path+".useFromStage", "stage")
 		st := c.str(uf["stage"], path+".useFromStage.stage")
@@ -464,7 +479,7 @@ func (c *conv) stageEnv(n *yaml.Node, path string) (string, []string) {
 		}
 		for i, cn := range g.Content {
 			cp := itemPath(path+".gitOpsClusters", i)
-			c.fields(cn, cp, "agentIdentifier") // the agent comes from the map
+			cf := c.fields(cn, cp, "agentIdentifier")
 			idn := get(cn, "identifier")
 			if !isScalar(idn) {
 				c.bad(cn, cp+".identifier", "required")
@@ -474,6 +489,18 @@ func (c *conv) stageEnv(n *yaml.Node, path string) (string, []string) {
 			if !ok {
 				c.bad(idn, cp+".identifier", "GitOps cluster %q is not in the mapping file %s (add it under gitOpsClusters:)", idn.Value, c.o.Map.File)
 				continue
+			}
+			if a := cf["agentIdentifier"].v; isScalar(a) && !strings.Contains(a.Value, "<+") {
+				// The map's cluster entry names the prflow agent; say so when it is not the
+				// agent the pipeline names (through agents: when mapped).
+				if mapped, via := c.o.Map.agent(a.Value); mapped != cm.Agent {
+					how := ""
+					if via {
+						how = fmt.Sprintf(" (agents: maps it to %q)", mapped)
+					}
+					c.warn(a, cp+".agentIdentifier", "the mapping file %s overrides this: cluster %q runs on agent %q there, not on agent %q%s",
+						c.o.Map.File, idn.Value, cm.Agent, a.Value, how)
+				}
 			}
 			if !contains(eo.clusters, idn.Value) {
 				eo.clusters = append(eo.clusters, idn.Value)
@@ -580,4 +607,77 @@ func (c *conv) action(n *yaml.Node, path string, retryOK bool) *yaml.Node {
 		}
 	}
 	return m
+}
+
+// stageService is the map's service a stage's serviceRef names (nil when unknown).
+func (c *conv) stageService(f map[string]hfield) *ServiceMap {
+	if c.o.Map == nil || f["serviceRef"].v == nil {
+		return nil
+	}
+	return c.o.Map.Services[f["serviceRef"].v.Value]
+}
+
+// serviceInputs accepts what the Harness UI writes for a service's runtime inputs: the
+// definition type and the artifact fields (primaryArtifactRef, sources, a source's tag). An
+// artifact <+input> becomes an optional native input <service>_<field> whose default is the
+// map's services.<ref>.artifacts.<field>: prflow deploys what the release repo says, so the
+// artifact chooses nothing, but its value is kept with the run (<+inputs.web_primaryArtifactRef>).
+// Other runtime inputs (service variables, manifests) change what is deployed and are refused.
+func (c *conv) serviceInputs(n *yaml.Node, path string, svc *ServiceMap) {
+	if isScalar(n) && strings.TrimSpace(n.Value) == "<+input>" {
+		return // the whole service input asked at run time: nothing in it is known, nothing to carry
+	}
+	sd := c.fields(n, path, "serviceDefinition")["serviceDefinition"]
+	df := c.fields(sd.v, path+".serviceDefinition", "type", "spec")
+	if t := df["type"].v; t != nil && t.Value != "Kubernetes" && !strings.Contains(t.Value, "<+") {
+		c.unsupported(t, path+".serviceDefinition.type", "service definition type %q (only Kubernetes GitOps services)", t.Value)
+	}
+	sp := df["spec"].v
+	if sp == nil {
+		return
+	}
+	for i := 0; i+1 < len(deref(sp).Content); i += 2 {
+		k, v := deref(sp).Content[i], deref(deref(sp).Content[i+1])
+		p := path + ".serviceDefinition.spec." + k.Value
+		if k.Value != "artifacts" {
+			c.unsupported(k, p, "service runtime inputs other than artifacts (give service variables their values in the mapping file, services.<ref>.variables)")
+			continue
+		}
+		c.artifactInputs(v, p, k.Value, svc)
+	}
+}
+
+func (c *conv) artifactInputs(n *yaml.Node, path, key string, svc *ServiceMap) {
+	n = deref(n)
+	switch {
+	case n == nil:
+	case n.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			c.artifactInputs(n.Content[i+1], path+"."+n.Content[i].Value, n.Content[i].Value, svc)
+		}
+	case n.Kind == yaml.SequenceNode:
+		for i, x := range n.Content {
+			c.artifactInputs(x, itemPath(path, i), key, svc)
+		}
+	case isScalar(n):
+		ri, ok := parseInput(n.Value)
+		if !ok {
+			return // a fixed artifact value: chooses nothing in prflow
+		}
+		for _, p := range ri.probs {
+			c.unsupported(n, path, "%s", p)
+		}
+		ref := "service"
+		if svc != nil {
+			ref = svc.Ref
+			if v, ok := svc.Artifacts[key]; ok && ri.def == nil {
+				ri.def = &v
+			}
+		}
+		if ri.def == nil {
+			empty := ""
+			ri.def = &empty
+		}
+		c.declareInput(inputName(ref, key), "String", ri)
+	}
 }

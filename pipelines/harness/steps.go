@@ -42,6 +42,9 @@ func (c *conv) steps(n *yaml.Node, path string, sc *stageCtx, g *group) *yaml.No
 }
 
 func (c *conv) stepGroup(n *yaml.Node, path string, sc *stageCtx, parent *group) *yaml.Node {
+	if c.template(n, path) {
+		return seqNode()
+	}
 	f := c.fields(n, path, "steps", "when", "failureStrategies")
 	idn := get(n, "identifier")
 	if !isScalar(idn) {
@@ -80,6 +83,9 @@ func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*
 		return nil
 	}
 	id := g.prefix + nativeID(idn.Value)
+	if c.template(n, path) {
+		return nil
+	}
 	strat := deref(get(n, "strategy"))
 	if strat == nil || get(strat, "matrix") == nil {
 		if strat != nil {
@@ -106,7 +112,14 @@ func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*
 
 // Supported step types and their native names.
 var stepTypes = map[string]string{"GitOpsUpdateReleaseRepo": "UpdateReleaseRepo", "MergePR": "MergePR", "RevertPR": "RevertPR",
-	"GitOpsFetchLinkedApps": "FetchLinkedApps", "GitOpsSync": "GitOpsSync", "HarnessApproval": "Approval", "Wait": "Wait"}
+	"GitOpsFetchLinkedApps": "FetchLinkedApps", "GitOpsSync": "GitOpsSync", "GitOpsGetAppDetails": "GetAppDetails",
+	"HarnessApproval": "Approval", "Wait": "Wait"}
+
+// refusedSteps are Harness step types prflow knows and cannot run, with why.
+var refusedSteps = map[string]string{
+	"UpdateGitOpsApp": "it changes a live Argo CD app's spec (target revision, Helm/Kustomize overrides), and prflow's agents only read and sync apps; " +
+		"put the change in the release repo with GitOpsUpdateReleaseRepo instead",
+}
 
 func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string) *yaml.Node {
 	if !c.spend(1) {
@@ -116,10 +129,13 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 	typ := c.str(f["type"], path+".type")
 	native, ok := stepTypes[typ]
 	if !ok {
-		if typ == "" {
+		switch why, known := refusedSteps[typ]; {
+		case typ == "":
 			c.bad(n, path+".type", "required")
-		} else {
-			c.unsupported(f["type"].v, path+".type", "step type %q (supported: GitOpsUpdateReleaseRepo, MergePR, RevertPR, GitOpsFetchLinkedApps, GitOpsSync, HarnessApproval, Wait)", typ)
+		case known:
+			c.unsupported(f["type"].v, path+".type", "step type %q: %s", typ, why)
+		default:
+			c.unsupported(f["type"].v, path+".type", "step type %q (supported: GitOpsUpdateReleaseRepo, MergePR, RevertPR, GitOpsFetchLinkedApps, GitOpsSync, GitOpsGetAppDetails, HarnessApproval, Wait)", typ)
 		}
 		return nil
 	}
@@ -163,8 +179,9 @@ var specFields = map[string]struct{ copy, harmless []string }{
 	"GitOpsFetchLinkedApps": {},
 	"GitOpsSync": {copy: []string{"applicationsList", "applicationRegex", "applicationLabels", "prune", "dryRun", "applyOnly", "forceApply",
 		"waitTillHealthy", "failOnTimeout", "degradedStateTimeout", "syncOptions", "retryStrategy"}, harmless: []string{"showResourceProgress"}},
-	"HarnessApproval": {harmless: []string{"includePipelineExecutionHistory"}},
-	"Wait":            {copy: []string{"duration"}},
+	"GitOpsGetAppDetails": {copy: []string{"hardRefresh", "applicationsList", "applicationRegex", "applicationName", "agentId"}},
+	"HarnessApproval":     {harmless: []string{"includePipelineExecutionHistory"}},
+	"Wait":                {copy: []string{"duration"}},
 }
 
 // stepSpec converts a step's spec into native `with` inputs and a worker pool.
@@ -174,7 +191,9 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 	handled := append(append([]string{"delegateSelectors"}, sf.copy...), sf.harmless...)
 	switch typ {
 	case "HarnessApproval":
-		handled = append(handled, "approvalMessage", "approvers", "isAutoRejectEnabled")
+		handled = append(handled, "approvalMessage", "approvers", "isAutoRejectEnabled", "approverInputs")
+	case "MergePR":
+		handled = append(handled, "variables")
 	case "GitOpsSync":
 		handled = append(handled, "retry")
 	}
@@ -235,7 +254,15 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		if r := f["retry"].v; r != nil && r.Value != "false" {
 			c.unsupported(r, path+".retry", "retry: %s (use retryStrategy)", r.Value)
 		}
+	case "MergePR":
+		// The UI writes variables: [] on every Merge PR step.
+		if v := f["variables"]; v.v != nil && (v.v.Kind != yaml.SequenceNode || len(v.v.Content) > 0) {
+			c.unsupported(v.k, path+".variables", "Merge PR variables (Harness passes them to the Azure Repos merge call only; prflow has no Azure Repos driver)")
+		}
 	case "HarnessApproval":
+		if v := f["approverInputs"]; v.v != nil && (v.v.Kind != yaml.SequenceNode || len(v.v.Content) > 0) {
+			c.unsupported(v.k, path+".approverInputs", "approver inputs (values asked from the approver; a prflow approval takes a comment only)")
+		}
 		if m := f["approvalMessage"].v; m != nil {
 			put(with, "message", c.clone(m, func(s string) string { return c.expr(s, m, path+".approvalMessage") }))
 		}
@@ -274,12 +301,16 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		if v == nil {
 			continue
 		}
+		if k == "retryStrategy" && v.Kind == yaml.MappingNode && len(v.Content) == 0 {
+			continue // the UI writes retryStrategy: {} for "no retry"
+		}
 		hint := inputName(sc.id, id, k) // <+input> names: stage_step_field, stage_step_variable
 		if k == "variables" {
 			hint = inputName(sc.id, id)
 		}
 		put(with, k, c.copyInputs(v, path+"."+k, hint))
 	}
+	c.mapAgents(with)
 	return with, pool
 }
 
@@ -348,4 +379,32 @@ func (c *conv) serviceVars(s *ServiceMap, text, path string) string {
 		c.bad(nil, path, "service %q has no variable %q in %s (used as <+serviceVariables.%s>)", s.Ref, name, c.o.Map.File, name)
 		return m
 	})
+}
+
+// mapAgents turns the Harness agent identifiers a step names (applicationsList[].agentId,
+// agentId) into prflow agent ids through the map's agents:.
+func (c *conv) mapAgents(with *yaml.Node) {
+	if c.o.Map == nil || len(c.o.Map.Agents) == 0 {
+		return
+	}
+	fix := func(m *yaml.Node) {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			switch v := m.Content[i+1]; m.Content[i].Value {
+			case "agentId", "agentIdentifier", "agent":
+				if isScalar(v) {
+					if a, ok := c.o.Map.agent(v.Value); ok {
+						v.Value = a
+					}
+				}
+			}
+		}
+	}
+	fix(with)
+	if l := get(with, "applicationsList"); l != nil && l.Kind == yaml.SequenceNode {
+		for _, e := range l.Content {
+			if e.Kind == yaml.MappingNode {
+				fix(e)
+			}
+		}
+	}
 }

@@ -118,7 +118,7 @@ func TestConvertedTestdataMatchesSchema(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.yaml")
 	n := 0
 	for _, f := range files {
-		if filepath.Base(f) == "map.yaml" {
+		if strings.HasSuffix(filepath.Base(f), "map.yaml") { // mapping files, not pipelines
 			continue
 		}
 		src, err := os.ReadFile(f)
