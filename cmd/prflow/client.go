@@ -20,25 +20,30 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/scm/connector"
 )
 
 type client struct {
 	base  string
 	token string
+	from  string // where the token came from (--token or PRFLOW_TOKEN), for the 401 hint
 	http  *http.Client
 }
 
 func (g *globals) client() (*client, error) {
-	tok := g.token
+	tok, from := g.token, "--token"
 	if tok == "" {
-		tok = os.Getenv("PRFLOW_TOKEN")
-	} else {
-		var err error
-		if tok, err = controller.ResolveSecret(tok); err != nil {
-			return nil, fmt.Errorf("--token: %w", err)
-		}
+		tok, from = os.Getenv("PRFLOW_TOKEN"), "PRFLOW_TOKEN"
 	}
-	return &client{base: strings.TrimRight(g.server, "/"), token: tok, http: &http.Client{Timeout: 0}}, nil
+	if tok != "" {
+		// The same env:NAME / file:PATH syntax as the server's files (connector.ResolveCLISecret).
+		s, err := connector.ResolveCLISecret(tok)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+		tok = s.Value()
+	}
+	return &client{base: strings.TrimRight(g.server, "/"), token: tok, from: from, http: &http.Client{Timeout: 0}}, nil
 }
 
 func (c *client) do(ctx context.Context, method, path string, body, out any) error {
@@ -62,7 +67,7 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode >= 300 {
-		return apiErr(method, path, resp.StatusCode, data)
+		return c.authHint(apiErr(method, path, resp.StatusCode, data))
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)
@@ -79,21 +84,46 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.Method + " " + e.Path + ": " + e.Msg }
 
-// apiErr turns an error answer into an httpError, with the server's message (and details)
-// rather than its JSON.
+// apiErr turns an error answer into an httpError with the server's message (and details),
+// never its raw JSON or an HTML error page.
 func apiErr(method, path string, status int, data []byte) error {
 	var e struct {
 		Error  string   `json:"error"`
 		Detail []string `json:"detail"`
 	}
-	msg := fmt.Sprintf("HTTP %d: %s", status, strings.TrimSpace(string(data)))
+	msg := fmt.Sprintf("HTTP %d %s", status, http.StatusText(status))
 	if json.Unmarshal(data, &e) == nil && e.Error != "" {
 		msg = e.Error
 		if len(e.Detail) > 0 {
 			msg += ":\n  " + strings.Join(e.Detail, "\n  ")
 		}
+	} else if line := firstLine(data); line != "" && !json.Valid(data) && !strings.HasPrefix(line, "<") {
+		msg += ": " + line // a plain-text answer (a proxy, http.Error)
 	}
 	return &httpError{Method: method, Path: path, Status: status, Msg: msg}
+}
+
+// firstLine is the first line of a plain-text body, cut to a readable length.
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if len(line) > 200 {
+		line = line[:197] + "..."
+	}
+	return strings.TrimSpace(line)
+}
+
+// authHint adds what to do about a refused token.
+func (c *client) authHint(err error) error {
+	var he *httpError
+	if !errors.As(err, &he) || he.Status != http.StatusUnauthorized {
+		return err
+	}
+	if c.token == "" {
+		he.Msg += " (no token given: set --token or PRFLOW_TOKEN; both take a value, env:NAME or file:PATH)"
+	} else {
+		he.Msg += fmt.Sprintf(" (the server does not know the token from %s; check --token or PRFLOW_TOKEN, which take a value, env:NAME or file:PATH)", c.from)
+	}
+	return he
 }
 
 func unreachable(base string, err error) error {
@@ -408,7 +438,7 @@ func newLogs(g *globals) *cobra.Command {
 			defer resp.Body.Close()
 			if resp.StatusCode != 200 {
 				b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-				return apiErr("GET", path, resp.StatusCode, b)
+				return c.authHint(apiErr("GET", path, resp.StatusCode, b))
 			}
 			sc := bufio.NewScanner(resp.Body)
 			sc.Buffer(make([]byte, 1<<20), 1<<20)

@@ -107,8 +107,27 @@ func TestServerAndClientCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "run "+id) {
 		t.Fatalf("status: %v %s", err, out)
 	}
-	if _, err := run(t, "status", id, "--server", "http://"+addr, "--token", "wrong-token-xx"); err == nil || !strings.Contains(err.Error(), "bearer token") {
-		t.Fatalf("bad token: %v", err)
+	if _, err := run(t, "status", id, "--server", "http://"+addr, "--token", "wrong-token-xx"); err == nil || !strings.Contains(err.Error(), "bearer token") ||
+		!strings.Contains(err.Error(), "--token or PRFLOW_TOKEN") || strings.Contains(err.Error(), "{") {
+		t.Fatalf("bad token: want the server's reason and a hint at --token/PRFLOW_TOKEN, got %v", err)
+	}
+	// PRFLOW_TOKEN takes the same env:/file: syntax as --token.
+	tokFile := filepath.Join(dir, "token")
+	_ = os.WriteFile(tokFile, []byte("cli-token-0123456789\n"), 0o600)
+	t.Setenv("PRFLOW_TOKEN", "file:"+tokFile)
+	if out, err := run(t, "status", id, "--server", "http://"+addr); err != nil || !strings.Contains(out, "run "+id) {
+		t.Fatalf("PRFLOW_TOKEN=file:PATH: %v %s", err, out)
+	}
+	t.Setenv("PRFLOW_TOKEN", "file:"+filepath.Join(dir, "nope"))
+	if _, err := run(t, "status", id, "--server", "http://"+addr); err == nil || !strings.Contains(err.Error(), "PRFLOW_TOKEN: read secret file") {
+		t.Fatalf("PRFLOW_TOKEN=file:missing: %v", err)
+	}
+	t.Setenv("PRFLOW_TOKEN", "")
+	if _, err := run(t, "logs", id, "--server", "http://"+addr); err == nil || !strings.Contains(err.Error(), "no token given") {
+		t.Fatalf("logs without a token: %v", err)
+	}
+	if _, err := run(t, "logs", id, "--server", "http://"+freeAddr(t), "--token", "x"); err == nil || !strings.Contains(err.Error(), "is `prflow server` running?") {
+		t.Fatalf("logs with no server: %v", err)
 	}
 }
 
