@@ -30,6 +30,8 @@ type Metrics struct {
 	HTTPRequests *prometheus.CounterVec
 	HTTPDuration *prometheus.HistogramVec
 	parked       atomic.Int64
+	workers      atomic.Pointer[func() float64]
+	depth        *depthCollector
 	Registry     *prometheus.Registry
 
 	// live is every unfinished run this controller has indexed, for the gauges computed at
@@ -71,6 +73,16 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Help:    "Time to answer an HTTP API request (a followed log stream counts until it ends), by route pattern.",
 			Buckets: prometheus.DefBuckets}, []string{"route", "method"}),
 	}
+	m.depth = &depthCollector{desc: prometheus.NewDesc("prflow_queue_depth",
+		"Step jobs not yet done (waiting for a worker or running), by pool and the connector they need (\"\" for none).",
+		[]string{"pool", "connector"}, nil)}
+	m.register(m.depth, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "prflow_live_workers", Help: "Workers with a fresh heartbeat."},
+		func() float64 {
+			if fn := m.workers.Load(); fn != nil {
+				return (*fn)()
+			}
+			return 0
+		}))
 	m.register(m.Dispatched, m.Completed, m.Duration, m.Wakes, m.Runs, m.RunDuration, m.StageDuration, m.HTTPRequests, m.HTTPDuration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "prflow_parked_steps", Help: "Steps parked waiting on an event, holding no worker."},
 			func() float64 { return float64(m.parked.Load()) }),
@@ -98,25 +110,25 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// gauges registers series computed at scrape time from NATS: jobs waiting per pool and live
-// workers.
+// gauges sets how the series computed at scrape time from NATS are read: jobs waiting per
+// pool and live workers (registered by NewMetrics, empty until then).
 func (m *Metrics) gauges(depth func() map[depthKey]float64, workers func() float64) {
-	m.register(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "prflow_live_workers", Help: "Workers with a fresh heartbeat."}, workers),
-		&depthCollector{desc: prometheus.NewDesc("prflow_queue_depth",
-			"Step jobs not yet done (waiting for a worker or running), by pool and the connector they need (\"\" for none).",
-			[]string{"pool", "connector"}, nil), fn: depth},
-	)
+	m.depth.fn.Store(&depth)
+	m.workers.Store(&workers)
 }
 
 type depthCollector struct {
 	desc *prometheus.Desc
-	fn   func() map[depthKey]float64
+	fn   atomic.Pointer[func() map[depthKey]float64]
 }
 
 func (d *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
 func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
-	for k, n := range d.fn() {
+	fn := d.fn.Load()
+	if fn == nil {
+		return
+	}
+	for k, n := range (*fn)() {
 		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, n, k.pool, k.connector)
 	}
 }
