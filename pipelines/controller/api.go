@@ -35,6 +35,7 @@ const MaxRequest = 2 << 20
 //	GET  /api/v1/workers              live workers
 //	GET  /api/v1/schema               the pipeline JSON Schema (no token needed)
 //	POST /api/v1/pipelines/check      check a pipeline {file, source, inputs} as a start would, start nothing
+//	GET  /api/v1/openapi.json         this list as an OpenAPI document (no token needed)
 //	GET  /healthz /readyz /metrics
 func (c *Controller) Handler(auth *Auth) http.Handler {
 	mux := http.NewServeMux()
@@ -86,6 +87,7 @@ func (c *Controller) routes() []route {
 		{pattern: "GET /api/v1/workers", handler: c.apiWorkers},
 		{pattern: "GET /api/v1/schema", handler: c.apiSchema, public: true}, // public, like the schema file itself
 		{pattern: "POST /api/v1/pipelines/check", handler: c.apiCheck},
+		{pattern: "GET /api/v1/openapi.json", handler: c.apiOpenAPI, public: true},
 	}
 }
 
@@ -169,7 +171,7 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 // CheckRequest is a pipeline to check against the running system without starting it.
 type CheckRequest struct {
 	File   string         `json:"file"`
-	Source []byte         `json:"source"`
+	Source SourceText     `json:"source"` // the pipeline's text (see SourceText)
 	Inputs map[string]any `json:"inputs,omitempty"`
 }
 
