@@ -38,7 +38,7 @@ func waitLive(ctx context.Context, b *queue.Buckets, ac *agent.Client, workerID,
 }
 
 func newDev(g *globals) *cobra.Command {
-	var pipelineFile, listen string
+	var pipelineFile, listen, logFile string
 	var sets []string
 	var serve bool
 	cmd := &cobra.Command{
@@ -49,7 +49,20 @@ the example release repo (examples/release-repo) and a simulated GitOps agent in
 when the run succeeds, non-zero otherwise. --serve keeps everything running with the HTTP API
 on loopback, without authentication.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger(cmd.ErrOrStderr())
+			// Progress goes to stdout; logs would interleave with it, so they go to --log-file,
+			// or to stderr at warn unless --log-level asks for more.
+			logOut := cmd.ErrOrStderr()
+			if logFile != "" {
+				f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+				if err != nil {
+					return fmt.Errorf("--log-file: %w", err)
+				}
+				defer f.Close()
+				logOut = f
+			} else if !cmd.Flags().Changed("log-level") {
+				g.logLevel = "warn"
+			}
+			log, err := g.logger(logOut)
 			if err != nil {
 				return err
 			}
@@ -132,6 +145,8 @@ on loopback, without authentication.`,
 			if err != nil {
 				return err
 			}
+			printSummary(out, final, examples.ReleaseRepo(), time.Now()) // the sandbox's repo starts as the example
+
 			if serve {
 				fmt.Fprintf(out, "serving the API on http://%s (Ctrl-C to stop)\n", listen)
 				<-ctx.Done()
@@ -143,5 +158,6 @@ on loopback, without authentication.`,
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "runtime input key=value (repeatable)")
 	cmd.Flags().BoolVar(&serve, "serve", false, "keep running and serve the HTTP API on --listen")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "API address for --serve (loopback only)")
+	cmd.Flags().StringVar(&logFile, "log-file", "", "write logs (at --log-level, default info) to this file instead of stderr (default: stderr at warn, so that progress stays readable)")
 	return cmd
 }
