@@ -92,7 +92,7 @@ on loopback, without authentication.`,
 				return err
 			}
 			defer conn.Close()
-			ctl, err := controller.New(ctx, conn, controller.WithLogger(log))
+			ctl, err := controller.New(ctx, conn, controller.WithLogger(log), controller.WithMetrics(controller.NewMetrics(processRegistry())))
 			if err != nil {
 				return err
 			}
