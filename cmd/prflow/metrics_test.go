@@ -17,6 +17,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/argocdtest"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/scm/transport"
 )
 
@@ -58,8 +59,17 @@ func TestWorkerAndAgentServeMetricsAndHealth(t *testing.T) {
 	tokFile := filepath.Join(dir, "argocd-token")
 	_ = os.WriteFile(tokFile, []byte("argo-token-0123456789\n"), 0o600)
 
+	// The worker holds a connector to the fake GitHub: its forge calls show in its /metrics.
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", map[string]string{"config.json": "{\"tag\": \"1.0\"}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PRFLOW_TEST_GH", scmtest.DefaultToken)
+	cf := filepath.Join(dir, "connectors.yaml")
+	_ = os.WriteFile(cf, []byte("connectors:\n  - name: gh\n    provider: github\n    baseURL: "+gh.APIURL()+"\n    auth: {token: env:PRFLOW_TEST_GH}\n"), 0o600)
+
 	wAddr, aAddr := freeAddr(t), freeAddr(t)
-	startCmd(t, "worker", "--nats", "nats://"+natsAddr, "--log-level", "error", "--id", "wm", "--listen", wAddr)
+	startCmd(t, "worker", "--nats", "nats://"+natsAddr, "--log-level", "error", "--id", "wm", "--listen", wAddr, "--connectors", cf)
 	startCmd(t, "agent", "--nats", "nats://"+natsAddr, "--log-level", "error", "--agent-id", "am", "--listen", aAddr,
 		"--argocd-url", argo.URL(), "--argocd-token-file", tokFile)
 
@@ -78,10 +88,39 @@ func TestWorkerAndAgentServeMetricsAndHealth(t *testing.T) {
 			t.Errorf("server /metrics lacks its own series:\n%s", m)
 		}
 	}
+	// A run whose step calls the forge: the worker's transport metrics count the calls.
+	p := filepath.Join(dir, "p.yaml")
+	_ = os.WriteFile(p, []byte("name: m\nstages:\n  - id: s\n    steps:\n      - {id: u, type: UpdateReleaseRepo, with: {connector: gh, repo: acme/release, filePath: config.json, variables: [{name: tag, value: \"2.0\"}]}}\n"), 0o644)
+	cli := []string{"--server", "http://" + api, "--token", "env:PRFLOW_TEST_TOKEN"}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if out, err := run(t, append([]string{"workers"}, cli...)...); err == nil && strings.Contains(out, "wm ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("worker wm did not register")
+		}
+	}
+	if out, err := run(t, append([]string{"run", p, "-f"}, cli...)...); err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	m := getUntil(t, "http://"+wAddr+"/metrics", 200)
+	if !regexp.MustCompile(`(?m)^prflow_scm_requests_total\{[^}]*connector="gh"[^}]*provider="github"[^}]*status="20\d"\} [1-9]`).MatchString(m) {
+		t.Errorf("worker /metrics lacks the forge calls:\n%s", grepLines(m, "prflow_scm"))
+	}
 	// A taken address is a clear error at start.
 	if _, err := run(t, "worker", "--nats", "nats://"+natsAddr, "--listen", wAddr); err == nil || !strings.Contains(err.Error(), "--listen "+wAddr) {
 		t.Errorf("worker on a taken --listen: %v", err)
 	}
+}
+
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
