@@ -103,6 +103,7 @@ func LoadAuth(path string) (*Auth, error) {
 		if n := f["groups"]; n != nil {
 			if n.Kind != yaml.SequenceNode {
 				errf(n, at+".groups", "want a list of group names")
+				n = &yaml.Node{}
 			}
 			for j, g := range n.Content {
 				if g.Kind != yaml.ScalarNode || g.Value == "" {
