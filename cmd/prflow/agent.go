@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/simagent"
+	"github.com/prflow/prflow/queue"
 )
 
 // newAgent is `prflow agent`: the GitOps agent next to Argo CD (or, with --sim-repo, the
@@ -22,6 +24,7 @@ func newAgent(g *globals) *cobra.Command {
 		simRepo, simBranch, simAppSet                  string
 		simDelay                                       time.Duration
 		timeout                                        time.Duration
+		listen                                         string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -39,15 +42,28 @@ func newAgent(g *globals) *cobra.Command {
 			if id == "" {
 				return errors.New("--agent-id is required (the agent name pipelines use in environments → clusters → agent)")
 			}
+			var nc atomic.Pointer[queue.Conn]
+			ops, err := listenOps(listen, processRegistry(), natsReady(&nc))
+			if err != nil {
+				return err
+			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
+			ops.run(ctx, log) // /healthz answers while NATS connects; /readyz once connected
+			connect := func() (*queue.Conn, error) {
+				conn, err := g.connect(ctx, log, "prflow-agent-"+id)
+				if err == nil {
+					nc.Store(conn)
+				}
+				return conn, err
+			}
 			if simRepo != "" {
 				sa, err := simagent.New(simagent.Options{AgentID: id, Repo: simRepo, Branch: simBranch, AppSetPath: simAppSet,
 					Delay: simDelay, Log: log, Version: version})
 				if err != nil {
 					return err
 				}
-				conn, err := g.connect(ctx, log, "prflow-agent-"+id)
+				conn, err := connect()
 				if err != nil {
 					return err
 				}
@@ -80,7 +96,7 @@ func newAgent(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			conn, err := g.connect(ctx, log, "prflow-agent-"+id)
+			conn, err := connect()
 			if err != nil {
 				return err
 			}
@@ -90,6 +106,7 @@ func newAgent(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&id, "agent-id", os.Getenv("PRFLOW_AGENT_ID"), "agent name used by pipelines (env PRFLOW_AGENT_ID)")
+	f.StringVar(&listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9090; empty: none)")
 	f.BoolVar(&embedded, "embedded", false, "without --nats, run on a private embedded NATS server (tests and demos only: no controller reaches it)")
 	f.StringVar(&url, "argocd-url", "", "Argo CD API base URL, e.g. https://argocd.example")
 	f.StringVar(&tokenFile, "argocd-token-file", "", "file holding an Argo CD API token (argocd account generate-token)")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,25 +18,30 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/scm/connector"
 )
 
 type client struct {
 	base  string
 	token string
+	from  string // where the token came from (--token or PRFLOW_TOKEN), for the 401 hint
 	http  *http.Client
 }
 
 func (g *globals) client() (*client, error) {
-	tok := g.token
+	tok, from := g.token, "--token"
 	if tok == "" {
-		tok = os.Getenv("PRFLOW_TOKEN")
-	} else {
-		var err error
-		if tok, err = controller.ResolveSecret(tok); err != nil {
-			return nil, fmt.Errorf("--token: %w", err)
-		}
+		tok, from = os.Getenv("PRFLOW_TOKEN"), "PRFLOW_TOKEN"
 	}
-	return &client{base: strings.TrimRight(g.server, "/"), token: tok, http: &http.Client{Timeout: 0}}, nil
+	if tok != "" {
+		// The same env:NAME / file:PATH syntax as the server's files (connector.ResolveCLISecret).
+		s, err := connector.ResolveCLISecret(tok)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+		tok = s.Value()
+	}
+	return &client{base: strings.TrimRight(g.server, "/"), token: tok, from: from, http: &http.Client{Timeout: 0}}, nil
 }
 
 func (c *client) do(ctx context.Context, method, path string, body, out any) error {
@@ -62,7 +65,7 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode >= 300 {
-		return apiErr(method, path, resp.StatusCode, data)
+		return c.authHint(apiErr(method, path, resp.StatusCode, data))
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)
@@ -79,21 +82,46 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.Method + " " + e.Path + ": " + e.Msg }
 
-// apiErr turns an error answer into an httpError, with the server's message (and details)
-// rather than its JSON.
+// apiErr turns an error answer into an httpError with the server's message (and details),
+// never its raw JSON or an HTML error page.
 func apiErr(method, path string, status int, data []byte) error {
 	var e struct {
 		Error  string   `json:"error"`
 		Detail []string `json:"detail"`
 	}
-	msg := fmt.Sprintf("HTTP %d: %s", status, strings.TrimSpace(string(data)))
+	msg := fmt.Sprintf("HTTP %d %s", status, http.StatusText(status))
 	if json.Unmarshal(data, &e) == nil && e.Error != "" {
 		msg = e.Error
 		if len(e.Detail) > 0 {
 			msg += ":\n  " + strings.Join(e.Detail, "\n  ")
 		}
+	} else if line := firstLine(data); line != "" && !json.Valid(data) && !strings.HasPrefix(line, "<") {
+		msg += ": " + line // a plain-text answer (a proxy, http.Error)
 	}
 	return &httpError{Method: method, Path: path, Status: status, Msg: msg}
+}
+
+// firstLine is the first line of a plain-text body, cut to a readable length.
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if len(line) > 200 {
+		line = line[:197] + "..."
+	}
+	return strings.TrimSpace(line)
+}
+
+// authHint adds what to do about a refused token.
+func (c *client) authHint(err error) error {
+	var he *httpError
+	if !errors.As(err, &he) || he.Status != http.StatusUnauthorized {
+		return err
+	}
+	if c.token == "" {
+		he.Msg += " (no token given: set --token or PRFLOW_TOKEN; both take a value, env:NAME or file:PATH)"
+	} else {
+		he.Msg += fmt.Sprintf(" (the server does not know the token from %s; check --token or PRFLOW_TOKEN, which take a value, env:NAME or file:PATH)", c.from)
+	}
+	return he
 }
 
 func unreachable(base string, err error) error {
@@ -221,78 +249,6 @@ func runOutcome(r *pipelines.Run) error {
 	return exitError{code: 2, msg: fmt.Sprintf("run %s %s: %s", r.ID, r.Status, r.Error)}
 }
 
-func newStatus(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "status [RUN]",
-		Short: "Show a run's stages and steps, or list recent runs",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if len(args) == 0 {
-				var runs []pipelines.Run
-				if err := c.do(cmd.Context(), "GET", "/api/v1/runs", nil, &runs); err != nil {
-					return err
-				}
-				if asJSON {
-					return json.NewEncoder(out).Encode(runs)
-				}
-				for _, r := range runs {
-					fmt.Fprintf(out, "%-28s %-20s %-10s %s\n", r.ID, r.Pipeline, r.Status, r.Error)
-				}
-				return nil
-			}
-			var run pipelines.Run
-			if err := c.do(cmd.Context(), "GET", "/api/v1/runs/"+args[0], nil, &run); err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(run)
-			}
-			printRun(out, &run)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
-}
-
-func printRun(w io.Writer, r *pipelines.Run) {
-	fmt.Fprintf(w, "run %s  pipeline %s  %s", r.ID, r.Pipeline, r.Status)
-	if r.Error != "" {
-		fmt.Fprintf(w, "  (%s)", r.Error)
-	}
-	fmt.Fprintln(w)
-	if r.RollbackFailed != "" {
-		fmt.Fprintf(w, "  ROLLBACK FAILED, finish it by hand: %s\n", r.RollbackFailed)
-	}
-	for _, s := range r.Stages {
-		if s.Status == pipelines.StNotRun {
-			fmt.Fprintf(w, "  stage %-16s %s\n", s.ID, notRunText(s.Error))
-			continue
-		}
-		fmt.Fprintf(w, "  stage %-16s %s", s.ID, s.Status)
-		if s.Error != "" {
-			fmt.Fprintf(w, "  %s", s.Error)
-		}
-		fmt.Fprintln(w)
-		for _, list := range []struct {
-			label string
-			steps []*pipelines.StepRun
-		}{{"", s.Steps}, {"rollback ", s.Rollback}} {
-			for _, st := range list.steps {
-				fmt.Fprintf(w, "    %sstep %-14s %-10s %s\n", list.label, st.ID, st.Status, stepDetail(st))
-			}
-		}
-	}
-}
-
 func stepDetail(st *pipelines.StepRun) string {
 	switch {
 	case st.Error != "":
@@ -337,108 +293,6 @@ func newCancel(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-func newWorkers(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "workers",
-		Short: "List live workers with their pools, version and load",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var ws []struct {
-				ID          string    `json:"id"`
-				Pools       []string  `json:"pools"`
-				Connectors  []string  `json:"connectors"`
-				Version     string    `json:"version"`
-				Concurrency int       `json:"concurrency"`
-				Running     int64     `json:"running"`
-				Completed   int64     `json:"completed"`
-				Seen        time.Time `json:"seen"`
-			}
-			if err := c.do(cmd.Context(), "GET", "/api/v1/workers", nil, &ws); err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%-24s %-16s %-20s %-8s %-8s %-10s %s\n", "ID", "POOLS", "CONNECTORS", "VERSION", "RUNNING", "COMPLETED", "SEEN")
-			for _, w := range ws {
-				conns := strings.Join(w.Connectors, ",")
-				if conns == "" {
-					conns = "-"
-				}
-				fmt.Fprintf(out, "%-24s %-16s %-20s %-8s %d/%-6d %-10d %s ago\n", w.ID, strings.Join(w.Pools, ","), conns, w.Version,
-					w.Running, w.Concurrency, w.Completed, time.Since(w.Seen).Round(time.Second))
-			}
-			return nil
-		},
-	}
-}
-
-func newLogs(g *globals) *cobra.Command {
-	var follow bool
-	cmd := &cobra.Command{
-		Use:   "logs RUN [STAGE.STEP]",
-		Short: "Print a run's step logs",
-		Args:  cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			path := "/api/v1/runs/" + url.PathEscape(args[0]) + "/logs?"
-			if len(args) == 2 {
-				if strings.Count(args[1], ".") != 1 {
-					return fmt.Errorf("step: want STAGE.STEP, got %q", args[1])
-				}
-				path += "step=" + url.QueryEscape(args[1]) + "&"
-			}
-			if follow {
-				path += "follow=1"
-			}
-			req, _ := http.NewRequestWithContext(cmd.Context(), "GET", c.base+path, nil)
-			if c.token != "" {
-				req.Header.Set("Authorization", "Bearer "+c.token)
-			}
-			resp, err := c.http.Do(req)
-			if err != nil {
-				return unreachable(c.base, err)
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != 200 {
-				b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-				return apiErr("GET", path, resp.StatusCode, b)
-			}
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(make([]byte, 1<<20), 1<<20)
-			out := cmd.OutOrStdout()
-			for sc.Scan() {
-				var l struct {
-					Time  time.Time         `json:"time"`
-					Level string            `json:"level"`
-					Msg   string            `json:"msg"`
-					Attrs map[string]string `json:"attrs"`
-					Stage string            `json:"stage"`
-					Step  string            `json:"step"`
-				}
-				if json.Unmarshal(sc.Bytes(), &l) != nil {
-					continue
-				}
-				var attrs []string
-				for k, v := range l.Attrs {
-					if k != "run" && k != "stage" && k != "step" && k != "worker" {
-						attrs = append(attrs, k+"="+v)
-					}
-				}
-				sort.Strings(attrs)
-				fmt.Fprintf(out, "%s %-5s %s.%s: %s %s\n", l.Time.Format("15:04:05.000"), l.Level, l.Stage, l.Step, l.Msg, strings.Join(attrs, " "))
-			}
-			return sc.Err()
-		},
-	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the run ends")
-	return cmd
 }
 
 func newApprove(g *globals) *cobra.Command {

@@ -38,7 +38,7 @@ func waitLive(ctx context.Context, b *queue.Buckets, ac *agent.Client, workerID,
 }
 
 func newDev(g *globals) *cobra.Command {
-	var pipelineFile, listen, user, agentID string
+	var pipelineFile, listen, user, agentID, logFile string
 	var sets, groups []string
 	var serve bool
 	var hf harnessFlags
@@ -50,7 +50,20 @@ the example release repo (examples/release-repo) and a simulated GitOps agent in
 when the run succeeds, non-zero otherwise. --serve keeps everything running with the HTTP API
 on loopback, without authentication.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger(cmd.ErrOrStderr())
+			// Progress goes to stdout; logs would interleave with it, so they go to --log-file,
+			// or to stderr at warn unless --log-level asks for more.
+			logOut := cmd.ErrOrStderr()
+			if logFile != "" {
+				f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+				if err != nil {
+					return fmt.Errorf("--log-file: %w", err)
+				}
+				defer f.Close()
+				logOut = f
+			} else if !cmd.Flags().Changed("log-level") {
+				g.logLevel = "warn"
+			}
+			log, err := g.logger(logOut)
 			if err != nil {
 				return err
 			}
@@ -93,7 +106,7 @@ on loopback, without authentication.`,
 				return err
 			}
 			defer conn.Close()
-			ctl, err := controller.New(ctx, conn, controller.WithLogger(log))
+			ctl, err := controller.New(ctx, conn, controller.WithLogger(log), controller.WithMetrics(controller.NewMetrics(processRegistry())))
 			if err != nil {
 				return err
 			}
@@ -159,6 +172,8 @@ on loopback, without authentication.`,
 			if err != nil {
 				return err
 			}
+			printSummary(out, final, examples.ReleaseRepo(), time.Now()) // the sandbox's repo starts as the example
+
 			if serve {
 				fmt.Fprintf(out, "serving the web UI on http://%s/ui/ and the API on http://%s (Ctrl-C to stop)\n", listen, listen)
 				<-ctx.Done()
@@ -174,5 +189,6 @@ on loopback, without authentication.`,
 	cmd.Flags().StringSliceVar(&groups, "groups", []string{"dev"}, "with --serve: that user's groups (comma-separated), for approvals that name groups")
 	cmd.Flags().StringVar(&agentID, "agent-id", "sim", "the simulated GitOps agent's id (the agent the pipeline's clusters and apps name)")
 	hf.add(cmd)
+	cmd.Flags().StringVar(&logFile, "log-file", "", "write logs (at --log-level, default info) to this file instead of stderr (default: stderr at warn, so that progress stays readable)")
 	return cmd
 }

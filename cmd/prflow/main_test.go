@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -45,25 +46,48 @@ func run(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// TestDevRunsExample: by default prflow dev prints progress and no log lines (logs are at
+// warn), step outputs as whole key: value lines, and a summary of what changed per
+// environment (old → new value, PR, merge commit, app health, duration).
 func TestDevRunsExample(t *testing.T) {
-	out, err := run(t, "dev", "--log-level", "warn")
+	out, err := run(t, "dev")
 	if err != nil {
 		t.Fatalf("prflow dev: %v\n%s", err, out)
 	}
-	for _, want := range []string{"stage dev: succeeded", "stage prod: succeeded", "succeeded"} {
+	for _, want := range []string{"stage dev: succeeded", "stage prod: succeeded", "succeeded",
+		"summary: run ", "  dev: succeeded in ", "envs/dev/config.json image.tag: 1.4.1 → 1.5.0", "envs/prod/config.json image.tag: 1.4.1 → 1.5.0",
+		"apps: web-prod Synced/Healthy (sync)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	for _, re := range []string{`(?m)^\s+prlink: http://127\.0\.0\.1:\d+/acme/release\.git#pr/1$`, `(?m)^\s+commitId: [0-9a-f]{40}$`,
+		`(?m)^    PR #3 http://\S+#pr/3 \(update\)$`, `(?m)^    merged as commit [0-9a-f]{40} \(merge\)$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("output does not match %s:\n%s", re, out)
+		}
+	}
+	if strings.Contains(out, "level=INFO") {
+		t.Errorf("info logs mixed into the progress:\n%s", out)
+	}
 }
 
 func TestDevFailingPipelineExitsNonZero(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "fail.yaml")
+	dir := t.TempDir()
+	p := filepath.Join(dir, "fail.yaml")
 	_ = os.WriteFile(p, []byte("name: f\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10s}, timeout: 200ms}\n"), 0o644)
-	out, err := run(t, "dev", "--log-level", "warn", "--pipeline", p)
+	logFile := filepath.Join(dir, "dev.log")
+	out, err := run(t, "dev", "--log-file", logFile, "--pipeline", p)
 	var ee exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "timed out") {
 		t.Fatalf("want exit 2 with the timeout, got %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "summary: run ") || !strings.Contains(out, "  s: failed") || strings.Contains(out, "level=") {
+		t.Errorf("want a summary and no log lines:\n%s", out)
+	}
+	// --log-file takes the logs, at info.
+	if logs, err := os.ReadFile(logFile); err != nil || !strings.Contains(string(logs), "level=INFO") {
+		t.Errorf("log file: %v\n%s", err, logs)
 	}
 }
 
@@ -107,8 +131,27 @@ func TestServerAndClientCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "run "+id) {
 		t.Fatalf("status: %v %s", err, out)
 	}
-	if _, err := run(t, "status", id, "--server", "http://"+addr, "--token", "wrong-token-xx"); err == nil || !strings.Contains(err.Error(), "bearer token") {
-		t.Fatalf("bad token: %v", err)
+	if _, err := run(t, "status", id, "--server", "http://"+addr, "--token", "wrong-token-xx"); err == nil || !strings.Contains(err.Error(), "bearer token") ||
+		!strings.Contains(err.Error(), "--token or PRFLOW_TOKEN") || strings.Contains(err.Error(), "{") {
+		t.Fatalf("bad token: want the server's reason and a hint at --token/PRFLOW_TOKEN, got %v", err)
+	}
+	// PRFLOW_TOKEN takes the same env:/file: syntax as --token.
+	tokFile := filepath.Join(dir, "token")
+	_ = os.WriteFile(tokFile, []byte("cli-token-0123456789\n"), 0o600)
+	t.Setenv("PRFLOW_TOKEN", "file:"+tokFile)
+	if out, err := run(t, "status", id, "--server", "http://"+addr); err != nil || !strings.Contains(out, "run "+id) {
+		t.Fatalf("PRFLOW_TOKEN=file:PATH: %v %s", err, out)
+	}
+	t.Setenv("PRFLOW_TOKEN", "file:"+filepath.Join(dir, "nope"))
+	if _, err := run(t, "status", id, "--server", "http://"+addr); err == nil || !strings.Contains(err.Error(), "PRFLOW_TOKEN: read secret file") {
+		t.Fatalf("PRFLOW_TOKEN=file:missing: %v", err)
+	}
+	t.Setenv("PRFLOW_TOKEN", "")
+	if _, err := run(t, "logs", id, "--server", "http://"+addr); err == nil || !strings.Contains(err.Error(), "no token given") {
+		t.Fatalf("logs without a token: %v", err)
+	}
+	if _, err := run(t, "logs", id, "--server", "http://"+freeAddr(t), "--token", "x"); err == nil || !strings.Contains(err.Error(), "is `prflow server` running?") {
+		t.Fatalf("logs with no server: %v", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/prflow/prflow/pipelines"
@@ -67,7 +68,19 @@ func (p *progress) update(r *pipelines.Run) {
 					fmt.Fprintf(p.w, "%s   %s %s.%s (%s): %s\n", stamp(), label, s.ID, st.ID, st.Type, notRunText(st.Error))
 					continue
 				}
-				fmt.Fprintf(p.w, "%s   %s %s.%s (%s): %s %s\n", stamp(), label, s.ID, st.ID, st.Type, state, stepDetail(st))
+				if state == pipelines.StSucceeded && st.Error == "" && len(st.Outputs) > 0 {
+					// Outputs one per line, whole: a PR link to click, a commit to copy.
+					fmt.Fprintf(p.w, "%s   %s %s.%s (%s): %s\n", stamp(), label, s.ID, st.ID, st.Type, state)
+					for _, l := range outputLines(st.Outputs) {
+						fmt.Fprintf(p.w, "%s       %s\n", strings.Repeat(" ", len(stamp())), l)
+					}
+					continue
+				}
+				line := fmt.Sprintf("%s   %s %s.%s (%s): %s", stamp(), label, s.ID, st.ID, st.Type, state)
+				if d := stepDetail(st); d != "" {
+					line += " " + d
+				}
+				fmt.Fprintln(p.w, line)
 			}
 		}
 	}

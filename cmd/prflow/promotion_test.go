@@ -19,7 +19,7 @@ func TestPromotionExamples(t *testing.T) {
 		if err != nil {
 			t.Fatalf("prflow dev: %v\n%s", err, out)
 		}
-		for _, want := range []string{"step dev.update (UpdateReleaseRepo): succeeded", "changedFiles=[envs/prod/config.json]",
+		for _, want := range []string{"step dev.update (UpdateReleaseRepo): succeeded", "changedFiles: envs/prod/config.json",
 			"step staging.gate (StageGate): succeeded", "stage prod: succeeded", "succeeded"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
@@ -31,7 +31,7 @@ func TestPromotionExamples(t *testing.T) {
 		if err != nil {
 			t.Fatalf("prflow dev: %v\n%s", err, out)
 		}
-		for _, want := range []string{"changedFiles=[envs/qa/config.json]", "step qa.sync (GitOpsSync): succeeded", "stage qa: succeeded"} {
+		for _, want := range []string{"changedFiles: envs/qa/config.json", "step qa.sync (GitOpsSync): succeeded", "stage qa: succeeded"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}

@@ -59,7 +59,7 @@ func newServer(g *globals) *cobra.Command {
 			if u := conn.ClientURL(); u != "" {
 				log.Info("embedded NATS listening", "url", u)
 			}
-			copts := []controller.Option{controller.WithLogger(log)}
+			copts := []controller.Option{controller.WithLogger(log), controller.WithMetrics(controller.NewMetrics(processRegistry()))}
 			if hf.mapFile != "" {
 				m, err := hf.load()
 				if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,6 +11,7 @@ import (
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm/connector"
+	"github.com/prflow/prflow/scm/transport"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -20,6 +22,7 @@ func newWorker(g *globals) *cobra.Command {
 	var maxDeliver int
 	var connectorsFile string
 	var embedded bool
+	var listen string
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a delegate worker that takes step jobs of its pools",
@@ -31,13 +34,26 @@ func newWorker(g *globals) *cobra.Command {
 			if err := g.requireNATS("worker", embedded); err != nil {
 				return err
 			}
+			// Metrics: Go runtime, process and the forge clients' (scm/transport) series.
+			reg := processRegistry()
+			scmMetrics, err := transport.NewMetrics(reg)
+			if err != nil {
+				return err
+			}
+			var nc atomic.Pointer[queue.Conn]
+			ops, err := listenOps(listen, reg, natsReady(&nc))
+			if err != nil {
+				return err
+			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
+			ops.run(ctx, log) // /healthz answers while NATS connects; /readyz once connected
 			conn, err := g.connect(ctx, log, "prflow-worker")
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
+			nc.Store(conn)
 			w.Log, w.Version, w.Registry = log, version, steps.Default
 			if w.ID == "" {
 				w.ID = os.Getenv("PRFLOW_WORKER_ID")
@@ -48,7 +64,7 @@ func newWorker(g *globals) *cobra.Command {
 			}
 			svc := map[string]any{}
 			if connectorsFile != "" {
-				set, err := connector.Load(connectorsFile, connector.WithDeps(connector.Deps{Logger: log}))
+				set, err := connector.Load(connectorsFile, connector.WithDeps(connector.Deps{Logger: log, Metrics: scmMetrics}))
 				if err != nil {
 					return err
 				}
@@ -72,6 +88,7 @@ func newWorker(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&connectorsFile, "connectors", "", "connectors file: forges this worker can reach and their credentials")
+	f.StringVar(&listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9090; empty: none)")
 	f.BoolVar(&embedded, "embedded", false, "without --nats, run on a private embedded NATS server (tests and demos only: no controller reaches it)")
 	f.StringSliceVar(&w.Pools, "pool", []string{"default"}, "worker pools to take jobs from (repeatable)")
 	f.IntVar(&w.Concurrency, "concurrency", 4, "jobs run at once per pool")

@@ -35,6 +35,7 @@ const MaxRequest = 2 << 20
 //	GET  /api/v1/workers              live workers
 //	GET  /api/v1/schema               the pipeline JSON Schema (no token needed)
 //	POST /api/v1/pipelines/check      check a pipeline {file, source, inputs} as a start would, start nothing
+//	GET  /api/v1/openapi.json         this list as an OpenAPI document (no token needed)
 //	GET  /healthz /readyz /metrics
 func (c *Controller) Handler(auth *Auth) http.Handler {
 	mux := http.NewServeMux()
@@ -54,24 +55,47 @@ func (c *Controller) Handler(auth *Auth) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.metrics.Registry, promhttp.HandlerOpts{}))
 	api := http.NewServeMux()
-	api.HandleFunc("POST /api/v1/runs", c.apiStart)
-	api.HandleFunc("GET /api/v1/runs", c.apiList)
-	api.HandleFunc("GET /api/v1/runs/{id}", c.apiGet)
-	api.HandleFunc("POST /api/v1/runs/{id}/cancel", c.apiCancel)
-	api.HandleFunc("POST /api/v1/runs/{id}/signals", c.apiSignal)
-	api.HandleFunc("GET /api/v1/runs/{id}/logs", c.apiLogs)
-	api.HandleFunc("GET /api/v1/workers", c.apiWorkers)
-	mux.HandleFunc("GET /api/v1/schema", c.apiSchema) // public, like the schema file itself
-	api.HandleFunc("POST /api/v1/pipelines/check", c.apiCheck)
-	mux.Handle("/api/", requireAuth(auth, api))
-	mux.HandleFunc("POST /hooks/{provider}", c.serveHook) // authenticated by the forge's signature
+	for _, r := range c.routes() {
+		h := c.metrics.instrument(r.pattern, r.handler)
+		if r.public {
+			mux.Handle(r.pattern, h)
+		} else {
+			api.Handle(r.pattern, h)
+		}
+	}
+	mux.Handle("/api/", requireAuth(auth, c.metrics, api))
+	mux.Handle("POST /hooks/{provider}", c.metrics.instrument("POST /hooks/{provider}", http.HandlerFunc(c.serveHook))) // authenticated by the forge's signature
 	return mux
 }
 
-func requireAuth(a *Auth, next http.Handler) http.Handler {
+// route is one API endpoint; the OpenAPI document (openapi.json) describes each of them, a
+// test holds the two together.
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+	public  bool // served without a bearer token
+}
+
+func (c *Controller) routes() []route {
+	return []route{
+		{pattern: "POST /api/v1/runs", handler: c.apiStart},
+		{pattern: "GET /api/v1/runs", handler: c.apiList},
+		{pattern: "GET /api/v1/runs/{id}", handler: c.apiGet},
+		{pattern: "POST /api/v1/runs/{id}/cancel", handler: c.apiCancel},
+		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal},
+		{pattern: "GET /api/v1/runs/{id}/logs", handler: c.apiLogs},
+		{pattern: "GET /api/v1/workers", handler: c.apiWorkers},
+		{pattern: "GET /api/v1/schema", handler: c.apiSchema, public: true}, // public, like the schema file itself
+		{pattern: "POST /api/v1/pipelines/check", handler: c.apiCheck},
+		{pattern: "GET /api/v1/openapi.json", handler: c.apiOpenAPI, public: true},
+	}
+}
+
+func requireAuth(a *Auth, m *Metrics, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, ok := a.Authenticate(r)
 		if !ok {
+			m.HTTPRequests.WithLabelValues("unauthenticated", r.Method, "401").Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="prflow"`)
 			writeErr(w, http.StatusUnauthorized, errors.New("missing or unknown bearer token"))
 			return
@@ -147,7 +171,7 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 // CheckRequest is a pipeline to check against the running system without starting it.
 type CheckRequest struct {
 	File   string         `json:"file"`
-	Source []byte         `json:"source"`
+	Source SourceText     `json:"source"` // the pipeline's text (see SourceText)
 	Inputs map[string]any `json:"inputs,omitempty"`
 }
 

@@ -17,11 +17,12 @@ func TestApprovalIdentityChecked(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 1})
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.yaml")
+	// Tokens files hold references, never tokens: digests here.
 	_ = os.WriteFile(tokens, []byte(`tokens:
-  - {user: alice, groups: [release], token: alice-token-1234}
-  - {user: bob, groups: [release], token: bob-token-12345}
-  - {user: mallory, groups: [dev], token: mallory-token-1}
-  - {user: tester, groups: [release], token: tester-token-12}
+  - {user: alice, groups: [release], token: sha256:`+sha256hex("alice-token-1234")+`}
+  - {user: bob, groups: [release], token: sha256:`+sha256hex("bob-token-12345")+`}
+  - {user: mallory, groups: [dev], token: sha256:`+sha256hex("mallory-token-1")+`}
+  - {user: tester, groups: [release], token: sha256:`+sha256hex("tester-token-12")+`}
 `), 0o600)
 	auth, err := LoadAuth(tokens)
 	if err != nil {

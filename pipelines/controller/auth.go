@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/prflow/prflow/scm/connector"
 )
 
 // User is an authenticated API caller.
@@ -41,81 +45,136 @@ type authEntry struct {
 	user   User
 }
 
-// tokensFile is the format of --tokens:
+// LoadAuth reads a tokens file (--tokens):
 //
 //	tokens:
 //	  - user: alice
 //	    groups: [release-managers]
 //	    token: env:ALICE_TOKEN        # or file:/path, or sha256:<hex digest>
-type tokensFile struct {
-	Tokens []struct {
-		User   string   `yaml:"user"`
-		Groups []string `yaml:"groups"`
-		Token  string   `yaml:"token"`
-	} `yaml:"tokens"`
-}
-
-// LoadAuth reads a tokens file. Errors name the entry, never the token.
+//
+// Tokens use the connectors file's secret syntax (connector.ResolveDigestRef): a token written
+// in the file is refused. Every problem is reported, each as file:line:col: field: message
+// (a *connector.LoadError), never with a token or its digest.
 func LoadAuth(path string) (*Auth, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
-	var tf tokensFile
-	dec := yaml.NewDecoder(strings.NewReader(string(raw)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&tf); err != nil {
-		return nil, fmt.Errorf("tokens file %s: %w", path, err)
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, &connector.LoadError{File: path, Msg: "invalid YAML: " + err.Error()}
+	}
+	var errs []error
+	errf := func(n *yaml.Node, field, format string, args ...any) {
+		e := &connector.LoadError{File: path, Field: field, Msg: fmt.Sprintf(format, args...)}
+		if n != nil {
+			e.Line, e.Column = n.Line, n.Column
+		}
+		errs = append(errs, e)
+	}
+	if len(doc.Content) == 0 {
+		return nil, &connector.LoadError{File: path, Msg: "empty file: want tokens: [{user, groups, token}]"}
+	}
+	top := mapFields(doc.Content[0], "", errf, "tokens")
+	list := top["tokens"]
+	if list == nil || list.Kind != yaml.SequenceNode {
+		n := doc.Content[0]
+		if list != nil {
+			n = list
+		}
+		errf(n, "tokens", "want a list of {user, groups, token}")
+		return nil, errors.Join(errs...)
 	}
 	a := &Auth{}
-	for i, t := range tf.Tokens {
-		if t.User == "" {
-			return nil, fmt.Errorf("tokens file %s: tokens[%d].user is required", path, i)
+	dir := filepath.Dir(path)
+	seen := map[string]int{}
+	for i, item := range list.Content {
+		at := fmt.Sprintf("tokens[%d]", i)
+		f := mapFields(item, at, errf, "user", "groups", "token")
+		if item.Kind != yaml.MappingNode {
+			continue
 		}
-		var digest [32]byte
-		switch {
-		case strings.HasPrefix(t.Token, "sha256:"):
-			b, err := hex.DecodeString(strings.TrimPrefix(t.Token, "sha256:"))
-			if err != nil || len(b) != 32 {
-				return nil, fmt.Errorf("tokens file %s: tokens[%d] (user %s): sha256: wants 64 hex digits", path, i, t.User)
-			}
-			copy(digest[:], b)
-		default:
-			tok, err := ResolveSecret(t.Token)
-			if err != nil {
-				return nil, fmt.Errorf("tokens file %s: tokens[%d] (user %s): %w", path, i, t.User, err)
-			}
-			if len(tok) < 8 {
-				return nil, fmt.Errorf("tokens file %s: tokens[%d] (user %s): token shorter than 8 characters", path, i, t.User)
-			}
-			digest = sha256.Sum256([]byte(tok))
+		var u User
+		if n := f["user"]; n == nil || n.Kind != yaml.ScalarNode || n.Value == "" {
+			errf(orNode(n, item), at+".user", "required: the user name approvals and run records show")
+		} else {
+			u.Name = n.Value
 		}
-		a.users = append(a.users, authEntry{digest: digest, user: User{Name: t.User, Groups: t.Groups}})
+		if n := f["groups"]; n != nil {
+			if n.Kind != yaml.SequenceNode {
+				errf(n, at+".groups", "want a list of group names")
+				n = &yaml.Node{}
+			}
+			for j, g := range n.Content {
+				if g.Kind != yaml.ScalarNode || g.Value == "" {
+					errf(g, fmt.Sprintf("%s.groups[%d]", at, j), "want a group name")
+					continue
+				}
+				u.Groups = append(u.Groups, g.Value)
+			}
+		}
+		n := f["token"]
+		if n == nil || n.Kind != yaml.ScalarNode || n.Value == "" {
+			errf(orNode(n, item), at+".token", "required (%s)", connector.DigestRefHelp)
+			continue
+		}
+		d, err := connector.ResolveDigestRef(n.Value, dir, nil, minTokenLen)
+		if err != nil {
+			errf(n, at+".token", "user %s: %v", u.Name, err)
+			continue
+		}
+		key := string(d[:])
+		if prev, dup := seen[key]; dup {
+			// Two users behind one token: the API could not tell who acts.
+			errf(n, at+".token", "user %s has the same token as tokens[%d]", u.Name, prev)
+			continue
+		}
+		seen[key] = i
+		if u.Name != "" {
+			a.users = append(a.users, authEntry{digest: d, user: u})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return a, nil
 }
 
-// ResolveSecret reads "env:NAME" or "file:PATH"; a literal value is accepted too.
-func ResolveSecret(ref string) (string, error) {
-	switch {
-	case strings.HasPrefix(ref, "env:"):
-		name := strings.TrimPrefix(ref, "env:")
-		v, ok := os.LookupEnv(name)
-		if !ok || v == "" {
-			return "", fmt.Errorf("environment variable %s is not set", name)
-		}
-		return v, nil
-	case strings.HasPrefix(ref, "file:"):
-		p := strings.TrimPrefix(ref, "file:")
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return "", fmt.Errorf("secret file: %w", err)
-		}
-		return strings.TrimSpace(string(b)), nil
-	case ref == "":
-		return "", fmt.Errorf("token is empty")
+// minTokenLen refuses tokens short enough to guess.
+const minTokenLen = 8
+
+// mapFields returns the fields of a YAML mapping by key, reporting unknown keys and a node
+// that is not a mapping.
+func mapFields(n *yaml.Node, at string, errf func(*yaml.Node, string, string, ...any), known ...string) map[string]*yaml.Node {
+	out := map[string]*yaml.Node{}
+	if n.Kind != yaml.MappingNode {
+		errf(n, strings.TrimPrefix(at, "."), "want a mapping with %s", strings.Join(known, ", "))
+		return out
 	}
-	return ref, nil
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		field := k.Value
+		if at != "" {
+			field = at + "." + k.Value
+		}
+		if !slices.Contains(known, k.Value) {
+			errf(k, field, "unknown field (known: %s)", strings.Join(known, ", "))
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			errf(k, field, "given twice")
+			continue
+		}
+		out[k.Value] = n.Content[i+1]
+	}
+	return out
+}
+
+func orNode(n, parent *yaml.Node) *yaml.Node {
+	if n != nil {
+		return n
+	}
+	return parent
 }
 
 // Authenticate checks the request's bearer token in constant time.

@@ -445,6 +445,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		}
 		now := time.Now()
 		before := c.feedbackSnapshot(r)
+		snap := snapshotRun(r)
 		wasDone := r.Status.Terminal()
 		if ev.Kind == queue.EvTick {
 			m.Tick(r, now)
@@ -488,6 +489,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 		}
 		c.stored(r, m, rev, data, r)
 		c.observe(ev, r, jobs)
+		c.metrics.ended(snap, r)
 		if ev.Kind == queue.EvCancel {
 			_ = c.conn.NC.Publish(queue.CancelSubject, []byte(r.ID))
 		}
@@ -625,6 +627,7 @@ func (c *Controller) forget(run string) {
 	defer c.mu.Unlock()
 	c.unindexLocked(run)
 	c.setWaitingLocked(run, 0)
+	c.metrics.untrack(run)
 	if t := c.timers[run]; t != nil {
 		t.t.Stop()
 		delete(c.timers, run)
@@ -664,6 +667,7 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 	var refs []parkRef
 	parked := m.Parked(r)
 	c.setWaitingLocked(r.ID, len(parked))
+	c.metrics.track(r, parked)
 	var missed []parkRef
 	for _, p := range parked {
 		for _, k := range p.Keys {

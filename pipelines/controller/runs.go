@@ -19,7 +19,7 @@ import (
 // StartRequest starts a run.
 type StartRequest struct {
 	File     string         `json:"file"`     // name for messages
-	Source   []byte         `json:"source"`   // the pipeline YAML
+	Source   SourceText     `json:"source"`   // the pipeline YAML (text; base64 accepted)
 	Inputs   map[string]any `json:"inputs"`   // runtime inputs (--set)
 	Executor string         `json:"executor"` // who starts it
 	// ID makes starting idempotent (a webhook delivery id); empty = a new id.

@@ -192,6 +192,8 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"c.yaml:4:19", "connectors[0].auth.token", "NOPE is not set"}},
 		{"inline secret", "connectors:\n  - name: a\n    provider: github\n    auth:\n      token: ghp_inline_secret_value\n",
 			[]string{"c.yaml:5:14", "connectors[0].auth.token", "want env:NAME or file:PATH"}},
+		{"digest where the value is sent", "connectors:\n  - name: a\n    provider: github\n    auth: {token: sha256:0123}\n",
+			[]string{"c.yaml:4:19", "connectors[0].auth.token", "sha256: is a digest"}},
 		{"missing secret file", "connectors:\n  - name: a\n    provider: gitlab\n    auth: {token: file:nope.txt}\n",
 			[]string{"c.yaml:4:19", "nope.txt", "no such file"}},
 		{"empty secret file", "connectors:\n  - name: a\n    provider: gitlab\n    auth: {token: file:empty-token}\n",

@@ -55,6 +55,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// Describe sends the descriptions of the SCM client series (a dashboard check uses it: a
+// vector without samples is not in a scrape).
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.requests.Describe(ch)
+	m.retries.Describe(ch)
+	m.waits.Describe(ch)
+	m.quota.Describe(ch)
+}
+
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	if reg == nil {
 		return c, nil
