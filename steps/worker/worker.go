@@ -404,20 +404,23 @@ func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res
 }
 
 func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, lease *execLease) {
-	// The lease goes once the job is settled one way or the other: a redelivery before that
-	// finds this execution still running (it answers queries until then).
-	defer func() {
+	// The lease goes when the job is settled one way or the other (a redelivery before that
+	// finds this execution still running), and before a nak, so that the redelivery it asks
+	// for finds no live execution.
+	untrack := func() {
 		if lease != nil {
 			w.untrackExec(job.ID(), msg, lease)
 		}
-	}()
+	}
 	acked, err := w.publishResult(ctx, job, res, started, msg.AckSubject())
 	if err != nil {
 		// Not acked: the job is redelivered and runs again (steps are idempotent).
 		w.jobLog(job).Error("publishing result failed; job will be redelivered", "err", err)
+		untrack()
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
+	defer untrack()
 	if !acked {
 		if err := msg.Ack(); err != nil {
 			w.jobLog(job).Warn("ack failed; a redelivery will find the result already recorded", "err", err)
