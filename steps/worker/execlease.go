@@ -292,6 +292,15 @@ func (w *Worker) setLease(job string, l *execLease) {
 	}
 }
 
+// forgetExec ends msg's execution of job without deleting its lease (the job is settled).
+func (w *Worker) forgetExec(job string, msg *queue.Msg) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if f := w.inflight[job]; f != nil && f.msg == msg {
+		delete(w.inflight, job)
+	}
+}
+
 // untrackExec ends msg's execution of job: its lease goes, and the job is no longer in flight.
 func (w *Worker) untrackExec(job string, msg *queue.Msg, l *execLease) {
 	l.release()

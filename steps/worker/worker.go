@@ -420,7 +420,10 @@ func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	defer untrack()
+	// Settled: no delivery of this message can come any more, so the lease is only forgotten
+	// here, not deleted (it expires with the bucket's TTL): one server message per job fewer.
+	// Should the ack below be lost, a redelivery finds the lease and this worker answers idle.
+	defer w.forgetExec(job.ID(), msg)
 	if !acked {
 		if err := msg.Ack(); err != nil {
 			w.jobLog(job).Warn("ack failed; a redelivery will find the result already recorded", "err", err)
