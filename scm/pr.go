@@ -1,6 +1,11 @@
 package scm
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // PRState is a pull request's lifecycle state, normalised across forges.
 type PRState string
@@ -83,6 +88,48 @@ type PullRequests interface {
 	MergePR(ctx context.Context, repo Repo, number int, in MergeInput) (*PullRequest, error)
 	ClosePR(ctx context.Context, repo Repo, number int) error
 	Comment(ctx context.Context, repo Repo, number int, body string) error
+	// ListComments returns a PR's conversation comments, oldest first, every page (GitLab
+	// system notes left out). ErrNotSupported where the forge cannot list them.
+	ListComments(ctx context.Context, repo Repo, number int) ([]PRComment, error)
 	// ChangedFiles lists the paths a PR changes.
 	ChangedFiles(ctx context.Context, repo Repo, number int) ([]string, error)
+}
+
+// PRComment is a comment on a PR as the forge lists it.
+type PRComment struct {
+	ID     string
+	Author string
+	Body   string
+}
+
+// CommentMarker is the hidden line (an HTML comment, invisible on every forge) that names a
+// comment's origin, e.g. run/stage/step: CommentOnce finds its own earlier comment by it.
+func CommentMarker(key string) string {
+	// "--" and ">" would end the HTML comment early and show the rest.
+	key = strings.NewReplacer("--", "-_", ">", "_", "\n", " ").Replace(key)
+	return "<!-- prflow:" + key + " -->"
+}
+
+// CommentOnce posts body on the PR with key's marker, unless a comment carrying that marker
+// is there already (an earlier delivery of the same job posted it before it could report):
+// a comment is a side effect done once. Where the forge cannot list comments
+// (ErrNotSupported) it posts; posted says whether it did.
+func CommentOnce(ctx context.Context, p PullRequests, repo Repo, number int, key, body string) (posted bool, err error) {
+	marker := CommentMarker(key)
+	existing, err := p.ListComments(ctx, repo, number)
+	switch {
+	case errors.Is(err, ErrNotSupported):
+	case err != nil:
+		return false, fmt.Errorf("look for an earlier comment %s: %w", marker, err)
+	default:
+		for _, c := range existing {
+			if strings.Contains(c.Body, marker) {
+				return false, nil
+			}
+		}
+	}
+	if err := p.Comment(ctx, repo, number, strings.TrimRight(body, "\n")+"\n\n"+marker+"\n"); err != nil {
+		return false, err
+	}
+	return true, nil
 }

@@ -114,7 +114,8 @@ func cleanupPR(ctx context.Context, sc *Context, m map[string]any, reason string
 		body := fmt.Sprintf("prflow run %s (pipeline %s) ended %s.\n\nThis PR was opened by step %s and is closed without being merged; its branch %s is deleted. "+
 			"Set `cleanup: {keepFailedPRs: true}` in the pipeline to keep the PRs of failed runs.",
 			sc.RunID, sc.Pipeline, reason, step, pr.Head)
-		if err := p.Comment(ctx, r, pr.Number, body); err != nil && !errors.Is(err, scm.ErrNotSupported) {
+		// Once: a redelivery after a kill between comment and close finds it by its marker.
+		if _, err := scm.CommentOnce(ctx, p, r, pr.Number, fmt.Sprintf("%s/cleanup/%d", sc.RunID, pr.Number), body); err != nil && !errors.Is(err, scm.ErrNotSupported) {
 			return "", classify(err, fmt.Sprintf("comment on PR #%d of %s", pr.Number, repo))
 		}
 		if err := p.ClosePR(ctx, r, pr.Number); err != nil {

@@ -2,6 +2,7 @@ package steps
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"strings"
 
@@ -141,9 +142,19 @@ func runPRComment(ctx context.Context, sc *Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if err := p.Comment(ctx, scm.Repo(v["repo"]), n, v["body"]); err != nil {
+	// Posted once: a worker killed after posting and before its result was stored leaves the
+	// job to be redelivered, and the redelivery finds the comment by its marker. The body's
+	// hash is in the key because a run's rollback step may share an id with a forward step.
+	sum := sha256.Sum256([]byte(v["body"]))
+	key := fmt.Sprintf("%s/%s/%s/%x", sc.RunID, sc.Stage, sc.StepID, sum[:4])
+	posted, err := scm.CommentOnce(ctx, p, scm.Repo(v["repo"]), n, key, v["body"])
+	if err != nil {
 		return Result{}, classify(err, fmt.Sprintf("comment on PR #%d", n))
 	}
+	if !posted {
+		sc.Log.Info("PR comment already posted by an earlier delivery", "repo", v["repo"], "pr", n)
+		return Done(map[string]any{"posted": false}), nil
+	}
 	sc.Log.Info("commented on PR", "repo", v["repo"], "pr", n)
-	return Done(nil), nil
+	return Done(map[string]any{"posted": true}), nil
 }

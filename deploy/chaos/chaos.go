@@ -50,10 +50,8 @@ type Config struct {
 	Timeout time.Duration
 	// AckWait is the workers' redelivery timeout (short, so a killed worker's jobs come back soon).
 	AckWait time.Duration
-	// NoPRComments starts the server with --pr-comments=false. PR comments are posted at
-	// least once (a worker killed after posting and before its ack posts again when the job
-	// is redelivered; the drivers cannot list comments to find their own yet), so a kill can
-	// make "PR comments posted twice" fail; the full suite keeps them on and reports it.
+	// NoPRComments starts the server with --pr-comments=false (PR comments are on by default
+	// and checked: each is posted once, found again by its hidden marker on redelivery).
 	NoPRComments bool
 	Out          io.Writer // progress lines
 }

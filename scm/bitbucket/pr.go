@@ -450,6 +450,60 @@ func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body st
 	return d.wrap(op, repo, cl, err)
 }
 
+// ListComments lists a PR's comments, oldest first, deleted ones left out.
+func (d *Driver) ListComments(ctx context.Context, repo scm.Repo, number int) ([]scm.PRComment, error) {
+	op := fmt.Sprintf("list comments of PR #%d", number)
+	ws, slug, err := splitRepo(repo)
+	if err != nil {
+		return nil, d.wrap(op, repo, nil, err)
+	}
+	q := url.Values{}
+	q.Set("pagelen", strconv.Itoa(pageLen))
+	path := "/repositories/" + url.PathEscape(ws) + "/" + url.PathEscape(slug) + "/pullrequests/" + strconv.Itoa(number) + "/comments"
+	var out []scm.PRComment
+	for page := 0; ; page++ {
+		_, body, err := d.send(ctx, http.MethodGet, path, q, nil, "")
+		if err != nil {
+			return nil, d.wrap(op, repo, nil, err)
+		}
+		var res struct {
+			Values []struct {
+				ID      int64 `json:"id"`
+				Deleted bool  `json:"deleted"`
+				Content struct {
+					Raw string `json:"raw"`
+				} `json:"content"`
+				User struct {
+					Nickname    string `json:"nickname"`
+					DisplayName string `json:"display_name"`
+				} `json:"user"`
+			} `json:"values"`
+			Next string `json:"next"`
+		}
+		if err := json.Unmarshal(body, &res); err != nil {
+			return nil, d.wrap(op, repo, nil, fmt.Errorf("unexpected response: %w", err))
+		}
+		for _, c := range res.Values {
+			if c.Deleted {
+				continue
+			}
+			author := c.User.Nickname
+			if author == "" {
+				author = c.User.DisplayName
+			}
+			out = append(out, scm.PRComment{ID: strconv.FormatInt(c.ID, 10), Author: author, Body: c.Content.Raw})
+		}
+		if res.Next == "" || page > 100 {
+			return out, nil
+		}
+		next, err := url.Parse(res.Next)
+		if err != nil || !strings.HasPrefix(res.Next, d.baseURL) {
+			return nil, d.wrap(op, repo, nil, fmt.Errorf("unexpected next page link %q", res.Next))
+		}
+		path, q = strings.TrimPrefix(next.Path, mustPath(d.baseURL)), next.Query()
+	}
+}
+
 // ChangedFiles lists the paths a PR changes: the diffstat of its source against the merge
 // base with its destination ("source..destination", topic diff).
 func (d *Driver) ChangedFiles(ctx context.Context, repo scm.Repo, number int) ([]string, error) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	gh "github.com/google/go-github/v62/github"
@@ -290,6 +291,30 @@ func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body st
 	}
 	_, resp, err := d.client.Issues.CreateComment(ctx, owner, name, number, &gh.IssueComment{Body: str(body)})
 	return d.wrap(op, repo, resp, err)
+}
+
+// ListComments lists a PR's conversation comments (the issue comments API), oldest first.
+func (d *Driver) ListComments(ctx context.Context, repo scm.Repo, number int) ([]scm.PRComment, error) {
+	op := fmt.Sprintf("list comments of PR #%d", number)
+	owner, name, err := splitRepo(repo)
+	if err != nil {
+		return nil, d.wrap(op, repo, nil, err)
+	}
+	opts := &gh.IssueListCommentsOptions{ListOptions: gh.ListOptions{PerPage: 100}}
+	var out []scm.PRComment
+	for {
+		cs, resp, err := d.client.Issues.ListComments(ctx, owner, name, number, opts)
+		if err != nil {
+			return nil, d.wrap(op, repo, resp, err)
+		}
+		for _, c := range cs {
+			out = append(out, scm.PRComment{ID: strconv.FormatInt(c.GetID(), 10), Author: c.GetUser().GetLogin(), Body: c.GetBody()})
+		}
+		if resp.NextPage == 0 {
+			return out, nil
+		}
+		opts.Page = resp.NextPage
+	}
 }
 
 // ChangedFiles lists the paths a PR changes; a rename lists both names.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	gl "gitlab.com/gitlab-org/api/client-go"
@@ -282,6 +283,35 @@ func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body st
 	}
 	_, resp, err := d.client.Notes.CreateMergeRequestNote(pid, int64(number), &gl.CreateMergeRequestNoteOptions{Body: ptr(body)}, gl.WithContext(ctx))
 	return d.wrap(op, repo, resp, err)
+}
+
+// ListComments lists an MR's notes, oldest first, without GitLab's system notes ("added 1
+// commit", "merged").
+func (d *Driver) ListComments(ctx context.Context, repo scm.Repo, number int) ([]scm.PRComment, error) {
+	op := fmt.Sprintf("list notes of MR !%d", number)
+	pid, err := projectID(repo)
+	if err != nil {
+		return nil, d.wrap(op, repo, nil, err)
+	}
+	opts := &gl.ListMergeRequestNotesOptions{ListOptions: gl.ListOptions{PerPage: 100},
+		OrderBy: ptr("created_at"), Sort: ptr("asc")}
+	var out []scm.PRComment
+	for {
+		notes, resp, err := d.client.Notes.ListMergeRequestNotes(pid, int64(number), opts, gl.WithContext(ctx))
+		if err != nil {
+			return nil, d.wrap(op, repo, resp, err)
+		}
+		for _, n := range notes {
+			if n.System {
+				continue
+			}
+			out = append(out, scm.PRComment{ID: strconv.FormatInt(n.ID, 10), Author: n.Author.Username, Body: n.Body})
+		}
+		if resp.NextPage == 0 {
+			return out, nil
+		}
+		opts.Page = resp.NextPage
+	}
 }
 
 // ChangedFiles lists the paths an MR changes; a rename lists both names.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -421,6 +422,19 @@ func (p *Provider) Comments(ctx context.Context, repo scm.Repo, number int) ([]C
 		return nil, p.fail(repo, op, err)
 	}
 	return st.rec.Comments, nil
+}
+
+// ListComments implements scm.PullRequests: the PR record's comments, oldest first.
+func (p *Provider) ListComments(ctx context.Context, repo scm.Repo, number int) ([]scm.PRComment, error) {
+	cs, err := p.Comments(ctx, repo, number)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]scm.PRComment, len(cs))
+	for i, c := range cs {
+		out[i] = scm.PRComment{ID: strconv.Itoa(i + 1), Author: c.Author, Body: c.Body}
+	}
+	return out, nil
 }
 
 // ChangedFiles lists the paths the PR changes relative to its merge base with the base branch

@@ -88,6 +88,8 @@ var cases = []testCase{
 	{"RevertMergeCommit", testRevertMergeCommit},
 	{"RevertConflict", testRevertConflict},
 	{"Comment", testComment},
+	{"ListComments", testListComments},
+	{"CommentOnce", testCommentOnce},
 	{"Status", testStatus},
 	{"ChangedFiles", testChangedFiles},
 	{"ConcurrentCommits", testConcurrentCommits},
@@ -677,6 +679,61 @@ func testComment(t *testing.T, s *suite) {
 		if got := s.Comments(t, pr.Number); !slices.Contains(got, body) {
 			t.Fatalf("comments = %q, want %q among them", got, body)
 		}
+	}
+}
+
+func testListComments(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/list-comments", change("conformance/list-comments.txt", "x\n"))
+	got, err := s.Provider.ListComments(s.ctx, s.Repo, pr.Number)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("ListComments of a new PR = %v, %v; want none", got, err)
+	}
+	bodies := []string{"first", "second ✅\n<!-- prflow:r/s/x -->"}
+	for _, b := range bodies {
+		if err := s.Provider.Comment(s.ctx, s.Repo, pr.Number, b); err != nil {
+			t.Fatalf("Comment: %v", err)
+		}
+	}
+	got, err = s.Provider.ListComments(s.ctx, s.Repo, pr.Number)
+	if err != nil {
+		t.Fatalf("ListComments: %v", err)
+	}
+	if len(got) != 2 || got[0].Body != bodies[0] || got[1].Body != bodies[1] || got[0].ID == "" || got[0].ID == got[1].ID {
+		t.Fatalf("ListComments = %+v, want %q oldest first with distinct ids", got, bodies)
+	}
+	if _, err := s.Provider.ListComments(s.ctx, s.Repo, pr.Number+1000); !errors.Is(err, scm.ErrNotFound) {
+		t.Fatalf("ListComments of a missing PR: %v, want ErrNotFound", err)
+	}
+}
+
+// testCommentOnce: a comment posted with a key is found again by its hidden marker and not
+// posted twice (a redelivered job); another key posts its own.
+func testCommentOnce(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/comment-once", change("conformance/comment-once.txt", "x\n"))
+	const body = "**prflow**: promoted to dev"
+	for i, want := range []bool{true, false, false} {
+		posted, err := scm.CommentOnce(s.ctx, s.Provider, s.Repo, pr.Number, "run-1/dev/comment", body)
+		if err != nil || posted != want {
+			t.Fatalf("CommentOnce #%d = %v, %v; want posted=%v", i+1, posted, err, want)
+		}
+	}
+	if posted, err := scm.CommentOnce(s.ctx, s.Provider, s.Repo, pr.Number, "run-2/dev/comment", body); err != nil || !posted {
+		t.Fatalf("CommentOnce with another key = %v, %v; want posted", posted, err)
+	}
+	got, err := s.Provider.ListComments(s.ctx, s.Repo, pr.Number)
+	if err != nil {
+		t.Fatalf("ListComments: %v", err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("comments = %+v, want one per key", got)
+	}
+	for _, c := range got {
+		if !strings.HasPrefix(c.Body, body) {
+			t.Fatalf("comment %q does not start with the text posted", c.Body)
+		}
+	}
+	if !strings.Contains(got[0].Body, scm.CommentMarker("run-1/dev/comment")) {
+		t.Fatalf("comment %q carries no marker", got[0].Body)
 	}
 }
 

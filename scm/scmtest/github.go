@@ -1904,10 +1904,14 @@ func (g *GitHub) listComments(c *ghCall) {
 		ghError(c.w, 404, "Not Found", "issues/comments#list-issue-comments")
 		return
 	}
-	out := make([]map[string]any, 0, len(pr.Comments))
-	for _, cm := range pr.Comments {
+	// Oldest first, 30 a page by default (at most 100), Link header to the next, as GitHub.
+	p := parsePage(c.r, "per_page", 30, 100, len(pr.Comments))
+	start, end := p.bounds()
+	out := make([]map[string]any, 0, end-start)
+	for _, cm := range pr.Comments[start:end] {
 		out = append(out, ghCommentJSON(c.rv, pr.Number, cm))
 	}
+	linkHeader(c.w, requestBase(c.r), c.r, p)
 	writeJSON(c.w, 200, out)
 }
 

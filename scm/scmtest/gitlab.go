@@ -1374,9 +1374,14 @@ func (g *GitLab) listNotes(c *glCall) {
 	}
 	snap := pr.snapshot()
 	c.rs.mu.Unlock()
+	// Newest first unless sort=asc, as GitLab (created_at and updated_at order alike here:
+	// notes are never edited).
 	out := []map[string]any{}
-	for i := len(snap.Comments) - 1; i >= 0; i-- {
+	for i := range snap.Comments {
 		out = append(out, glNoteJSON(c.rv, snap, snap.Comments[i]))
+	}
+	if c.r.URL.Query().Get("sort") != "asc" {
+		slices.Reverse(out)
 	}
 	g.paged(c, out)
 }

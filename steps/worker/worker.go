@@ -58,6 +58,8 @@ type Worker struct {
 	done        atomic.Int64
 	mu          sync.Mutex
 	cancels     map[string]map[*jobCtx]struct{} // run → in-flight jobs, for cancel
+	inflight    map[string]*inflightJob         // job id → its execution here (execlease.go)
+	locks       jetstream.KeyValue              // execution leases live in the locks bucket
 }
 
 type jobCtx struct{ cancel context.CancelFunc }
@@ -108,6 +110,7 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 	w.results.D = directResultTimeout
 	w.Log = slog.New(MaskHandler(w.Log.Handler(), w.masker)).With("worker", w.ID)
 	w.cancels = map[string]map[*jobCtx]struct{}{}
+	w.inflight = map[string]*inflightJob{}
 	w.settleSlots = make(chan struct{}, max(1024, 4*w.Concurrency*len(w.Pools)*(1+len(w.Connectors))))
 
 	b, err := queue.OpenBuckets(ctx, conn.JS)
@@ -119,6 +122,21 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 		return fmt.Errorf("subscribe %s: %w", queue.CancelSubject, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	w.locks = b.Locks
+	qsub, err := conn.NC.Subscribe(ExecQuerySubject(w.ID), w.answerQuery)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", ExecQuerySubject(w.ID), err)
+	}
+	defer func() { _ = qsub.Unsubscribe() }()
+	// After a reconnect every in-flight job's heartbeat goes at once: if the server restarted,
+	// the ones sent while it was away are lost and its ack deadlines are already due.
+	reconnected := conn.NC.StatusChanged(nats.CONNECTED)
+	defer conn.NC.RemoveStatusListener(reconnected)
+	go func() {
+		for range reconnected {
+			w.beatAll(ctx)
+		}
+	}()
 
 	// Jobs run on their own context so that SIGTERM stops pulling but lets them finish.
 	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
@@ -271,12 +289,36 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 	def, ok := w.Registry.Lookup(job.Type)
 	if !ok {
 		res := steps.Fail(fmt.Sprintf("worker %s (version %s) has no step type %q", w.ID, w.Version, job.Type))
-		w.finish(ctx, msg, job, res, started)
+		w.finish(ctx, msg, job, res, started, nil)
 		return
 	}
-	stopHB := heartbeat(msg, w.Tuning.AckWait/3)
+	if !w.trackExec(job.ID(), msg) {
+		// A redelivery to the worker that still runs the job (it reconnected to a restarted
+		// server): the running one acks it.
+		w.jobLog(job).Warn("job redelivered while it still runs here; left to the running execution", "delivery", delivered)
+		return
+	}
+	lease, run, err := w.claim(ctx, msg, job.ID(), delivered)
+	if err != nil || !run {
+		w.untrackExec(job.ID(), msg, nil)
+		switch {
+		case ctx.Err() != nil:
+			_ = msg.NakWithDelay(0)
+		case err != nil:
+			w.jobLog(job).Warn("cannot take the job's execution lease; will retry", "err", err, "delivery", delivered)
+			_ = msg.NakWithDelay(backoff(delivered))
+		default:
+			// Neither ack nor nak: the live execution's heartbeats and ack settle the job.
+			w.jobLog(job).Warn("job redelivered while another worker still runs it; left to that execution", "delivery", delivered)
+		}
+		return
+	}
 
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancelCause := context.WithCancelCause(ctx)
+	cancel := func() { cancelCause(context.Canceled) }
+	lease.onLost = func() { cancelCause(errLeaseLost) }
+	w.setLease(job.ID(), lease)
+	stopHB := heartbeat(msg, w.renewEvery(), func() { go lease.renew(ctx) })
 	if !job.Deadline.IsZero() {
 		var c2 context.CancelFunc
 		sctx, c2 = context.WithDeadline(sctx, job.Deadline)
@@ -309,6 +351,14 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 	}
 	stopHB()
 
+	if lease.lost.Load() {
+		// This worker was cut off long enough that another delivery took the job over; that
+		// one reports it. Nothing of this execution is reported.
+		pub.Flush(context.Background())
+		w.untrackExec(job.ID(), msg, lease)
+		w.jobLog(job).Warn("another delivery took this job over while it ran here; its result is dropped", "err", runErr)
+		return
+	}
 	if runErr != nil {
 		switch {
 		case steps.IsTerminal(runErr):
@@ -316,6 +366,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		case ctx.Err() != nil:
 			// Drain timeout: hand the job back untouched for another worker.
 			pub.Flush(context.Background())
+			w.untrackExec(job.ID(), msg, lease)
 			_ = msg.NakWithDelay(0)
 			w.jobLog(job).Warn("job handed back on shutdown")
 			return
@@ -329,36 +380,50 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 			delay := backoff(delivered)
 			stepLog.Warn("transient error, will retry", "err", runErr, "delivery", delivered, "retryIn", delay.String())
 			pub.Flush(ctx)
+			w.untrackExec(job.ID(), msg, lease)
 			_ = msg.NakWithDelay(delay)
 			return
 		}
 		stepLog.Error("step failed", "err", runErr)
 	}
 	pub.Flush(ctx)
-	w.settle(ctx, msg, job, res, started)
+	w.settle(ctx, msg, job, res, started, lease)
 }
 
 // settle reports the result and acks the job in the background, so the slot pulls its next
 // job while a controller applies this one. The job stays unacked until its result is stored;
 // a bound on unsettled results keeps a slow controller from piling them up.
-func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time) {
+func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, lease *execLease) {
 	w.settleSlots <- struct{}{}
 	w.settling.Add(1)
 	go func() {
 		defer w.settling.Done()
 		defer func() { <-w.settleSlots }()
-		w.finish(ctx, msg, job, res, started)
+		w.finish(ctx, msg, job, res, started, lease)
 	}()
 }
 
-func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time) {
+func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, lease *execLease) {
+	// The lease goes when the job is settled one way or the other (a redelivery before that
+	// finds this execution still running), and before a nak, so that the redelivery it asks
+	// for finds no live execution.
+	untrack := func() {
+		if lease != nil {
+			w.untrackExec(job.ID(), msg, lease)
+		}
+	}
 	acked, err := w.publishResult(ctx, job, res, started, msg.AckSubject())
 	if err != nil {
 		// Not acked: the job is redelivered and runs again (steps are idempotent).
 		w.jobLog(job).Error("publishing result failed; job will be redelivered", "err", err)
+		untrack()
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
+	// Settled: no delivery of this message can come any more, so the lease is only forgotten
+	// here, not deleted (it expires with the bucket's TTL): one server message per job fewer.
+	// Should the ack below be lost, a redelivery finds the lease and this worker answers idle.
+	defer w.forgetExec(job.ID(), msg)
 	if !acked {
 		if err := msg.Ack(); err != nil {
 			w.jobLog(job).Warn("ack failed; a redelivery will find the result already recorded", "err", err)
@@ -378,7 +443,7 @@ func (w *Worker) jobLog(job *queue.Job) *slog.Logger {
 // heartbeat tells JetStream every interval that msg's step still runs, so a long step is not
 // redelivered; the returned stop ends it and waits for a beat under way. A timer, not a
 // goroutine per job.
-func heartbeat(msg *queue.Msg, interval time.Duration) (stop func()) {
+func heartbeat(msg *queue.Msg, interval time.Duration, beat func()) (stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
@@ -391,6 +456,7 @@ func heartbeat(msg *queue.Msg, interval time.Duration) (stop func()) {
 			return
 		}
 		_ = msg.InProgress()
+		beat()
 		t.Reset(interval)
 	})
 	return func() {
