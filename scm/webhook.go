@@ -260,3 +260,9 @@ func ChangedPaths(lists ...[]string) []string {
 
 // IsZeroSHA reports whether sha is absent or the all-zero id forges use for "no commit".
 func IsZeroSHA(sha string) bool { return strings.Trim(sha, "0") == "" }
+
+// BranchOfRef returns the branch a pushed ref names; tags and other refs give false.
+func BranchOfRef(ref string) (string, bool) {
+	b, ok := strings.CutPrefix(ref, "refs/heads/")
+	return b, ok && b != ""
+}

@@ -141,8 +141,8 @@ func normPush(p *gh.PushEvent) (*scm.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	branch, ok := strings.CutPrefix(p.GetRef(), "refs/heads/")
-	if !ok || branch == "" {
+	branch, ok := scm.BranchOfRef(p.GetRef())
+	if !ok {
 		return nil, nil // tag pushes and odd refs are not used
 	}
 	var lists [][]string
