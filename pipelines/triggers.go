@@ -60,7 +60,6 @@ type TriggerInput struct {
 // it trigger, as in <+trigger.commitSha>).
 var TriggerRoots = []string{"event", "trigger"}
 
-
 func (l *loader) triggers(f field, p *Pipeline) []*Trigger {
 	if f.val == nil {
 		return nil
