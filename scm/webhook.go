@@ -68,6 +68,11 @@ type Event struct {
 	Label    string       `json:"label,omitempty"` // for labeled and unlabeled: the label added or removed
 	Received time.Time    `json:"received"`
 
+	// StoredAs names the object (in the server's webhook object store) that holds the whole
+	// event when it was too large for one NATS message; the message then carries only this
+	// stub. Readers load the event back before using it.
+	StoredAs string `json:"storedAs,omitempty"`
+
 	// Status: a commit status or check finished (or changed) on SHA.
 	SHA     string      `json:"sha,omitempty"`
 	Context string      `json:"context,omitempty"` // status context, check name, pipeline
