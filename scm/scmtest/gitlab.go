@@ -1420,8 +1420,9 @@ func GitLabWebhookRequest(ctx context.Context, url, token string, ev WebhookEven
 	if err != nil {
 		return nil, err
 	}
+	// GitLab 17.4+ sends Idempotency-Key, the same on every retry of this delivery.
 	hdr := map[string]string{"X-Gitlab-Event": event, "X-Gitlab-Event-UUID": uuid4(), "X-Gitlab-Webhook-UUID": uuid4(),
-		"User-Agent": "GitLab/17.5.0"}
+		"Idempotency-Key": uuid4(), "User-Agent": "GitLab/17.5.0"}
 	if token != "" {
 		hdr["X-Gitlab-Token"] = token
 	}

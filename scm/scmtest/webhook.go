@@ -126,7 +126,7 @@ func newHookRequest(ctx context.Context, url string, body []byte, headers map[st
 
 // Delivery is one webhook the fake sent.
 type Delivery struct {
-	ID     string // delivery id header value
+	ID     string // delivery id header value (GitLab: Idempotency-Key, stable across retries)
 	Event  string // X-GitHub-Event / X-Gitlab-Event / X-Event-Key
 	URL    string
 	Status int   // receiver's status code; 0 when the request failed
@@ -241,7 +241,7 @@ func (h *hookSender) deliver(t hookTarget, ev WebhookEvent) {
 		d.Err = err
 	} else {
 		d.Event = firstHeader(req.Header, "X-GitHub-Event", "X-Gitlab-Event", "X-Event-Key")
-		d.ID = firstHeader(req.Header, "X-GitHub-Delivery", "X-Gitlab-Event-UUID", "X-Request-UUID")
+		d.ID = firstHeader(req.Header, "X-GitHub-Delivery", "Idempotency-Key", "X-Gitlab-Event-UUID", "X-Request-UUID")
 		if req.GetBody != nil {
 			if rc, gerr := req.GetBody(); gerr == nil {
 				d.Body, _ = io.ReadAll(rc)
