@@ -26,12 +26,7 @@ type GitLab struct {
 // NewGitLab starts a fake GitLab for the test; point client-go at APIURL() (WithBaseURL).
 func NewGitLab(t testing.TB, opts ...Option) *GitLab {
 	t.Helper()
-	g, err := NewGitLabHandler(forgeGit(t, opts), opts...)
-	if err != nil {
-		t.Fatalf("scmtest.NewGitLab: %v", err)
-	}
-	g.start(t)
-	return g
+	return startFake(t, "NewGitLab", opts, NewGitLabHandler)
 }
 
 // NewGitLabHandler builds a fake GitLab without a listener: mount it and call SetBaseURL.
@@ -41,10 +36,7 @@ func NewGitLabHandler(gs *GitServer, opts ...Option) (*GitLab, error) {
 		return nil, err
 	}
 	g := &GitLab{Forge: f, mux: http.NewServeMux()}
-	f.hooks.build = GitLabWebhookRequest
-	f.mw.decorate = g.decorate
-	g.routes()
-	f.handler = f.mw.wrap(http.HandlerFunc(g.serve))
+	f.mount(g, GitLabWebhookRequest)
 	return g, nil
 }
 
