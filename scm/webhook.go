@@ -269,5 +269,8 @@ func IsZeroSHA(sha string) bool { return strings.Trim(sha, "0") == "" }
 // BranchOfRef returns the branch a pushed ref names; tags and other refs give false.
 func BranchOfRef(ref string) (string, bool) {
 	b, ok := strings.CutPrefix(ref, "refs/heads/")
-	return b, ok && b != ""
+	if !ok || b == "" {
+		return "", false
+	}
+	return b, true
 }
