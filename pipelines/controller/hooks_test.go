@@ -892,3 +892,58 @@ func TestGitLabWebhookDedupe(t *testing.T) {
 		t.Errorf("PRFLOW_SCM holds %d events, want 4", n)
 	}
 }
+
+const readyTrigger = `name: on-ready
+inputs:
+  branch: {type: string, required: true}
+triggers:
+  - name: ready
+    pullRequest:
+      repo: acme/web
+      actions: [opened, ready_for_review]
+      branches: [main]
+    if: ${{ !event.pr.draft }}
+    inputs:
+      branch: ${{ event.pr.headBranch }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {branch: "${{ inputs.branch }}"}}}
+`
+
+// TestWebhookDraftMarkedReady: a PR opened as a draft starts nothing; marking it ready does
+// (GitHub: action ready_for_review; GitLab: an update whose changes clear the draft flag).
+func TestWebhookDraftMarkedReady(t *testing.T) {
+	for _, forge := range []struct {
+		name  string
+		build func(context.Context, string, string, scmtest.WebhookEvent) (*http.Request, error)
+	}{{"github", scmtest.GitHubWebhookRequest}, {"gitlab", scmtest.GitLabWebhookRequest}} {
+		t.Run(forge.name, func(t *testing.T) {
+			e := newHookEnv(t, nil, nil, map[string][]byte{"ready.yaml": []byte(readyTrigger)}, 0)
+			pr := scmtest.PullRequest{Number: 9, Title: "checkout v2", Head: "feature/checkout-v2", Base: "main",
+				HeadSHA: strings.Repeat("9", 40), State: scmtest.PROpen, Draft: true, Author: "jdoe"}
+			send := func(action string, pr scmtest.PullRequest) {
+				t.Helper()
+				req, err := forge.build(context.Background(), e.srv.URL+"/hooks/"+forge.name, hookSecret,
+					scmtest.PREvent{Action: action, Owner: "acme", Name: "web", PR: pr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if code, resp := e.post(req); code != http.StatusAccepted || !strings.Contains(resp, `"queued"`) {
+					t.Fatalf("%s: HTTP %d %s", action, code, resp)
+				}
+			}
+			send("opened", pr)
+			pr.Draft = false
+			send("ready_for_review", pr)
+			runs := e.waitTriggered(1)
+			time.Sleep(200 * time.Millisecond) // events are handled in order; a run for the draft would be there
+			if runs = e.triggeredRuns(); len(runs) != 1 || runs[0].Inputs["branch"] != "feature/checkout-v2" || runs[0].Trigger.Action != "ready_for_review" {
+				for _, r := range runs {
+					t.Logf("run %s trigger %+v inputs %v", r.ID, r.Trigger, r.Inputs)
+				}
+				t.Fatalf("%d runs, want 1 started by ready_for_review", len(runs))
+			}
+		})
+	}
+}

@@ -1944,8 +1944,11 @@ func GitHubWebhookRequest(ctx context.Context, url, secret string, ev WebhookEve
 		if action == "synchronize" {
 			payload["before"], payload["after"] = e.Before, e.PR.HeadSHA
 		}
-		if action == "labeled" {
+		switch action {
+		case "labeled", "unlabeled":
 			payload["label"] = ghLabelJSON(v, e.Label)
+		case "edited":
+			payload["changes"] = map[string]any{"title": map[string]any{"from": e.PreviousTitle}}
 		}
 	case PushEvent:
 		v := e.view()

@@ -1486,9 +1486,18 @@ func glMRHookJSON(e PREvent) map[string]any {
 		attrs["oldrev"] = e.Before
 	}
 	changes := map[string]any{}
-	if e.Action == "labeled" {
+	// GitLab sends every other change as "update" with what changed under changes.
+	switch e.Action {
+	case "labeled":
 		prev := slices.DeleteFunc(slices.Clone(pr.Labels), func(l string) bool { return l == e.Label })
 		changes["labels"] = map[string]any{"previous": glHookLabels(v, prev), "current": glHookLabels(v, pr.Labels)}
+	case "unlabeled":
+		prev := append(slices.Clone(pr.Labels), e.Label)
+		changes["labels"] = map[string]any{"previous": glHookLabels(v, prev), "current": glHookLabels(v, pr.Labels)}
+	case "ready_for_review", "converted_to_draft":
+		changes["draft"] = map[string]any{"previous": e.Action == "ready_for_review", "current": e.Action == "converted_to_draft"}
+	case "edited":
+		changes["title"] = map[string]any{"previous": e.PreviousTitle, "current": pr.Title}
 	}
 	return map[string]any{
 		"object_kind": "merge_request", "event_type": "merge_request", "user": glHookUser(senderOr(e.Sender, pr.Author)),

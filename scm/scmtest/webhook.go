@@ -19,14 +19,17 @@ import (
 type WebhookEvent interface{ webhookEvent() }
 
 // PREvent describes a pull/merge request event. Action is opened, synchronize, closed (merged
-// when PR.State is PRMerged), reopened or labeled; it maps to each forge's own event names.
+// when PR.State is PRMerged), reopened, labeled, unlabeled, edited, ready_for_review or
+// converted_to_draft (GitHub's names); it maps to each forge's own event names (GitLab: an
+// update whose changes say what changed).
 type PREvent struct {
 	Action        string
 	Owner, Name   string
 	RepoID        int64
 	PR            PullRequest
 	Before        string // previous head SHA (synchronize)
-	Label         string // the label added (labeled)
+	Label         string // the label added (labeled) or removed (unlabeled)
+	PreviousTitle string // the title before an edit (edited)
 	Sender        string
 	BaseURL       string // the forge's URL (API links); default https://scm.example.test
 	WebBase       string // html links; default BaseURL
