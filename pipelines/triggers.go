@@ -22,12 +22,13 @@ import (
 //	  - name: app-merged
 //	    connector: app              # worker connector of the triggering repo: commit statuses go there
 //	                                # (required with pullRequest.paths: the PR's files are read through it)
-//	    pullRequest:                # or push: {repo, branches, paths}
+//	    pullRequest:                # or push: {repo, branches, paths, deleted}
 //	      repo: acme/app            # glob over owner/name
-//	      actions: [merged]         # opened, synchronized, merged, closed, labeled
-//	      branches: [main]          # base branch globs
+//	      actions: [merged]         # opened, synchronized, merged, closed, labeled, unlabeled,
+//	                                # edited, ready_for_review, converted_to_draft
+//	      branches: [main]          # base branch globs (event.branch; the PR's source is event.pr.headBranch)
 //	      paths: ["services/web/**"]
-//	      labels: [deploy]
+//	      labels: [deploy]          # the PR carries one of them (after the change, on labeled/unlabeled)
 //	    if: ${{ !event.pr.draft }}
 //	    inputs:
 //	      tag: ${{ event.sha }}
@@ -43,6 +44,7 @@ type Trigger struct {
 	Branches  []string // base branch (PR) or pushed branch globs
 	Paths     []string // changed path globs (** = any depth)
 	Labels    []string
+	Deleted   bool // push: also fire when the push deletes the branch
 	If        *template.Template
 	Inputs    []TriggerInput
 }
@@ -57,8 +59,6 @@ type TriggerInput struct {
 // TriggerRoots are the names trigger expressions may read: the event (Harness pipelines call
 // it trigger, as in <+trigger.commitSha>).
 var TriggerRoots = []string{"event", "trigger"}
-
-var prActions = []scm.PRAction{scm.PROpened, scm.PRSynchronize, scm.PRMergedEvt, scm.PRClosedOnly, scm.PRLabeled}
 
 func (l *loader) triggers(f field, p *Pipeline) []*Trigger {
 	if f.val == nil {
@@ -107,9 +107,9 @@ func (l *loader) trigger(n *yaml.Node, i int, p *Pipeline) *Trigger {
 			if a == "synchronize" {
 				act = scm.PRSynchronize
 			}
-			if !containsAction(prActions, act) {
+			if !containsAction(scm.PRActions, act) {
 				l.errf(ff["actions"].val.Content[min(j, len(ff["actions"].val.Content)-1)], fmt.Sprintf("%s.pullRequest.actions[%d]", path, j),
-					"unknown action %q (one of opened, synchronized, merged, closed, labeled)", a)
+					"unknown action %q (one of %s)", a, actionNames())
 				continue
 			}
 			t.Actions = append(t.Actions, act)
@@ -122,8 +122,13 @@ func (l *loader) trigger(n *yaml.Node, i int, p *Pipeline) *Trigger {
 		}
 	case push.val != nil:
 		t.Kind = scm.EventPush
-		ff := l.fields(push.val, path+".push", "provider", "repo", "branches", "paths")
+		ff := l.fields(push.val, path+".push", "provider", "repo", "branches", "paths", "deleted")
 		l.triggerCommon(t, ff, path+".push")
+		if d := ff["deleted"]; d.val != nil {
+			if d.val.Kind != yaml.ScalarNode || d.val.Decode(&t.Deleted) != nil {
+				l.errf(d.val, path+".push.deleted", "want true or false, got %q", d.val.Value)
+			}
+		}
 	default:
 		l.errf(n, path, "required: pullRequest or push")
 		return nil
@@ -211,6 +216,14 @@ func (p *Pipeline) input(name string) *Input {
 	return nil
 }
 
+func actionNames() string {
+	names := make([]string, len(scm.PRActions))
+	for i, a := range scm.PRActions {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
+}
+
 func containsAction(list []scm.PRAction, a scm.PRAction) bool {
 	for _, x := range list {
 		if x == a {
@@ -220,23 +233,25 @@ func containsAction(list []scm.PRAction, a scm.PRAction) bool {
 	return false
 }
 
-// EventEnv is what trigger expressions see as `event` (and `trigger`).
+// EventEnv is what trigger expressions see as `event` (and `trigger`). On pull request events
+// `branch` is the base (target) branch and `pr.headBranch` (also `pr.head`) the source branch.
 func EventEnv(ev *scm.Event) map[string]any {
 	m := map[string]any{
 		"provider": ev.Provider, "kind": string(ev.Kind), "repo": string(ev.Repo), "sender": ev.Sender,
 		"deliveryId": ev.DeliveryID, "branch": ev.Branch, "before": ev.Before, "after": ev.After,
 		"changed": toAnyList(ev.Changed), "action": string(ev.Action), "label": ev.Label, "sha": EventSHA(ev),
+		"deleted": ev.Deleted,
 	}
 	if ev.PR != nil {
 		pr := ev.PR
 		m["pr"] = map[string]any{"number": pr.Number, "title": pr.Title, "body": pr.Body, "state": string(pr.State),
-			"draft": pr.Draft, "head": pr.Head, "base": pr.Base, "headSha": pr.HeadSHA, "mergeSha": pr.MergeSHA,
+			"draft": pr.Draft, "head": pr.Head, "headBranch": pr.Head, "base": pr.Base, "headSha": pr.HeadSHA, "mergeSha": pr.MergeSHA,
 			"labels": toAnyList(pr.Labels), "url": pr.URL}
 		if ev.Branch == "" {
 			m["branch"] = pr.Base
 		}
 	} else {
-		m["pr"] = map[string]any{"number": 0, "title": "", "body": "", "state": "", "draft": false, "head": "", "base": "",
+		m["pr"] = map[string]any{"number": 0, "title": "", "body": "", "state": "", "draft": false, "head": "", "headBranch": "", "base": "",
 			"headSha": "", "mergeSha": "", "labels": []any{}, "url": ""}
 	}
 	return m
@@ -295,9 +310,11 @@ func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (*Trigg
 			return nil, nil
 		}
 		if len(t.Labels) > 0 {
+			// The PR's labels as they are after the change: a PR that already carries a wanted
+			// label fires on any labeled event (narrow with if: event.label == '...').
 			have := ev.PR.Labels
-			if ev.Action == scm.PRLabeled && ev.Label != "" {
-				have = []string{ev.Label} // the label that was just added
+			if ev.Action == scm.PRLabeled && ev.Label != "" && !slices.Contains(have, ev.Label) {
+				have = append(slices.Clone(have), ev.Label) // a forge that lists labels before the change
 			}
 			found := false
 			for _, want := range t.Labels {
@@ -310,6 +327,9 @@ func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (*Trigg
 			}
 		}
 	case scm.EventPush:
+		if ev.Deleted && !t.Deleted {
+			return nil, nil // a branch deletion is a push only to triggers that ask for it
+		}
 		if len(t.Branches) > 0 && !anyGlob(t.Branches, ev.Branch) {
 			return nil, nil
 		}

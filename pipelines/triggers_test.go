@@ -3,6 +3,7 @@ package pipelines
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -108,11 +109,21 @@ func TestTriggerMatch(t *testing.T) {
 			e.Action, e.Label, e.PR.Labels = scm.PRLabeled, "deploy", []string{"x", "deploy"}
 			return e
 		}, `{"labeled":{"tag":"pr-7"}}`},
-		{"labeled something else", func() *scm.Event {
+		{"labeled something else on a PR that carries deploy", func() *scm.Event {
 			e := mergedEvent()
 			e.Action, e.Label, e.PR.Labels = scm.PRLabeled, "docs", []string{"deploy", "docs"}
 			return e
+		}, `{"labeled":{"tag":"pr-7"}}`},
+		{"labeled something else on a PR without deploy", func() *scm.Event {
+			e := mergedEvent()
+			e.Action, e.Label, e.PR.Labels = scm.PRLabeled, "docs", []string{"docs"}
+			return e
 		}, `{}`},
+		{"labeled deploy, PR labels listed before the change", func() *scm.Event {
+			e := mergedEvent()
+			e.Action, e.Label, e.PR.Labels = scm.PRLabeled, "deploy", nil
+			return e
+		}, `{"labeled":{"tag":"pr-7"}}`},
 		{"push touching the service", func() *scm.Event {
 			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff00",
 				Changed: []string{"go.mod", "services/web/cmd/main.go"}}
@@ -155,6 +166,92 @@ func TestTriggerMatch(t *testing.T) {
 				t.Errorf("fired %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTriggerBranchDeletion: deleting a release branch is a push with event.deleted; push
+// triggers ignore it unless they set deleted: true.
+func TestTriggerBranchDeletion(t *testing.T) {
+	src := `name: x
+inputs:
+  tag: {type: string, required: true}
+stages: [{id: s, steps: [{id: a, type: Noop}]}]
+triggers:
+  - name: release
+    push: {branches: ["release/*"]}
+    inputs: {tag: "${{ event.after }}"}
+  - name: cleanup
+    push: {branches: ["release/*"], deleted: true}
+    if: ${{ event.deleted }}
+    inputs: {tag: "gone-${{ event.branch }}"}
+`
+	p, err := Load("p.yaml", []byte(src), steps.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := &scm.Event{Provider: "github", Kind: scm.EventPush, Repo: "acme/web", Branch: "release/1.4", Before: "8d2c", After: "9e3d"}
+	deletion := &scm.Event{Provider: "github", Kind: scm.EventPush, Repo: "acme/web", Branch: "release/1.4", Before: "8d2c", After: scm.ZeroSHA, Deleted: true}
+	for _, tc := range []struct {
+		ev   *scm.Event
+		want map[string]string
+	}{
+		{push, map[string]string{"release": "9e3d"}},
+		{deletion, map[string]string{"cleanup": "gone-release/1.4"}},
+	} {
+		got := map[string]string{}
+		for _, tr := range p.Triggers {
+			m, err := tr.Match(context.Background(), p.File, tc.ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m != nil {
+				got[tr.Name] = m.Inputs["tag"].(string)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("deleted=%v: fired %v, want %v", tc.ev.Deleted, got, tc.want)
+		}
+	}
+	if _, err := Load("p.yaml", []byte(strings.Replace(src, "deleted: true", "deleted: sometimes", 1)), steps.Default); err == nil ||
+		!strings.Contains(err.Error(), `p.yaml:10:46: triggers[1].push.deleted: want true or false, got "sometimes"`) {
+		t.Errorf("bad deleted: %v", err)
+	}
+}
+
+// TestTriggerDraftMarkedReady: a PR opened as a draft and marked ready later starts its run on
+// ready_for_review; event.branch is the base branch and event.pr.headBranch the source.
+func TestTriggerDraftMarkedReady(t *testing.T) {
+	src := `name: x
+inputs:
+  tag: {type: string, required: true}
+stages: [{id: s, steps: [{id: a, type: Noop}]}]
+triggers:
+  - name: ready
+    pullRequest: {actions: [opened, ready_for_review], branches: [main]}
+    if: ${{ !event.pr.draft }}
+    inputs: {tag: "${{ event.pr.headBranch }}->${{ event.branch }}"}
+`
+	p, err := Load("p.yaml", []byte(src), steps.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := mergedEvent()
+	ev.Action, ev.PR.State, ev.PR.Draft, ev.PR.Head = scm.PROpened, scm.PROpen, true, "feature/x"
+	if m, err := p.Triggers[0].Match(context.Background(), p.File, ev); m != nil || err != nil {
+		t.Fatalf("draft opened fired: %v %v", m, err)
+	}
+	ev.Action, ev.PR.Draft = scm.PRReady, false
+	m, err := p.Triggers[0].Match(context.Background(), p.File, ev)
+	if err != nil || m == nil {
+		t.Fatalf("marked ready did not fire: %v %v", m, err)
+	}
+	if got := m.Inputs["tag"]; got != "feature/x->main" {
+		t.Errorf("tag = %v, want feature/x->main", got)
+	}
+	for _, a := range []string{"unlabeled", "edited", "ready_for_review", "converted_to_draft"} {
+		if _, err := Load("p.yaml", []byte(strings.Replace(src, "ready_for_review]", a+"]", 1)), steps.Default); err != nil {
+			t.Errorf("action %s refused: %v", a, err)
+		}
 	}
 }
 

@@ -31,7 +31,22 @@ const (
 	PRClosedOnly  PRAction = "closed" // closed without merge
 	PRMergedEvt   PRAction = "merged"
 	PRLabeled     PRAction = "labeled"
+	PRUnlabeled   PRAction = "unlabeled"
+	PREdited      PRAction = "edited"             // title, body or base branch changed
+	PRReady       PRAction = "ready_for_review"   // a draft was marked ready
+	PRToDraft     PRAction = "converted_to_draft" // a ready PR went back to draft
 )
+
+// PRActions lists every PRAction a trigger may name, in the order docs list them.
+var PRActions = []PRAction{PROpened, PRSynchronize, PRMergedEvt, PRClosedOnly, PRLabeled, PRUnlabeled, PREdited, PRReady, PRToDraft}
+
+// ZeroSHA is the commit id forges send as a push's after (or before) when the branch was
+// deleted (or created).
+const ZeroSHA = "0000000000000000000000000000000000000000"
+
+// DefaultMaxWebhookBody bounds webhook bodies when a parser or the server sets no limit: GitHub
+// caps payloads at 25 MB and does not redeliver one that was refused, so the limit is its cap.
+const DefaultMaxWebhookBody = 25 << 20
 
 // Event is one forge webhook, normalised across GitHub, GitLab and Bitbucket.
 type Event struct {
@@ -45,11 +60,18 @@ type Event struct {
 	Before  string   `json:"before,omitempty"`
 	After   string   `json:"after,omitempty"`
 	Changed []string `json:"changed,omitempty"` // paths added/modified/removed, when the forge sends them
+	// Deleted is set on the push that deleted Branch (after is the zero SHA or absent).
+	Deleted bool `json:"deleted,omitempty"`
 	// Pull request
 	Action   PRAction     `json:"action,omitempty"`
 	PR       *PullRequest `json:"pr,omitempty"`
-	Label    string       `json:"label,omitempty"` // for labeled
+	Label    string       `json:"label,omitempty"` // for labeled and unlabeled: the label added or removed
 	Received time.Time    `json:"received"`
+
+	// StoredAs names the object (in the server's webhook object store) that holds the whole
+	// event when it was too large for one NATS message; the message then carries only this
+	// stub. Readers load the event back before using it.
+	StoredAs string `json:"storedAs,omitempty"`
 
 	// Status: a commit status or check finished (or changed) on SHA.
 	SHA     string      `json:"sha,omitempty"`
@@ -118,7 +140,12 @@ func VerifyHMACSHA256(headerName, header string, body, secret []byte, allowUnsig
 
 // DecodeWebhookJSON decodes a webhook payload; errors say where the payload is malformed.
 func DecodeWebhookJSON(data []byte, v any) error {
-	err := json.Unmarshal(data, v)
+	return WebhookJSONError(json.Unmarshal(data, v))
+}
+
+// WebhookJSONError words a JSON decoding error (ours or a forge client's) by where the payload
+// is malformed; nil stays nil.
+func WebhookJSONError(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -131,4 +158,119 @@ func DecodeWebhookJSON(data []byte, v any) error {
 		return fmt.Errorf("malformed JSON: field %q has type %s, want %s", typ.Field, typ.Value, typ.Type)
 	}
 	return fmt.Errorf("malformed JSON: %w", err)
+}
+
+// DedupeKey identifies one event for de-duplication: the delivery id with what the event is
+// about. A redelivery has the same key; a different event that reuses a delivery id (GitLab
+// sends one X-Gitlab-Event-UUID for the hooks one action fans out to) does not.
+func (e *Event) DedupeKey() string {
+	var obj string
+	switch e.Kind {
+	case EventPush:
+		obj = e.Branch + "@" + e.After
+		if e.Deleted {
+			obj = e.Branch + "@deleted"
+		}
+	case EventPullRequest:
+		n := 0
+		if e.PR != nil {
+			n = e.PR.Number
+		}
+		obj = fmt.Sprintf("#%d/%s", n, e.Action)
+		if e.Label != "" {
+			obj += "/" + e.Label
+		}
+	case EventStatus:
+		obj = e.SHA + "/" + e.Context + "/" + string(e.State)
+	}
+	return e.Provider + "/" + e.DeliveryID + "/" + string(e.Kind) + "/" + obj
+}
+
+// Hook is one webhook request as every forge parser first reads it: its event name and
+// delivery id headers and its body, read within the size limit. The parts that differ per forge
+// (signature scheme, payload shapes) stay in the driver packages.
+type Hook struct {
+	Provider string
+	Kind     string // the event name header's value
+	Delivery string // the delivery id header's value, or a digest of the body when absent
+	Body     []byte
+	where    string
+}
+
+// ReadHook reads r's event name and delivery headers and its body (at most maxBody bytes; 0
+// means DefaultMaxWebhookBody). Errors name the forge, event and delivery.
+func ReadHook(r *http.Request, provider, eventHeader, deliveryHeader string, maxBody int64) (*Hook, error) {
+	h := &Hook{Provider: provider, Kind: r.Header.Get(eventHeader), Delivery: r.Header.Get(deliveryHeader)}
+	h.where = provider + " webhook"
+	if h.Kind != "" {
+		h.where += " " + h.Kind
+	}
+	if h.Delivery != "" {
+		h.where += " (delivery " + h.Delivery + ")"
+	}
+	if maxBody <= 0 {
+		maxBody = DefaultMaxWebhookBody
+	}
+	body, err := ReadWebhookBody(r, maxBody)
+	if err != nil {
+		return nil, h.Errorf("%w", err)
+	}
+	h.Body = body
+	if h.Delivery == "" {
+		// Redeliveries of the same body must still deduplicate downstream.
+		sum := sha256.Sum256(body)
+		h.Delivery = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return h, nil
+}
+
+// Errorf wraps an error with the webhook it is about (forge, event, delivery).
+func (h *Hook) Errorf(format string, args ...any) error {
+	return fmt.Errorf(h.where+": "+format, args...)
+}
+
+// Finish stamps a parsed event with the forge, delivery id and receive time; a nil event
+// (ignored kind) or an error is passed through, the error wrapped with where it came from.
+func (h *Hook) Finish(ev *Event, err error, now func() time.Time) (*Event, error) {
+	if err != nil {
+		return nil, h.Errorf("%w", err)
+	}
+	if ev == nil {
+		return nil, nil
+	}
+	ev.Provider = h.Provider
+	ev.DeliveryID = h.Delivery
+	if now == nil {
+		now = time.Now
+	}
+	ev.Received = now()
+	return ev, nil
+}
+
+// ChangedPaths merges the added, modified and removed lists of a push's commits, first seen
+// first, without repeats.
+func ChangedPaths(lists ...[]string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, list := range lists {
+		for _, f := range list {
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// IsZeroSHA reports whether sha is absent or the all-zero id forges use for "no commit".
+func IsZeroSHA(sha string) bool { return strings.Trim(sha, "0") == "" }
+
+// BranchOfRef returns the branch a pushed ref names; tags and other refs give false.
+func BranchOfRef(ref string) (string, bool) {
+	b, ok := strings.CutPrefix(ref, "refs/heads/")
+	if !ok || b == "" {
+		return "", false
+	}
+	return b, true
 }

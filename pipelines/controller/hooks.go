@@ -2,12 +2,16 @@ package controller
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"gopkg.in/yaml.v3"
@@ -20,15 +24,22 @@ import (
 	"github.com/prflow/prflow/scm/gitlab"
 )
 
-// DefaultMaxWebhookBody bounds webhook bodies when the config sets no maxBody.
-const DefaultMaxWebhookBody = 1 << 20
+// DefaultMaxWebhookBody bounds webhook bodies when the config sets no maxBody: GitHub's 25 MB
+// payload cap (GitHub does not redeliver a delivery that was refused).
+const DefaultMaxWebhookBody = scm.DefaultMaxWebhookBody
+
+// WebhookStore is the JetStream object store bucket that holds normalised events too large
+// for one NATS message (a push of thousands of commits); PRFLOW_SCM then carries a stub that
+// names the object. Objects live as long as the stream keeps events.
+const WebhookStore = "PRFLOW_SCM_EVENTS"
 
 // Webhooks is the server's webhook configuration (--webhooks FILE):
 //
 //	webhooks:
 //	  - provider: github            # github | gitlab | bitbucket; served at /hooks/<provider>
 //	    secret: env:GITHUB_WEBHOOK_SECRET   # or file:PATH; GitLab: the X-Gitlab-Token value
-//	maxBody: 1MiB                   # optional, bytes
+//	maxBody: 26214400               # optional: the body limit as a number of bytes; 0 or
+//	                                # unset means 25 MiB (GitHub's cap)
 //
 // Secrets are held as connector.Secret: they print as [redacted] and never reach a log or error.
 type Webhooks struct {
@@ -172,12 +183,17 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, hookResponse{Status: "ignored"})
 		return
 	}
-	data, _ := json.Marshal(ev)
 	subj := queue.SCMSubject(provider, string(ev.Kind))
-	ack, err := c.conn.JS.Publish(r.Context(), subj, data, jetstream.WithMsgID(provider+"/"+ev.DeliveryID))
+	data, err := c.eventMessage(r.Context(), ev)
+	var ack *jetstream.PubAck
+	if err == nil {
+		// The dedupe key is the delivery with what the event is about: a redelivery is a
+		// duplicate, another event reusing a delivery id (GitLab) is not.
+		ack, err = c.conn.JS.Publish(r.Context(), subj, data, jetstream.WithMsgID(ev.DedupeKey()))
+	}
 	if err != nil {
 		c.log.Error("webhook not queued", "provider", provider, "delivery", ev.DeliveryID, "err", err)
-		writeErr(w, http.StatusServiceUnavailable, errors.New("could not queue the event; the forge will redeliver"))
+		writeErr(w, http.StatusServiceUnavailable, errors.New("could not queue the event: redeliver it from the forge's webhook settings"))
 		return
 	}
 	resp := hookResponse{Status: "queued", DeliveryID: ev.DeliveryID, Subject: subj}
@@ -186,4 +202,73 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("webhook", "provider", provider, "kind", ev.Kind, "repo", ev.Repo, "delivery", ev.DeliveryID, "status", resp.Status)
 	writeJSON(w, http.StatusAccepted, resp)
+}
+
+// eventMessage encodes ev for PRFLOW_SCM. An event larger than the connection's max payload
+// is put in the WebhookStore object store and the message carries a stub naming it.
+func (c *Controller) eventMessage(ctx context.Context, ev *scm.Event) ([]byte, error) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	// Leave room for the headers (Nats-Msg-Id) that travel in the same message.
+	if int64(len(data)) <= c.conn.NC.MaxPayload()-4096 {
+		return data, nil
+	}
+	store, err := c.webhookStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(ev.DedupeKey()))
+	name := hex.EncodeToString(sum[:])
+	if _, err := store.PutBytes(ctx, name, data); err != nil {
+		return nil, fmt.Errorf("store %d-byte event in %s: %w", len(data), WebhookStore, err)
+	}
+	stub := scm.Event{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Kind: ev.Kind, Repo: ev.Repo, Sender: ev.Sender,
+		Branch: ev.Branch, Before: ev.Before, After: ev.After, Deleted: ev.Deleted, Action: ev.Action, Label: ev.Label,
+		Received: ev.Received, SHA: ev.SHA, StoredAs: name}
+	c.log.Info("webhook event stored in the object store", "provider", ev.Provider, "delivery", ev.DeliveryID,
+		"bytes", len(data), "object", name)
+	return json.Marshal(&stub)
+}
+
+func (c *Controller) webhookStore(ctx context.Context) (jetstream.ObjectStore, error) {
+	store, err := c.conn.JS.ObjectStore(ctx, WebhookStore)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		store, err = c.conn.JS.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: WebhookStore,
+			Description: "normalised webhook events too large for one PRFLOW_SCM message",
+			TTL:         7 * 24 * time.Hour, Storage: jetstream.FileStorage})
+		if errors.Is(err, jetstream.ErrBucketExists) { // another replica made it first
+			store, err = c.conn.JS.ObjectStore(ctx, WebhookStore)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", WebhookStore, err)
+	}
+	return store, nil
+}
+
+// loadStoredEvent replaces a stub (ev.StoredAs set) with the event it names; others are left
+// as they are.
+func (c *Controller) loadStoredEvent(ctx context.Context, ev *scm.Event) error {
+	if ev.StoredAs == "" {
+		return nil
+	}
+	store, err := c.webhookStore(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := store.GetBytes(ctx, ev.StoredAs)
+	if err != nil {
+		return fmt.Errorf("%s event %s: load %s from %s: %w", ev.Provider, ev.DeliveryID, ev.StoredAs, WebhookStore, err)
+	}
+	var full scm.Event
+	if err := json.Unmarshal(data, &full); err != nil {
+		return fmt.Errorf("%s event %s: stored object %s: %w", ev.Provider, ev.DeliveryID, ev.StoredAs, err)
+	}
+	if full.DeliveryID != ev.DeliveryID || full.Provider != ev.Provider {
+		return fmt.Errorf("%s event %s: stored object %s holds delivery %s/%s", ev.Provider, ev.DeliveryID, ev.StoredAs, full.Provider, full.DeliveryID)
+	}
+	*ev = full
+	return nil
 }

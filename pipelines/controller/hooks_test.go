@@ -732,3 +732,218 @@ func TestLoadTriggerDir(t *testing.T) {
 		t.Fatalf("broken file: %v", err)
 	}
 }
+
+const pushTrigger = `name: on-push
+inputs:
+  sha: {type: string, required: true}
+triggers:
+  - name: web
+    push:
+      repo: acme/web
+      branches: [main, "release/*"]
+      paths: ["services/web/**"]
+    inputs:
+      sha: ${{ event.after }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {sha: "${{ inputs.sha }}"}}}
+`
+
+// bigPush is a push of n commits, each touching ten files of its own, the last one also
+// services/web/app.go: GitHub lists up to 2,048 commits in one push payload.
+func bigPush(n int, after string) scmtest.PushEvent {
+	ev := scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/main", Before: strings.Repeat("a", 40), After: after, Pusher: "jdoe"}
+	for i := range n {
+		c := scmtest.PushCommit{Commit: scmtest.Commit{SHA: fmt.Sprintf("%040x", i+1), Message: "generated change"}}
+		for j := range 10 {
+			c.Modified = append(c.Modified, fmt.Sprintf("platform/generated/tenants/tenant-%05d/overlays/values-%02d.yaml", i, j))
+		}
+		if i == n-1 {
+			c.Modified = append(c.Modified, "services/web/app.go")
+		}
+		ev.Commits = append(ev.Commits, c)
+	}
+	return ev
+}
+
+// TestWebhookLargePush: a real-sized push (2,048 commits, a body over 1 MiB and a normalised
+// event over NATS's max payload) is accepted under the default limit, kept in the object store
+// and starts its run; its redelivery is a duplicate.
+func TestWebhookLargePush(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(pushTrigger)}, 0)
+	after := strings.Repeat("b", 40)
+	req, err := scmtest.GitHubWebhookRequest(context.Background(), e.srv.URL+"/hooks/github", hookSecret, bigPush(2048, after))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.ContentLength <= 1<<20 {
+		t.Fatalf("body of %d bytes: the test wants one over the old 1 MiB limit", req.ContentLength)
+	}
+	again := replayable(t, req)
+	code, resp := e.post(again())
+	if code != http.StatusAccepted || !strings.Contains(resp, `"queued"`) {
+		t.Fatalf("large push: HTTP %d %s", code, resp)
+	}
+	msg := firstSCM(t, e)
+	if int64(len(msg)) >= e.Conn.NC.MaxPayload() {
+		t.Fatalf("PRFLOW_SCM message of %d bytes", len(msg))
+	}
+	var stub scm.Event
+	if err := json.Unmarshal(msg, &stub); err != nil || stub.StoredAs == "" || len(stub.Changed) != 0 {
+		t.Fatalf("message is not a stub naming the stored event: %v %.200s", err, msg)
+	}
+	store, err := e.Conn.JS.ObjectStore(context.Background(), controller.WebhookStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.GetInfo(context.Background(), stub.StoredAs)
+	if err != nil || int64(info.Size) <= e.Conn.NC.MaxPayload() {
+		t.Fatalf("stored event: %+v %v", info, err)
+	}
+	runs := e.waitTriggered(1)
+	if runs[0].Inputs["sha"] != after {
+		t.Errorf("run inputs %v, want sha %s", runs[0].Inputs, after)
+	}
+	if code, resp := e.post(again()); code != http.StatusAccepted || !strings.Contains(resp, `"duplicate"`) {
+		t.Fatalf("redelivery: HTTP %d %s", code, resp)
+	}
+	if r := e.Wait(runs[0].ID, 30*time.Second); r.Status != pipelines.StSucceeded {
+		t.Fatalf("run: %s %s", r.Status, r.Error)
+	}
+}
+
+// TestWebhookBranchDeletionDoesNotTrigger: deleting release/1.4 is a push with after = zeros;
+// the push trigger on release/* does not fire, the next real push does.
+func TestWebhookBranchDeletionDoesNotTrigger(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(pushTrigger)}, 0)
+	url := e.srv.URL + "/hooks/github"
+	del := scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/release/1.4", Before: strings.Repeat("c", 40), Pusher: "jdoe"}
+	push := bigPush(1, strings.Repeat("d", 40))
+	push.Ref = "refs/heads/release/1.5"
+	for _, ev := range []scmtest.PushEvent{del, push} {
+		req, err := scmtest.GitHubWebhookRequest(context.Background(), url, hookSecret, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, resp := e.post(req); code != http.StatusAccepted || !strings.Contains(resp, `"queued"`) {
+			t.Fatalf("%s: HTTP %d %s", ev.Ref, code, resp)
+		}
+	}
+	runs := e.waitTriggered(1)
+	time.Sleep(200 * time.Millisecond) // events are handled in order; a second run would be there
+	if runs = e.triggeredRuns(); len(runs) != 1 || runs[0].Inputs["sha"] != push.After {
+		for _, r := range runs {
+			t.Logf("run %s inputs %v", r.ID, r.Inputs)
+		}
+		t.Fatalf("%d runs, want 1 from the push to release/1.5", len(runs))
+	}
+}
+
+// TestGitLabWebhookDedupe: GitLab's Idempotency-Key stays the same across retries of one
+// delivery while X-Gitlab-Event-UUID may not; one UUID may be shared by different events (an
+// MR merge and the push it made). Retries are duplicates; different events are all queued.
+func TestGitLabWebhookDedupe(t *testing.T) {
+	e := newHookEnv(t, nil, nil, nil, 0)
+	url := e.srv.URL + "/hooks/gitlab"
+	ctx := context.Background()
+	push := bigPush(1, strings.Repeat("e", 40))
+	mr := scmtest.PREvent{Action: "closed", Owner: "acme", Name: "web", PR: scmtest.PullRequest{Number: 4, Title: "t",
+		Head: "feat", Base: "main", HeadSHA: strings.Repeat("f", 40), State: scmtest.PRMerged, MergeCommitSHA: push.After}}
+	send := func(ev scmtest.WebhookEvent, uuid, key string) string {
+		t.Helper()
+		req, err := scmtest.GitLabWebhookRequest(ctx, url, hookSecret, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Gitlab-Event-UUID", uuid)
+		if key == "" {
+			req.Header.Del("Idempotency-Key")
+		} else {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		code, resp := e.post(req)
+		if code != http.StatusAccepted {
+			t.Fatalf("HTTP %d %s", code, resp)
+		}
+		var r struct{ Status string }
+		_ = json.Unmarshal([]byte(resp), &r)
+		return r.Status
+	}
+	steps := []struct {
+		what      string
+		ev        scmtest.WebhookEvent
+		uuid, key string
+		want      string
+	}{
+		{"MR merged", mr, "uuid-1", "", "queued"},
+		{"push sharing the MR's event UUID", push, "uuid-1", "", "queued"},
+		{"push with an idempotency key", push, "uuid-2", "key-1", "queued"},
+		{"its retry: new UUID, same key", push, "uuid-3", "key-1", "duplicate"},
+		{"an MR event reusing that key", mr, "uuid-4", "key-1", "queued"},
+		{"the same UUID again without a key", push, "uuid-1", "", "duplicate"},
+	}
+	for _, s := range steps {
+		if got := send(s.ev, s.uuid, s.key); got != s.want {
+			t.Errorf("%s: %s, want %s", s.what, got, s.want)
+		}
+	}
+	if n := e.scmCount(); n != 4 {
+		t.Errorf("PRFLOW_SCM holds %d events, want 4", n)
+	}
+}
+
+const readyTrigger = `name: on-ready
+inputs:
+  branch: {type: string, required: true}
+triggers:
+  - name: ready
+    pullRequest:
+      repo: acme/web
+      actions: [opened, ready_for_review]
+      branches: [main]
+    if: ${{ !event.pr.draft }}
+    inputs:
+      branch: ${{ event.pr.headBranch }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {branch: "${{ inputs.branch }}"}}}
+`
+
+// TestWebhookDraftMarkedReady: a PR opened as a draft starts nothing; marking it ready does
+// (GitHub: action ready_for_review; GitLab: an update whose changes clear the draft flag).
+func TestWebhookDraftMarkedReady(t *testing.T) {
+	for _, forge := range []struct {
+		name  string
+		build func(context.Context, string, string, scmtest.WebhookEvent) (*http.Request, error)
+	}{{"github", scmtest.GitHubWebhookRequest}, {"gitlab", scmtest.GitLabWebhookRequest}} {
+		t.Run(forge.name, func(t *testing.T) {
+			e := newHookEnv(t, nil, nil, map[string][]byte{"ready.yaml": []byte(readyTrigger)}, 0)
+			pr := scmtest.PullRequest{Number: 9, Title: "checkout v2", Head: "feature/checkout-v2", Base: "main",
+				HeadSHA: strings.Repeat("9", 40), State: scmtest.PROpen, Draft: true, Author: "jdoe"}
+			send := func(action string, pr scmtest.PullRequest) {
+				t.Helper()
+				req, err := forge.build(context.Background(), e.srv.URL+"/hooks/"+forge.name, hookSecret,
+					scmtest.PREvent{Action: action, Owner: "acme", Name: "web", PR: pr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if code, resp := e.post(req); code != http.StatusAccepted || !strings.Contains(resp, `"queued"`) {
+					t.Fatalf("%s: HTTP %d %s", action, code, resp)
+				}
+			}
+			send("opened", pr)
+			pr.Draft = false
+			send("ready_for_review", pr)
+			runs := e.waitTriggered(1)
+			time.Sleep(200 * time.Millisecond) // events are handled in order; a run for the draft would be there
+			if runs = e.triggeredRuns(); len(runs) != 1 || runs[0].Inputs["branch"] != "feature/checkout-v2" || runs[0].Trigger.Action != "ready_for_review" {
+				for _, r := range runs {
+					t.Logf("run %s trigger %+v inputs %v", r.ID, r.Trigger, r.Inputs)
+				}
+				t.Fatalf("%d runs, want 1 started by ready_for_review", len(runs))
+			}
+		})
+	}
+}

@@ -126,6 +126,9 @@ func PRTopic(provider string, repo scm.Repo, n int) string {
 // HandleSCMEvent wakes parked steps and starts triggered runs for one event. It is idempotent:
 // runs get ids derived from the delivery id, so a redelivered event starts nothing new.
 func (c *Controller) HandleSCMEvent(ctx context.Context, ev *scm.Event) error {
+	if err := c.loadStoredEvent(ctx, ev); err != nil {
+		return err
+	}
 	if ev.Kind == scm.EventPullRequest && ev.PR != nil {
 		topic := PRTopic(ev.Provider, ev.Repo, ev.PR.Number)
 		c.noteTopic(topic)
@@ -174,7 +177,8 @@ func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, 
 	if ev.PR != nil {
 		info.PR = ev.PR.Number
 	}
-	id := pipelines.TriggerRunID(ev.Provider, ev.DeliveryID, p.Name, t.Index)
+	// Keyed like the PRFLOW_SCM dedupe: another event reusing the delivery id starts its own run.
+	id := pipelines.TriggerRunID(ev.Provider, ev.DedupeKey(), p.Name, t.Index)
 	executor := "webhook:" + ev.Provider
 	if ev.Sender != "" {
 		executor += ":" + ev.Sender

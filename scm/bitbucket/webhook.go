@@ -1,8 +1,6 @@
 package bitbucket
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,7 +10,7 @@ import (
 )
 
 // DefaultMaxWebhookBody caps webhook bodies when WebhookParser.MaxBody is zero.
-const DefaultMaxWebhookBody = 1 << 20
+const DefaultMaxWebhookBody = scm.DefaultMaxWebhookBody
 
 // Webhook header names sent by Bitbucket Cloud.
 const (
@@ -38,65 +36,33 @@ var _ scm.WebhookParser = (*WebhookParser)(nil)
 // ParseWebhook verifies X-Hub-Signature (HMAC-SHA256) in constant time and returns the
 // normalised event. A push carrying several branch updates yields the first branch update;
 // tag pushes and other event keys return (nil, nil).
+//
+// go-bitbucket has no webhook types, so the payloads are decoded here. Bitbucket Cloud has no
+// labels and no draft-ready event: pullrequest:updated (pushes and edits alike) is
+// "synchronized", and no labeled, unlabeled, edited, ready_for_review or converted_to_draft
+// action is ever sent.
 func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event, error) {
-	kind := r.Header.Get(headerEvent)
-	where := "bitbucket webhook"
-	if kind != "" {
-		where += " " + kind
-	}
-	delivery := r.Header.Get(headerDelivery)
-	if delivery != "" {
-		where += " (delivery " + delivery + ")"
-	}
-	body, err := scm.ReadWebhookBody(r, p.maxBody())
+	h, err := scm.ReadHook(r, Name, headerEvent, headerDelivery, p.MaxBody)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
+		return nil, err
 	}
-	if err := scm.VerifyHMACSHA256(headerSignature, r.Header.Get(headerSignature), body, secret, p.AllowUnsigned); err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
-	}
-	if kind == "" {
-		return nil, fmt.Errorf("%s: missing %s header", where, headerEvent)
-	}
-	if delivery == "" {
-		sum := sha256.Sum256(body)
-		delivery = "sha256:" + hex.EncodeToString(sum[:])
+	if err := scm.VerifyHMACSHA256(headerSignature, r.Header.Get(headerSignature), h.Body, secret, p.AllowUnsigned); err != nil {
+		return nil, h.Errorf("%w", err)
 	}
 	var ev *scm.Event
-	switch kind {
+	switch h.Kind {
+	case "":
+		return nil, h.Errorf("missing %s header", headerEvent)
 	case "repo:push":
-		ev, err = parsePush(body)
+		ev, err = parsePush(h.Body)
 	case "pullrequest:created", "pullrequest:updated", "pullrequest:fulfilled", "pullrequest:rejected":
-		ev, err = parsePullRequestEvent(kind, body)
+		ev, err = parsePullRequestEvent(h.Kind, h.Body)
 	case "repo:commit_status_created", "repo:commit_status_updated":
-		ev, err = parseCommitStatusEvent(body)
+		ev, err = parseCommitStatusEvent(h.Body)
 	default:
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
-	}
-	if ev == nil {
-		return nil, nil
-	}
-	ev.Provider = Name
-	ev.DeliveryID = delivery
-	ev.Received = p.now()
-	return ev, nil
-}
-
-func (p *WebhookParser) maxBody() int64 {
-	if p.MaxBody > 0 {
-		return p.MaxBody
-	}
-	return DefaultMaxWebhookBody
-}
-
-func (p *WebhookParser) now() time.Time {
-	if p.Now != nil {
-		return p.Now()
-	}
-	return time.Now()
+	return h.Finish(ev, err, p.Now)
 }
 
 type hookRepo struct {
@@ -167,8 +133,10 @@ func parsePush(data []byte) (*scm.Event, error) {
 		if c.Old != nil {
 			ev.Branch, ev.Before = c.Old.Name, c.Old.Target.Hash
 		}
-		if isBranch(c.New) { // nil (or empty) when the branch was deleted
+		if isBranch(c.New) {
 			ev.Branch, ev.After = c.New.Name, c.New.Target.Hash
+		} else {
+			ev.Deleted = true // Bitbucket sends new: null (and closed: true) for a deleted branch
 		}
 		return ev, nil
 	}

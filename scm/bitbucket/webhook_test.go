@@ -145,10 +145,10 @@ func TestParseWebhookPushShapes(t *testing.T) {
 		name                  string
 		changes               string
 		branch, before, after string
-		ignored               bool
+		ignored, deleted      bool
 	}{
 		{name: "created branch", changes: `[{"old":null,"new":{"type":"branch","name":"feat","target":{"hash":"n1"}}}]`, branch: "feat", after: "n1"},
-		{name: "deleted branch", changes: `[{"old":{"type":"branch","name":"feat","target":{"hash":"o1"}},"new":null,"closed":true}]`, branch: "feat", before: "o1"},
+		{name: "deleted branch", changes: `[{"old":{"type":"branch","name":"feat","target":{"hash":"o1"}},"new":null,"closed":true}]`, branch: "feat", before: "o1", deleted: true},
 		{name: "tag then branch", changes: `[{"new":{"type":"tag","name":"v1","target":{"hash":"t"}}},{"new":{"type":"branch","name":"main","target":{"hash":"n2"}}}]`, branch: "main", after: "n2"},
 		{name: "tag only", changes: `[{"new":{"type":"tag","name":"v1","target":{"hash":"t"}}}]`, ignored: true},
 		{name: "no changes", changes: `[]`, ignored: true},
@@ -166,7 +166,7 @@ func TestParseWebhookPushShapes(t *testing.T) {
 				}
 				return
 			}
-			if ev == nil || ev.Branch != tt.branch || ev.Before != tt.before || ev.After != tt.after || ev.Sender != "Only Display" {
+			if ev == nil || ev.Branch != tt.branch || ev.Before != tt.before || ev.After != tt.after || ev.Sender != "Only Display" || ev.Deleted != tt.deleted {
 				t.Fatalf("got %+v", ev)
 			}
 		})

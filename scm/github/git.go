@@ -80,11 +80,7 @@ func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha stri
 	if gerr != nil {
 		return gerr
 	}
-	if cur.SHA == sha {
-		return nil
-	}
-	return &scm.Error{Provider: Name, Op: op, Repo: repo, Status: http.StatusUnprocessableEntity,
-		Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s", name, cur.SHA)}}
+	return scm.ExistingBranchError(Name, op, repo, http.StatusUnprocessableEntity, name, sha, cur)
 }
 
 // DeleteBranch deletes name; ErrNotFound when it does not exist.
@@ -250,13 +246,8 @@ func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) 
 	if err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
-	switch {
-	case in.SHA == "":
-		return "", d.wrap(op, repo, nil, errors.New("RevertInput.SHA is empty"))
-	case in.Base == "":
-		return "", d.wrap(op, repo, nil, errors.New("RevertInput.Base is empty"))
-	case in.Mainline < 0:
-		return "", d.wrap(op, repo, nil, fmt.Errorf("RevertInput.Mainline %d is negative", in.Mainline))
+	if err := in.Check(); err != nil {
+		return "", d.wrap(op, repo, nil, err)
 	}
 	if err := scm.CheckBranch(in.Branch); err != nil {
 		return "", d.wrap(op, repo, nil, err)

@@ -2,23 +2,59 @@ package github
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 )
 
-func BenchmarkParseWebhook(b *testing.B) {
-	body := readTestdata(b, "pull_request_closed.json")
-	p := &WebhookParser{}
+func benchParse(b *testing.B, event string, body []byte) {
+	p := &WebhookParser{MaxBody: 32 << 20} // the old default (1 MiB) refused the big push
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
+	sig := sign(hookSecret, body)
 	for b.Loop() {
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		r.Header.Set(headerEvent, "pull_request")
-		r.Header.Set(headerSignature, sign(hookSecret, body))
+		r.Header.Set(headerEvent, event)
+		r.Header.Set(headerSignature, sig)
 		ev, err := p.ParseWebhook(r, hookSecret)
 		if err != nil || ev == nil {
 			b.Fatal(ev, err)
 		}
 	}
+}
+
+func BenchmarkParseWebhook(b *testing.B) {
+	benchParse(b, "pull_request", readTestdata(b, "pull_request_closed.json"))
+}
+
+// BenchmarkParseWebhookBigPush parses a push of 2,048 commits (GitHub lists at most 2,048 in
+// one push payload), the largest body a forge sends prflow.
+func BenchmarkParseWebhookBigPush(b *testing.B) {
+	benchParse(b, "push", bigPush(b, 2048))
+}
+
+func bigPush(t testing.TB, n int) []byte {
+	var doc map[string]any
+	if err := json.Unmarshal(readTestdata(t, "push.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	commit := doc["commits"].([]any)[0].(map[string]any)
+	var commits []any
+	for i := range n {
+		c := map[string]any{}
+		for k, v := range commit {
+			c[k] = v
+		}
+		c["id"] = fmt.Sprintf("%040x", i+1)
+		c["modified"] = []string{fmt.Sprintf("services/svc-%d/values.yaml", i%300)}
+		commits = append(commits, c)
+	}
+	doc["commits"] = commits
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

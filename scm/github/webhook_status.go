@@ -3,58 +3,49 @@ package github
 import (
 	"errors"
 
+	gh "github.com/google/go-github/v62/github"
+
 	"github.com/prflow/prflow/scm"
 )
 
-type hookStatus struct {
-	Action     string    `json:"action"`
-	SHA        string    `json:"sha"`
-	State      string    `json:"state"`
-	Context    string    `json:"context"`
-	Repository *hookRepo `json:"repository"`
-	Sender     hookUser  `json:"sender"`
-	CheckRun   *struct {
-		HeadSHA    string  `json:"head_sha"`
-		Name       string  `json:"name"`
-		Status     string  `json:"status"`
-		Conclusion *string `json:"conclusion"`
-	} `json:"check_run"`
-	CheckSuite *struct {
-		HeadSHA    string  `json:"head_sha"`
-		Status     string  `json:"status"`
-		Conclusion *string `json:"conclusion"`
-	} `json:"check_suite"`
-}
+// Status, check_run and check_suite webhooks normalise to an EventStatus on the commit; steps
+// waiting for checks (MergePR) wake on it.
 
-// parseStatusEvent normalises `status`, `check_run` and `check_suite` webhooks to an
-// EventStatus on the commit; steps waiting for checks (MergePR) wake on it.
-func parseStatusEvent(kind string, data []byte) (*scm.Event, error) {
-	var p hookStatus
-	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
+func statusEvent(repo interface{ GetFullName() string }, sender *gh.User, sha, context string, state scm.StatusState) (*scm.Event, error) {
+	name, err := repoName(repo)
+	if err != nil {
 		return nil, err
 	}
-	if p.Repository == nil || p.Repository.FullName == "" {
-		return nil, errors.New("payload has no repository.full_name")
-	}
-	ev := &scm.Event{Kind: scm.EventStatus, Repo: scm.Repo(p.Repository.FullName), Sender: p.Sender.Login}
-	switch kind {
-	case "status":
-		ev.SHA, ev.Context, ev.State = p.SHA, p.Context, statusState(p.State)
-	case "check_run":
-		if p.CheckRun == nil {
-			return nil, errors.New("payload has no check_run")
-		}
-		ev.SHA, ev.Context, ev.State = p.CheckRun.HeadSHA, p.CheckRun.Name, checkState(p.CheckRun.Status, p.CheckRun.Conclusion)
-	case "check_suite":
-		if p.CheckSuite == nil {
-			return nil, errors.New("payload has no check_suite")
-		}
-		ev.SHA, ev.State = p.CheckSuite.HeadSHA, checkState(p.CheckSuite.Status, p.CheckSuite.Conclusion)
-	}
-	if ev.SHA == "" {
+	if sha == "" {
 		return nil, errors.New("payload names no commit sha")
 	}
-	return ev, nil
+	return &scm.Event{Kind: scm.EventStatus, Repo: name, Sender: sender.GetLogin(), SHA: sha, Context: context, State: state}, nil
+}
+
+func normStatus(p *gh.StatusEvent) (*scm.Event, error) {
+	return statusEvent(p.GetRepo(), p.GetSender(), p.GetSHA(), p.GetContext(), statusState(p.GetState()))
+}
+
+func normCheckRun(p *gh.CheckRunEvent) (*scm.Event, error) {
+	if _, err := repoName(p.GetRepo()); err != nil {
+		return nil, err
+	}
+	c := p.CheckRun
+	if c == nil {
+		return nil, errors.New("payload has no check_run")
+	}
+	return statusEvent(p.GetRepo(), p.GetSender(), c.GetHeadSHA(), c.GetName(), checkState(c.GetStatus(), c.Conclusion))
+}
+
+func normCheckSuite(p *gh.CheckSuiteEvent) (*scm.Event, error) {
+	if _, err := repoName(p.GetRepo()); err != nil {
+		return nil, err
+	}
+	c := p.CheckSuite
+	if c == nil {
+		return nil, errors.New("payload has no check_suite")
+	}
+	return statusEvent(p.GetRepo(), p.GetSender(), c.GetHeadSHA(), "", checkState(c.GetStatus(), c.Conclusion))
 }
 
 func statusState(s string) scm.StatusState {

@@ -73,6 +73,30 @@ func TestParseWebhookEvents(t *testing.T) {
 			},
 		},
 		{
+			name: "branch deleted", event: "push", file: "push_branch_deleted.json",
+			want: &scm.Event{
+				Provider: "github", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", Kind: scm.EventPush,
+				Repo: "acme/deploy", Sender: "jdoe", Branch: "release/1.4", Deleted: true,
+				Before:   "8d2c0b5e0cbd6f4f0d5e3d35e1d7a8b9c0d1e2f3",
+				After:    scm.ZeroSHA,
+				Received: at,
+			},
+		},
+		{
+			name: "draft marked ready", event: "pull_request", file: "pull_request_ready_for_review.json",
+			want: &scm.Event{
+				Provider: "github", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", Kind: scm.EventPullRequest,
+				Repo: "acme/deploy", Sender: "jdoe", Action: scm.PRReady, Received: at,
+				PR: &scm.PullRequest{
+					Number: 19, Title: "checkout: bump to v2.0.0", State: scm.PROpen,
+					Head: "feature/checkout-v2", Base: "main",
+					HeadSHA:      "cc00000000000000000000000000000000000019",
+					Mergeability: scm.MergeUnknown, Labels: []string{"deploy"},
+					URL: "https://github.com/acme/deploy/pull/19",
+				},
+			},
+		},
+		{
 			name: "merged", event: "pull_request", file: "pull_request_closed.json",
 			want: &scm.Event{
 				Provider: "github", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", Kind: scm.EventPullRequest,
@@ -131,7 +155,11 @@ func TestParseWebhookPRActions(t *testing.T) {
 		{"closed", false, scm.PRClosedOnly},
 		{"closed", true, scm.PRMergedEvt},
 		{"labeled", false, scm.PRLabeled},
-		{"edited", false, ""},
+		{"unlabeled", false, scm.PRUnlabeled},
+		{"edited", false, scm.PREdited},
+		{"ready_for_review", false, scm.PRReady},
+		{"converted_to_draft", false, scm.PRToDraft},
+		{"assigned", false, ""},
 		{"review_requested", false, ""},
 	}
 	for _, tt := range tests {

@@ -3,37 +3,23 @@ package gitlab
 import (
 	"errors"
 
+	gl "gitlab.com/gitlab-org/api/client-go"
+
 	"github.com/prflow/prflow/scm"
 )
 
-type hookPipeline struct {
-	User *struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	Project          *hookProject `json:"project"`
-	ObjectAttributes *struct {
-		ID     int64  `json:"id"`
-		Name   string `json:"name"`
-		SHA    string `json:"sha"`
-		Status string `json:"status"`
-	} `json:"object_attributes"`
-}
-
-// parsePipelineEvent normalises a Pipeline Hook to an EventStatus on the pipeline's commit;
-// steps waiting for checks (MergePR) wake on it.
-func parsePipelineEvent(data []byte) (*scm.Event, error) {
-	var p hookPipeline
-	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
+// normPipeline normalises a Pipeline Hook to an EventStatus on the pipeline's commit; steps
+// waiting for checks (MergePR) wake on it.
+func normPipeline(p *gl.PipelineEvent) (*scm.Event, error) {
+	repo, err := projectName(p.Project.PathWithNamespace)
+	if err != nil {
 		return nil, err
 	}
-	if p.Project == nil || p.Project.PathWithNamespace == "" {
-		return nil, errors.New("payload has no project.path_with_namespace")
-	}
-	if p.ObjectAttributes == nil || p.ObjectAttributes.SHA == "" {
+	a := p.ObjectAttributes
+	if a.SHA == "" {
 		return nil, errors.New("payload has no object_attributes.sha")
 	}
-	ev := &scm.Event{Kind: scm.EventStatus, Repo: scm.Repo(p.Project.PathWithNamespace), SHA: p.ObjectAttributes.SHA,
-		Context: p.ObjectAttributes.Name, State: pipelineState(p.ObjectAttributes.Status)}
+	ev := &scm.Event{Kind: scm.EventStatus, Repo: repo, SHA: a.SHA, Context: a.Name, State: pipelineState(a.Status)}
 	if ev.Context == "" {
 		ev.Context = "pipeline"
 	}

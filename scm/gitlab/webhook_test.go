@@ -134,7 +134,13 @@ func TestParseWebhookMRActions(t *testing.T) {
 		{name: "close", action: "close", state: "closed", want: scm.PRClosedOnly},
 		{name: "merge", action: "merge", state: "merged", want: scm.PRMergedEvt},
 		{name: "update with new commits", action: "update", state: "opened", extra: `,"oldrev":"abc"`, want: scm.PRSynchronize},
-		{name: "update title only", action: "update", state: "opened"},
+		{name: "update without changes", action: "update", state: "opened"},
+		{name: "title edited", action: "update", state: "opened", extra: `},"changes":{"title":{"previous":"WIP","current":"Bump"}`, want: scm.PREdited},
+		{name: "target branch edited", action: "update", state: "opened", extra: `},"changes":{"target_branch":{"previous":"main","current":"release"}`, want: scm.PREdited},
+		{name: "marked ready", action: "update", state: "opened", extra: `},"changes":{"draft":{"previous":true,"current":false}`, want: scm.PRReady},
+		{name: "marked draft", action: "update", state: "opened", extra: `},"changes":{"draft":{"previous":false,"current":true}`, want: scm.PRToDraft},
+		{name: "label removed", action: "update", state: "opened", extra: `},"changes":{"labels":{"previous":[{"title":"deploy"},{"title":"x"}],"current":[{"title":"x"}]}`, want: scm.PRUnlabeled, label: "deploy"},
+		{name: "label added", action: "update", state: "opened", extra: `},"changes":{"labels":{"previous":[],"current":[{"title":"deploy"}]}`, want: scm.PRLabeled, label: "deploy"},
 		{name: "approved", action: "approved", state: "opened"},
 	}
 	for _, tt := range tests {
@@ -153,6 +159,9 @@ func TestParseWebhookMRActions(t *testing.T) {
 			}
 			if ev == nil || ev.Action != tt.want {
 				t.Fatalf("got %+v, want %q", ev, tt.want)
+			}
+			if ev.Label != tt.label {
+				t.Errorf("Label = %q, want %q", ev.Label, tt.label)
 			}
 			if (tt.want == scm.PRMergedEvt) != (ev.PR.MergeSHA == "m1") {
 				t.Errorf("MergeSHA = %q for action %s", ev.PR.MergeSHA, tt.action)
@@ -214,6 +223,8 @@ func TestParseWebhookErrors(t *testing.T) {
 		{name: "no project", event: "Push Hook", body: []byte(`{"object_kind":"push","ref":"refs/heads/main"}`), msg: "project.path_with_namespace"},
 		{name: "no attributes", event: "Merge Request Hook", body: []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"}}`), msg: "no object_attributes"},
 		{name: "no event header", body: []byte(`{}`), msg: "missing X-Gitlab-Event"},
+		{name: "header and object_kind disagree", event: "Push Hook", body: []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"},"object_attributes":{"iid":3,"action":"merge","state":"merged"}}`),
+			msg: `X-Gitlab-Event is "Push Hook" but the body's object_kind is "merge_request"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -300,4 +311,51 @@ func FuzzParseWebhook(f *testing.F) {
 			t.Fatalf("unexpected kind %q", ev.Kind)
 		}
 	})
+}
+
+func TestParseWebhookBranchDeleted(t *testing.T) {
+	body := readTestdata(t, "push_branch_deleted.json")
+	ev, err := fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &scm.Event{Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush, Repo: "platform/gitops/deploy",
+		Sender: "jsmith", Branch: "release/1.4", Before: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", After: scm.ZeroSHA,
+		Deleted: true, Received: fixedTime}
+	if !reflect.DeepEqual(ev, want) {
+		t.Errorf("got  %+v\nwant %+v", ev, want)
+	}
+}
+
+// A system hook's X-Gitlab-Event names no kind: the body's object_kind does.
+func TestParseWebhookSystemHook(t *testing.T) {
+	body := readTestdata(t, "push.json")
+	ev, err := fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret)
+	if err != nil || ev == nil || ev.Kind != scm.EventPush || ev.Branch != "main" {
+		t.Fatalf("got %+v, %v", ev, err)
+	}
+	body = readTestdata(t, "merge_request_merge.json")
+	ev, err = fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret)
+	if err != nil || ev == nil || ev.Kind != scm.EventPullRequest || ev.Action != scm.PRMergedEvt {
+		t.Fatalf("got %+v, %v", ev, err)
+	}
+}
+
+// GitLab keeps Idempotency-Key across retries of one delivery, while X-Gitlab-Event-UUID may
+// change: the delivery id is the key when there is one.
+func TestParseWebhookIdempotencyKey(t *testing.T) {
+	body := readTestdata(t, "push.json")
+	r := hookRequest("Push Hook", body, string(hookSecret))
+	r.Header.Set("Idempotency-Key", "908a6d9e-45fd-46c8-97e6-c4f350f219dd")
+	ev, err := fixedParser().ParseWebhook(r, hookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.DeliveryID != "908a6d9e-45fd-46c8-97e6-c4f350f219dd" {
+		t.Errorf("DeliveryID = %q, want the Idempotency-Key", ev.DeliveryID)
+	}
+	ev, err = fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret)
+	if err != nil || ev.DeliveryID != deliveryID {
+		t.Errorf("without Idempotency-Key: DeliveryID = %q, %v; want the event UUID", ev.DeliveryID, err)
+	}
 }

@@ -32,12 +32,7 @@ type Bitbucket struct {
 // bitbucket.NewOAuthbearerToken*/NewBasicAuth*WithBaseUrlStr or BITBUCKET_API_BASE_URL.
 func NewBitbucket(t testing.TB, opts ...Option) *Bitbucket {
 	t.Helper()
-	b, err := NewBitbucketHandler(forgeGit(t, opts), opts...)
-	if err != nil {
-		t.Fatalf("scmtest.NewBitbucket: %v", err)
-	}
-	b.start(t)
-	return b
+	return startFake(t, "NewBitbucket", opts, NewBitbucketHandler)
 }
 
 // NewBitbucketHandler builds a fake Bitbucket without a listener: mount it and call SetBaseURL.
@@ -47,10 +42,7 @@ func NewBitbucketHandler(gs *GitServer, opts ...Option) (*Bitbucket, error) {
 		return nil, err
 	}
 	b := &Bitbucket{Forge: f, mux: http.NewServeMux()}
-	f.hooks.build = BitbucketWebhookRequest
-	f.mw.decorate = b.decorate
-	b.routes()
-	f.handler = f.mw.wrap(http.HandlerFunc(b.serve))
+	f.mount(b, BitbucketWebhookRequest)
 	return b, nil
 }
 

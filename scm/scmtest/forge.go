@@ -201,6 +201,35 @@ func newForge(kind string, gs *GitServer, opts []Option) (*Forge, error) {
 }
 
 // start serves the fake on a loopback listener and registers cleanup with t.
+// fakeAPI is what each fake forge adds to the shared Forge: its routes, the headers its
+// answers carry and its request handler.
+type fakeAPI interface {
+	routes()
+	decorate(w http.ResponseWriter, r *http.Request)
+	serve(w http.ResponseWriter, r *http.Request)
+}
+
+// mount wires a fake's API into f: the fault middleware around its handler and hooks, which
+// shapes the webhooks it sends.
+func (f *Forge) mount(api fakeAPI, hooks func(ctx context.Context, url, secret string, ev WebhookEvent) (*http.Request, error)) {
+	f.hooks.build = hooks
+	f.mw.decorate = api.decorate
+	api.routes()
+	f.handler = f.mw.wrap(http.HandlerFunc(api.serve))
+}
+
+// startFake builds a fake with newHandler on the test's git server (or WithGitServer's) and
+// serves it until the test ends.
+func startFake[F interface{ start(testing.TB) }](t testing.TB, name string, opts []Option, newHandler func(*GitServer, ...Option) (F, error)) F {
+	t.Helper()
+	fake, err := newHandler(forgeGit(t, opts), opts...)
+	if err != nil {
+		t.Fatalf("scmtest.%s: %v", name, err)
+	}
+	fake.start(t)
+	return fake
+}
+
 func (f *Forge) start(t testing.TB) {
 	t.Helper()
 	srv := httptest.NewServer(f)

@@ -26,12 +26,7 @@ type GitHub struct {
 // WithGitServer is given. Point go-github at APIURL() (WithEnterpriseURLs).
 func NewGitHub(t testing.TB, opts ...Option) *GitHub {
 	t.Helper()
-	g, err := NewGitHubHandler(forgeGit(t, opts), opts...)
-	if err != nil {
-		t.Fatalf("scmtest.NewGitHub: %v", err)
-	}
-	g.start(t)
-	return g
+	return startFake(t, "NewGitHub", opts, NewGitHubHandler)
 }
 
 // NewGitHubHandler builds a fake GitHub without a listener: mount it and call SetBaseURL.
@@ -41,10 +36,7 @@ func NewGitHubHandler(gs *GitServer, opts ...Option) (*GitHub, error) {
 		return nil, err
 	}
 	g := &GitHub{Forge: f, mux: http.NewServeMux()}
-	f.hooks.build = GitHubWebhookRequest
-	f.mw.decorate = g.decorate
-	g.routes()
-	f.handler = f.mw.wrap(http.HandlerFunc(g.serve))
+	f.mount(g, GitHubWebhookRequest)
 	return g, nil
 }
 
@@ -1956,8 +1948,11 @@ func GitHubWebhookRequest(ctx context.Context, url, secret string, ev WebhookEve
 		if action == "synchronize" {
 			payload["before"], payload["after"] = e.Before, e.PR.HeadSHA
 		}
-		if action == "labeled" {
+		switch action {
+		case "labeled", "unlabeled":
 			payload["label"] = ghLabelJSON(v, e.Label)
+		case "edited":
+			payload["changes"] = map[string]any{"title": map[string]any{"from": e.PreviousTitle}}
 		}
 	case PushEvent:
 		v := e.view()

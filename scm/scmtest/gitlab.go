@@ -26,12 +26,7 @@ type GitLab struct {
 // NewGitLab starts a fake GitLab for the test; point client-go at APIURL() (WithBaseURL).
 func NewGitLab(t testing.TB, opts ...Option) *GitLab {
 	t.Helper()
-	g, err := NewGitLabHandler(forgeGit(t, opts), opts...)
-	if err != nil {
-		t.Fatalf("scmtest.NewGitLab: %v", err)
-	}
-	g.start(t)
-	return g
+	return startFake(t, "NewGitLab", opts, NewGitLabHandler)
 }
 
 // NewGitLabHandler builds a fake GitLab without a listener: mount it and call SetBaseURL.
@@ -41,10 +36,7 @@ func NewGitLabHandler(gs *GitServer, opts ...Option) (*GitLab, error) {
 		return nil, err
 	}
 	g := &GitLab{Forge: f, mux: http.NewServeMux()}
-	f.hooks.build = GitLabWebhookRequest
-	f.mw.decorate = g.decorate
-	g.routes()
-	f.handler = f.mw.wrap(http.HandlerFunc(g.serve))
+	f.mount(g, GitLabWebhookRequest)
 	return g, nil
 }
 
@@ -1425,8 +1417,9 @@ func GitLabWebhookRequest(ctx context.Context, url, token string, ev WebhookEven
 	if err != nil {
 		return nil, err
 	}
+	// GitLab 17.4+ sends Idempotency-Key, the same on every retry of this delivery.
 	hdr := map[string]string{"X-Gitlab-Event": event, "X-Gitlab-Event-UUID": uuid4(), "X-Gitlab-Webhook-UUID": uuid4(),
-		"User-Agent": "GitLab/17.5.0"}
+		"Idempotency-Key": uuid4(), "User-Agent": "GitLab/17.5.0"}
 	if token != "" {
 		hdr["X-Gitlab-Token"] = token
 	}
@@ -1498,9 +1491,18 @@ func glMRHookJSON(e PREvent) map[string]any {
 		attrs["oldrev"] = e.Before
 	}
 	changes := map[string]any{}
-	if e.Action == "labeled" {
+	// GitLab sends every other change as "update" with what changed under changes.
+	switch e.Action {
+	case "labeled":
 		prev := slices.DeleteFunc(slices.Clone(pr.Labels), func(l string) bool { return l == e.Label })
 		changes["labels"] = map[string]any{"previous": glHookLabels(v, prev), "current": glHookLabels(v, pr.Labels)}
+	case "unlabeled":
+		prev := append(slices.Clone(pr.Labels), e.Label)
+		changes["labels"] = map[string]any{"previous": glHookLabels(v, prev), "current": glHookLabels(v, pr.Labels)}
+	case "ready_for_review", "converted_to_draft":
+		changes["draft"] = map[string]any{"previous": e.Action == "ready_for_review", "current": e.Action == "converted_to_draft"}
+	case "edited":
+		changes["title"] = map[string]any{"previous": e.PreviousTitle, "current": pr.Title}
 	}
 	return map[string]any{
 		"object_kind": "merge_request", "event_type": "merge_request", "user": glHookUser(senderOr(e.Sender, pr.Author)),

@@ -19,14 +19,17 @@ import (
 type WebhookEvent interface{ webhookEvent() }
 
 // PREvent describes a pull/merge request event. Action is opened, synchronize, closed (merged
-// when PR.State is PRMerged), reopened or labeled; it maps to each forge's own event names.
+// when PR.State is PRMerged), reopened, labeled, unlabeled, edited, ready_for_review or
+// converted_to_draft (GitHub's names); it maps to each forge's own event names (GitLab: an
+// update whose changes say what changed).
 type PREvent struct {
 	Action        string
 	Owner, Name   string
 	RepoID        int64
 	PR            PullRequest
 	Before        string // previous head SHA (synchronize)
-	Label         string // the label added (labeled)
+	Label         string // the label added (labeled) or removed (unlabeled)
+	PreviousTitle string // the title before an edit (edited)
 	Sender        string
 	BaseURL       string // the forge's URL (API links); default https://scm.example.test
 	WebBase       string // html links; default BaseURL
@@ -126,7 +129,7 @@ func newHookRequest(ctx context.Context, url string, body []byte, headers map[st
 
 // Delivery is one webhook the fake sent.
 type Delivery struct {
-	ID     string // delivery id header value
+	ID     string // delivery id header value (GitLab: Idempotency-Key, stable across retries)
 	Event  string // X-GitHub-Event / X-Gitlab-Event / X-Event-Key
 	URL    string
 	Status int   // receiver's status code; 0 when the request failed
@@ -241,7 +244,7 @@ func (h *hookSender) deliver(t hookTarget, ev WebhookEvent) {
 		d.Err = err
 	} else {
 		d.Event = firstHeader(req.Header, "X-GitHub-Event", "X-Gitlab-Event", "X-Event-Key")
-		d.ID = firstHeader(req.Header, "X-GitHub-Delivery", "X-Gitlab-Event-UUID", "X-Request-UUID")
+		d.ID = firstHeader(req.Header, "X-GitHub-Delivery", "Idempotency-Key", "X-Gitlab-Event-UUID", "X-Request-UUID")
 		if req.GetBody != nil {
 			if rc, gerr := req.GetBody(); gerr == nil {
 				d.Body, _ = io.ReadAll(rc)
