@@ -171,7 +171,11 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 	}
 	if !m.Refreshed && !final && mergedInStage(sc) {
 		m.Refreshed = true
-		refreshLinkedAppSets(ctx, sc, g, cfg, targets)
+		var agents []string
+		for _, t := range targets {
+			agents = append(agents, t.agent)
+		}
+		refreshAppSets(ctx, sc, g, cfg.appSet, agents)
 	}
 	byAgent := map[string][]agent.AppStatus{}
 	var out0 outage
@@ -220,7 +224,7 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 				continue
 			}
 			seen[key] = true
-			sc.Log.Info("Found linked app", "app", a.Ref(), "agent", t.agent, "cluster", a.Cluster, "link", a.URL)
+			sc.Log.Info("Found linked app", "app", a.Ref(), "agent", a, "cluster", a.Cluster, "link", a.URL)
 			out = append(out, linkedOutput(t.agent, a))
 		}
 		if n == 0 {
@@ -279,15 +283,32 @@ func mergedInStage(sc *Context) bool {
 	return false
 }
 
-// refreshLinkedAppSets asks each agent once to have Argo CD regenerate the ApplicationSets that
-// read the merged repo, waiting until they are regenerated where the agent can tell. It is an
-// optimisation: on any failure the step still waits for the controller's own poll.
-func refreshLinkedAppSets(ctx context.Context, sc *Context, g GitOps, cfg *linkedConfig, targets []linkedTarget) {
+// mergedWithoutRefresh reports whether the stage merged and no FetchLinkedApps ran after the
+// last merge (which would have refreshed the ApplicationSets already).
+func mergedWithoutRefresh(sc *Context) bool {
+	merge, fetch := -1, -1
+	for i, p := range sc.Priors {
+		switch p.Type {
+		case "MergePR":
+			merge = i
+		case "FetchLinkedApps":
+			fetch = i
+		}
+	}
+	return merge >= 0 && fetch < merge
+}
+
+// refreshAppSets asks each agent once to have Argo CD regenerate the ApplicationSets that read
+// the merged repo (or appSet only), waiting until they are regenerated where the agent can
+// tell: a merge may add an app or change the parameters an ApplicationSet renders into an
+// app's spec, and a sync before the regeneration would deploy the old spec. It is an
+// optimisation: on any failure the step goes on and Argo CD's own poll catches up.
+func refreshAppSets(ctx context.Context, sc *Context, g GitOps, appSet string, agents []string) {
 	r, ok := g.(appSetRefresher)
 	if !ok {
 		return
 	}
-	req := agent.RefreshRequest{ApplicationSet: cfg.appSet, Wait: true}
+	req := agent.RefreshRequest{ApplicationSet: appSet, Wait: true}
 	if p := priorPR(sc); p != nil {
 		req.RepoURL, _ = p.Outputs["repo"].(string)
 		req.Branch, _ = p.Outputs["baseBranch"].(string)
@@ -295,24 +316,24 @@ func refreshLinkedAppSets(ctx context.Context, sc *Context, g GitOps, cfg *linke
 	ctx, cancel := context.WithTimeout(ctx, linkedRefreshTimeout)
 	defer cancel()
 	done := map[string]bool{}
-	for _, t := range targets {
-		if done[t.agent] {
+	for _, a := range agents {
+		if done[a] {
 			continue
 		}
-		done[t.agent] = true
+		done[a] = true
 		start := time.Now()
-		rep, err := r.RefreshAppSets(ctx, t.agent, req)
+		rep, err := r.RefreshAppSets(ctx, a, req)
 		switch {
 		case errors.Is(err, agent.ErrUnsupported):
-			sc.Log.Debug("agent does not refresh ApplicationSets", "agent", t.agent, "err", err)
+			sc.Log.Debug("agent does not refresh ApplicationSets", "agent", a, "err", err)
 		case errors.Is(err, agent.ErrNotFound) && req.ApplicationSet != "":
-			sc.Log.Warn("ApplicationSet to refresh not found", "agent", t.agent, "err", err)
+			sc.Log.Warn("ApplicationSet to refresh not found", "agent", a, "err", err)
 		case err != nil:
-			sc.Log.Warn("could not refresh ApplicationSets; waiting for Argo CD's own poll (every 3 minutes by default)", "agent", t.agent, "err", err)
+			sc.Log.Warn("could not refresh ApplicationSets; waiting for Argo CD's own poll (every 3 minutes by default)", "agent", a, "err", err)
 		case len(rep.Refreshed) == 0:
-			sc.Log.Info("no ApplicationSet reads the merged repo", "agent", t.agent, "repo", req.RepoURL)
+			sc.Log.Info("no ApplicationSet reads the merged repo", "agent", a, "repo", req.RepoURL)
 		default:
-			sc.Log.Info("ApplicationSets refreshed", "agent", t.agent, "mode", rep.Mode, "appsets", strings.Join(rep.Refreshed, ", "),
+			sc.Log.Info("ApplicationSets refreshed", "agent", a, "mode", rep.Mode, "appsets", strings.Join(rep.Refreshed, ", "),
 				"regenerated", rep.Done, "took", time.Since(start).Round(time.Millisecond))
 		}
 	}

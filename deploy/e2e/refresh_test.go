@@ -127,3 +127,39 @@ func TestFetchLinkedAppsRefreshesApplicationSet(t *testing.T) {
 		})
 	}
 }
+
+// A merge changes a parameter the ApplicationSet renders into the app's spec (here the source
+// path, in the example release repo the image tag). GitOpsSync with no FetchLinkedApps before
+// it has the set regenerated before it syncs, so the new spec is what gets deployed; with
+// refresh off the app keeps its old spec until Argo CD's poll.
+func TestGitOpsSyncRegeneratesAppSetAfterMerge(t *testing.T) {
+	for _, mode := range []string{argocd.RefreshAnnotate, argocd.RefreshOff} {
+		t.Run(mode, func(t *testing.T) {
+			s := newStack(t, stackOpts{appsetRefresh: argocd.AppSetRefreshOptions{Mode: mode}})
+			s.git.Commit(repoURL, "main", map[string]string{
+				"envs/dev/config.json": `{"env": "dev", "dir": "apps/web"}`,
+				"apps/web2/cm.yaml":    configMap("web2", "healthy"),
+			})
+			as := envAppSet()
+			as.Spec.Template.Spec.Source.Path = "{{dir}}"
+			if err := s.argo.AddApplicationSet(as); err != nil {
+				t.Fatal(err)
+			}
+			s.waitRecord("web-dev")
+			sha := s.git.Commit(repoURL, "main", map[string]string{"envs/dev/config.json": `{"env": "dev", "dir": "apps/web2"}`})
+			src := pipeline("      - {id: sync, type: GitOpsSync, timeout: 30s, with: {waitTillHealthy: true, applicationsList: [{applicationName: web-dev, agentId: eu}]}}\n", true)
+			r := s.wait(s.start(src, map[string]any{"commit": sha}).ID, 60*time.Second)
+			if r.Status != pipelines.StSucceeded {
+				t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+			}
+			a, _ := s.argo.App("web-dev")
+			want := "apps/web2"
+			if mode == argocd.RefreshOff {
+				want = "apps/web"
+			}
+			if a.Spec.Source.Path != want {
+				t.Fatalf("web-dev deploys %s, want %s", a.Spec.Source.Path, want)
+			}
+		})
+	}
+}
