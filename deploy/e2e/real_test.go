@@ -46,10 +46,17 @@ type realEnv struct {
 	url  string // its URL (what Argo CD reads)
 	e    *ctltest.Env
 	set  string // ApplicationSet name
+	auto bool   // the apps sync automatically
 	log  *slog.Logger
 }
 
 func realSetup(t *testing.T, envs ...string) *realEnv {
+	t.Helper()
+	return realSetupWith(t, false, envs...)
+}
+
+// realSetupWith is realSetup; auto gives the generated apps Argo CD's automated sync.
+func realSetupWith(t *testing.T, auto bool, envs ...string) *realEnv {
 	t.Helper()
 	envFile := os.Getenv("PRFLOW_REALENV")
 	if envFile == "" {
@@ -69,7 +76,7 @@ func realSetup(t *testing.T, envs ...string) *realEnv {
 		}
 		return -1
 	}, id)
-	r := &realEnv{t: t, vars: vars, dir: dir, home: filepath.Join(dir, "data", "home"), id: id, repo: id, set: id}
+	r := &realEnv{t: t, vars: vars, dir: dir, home: filepath.Join(dir, "data", "home"), id: id, repo: id, set: id, auto: auto}
 	gitBase := strings.TrimSuffix(vars["GIT_URL"], "/demo.git")
 	r.url = gitBase + "/" + r.repo + ".git"
 	r.seedRepo(envs)
@@ -169,6 +176,10 @@ func (r *realEnv) createAppSet() {
 					"syncPolicy":  map[string]any{"syncOptions": []any{"CreateNamespace=true"}}},
 			},
 		},
+	}
+	if r.auto {
+		tmpl := as["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		tmpl["syncPolicy"].(map[string]any)["automated"] = map[string]any{"prune": true}
 	}
 	if code, body := r.api("POST", "/api/v1/applicationsets", as); code != 200 {
 		r.t.Fatalf("create ApplicationSet: %d %s", code, body)
@@ -443,4 +454,69 @@ func (r *realEnv) promotion(envs []string, entries []string, extra string) strin
 		fmt.Fprintf(&b, "    - %s\n", e)
 	}
 	return b.String()
+}
+
+// waitHealthy waits until Argo CD has the env's app Synced and Healthy (read with the admin
+// token, not through prflow).
+func (r *realEnv) waitHealthy(env string) {
+	r.t.Helper()
+	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		code, body := r.api("GET", "/api/v1/applications/"+r.id+"-"+env, nil)
+		var a struct {
+			Status struct {
+				Sync   struct{ Status string } `json:"sync"`
+				Health struct{ Status string } `json:"health"`
+			} `json:"status"`
+		}
+		if code == 200 && json.Unmarshal(body, &a) == nil && a.Status.Sync.Status == "Synced" && a.Status.Health.Status == "Healthy" {
+			return
+		}
+		if time.Now().After(end) {
+			r.t.Fatalf("Argo CD did not get %s-%s Synced/Healthy: %d %s", r.id, env, code, tail(string(body), 500))
+		}
+	}
+}
+
+// setConfig commits key=value into envs/<env>/config.json on main directly (as a person or
+// another pipeline would) and returns the new commit.
+func (r *realEnv) setConfig(env, key, value string) string {
+	r.t.Helper()
+	work := r.t.TempDir()
+	r.git(work, "clone", "-q", "--branch", "main", r.url, ".")
+	p := filepath.Join(work, "envs", env, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		r.t.Fatal(err)
+	}
+	m[key] = value
+	nb, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(p, append(nb, '\n'), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	r.git(work, "commit", "-qam", "set "+key+" in "+env)
+	r.git(work, "push", "-q", "origin", "main")
+	return r.git(work, "rev-parse", "HEAD")
+}
+
+// pushEvent tells Argo CD's ApplicationSet controller (its own webhook; up.sh sets no secret)
+// that main moved, so it regenerates the test's set without the API server.
+func (r *realEnv) pushEvent() {
+	r.t.Helper()
+	body, _ := json.Marshal(map[string]any{"ref": "refs/heads/main",
+		"repository": map[string]any{"html_url": strings.TrimSuffix(r.url, ".git"), "default_branch": "main"}})
+	req, _ := http.NewRequest("POST", "http://127.0.0.1:"+envOr("APPSET_WEBHOOK_PORT", "18087")+"/api/webhook", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", "push")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatalf("ApplicationSet webhook: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		r.t.Fatalf("ApplicationSet webhook: HTTP %d", resp.StatusCode)
+	}
 }

@@ -166,18 +166,25 @@ func TestRealConcurrentMerges(t *testing.T) {
 	t.Logf("REALTIME concurrent merges: %d runs in %.1fs; %d passed at a later revision containing their merge", len(ids), time.Since(start).Seconds(), later)
 }
 
-// The agent's token is revoked and argocd-server restarted while prod's GitOpsSync waits: the
-// agent loses Argo CD (401), its records go stale, and the step parks saying so instead of
-// timing out into a rollback of a healthy change. With a new token the agent sees the app
-// Synced/Healthy and the run passes; nothing is reverted.
+// The fault tests below make prod's change Progressing (data.simulate: progressing), so its
+// GitOpsSync waits; the apps sync automatically. While prflow cannot see Argo CD, someone
+// commits simulate: healthy on main and Argo CD auto-syncs it: the app is Synced/Healthy at a
+// later commit containing prflow's merge. prflow must park on the stale view instead of timing
+// out into a rollback, and pass once it sees Argo CD again.
+const progressingProd = "{name: prod, set: {simulate: progressing}}"
+
+// The agent's token is revoked and argocd-server restarted while prod's GitOpsSync waits (the
+// issue-20 incident): the agent gets 401s, its view goes stale and the step parks saying so.
+// Argo CD makes the app healthy meanwhile; with a new token the agent sees it and the run
+// passes — nothing is reverted.
 func TestRealTokenRevokedMidWait(t *testing.T) {
-	r := realSetup(t, "prod")
+	r := realSetupWith(t, true, "prod")
 	r.waitApps("prod")
 	tok, tokID := r.mintToken()
 	ag := r.startAgent(tok, argocd.AppSetRefreshOptions{})
-	run := r.e.Start(r.promotion([]string{"prod"}, []string{"prod"}, ""), map[string]any{"tag": "4.0.0"})
+	run := r.e.Start(r.promotion([]string{"prod"}, []string{progressingProd}, ""), map[string]any{"tag": "4.0.0"})
 	r.waitStep(run.ID, "prod", "sync", 2*time.Minute, func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting || st.Status == pipelines.StRunning
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "Progressing")
 	})
 	t0 := time.Now()
 	if code, body := r.api("DELETE", "/api/v1/account/ci/token/"+tokID, nil); code != 200 {
@@ -191,8 +198,14 @@ func TestRealTokenRevokedMidWait(t *testing.T) {
 	cur := r.waitStep(run.ID, "prod", "sync", 2*time.Minute, func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "cannot see Argo CD")
 	})
-	st := ctltest.Step(cur, "prod", "sync")
-	t.Logf("REALTIME parked after %.1fs: %s", time.Since(t0).Seconds(), st.Wait.Reason)
+	t.Logf("REALTIME parked on the stale view %.1fs after the revocation: %s", time.Since(t0).Seconds(), ctltest.Step(cur, "prod", "sync").Wait.Reason)
+	r.setConfig("prod", "simulate", "healthy")
+	r.pushEvent()
+	r.waitHealthy("prod")
+	time.Sleep(3 * time.Second)
+	if cur, _ := r.e.Ctl.Get(context.Background(), run.ID); cur.Status.Terminal() {
+		t.Fatalf("the run ended while the agent was blind: %s %s", cur.Status, cur.Error)
+	}
 	ag.stop()
 	tok2, _ := r.mintToken()
 	t1 := time.Now()
@@ -202,27 +215,35 @@ func TestRealTokenRevokedMidWait(t *testing.T) {
 	if final.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s %s\n%s", final.Status, final.Error, describeRun(final))
 	}
-	t.Logf("REALTIME passed %.1fs after the new token", time.Since(t1).Seconds())
+	t.Logf("REALTIME passed %.1fs after the agent got a new token", time.Since(t1).Seconds())
 	if got := r.file("envs/prod/config.json"); !strings.Contains(got, `"tag": "4.0.0"`) {
 		t.Errorf("prod was reverted: %s", got)
 	}
 	r.deployed("prod", "4.0.0")
 }
 
-// argocd-server is stopped while prod's GitOpsSync waits and started again 10 s later: the step
-// parks on the stale view and passes once the agent sees Argo CD again.
+// argocd-server is stopped for 10 s while prod's GitOpsSync waits; Argo CD's controller makes
+// the app healthy meanwhile. The step parks on the stale view and passes once the agent sees
+// Argo CD again.
 func TestRealArgoServerStoppedMidWait(t *testing.T) {
-	r := realSetup(t, "prod")
+	r := realSetupWith(t, true, "prod")
 	r.waitApps("prod")
 	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
-	run := r.e.Start(r.promotion([]string{"prod"}, []string{"prod"}, ""), map[string]any{"tag": "5.0.0"})
+	run := r.e.Start(r.promotion([]string{"prod"}, []string{progressingProd}, ""), map[string]any{"tag": "5.0.0"})
 	r.waitStep(run.ID, "prod", "sync", 2*time.Minute, func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting || st.Status == pipelines.StRunning
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "Progressing")
 	})
 	srv := r.proc("argocd-server")
 	t0 := time.Now()
 	r.stopProc(srv)
+	r.setConfig("prod", "simulate", "healthy")
+	r.pushEvent()
 	time.Sleep(10 * time.Second)
+	if cur, _ := r.e.Ctl.Get(context.Background(), run.ID); cur.Status.Terminal() {
+		t.Fatalf("the run ended while argocd-server was down: %s %s", cur.Status, cur.Error)
+	} else if st := ctltest.Step(cur, "prod", "sync"); st.Wait == nil || !strings.Contains(st.Wait.Reason, "cannot see Argo CD") {
+		t.Errorf("while argocd-server is down the step waits for: %+v", st.Wait)
+	}
 	r.startProc(srv)
 	r.waitArgo()
 	t1 := time.Now()
@@ -235,44 +256,56 @@ func TestRealArgoServerStoppedMidWait(t *testing.T) {
 	r.deployed("prod", "5.0.0")
 }
 
-// A real `prflow agent` process is SIGKILLed while prod's GitOpsSync waits; a second process
-// (started before, a follower) takes the lead within the lease TTL and the run passes.
+// A real `prflow agent` process (the leader) is SIGKILLed while prod's GitOpsSync waits; a
+// second process (a follower) takes the lead within the lease TTL and the run passes.
 func TestRealAgentKilledMidWait(t *testing.T) {
-	r := realSetup(t, "prod")
+	r := realSetupWith(t, true, "prod")
 	r.waitApps("prod")
 	bin := buildPrflow(t)
 	tokFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokFile, []byte(r.vars["ARGOCD_TOKEN"]), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	logs := t.TempDir()
 	start := func(replica string) *exec.Cmd {
 		cmd := exec.Command(bin, "agent", "--nats", r.e.Conn.ClientURL(), "--agent-id", "real", "--replica", replica,
 			"--argocd-url", r.vars["ARGOCD_URL"], "--argocd-token-file", tokFile)
-		lf, _ := os.Create(filepath.Join(t.TempDir(), replica+".log"))
+		lf, _ := os.Create(filepath.Join(logs, replica+".log"))
 		cmd.Stdout, cmd.Stderr = lf, lf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); lf.Close() })
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			lf.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(filepath.Join(logs, replica+".log"))
+				t.Logf("agent %s log:\n%s", replica, tail(string(b), 5000))
+			}
+		})
 		return cmd
 	}
 	a1 := start("a1")
 	r.waitFresh()
 	start("a2")
-	time.Sleep(2 * time.Second) // a2 registers as a follower
-	run := r.e.Start(r.promotion([]string{"prod"}, []string{"prod"}, ""), map[string]any{"tag": "6.0.0"})
+	time.Sleep(3 * time.Second) // a2 registers as a follower
+	run := r.e.Start(r.promotion([]string{"prod"}, []string{progressingProd}, ""), map[string]any{"tag": "6.0.0"})
 	r.waitStep(run.ID, "prod", "sync", 2*time.Minute, func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting || st.Status == pipelines.StRunning
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "Progressing")
 	})
 	t0 := time.Now()
 	_ = a1.Process.Signal(syscall.SIGKILL)
+	r.setConfig("prod", "simulate", "healthy")
+	r.pushEvent()
 	r.waitFresh()
-	t.Logf("REALTIME agent SIGKILLed: the follower has a fresh view after %.1fs", time.Since(t0).Seconds())
+	t.Logf("REALTIME agent leader SIGKILLed: the follower has a fresh view after %.1fs", time.Since(t0).Seconds())
 	final := r.e.Wait(run.ID, 3*time.Minute)
 	stageTimes(t, "agent-killed", final)
 	if final.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s %s\n%s", final.Status, final.Error, describeRun(final))
 	}
+	t.Logf("REALTIME run passed %.1fs after the kill", time.Since(t0).Seconds())
 	r.deployed("prod", "6.0.0")
 }
 
