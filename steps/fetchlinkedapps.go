@@ -2,6 +2,7 @@ package steps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -15,8 +16,11 @@ import (
 // owning ApplicationSet (applicationSet), by a label selector (labels / selector), or by
 // Harness's harness.io/serviceRef and harness.io/envRef labels. With
 // filterByServiceEnvCluster: true it takes every app of the environment on the clusters,
-// whatever its service. An app an ApplicationSet has not generated yet (an environment merged
-// a moment ago) is waited for, parked on the agents' inventory keys, up to appWaitTimeout.
+// whatever its service. After a merge in its stage it first asks each agent to have Argo CD
+// re-read git for the ApplicationSets that read the merged repo (Argo CD's ApplicationSet
+// controller otherwise does so only every 3 minutes), so new and changed apps are there in
+// seconds. An app an ApplicationSet has not generated yet is waited for, parked on the
+// agents' inventory keys, up to appWaitTimeout.
 func init() {
 	Register(Definition{
 		Type:     "FetchLinkedApps",
@@ -121,7 +125,17 @@ type linkedMemo struct {
 	Until time.Time `json:"until,omitzero"`
 	// OutageSince is when this step first found an agent offline or blind (zero: none).
 	OutageSince time.Time `json:"outageSince,omitzero"`
+	// Refreshed: the agents were asked to refresh the ApplicationSets after the merge.
+	Refreshed bool `json:"refreshed,omitempty"`
 }
+
+// appSetRefresher is the agent client's ApplicationSet refresh (agent.Client has it).
+type appSetRefresher interface {
+	RefreshAppSets(ctx context.Context, agentID string, req agent.RefreshRequest) (*agent.RefreshReply, error)
+}
+
+// linkedRefreshTimeout bounds the refresh requests of one run of the step.
+const linkedRefreshTimeout = 25 * time.Second
 
 // target is one (agent, cluster) pair apps are looked up on; cluster "" means any cluster.
 type linkedTarget struct {
@@ -154,6 +168,14 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 	var m linkedMemo
 	if _, err := sc.DecodeMemo(&m); err != nil {
 		return Result{}, Terminalf("FetchLinkedApps memo: %w", err)
+	}
+	if !m.Refreshed && !final && mergedInStage(sc) {
+		m.Refreshed = true
+		var agents []string
+		for _, t := range targets {
+			agents = append(agents, t.agent)
+		}
+		refreshAppSets(ctx, sc, g, cfg.appSet, agents)
 	}
 	byAgent := map[string][]agent.AppStatus{}
 	var out0 outage
@@ -202,7 +224,7 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 				continue
 			}
 			seen[key] = true
-			sc.Log.Info("Found linked app", "app", a.Ref(), "agent", t.agent, "cluster", a.Cluster, "link", a.URL)
+			sc.Log.Info("Found linked app", "app", a.Ref(), "agent", a, "cluster", a.Cluster, "link", a.URL)
 			out = append(out, linkedOutput(t.agent, a))
 		}
 		if n == 0 {
@@ -249,6 +271,72 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 	poll := min(linkedPoll, time.Second<<min(sc.Wake, 3), max(time.Until(m.Until), time.Second))
 	return Park(Wait{Keys: keys, Poll: poll, Deadline: deadline,
 		Reason: "waiting for the ApplicationSet to generate apps: " + msg}, m), nil
+}
+
+// mergedInStage reports whether a merge ran earlier in this stage (or its rollback).
+func mergedInStage(sc *Context) bool {
+	for _, p := range sc.Priors {
+		if p.Type == "MergePR" {
+			return true
+		}
+	}
+	return false
+}
+
+// mergedWithoutRefresh reports whether the stage merged and no FetchLinkedApps ran after the
+// last merge (which would have refreshed the ApplicationSets already).
+func mergedWithoutRefresh(sc *Context) bool {
+	merge, fetch := -1, -1
+	for i, p := range sc.Priors {
+		switch p.Type {
+		case "MergePR":
+			merge = i
+		case "FetchLinkedApps":
+			fetch = i
+		}
+	}
+	return merge >= 0 && fetch < merge
+}
+
+// refreshAppSets asks each agent once to have Argo CD regenerate the ApplicationSets that read
+// the merged repo (or appSet only), waiting until they are regenerated where the agent can
+// tell: a merge may add an app or change the parameters an ApplicationSet renders into an
+// app's spec, and a sync before the regeneration would deploy the old spec. It is an
+// optimisation: on any failure the step goes on and Argo CD's own poll catches up.
+func refreshAppSets(ctx context.Context, sc *Context, g GitOps, appSet string, agents []string) {
+	r, ok := g.(appSetRefresher)
+	if !ok {
+		return
+	}
+	req := agent.RefreshRequest{ApplicationSet: appSet, Wait: true}
+	if p := priorPR(sc); p != nil {
+		req.RepoURL, _ = p.Outputs["repo"].(string)
+		req.Branch, _ = p.Outputs["baseBranch"].(string)
+	}
+	ctx, cancel := context.WithTimeout(ctx, linkedRefreshTimeout)
+	defer cancel()
+	done := map[string]bool{}
+	for _, a := range agents {
+		if done[a] {
+			continue
+		}
+		done[a] = true
+		start := time.Now()
+		rep, err := r.RefreshAppSets(ctx, a, req)
+		switch {
+		case errors.Is(err, agent.ErrUnsupported):
+			sc.Log.Debug("agent does not refresh ApplicationSets", "agent", a, "err", err)
+		case errors.Is(err, agent.ErrNotFound) && req.ApplicationSet != "":
+			sc.Log.Warn("ApplicationSet to refresh not found", "agent", a, "err", err)
+		case err != nil:
+			sc.Log.Warn("could not refresh ApplicationSets; waiting for Argo CD's own poll (every 3 minutes by default)", "agent", a, "err", err)
+		case len(rep.Refreshed) == 0:
+			sc.Log.Info("no ApplicationSet reads the merged repo", "agent", a, "repo", req.RepoURL)
+		default:
+			sc.Log.Info("ApplicationSets refreshed", "agent", a, "mode", rep.Mode, "appsets", strings.Join(rep.Refreshed, ", "),
+				"regenerated", rep.Done, "took", time.Since(start).Round(time.Millisecond))
+		}
+	}
 }
 
 func orEmpty(l []any) []any {

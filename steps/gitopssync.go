@@ -528,8 +528,13 @@ func runGitOpsSync(ctx context.Context, sc *Context) (Result, error) {
 			sc.Log.Info("No application found to be synced")
 			return Done(map[string]any{"applications": []any{}}), nil
 		}
+		var agents []string
 		for _, t := range targets {
 			m.Apps = append(m.Apps, syncApp{Agent: t.Agent, App: t.App, State: appTodo})
+			agents = append(agents, t.Agent)
+		}
+		if mergedWithoutRefresh(sc) {
+			refreshAppSets(ctx, sc, g, "", agents) // see fetchlinkedapps.go
 		}
 		sc.Log.Info("syncing applications", "apps", len(m.Apps), "expectedRevision", orDefault(m.Expected, "(what Argo CD resolves)"))
 	}

@@ -25,6 +25,8 @@ func newAgent(g *globals) *cobra.Command {
 		simDelay                                       time.Duration
 		timeout                                        time.Duration
 		listen                                         string
+		refreshMode, hookURL, hookSecretFile           string
+		hookSecretEnv                                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -91,8 +93,12 @@ func newAgent(g *globals) *cobra.Command {
 			if insecure {
 				log.Warn("--argocd-insecure: TLS certificates of Argo CD are not verified")
 			}
+			refresh := argocd.AppSetRefreshOptions{Mode: refreshMode, WebhookURL: hookURL}
+			if refresh.WebhookSecret, err = secretRef(hookSecretFile, hookSecretEnv, "appset-webhook-secret"); err != nil {
+				return err
+			}
 			a, err := argocd.New(argocd.Options{AgentID: id, Replica: replica, Client: client, UIURL: ui, Namespace: namespace,
-				Version: version, Log: log})
+				AppSetRefresh: refresh, Version: version, Log: log})
 			if err != nil {
 				return err
 			}
@@ -116,9 +122,41 @@ func newAgent(g *globals) *cobra.Command {
 	f.StringVar(&namespace, "argocd-namespace", "argocd", "Argo CD's namespace; apps elsewhere are named namespace/name")
 	f.StringVar(&replica, "replica", os.Getenv("POD_NAME"), "replica name when several run for one Argo CD (default host-pid; env POD_NAME)")
 	f.DurationVar(&timeout, "argocd-timeout", 30*time.Second, "timeout of one Argo CD API call")
+	f.StringVar(&refreshMode, "appset-refresh", argocd.RefreshAnnotate, "how to make Argo CD re-read git for an ApplicationSet after a merge: "+
+		"annotate (the application-set-refresh annotation through Argo CD's API; needs applicationsets create+update), "+
+		"webhook (a push event to the ApplicationSet controller's webhook) or off (wait for its 3-minute poll)")
+	f.StringVar(&hookURL, "appset-webhook-url", "", "--appset-refresh webhook: the ApplicationSet controller's webhook, e.g. http://argocd-applicationset-controller:7000/api/webhook")
+	f.StringVar(&hookSecretFile, "appset-webhook-secret-file", "", "--appset-refresh webhook: file holding the GitHub webhook secret (argocd-secret's webhook.github.secret)")
+	f.StringVar(&hookSecretEnv, "appset-webhook-secret-env", "", "--appset-refresh webhook: name of the environment variable holding that secret")
 	f.StringVar(&simRepo, "sim-repo", "", "run the simulated agent on this release repo (path or git URL) instead of Argo CD")
 	f.StringVar(&simBranch, "sim-branch", "", "simulated agent: branch to deploy (default the repo's HEAD branch)")
 	f.StringVar(&simAppSet, "sim-appset", "", "simulated agent: path of the ApplicationSet manifest in the repo (default: search)")
 	f.DurationVar(&simDelay, "sim-delay", 500*time.Millisecond, "simulated agent: delay before a sync starts deploying")
 	return cmd
+}
+
+// secretRef reads a secret given by reference: a file or the name of an environment variable
+// (at most one). The value is never logged; errors name the reference, not the value.
+func secretRef(file, env, what string) (string, error) {
+	switch {
+	case file != "" && env != "":
+		return "", fmt.Errorf("--%s-file and --%s-env are exclusive", what, what)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--%s-file: %w", what, err)
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			return "", fmt.Errorf("--%s-file %s is empty", what, file)
+		}
+		return v, nil
+	case env != "":
+		v := strings.TrimSpace(os.Getenv(env))
+		if v == "" {
+			return "", fmt.Errorf("--%s-env: environment variable %s is empty or unset", what, env)
+		}
+		return v, nil
+	}
+	return "", nil
 }

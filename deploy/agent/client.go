@@ -86,6 +86,20 @@ func (c *Client) Get(ctx context.Context, agentID, app string, refresh Refresh) 
 	return rep.App, nil
 }
 
+// RefreshAppSets asks agentID to make its backend re-read git for the ApplicationSets req
+// selects. An agent that cannot do it answers ErrUnsupported.
+func (c *Client) RefreshAppSets(ctx context.Context, agentID string, req RefreshRequest) (*RefreshReply, error) {
+	req.V = Version
+	var rep RefreshReply
+	if err := c.request(ctx, agentID, "refresh", req, &rep, 0); err != nil {
+		return nil, err
+	}
+	if rep.Error != nil {
+		return nil, withAgent(rep.Error, agentID)
+	}
+	return &rep, nil
+}
+
 // Status reads an app's record from prflow-apps (no request to the agent). A missing record
 // is ErrNotFound.
 func (c *Client) Status(ctx context.Context, agentID, app string) (*AppStatus, error) {

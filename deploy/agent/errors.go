@@ -27,6 +27,9 @@ const (
 	CodeTimeout Code = "timeout"
 	// CodeVersion: the message has a protocol version the reader does not know.
 	CodeVersion Code = "unsupported_version"
+	// CodeUnsupported: the agent does not implement the request (e.g. the simulated agent
+	// has no ApplicationSet refresh), or it is switched off.
+	CodeUnsupported Code = "unsupported"
 	// CodeInternal: anything else.
 	CodeInternal Code = "internal"
 )
@@ -74,6 +77,7 @@ var (
 	ErrOffline             = &Error{Code: CodeOffline}
 	ErrTimeout             = &Error{Code: CodeTimeout}
 	ErrVersion             = &Error{Code: CodeVersion}
+	ErrUnsupported         = &Error{Code: CodeUnsupported}
 	ErrInternal            = &Error{Code: CodeInternal}
 )
 

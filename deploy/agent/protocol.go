@@ -252,6 +252,38 @@ type GetReply struct {
 	Error *Error     `json:"error,omitempty"`
 }
 
+// RefreshRequest asks an agent to make its GitOps backend re-read git for the ApplicationSets
+// that generate apps from a repo (subject prflow.agent.<agent>.refresh), so an environment
+// merged a moment ago gets its app in seconds instead of at the next poll (Argo CD's
+// ApplicationSet controller re-reads git every 3 minutes). All given filters must match.
+type RefreshRequest struct {
+	V int `json:"v"`
+	// ApplicationSet names one ApplicationSet ("name" or "namespace/name"); "" means every
+	// ApplicationSet whose git generators read RepoURL.
+	ApplicationSet string `json:"applicationSet,omitempty"`
+	// RepoURL is the repo that was merged into: a URL or a forge path such as "acme/release"
+	// (matched against the end of the generators' repoURL). "" matches any git generator.
+	RepoURL string `json:"repoURL,omitempty"`
+	// Branch is the branch that was merged into ("" when unknown).
+	Branch string `json:"branch,omitempty"`
+	// Wait makes the agent answer only once the backend has regenerated the apps (when it can
+	// tell; see RefreshReply.Done).
+	Wait bool `json:"wait,omitempty"`
+}
+
+// RefreshReply answers a RefreshRequest.
+type RefreshReply struct {
+	V int `json:"v"`
+	// Mode is how the agent asked for the refresh: "annotate" (Argo CD's
+	// application-set-refresh annotation through its API) or "webhook" (a signed push event).
+	Mode string `json:"mode,omitempty"`
+	// Refreshed are the ApplicationSets asked to refresh ("namespace/name").
+	Refreshed []string `json:"refreshed,omitempty"`
+	// Done: every refreshed ApplicationSet has finished regenerating its apps.
+	Done  bool   `json:"done,omitempty"`
+	Error *Error `json:"error,omitempty"`
+}
+
 // Registration is what each agent replica keeps in prflow-agents under
 // RegistrationKey(agent, replica), renewed well within the bucket's TTL.
 type Registration struct {

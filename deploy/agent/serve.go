@@ -21,6 +21,12 @@ type Handler interface {
 	Get(ctx context.Context, req GetRequest) (*AppStatus, error)
 }
 
+// AppSetRefresher is implemented by handlers that can make their backend re-read git for
+// ApplicationSets (request kind "refresh"); others answer CodeUnsupported.
+type AppSetRefresher interface {
+	RefreshAppSets(ctx context.Context, req RefreshRequest) (*RefreshReply, error)
+}
+
 // ServeOptions tune Serve.
 type ServeOptions struct {
 	// Concurrency is how many requests are handled at once (default 16).
@@ -155,8 +161,23 @@ func dispatch(ctx context.Context, h Handler, kind string, data []byte, agentID 
 			return GetReply{V: Version, Error: e}
 		}
 		return GetReply{V: Version, App: app}
+	case "refresh":
+		var req RefreshRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			return RefreshReply{V: Version, Error: fail(Errorf(CodeInvalid, "refresh: %v", err))}
+		}
+		r, ok := h.(AppSetRefresher)
+		if !ok {
+			return RefreshReply{V: Version, Error: fail(Errorf(CodeUnsupported, "refresh: this agent cannot refresh ApplicationSets"))}
+		}
+		rep, err := r.RefreshAppSets(ctx, req)
+		if err != nil {
+			return RefreshReply{V: Version, Error: fail(err)}
+		}
+		rep.V = Version
+		return rep
 	}
-	return map[string]any{"v": Version, "error": fail(Errorf(CodeInvalid, "unknown request kind %q (want sync, apps or get)", kind))}
+	return map[string]any{"v": Version, "error": fail(Errorf(CodeInvalid, "unknown request kind %q (want sync, apps, get or refresh)", kind))}
 }
 
 // Heartbeat registers reg in prflow-agents (kv) under RegistrationKey before it returns, then

@@ -49,8 +49,11 @@ type Options struct {
 	// Heartbeat is how often the registration in prflow-agents is renewed (default 2s); a
 	// registration not renewed for three heartbeats counts as expired.
 	Heartbeat time.Duration
-	Version   string
-	Log       *slog.Logger
+	// AppSetRefresh says how to make Argo CD re-read git for an ApplicationSet after a
+	// merge (default: the refresh annotation through Argo CD's API).
+	AppSetRefresh AppSetRefreshOptions
+	Version       string
+	Log           *slog.Logger
 }
 
 // Agent bridges one Argo CD and NATS.
@@ -82,6 +85,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Client == nil {
 		return nil, errors.New("argocd agent: no Argo CD client")
+	}
+	if err := o.AppSetRefresh.check(); err != nil {
+		return nil, err
 	}
 	if o.Replica == "" {
 		host, _ := os.Hostname()

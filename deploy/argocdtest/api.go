@@ -226,8 +226,8 @@ func (s *Server) SetHealth(name, status, message string) error {
 }
 
 // Reconcile runs the ApplicationSet controller and then the application
-// controller over everything now, as the periodic reconciliation (or a
-// webhook) would: new commits show up as OutOfSync, auto-sync apps start
+// controller over everything now, as their periodic passes both falling due
+// at once would: new commits show up as OutOfSync, auto-sync apps start
 // syncing, and appsets create or delete apps for added or removed files.
 func (s *Server) Reconcile() {
 	s.ReconcileContext(s.ctx)
@@ -242,6 +242,13 @@ func (s *Server) ReconcileContext(ctx context.Context) {
 	for _, k := range setKeys {
 		s.reconcileAppSet(ctx, k, rc)
 	}
+	s.reconcileAppsRC(ctx, rc)
+}
+
+// reconcileApps is the application controller's periodic pass alone.
+func (s *Server) reconcileApps() { s.reconcileAppsRC(s.ctx, newRevCache()) }
+
+func (s *Server) reconcileAppsRC(ctx context.Context, rc *revCache) {
 	s.mu.Lock()
 	appKeys := sortedKeys(s.apps)
 	s.mu.Unlock()

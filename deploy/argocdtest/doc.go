@@ -24,6 +24,14 @@
 //     SSE "data: ... \n\n" with ":" keepalives for Accept: text/event-stream;
 //     it starts with ADDED for every matching app (unless resourceVersion is
 //     given without a name) and suppresses identical consecutive messages.
+//   - the ApplicationSet controller re-reads git only every 180s (WithAppSetPollInterval),
+//     when the set's spec or labels change, or when the
+//     argocd.argoproj.io/application-set-refresh annotation is added — through
+//     POST /api/v1/applicationsets?upsert=true (v3.2 has no update call; upsert merges labels
+//     and annotations) or by a GitHub push to the controller's own webhook
+//     (AppSetWebhookURL, X-Hub-Signature-256 with WithWebhookSecret) — and removes the
+//     annotation when done; the application controller's periodic pass
+//     (WithReconcileInterval) does not regenerate sets.
 //
 // Tests drive it through its Go API: AddApp, AddApplicationSet, Reconcile,
 // ScriptSync and StartOperation (failures, slow health, wrong revisions,

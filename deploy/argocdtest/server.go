@@ -44,6 +44,10 @@ type Server struct {
 	progressingSteps int
 	reconcileEvery   time.Duration
 	keepalive        time.Duration
+	appsetPoll       time.Duration
+	webhookSecret    string
+	hookOnce         sync.Once
+	hook             *httptest.Server // the ApplicationSet controller's webhook listener
 
 	staticTokens map[string]string // token -> username
 	accounts     map[string]string // username -> password
@@ -68,6 +72,9 @@ type Server struct {
 	revoked     map[string]bool // tokens refused (RevokeToken)
 	down        bool            // connections are closed unanswered (SetDown, Restart)
 	hang        chan struct{}   // non-nil while unresponsive; closed when answering again
+
+	appsetRefreshes int // generations asked for by the refresh annotation
+	webhookEvents   int // push events the ApplicationSet webhook accepted
 }
 
 // Option configures New.
@@ -88,6 +95,8 @@ type config struct {
 	namespaces       []string
 	listener         net.Listener
 	creds            []repoCred
+	appsetPoll       time.Duration
+	webhookSecret    string
 }
 
 // WithToken makes token an accepted bearer token for user "admin", in
@@ -131,9 +140,11 @@ func WithTimeline(step time.Duration, progressingSteps int) Option {
 	}
 }
 
-// WithReconcileInterval makes the server call Reconcile every d, like Argo
-// CD's timeout.reconciliation (real default 120s). 0, the default, disables
-// it: tests call Reconcile or refresh explicitly.
+// WithReconcileInterval makes the application controller reconcile every app
+// every d, like Argo CD's timeout.reconciliation (real default 120s): new
+// commits show up as OutOfSync and auto-sync apps sync. It does not regenerate
+// ApplicationSets (see WithAppSetPollInterval). 0, the default, disables it:
+// tests call Reconcile or refresh explicitly.
 func WithReconcileInterval(d time.Duration) Option {
 	return func(c *config) { c.reconcileEvery = d }
 }
@@ -173,6 +184,7 @@ func New(opts ...Option) *Server {
 		progressingSteps: 1,
 		keepalive:        15 * time.Second,
 		now:              time.Now,
+		appsetPoll:       DefaultAppSetPoll,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -186,6 +198,7 @@ func New(opts ...Option) *Server {
 	s := &Server{
 		log: c.log, now: c.now, health: c.health, git: c.git,
 		step: c.step, progressingSteps: c.progressingSteps, reconcileEvery: c.reconcileEvery, keepalive: c.keepalive,
+		appsetPoll: c.appsetPoll, webhookSecret: c.webhookSecret,
 		staticTokens: map[string]string{}, accounts: map[string]string{"admin": randomHex(12)},
 		projects: map[string]bool{"default": true}, namespaces: map[string]bool{defaultNamespace: true},
 		apps: map[string]*appState{}, appsets: map[string]*appsetState{}, subs: map[*subscriber]struct{}{},
@@ -233,6 +246,10 @@ func New(opts ...Option) *Server {
 		s.wg.Add(1)
 		go s.reconcileLoop()
 	}
+	if s.appsetPoll > 0 {
+		s.wg.Add(1)
+		go s.appsetPollLoop()
+	}
 	return s
 }
 
@@ -269,6 +286,10 @@ func (s *Server) Close() {
 	s.cancel()
 	s.wg.Wait()
 	s.srv.Close()
+	s.hookOnce.Do(func() {})
+	if s.hook != nil {
+		s.hook.Close()
+	}
 	if s.ownGit != nil {
 		_ = s.ownGit.Close()
 	}
@@ -283,7 +304,7 @@ func (s *Server) reconcileLoop() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			s.Reconcile()
+			s.reconcileApps()
 		}
 	}
 }
@@ -522,6 +543,7 @@ func (s *Server) routes() []route {
 		{"DELETE", []string{"api", "v1", "applications", "{}", "operation"}, s.handleTerminate},
 		{"GET", []string{"api", "v1", "applicationsets"}, s.handleListAppSets},
 		{"GET", []string{"api", "v1", "applicationsets", "{}"}, s.handleGetAppSet},
+		{"POST", []string{"api", "v1", "applicationsets"}, s.handleCreateAppSet},
 		{"GET", []string{"api", "v1", "stream", "applications"}, s.handleWatch},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/argocdtest"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/steps"
@@ -360,7 +361,9 @@ func TestGitOpsSyncHundredApps(t *testing.T) {
 }
 
 func TestFetchLinkedAppsWaitsForAppSetThenSyncs(t *testing.T) {
-	s := newStack(t, stackOpts{})
+	// Refresh off: the app appears only when the ApplicationSet controller polls (Reconcile
+	// below); refresh_test.go has the refreshed case.
+	s := newStack(t, stackOpts{appsetRefresh: argocd.AppSetRefreshOptions{Mode: argocd.RefreshOff}})
 	s.git.Commit(repoURL, "main", map[string]string{"envs/dev/config.json": `{"env": "dev"}`})
 	as := argocdtest.ApplicationSet{
 		Metadata: argocdtest.ObjectMeta{Name: "web"},

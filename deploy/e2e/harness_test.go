@@ -63,6 +63,8 @@ type stackOpts struct {
 	services map[string]any
 	registry *steps.Registry
 	noAgent  bool // start no agent (the test starts it with startAgent)
+	// appsetRefresh configures the agents' ApplicationSet refresh (default: annotate).
+	appsetRefresh argocd.AppSetRefreshOptions
 }
 
 // stack is a whole prflow plus a fake Argo CD and one agent "eu" for it.
@@ -82,6 +84,8 @@ type stack struct {
 	logs     *logBuf
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	// appsetRefresh is stackOpts.appsetRefresh, for every replica started.
+	appsetRefresh argocd.AppSetRefreshOptions
 }
 
 type logBuf struct {
@@ -103,7 +107,7 @@ func (l *logBuf) String() string {
 
 func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	s := &stack{t: t, git: argocdtest.NewMemGit(), logs: &logBuf{}}
+	s := &stack{t: t, git: argocdtest.NewMemGit(), logs: &logBuf{}, appsetRefresh: o.appsetRefresh}
 	s.sha = s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy")})
 	var reader argocdtest.GitReader = s.git
 	if o.gitReader != nil {
@@ -192,7 +196,8 @@ func (s *stack) runAgent(name string) *replica {
 		s.t.Fatal(err)
 	}
 	a, err := argocd.New(argocd.Options{AgentID: "eu", Replica: name, Client: c, Log: s.log,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, LeaderRetry: 100 * time.Millisecond})
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, LeaderRetry: 100 * time.Millisecond,
+		AppSetRefresh: s.appsetRefresh})
 	if err != nil {
 		s.t.Fatal(err)
 	}
