@@ -563,7 +563,8 @@ func (c *Controller) publishJob(ctx context.Context, j *queue.Job) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.conn.JS.Publish(ctx, queue.JobSubjectOf(j), data, jetstream.WithMsgID(j.ID())); err != nil {
+	// queue.Publish rides out a stream leader election on a cluster (the id dedups retries).
+	if _, err := queue.Publish(ctx, c.conn.JS, queue.JobSubjectOf(j), data, j.ID(), 0); err != nil {
 		return fmt.Errorf("dispatch %s: %w", j.ID(), err)
 	}
 	c.metrics.Dispatched.WithLabelValues(j.Type).Inc()
@@ -610,11 +611,9 @@ func (c *Controller) observe(ev *queue.Event, r *pipelines.Run, jobs []*queue.Jo
 func (c *Controller) Publish(ctx context.Context, ev queue.Event, msgID string) error {
 	ev.V = queue.Version
 	data, _ := json.Marshal(ev)
-	opts := []jetstream.PublishOpt{}
-	if msgID != "" {
-		opts = append(opts, jetstream.WithMsgID(msgID))
-	}
-	_, err := c.conn.JS.Publish(ctx, queue.EventSubject(ev.Run, ev.Kind), data, opts...)
+	// Two replicas often publish one wake under one id: on a cluster the second can be told
+	// "duplicate message id is in process"; queue.Publish retries it into a duplicate ack.
+	_, err := queue.Publish(ctx, c.conn.JS, queue.EventSubject(ev.Run, ev.Kind), data, msgID, 0)
 	return err
 }
 

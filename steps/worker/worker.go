@@ -428,7 +428,7 @@ func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Re
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, err = w.conn.JS.Publish(pctx, queue.EventSubject(job.Run, queue.EvResult), data, jetstream.WithMsgID("res/"+job.ID()))
+	_, err = queue.Publish(pctx, w.conn.JS, queue.EventSubject(job.Run, queue.EvResult), data, "res/"+job.ID(), 0)
 	return false, err
 }
 
