@@ -146,9 +146,23 @@ const CancelSubject = "prflow.control.cancel"
 
 // Setup creates or upgrades every stream and bucket. It is idempotent and safe to call from
 // every process at start. replicas is 1 for the embedded server, 3 for a production cluster.
+//
+// A topology at SchemaVersion with the same replicas is left as it is (one KV read), so every
+// server start does not rewrite it; a newer one is refused with ErrSchemaNewer before anything
+// is touched.
 func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	if replicas <= 0 {
 		replicas = 1
+	}
+	cur, err := ReadSchema(ctx, js)
+	if err != nil {
+		return err
+	}
+	if err := checkSchema(cur); err != nil {
+		return err
+	}
+	if cur != nil && cur.Version == SchemaVersion && cur.Replicas == replicas {
+		return nil
 	}
 	streams := []jetstream.StreamConfig{
 		{Name: StreamJobs, Subjects: []string{"prflow.jobs.>"}, Retention: jetstream.WorkQueuePolicy,
@@ -178,6 +192,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		{Bucket: BucketLocks, History: 1, TTL: LeaseTTL, Description: "repo+branch leases"},
 		{Bucket: BucketWorkers, History: 1, TTL: LeaseTTL, Description: "live workers"},
 		{Bucket: BucketAgents, History: 1, TTL: LeaseTTL, Description: "live GitOps agents"},
+		{Bucket: BucketMergeQueue, History: 1, TTL: MergeQueueMaxAge, Description: "merge queues: one FIFO per repo+branch"},
+		{Bucket: BucketMeta, History: 1, Description: "topology schema marker"},
 	}
 	for _, kc := range buckets {
 		kc.Storage = jetstream.FileStorage
@@ -186,7 +202,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 			return fmt.Errorf("create KV bucket %s: %w", kc.Bucket, err)
 		}
 	}
-	return nil
+	return writeSchema(ctx, js, replicas)
 }
 
 // Buckets are the KV handles components use.

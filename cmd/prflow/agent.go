@@ -47,7 +47,7 @@ func newAgent(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				conn, err := g.connect(ctx, log, "prflow-agent-"+id)
+				conn, err := g.join(ctx, log, "prflow-agent-"+id)
 				if err != nil {
 					return err
 				}
@@ -80,7 +80,7 @@ func newAgent(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			conn, err := g.connect(ctx, log, "prflow-agent-"+id)
+			conn, err := g.join(ctx, log, "prflow-agent-"+id)
 			if err != nil {
 				return err
 			}

@@ -80,6 +80,27 @@ func (g *globals) connect(ctx context.Context, log *slog.Logger, name string) (*
 	return conn, nil
 }
 
+// join opens NATS for a worker or an agent. On an external NATS it only checks the topology
+// (queue.Join): it never creates or changes streams, so those roles' NATS users need no
+// stream-admin permission (deploy/nats/permissions.conf) and a worker's --replicas default
+// cannot shrink a cluster's R3 streams. On an embedded server it owns the topology: Setup.
+func (g *globals) join(ctx context.Context, log *slog.Logger, name string) (*queue.Conn, error) {
+	if g.nats.URL == "" {
+		return g.connect(ctx, log, name)
+	}
+	o := g.nats
+	o.Name, o.Logger = name, log
+	conn, err := queue.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := queue.Join(ctx, conn.JS, log); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
 // requireNATS refuses to start a worker or agent without --nats: it would start a private
 // embedded NATS server that no controller reaches and wait there forever. --embedded asks for
 // that on purpose (a demo or test with everything sharing one data dir is `prflow dev`).

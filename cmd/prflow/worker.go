@@ -33,7 +33,7 @@ func newWorker(g *globals) *cobra.Command {
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
-			conn, err := g.connect(ctx, log, "prflow-worker")
+			conn, err := g.join(ctx, log, "prflow-worker")
 			if err != nil {
 				return err
 			}
