@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -68,7 +69,7 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 // connect opens NATS (embedded when --nats is empty) and creates the topology.
 func (g *globals) connect(ctx context.Context, log *slog.Logger, name string) (*queue.Conn, error) {
 	o := g.nats
-	o.Name, o.Logger = name, log
+	o.Name, o.Logger, o.InboxPrefix = name, log, queue.RoleInbox("server")
 	conn, err := queue.Open(ctx, o)
 	if err != nil {
 		return nil, err
@@ -89,7 +90,7 @@ func (g *globals) join(ctx context.Context, log *slog.Logger, name string) (*que
 		return g.connect(ctx, log, name)
 	}
 	o := g.nats
-	o.Name, o.Logger = name, log
+	o.Name, o.Logger, o.InboxPrefix = name, log, queue.RoleInbox(roleOf(name))
 	conn, err := queue.Open(ctx, o)
 	if err != nil {
 		return nil, err
@@ -99,6 +100,16 @@ func (g *globals) join(ctx context.Context, log *slog.Logger, name string) (*que
 		return nil, err
 	}
 	return conn, nil
+}
+
+// roleOf is the role in a connection name ("prflow-worker…" → "worker").
+func roleOf(name string) string {
+	for _, r := range []string{"worker", "agent"} {
+		if strings.HasPrefix(name, "prflow-"+r) {
+			return r
+		}
+	}
+	return "server"
 }
 
 // requireNATS refuses to start a worker or agent without --nats: it would start a private

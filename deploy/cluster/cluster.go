@@ -42,12 +42,14 @@ type Cluster struct {
 	Nodes []*Node
 	// Configure, when set, changes each node's options before it starts (accounts, users).
 	Configure func(*server.Options)
+	// Log, when set, receives every node's log lines.
+	Log server.Logger
 }
 
 // Start starts an n-node cluster; it stops at test cleanup. configure may be nil.
-func Start(t testing.TB, n int, configure func(*server.Options)) *Cluster {
+func Start(t testing.TB, n int, configure func(*server.Options), log server.Logger) *Cluster {
 	t.Helper()
-	c := &Cluster{T: t, Configure: configure}
+	c := &Cluster{T: t, Configure: configure, Log: log}
 	root := t.TempDir()
 	for i := range n {
 		c.Nodes = append(c.Nodes, &Node{Name: fmt.Sprintf("n%d", i+1), Dir: filepath.Join(root, fmt.Sprintf("n%d", i+1)),
@@ -85,7 +87,6 @@ func (c *Cluster) options(nd *Node) *server.Options {
 		JetStream:  true,
 		StoreDir:   nd.Dir,
 		NoSigs:     true,
-		NoLog:      true,
 		Cluster:    server.ClusterOpts{Name: Name, Host: "127.0.0.1", Port: nd.RoutePort},
 		Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
 	}
@@ -99,6 +100,9 @@ func (c *Cluster) start(nd *Node) error {
 	s, err := server.NewServer(c.options(nd))
 	if err != nil {
 		return fmt.Errorf("node %s: %w", nd.Name, err)
+	}
+	if c.Log != nil {
+		s.SetLogger(c.Log, false, false)
 	}
 	s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {

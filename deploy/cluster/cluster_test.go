@@ -13,7 +13,7 @@ import (
 // clusterStack is the stack every cluster test runs: the topology at R3, two controller
 // replicas on nodes 1 and 2, three workers on nodes 1, 2 and 3, the agent on node 3.
 func clusterStack(t *testing.T) *stack {
-	c := Start(t, 3, nil)
+	c := Start(t, 3, nil, nil)
 	s := newStack(t, c, nil)
 	s.setup(0)
 	s.controller(0)

@@ -69,8 +69,8 @@ type stack struct {
 	seed    string
 	p       *local.Provider
 	ctls    []*component[*controller.Controller]
-	// Creds, when set, gives the NATS options of a role's connection (TestPermissions…).
-	creds func(role string) queue.Options
+	// creds, when set, gives a role's NATS user and password (TestPermissions…).
+	creds func(role string) (user, password string)
 }
 
 type component[T any] struct {
@@ -86,7 +86,7 @@ func (c *component[T]) stop() {
 	c.conn.Close()
 }
 
-func newStack(t *testing.T, c *Cluster, creds func(role string) queue.Options) *stack {
+func newStack(t *testing.T, c *Cluster, creds func(role string) (string, string)) *stack {
 	s := &stack{t: t, c: c, logs: &logs{}, creds: creds}
 	s.log = slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	t.Cleanup(func() {
@@ -115,11 +115,11 @@ func newStack(t *testing.T, c *Cluster, creds func(role string) queue.Options) *
 // open connects a component (role server, worker or agent) to the cluster, first to node.
 func (s *stack) open(role string, node int, name string) *queue.Conn {
 	s.t.Helper()
-	o := queue.Options{}
+	o := queue.Options{URL: s.c.URLs(node), Name: name, Logger: s.log, InboxPrefix: queue.RoleInbox(role)}
 	if s.creds != nil {
-		o = s.creds(role)
+		user, pass := s.creds(role)
+		o.URL = withUser(o.URL, user, pass)
 	}
-	o.URL, o.Name, o.Logger = s.c.URLs(node), name, s.log
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := queue.Open(ctx, o)
@@ -348,4 +348,13 @@ func specs(prefix string, n int) []chaos.RunSpec {
 		out[i].ID = prefix + "-" + fmt.Sprint(i)
 	}
 	return out
+}
+
+// withUser puts user info into every URL of a comma-separated list.
+func withUser(urls, user, pass string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		parts[i] = strings.Replace(p, "nats://", "nats://"+user+":"+pass+"@", 1)
+	}
+	return strings.Join(parts, ",")
 }
