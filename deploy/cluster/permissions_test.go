@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,7 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps"
 )
 
 // confPath is the permissions file shipped for operators; the tests run on exactly it.
@@ -42,7 +45,7 @@ var Roles = map[string]Role{
 			"$JS.API.STREAM.INFO.*",
 			"$JS.API.CONSUMER.CREATE.PRFLOW_JOBS.>", "$JS.API.CONSUMER.INFO.PRFLOW_JOBS.>",
 			"$JS.API.CONSUMER.MSG.NEXT.PRFLOW_JOBS.>", "$JS.ACK.PRFLOW_JOBS.>",
-			"$JS.API.DIRECT.GET.KV_prflow-meta.>", "$JS.API.DIRECT.GET.KV_prflow-apps.>",
+			"$JS.API.DIRECT.GET.KV_prflow-meta.$KV.prflow-meta.schema", "$JS.API.DIRECT.GET.KV_prflow-apps.>",
 			"$JS.API.DIRECT.GET.KV_prflow-agents.>", "$JS.API.DIRECT.GET.KV_prflow-locks.>",
 			"$JS.API.DIRECT.GET.KV_prflow-mergeq.>", "$JS.API.DIRECT.GET.KV_prflow-workers.>",
 			"$JS.API.CONSUMER.CREATE.KV_prflow-mergeq.>", "$JS.API.CONSUMER.DELETE.KV_prflow-mergeq.>",
@@ -57,7 +60,7 @@ var Roles = map[string]Role{
 	"prflow-agent": {
 		PubAllow: []string{
 			"$JS.API.STREAM.INFO.*",
-			"$JS.API.DIRECT.GET.KV_prflow-meta.>", "$JS.API.DIRECT.GET.KV_prflow-apps.>",
+			"$JS.API.DIRECT.GET.KV_prflow-meta.$KV.prflow-meta.schema", "$JS.API.DIRECT.GET.KV_prflow-apps.>",
 			"$JS.API.DIRECT.GET.KV_prflow-agents.>", "$JS.API.DIRECT.GET.KV_prflow-locks.>",
 			"$JS.API.CONSUMER.CREATE.KV_prflow-apps.>", "$JS.API.CONSUMER.DELETE.KV_prflow-apps.>",
 			"$JS.FC.>",
@@ -279,5 +282,81 @@ func TestPermissionsWorkerCannotReadRuns(t *testing.T) {
 	}
 	if n := len(v.list()); n == 0 {
 		t.Fatal("the servers logged no permission violation for the denied operations")
+	}
+}
+
+// TestPermissionsWorkerCannotForgeResult: a worker's credentials may publish results, but a
+// result for a job it was not given (here: a queued job no worker took) is refused, offered
+// directly or through the events stream, because it cannot know the job's token. The same
+// result with the job's token is applied, so the refusal is the token's doing.
+func TestPermissionsWorkerCannotForgeResult(t *testing.T) {
+	pw := newPasswords(t)
+	v := &violations{}
+	c := Start(t, 3, withConf(t), v)
+	s := newStack(t, c, pw.creds)
+	s.setup(0)
+	// No worker: the run's job stays queued. Start checks would refuse a run no worker serves.
+	ctl := s.controller(0, controller.WithoutStartChecks()).v
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := ctl.Start(ctx, controller.StartRequest{ID: "victim", File: "v.yaml", Executor: "tester",
+		Source: []byte("name: v\nstages:\n  - id: s\n    steps:\n      - {id: x, type: Noop}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stages[0].Steps[0]
+	if st.Status != pipelines.StQueued {
+		t.Fatalf("step is %s, want queued", st.Status)
+	}
+	forged := func(token string) []byte {
+		ev := queue.Event{V: queue.Version, Kind: queue.EvResult, Run: r.ID, Stage: "s", Step: "x", Attempt: st.Attempt, Wake: st.Wake,
+			Result: &steps.Result{Status: steps.Succeeded, Outputs: map[string]any{"forged": true}}, Worker: "mallory", Token: token}
+		b, _ := json.Marshal(ev)
+		return b
+	}
+	user, pass := pw.creds("worker")
+	nc, err := c.Connect(1, nats.UserInfo(user, pass), nats.CustomInboxPrefix(queue.RoleInbox("worker")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for _, tok := range []string{"", "0123456789abcdef0123456789abcdef", queue.JobToken([]byte("a guessed key, not the controllers'"), "victim/s/x/1/0")} {
+		reply, err := nc.RequestWithContext(ctx, queue.ResultSubject(r.ID), forged(tok))
+		if err != nil {
+			t.Fatalf("direct result: %v", err)
+		}
+		if !strings.Contains(string(reply.Data), "bad result") || !strings.Contains(string(reply.Data), "token") {
+			t.Fatalf("forged direct result (token %q) answered %q", tok, reply.Data)
+		}
+		if _, err := js.Publish(ctx, queue.EventSubject(r.ID, queue.EvResult), forged(tok)); err != nil {
+			t.Fatalf("a worker may publish result events: %v", err)
+		}
+	}
+	// A worker's user cannot read the key the tokens are made with.
+	kctx, kcancel := context.WithTimeout(ctx, 2*time.Second)
+	if _, err := queue.LoadResultKey(kctx, js); err == nil {
+		t.Fatal("a worker read the result key")
+	}
+	kcancel()
+	time.Sleep(2 * time.Second) // the stream copies reach the controller and are dropped
+	cur, err := ctl.Get(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cur.Stages[0].Steps[0]; got.Status != pipelines.StQueued || cur.Status.Terminal() {
+		t.Fatalf("a forged result was applied: step %s, run %s, outputs %v", got.Status, cur.Status, got.Outputs)
+	}
+	// Control: with the job's token (read here with the server's credentials) it is applied.
+	key, err := queue.LoadResultKey(ctx, s.ctls[0].conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := nc.RequestWithContext(ctx, queue.ResultSubject(r.ID), forged(queue.JobToken(key, "victim/s/x/"+fmt.Sprint(st.Attempt)+"/"+fmt.Sprint(st.Wake))))
+	if err != nil || strings.Contains(string(reply.Data), "bad result") {
+		t.Fatalf("result with the job's token: %q, %v", reply.Data, err)
+	}
+	if fin, err := ctl.Wait(ctx, r.ID, nil); err != nil || fin.Status != pipelines.StSucceeded {
+		t.Fatalf("run after the genuine result: %v, %v", fin, err)
 	}
 }

@@ -142,12 +142,12 @@ func (s *stack) setup(node int) {
 }
 
 // controller starts a controller replica connected first to node.
-func (s *stack) controller(node int) *component[*controller.Controller] {
+func (s *stack) controller(node int, opts ...controller.Option) *component[*controller.Controller] {
 	s.t.Helper()
 	name := fmt.Sprintf("controller-%d", len(s.ctls))
 	conn := s.open("server", node, name)
 	ctx, cancel := context.WithCancel(context.Background())
-	ctl, err := controller.New(ctx, conn, controller.WithLogger(s.log.With("c", name)))
+	ctl, err := controller.New(ctx, conn, append([]controller.Option{controller.WithLogger(s.log.With("c", name))}, opts...)...)
 	if err != nil {
 		cancel()
 		conn.Close()
@@ -170,6 +170,9 @@ func (s *stack) worker(node int, id string) {
 	s.t.Helper()
 	conn := s.open("worker", node, id)
 	ctx, cancel := context.WithCancel(context.Background())
+	if err := queue.Join(ctx, conn.JS, s.log); err != nil { // as `prflow worker` does
+		s.t.Fatalf("worker %s joins: %v", id, err)
+	}
 	b, err := queue.OpenBuckets(ctx, conn.JS)
 	if err != nil {
 		s.t.Fatalf("worker %s: %v", id, err)
@@ -194,6 +197,9 @@ func (s *stack) worker(node int, id string) {
 func (s *stack) agent(node int) {
 	s.t.Helper()
 	conn := s.open("agent", node, "agent-sim")
+	if err := queue.Join(context.Background(), conn.JS, s.log); err != nil { // as `prflow agent` does
+		s.t.Fatalf("agent joins: %v", err)
+	}
 	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: filepath.Join(s.gitRoot, owner, repoName+".git"), Branch: "main",
 		Delay: 50 * time.Millisecond, Step: 30 * time.Millisecond, Poll: 100 * time.Millisecond, Log: s.log.With("c", "agent")})
 	if err != nil {

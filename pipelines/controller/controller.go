@@ -29,13 +29,15 @@ import (
 
 // Controller runs pipelines.
 type Controller struct {
-	conn    *queue.Conn
-	b       *queue.Buckets
-	reg     *steps.Registry
-	convert SourceConverter
-	log     *slog.Logger
-	metrics *Metrics
-	workers int
+	conn *queue.Conn
+	// resultKey signs job tokens (queue.JobToken); results must echo them.
+	resultKey []byte
+	b         *queue.Buckets
+	reg       *steps.Registry
+	convert   SourceConverter
+	log       *slog.Logger
+	metrics   *Metrics
+	workers   int
 	// noChecks turns off the run-start check of connectors and agents (WithoutStartChecks).
 	noChecks bool
 
@@ -129,6 +131,9 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 		return nil, err
 	}
 	c.b = b
+	if c.resultKey, err = queue.LoadResultKey(ctx, conn.JS); err != nil {
+		return nil, err
+	}
 	c.metrics.gauges(c.queueDepth, c.liveWorkers)
 	return c, nil
 }
@@ -328,6 +333,14 @@ func (c *Controller) onEvent(ctx context.Context, in inbound) {
 		_ = msg.TermWithReason(err.Error())
 		return
 	}
+	if ev.Kind == queue.EvResult {
+		// Only the worker given the job knows its token: a forged or misdirected result is dropped.
+		if err := queue.CheckToken(c.resultKey, ev); err != nil {
+			c.log.Warn("dropping result", "run", ev.Run, "stage", ev.Stage, "step", ev.Step, "worker", ev.Worker, "err", err)
+			_ = msg.TermWithReason(err.Error())
+			return
+		}
+	}
 	md, _ := msg.Metadata()
 	redelivered := md != nil && md.NumDelivered > 1
 	if err := c.handle(ctx, ev, redelivered); err != nil {
@@ -345,6 +358,9 @@ func (c *Controller) onResultRequest(ctx context.Context, m *nats.Msg) {
 	ev, err := queue.DecodeEvent(m.Data)
 	if err == nil && (ev.Kind != queue.EvResult || queue.ResultSubject(ev.Run) != m.Subject) {
 		err = fmt.Errorf("a %q event for run %q on %s: only step results may come this way", ev.Kind, ev.Run, m.Subject)
+	}
+	if err == nil {
+		err = queue.CheckToken(c.resultKey, ev)
 	}
 	if err != nil {
 		// Not dropped: the worker falls back to the events stream, whose checks terminate it.
@@ -559,6 +575,7 @@ func (c *Controller) publishJobs(ctx context.Context, jobs []*queue.Job) error {
 }
 
 func (c *Controller) publishJob(ctx context.Context, j *queue.Job) error {
+	j.Token = queue.JobToken(c.resultKey, j.ID())
 	data, err := json.Marshal(j)
 	if err != nil {
 		return err
