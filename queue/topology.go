@@ -202,7 +202,36 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 			return fmt.Errorf("create KV bucket %s: %w", kc.Bucket, err)
 		}
 	}
+	for _, name := range LeaderReadBuckets {
+		if err := leaderReads(ctx, js, name); err != nil {
+			return err
+		}
+	}
 	return writeSchema(ctx, js, replicas)
+}
+
+// LeaderReadBuckets are read from their stream leader only (AllowDirect off). A bucket with
+// direct gets on has every replica answer reads, and on a cluster a follower may not have
+// applied a write yet: a controller replica then read a run another replica had just created
+// as missing and dropped the run's first result, leaving it queued for ever
+// (BenchmarkClusterJobs with two replicas found it). Runs, pipeline sources, leases and merge
+// queues decide things and need read-after-write; app status and registrations do not.
+var LeaderReadBuckets = []string{BucketRuns, BucketSpecs, BucketLocks, BucketMergeQueue}
+
+func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return fmt.Errorf("KV bucket %s: %w", bucket, err)
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return nil
+	}
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("KV bucket %s: turn direct gets off: %w", bucket, err)
+	}
+	return nil
 }
 
 // Buckets are the KV handles components use.

@@ -2,8 +2,11 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/deploy/chaos"
 	"github.com/prflow/prflow/pipelines"
@@ -103,4 +106,66 @@ func TestClusterControllerKilled(t *testing.T) {
 	t.Log("controller-0 killed")
 	res := s.wait(s.ctls[1].v, sp, 150*time.Second)
 	s.check(sp, res)
+}
+
+// TestClusterTwoReplicasManyRuns: many short runs through two controller replicas on the
+// cluster, each started and waited for on alternating replicas. Before the runs bucket was
+// read from its leader, a replica could read a run the other had just created as missing and
+// drop its first result: a few runs in a hundred stayed queued for ever.
+func TestClusterTwoReplicasManyRuns(t *testing.T) {
+	c := Start(t, 3, nil, nil)
+	s := newStack(t, c, nil)
+	s.setup(0)
+	s.controller(0)
+	s.controller(1)
+	s.worker(1, "w1")
+	s.worker(2, "w2")
+	runNoops(t, s, 100, 5)
+}
+
+// TestClusterReadAfterWrite: the buckets whose reads decide things have direct gets off (so
+// reads go to the stream leader), and a key written through one node is read back at once
+// through the others, every time.
+func TestClusterReadAfterWrite(t *testing.T) {
+	c := Start(t, 3, nil, nil)
+	s := newStack(t, c, nil)
+	s.setup(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var conns []*queue.Conn
+	for i := range 3 {
+		conn := s.open("server", i, fmt.Sprintf("raw-%d", i))
+		defer conn.Close()
+		conns = append(conns, conn)
+	}
+	for _, name := range queue.LeaderReadBuckets {
+		st, err := conns[0].JS.Stream(ctx, "KV_"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.CachedInfo().Config.AllowDirect {
+			t.Errorf("bucket %s: direct gets on (reads may come from a lagging follower)", name)
+		}
+	}
+	var kvs []jetstream.KeyValue
+	for _, conn := range conns {
+		kv, err := conn.JS.KeyValue(ctx, queue.BucketRuns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs = append(kvs, kv)
+	}
+	missed := 0
+	for i := range 300 {
+		key := fmt.Sprintf("raw-%d", i)
+		if _, err := kvs[i%3].Create(ctx, key, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kvs[(i+1)%3].Get(ctx, key); err != nil {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d of 300 keys not found right after they were created", missed)
+	}
 }

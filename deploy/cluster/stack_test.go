@@ -61,7 +61,7 @@ func (l *logs) tail(n int) string {
 // stack is prflow on a cluster: controllers, workers and the simulated agent, each with its
 // own connection to its own first node.
 type stack struct {
-	t       *testing.T
+	t       testing.TB
 	c       *Cluster
 	logs    *logs
 	log     *slog.Logger
@@ -364,3 +364,5 @@ func withUser(urls, user, pass string) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
