@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 )
 
 func splitHostPort(addr string) (string, int, error) {
@@ -23,7 +24,15 @@ func splitHostPort(addr string) (string, int, error) {
 }
 
 // redactURL drops user info from a NATS URL so passwords and tokens never reach logs.
+// A comma-separated list (a cluster's URLs) is redacted URL by URL.
 func redactURL(s string) string {
+	if strings.Contains(s, ",") {
+		parts := strings.Split(s, ",")
+		for i, p := range parts {
+			parts[i] = redactURL(p)
+		}
+		return strings.Join(parts, ",")
+	}
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		return s

@@ -37,6 +37,8 @@ type Job struct {
 	Signals    []steps.Signal     `json:"signals,omitempty"`
 	Executor   string             `json:"executor,omitempty"`
 	Deadline   time.Time          `json:"deadline,omitzero"`
+	// Token is the job's result token (JobToken); its result must carry it back.
+	Token string `json:"token,omitempty"`
 }
 
 // ID is the job's idempotency key, used as Nats-Msg-Id for the job and its result.
@@ -100,6 +102,8 @@ type Event struct {
 	Worker   string        `json:"worker,omitempty"`
 	Started  time.Time     `json:"started,omitzero"`
 	Ended    time.Time     `json:"ended,omitzero"`
+	// Token echoes the job's Token on a result (CheckToken).
+	Token string `json:"token,omitempty"`
 }
 
 // DecodeEvent parses and checks an event payload.

@@ -40,7 +40,15 @@ type Options struct {
 	// "127.0.0.1:4222") so other processes (workers, agents) can join. Empty: in-process only.
 	Listen string
 	Logger *slog.Logger
+	// InboxPrefix replaces "_INBOX" for this connection's request replies (see RoleInbox).
+	InboxPrefix string
 }
+
+// RoleInbox is the inbox prefix of a role's connections (server, worker, agent). Each role's
+// NATS user may subscribe to its own prefix only (deploy/nats/permissions.conf), so one role
+// never receives the replies another asked for: a worker cannot read the run state the server
+// fetches.
+func RoleInbox(role string) string { return "_INBOX_" + role }
 
 // Open connects to NATS, starting an embedded server when no URL is given.
 func Open(ctx context.Context, o Options) (*Conn, error) {
@@ -51,6 +59,9 @@ func Open(ctx context.Context, o Options) (*Conn, error) {
 		o.Logger = slog.Default()
 	}
 	nopts := []nats.Option{nats.Name(o.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if o.InboxPrefix != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(o.InboxPrefix))
+	}
 	c := &Conn{}
 	if o.URL == "" {
 		s, err := StartEmbedded(o.DataDir, o.Listen)

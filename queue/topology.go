@@ -146,9 +146,23 @@ const CancelSubject = "prflow.control.cancel"
 
 // Setup creates or upgrades every stream and bucket. It is idempotent and safe to call from
 // every process at start. replicas is 1 for the embedded server, 3 for a production cluster.
+//
+// A topology at SchemaVersion with the same replicas is left as it is (one KV read), so every
+// server start does not rewrite it; a newer one is refused with ErrSchemaNewer before anything
+// is touched.
 func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	if replicas <= 0 {
 		replicas = 1
+	}
+	cur, err := ReadSchema(ctx, js)
+	if err != nil {
+		return err
+	}
+	if err := checkSchema(cur); err != nil {
+		return err
+	}
+	if cur != nil && cur.Version == SchemaVersion && cur.Replicas == replicas {
+		return nil
 	}
 	streams := []jetstream.StreamConfig{
 		{Name: StreamJobs, Subjects: []string{"prflow.jobs.>"}, Retention: jetstream.WorkQueuePolicy,
@@ -178,6 +192,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		{Bucket: BucketLocks, History: 1, TTL: LeaseTTL, Description: "repo+branch leases"},
 		{Bucket: BucketWorkers, History: 1, TTL: LeaseTTL, Description: "live workers"},
 		{Bucket: BucketAgents, History: 1, TTL: LeaseTTL, Description: "live GitOps agents"},
+		{Bucket: BucketMergeQueue, History: 1, TTL: MergeQueueMaxAge, Description: "merge queues: one FIFO per repo+branch"},
+		{Bucket: BucketMeta, History: 1, Description: "topology schema marker"},
 	}
 	for _, kc := range buckets {
 		kc.Storage = jetstream.FileStorage
@@ -185,6 +201,35 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
 			return fmt.Errorf("create KV bucket %s: %w", kc.Bucket, err)
 		}
+	}
+	for _, name := range LeaderReadBuckets {
+		if err := leaderReads(ctx, js, name); err != nil {
+			return err
+		}
+	}
+	return writeSchema(ctx, js, replicas)
+}
+
+// LeaderReadBuckets are read from their stream leader only (AllowDirect off). A bucket with
+// direct gets on has every replica answer reads, and on a cluster a follower may not have
+// applied a write yet: a controller replica then read a run another replica had just created
+// as missing and dropped the run's first result, leaving it queued for ever
+// (BenchmarkClusterJobs with two replicas found it). Runs, pipeline sources, leases and merge
+// queues decide things and need read-after-write; app status and registrations do not.
+var LeaderReadBuckets = []string{BucketRuns, BucketSpecs, BucketLocks, BucketMergeQueue}
+
+func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return fmt.Errorf("KV bucket %s: %w", bucket, err)
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return nil
+	}
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("KV bucket %s: turn direct gets off: %w", bucket, err)
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ func newAgent(g *globals) *cobra.Command {
 			defer stop()
 			ops.run(ctx, log) // /healthz answers while NATS connects; /readyz once connected
 			connect := func() (*queue.Conn, error) {
-				conn, err := g.connect(ctx, log, "prflow-agent-"+id)
+				conn, err := g.join(ctx, log, "prflow-agent-"+id)
 				if err == nil {
 					nc.Store(conn)
 				}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -68,7 +69,7 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 // connect opens NATS (embedded when --nats is empty) and creates the topology.
 func (g *globals) connect(ctx context.Context, log *slog.Logger, name string) (*queue.Conn, error) {
 	o := g.nats
-	o.Name, o.Logger = name, log
+	o.Name, o.Logger, o.InboxPrefix = name, log, queue.RoleInbox("server")
 	conn, err := queue.Open(ctx, o)
 	if err != nil {
 		return nil, err
@@ -78,6 +79,37 @@ func (g *globals) connect(ctx context.Context, log *slog.Logger, name string) (*
 		return nil, err
 	}
 	return conn, nil
+}
+
+// join opens NATS for a worker or an agent. On an external NATS it only checks the topology
+// (queue.Join): it never creates or changes streams, so those roles' NATS users need no
+// stream-admin permission (deploy/nats/permissions.conf) and a worker's --replicas default
+// cannot shrink a cluster's R3 streams. On an embedded server it owns the topology: Setup.
+func (g *globals) join(ctx context.Context, log *slog.Logger, name string) (*queue.Conn, error) {
+	if g.nats.URL == "" {
+		return g.connect(ctx, log, name)
+	}
+	o := g.nats
+	o.Name, o.Logger, o.InboxPrefix = name, log, queue.RoleInbox(roleOf(name))
+	conn, err := queue.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := queue.Join(ctx, conn.JS, log); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// roleOf is the role in a connection name ("prflow-worker…" → "worker").
+func roleOf(name string) string {
+	for _, r := range []string{"worker", "agent"} {
+		if strings.HasPrefix(name, "prflow-"+r) {
+			return r
+		}
+	}
+	return "server"
 }
 
 // requireNATS refuses to start a worker or agent without --nats: it would start a private

@@ -48,7 +48,7 @@ func newWorker(g *globals) *cobra.Command {
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			ops.run(ctx, log) // /healthz answers while NATS connects; /readyz once connected
-			conn, err := g.connect(ctx, log, "prflow-worker")
+			conn, err := g.join(ctx, log, "prflow-worker")
 			if err != nil {
 				return err
 			}

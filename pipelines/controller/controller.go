@@ -29,13 +29,15 @@ import (
 
 // Controller runs pipelines.
 type Controller struct {
-	conn    *queue.Conn
-	b       *queue.Buckets
-	reg     *steps.Registry
-	convert SourceConverter
-	log     *slog.Logger
-	metrics *Metrics
-	workers int
+	conn *queue.Conn
+	// resultKey signs job tokens (queue.JobToken); results must echo them.
+	resultKey []byte
+	b         *queue.Buckets
+	reg       *steps.Registry
+	convert   SourceConverter
+	log       *slog.Logger
+	metrics   *Metrics
+	workers   int
 	// noChecks turns off the run-start check of connectors and agents (WithoutStartChecks).
 	noChecks bool
 
@@ -129,6 +131,9 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 		return nil, err
 	}
 	c.b = b
+	if c.resultKey, err = queue.LoadResultKey(ctx, conn.JS); err != nil {
+		return nil, err
+	}
 	c.metrics.gauges(c.queueDepth, c.liveWorkers)
 	return c, nil
 }
@@ -328,6 +333,14 @@ func (c *Controller) onEvent(ctx context.Context, in inbound) {
 		_ = msg.TermWithReason(err.Error())
 		return
 	}
+	if ev.Kind == queue.EvResult {
+		// Only the worker given the job knows its token: a forged or misdirected result is dropped.
+		if err := queue.CheckToken(c.resultKey, ev); err != nil {
+			c.log.Warn("dropping result", "run", ev.Run, "stage", ev.Stage, "step", ev.Step, "worker", ev.Worker, "err", err)
+			_ = msg.TermWithReason(err.Error())
+			return
+		}
+	}
 	md, _ := msg.Metadata()
 	redelivered := md != nil && md.NumDelivered > 1
 	if err := c.handle(ctx, ev, redelivered); err != nil {
@@ -345,6 +358,9 @@ func (c *Controller) onResultRequest(ctx context.Context, m *nats.Msg) {
 	ev, err := queue.DecodeEvent(m.Data)
 	if err == nil && (ev.Kind != queue.EvResult || queue.ResultSubject(ev.Run) != m.Subject) {
 		err = fmt.Errorf("a %q event for run %q on %s: only step results may come this way", ev.Kind, ev.Run, m.Subject)
+	}
+	if err == nil {
+		err = queue.CheckToken(c.resultKey, ev)
 	}
 	if err != nil {
 		// Not dropped: the worker falls back to the events stream, whose checks terminate it.
@@ -561,11 +577,13 @@ func (c *Controller) publishJobs(ctx context.Context, jobs []*queue.Job) error {
 }
 
 func (c *Controller) publishJob(ctx context.Context, j *queue.Job) error {
+	j.Token = queue.JobToken(c.resultKey, j.ID())
 	data, err := json.Marshal(j)
 	if err != nil {
 		return err
 	}
-	if _, err := c.conn.JS.Publish(ctx, queue.JobSubjectOf(j), data, jetstream.WithMsgID(j.ID())); err != nil {
+	// queue.Publish rides out a stream leader election on a cluster (the id dedups retries).
+	if _, err := queue.Publish(ctx, c.conn.JS, queue.JobSubjectOf(j), data, j.ID(), 0); err != nil {
 		return fmt.Errorf("dispatch %s: %w", j.ID(), err)
 	}
 	c.metrics.Dispatched.WithLabelValues(j.Type).Inc()
@@ -612,11 +630,9 @@ func (c *Controller) observe(ev *queue.Event, r *pipelines.Run, jobs []*queue.Jo
 func (c *Controller) Publish(ctx context.Context, ev queue.Event, msgID string) error {
 	ev.V = queue.Version
 	data, _ := json.Marshal(ev)
-	opts := []jetstream.PublishOpt{}
-	if msgID != "" {
-		opts = append(opts, jetstream.WithMsgID(msgID))
-	}
-	_, err := c.conn.JS.Publish(ctx, queue.EventSubject(ev.Run, ev.Kind), data, opts...)
+	// Two replicas often publish one wake under one id: on a cluster the second can be told
+	// "duplicate message id is in process"; queue.Publish retries it into a duplicate ack.
+	_, err := queue.Publish(ctx, c.conn.JS, queue.EventSubject(ev.Run, ev.Kind), data, msgID, 0)
 	return err
 }
 

@@ -472,7 +472,7 @@ func heartbeat(msg *queue.Msg, interval time.Duration, beat func()) (stop func()
 func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Result, started time.Time, ackSubject string) (acked bool, err error) {
 	ev := queue.Event{V: queue.Version, Kind: queue.EvResult, Run: job.Run, Stage: job.Stage, Step: job.Step,
 		Rollback: job.Rollback, Attempt: job.Attempt, Wake: job.Wake, Result: &res, Worker: w.ID,
-		Started: started, Ended: time.Now()}
+		Started: started, Ended: time.Now(), Token: job.Token}
 	data, err := json.Marshal(ev)
 	if err != nil {
 		res = steps.Fail(fmt.Sprintf("step %s returned outputs that cannot be encoded: %v", job.Type, err))
@@ -494,7 +494,7 @@ func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Re
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, err = w.conn.JS.Publish(pctx, queue.EventSubject(job.Run, queue.EvResult), data, jetstream.WithMsgID("res/"+job.ID()))
+	_, err = queue.Publish(pctx, w.conn.JS, queue.EventSubject(job.Run, queue.EvResult), data, "res/"+job.ID(), 0)
 	return false, err
 }
 
