@@ -15,7 +15,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"debug/buildinfo"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +54,10 @@ type Options struct {
 	Version string // stamped into the binary (main.version) and the image labels
 	CAFile  string // CA bundle copied into the image
 	Binary  string // use this prebuilt linux binary instead of building one (tests, CI caches)
+	// Revision and Created are the commit and its time (labels, and every timestamp in the image
+	// so that two builds of one commit give one digest); empty: no revision label, Unix epoch.
+	Revision string
+	Created  time.Time
 }
 
 func main() {
@@ -78,8 +82,12 @@ func run(ctx context.Context, o Options, tag, ociDir, tarFile string) error {
 		return err
 	}
 	o.Root = root
+	o.Revision, o.Created = commitOf(ctx, root)
 	if o.Version == "" {
-		o.Version = defaultVersion(ctx, root)
+		o.Version = "dev"
+		if o.Revision != "" {
+			o.Version = "dev-" + o.Revision[:12]
+		}
 	}
 	start := time.Now()
 	img, err := Build(ctx, o)
@@ -145,8 +153,10 @@ func Build(ctx context.Context, o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("LICENSE: %w", err)
 	}
-	// Reproducible: every timestamp is the commit's time when the binary records it.
-	created, revision := buildTime(bin)
+	created, revision := o.Created.UTC(), o.Revision
+	if o.Created.IsZero() {
+		created = time.Unix(0, 0).UTC()
+	}
 	layerTar, err := rootfs(created, exe, ca, license)
 	if err != nil {
 		return nil, err
@@ -291,34 +301,21 @@ func WriteTarball(file string, img v1.Image, tag string) error {
 	return nil
 }
 
-// buildTime returns the commit time and revision the binary recorded (go build -buildvcs), or the
-// Unix epoch when it recorded none, so two builds of one commit give one image digest.
-func buildTime(bin string) (time.Time, string) {
-	t, rev := time.Unix(0, 0).UTC(), ""
-	info, err := buildinfo.ReadFile(bin)
-	if err != nil {
-		return t, rev
-	}
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.time":
-			if v, err := time.Parse(time.RFC3339, s.Value); err == nil {
-				t = v.UTC()
-			}
-		case "vcs.revision":
-			rev = s.Value
-		}
-	}
-	return t, rev
-}
-
-func defaultVersion(ctx context.Context, root string) string {
-	cmd := exec.CommandContext(ctx, "git", "rev-parse", "--short=12", "HEAD")
+// commitOf returns the checked-out commit and its commit time, or nothing outside a git
+// checkout (the image then carries no revision label and epoch timestamps).
+func commitOf(ctx context.Context, root string) (string, time.Time) {
+	cmd := exec.CommandContext(ctx, "git", "log", "-1", "--format=%H %ct")
 	cmd.Dir = root
-	if out, err := cmd.Output(); err == nil {
-		return "dev-" + strings.TrimSpace(string(out))
+	out, err := cmd.Output()
+	if err != nil {
+		return "", time.Time{}
 	}
-	return "dev"
+	rev, ts, ok := strings.Cut(strings.TrimSpace(string(out)), " ")
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || len(rev) < 12 {
+		return "", time.Time{}
+	}
+	return rev, time.Unix(sec, 0).UTC()
 }
 
 // moduleRoot is the nearest directory upwards holding prflow's go.mod.
