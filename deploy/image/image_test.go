@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -45,7 +47,19 @@ func testBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "prflow")
-		binErr = BuildBinary(context.Background(), root, "amd64", testVersion, binPath)
+		// Stop the compile before the test binary's deadline, so a slow machine gets a clear
+		// failure instead of a timeout panic (CI builds the image first: this only relinks).
+		ctx := context.Background()
+		if d, ok := t.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+			defer cancel()
+		}
+		binErr = BuildBinary(ctx, root, "amd64", testVersion, binPath)
+		if ctx.Err() != nil {
+			binErr = fmt.Errorf("building the binary did not finish before the test deadline (cold build cache on a slow machine? "+
+				"`go run ./deploy/image` first warms it): %w", binErr)
+		}
 	})
 	if binErr != nil {
 		t.Fatal(binErr)
