@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -48,6 +49,11 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.token, "token", "", "API bearer token for client commands: a value, env:NAME or file:PATH (default env PRFLOW_TOKEN)")
 	root.AddCommand(newDev(g), newServer(g), newWorker(g), newRun(g), newStatus(g), newCancel(g),
 		newWorkers(g), newLogs(g), newRuns(g), newVersion(), newValidate(g), newApprove(g), newConnectors(g), newAgent(g), newImport(g), newSchema(g))
+	for _, c := range root.Commands() {
+		if slices.Contains(configRoles, c.Name()) {
+			addConfigFlag(c)
+		}
+	}
 	return root
 }
 
