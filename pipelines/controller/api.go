@@ -263,35 +263,13 @@ func (c *Controller) apiSignal(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	run, err := c.Get(r.Context(), r.PathValue("id"))
+	sig, err := c.sendSignal(r.Context(), r.PathValue("id"), req, UserFrom(r.Context()))
 	if err != nil {
-		writeErr(w, notFoundOr500(err), err)
-		return
-	}
-	sr := run.Find(req.Stage)
-	if sr == nil || sr.Step(req.Step, req.Rollback) == nil {
-		writeErr(w, http.StatusNotFound, fmt.Errorf("run %s has no step %s.%s", run.ID, req.Stage, req.Step))
-		return
-	}
-	st := sr.Step(req.Step, req.Rollback)
-	if st.Status.Terminal() {
-		writeErr(w, http.StatusConflict, fmt.Errorf("step %s.%s is already %s", req.Stage, req.Step, st.Status))
-		return
-	}
-	u := UserFrom(r.Context())
-	kind := req.Kind
-	if kind == "" {
-		kind = "approval"
-	}
-	if kind == "approval" {
-		if code, err := mayDecide(run, req.Stage, st, u); err != nil {
-			writeErr(w, code, err)
-			return
+		code := http.StatusInternalServerError
+		if de := (*DecisionError)(nil); errors.As(err, &de) {
+			code, err = de.Code, de.Err
 		}
-	}
-	sig := steps.Signal{Kind: kind, User: u.Name, Groups: u.Groups, Approve: req.Approve, Comment: req.Comment, At: time.Now().UTC()}
-	if err := c.signal(r.Context(), run.ID, req.Stage, req.Step, req.Rollback, sig); err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		writeErr(w, code, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, sig)

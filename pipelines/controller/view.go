@@ -40,26 +40,40 @@ func (e *DecisionError) Unwrap() error { return e.Err }
 // and step exist, the step is not finished and waits for an approval, and u may decide.
 // Refusals are *DecisionError; an unknown run also matches ErrNotFound.
 func (c *Controller) Decide(ctx context.Context, runID string, req SignalRequest, u User) error {
+	req.Kind = "approval"
+	_, err := c.sendSignal(ctx, runID, req, u)
+	return err
+}
+
+// sendSignal checks and sends a signal for the API and the UI alike; an approval also needs a
+// caller who may decide.
+func (c *Controller) sendSignal(ctx context.Context, runID string, req SignalRequest, u User) (steps.Signal, error) {
 	run, err := c.Get(ctx, runID)
 	if err != nil {
-		return &DecisionError{Code: notFoundOr500(err), Err: err}
+		return steps.Signal{}, &DecisionError{Code: notFoundOr500(err), Err: err}
 	}
 	sr := run.Find(req.Stage)
 	if sr == nil || sr.Step(req.Step, req.Rollback) == nil {
-		return &DecisionError{Code: http.StatusNotFound, Err: fmt.Errorf("run %s has no step %s.%s", run.ID, req.Stage, req.Step)}
+		return steps.Signal{}, &DecisionError{Code: http.StatusNotFound, Err: fmt.Errorf("run %s has no step %s.%s", run.ID, req.Stage, req.Step)}
 	}
 	st := sr.Step(req.Step, req.Rollback)
 	if st.Status.Terminal() {
-		return &DecisionError{Code: http.StatusConflict, Err: fmt.Errorf("step %s.%s is already %s", req.Stage, req.Step, st.Status)}
+		return steps.Signal{}, &DecisionError{Code: http.StatusConflict, Err: fmt.Errorf("step %s.%s is already %s", req.Stage, req.Step, st.Status)}
 	}
-	if code, err := mayDecide(run, req.Stage, st, u); err != nil {
-		return &DecisionError{Code: code, Err: err}
+	kind := req.Kind
+	if kind == "" {
+		kind = "approval"
 	}
-	sig := steps.Signal{Kind: "approval", User: u.Name, Groups: u.Groups, Approve: req.Approve, Comment: req.Comment, At: time.Now().UTC()}
+	if kind == "approval" {
+		if code, err := mayDecide(run, req.Stage, st, u); err != nil {
+			return steps.Signal{}, &DecisionError{Code: code, Err: err}
+		}
+	}
+	sig := steps.Signal{Kind: kind, User: u.Name, Groups: u.Groups, Approve: req.Approve, Comment: req.Comment, At: time.Now().UTC()}
 	if err := c.signal(ctx, run.ID, req.Stage, req.Step, req.Rollback, sig); err != nil {
-		return &DecisionError{Code: http.StatusInternalServerError, Err: err}
+		return steps.Signal{}, &DecisionError{Code: http.StatusInternalServerError, Err: err}
 	}
-	return nil
+	return sig, nil
 }
 
 // MayDecide reports whether u may decide on step st of run now (the UI shows its buttons
