@@ -387,16 +387,21 @@ func (a *Agent) deploy(name string, epoch int, revision string) {
 	}) || err != nil {
 		return
 	}
+	final := simulated(cfg)
 	if !sleep(a.o.Step) || !step(func(app *simApp) {
+		// A sync that applies what is already live changes no resource, so on Argo CD the
+		// health stays as it is; only a real change rolls out (Progressing first).
+		unchanged := app.deployed != "" && app.deployedRaw == raw && app.st.Health == final
 		app.deployed, app.deployedCfg, app.deployedRaw = revision, cfg, raw
 		app.st.SyncedRevision = revision
-		app.st.Health, app.st.HealthMessage, app.st.HealthSince = agent.HealthProgressing, "Waiting for rollout to finish", time.Now().UTC().Truncate(time.Second)
+		if !unchanged {
+			app.st.Health, app.st.HealthMessage, app.st.HealthSince = agent.HealthProgressing, "Waiting for rollout to finish", time.Now().UTC().Truncate(time.Second)
+		}
 		app.running = false
 		a.compareLocked(app)
 	}) {
 		return
 	}
-	final := simulated(cfg)
 	if !sleep(a.o.Step) {
 		return
 	}

@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/queue"
 )
@@ -303,4 +305,79 @@ func TestRemoteRepoByURL(t *testing.T) {
 	w.waitRecord("web-prod", "the pushed environment deployed", func(s *agent.AppStatus) bool {
 		return s != nil && s.Health == agent.HealthHealthy && s.SyncedRevision == merged
 	})
+}
+
+// A sync that applies what is already live changes nothing on the cluster, so health stays
+// Healthy throughout (on Argo CD a no-op sync does not roll anything out); a real change still
+// rolls out. The dev sandbox's gate soak failed when the simulation went Progressing again
+// after GitOpsSync's re-sync of the commit that auto-sync had just deployed.
+func TestResyncOfTheLiveConfigKeepsHealth(t *testing.T) {
+	w := startSim(t, false)
+	head := w.repo.git("rev-parse", "HEAD")
+	w.waitRecord("web-dev", "deployed at HEAD, Healthy", func(s *agent.AppStatus) bool {
+		return s != nil && s.Sync == agent.SyncSynced && s.Health == agent.HealthHealthy && s.SyncedRevision == head
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, err := queue.OpenBuckets(ctx, w.conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every write of the record, not samples of it: the Progressing window is one Step long.
+	watch, err := b.Apps.Watch(ctx, agent.StatusKey("sim", "web-dev"), jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	healths := func(until func(*agent.AppStatus) bool) []string {
+		var seen []string
+		timeout := time.After(15 * time.Second)
+		for {
+			select {
+			case e := <-watch.Updates():
+				var st agent.AppStatus
+				if e == nil || json.Unmarshal(e.Value(), &st) != nil {
+					continue
+				}
+				seen = append(seen, st.Health)
+				if until(&st) {
+					return seen
+				}
+			case <-timeout:
+				t.Fatalf("timed out; healths seen %v", seen)
+			}
+		}
+	}
+	rep, err := w.client.Sync(ctx, "sim", agent.SyncRequest{Apps: []string{"web-dev"}, RunID: "run-1", Step: "s"})
+	if err != nil || rep.Results[0].Error != nil {
+		t.Fatalf("sync: %+v %v", rep, err)
+	}
+	seen := healths(func(s *agent.AppStatus) bool {
+		return s.Operation != nil && s.Operation.Tagged("run-1", "s") && s.Operation.Phase == agent.PhaseSucceeded && s.SyncedRevision == head
+	})
+	// The simulation's later steps (sync status, health) follow the Succeeded phase.
+	for drain := time.After(500 * time.Millisecond); ; {
+		select {
+		case e := <-watch.Updates():
+			var st agent.AppStatus
+			if e != nil && json.Unmarshal(e.Value(), &st) == nil {
+				seen = append(seen, st.Health)
+			}
+			continue
+		case <-drain:
+		}
+		break
+	}
+	for _, h := range seen {
+		if h != agent.HealthHealthy {
+			t.Fatalf("health went %s during a sync that changed nothing (seen %v)", h, seen)
+		}
+	}
+	if st := w.waitRecord("web-dev", "settled", func(*agent.AppStatus) bool { return true }); st.Health != agent.HealthHealthy {
+		t.Fatalf("health after a sync that changed nothing: %s", st.Health)
+	}
+	merged := w.repo.merge("bump", map[string]string{"envs/dev/config.yaml": "env: dev\ncluster:\n  name: dev-eu\nimage: web:2.0\n"})
+	seen = healths(func(s *agent.AppStatus) bool { return s.SyncedRevision == merged && s.Health == agent.HealthHealthy })
+	if !slices.Contains(seen, agent.HealthProgressing) {
+		t.Fatalf("a real change did not roll out (Progressing first): healths seen %v", seen)
+	}
 }
