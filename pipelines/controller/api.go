@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 )
@@ -125,7 +126,8 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	req.Executor = UserFrom(r.Context()).Name
+	u := UserFrom(r.Context())
+	req.Executor, req.Groups = u.Name, u.Groups
 	if req.File == "" {
 		req.File = "pipeline.yaml"
 	}
@@ -137,6 +139,8 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusUnprocessableEntity, err)
 	case errors.Is(err, ErrRefused):
 		writeErr(w, http.StatusConflict, err)
+	case errors.Is(err, policy.ErrDenied):
+		writeErr(w, http.StatusForbidden, err)
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err)
 	default:

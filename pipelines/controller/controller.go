@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
@@ -38,6 +39,7 @@ type Controller struct {
 	workers int
 	// noChecks turns off the run-start check of connectors and agents (WithoutStartChecks).
 	noChecks bool
+	policy   policy.Evaluator // nil: no policies (WithPolicy)
 
 	mu          sync.Mutex
 	machines    map[string]*pipelines.Machine  // by spec hash
@@ -398,7 +400,7 @@ func (c *Controller) machineFor(p *pipelines.Pipeline) *pipelines.Machine {
 	defer c.mu.Unlock()
 	m := c.machines[p.Hash]
 	if m == nil {
-		m = &pipelines.Machine{P: p, Reg: c.reg}
+		m = &pipelines.Machine{P: p, Reg: c.reg, Gate: c.gateFor(p)}
 		c.machines[p.Hash] = m
 	}
 	return m

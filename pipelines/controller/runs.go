@@ -22,6 +22,9 @@ type StartRequest struct {
 	Source   []byte         `json:"source"`   // the pipeline YAML
 	Inputs   map[string]any `json:"inputs"`   // runtime inputs (--set)
 	Executor string         `json:"executor"` // who starts it
+	// Groups are the executor's groups, for run policies; set by the API from the caller's
+	// token, never taken from a request body.
+	Groups []string `json:"-"`
 	// ID makes starting idempotent (a webhook delivery id); empty = a new id.
 	ID      string                 `json:"id,omitempty"`
 	Trigger *pipelines.TriggerInfo `json:"trigger,omitempty"`
@@ -59,6 +62,16 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		if err := c.Check(ctx, p, req.Trigger); err != nil {
 			return nil, err
 		}
+	}
+	// Policies last: a deny is a decision about a run that could otherwise start.
+	warn, err := c.runPolicy(ctx, p, r, User{Name: req.Executor, Groups: req.Groups})
+	if err != nil {
+		c.log.Warn("run refused by policy", "pipeline", p.Name, "executor", req.Executor, "err", err)
+		return nil, err
+	}
+	if len(warn) > 0 {
+		c.log.Warn("run policy warnings", "run", r.ID, "pipeline", p.Name, "warn", warn)
+		r.Warnings = warn
 	}
 	if err := c.storeSpec(ctx, p); err != nil {
 		return nil, err
@@ -113,6 +126,9 @@ func (c *Controller) CheckSource(ctx context.Context, file string, src []byte, i
 		if _, err := p.CheckInputs(inputs); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, file, err)
 		}
+	}
+	if _, err := c.pipelinePolicy(ctx, p); err != nil {
+		return nil, err
 	}
 	return p, c.Check(ctx, p, nil)
 }

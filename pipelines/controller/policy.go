@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/policy"
+)
+
+// WithPolicy evaluates policies (prflow.pipeline, prflow.run, prflow.stage) on pipelines,
+// run starts and stage starts. Without it nothing is evaluated and nothing costs.
+func WithPolicy(ev policy.Evaluator) Option { return func(c *Controller) { c.policy = ev } }
+
+// policyTimeout bounds one evaluation together with the reads it needs (app status).
+const policyTimeout = 5 * time.Second
+
+// pipelinePolicy applies prflow.pipeline to a loaded pipeline: a deny is a *policy.DeniedError
+// with every message; warnings are returned.
+func (c *Controller) pipelinePolicy(ctx context.Context, p *pipelines.Pipeline) ([]string, error) {
+	if c.policy == nil || !c.policy.Has(policy.Pipeline) {
+		return nil, nil
+	}
+	d, err := c.policy.Evaluate(ctx, policy.Pipeline, policy.PipelineInput(p))
+	if err != nil {
+		return nil, err
+	}
+	return d.Warn, d.Err(policy.Pipeline)
+}
+
+// runPolicy applies prflow.pipeline and prflow.run before a run is stored: input.pipeline,
+// input.inputs, input.trigger, input.caller {user, groups}, input.run.
+func (c *Controller) runPolicy(ctx context.Context, p *pipelines.Pipeline, r *pipelines.Run, caller User) ([]string, error) {
+	warn, err := c.pipelinePolicy(ctx, p)
+	if err != nil || c.policy == nil || !c.policy.Has(policy.Run) {
+		return warn, err
+	}
+	groups := make([]any, 0, len(caller.Groups))
+	for _, g := range caller.Groups {
+		groups = append(groups, g)
+	}
+	in := map[string]any{"pipeline": policy.PipelineInput(p), "run": policy.RunInput(r),
+		"caller": map[string]any{"user": caller.Name, "groups": groups}}
+	in["inputs"] = in["run"].(map[string]any)["inputs"]
+	in["trigger"] = in["run"].(map[string]any)["trigger"]
+	d, err := c.policy.Evaluate(ctx, policy.Run, in)
+	if err != nil {
+		return warn, err
+	}
+	return append(warn, d.Warn...), d.Err(policy.Run)
+}
+
+// stageGate asks prflow.stage before each stage of one pipeline starts.
+type stageGate struct {
+	c        *Controller
+	p        *pipelines.Pipeline
+	pipeline map[string]any // the pipeline as data, built once
+}
+
+func (c *Controller) gateFor(p *pipelines.Pipeline) pipelines.StageGate {
+	if c.policy == nil {
+		return nil
+	}
+	return &stageGate{c: c, p: p, pipeline: policy.PipelineInput(p)}
+}
+
+// StageAllowed evaluates prflow.stage with input.stage, input.environment, input.pipeline,
+// input.run (every stage's status so far) and input.apps (every app status record the agents
+// keep in prflow-apps). An evaluation that fails denies: a policy that cannot be checked
+// must not be skipped.
+func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string) {
+	if !g.c.policy.Has(policy.Stage) {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), policyTimeout)
+	defer cancel()
+	apps, err := g.c.appStatuses(ctx)
+	if err != nil {
+		g.c.log.Error("stage policy: app status unreadable", "run", r.ID, "stage", r.Stages[si].ID, "err", err)
+		return []string{"policy not evaluated: app status unreadable: " + err.Error()}, nil
+	}
+	st := g.p.Stages[si]
+	in := map[string]any{"stage": policy.StageInput(st), "environment": policy.EnvironmentInput(g.p.Env(st.Environment)),
+		"pipeline": g.pipeline, "run": policy.RunInput(r), "apps": apps}
+	d, err := g.c.policy.Evaluate(ctx, policy.Stage, in)
+	if err != nil {
+		g.c.log.Error("stage policy failed", "run", r.ID, "stage", st.ID, "err", err)
+		return []string{"policy not evaluated: " + err.Error()}, nil
+	}
+	if len(d.Deny) > 0 {
+		g.c.log.Warn("stage denied by policy", "run", r.ID, "stage", st.ID, "deny", d.Deny)
+	}
+	if len(d.Warn) > 0 {
+		g.c.log.Warn("stage policy warnings", "run", r.ID, "stage", st.ID, "warn", d.Warn)
+	}
+	return d.Deny, d.Warn
+}
+
+// appStatuses reads every app status record of prflow-apps, each with its key.
+func (c *Controller) appStatuses(ctx context.Context) ([]any, error) {
+	lister, err := c.b.Apps.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return []any{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("prflow-apps: %w", err)
+	}
+	var out []any
+	for k := range lister.Keys() {
+		e, err := c.b.Apps.Get(ctx, k)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		var m map[string]any
+		if err := json.Unmarshal(e.Value(), &m); err != nil {
+			continue
+		}
+		m["key"] = k
+		out = append(out, m)
+	}
+	if out == nil {
+		out = []any{}
+	}
+	return out, nil
+}
