@@ -17,7 +17,7 @@ import (
 )
 
 func newServer(g *globals) *cobra.Command {
-	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL string
+	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL, policyDir string
 	var prComments bool
 	var hf harnessFlags
 	cmd := &cobra.Command{
@@ -66,6 +66,13 @@ func newServer(g *globals) *cobra.Command {
 				}
 				copts = append(copts, controller.WithSourceConverter(harness.Converter(m, steps.Default, hf.allow, log)))
 			}
+			if policyDir != "" {
+				pe, err := openPolicies(ctx, policyDir, log)
+				if err != nil {
+					return err
+				}
+				copts = append(copts, controller.WithPolicy(pe))
+			}
 			ctl, err := controller.New(ctx, conn, copts...)
 			if err != nil {
 				return err
@@ -90,6 +97,7 @@ func newServer(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API address")
+	cmd.Flags().StringVar(&policyDir, "policies", "", "directory of Rego policies (packages prflow.pipeline, prflow.run, prflow.stage); reloaded when a file changes")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "", "with the embedded NATS: also accept workers/agents on this address (e.g. 127.0.0.1:4222)")
