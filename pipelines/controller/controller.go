@@ -40,6 +40,7 @@ type Controller struct {
 	// noChecks turns off the run-start check of connectors and agents (WithoutStartChecks).
 	noChecks bool
 	policy   policy.Evaluator // nil: no policies (WithPolicy)
+	appCache sync.Map         // prflow-apps key → cachedApp, for stage policies
 
 	mu          sync.Mutex
 	machines    map[string]*pipelines.Machine  // by spec hash

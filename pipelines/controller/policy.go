@@ -59,14 +59,14 @@ func (c *Controller) runPolicy(ctx context.Context, p *pipelines.Pipeline, r *pi
 type stageGate struct {
 	c        *Controller
 	p        *pipelines.Pipeline
-	pipeline map[string]any // the pipeline as data, built once
+	pipeline any // the pipeline as data, converted once
 }
 
 func (c *Controller) gateFor(p *pipelines.Pipeline) pipelines.StageGate {
 	if c.policy == nil {
 		return nil
 	}
-	return &stageGate{c: c, p: p, pipeline: policy.PipelineInput(p)}
+	return &stageGate{c: c, p: p, pipeline: policy.Converted(policy.PipelineInput(p))}
 }
 
 // StageAllowed evaluates prflow.stage with input.stage, input.environment, input.pipeline,
@@ -101,7 +101,8 @@ func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string)
 	return d.Deny, d.Warn
 }
 
-// appStatuses reads every app status record of prflow-apps, each with its key.
+// appStatuses reads every app status record of prflow-apps, each with its key. Records are
+// converted for the policy engine once per revision (appCache).
 func (c *Controller) appStatuses(ctx context.Context) ([]any, error) {
 	lister, err := c.b.Apps.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
@@ -110,21 +111,29 @@ func (c *Controller) appStatuses(ctx context.Context) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prflow-apps: %w", err)
 	}
-	var out []any
+	out := []any{}
 	for k := range lister.Keys() {
 		e, err := c.b.Apps.Get(ctx, k)
 		if err != nil {
 			continue // deleted meanwhile
+		}
+		if v, ok := c.appCache.Load(k); ok && v.(cachedApp).rev == e.Revision() {
+			out = append(out, v.(cachedApp).val)
+			continue
 		}
 		var m map[string]any
 		if err := json.Unmarshal(e.Value(), &m); err != nil {
 			continue
 		}
 		m["key"] = k
-		out = append(out, m)
-	}
-	if out == nil {
-		out = []any{}
+		val := policy.Converted(m)
+		c.appCache.Store(k, cachedApp{rev: e.Revision(), val: val})
+		out = append(out, val)
 	}
 	return out, nil
+}
+
+type cachedApp struct {
+	rev uint64
+	val any
 }

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"time"
 
 	"github.com/prflow/prflow/pipelines"
@@ -116,6 +118,17 @@ func jsonish(v any) any {
 		return l
 	case time.Time:
 		return x.UTC().Format(time.RFC3339Nano)
+	}
+	return v
+}
+
+// Converted turns an input part that is used many times (the pipeline, an app record) into
+// OPA's value form once, so evaluations that include it skip the conversion. It returns x
+// itself when x does not convert.
+func Converted(x any) any {
+	v, err := ast.InterfaceToValue(x)
+	if err != nil {
+		return x
 	}
 	return v
 }
