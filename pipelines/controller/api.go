@@ -178,6 +178,8 @@ func (c *Controller) apiCheck(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusUnprocessableEntity, err)
 	case errors.Is(err, ErrRefused):
 		writeErr(w, http.StatusConflict, err)
+	case errors.Is(err, policy.ErrDenied):
+		writeErr(w, http.StatusForbidden, err)
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err)
 	default:
