@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/harness"
 	"github.com/prflow/prflow/steps"
@@ -18,6 +19,7 @@ import (
 
 func newServer(g *globals) *cobra.Command {
 	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL, policyDir string
+	var auditRetention time.Duration
 	var prComments bool
 	var hf harnessFlags
 	cmd := &cobra.Command{
@@ -66,6 +68,10 @@ func newServer(g *globals) *cobra.Command {
 				}
 				copts = append(copts, controller.WithSourceConverter(harness.Converter(m, steps.Default, hf.allow, log)))
 			}
+			if err := audit.Setup(ctx, conn.JS, g.replicas, auditRetention); err != nil {
+				return err
+			}
+			copts = append(copts, controller.WithAudit(&audit.Log{JS: conn.JS}))
 			if policyDir != "" {
 				pe, err := openPolicies(ctx, policyDir, log)
 				if err != nil {
@@ -97,6 +103,7 @@ func newServer(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API address")
+	cmd.Flags().DurationVar(&auditRetention, "audit-retention", audit.DefaultRetention, "how long the audit log (stream PRFLOW_AUDIT) keeps entries")
 	cmd.Flags().StringVar(&policyDir, "policies", "", "directory of Rego policies (packages prflow.pipeline, prflow.run, prflow.stage); reloaded when a file changes")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
 	hf.add(cmd)

@@ -62,6 +62,7 @@ func (c *Controller) Handler(auth *Auth) http.Handler {
 	api.HandleFunc("POST /api/v1/runs/{id}/signals", c.apiSignal)
 	api.HandleFunc("GET /api/v1/runs/{id}/logs", c.apiLogs)
 	api.HandleFunc("GET /api/v1/workers", c.apiWorkers)
+	api.HandleFunc("GET /api/v1/audit", c.apiAudit)   // policy.go
 	mux.HandleFunc("GET /api/v1/schema", c.apiSchema) // public, like the schema file itself
 	api.HandleFunc("POST /api/v1/pipelines/check", c.apiCheck)
 	mux.Handle("/api/", requireAuth(auth, api))
@@ -127,7 +128,7 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := UserFrom(r.Context())
-	req.Executor, req.Groups = u.Name, u.Groups
+	req.Executor, req.Groups, req.Remote = u.Name, u.Groups, r.RemoteAddr
 	if req.File == "" {
 		req.File = "pipeline.yaml"
 	}

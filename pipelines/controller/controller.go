@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
@@ -41,6 +42,7 @@ type Controller struct {
 	noChecks bool
 	policy   policy.Evaluator // nil: no policies (WithPolicy)
 	appCache sync.Map         // prflow-apps key → cachedApp, for stage policies
+	audit    *audit.Log       // nil: no audit log (WithAudit)
 
 	mu          sync.Mutex
 	machines    map[string]*pipelines.Machine  // by spec hash

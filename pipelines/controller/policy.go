@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/policy"
 )
 
@@ -136,4 +139,52 @@ func (c *Controller) appStatuses(ctx context.Context) ([]any, error) {
 type cachedApp struct {
 	rev uint64
 	val any
+}
+
+// WithAudit records who started, cancelled or was refused a run in the audit log.
+func WithAudit(l *audit.Log) Option { return func(c *Controller) { c.audit = l } }
+
+// record appends to the audit log when there is one; a failed append is logged, never
+// fails the action (the action already happened).
+func (c *Controller) record(ctx context.Context, e audit.Entry) {
+	if c.audit == nil {
+		return
+	}
+	if err := c.audit.Append(ctx, e); err != nil {
+		c.log.Error("audit entry not written", "action", e.Action, "actor", e.Actor, "run", e.Run, "err", err)
+	}
+}
+
+// apiAudit serves GET /api/v1/audit?since=RFC3339|duration&actor=&action=&run=&limit=.
+func (c *Controller) apiAudit(w http.ResponseWriter, r *http.Request) {
+	if c.audit == nil {
+		writeErr(w, http.StatusNotFound, errors.New("the audit log is off on this server"))
+		return
+	}
+	q := r.URL.Query()
+	f := audit.Filter{Actor: q.Get("actor"), Action: q.Get("action"), Run: q.Get("run")}
+	if s := q.Get("since"); s != "" {
+		if d, err := time.ParseDuration(s); err == nil {
+			f.Since = time.Now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, s); err == nil {
+			f.Since = t
+		} else {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("since: want RFC3339 time or a duration like 24h, got %q", s))
+			return
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("limit: want a positive number, got %q", s))
+			return
+		}
+		f.Limit = n
+	}
+	list, err := c.audit.Query(r.Context(), f)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
 }
