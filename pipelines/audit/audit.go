@@ -28,6 +28,9 @@ const (
 	RunStarted   = "run.started"
 	PolicyDenied = "policy.denied"
 	RunCancelled = "run.cancelled"
+	// ApprovalApproved and ApprovalRejected are decisions sent to an Approval step.
+	ApprovalApproved = "approval.approved"
+	ApprovalRejected = "approval.rejected"
 )
 
 // Entry is one audit record.

@@ -403,7 +403,11 @@ func (c *Controller) Signal(ctx context.Context, run, stage, step string, sig st
 
 func (c *Controller) signal(ctx context.Context, run, stage, step string, rollback bool, sig steps.Signal) error {
 	ev := queue.Event{Kind: queue.EvSignal, Run: run, Stage: stage, Step: step, Rollback: rollback, Signal: &sig, User: sig.User}
-	return c.Publish(ctx, ev, "")
+	if err := c.Publish(ctx, ev, ""); err != nil {
+		return err
+	}
+	c.recordSignal(ctx, run, stage, step, sig) // policy.go
+	return nil
 }
 
 // apiSchema serves the pipeline JSON Schema of this server's step types.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/policy"
+	"github.com/prflow/prflow/steps"
 )
 
 // TestAuditLog: a run started over the API, a start a policy denies and a cancel are in the
@@ -82,6 +83,9 @@ func TestAuditLog(t *testing.T) {
 	if err := e.ctl.Cancel(ctx, "no-such-run", "bob"); err == nil {
 		t.Fatal("cancel of an unknown run succeeded")
 	}
+	if err := e.ctl.Signal(ctx, run.ID, "s", "a", steps.Signal{Kind: "approval", User: "carol", Approve: false, Comment: "no"}); err != nil {
+		t.Fatal(err)
+	}
 
 	entries := func(q string) []audit.Entry {
 		t.Helper()
@@ -99,18 +103,21 @@ func TestAuditLog(t *testing.T) {
 		return list
 	}
 	all := entries("?since=1h")
-	if len(all) != 2 {
-		t.Fatalf("want 2 entries (started, denied; a failed cancel is no action), got %+v", all)
+	if len(all) != 3 {
+		t.Fatalf("want 3 entries (started, denied, rejected; a failed cancel is no action), got %+v", all)
 	}
-	st, den := all[0], all[1]
+	st, den, rej := all[0], all[1], all[2]
+	if rej.Action != audit.ApprovalRejected || rej.Actor != "carol" || rej.Run != run.ID || rej.Detail != "s.a" {
+		t.Errorf("rejection entry %+v", rej)
+	}
 	if st.Action != audit.RunStarted || st.Actor != "alice" || st.Run != run.ID || !strings.HasPrefix(st.Remote, "127.0.0.1:") || st.Time.IsZero() {
 		t.Errorf("start entry %+v", st)
 	}
 	if den.Action != audit.PolicyDenied || den.Actor != "alice" || !strings.Contains(den.Detail, "blocked pipelines may not run") || den.Run != "" {
 		t.Errorf("denial entry %+v", den)
 	}
-	for q, want := range map[string]int{"?actor=alice": 2, "?actor=bob": 0, "?action=policy.denied": 1,
-		"?run=" + run.ID: 1, "?since=2099-01-01T00:00:00Z": 0} {
+	for q, want := range map[string]int{"?actor=alice": 2, "?actor=bob": 0, "?actor=carol": 1, "?action=policy.denied": 1,
+		"?run=" + run.ID: 2, "?since=2099-01-01T00:00:00Z": 0} {
 		if got := entries(q); len(got) != want {
 			t.Errorf("audit%s: %d entries, want %d: %+v", q, len(got), want, got)
 		}

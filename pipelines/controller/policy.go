@@ -14,6 +14,7 @@ import (
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/policy"
+	"github.com/prflow/prflow/steps"
 )
 
 // WithPolicy evaluates policies (prflow.pipeline, prflow.run, prflow.stage) on pipelines,
@@ -187,4 +188,17 @@ func (c *Controller) apiAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// recordSignal audits an approval decision (approval.approved / approval.rejected) or another
+// signal (signal.<kind>) sent to a step.
+func (c *Controller) recordSignal(ctx context.Context, run, stage, step string, sig steps.Signal) {
+	action := "signal." + sig.Kind
+	if sig.Kind == "approval" {
+		action = audit.ApprovalRejected
+		if sig.Approve {
+			action = audit.ApprovalApproved
+		}
+	}
+	c.record(ctx, audit.Entry{Actor: sig.User, Action: action, Run: run, Detail: stage + "." + step})
 }
