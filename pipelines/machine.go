@@ -20,6 +20,15 @@ const DefaultPool = "default"
 type Machine struct {
 	P   *Pipeline
 	Reg *steps.Registry
+	// Gate, when set, is asked before each stage starts (after its own when): a deny fails
+	// the stage before any of its jobs, with every message; warnings are kept on the stage.
+	Gate StageGate
+}
+
+// StageGate decides whether stage si of run r may start (policy as code). It reads live
+// state (app status), so a Machine with a gate is no longer a pure function of the run.
+type StageGate interface {
+	StageAllowed(r *Run, si int) (deny, warn []string)
 }
 
 // Apply records an event in the run. It reports whether the state changed; a duplicate or
@@ -428,6 +437,16 @@ func (m *Machine) startStage(r *Run, si int, now time.Time) bool {
 			for _, st := range sr.Steps {
 				st.Status = StSkipped
 			}
+			return true
+		}
+	}
+	if m.Gate != nil {
+		deny, warn := m.Gate.StageAllowed(r, si)
+		sr.Warnings = warn
+		if len(deny) > 0 {
+			why := "denied by policy: " + strings.Join(deny, "; ")
+			m.notRun(sr.Steps, why, now)
+			sr.Status, sr.Started, sr.Ended, sr.Error = StFailed, now, now, why
 			return true
 		}
 	}

@@ -61,6 +61,10 @@ type Run struct {
 	// RollbackFailed is set when a stage's rollback could not finish: what git and the
 	// cluster hold then (the run is failed; a person has to finish the job).
 	RollbackFailed string `json:"rollbackFailed,omitempty"`
+
+	// Warnings are what run policies warned about when it started (prflow.pipeline and
+	// prflow.run warn rules).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // TriggerInfo records what started a run (a webhook delivery, the CLI).
@@ -103,7 +107,9 @@ type StageRun struct {
 	RollingBack bool   `json:"rollingBack,omitempty"`
 	// Failing is the failure action (fail, rollbackStage, …) held back while steps whose when
 	// calls failure() or always() still run; it is applied when they are done.
-	Failing  string     `json:"failing,omitempty"`
+	Failing string `json:"failing,omitempty"`
+	// Warnings are what policies warned about before the stage started (prflow.stage warn).
+	Warnings []string   `json:"warnings,omitempty"`
 	Started  time.Time  `json:"started,omitzero"`
 	Ended    time.Time  `json:"ended,omitzero"`
 	Deadline time.Time  `json:"deadline,omitzero"`

@@ -92,6 +92,7 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"rollbackFailed":`...)
 		b = appendString(b, r.RollbackFailed)
 	}
+	b = appendStrings(b, `,"warnings":`, r.Warnings)
 	return append(b, '}'), nil
 }
 
@@ -115,6 +116,7 @@ func (s *StageRun) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"failing":`...)
 		b = appendString(b, s.Failing)
 	}
+	b = appendStrings(b, `,"warnings":`, s.Warnings)
 	if b, err = appendTimeOmitZero(b, `,"started":`, s.Started); err != nil {
 		return nil, err
 	}
@@ -272,4 +274,20 @@ func appendTime(b []byte, key string, t time.Time) ([]byte, error) {
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"'), nil
+}
+
+// appendStrings appends key and list as a JSON array; nothing for an empty list (omitempty).
+func appendStrings(b []byte, key string, list []string) []byte {
+	if len(list) == 0 {
+		return b
+	}
+	b = append(b, key...)
+	b = append(b, '[')
+	for i, w := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, w)
+	}
+	return append(b, ']')
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ui"
 	"github.com/prflow/prflow/pipelines/harness"
@@ -18,7 +19,8 @@ import (
 )
 
 func newServer(g *globals) *cobra.Command {
-	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL string
+	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL, policyDir string
+	var auditRetention time.Duration
 	var prComments bool
 	var hf harnessFlags
 	cmd := &cobra.Command{
@@ -67,6 +69,17 @@ func newServer(g *globals) *cobra.Command {
 				}
 				copts = append(copts, controller.WithSourceConverter(harness.Converter(m, steps.Default, hf.allow, log)))
 			}
+			if err := audit.Setup(ctx, conn.JS, g.replicas, auditRetention); err != nil {
+				return err
+			}
+			copts = append(copts, controller.WithAudit(&audit.Log{JS: conn.JS}))
+			if policyDir != "" {
+				pe, err := openPolicies(ctx, policyDir, log)
+				if err != nil {
+					return err
+				}
+				copts = append(copts, controller.WithPolicy(pe))
+			}
 			ctl, err := controller.New(ctx, conn, copts...)
 			if err != nil {
 				return err
@@ -91,6 +104,8 @@ func newServer(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API and web UI address (UI at /ui/)")
+	cmd.Flags().DurationVar(&auditRetention, "audit-retention", audit.DefaultRetention, "how long the audit log (stream PRFLOW_AUDIT) keeps entries")
+	cmd.Flags().StringVar(&policyDir, "policies", "", "directory of Rego policies (packages prflow.pipeline, prflow.run, prflow.stage); reloaded when a file changes")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "", "with the embedded NATS: also accept workers/agents on this address (e.g. 127.0.0.1:4222)")

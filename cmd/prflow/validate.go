@@ -10,12 +10,14 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/steps"
 )
 
 func newValidate(g *globals) *cobra.Command {
 	var hf harnessFlags
 	var sets []string
+	var policyDir string
 	cmd := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check pipeline files; print every problem with file:line and field",
@@ -39,6 +41,13 @@ agent the pipeline names is registered. Nothing is started.`,
 					}
 				}
 			}
+			var pols *policy.Set
+			if policyDir != "" {
+				var err error
+				if pols, err = policy.Load(cmd.Context(), policyDir); err != nil {
+					return err
+				}
+			}
 			bad := 0
 			for _, f := range args {
 				src, err := os.ReadFile(f)
@@ -48,6 +57,17 @@ agent the pipeline names is registered. Nothing is started.`,
 				var p *pipelines.Pipeline
 				if err == nil {
 					p, err = pipelines.Load(f, src, steps.Default)
+				}
+				if err == nil && pols.Has(policy.Pipeline) {
+					var d policy.Decision
+					if d, err = pols.Evaluate(cmd.Context(), policy.Pipeline, policy.PipelineInput(p)); err == nil {
+						for _, w := range d.Warn {
+							fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", f, w)
+						}
+						if err = d.Err(policy.Pipeline); err != nil {
+							err = fmt.Errorf("%s: %w", f, err)
+						}
+					}
 				}
 				if err == nil && remote {
 					var res controller.CheckResult
@@ -76,6 +96,7 @@ agent the pipeline names is registered. Nothing is started.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&policyDir, "policies", "", "directory of Rego policies: apply prflow.pipeline to each file offline")
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "with --server: runtime input key=value to check too (repeatable)")
 	hf.add(cmd)
 	return cmd

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 )
@@ -85,6 +86,7 @@ func (c *Controller) routes() []route {
 		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal},
 		{pattern: "GET /api/v1/runs/{id}/logs", handler: c.apiLogs},
 		{pattern: "GET /api/v1/workers", handler: c.apiWorkers},
+		{pattern: "GET /api/v1/audit", handler: c.apiAudit}, // policy.go
 		{pattern: "GET /api/v1/schema", handler: c.apiSchema, public: true}, // public, like the schema file itself
 		{pattern: "POST /api/v1/pipelines/check", handler: c.apiCheck},
 		{pattern: "GET /api/v1/openapi.json", handler: c.apiOpenAPI, public: true},
@@ -149,7 +151,8 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	req.Executor = UserFrom(r.Context()).Name
+	u := UserFrom(r.Context())
+	req.Executor, req.Groups, req.Remote = u.Name, u.Groups, r.RemoteAddr
 	if req.File == "" {
 		req.File = "pipeline.yaml"
 	}
@@ -161,6 +164,8 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusUnprocessableEntity, err)
 	case errors.Is(err, ErrRefused):
 		writeErr(w, http.StatusConflict, err)
+	case errors.Is(err, policy.ErrDenied):
+		writeErr(w, http.StatusForbidden, err)
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err)
 	default:
@@ -198,6 +203,8 @@ func (c *Controller) apiCheck(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusUnprocessableEntity, err)
 	case errors.Is(err, ErrRefused):
 		writeErr(w, http.StatusConflict, err)
+	case errors.Is(err, policy.ErrDenied):
+		writeErr(w, http.StatusForbidden, err)
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err)
 	default:
@@ -398,7 +405,11 @@ func (c *Controller) Signal(ctx context.Context, run, stage, step string, sig st
 
 func (c *Controller) signal(ctx context.Context, run, stage, step string, rollback bool, sig steps.Signal) error {
 	ev := queue.Event{Kind: queue.EvSignal, Run: run, Stage: stage, Step: step, Rollback: rollback, Signal: &sig, User: sig.User}
-	return c.Publish(ctx, ev, "")
+	if err := c.Publish(ctx, ev, ""); err != nil {
+		return err
+	}
+	c.recordSignal(ctx, run, stage, step, sig) // policy.go
+	return nil
 }
 
 // apiSchema serves the pipeline JSON Schema of this server's step types.

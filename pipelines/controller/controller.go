@@ -22,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
+	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
@@ -40,6 +42,9 @@ type Controller struct {
 	workers   int
 	// noChecks turns off the run-start check of connectors and agents (WithoutStartChecks).
 	noChecks bool
+	policy   policy.Evaluator // nil: no policies (WithPolicy)
+	appCache sync.Map         // prflow-apps key → cachedApp, for stage policies
+	audit    *audit.Log       // nil: no audit log (WithAudit)
 
 	mu          sync.Mutex
 	machines    map[string]*pipelines.Machine  // by spec hash
@@ -414,7 +419,7 @@ func (c *Controller) machineFor(p *pipelines.Pipeline) *pipelines.Machine {
 	defer c.mu.Unlock()
 	m := c.machines[p.Hash]
 	if m == nil {
-		m = &pipelines.Machine{P: p, Reg: c.reg}
+		m = &pipelines.Machine{P: p, Reg: c.reg, Gate: c.gateFor(p)}
 		c.machines[p.Hash] = m
 	}
 	return m

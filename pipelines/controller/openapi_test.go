@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -81,7 +82,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		"TriggerInfo": reflect.TypeFor[pipelines.TriggerInfo](), "Wait": reflect.TypeFor[steps.Wait](), "Approvers": reflect.TypeFor[steps.Approvers](),
 		"Signal": reflect.TypeFor[steps.Signal](), "Worker": reflect.TypeFor[worker.Info](), "LogLine": reflect.TypeFor[worker.LogLine](),
 		"StartRequest": reflect.TypeFor[StartRequest](), "CheckRequest": reflect.TypeFor[CheckRequest](), "CheckResult": reflect.TypeFor[CheckResult](),
-		"SignalRequest": reflect.TypeFor[SignalRequest](), "Error": reflect.TypeFor[apiError](), "HookResponse": reflect.TypeFor[hookResponse](),
+		"SignalRequest": reflect.TypeFor[SignalRequest](), "Error": reflect.TypeFor[apiError](), "AuditEntry": reflect.TypeFor[audit.Entry](), "HookResponse": reflect.TypeFor[hookResponse](),
 	}
 	for name, typ := range types {
 		s, ok := doc.Components.Schemas[name]

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
+	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -22,6 +24,11 @@ type StartRequest struct {
 	Source   SourceText     `json:"source"`   // the pipeline YAML (text; base64 accepted)
 	Inputs   map[string]any `json:"inputs"`   // runtime inputs (--set)
 	Executor string         `json:"executor"` // who starts it
+	// Groups are the executor's groups, for run policies; set by the API from the caller's
+	// token, never taken from a request body.
+	Groups []string `json:"-"`
+	// Remote is where the request came from, for the audit log; set by the API.
+	Remote string `json:"-"`
 	// ID makes starting idempotent (a webhook delivery id); empty = a new id.
 	ID      string                 `json:"id,omitempty"`
 	Trigger *pipelines.TriggerInfo `json:"trigger,omitempty"`
@@ -60,6 +67,19 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 			return nil, err
 		}
 	}
+	// Policies last: a deny is a decision about a run that could otherwise start.
+	warn, err := c.runPolicy(ctx, p, r, User{Name: req.Executor, Groups: req.Groups})
+	if err != nil {
+		c.log.Warn("run refused by policy", "pipeline", p.Name, "executor", req.Executor, "err", err)
+		if errors.Is(err, policy.ErrDenied) {
+			c.record(ctx, audit.Entry{Actor: req.Executor, Action: audit.PolicyDenied, Remote: req.Remote, Detail: "start of " + p.Name + ": " + err.Error()})
+		}
+		return nil, err
+	}
+	if len(warn) > 0 {
+		c.log.Warn("run policy warnings", "run", r.ID, "pipeline", p.Name, "warn", warn)
+		r.Warnings = warn
+	}
 	if err := c.storeSpec(ctx, p); err != nil {
 		return nil, err
 	}
@@ -87,6 +107,7 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 	// The first result finds the run cached instead of reading it back; not r itself, which
 	// the caller keeps.
 	c.stored(r, m, rev, data, nil)
+	c.record(ctx, audit.Entry{Actor: req.Executor, Action: audit.RunStarted, Run: r.ID, Remote: req.Remote, Detail: "pipeline " + p.Name})
 	if err := c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...)); err != nil {
 		// Stored with its steps queued: the jobs go out again when a controller restarts.
 		c.log.Error("run stored but its first jobs not dispatched", "run", r.ID, "err", err)
@@ -113,6 +134,9 @@ func (c *Controller) CheckSource(ctx context.Context, file string, src []byte, i
 		if _, err := p.CheckInputs(inputs); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, file, err)
 		}
+	}
+	if _, err := c.pipelinePolicy(ctx, p); err != nil {
+		return nil, err
 	}
 	return p, c.Check(ctx, p, nil)
 }
@@ -174,7 +198,11 @@ func (c *Controller) Cancel(ctx context.Context, id, user string) error {
 	if r.Status.Terminal() {
 		return fmt.Errorf("run %s already %s", id, r.Status)
 	}
-	return c.Publish(ctx, queue.Event{Kind: queue.EvCancel, Run: id, User: user}, "cancel/"+id)
+	if err := c.Publish(ctx, queue.Event{Kind: queue.EvCancel, Run: id, User: user}, "cancel/"+id); err != nil {
+		return err
+	}
+	c.record(ctx, audit.Entry{Actor: user, Action: audit.RunCancelled, Run: id})
+	return nil
 }
 
 // Wait blocks until the run ends or ctx is done, calling fn on every state change. The

@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/deploy/simagent"
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/pipelines/policy"
+	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm/connector"
+	"github.com/prflow/prflow/scm/github"
+	"github.com/prflow/prflow/scm/scmtest"
+	"github.com/prflow/prflow/steps"
+)
+
+// policyStack is the promotion stack (fake GitHub, controller and worker, simulated agent)
+// with the repository's example policies plus one stage warning, loaded like the server
+// loads --policies.
+func policyStack(t *testing.T, stagingHealth string) (*ctltest.Env, *scmtest.GitHub) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"pipeline.rego", "run.rego", "stage.rego"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "examples", "policies", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warn := "package prflow.stage\n\nwarn contains sprintf(\"stage %s runs without a timeout\", [input.stage.id]) if input.stage.environment == \"prod\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "warn.rego"), []byte(warn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pe, err := policy.Open(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staging := strings.Replace(promoConfig("staging"), `"replicas": 2`, `"replicas": 2, "simulate": "`+stagingHealth+`"`, 1)
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", map[string]string{"appset.yaml": promoAppSet,
+		"envs/staging/config.json": staging, "envs/prod/config.json": promoConfig("prod")}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := ctltest.New(t, ctltest.Options{Concurrency: 4,
+		Services:   map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
+		Tuning:     queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5},
+		Controller: []controller.Option{controller.WithPolicy(pe)}})
+	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
+		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
+	t.Cleanup(func() { cancel(); <-done })
+	e.WaitAgent("sim")
+	// The stage policy reads staging's live status: wait until the agent reported it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if en, err := e.Ctl.Buckets().Apps.Get(ctx, "sim.web-staging"); err == nil && strings.Contains(string(en.Value()), `"health":"`+stagingHealth+`"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent never reported web-staging %s", stagingHealth)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return e, gh
+}
+
+// prodOnly promotes to prod only; APPROVAL is replaced by an approval block or nothing.
+const prodOnly = `name: promote-prod
+inputs:
+  tag: {type: string, required: true}
+service: {name: web}
+environments:
+  - name: staging
+    clusters: [{name: staging-eu, agent: sim}]
+  - name: prod
+    clusters: [{name: prod-eu, agent: sim}]
+promotion:
+  applicationSet: web
+  connector: release
+  repo: acme/release
+  filePath: "envs/<+env.name>/config.json"
+  set:
+    image.tag: "${{ inputs.tag }}"
+  syncTimeout: 1m
+  environments:
+    - {name: prod APPROVAL}
+`
+
+func noPRs(t *testing.T, gh *scmtest.GitHub) {
+	t.Helper()
+	prs, err := gh.PullRequests("acme", "release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prs) != 0 {
+		t.Fatalf("policy denied, yet %d PRs were opened: %+v", len(prs), prs)
+	}
+}
+
+// TestPolicyDeniesRunStart: a run the run and pipeline policies deny (prod without an
+// Approval step, a tag that is not semver, a caller outside release-managers) is refused
+// with every message before anything is stored, and the fake forge has no PR.
+func TestPolicyDeniesRunStart(t *testing.T) {
+	e, gh := policyStack(t, "Healthy")
+	src := strings.Replace(prodOnly, " APPROVAL", "", 1)
+	_, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
+		Inputs: map[string]any{"tag": "latest"}, Executor: "bob", Groups: []string{"dev"}})
+	if !errors.Is(err, policy.ErrDenied) {
+		t.Fatalf("start: %v, want a policy denial", err)
+	}
+	for _, want := range []string{"stage prod deploys to prod without an Approval step"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("denial %q lacks %q", err, want)
+		}
+	}
+	// With an approval step the pipeline policy passes; the run policy then names both of
+	// its problems.
+	src = strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
+	_, err = e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
+		Inputs: map[string]any{"tag": "latest"}, Executor: "bob", Groups: []string{"dev"}})
+	for _, want := range []string{`input tag: "latest" is not a semantic version`, "bob may not start runs that deploy to prod"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("denial %v lacks %q", err, want)
+		}
+	}
+	runs, err := e.Ctl.List(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 0 {
+		t.Errorf("%d runs stored after denials", len(runs))
+	}
+	noPRs(t, gh)
+}
+
+// TestPolicyDeniesStage: staging is Degraded, so the stage policy fails prod before any of
+// its jobs (no approval asked, no PR), with the message in the stage's and the run's error,
+// and the stage warning kept on the stage.
+func TestPolicyDeniesStage(t *testing.T) {
+	e, gh := policyStack(t, "Degraded")
+	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
+	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
+		Inputs: map[string]any{"tag": "1.5.0"}, Executor: "ann", Groups: []string{"release-managers"}})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	r = e.Wait(r.ID, time.Minute)
+	want := "staging app web-staging is Degraded, not Healthy"
+	if r.Status != pipelines.StFailed || !strings.Contains(r.Error, want) {
+		t.Fatalf("run %s: %q, want failed with %q\n%s", r.Status, r.Error, want, describeRun(r))
+	}
+	sr := r.Stages[0]
+	if sr.Status != pipelines.StFailed || !strings.Contains(sr.Error, "denied by policy: "+want) {
+		t.Errorf("stage %s: %s %q", sr.ID, sr.Status, sr.Error)
+	}
+	for _, st := range sr.Steps {
+		if st.Status != pipelines.StNotRun || st.Attempt != 0 {
+			t.Errorf("step %s: %s (attempt %d), want not run", st.ID, st.Status, st.Attempt)
+		}
+	}
+	if len(sr.Warnings) != 1 || sr.Warnings[0] != "stage prod runs without a timeout" {
+		t.Errorf("stage warnings %q", sr.Warnings)
+	}
+	noPRs(t, gh)
+}
+
+// TestPolicyAllowsStage: the same run goes through when staging is Healthy (the denial above
+// came from staging's live status, not from the policy denying every prod stage).
+func TestPolicyAllowsStage(t *testing.T) {
+	e, gh := policyStack(t, "Healthy")
+	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
+	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
+		Inputs: map[string]any{"tag": "1.5.0-rc.1"}, Executor: "ann", Groups: []string{"release-managers"}})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "pre-release") {
+		t.Errorf("run warnings %q, want the pre-release warning", r.Warnings)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cur, _ := e.Ctl.Get(context.Background(), r.ID)
+		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
+			break
+		}
+		if time.Now().After(deadline) || cur.Status.Terminal() {
+			t.Fatalf("prod did not start\n%s", describeRun(cur))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = gh
+}

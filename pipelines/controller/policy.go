@@ -1,0 +1,204 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
+	"github.com/prflow/prflow/pipelines/policy"
+	"github.com/prflow/prflow/steps"
+)
+
+// WithPolicy evaluates policies (prflow.pipeline, prflow.run, prflow.stage) on pipelines,
+// run starts and stage starts. Without it nothing is evaluated and nothing costs.
+func WithPolicy(ev policy.Evaluator) Option { return func(c *Controller) { c.policy = ev } }
+
+// policyTimeout bounds one evaluation together with the reads it needs (app status).
+const policyTimeout = 5 * time.Second
+
+// pipelinePolicy applies prflow.pipeline to a loaded pipeline: a deny is a *policy.DeniedError
+// with every message; warnings are returned.
+func (c *Controller) pipelinePolicy(ctx context.Context, p *pipelines.Pipeline) ([]string, error) {
+	if c.policy == nil || !c.policy.Has(policy.Pipeline) {
+		return nil, nil
+	}
+	d, err := c.policy.Evaluate(ctx, policy.Pipeline, policy.PipelineInput(p))
+	if err != nil {
+		return nil, err
+	}
+	return d.Warn, d.Err(policy.Pipeline)
+}
+
+// runPolicy applies prflow.pipeline and prflow.run before a run is stored: input.pipeline,
+// input.inputs, input.trigger, input.caller {user, groups}, input.run.
+func (c *Controller) runPolicy(ctx context.Context, p *pipelines.Pipeline, r *pipelines.Run, caller User) ([]string, error) {
+	warn, err := c.pipelinePolicy(ctx, p)
+	if err != nil || c.policy == nil || !c.policy.Has(policy.Run) {
+		return warn, err
+	}
+	groups := make([]any, 0, len(caller.Groups))
+	for _, g := range caller.Groups {
+		groups = append(groups, g)
+	}
+	in := map[string]any{"pipeline": policy.PipelineInput(p), "run": policy.RunInput(r),
+		"caller": map[string]any{"user": caller.Name, "groups": groups}}
+	in["inputs"] = in["run"].(map[string]any)["inputs"]
+	in["trigger"] = in["run"].(map[string]any)["trigger"]
+	d, err := c.policy.Evaluate(ctx, policy.Run, in)
+	if err != nil {
+		return warn, err
+	}
+	return append(warn, d.Warn...), d.Err(policy.Run)
+}
+
+// stageGate asks prflow.stage before each stage of one pipeline starts.
+type stageGate struct {
+	c        *Controller
+	p        *pipelines.Pipeline
+	pipeline any // the pipeline as data, converted once
+}
+
+func (c *Controller) gateFor(p *pipelines.Pipeline) pipelines.StageGate {
+	if c.policy == nil {
+		return nil
+	}
+	return &stageGate{c: c, p: p, pipeline: policy.Converted(policy.PipelineInput(p))}
+}
+
+// StageAllowed evaluates prflow.stage with input.stage, input.environment, input.pipeline,
+// input.run (every stage's status so far) and input.apps (every app status record the agents
+// keep in prflow-apps). An evaluation that fails denies: a policy that cannot be checked
+// must not be skipped.
+func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string) {
+	if !g.c.policy.Has(policy.Stage) {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), policyTimeout)
+	defer cancel()
+	apps, err := g.c.appStatuses(ctx)
+	if err != nil {
+		g.c.log.Error("stage policy: app status unreadable", "run", r.ID, "stage", r.Stages[si].ID, "err", err)
+		return []string{"policy not evaluated: app status unreadable: " + err.Error()}, nil
+	}
+	st := g.p.Stages[si]
+	in := map[string]any{"stage": policy.StageInput(st), "environment": policy.EnvironmentInput(g.p.Env(st.Environment)),
+		"pipeline": g.pipeline, "run": policy.RunInput(r), "apps": apps}
+	d, err := g.c.policy.Evaluate(ctx, policy.Stage, in)
+	if err != nil {
+		g.c.log.Error("stage policy failed", "run", r.ID, "stage", st.ID, "err", err)
+		return []string{"policy not evaluated: " + err.Error()}, nil
+	}
+	if len(d.Deny) > 0 {
+		g.c.log.Warn("stage denied by policy", "run", r.ID, "stage", st.ID, "deny", d.Deny)
+	}
+	if len(d.Warn) > 0 {
+		g.c.log.Warn("stage policy warnings", "run", r.ID, "stage", st.ID, "warn", d.Warn)
+	}
+	return d.Deny, d.Warn
+}
+
+// appStatuses reads every app status record of prflow-apps, each with its key. Records are
+// converted for the policy engine once per revision (appCache).
+func (c *Controller) appStatuses(ctx context.Context) ([]any, error) {
+	lister, err := c.b.Apps.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return []any{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("prflow-apps: %w", err)
+	}
+	out := []any{}
+	for k := range lister.Keys() {
+		e, err := c.b.Apps.Get(ctx, k)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		if v, ok := c.appCache.Load(k); ok && v.(cachedApp).rev == e.Revision() {
+			out = append(out, v.(cachedApp).val)
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(e.Value(), &m); err != nil {
+			continue
+		}
+		m["key"] = k
+		val := policy.Converted(m)
+		c.appCache.Store(k, cachedApp{rev: e.Revision(), val: val})
+		out = append(out, val)
+	}
+	return out, nil
+}
+
+type cachedApp struct {
+	rev uint64
+	val any
+}
+
+// WithAudit records who started, cancelled or was refused a run in the audit log.
+func WithAudit(l *audit.Log) Option { return func(c *Controller) { c.audit = l } }
+
+// record appends to the audit log when there is one; a failed append is logged, never
+// fails the action (the action already happened).
+func (c *Controller) record(ctx context.Context, e audit.Entry) {
+	if c.audit == nil {
+		return
+	}
+	if err := c.audit.Append(ctx, e); err != nil {
+		c.log.Error("audit entry not written", "action", e.Action, "actor", e.Actor, "run", e.Run, "err", err)
+	}
+}
+
+// apiAudit serves GET /api/v1/audit?since=RFC3339|duration&actor=&action=&run=&limit=.
+func (c *Controller) apiAudit(w http.ResponseWriter, r *http.Request) {
+	if c.audit == nil {
+		writeErr(w, http.StatusNotFound, errors.New("the audit log is off on this server"))
+		return
+	}
+	q := r.URL.Query()
+	f := audit.Filter{Actor: q.Get("actor"), Action: q.Get("action"), Run: q.Get("run")}
+	if s := q.Get("since"); s != "" {
+		if d, err := time.ParseDuration(s); err == nil {
+			f.Since = time.Now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, s); err == nil {
+			f.Since = t
+		} else {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("since: want RFC3339 time or a duration like 24h, got %q", s))
+			return
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("limit: want a positive number, got %q", s))
+			return
+		}
+		f.Limit = n
+	}
+	list, err := c.audit.Query(r.Context(), f)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// recordSignal audits an approval decision (approval.approved / approval.rejected) or another
+// signal (signal.<kind>) sent to a step.
+func (c *Controller) recordSignal(ctx context.Context, run, stage, step string, sig steps.Signal) {
+	action := "signal." + sig.Kind
+	if sig.Kind == "approval" {
+		action = audit.ApprovalRejected
+		if sig.Approve {
+			action = audit.ApprovalApproved
+		}
+	}
+	c.record(ctx, audit.Entry{Actor: sig.User, Action: action, Run: run, Detail: stage + "." + step})
+}
