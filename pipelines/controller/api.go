@@ -86,7 +86,7 @@ func (c *Controller) routes() []route {
 		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal},
 		{pattern: "GET /api/v1/runs/{id}/logs", handler: c.apiLogs},
 		{pattern: "GET /api/v1/workers", handler: c.apiWorkers},
-		{pattern: "GET /api/v1/audit", handler: c.apiAudit}, // policy.go
+		{pattern: "GET /api/v1/audit", handler: c.apiAudit},                 // policy.go
 		{pattern: "GET /api/v1/schema", handler: c.apiSchema, public: true}, // public, like the schema file itself
 		{pattern: "POST /api/v1/pipelines/check", handler: c.apiCheck},
 		{pattern: "GET /api/v1/openapi.json", handler: c.apiOpenAPI, public: true},
