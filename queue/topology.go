@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -181,7 +182,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	for _, sc := range streams {
 		sc.Storage = jetstream.FileStorage
 		sc.Replicas = replicas
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := untilPlaced(ctx, func() error { _, err := js.CreateOrUpdateStream(ctx, sc); return err }); err != nil {
 			return fmt.Errorf("create stream %s: %w", sc.Name, err)
 		}
 	}
@@ -198,7 +199,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	for _, kc := range buckets {
 		kc.Storage = jetstream.FileStorage
 		kc.Replicas = replicas
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+		if err := untilPlaced(ctx, func() error { _, err := js.CreateOrUpdateKeyValue(ctx, kc); return err }); err != nil {
 			return fmt.Errorf("create KV bucket %s: %w", kc.Bucket, err)
 		}
 	}
@@ -314,4 +315,26 @@ func (c ConsumerTuning) withDefaults() ConsumerTuning {
 		c.MaxAckPending = DefaultTuning.MaxAckPending
 	}
 	return c
+}
+
+// errCodeNoPeers is JetStream's "no suitable peers for placement" (JSClusterNoPeersErr;
+// nats.go has no constant for it).
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
+// untilPlaced runs create again while the cluster cannot place the replicas yet (a peer still
+// starting or restarting: "no suitable peers for placement"), until ctx ends. A server started
+// with --replicas 3 beside nodes that are still coming up waits for them instead of exiting.
+func untilPlaced(ctx context.Context, create func() error) error {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := create()
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }

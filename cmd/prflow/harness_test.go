@@ -152,10 +152,10 @@ func TestDevRunsHarnessUIPipeline(t *testing.T) {
 	if res, err := run(t, "approve", runID, "promote_dev.approveMerge", "--server", "http://"+addr); err != nil {
 		t.Fatalf("approve as alice (release_managers): %v\n%s", err, res)
 	}
-	for ; time.Now().Before(deadline) && !strings.Contains(out.String(), "serving the API"); time.Sleep(50 * time.Millisecond) {
+	for ; time.Now().Before(deadline) && !strings.Contains(out.String(), "(Ctrl-C to stop)"); time.Sleep(50 * time.Millisecond) {
 	}
 	got := out.String()
-	if !strings.Contains(got, "serving the API") || !strings.Contains(got, "step promote_dev.syncWeb (GitOpsSync): succeeded") ||
+	if !strings.Contains(got, "(Ctrl-C to stop)") || !strings.Contains(got, "step promote_dev.syncWeb (GitOpsSync): succeeded") ||
 		!strings.Contains(got, "step promote_dev.getAppDetails (GetAppDetails): succeeded") {
 		t.Fatalf("the run did not finish:\n%s", got)
 	}

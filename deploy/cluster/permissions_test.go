@@ -54,8 +54,10 @@ var Roles = map[string]Role{
 			"$JS.FC.>",
 			"$KV.prflow-locks.>", "$KV.prflow-mergeq.>", "$KV.prflow-workers.>",
 			"prflow.results.*", "prflow.events.*.result", "prflow.logs.>", "prflow.agent.>",
+			"prflow.control.exec.*",
 		},
-		SubAllow: []string{"_INBOX_worker.>", "prflow.control.cancel"},
+		SubAllow:       []string{"_INBOX_worker.>", "prflow.control.cancel", "prflow.control.exec.*"},
+		AllowResponses: true,
 	},
 	"prflow-agent": {
 		PubAllow: []string{
