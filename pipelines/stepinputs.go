@@ -253,7 +253,7 @@ func describe(in *steps.Input) string {
 func suggest(s string, candidates []string) string {
 	best, bestD := "", 1<<30
 	for _, c := range candidates {
-		d := editDistance(strings.ToLower(s), strings.ToLower(c))
+		d := EditDistance(strings.ToLower(s), strings.ToLower(c))
 		if d < bestD {
 			best, bestD = c, d
 		}
@@ -268,8 +268,9 @@ func suggest(s string, candidates []string) string {
 	return ""
 }
 
-// editDistance is the Levenshtein distance between a and b (bytes; names are ASCII).
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b (bytes; names are ASCII), for
+// "did you mean" hints here and in the config file loader.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/prflow/prflow/pipelines"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
@@ -162,7 +163,7 @@ func suggestFlag(fs *pflag.FlagSet, name string) string {
 			return
 		}
 		names = append(names, f.Name)
-		if d := editDistance(name, f.Name); d < bestD {
+		if d := pipelines.EditDistance(name, f.Name); d < bestD {
 			best, bestD = f.Name, d
 		}
 	})
@@ -171,24 +172,4 @@ func suggestFlag(fs *pflag.FlagSet, name string) string {
 	}
 	sort.Strings(names)
 	return "; keys are its flags: " + strings.Join(names, ", ")
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
