@@ -16,7 +16,8 @@ import (
 // owning ApplicationSet (applicationSet), by a label selector (labels / selector), or by
 // Harness's harness.io/serviceRef and harness.io/envRef labels. With
 // filterByServiceEnvCluster: true it takes every app of the environment on the clusters,
-// whatever its service. After a merge in its stage it first asks each agent to have Argo CD
+// whatever its service. An app labelled harness.io/envRef for another environment is never
+// linked to the stage, even when it runs on one of the stage's clusters. After a merge in its stage it first asks each agent to have Argo CD
 // re-read git for the ApplicationSets that read the merged repo (Argo CD's ApplicationSet
 // controller otherwise does so only every 3 minutes), so new and changed apps are there in
 // seconds. An app an ApplicationSet has not generated yet is waited for, parked on the
@@ -212,10 +213,16 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 	var out []any
 	var empty []string
 	seen := map[string]bool{}
+	otherEnv := otherEnvFilter(sc, cfg)
+	left := 0
 	for _, t := range targets {
 		n := 0
 		for _, a := range byAgent[t.agent] {
 			if t.cluster != "" && a.Cluster != t.cluster && a.ClusterServer != t.cluster {
+				continue
+			}
+			if otherEnv(a) {
+				left++
 				continue
 			}
 			n++
@@ -224,7 +231,7 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 				continue
 			}
 			seen[key] = true
-			sc.Log.Info("Found linked app", "app", a.Ref(), "agent", a, "cluster", a.Cluster, "link", a.URL)
+			sc.Log.Info("Found linked app", "app", a.Ref(), "agent", t.agent, "cluster", a.Cluster, "link", a.URL)
 			out = append(out, linkedOutput(t.agent, a))
 		}
 		if n == 0 {
@@ -234,6 +241,9 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 			}
 			empty = append(empty, where)
 		}
+	}
+	if left > 0 {
+		sc.Log.Info("left out apps of other environments", "apps", left, "label", LabelEnvRef, "environment", sc.Env.Name)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i].(map[string]any), out[j].(map[string]any)
@@ -254,6 +264,9 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		}
 	}
 	msg := fmt.Sprintf("no app (%s) on %s", how, strings.Join(empty, ", "))
+	if left > 0 {
+		msg += fmt.Sprintf(" (%d apps labelled %s for another environment left out)", left, LabelEnvRef)
+	}
 	if final || !time.Now().Before(m.Until) {
 		return Fail(msg + " (set allowEmpty: true to pass without apps)"), nil
 	}
@@ -404,6 +417,22 @@ func linkedQuery(sc *Context, cfg *linkedConfig) (agent.AppsQuery, string, error
 		how = append(how, "selector "+cfg.selector)
 	}
 	return q, strings.Join(how, ", "), nil
+}
+
+// otherEnvFilter reports, for an app an ApplicationSet or a selector matched, whether it is
+// labelled (harness.io/envRef) as another environment's than the stage's. Environments often
+// share a cluster, a namespace each: without this a dev stage would link, sync and gate the
+// prod app the same ApplicationSet generated there. Apps without the label are kept (their
+// cluster is all there is to go by); label-based selection already names the environment.
+func otherEnvFilter(sc *Context, cfg *linkedConfig) func(agent.AppStatus) bool {
+	if sc.Env == nil || sc.Env.Name == "" || cfg.byEnvOnly || (cfg.appSet == "" && cfg.selector == "") {
+		return func(agent.AppStatus) bool { return false }
+	}
+	env := sc.Env.Name
+	return func(a agent.AppStatus) bool {
+		v, ok := a.Labels[LabelEnvRef]
+		return ok && v != "" && !strings.EqualFold(v, env)
+	}
 }
 
 func linkedOutput(agentID string, a agent.AppStatus) map[string]any {

@@ -64,6 +64,10 @@ func newPromoStack(t *testing.T, envs ...string) *promoStack {
 	for _, e := range envs {
 		files["envs/"+e+"/config.json"] = promoConfig(e)
 	}
+	return newPromoStackFiles(t, files)
+}
+
+func newPromoStackFiles(t *testing.T, files map[string]string) *promoStack {
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", files); err != nil {
 		t.Fatal(err)
@@ -187,6 +191,29 @@ func TestPromotionThroughEnvironments(t *testing.T) {
 	prs, _ := s.gh.PullRequests("acme", "release")
 	if len(prs) != 3 {
 		t.Errorf("%d PRs, want one per environment", len(prs))
+	}
+}
+
+// Environments often share one cluster (a namespace each). Each stage must then link, sync
+// and gate only its own environment's app, never another environment's app that the same
+// ApplicationSet generated on that cluster (a dev stage must not sync prod).
+func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
+	files := map[string]string{"appset.yaml": promoAppSet}
+	for _, e := range []string{"dev", "staging", "prod"} {
+		files["envs/"+e+"/config.json"] = strings.Replace(promoConfig(e), e+"-eu", "in-cluster", 1)
+	}
+	s := newPromoStackFiles(t, files)
+	src := strings.NewReplacer("MERGE", "merge", "PROD", "prod", "dev-eu", "in-cluster", "staging-eu", "in-cluster", "prod-eu", "in-cluster").Replace(promoPipeline)
+	r := s.e.Wait(s.e.Start(src, map[string]any{"tag": "1.5.0"}).ID, 2*time.Minute)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	for _, env := range []string{"dev", "staging", "prod"} {
+		if apps, _ := ctltest.Step(r, env, "apps").Outputs["apps"].([]any); len(apps) != 1 || apps[0].(map[string]any)["name"] != "web-"+env {
+			t.Errorf("%s: linked apps %v, want only web-%s", env, apps, env)
+		}
+		merge := ctltest.Step(r, env, "merge")
+		syncedOn(t, r, env, "sync", "web-"+env, fmt.Sprint(merge.Outputs["commitId"]))
 	}
 }
 

@@ -349,6 +349,7 @@ func (r *realEnv) mintToken() (string, string) {
 type realProc struct {
 	pid  int
 	name string
+	exe  string // the binary's path: argv[0] is a bare name resolved on up.sh's PATH, not ours
 	args []string
 	env  []string
 	dir  string
@@ -373,7 +374,8 @@ func (r *realEnv) proc(name string) *realProc {
 		}
 		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
-		found = &realProc{pid: pid, name: name, args: splitNul(cmdline), env: splitNul(environ), dir: cwd}
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		found = &realProc{pid: pid, name: name, exe: exe, args: splitNul(cmdline), env: splitNul(environ), dir: cwd}
 	}
 	if found == nil {
 		r.t.Fatalf("no running %s in %s/pids", name, r.dir)
@@ -409,7 +411,8 @@ func (r *realEnv) startProc(p *realProc) *realProc {
 		r.t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd := exec.Command(p.exe, p.args[1:]...)
+	cmd.Args[0] = p.args[0] // a multi-call binary may read its role from argv[0]
 	cmd.Env, cmd.Dir = p.env, p.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -99,6 +99,7 @@ func TestRealArgoCD(t *testing.T) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = ag.Run(actx, e.Conn) }()
+	e.WaitAgent("real") // a run naming an agent that has not registered yet is refused at start
 
 	healthy := `
 name: real
