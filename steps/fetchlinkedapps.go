@@ -171,12 +171,14 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		return Result{}, Terminalf("FetchLinkedApps memo: %w", err)
 	}
 	if !m.Refreshed && !final && mergedInStage(sc) {
-		m.Refreshed = true
 		var agents []string
 		for _, t := range targets {
 			agents = append(agents, t.agent)
 		}
-		refreshAppSets(ctx, sc, g, cfg.appSet, agents)
+		// An agent that is offline or blind could not pass the refresh on: ask again on the
+		// next wake. Without it the apps keep the spec rendered before the merge until Argo
+		// CD's own poll, and a sync in between deploys that stale spec.
+		m.Refreshed = refreshAppSets(ctx, sc, g, cfg.appSet, agents)
 	}
 	byAgent := map[string][]agent.AppStatus{}
 	var out0 outage
@@ -315,12 +317,14 @@ func mergedWithoutRefresh(sc *Context) bool {
 // the merged repo (or appSet only), waiting until they are regenerated where the agent can
 // tell: a merge may add an app or change the parameters an ApplicationSet renders into an
 // app's spec, and a sync before the regeneration would deploy the old spec. It is an
-// optimisation: on any failure the step goes on and Argo CD's own poll catches up.
-func refreshAppSets(ctx context.Context, sc *Context, g GitOps, appSet string, agents []string) {
+// optimisation: on any other failure the step goes on and Argo CD's own poll catches up. It
+// reports false when an agent was offline or could not see Argo CD (worth asking again).
+func refreshAppSets(ctx context.Context, sc *Context, g GitOps, appSet string, agents []string) bool {
 	r, ok := g.(appSetRefresher)
 	if !ok {
-		return
+		return true
 	}
+	all := true
 	req := agent.RefreshRequest{ApplicationSet: appSet, Wait: true}
 	if p := priorPR(sc); p != nil {
 		req.RepoURL, _ = p.Outputs["repo"].(string)
@@ -341,6 +345,9 @@ func refreshAppSets(ctx context.Context, sc *Context, g GitOps, appSet string, a
 			sc.Log.Debug("agent does not refresh ApplicationSets", "agent", a, "err", err)
 		case errors.Is(err, agent.ErrNotFound) && req.ApplicationSet != "":
 			sc.Log.Warn("ApplicationSet to refresh not found", "agent", a, "err", err)
+		case isOutage(a, err):
+			all = false
+			sc.Log.Warn("could not refresh ApplicationSets yet: the agent is not available; asking again when it is", "agent", a, "err", err)
 		case err != nil:
 			sc.Log.Warn("could not refresh ApplicationSets; waiting for Argo CD's own poll (every 3 minutes by default)", "agent", a, "err", err)
 		case len(rep.Refreshed) == 0:
@@ -350,6 +357,12 @@ func refreshAppSets(ctx context.Context, sc *Context, g GitOps, appSet string, a
 				"regenerated", rep.Done, "took", time.Since(start).Round(time.Millisecond))
 		}
 	}
+	return all
+}
+
+func isOutage(agentID string, err error) bool {
+	_, ok := outageErr(agentID, err)
+	return ok
 }
 
 func orEmpty(l []any) []any {

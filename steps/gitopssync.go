@@ -93,7 +93,10 @@ const (
 	syncRetryPoll     = 3 * time.Second // an agent was offline or busy answering
 	syncDefaultWait   = 10 * time.Minute
 	syncMaxResyncs    = 2 // a Succeeded operation on the wrong revision is retried this often
-	syncMaxApps       = 1000
+	// syncDriftGrace: how long an app may stay OutOfSync at a good revision after our sync
+	// finished before it is synced again (Argo CD compares again within a few seconds).
+	syncDriftGrace = 5 * time.Second
+	syncMaxApps    = 1000
 )
 
 type appTarget struct {
@@ -468,7 +471,9 @@ type syncApp struct {
 	DegradedSince time.Time `json:"degradedSince,omitzero"`
 	Superseded    string    `json:"superseded,omitempty"` // who started the operation that replaced ours
 	Deployed      string    `json:"deployed,omitempty"`   // the revision it passed at (Revision or a commit containing it)
-	Note          string    `json:"note,omitempty"`
+	// DriftSince: since when the app is OutOfSync at a good revision after our sync finished.
+	DriftSince time.Time `json:"driftSince,omitzero"`
+	Note       string    `json:"note,omitempty"`
 }
 
 const (
@@ -961,14 +966,42 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 		a.Note = fmt.Sprintf("%d resource(s) removed from git are still live (prune: false)", st.Resources.RequiresPruning)
 		r.sc.Log.Warn("app is OutOfSync only by resources awaiting pruning", "app", a.App, "resources", st.Resources.RequiresPruning)
 	}
-	if (st.Sync != agent.SyncSynced && !leftovers) || !r.rev.has(st, a.Revision, st.Revision) {
+	hasRev := r.rev.has(st, a.Revision, st.Revision)
+	onlyPruning := st.Resources.OutOfSync > 0 && st.Resources.OutOfSync == st.Resources.RequiresPruning
+	if ours && hasRev && st.Sync == agent.SyncOutOfSync && !leftovers && !onlyPruning {
+		// Our sync finished at a revision with our change, yet the app is OutOfSync there:
+		// its desired state changed after the sync (on Argo CD, typically its ApplicationSet
+		// re-rendered it from the merged config later than the sync), so the sync deployed a
+		// stale spec and nobody will sync the new one. Allow Argo CD a moment to compare
+		// (the phase turns Succeeded before the sync status does), then sync again.
+		if a.DriftSince.IsZero() {
+			a.DriftSince = r.now
+		}
+		if r.now.Sub(a.DriftSince) < syncDriftGrace {
+			a.Waiting = fmt.Sprintf("sync finished; app is OutOfSync at %s, waiting for Synced at %s", short(st.Revision), short(a.Revision))
+			return verdict{}
+		}
+		if a.Resyncs >= syncMaxResyncs {
+			return verdict{fail: fmt.Sprintf("app stays OutOfSync at %s after our sync finished there (after %d re-syncs): its desired state keeps changing", short(st.Revision), a.Resyncs)}
+		}
+		r.sc.Log.Warn("app went OutOfSync after our sync finished at a revision with our change; syncing again", "app", a.App, "revision", st.Revision)
+		a.Resyncs++
+		a.DriftSince = time.Time{}
+		a.State, a.Waiting = appTodo, fmt.Sprintf("OutOfSync at %s after our sync (its desired state changed): syncing again", short(st.Revision))
+		return verdict{}
+	} else {
+		a.DriftSince = time.Time{}
+	}
+	if (st.Sync != agent.SyncSynced && !leftovers) || !hasRev {
 		a.Waiting = fmt.Sprintf("sync finished; app is %s at %s", orDefault(st.Sync, "Unknown"), short(st.Revision))
 		if a.Revision != "" {
 			a.Waiting += ", waiting for Synced at " + short(a.Revision)
 			if r.rev.enabled() && !pinned(st) {
 				a.Waiting += " or a commit that contains it"
 			}
-			a.Waiting += r.rev.why(st, a.Revision, st.Revision)
+			if !hasRev { // only then is the revision the reason
+				a.Waiting += r.rev.why(st, a.Revision, st.Revision)
+			}
 		}
 		return verdict{}
 	}

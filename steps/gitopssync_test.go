@@ -211,3 +211,41 @@ func TestGitOpsStepsNeedTheAgentClient(t *testing.T) {
 		}
 	}
 }
+
+// Our sync finished at the wanted revision and the app is OutOfSync there: within the grace
+// Argo CD may not have compared yet (wait); after it the spec changed after our sync (sync
+// again, up to syncMaxResyncs); a wait message never says a revision does not contain itself.
+func TestSyncDriftAfterOurSyncResyncs(t *testing.T) {
+	sc := &Context{RunID: "r", Stage: "dev", StepID: "sync", Attempt: 1, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	st := &agent.AppStatus{Sync: agent.SyncOutOfSync, Revision: "x", Health: agent.HealthHealthy,
+		Resources: agent.ResourceSummary{Total: 1, OutOfSync: 1},
+		Operation: &agent.Operation{Phase: agent.PhaseSucceeded, RunID: "r", Step: "dev/sync/1", SyncedRevision: "x", StartedAt: t0}}
+	a := &syncApp{Agent: "eu", App: "web", State: appSyncing, Requested: t0, Revision: "x"}
+	r := &syncRun{sc: sc, cfg: &syncConfig{waitTillHealthy: true}, m: &syncMemo{Expected: "x"}, tag: syncTag(sc), now: t0.Add(time.Second)}
+	if v := r.evaluate(a, st); v.fail != "" || a.State != appSyncing || strings.Contains(a.Waiting, "does not contain") {
+		t.Fatalf("within the grace: %+v %s %q", v, a.State, a.Waiting)
+	}
+	r.now = t0.Add(time.Second + syncDriftGrace)
+	if v := r.evaluate(a, st); v.fail != "" || a.State != appTodo || a.Resyncs != 1 || !strings.Contains(a.Waiting, "syncing again") {
+		t.Fatalf("after the grace: %+v %s %d %q", v, a.State, a.Resyncs, a.Waiting)
+	}
+	// Only resources awaiting pruning: not a changed spec, no re-sync.
+	b := &syncApp{Agent: "eu", App: "web", State: appSyncing, Requested: t0, Revision: "x", DriftSince: t0}
+	pr := *st
+	pr.Resources = agent.ResourceSummary{Total: 2, OutOfSync: 1, RequiresPruning: 1}
+	r.cfg.prune = true
+	if r.evaluate(b, &pr); b.State != appSyncing || b.Resyncs != 0 {
+		t.Fatalf("pruning leftovers re-synced: %s %d", b.State, b.Resyncs)
+	}
+	// It keeps drifting: fail after syncMaxResyncs.
+	r.cfg.prune = false
+	a.State, a.Resyncs, a.DriftSince = appSyncing, syncMaxResyncs, t0
+	again := *st
+	op := *st.Operation
+	op.Step = r.appTag(a) // the last re-sync's operation
+	again.Operation = &op
+	if v := r.evaluate(a, &again); !strings.Contains(v.fail, "stays OutOfSync") {
+		t.Fatalf("after %d re-syncs: %+v", syncMaxResyncs, v)
+	}
+}

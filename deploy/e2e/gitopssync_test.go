@@ -506,3 +506,36 @@ func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
 		t.Fatalf("%d syncs: the redelivered job started its own again", n)
 	}
 }
+
+// The app's desired state changes after our sync finished, at the same commit (on a real Argo
+// CD: its ApplicationSet re-rendered it from the merged config a little later, because the
+// refresh after the merge could not be passed on). The app is then OutOfSync at a revision
+// that has our merge: the step syncs it again instead of waiting for a Synced that nobody
+// will make (it used to sit there until the timeout, saying "X does not contain X").
+func TestGitOpsSyncResyncsWhenTheSpecChangesAfterItsSync(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.git.Commit(repoURL, "main", map[string]string{"apps/web2/cm.yaml": configMap("web2", "healthy"), "apps/web/cm.yaml": configMap("web", "progressing")})
+	s.addApp(app("web", "apps/web", nil))
+	s.waitRecord("web")
+	sha := s.git.Commit(repoURL, "main", map[string]string{"README": "x"})
+	// prune: the new path no longer has the old ConfigMap; Synced needs it gone.
+	run := s.start(pipeline(strings.Replace(syncWeb, "waitTillHealthy: true", "waitTillHealthy: true\n          prune: true", 1), true), map[string]any{"commit": sha})
+	s.waitStep(run.ID, "dev", "sync", "waiting on health after the sync", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "health Progressing")
+	})
+	a, _ := s.argo.App("web")
+	a.Spec.Source.Path = "apps/web2"
+	if err := s.argo.UpdateApp(a); err != nil {
+		t.Fatal(err)
+	}
+	r := s.wait(run.ID, 60*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	if n := len(s.syncRequests("web")); n != 2 {
+		t.Errorf("%d sync calls, want 2 (ours, then once more for the changed spec)", n)
+	}
+	if apps := appsOut(step(r, "dev", "sync")); len(apps) != 1 || apps[0]["health"] != "Healthy" || apps[0]["sync"] != "Synced" {
+		t.Errorf("applications output: %v", apps)
+	}
+}

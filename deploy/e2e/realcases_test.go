@@ -15,6 +15,7 @@ import (
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/steps"
 )
 
 const realImage = "registry.example.com/shop/web:"
@@ -92,6 +93,43 @@ func TestRealDegradedRollback(t *testing.T) {
 	if cm := r.configMap("prod"); cm["simulate"] != "healthy" {
 		t.Errorf("prod's ConfigMap after the rollback: %v", cm)
 	}
+	// Every branch the run opened (the promotions' and the revert's) is deleted once merged.
+	if refs := r.git(t.TempDir(), "ls-remote", "--heads", r.url); strings.Count(refs, "refs/heads/") != 1 || !strings.Contains(refs, "refs/heads/main") {
+		t.Errorf("branches left in the release repo:\n%s", refs)
+	}
+}
+
+// Issue 20 #2 on the real Argo CD: the agent is down when FetchLinkedApps starts. The step
+// parks saying so (holding no worker) instead of failing the stage into a rollback, and the
+// run passes once the agent is back.
+func TestRealFetchLinkedAppsAgentDown(t *testing.T) {
+	r := realSetup(t, "dev")
+	r.waitApps("dev")
+	// The agent is live when the run starts (a run naming a dead agent is refused at start)
+	// and dies while the stage waits for its approval.
+	ag := r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	run := r.e.Start(r.promotion([]string{"dev"}, []string{"{name: dev, approval: {approvers: {users: [alice]}, timeout: 2m}}"}, ""), map[string]any{"tag": "7.0.0"})
+	r.waitStep(run.ID, "dev", "approval", time.Minute, func(st *pipelines.StepRun) bool { return st.Status == pipelines.StWaiting })
+	ag.stop()
+	if err := r.e.Ctl.Signal(context.Background(), run.ID, "dev", "approval", steps.Signal{Kind: "approval", User: "alice", Approve: true, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	r.waitStep(run.ID, "dev", "apps", 2*time.Minute, func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "cannot see Argo CD")
+	})
+	time.Sleep(8 * time.Second) // longer than the 5 attempts in 7.5 s that used to fail the stage
+	if cur, _ := r.e.Ctl.Get(context.Background(), run.ID); cur.Status.Terminal() {
+		t.Fatalf("the run ended while the agent was down: %s %s", cur.Status, cur.Error)
+	}
+	t0 := time.Now()
+	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	final := r.e.Wait(run.ID, 3*time.Minute)
+	stageTimes(t, "fetch-agent-down", final)
+	if final.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s %s\n%s", final.Status, final.Error, describeRun(final))
+	}
+	t.Logf("REALTIME run passed %.1fs after the agent came back", time.Since(t0).Seconds())
+	r.deployed("dev", "7.0.0")
 }
 
 // A new environment is created through the ApplicationSet: its config.json is merged, the

@@ -163,3 +163,31 @@ func TestGitOpsSyncRegeneratesAppSetAfterMerge(t *testing.T) {
 		})
 	}
 }
+
+// The agent is down when FetchLinkedApps asks for the ApplicationSet refresh after the merge:
+// the step asks again once the agent is back (it used to give up on the first try, so a new
+// environment waited for Argo CD's 3-minute poll, and a changed one was synced with the spec
+// rendered before the merge).
+func TestFetchLinkedAppsRefreshesOnceTheAgentIsBack(t *testing.T) {
+	s := newStack(t, stackOpts{noAgent: true})
+	s.git.Commit(repoURL, "main", map[string]string{"envs/dev/config.json": `{"env": "dev"}`})
+	if err := s.argo.AddApplicationSet(envAppSet()); err != nil {
+		t.Fatal(err)
+	}
+	sha := s.git.Commit(repoURL, "main", map[string]string{"envs/prod/config.json": `{"env": "prod"}`})
+	run := s.start(strings.Replace(newEnvPipeline, "WAIT", "20s", 1), map[string]any{"commit": sha})
+	s.waitStep(run.ID, "prod", "linked", "parked on the offline agent", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "cannot see Argo CD")
+	})
+	s.startAgent("r1")
+	r := s.wait(run.ID, 60*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	if n := s.argo.AppSetRefreshes(); n != 1 {
+		t.Errorf("ApplicationSet refreshes = %d, want 1 (asked again once the agent was back)", n)
+	}
+	if apps := appsOut(step(r, "prod", "sync")); len(apps) != 1 || apps[0]["name"] != "web-prod" || apps[0]["health"] != "Healthy" {
+		t.Errorf("sync output %v", apps)
+	}
+}
