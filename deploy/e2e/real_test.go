@@ -58,6 +58,21 @@ func realSetup(t *testing.T, envs ...string) *realEnv {
 // realSetupWith is realSetup; auto gives the generated apps Argo CD's automated sync.
 func realSetupWith(t *testing.T, auto bool, envs ...string) *realEnv {
 	t.Helper()
+	return realSetupOpts(t, realOpts{auto: auto, envs: envs})
+}
+
+// realOpts: files and appSet replace the generated release repo and ApplicationSet (id then
+// names the ApplicationSet and the service).
+type realOpts struct {
+	auto   bool
+	envs   []string
+	id     string
+	files  map[string]string
+	appSet func(r *realEnv) map[string]any
+}
+
+func realSetupOpts(t *testing.T, o realOpts) *realEnv {
+	t.Helper()
 	envFile := os.Getenv("PRFLOW_REALENV")
 	if envFile == "" {
 		t.Skip("set PRFLOW_REALENV to realenv.env (after ../shared/realenv/up.sh) to run against a real Argo CD")
@@ -76,10 +91,17 @@ func realSetupWith(t *testing.T, auto bool, envs ...string) *realEnv {
 		}
 		return -1
 	}, id)
-	r := &realEnv{t: t, vars: vars, dir: dir, home: filepath.Join(dir, "data", "home"), id: id, repo: id, set: id, auto: auto}
+	r := &realEnv{t: t, vars: vars, dir: dir, home: filepath.Join(dir, "data", "home"), id: id, repo: id, set: id, auto: o.auto}
+	if o.id != "" {
+		r.id, r.set = o.id, o.id
+	}
 	gitBase := strings.TrimSuffix(vars["GIT_URL"], "/demo.git")
 	r.url = gitBase + "/" + r.repo + ".git"
-	r.seedRepo(envs)
+	if o.files != nil {
+		r.seedFiles(o.files)
+	} else {
+		r.seedRepo(o.envs)
+	}
 	p, err := local.New(gitBase)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +110,13 @@ func realSetupWith(t *testing.T, auto bool, envs ...string) *realEnv {
 		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
 		Tuning:   queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}})
 	r.log = slog.New(slog.NewJSONHandler(r.e.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r.createAppSet()
+	if o.appSet != nil {
+		if code, body := r.api("POST", "/api/v1/applicationsets", o.appSet(r)); code != 200 {
+			t.Fatalf("create ApplicationSet: %d %s", code, body)
+		}
+	} else {
+		r.createAppSet()
+	}
 	t.Cleanup(func() {
 		r.api("DELETE", "/api/v1/applicationsets/"+r.set, nil)
 		if t.Failed() {
@@ -127,11 +155,6 @@ func (r *realEnv) git(dir string, args ...string) string {
 // one config.json per environment.
 func (r *realEnv) seedRepo(envs []string) {
 	r.t.Helper()
-	bare := filepath.Join(r.dir, "data", "git", r.repo+".git")
-	r.git(r.dir, "init", "-q", "--bare", "-b", "main", bare)
-	r.t.Cleanup(func() { _ = os.RemoveAll(bare) })
-	work := r.t.TempDir()
-	r.git(work, "init", "-q", "-b", "main")
 	jsonnet, err := os.ReadFile("../../examples/release-repo/manifests/web/web.jsonnet")
 	if err != nil {
 		r.t.Fatal(err)
@@ -140,6 +163,17 @@ func (r *realEnv) seedRepo(envs []string) {
 	for _, e := range envs {
 		files["envs/"+e+"/config.json"] = realConfig(e)
 	}
+	r.seedFiles(files)
+}
+
+// seedFiles creates the release repo on realenv's git server with these files on main.
+func (r *realEnv) seedFiles(files map[string]string) {
+	r.t.Helper()
+	bare := filepath.Join(r.dir, "data", "git", r.repo+".git")
+	r.git(r.dir, "init", "-q", "--bare", "-b", "main", bare)
+	r.t.Cleanup(func() { _ = os.RemoveAll(bare) })
+	work := r.t.TempDir()
+	r.git(work, "init", "-q", "-b", "main")
 	for p, c := range files {
 		if err := os.MkdirAll(filepath.Join(work, filepath.Dir(p)), 0o755); err != nil {
 			r.t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/steps"
+	"sigs.k8s.io/yaml"
 )
 
 const realImage = "registry.example.com/shop/web:"
@@ -374,4 +375,66 @@ func buildPrflow(t *testing.T) string {
 		t.Fatal(prflowErr)
 	}
 	return prflowBin
+}
+
+// Issue 20 #6: examples/release-repo deploys on a real Argo CD as it is. The repo is the
+// example's files byte for byte; its appset.yaml is applied with only what its own comment
+// says to adapt (repoURL, and the destination: realenv has one cluster, so the configs'
+// dev-eu/staging-eu/prod-eu become it), in the AppProject "shop" it names. Then
+// examples/pipelines/promote.yaml runs with its agent, repo and cluster names pointed at
+// realenv, and the cluster runs the new tag in every environment.
+func TestRealExampleReleaseRepo(t *testing.T) {
+	files := map[string]string{}
+	root := "../../examples/release-repo"
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(root, p)
+		files[filepath.ToSlash(rel)] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set map[string]any
+	if err := yaml.Unmarshal([]byte(files["appset.yaml"]), &set); err != nil {
+		t.Fatalf("examples/release-repo/appset.yaml: %v", err)
+	}
+	r := realSetupOpts(t, realOpts{id: "web", files: files, appSet: func(r *realEnv) map[string]any {
+		if code, body := r.api("POST", "/api/v1/projects?upsert=true", map[string]any{"project": map[string]any{
+			"metadata": map[string]any{"name": "shop"},
+			"spec": map[string]any{"sourceRepos": []string{"*"},
+				"destinations": []any{map[string]any{"server": "*", "namespace": "*"}},
+				"clusterResourceWhitelist": []any{map[string]any{"group": "*", "kind": "*"}}}}}); code != 200 {
+			t.Fatalf("create AppProject shop: %d %s", code, body)
+		}
+		spec := set["spec"].(map[string]any)
+		spec["generators"].([]any)[0].(map[string]any)["git"].(map[string]any)["repoURL"] = r.url
+		tmpl := spec["template"].(map[string]any)["spec"].(map[string]any)
+		tmpl["source"].(map[string]any)["repoURL"] = r.url
+		tmpl["destination"] = map[string]any{"server": "https://kubernetes.default.svc", "namespace": "web-{{path.basename}}"}
+		return set
+	}})
+	envs := []string{"dev", "staging", "prod"}
+	r.waitApps(envs...)
+	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	src, err := os.ReadFile("../../examples/pipelines/promote.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := strings.NewReplacer("agent: sim", "agent: real", "repo: acme/release", "repo: "+r.repo,
+		"dev-eu", "in-cluster", "staging-eu", "in-cluster", "prod-eu", "in-cluster").Replace(string(src))
+	run := r.e.Wait(r.e.Start(pipe, map[string]any{"tag": "1.5.0"}).ID, 5*time.Minute)
+	stageTimes(t, "example-release-repo", run)
+	if run.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", run.Status, run.Error, describeRun(run))
+	}
+	for _, e := range envs {
+		r.deployed(e, "1.5.0")
+		if apps := appsOut(ctltest.Step(run, e, "sync")); len(apps) != 1 || apps[0]["name"] != "web-"+e || apps[0]["health"] != "Healthy" {
+			t.Errorf("%s sync outputs: %v", e, apps)
+		}
+	}
 }
