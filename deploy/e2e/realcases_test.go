@@ -406,7 +406,7 @@ func TestRealExampleReleaseRepo(t *testing.T) {
 		if code, body := r.api("POST", "/api/v1/projects?upsert=true", map[string]any{"project": map[string]any{
 			"metadata": map[string]any{"name": "shop"},
 			"spec": map[string]any{"sourceRepos": []string{"*"},
-				"destinations": []any{map[string]any{"server": "*", "namespace": "*"}},
+				"destinations":             []any{map[string]any{"server": "*", "namespace": "*"}},
 				"clusterResourceWhitelist": []any{map[string]any{"group": "*", "kind": "*"}}}}}); code != 200 {
 			t.Fatalf("create AppProject shop: %d %s", code, body)
 		}
