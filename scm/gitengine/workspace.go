@@ -149,6 +149,11 @@ func (w *Workspace) Fetch(ctx context.Context, depth int, refs ...string) error 
 		}
 		return w.wrap("fetch "+strings.Join(refs, " "), fmt.Errorf("%w: empty repository", scm.ErrNotFound))
 	}
+	if strings.Contains(err.Error(), "not our ref") {
+		// Over stateless HTTP a ref moved or was deleted between the advertisement and the
+		// request for its commit: like a ref that is gone, the caller should list again.
+		return w.wrap("fetch "+strings.Join(refs, " "), fmt.Errorf("%w: a ref moved during the fetch: %w", scm.ErrNotFound, err))
+	}
 	var nm git.NoMatchingRefSpecError
 	if errors.As(err, &nm) {
 		if allPatterns(refs) {

@@ -164,3 +164,58 @@ func TestConcurrentRecordWrites(t *testing.T) {
 	}
 	r.assertNoScratchLeft(t)
 }
+
+// TestGetPRWhileItsBranchIsDeleted: a reader polls an open PR while its head branch is deleted
+// and made again and again (a failed run's cleanup deletes the branch of a PR it closes). The
+// branch can go between the reader listing the refs and fetching them; the read must then look
+// again, never fail with "couldn't find remote ref" (seen under load in steps
+// TestFailedAndCancelledRunsLeaveNoDebris).
+func TestGetPRWhileItsBranchIsDeleted(t *testing.T) {
+	r := newRig(t)
+	r.branches(t, 1)
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pr, err := r.worker(t).OpenPR(c, repo, scm.NewPR{Title: "flip", Head: "feature-0", Base: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("git", "--git-dir", r.srv.Dir("acme", "release"), "rev-parse", "refs/heads/feature-0").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := strings.TrimSpace(string(out))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // delete and recreate the branch straight in the bare repo, every few ms
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			args := []string{"update-ref", "-d", "refs/heads/feature-0"}
+			if i%2 == 1 {
+				args = []string{"update-ref", "refs/heads/feature-0", head}
+			}
+			if out, err := exec.Command("git", append([]string{"--git-dir", r.srv.Dir("acme", "release")}, args...)...).CombinedOutput(); err != nil {
+				t.Errorf("%v: %v %s", args, err, out)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	reader := r.worker(t)
+	reads := 0
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); reads++ {
+		if _, err := reader.GetPR(c, repo, pr.Number); err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("read %d of PR #%d while its branch comes and goes: %v", reads+1, pr.Number, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d reads", reads)
+}

@@ -170,13 +170,24 @@ func (p *Provider) live(ctx context.Context, w *gitengine.Workspace, refs map[st
 	if rec.State != scm.PROpen {
 		return pr, nil
 	}
-	if headSHA == "" || refs["refs/heads/"+rec.Base] == "" {
-		pr.Mergeability = scm.MergeBlocked // a branch is gone: nothing can be merged
-		return pr, nil
-	}
-	tm, err := p.trialMerge(ctx, w, rec.Base, rec.Head)
-	if err != nil {
-		return nil, err
+	var tm trial
+	for attempt := 1; ; attempt++ {
+		if refs["refs/heads/"+rec.Head] == "" || refs["refs/heads/"+rec.Base] == "" {
+			pr.Mergeability = scm.MergeBlocked // a branch is gone: nothing can be merged
+			return pr, nil
+		}
+		var err error
+		if tm, err = p.trialMerge(ctx, w, rec.Base, rec.Head); err == nil {
+			break
+		}
+		if !errors.Is(err, scm.ErrNotFound) || attempt == 5 {
+			return nil, err
+		}
+		// A branch went away (or moved) between listing the refs and fetching it, e.g. a
+		// failed run's cleanup deleted it: look again rather than fail the read.
+		if refs, err = w.ListRemote(ctx); err != nil {
+			return nil, err
+		}
 	}
 	pr.HeadSHA = tm.head
 	switch {

@@ -26,7 +26,11 @@ type execLog struct {
 }
 
 func (e *execLog) step(hold time.Duration, worker string) steps.Definition {
-	return steps.Definition{Type: "Slow", New: func() steps.Step {
+	return e.stepOf("Slow", hold, worker)
+}
+
+func (e *execLog) stepOf(typ string, hold time.Duration, worker string) steps.Definition {
+	return steps.Definition{Type: typ, New: func() steps.Step {
 		return steps.StepFunc(func(ctx context.Context, sc *steps.Context) (steps.Result, error) {
 			e.mu.Lock()
 			e.running++
@@ -120,6 +124,7 @@ func newLeaseEnv(t *testing.T, ackWait, hold time.Duration) *leaseEnv {
 	for _, id := range []string{"w1", "w2"} {
 		reg := steps.NewRegistry()
 		reg.Register(e.ex.step(hold, id))
+		reg.Register(e.ex.stepOf(steps.TypeCleanup, hold, id))
 		w := &Worker{ID: id, Concurrency: 1, Registry: reg, Log: log, StreamResults: true,
 			Tuning: queue.ConsumerTuning{AckWait: ackWait, MaxDeliver: 5}, DrainTimeout: time.Second}
 		c := open(id)
@@ -152,7 +157,10 @@ func newLeaseEnv(t *testing.T, ackWait, hold time.Duration) *leaseEnv {
 
 // start publishes the job and returns the id of the worker that started it.
 func (e *leaseEnv) start() string {
-	job := &queue.Job{V: queue.Version, Run: "r1", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1}
+	return e.startJob(&queue.Job{V: queue.Version, Run: "r1", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1})
+}
+
+func (e *leaseEnv) startJob(job *queue.Job) string {
 	data, _ := json.Marshal(job)
 	if _, err := e.admin.JS.Publish(e.ctx, queue.JobSubject("default"), data, jetstream.WithMsgID(job.ID())); err != nil {
 		e.t.Fatal(err)
@@ -167,13 +175,15 @@ func (e *leaseEnv) start() string {
 }
 
 // result waits for the job's result in the events stream.
-func (e *leaseEnv) result(within time.Duration) queue.Event {
+func (e *leaseEnv) result(within time.Duration) queue.Event { return e.resultOf("r1", within) }
+
+func (e *leaseEnv) resultOf(run string, within time.Duration) queue.Event {
 	events, err := e.admin.JS.Stream(e.ctx, queue.StreamEvents)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	for deadline := time.Now().Add(within); ; {
-		got, err := events.GetLastMsgForSubject(e.ctx, queue.EventSubject("r1", queue.EvResult))
+		got, err := events.GetLastMsgForSubject(e.ctx, queue.EventSubject(run, queue.EvResult))
 		if err == nil {
 			var ev queue.Event
 			if err := json.Unmarshal(got.Data, &ev); err != nil || ev.Result == nil {
@@ -231,5 +241,29 @@ func TestDeadWorkersJobTakenOver(t *testing.T) {
 	}
 	if _, total, _ := e.ex.counts(); total != 2 {
 		t.Fatalf("job ran %d times; want 2 (the cut-off worker's and the takeover)", total)
+	}
+}
+
+// A run's cancel stops its running step jobs, but not its cleanup job: that job exists because
+// the run ended (failed or cancelled) and must close the PRs it opened. The cancel of a run
+// that is cancelled while its cleanup already runs used to kill the cleanup ("context
+// canceled"), leaving the PR and its branch behind (steps TestFailedAndCancelledRunsLeaveNoDebris
+// under load).
+func TestRunCancelSparesItsCleanupJob(t *testing.T) {
+	e := newLeaseEnv(t, 5*time.Second, 1500*time.Millisecond)
+	e.startJob(&queue.Job{V: queue.Version, Run: "r2", Pipeline: "p", Stage: "_cleanup", Step: "cleanup", Type: steps.TypeCleanup, Pool: "default", Attempt: 1})
+	if err := e.admin.NC.Publish(queue.CancelSubject, []byte("r2")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := e.resultOf("r2", 20*time.Second); ev.Result.Status != steps.Succeeded {
+		t.Fatalf("cleanup job after its run's cancel: %+v", ev.Result)
+	}
+	// A step job of a run is still stopped by the run's cancel.
+	e.startJob(&queue.Job{V: queue.Version, Run: "r3", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1})
+	if err := e.admin.NC.Publish(queue.CancelSubject, []byte("r3")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := e.resultOf("r3", 20*time.Second); ev.Result.Status != steps.Failed || ev.Result.Message != "cancelled" {
+		t.Fatalf("step job after its run's cancel: %+v", ev.Result)
 	}
 }

@@ -247,6 +247,10 @@ func connectorNames(svc any) []string {
 	return []string{}
 }
 
+// outlivesRun reports whether jobs of this step type run after their run ended, so the run's
+// cancel must not stop them.
+func outlivesRun(typ string) bool { return typ == steps.TypeCleanup }
+
 func (w *Worker) cancelRun(run string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -325,9 +329,13 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		defer c2()
 	}
 	defer cancel()
-	jc := &jobCtx{cancel: cancel}
-	w.track(job.Run, jc, true)
-	defer w.track(job.Run, jc, false)
+	// A run's cancel stops its step jobs; jobs that exist because the run ended (its cleanup)
+	// must outlive it: a cleanup killed by the cancel leaves the run's PRs open.
+	if !outlivesRun(job.Type) {
+		jc := &jobCtx{cancel: cancel}
+		w.track(job.Run, jc, true)
+		defer w.track(job.Run, jc, false)
+	}
 
 	pub := newPublishHandler(w.conn.JS, job.Run, job.Stage, job.Step)
 	// The run/stage/step attributes are formatted when the step first logs: most never do.
