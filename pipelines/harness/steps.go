@@ -320,8 +320,39 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		}
 		put(with, k, c.copyInputs(v, path+"."+k, hint))
 	}
+	if typ == "UpdateGitOpsApp" {
+		dropEmpty(with, "helm", "kustomize")
+	}
 	c.mapAgents(with)
 	return with, pool
+}
+
+// dropEmpty removes the empty lists and mappings the UI writes for fields left blank
+// (fileParameters: [], valueFiles: []) from the named mappings of with, and those mappings
+// when nothing is left: in Harness a blank field changes nothing, while a native empty list
+// (valueFiles: []) would clear the app's.
+func dropEmpty(with *yaml.Node, keys ...string) {
+	empty := func(n *yaml.Node) bool {
+		return n == nil || (n.Kind == yaml.SequenceNode || n.Kind == yaml.MappingNode) && len(n.Content) == 0
+	}
+	var kept []*yaml.Node
+	for i := 0; i+1 < len(with.Content); i += 2 {
+		k, v := with.Content[i], with.Content[i+1]
+		if contains(keys, k.Value) && v.Kind == yaml.MappingNode {
+			var inner []*yaml.Node
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				if !empty(v.Content[j+1]) {
+					inner = append(inner, v.Content[j], v.Content[j+1])
+				}
+			}
+			v.Content = inner
+			if len(inner) == 0 {
+				continue
+			}
+		}
+		kept = append(kept, k, v)
+	}
+	with.Content = kept
 }
 
 // copyInputs copies a nested spec value, turning <+input> leaves into native inputs (named
