@@ -420,8 +420,8 @@ func runUpdateGitOpsApp(ctx context.Context, sc *Context) (Result, error) {
 		"changed", rep.Changed, "sync", rep.App.Sync)
 	out := map[string]any{
 		"application":  linkedOutput(agentID, *rep.App),
-		"sourceBefore": toMap(rep.Before),
-		"sourceAfter":  toMap(rep.After),
+		"sourceBefore": toMap(rep.Before.Only(req.Patch)),
+		"sourceAfter":  toMap(rep.After.Only(req.Patch)),
 		"patch":        toMap(req.Patch),
 		"changed":      rep.Changed,
 		"rollback":     cfg.rollback,

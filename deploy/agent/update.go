@@ -719,3 +719,96 @@ func dispatchUpdate(ctx context.Context, h Handler, data []byte, fail func(error
 	rep.V = Version
 	return *rep
 }
+
+// Only is s reduced to what identifies it (index, name, repo, path, chart, target revision)
+// and the entries p touches: what a step reports and needs to undo p, without the app's other
+// Helm or Kustomize values (which may be sensitive) going into run state.
+func (s SourceSpec) Only(p SourcePatch) SourceSpec {
+	out := SourceSpec{Index: s.Index, Name: s.Name, RepoURL: s.RepoURL, Path: s.Path, Chart: s.Chart, TargetRevision: s.TargetRevision}
+	set := func(names ...[]string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range names {
+			for _, n := range l {
+				m[n] = true
+			}
+		}
+		return m
+	}
+	if h, sh := p.Helm, s.Helm; h != nil && sh != nil {
+		oh := &HelmSpec{}
+		var pn, fn []string
+		for _, x := range h.Parameters {
+			pn = append(pn, x.Name)
+		}
+		for _, x := range h.FileParameters {
+			fn = append(fn, x.Name)
+		}
+		params, files := set(pn, h.RemoveParameters), set(fn, h.RemoveFileParameters)
+		for _, x := range sh.Parameters {
+			if params[x.Name] {
+				oh.Parameters = append(oh.Parameters, x)
+			}
+		}
+		for _, x := range sh.FileParameters {
+			if files[x.Name] {
+				oh.FileParameters = append(oh.FileParameters, x)
+			}
+		}
+		if h.ValueFiles != nil {
+			oh.ValueFiles = append([]string(nil), sh.ValueFiles...)
+		}
+		out.Helm = oh
+	}
+	if k, sk := p.Kustomize, s.Kustomize; k != nil && sk != nil {
+		ok := &KustomizeSpec{}
+		var in, rn []string
+		for _, im := range k.Images {
+			in = append(in, ImageName(im))
+		}
+		for _, r := range k.Replicas {
+			rn = append(rn, r.Name)
+		}
+		images, reps := set(in, k.RemoveImages), set(rn, k.RemoveReplicas)
+		for _, im := range sk.Images {
+			if images[ImageName(im)] {
+				ok.Images = append(ok.Images, im)
+			}
+		}
+		for _, r := range sk.Replicas {
+			if reps[r.Name] {
+				ok.Replicas = append(ok.Replicas, r)
+			}
+		}
+		if k.Namespace != nil {
+			ok.Namespace = sk.Namespace
+		}
+		if k.NamePrefix != nil {
+			ok.NamePrefix = sk.NamePrefix
+		}
+		if k.NameSuffix != nil {
+			ok.NameSuffix = sk.NameSuffix
+		}
+		pick := func(m map[string]string, keys map[string]bool) map[string]string {
+			var o map[string]string
+			for key, v := range m {
+				if keys[key] {
+					if o == nil {
+						o = map[string]string{}
+					}
+					o[key] = v
+				}
+			}
+			return o
+		}
+		ok.CommonLabels = pick(sk.CommonLabels, set(sortedMapKeys(k.CommonLabels), k.RemoveCommonLabels))
+		ok.CommonAnnotations = pick(sk.CommonAnnotations, set(sortedMapKeys(k.CommonAnnotations), k.RemoveCommonAnnotations))
+		if k.ForceCommonLabels != nil {
+			ok.ForceCommonLabels = sk.ForceCommonLabels
+		}
+		if k.ForceCommonAnnotations != nil {
+			ok.ForceCommonAnnotations = sk.ForceCommonAnnotations
+		}
+		out.Kustomize = ok
+	}
+	return out.Normalized()
+}

@@ -236,3 +236,25 @@ func TestUpdateUnsupportedByHandler(t *testing.T) {
 		t.Fatalf("%+v", rep)
 	}
 }
+
+// Only keeps what the patch touches, and a revert computed from it restores the same values as
+// one computed from the whole source.
+func TestSourceSpecOnlyKeepsWhatThePatchTouches(t *testing.T) {
+	full := SourceSpec{Index: -1, RepoURL: "r", Path: "p", TargetRevision: "v1",
+		Helm:      &HelmSpec{Parameters: []HelmParameter{{Name: "image.tag", Value: "1"}, {Name: "db.password", Value: "hunter2"}}, ValueFiles: []string{"a.yaml"}},
+		Kustomize: &KustomizeSpec{Images: []string{"nginx:1", "redis:6"}, CommonLabels: map[string]string{"team": "pay", "secret": "x"}}}
+	p := SourcePatch{Helm: &HelmPatch{Parameters: []HelmParameter{{Name: "image.tag", Value: "2"}, {Name: "new", Value: "y"}}},
+		Kustomize: &KustomizePatch{Images: []string{"nginx:2"}, CommonLabels: map[string]string{"team": "web"}}}
+	got := full.Only(p)
+	b, _ := json.Marshal(got)
+	if strings.Contains(string(b), "hunter2") || strings.Contains(string(b), "redis") || strings.Contains(string(b), "secret") || strings.Contains(string(b), "a.yaml") {
+		t.Errorf("Only kept untouched values: %s", b)
+	}
+	if got.TargetRevision != "v1" || got.Helm.Parameters[0].Value != "1" || got.Kustomize.Images[0] != "nginx:1" || got.Kustomize.CommonLabels["team"] != "pay" {
+		t.Errorf("Only dropped touched values: %s", b)
+	}
+	after := p.Apply(full)
+	if a, b := p.Revert(got).Apply(after), p.Revert(full).Apply(after); !a.Equal(b) || !a.Equal(full) {
+		t.Errorf("revert from the reduced source differs:\n%+v\n%+v", a, b)
+	}
+}

@@ -386,9 +386,9 @@ func (c *Client) Patch(ctx context.Context, name, appNamespace string, ops []jso
 	var ae *agent.Error
 	if errors.As(err, &ae) && (strings.Contains(ae.Message, "testing value /metadata/resourceVersion failed") ||
 		strings.Contains(ae.Message, "Too many conflicts") || strings.Contains(ae.Message, ": HTTP 409")) {
-		c := *ae
-		c.Code = agent.CodeConflict
-		return nil, &c
+		conflict := *ae
+		conflict.Code = agent.CodeConflict
+		return nil, &conflict
 	}
 	if err != nil {
 		return nil, err

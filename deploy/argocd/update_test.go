@@ -18,6 +18,15 @@ import (
 
 func strp(s string) *string { return &s }
 
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // helmApp is app() with Helm settings the agent must keep: inline values, a parameter with
 // forceString, and a file parameter named like a parameter.
 func helmApp(name string) argocdtest.Application {
@@ -150,8 +159,9 @@ func TestUpdateAgainstArgoCD(t *testing.T) {
 				if !errors.Is(err, c.err) || !strings.Contains(err.Error(), c.msg) {
 					t.Fatalf("err = %v, want %v with %q", err, c.err, c.msg)
 				}
-				if after, _ := w.argo.App(c.req.App); fmt.Sprint(after.Spec) != fmt.Sprint(beforeApp.Spec) {
-					t.Errorf("a refused update changed the app:\n%+v\n%+v", beforeApp.Spec, after.Spec)
+				after, _ := w.argo.App(c.req.App)
+				if a, b := mustJSON(t, beforeApp.Spec), mustJSON(t, after.Spec); a != b {
+					t.Errorf("a refused update changed the app:\n%s\n%s", a, b)
 				}
 				return
 			}

@@ -14,8 +14,12 @@ import (
 // in prflow-locks, with the agent's user.
 type leasingUpdater struct{ leases *queue.Leases }
 
-func (leasingUpdater) Sync(context.Context, agent.SyncRequest) ([]agent.SyncResult, error) { return nil, nil }
-func (leasingUpdater) Apps(context.Context, agent.AppsQuery) ([]agent.AppStatus, error)    { return nil, nil }
+func (leasingUpdater) Sync(context.Context, agent.SyncRequest) ([]agent.SyncResult, error) {
+	return nil, nil
+}
+func (leasingUpdater) Apps(context.Context, agent.AppsQuery) ([]agent.AppStatus, error) {
+	return nil, nil
+}
 func (leasingUpdater) Get(context.Context, agent.GetRequest) (*agent.AppStatus, error) {
 	return nil, agent.Errorf(agent.CodeNotFound, "none")
 }

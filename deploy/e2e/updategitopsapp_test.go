@@ -54,7 +54,9 @@ func TestUpdateGitOpsAppThenSync(t *testing.T) {
 	if app["name"] != "web-dev" || app["agent"] != "eu" || app["agentIdentifier"] != "eu" || upd["changed"] != true {
 		t.Errorf("upd outputs %v", upd)
 	}
-	if b, a := fmt.Sprint(upd["sourceBefore"]), fmt.Sprint(upd["sourceAfter"]); !strings.Contains(b, "value:1.0") || !strings.Contains(a, "value:2.0") || !strings.Contains(a, "name:port") {
+	// The outputs hold what the step changed, not the app's other values (which may be secret).
+	if b, a := fmt.Sprint(upd["sourceBefore"]), fmt.Sprint(upd["sourceAfter"]); !strings.Contains(b, "value:1.0") || !strings.Contains(a, "value:2.0") ||
+		strings.Contains(a, "port") || strings.Contains(b, "replicas: 1") || !strings.Contains(a, "targetRevision:main") {
 		t.Errorf("sourceBefore %s\nsourceAfter %s", b, a)
 	}
 	if h := helmOf(t, s, "web-dev"); !strings.Contains(h, `{"name":"image.tag","value":"2.0"}`) || !strings.Contains(h, `"port"`) || !strings.Contains(h, `"values"`) {
