@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/argocdtest"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
 )
 
 // webHelm is web-dev of the stage's service and environment, deployed, with Helm settings.
@@ -146,5 +148,101 @@ func TestUpdateGitOpsAppRefusesAppsOutsideTheStage(t *testing.T) {
 	}
 	if a, _ := s.argo.App("web-prod"); a.Spec.Source.TargetRevision != "main" {
 		t.Errorf("web-prod changed: %q", a.Spec.Source.TargetRevision)
+	}
+}
+
+// One pipeline per case, each against the fake Argo CD through the real agent: what the step
+// writes into the app, or how it fails.
+func TestUpdateGitOpsAppCases(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.git.Commit(repoURL, "release-2", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy")})
+	labels := map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}
+	s.addApp(webHelm())
+	kust := app("api-dev", "apps/web", labels)
+	kust.Spec.Source.Kustomize = json.RawMessage(`{"images":["nginx=reg/nginx:1","redis:6"],"commonLabels":{"team":"pay"}}`)
+	s.addApp(kust)
+	s.waitRecord("web-dev")
+	s.waitRecord("api-dev")
+	source := func(name string) string {
+		a, _ := s.argo.App(name)
+		b, _ := json.Marshal(a.Spec.Source)
+		return string(b)
+	}
+	for _, c := range []struct {
+		name, with string
+		app        string
+		want       []string // in the app's source after the run
+		fail       string   // the step's error, when it must fail
+	}{
+		{name: "helm parameters merged by name", app: "web-dev",
+			with: `{applicationName: web-dev, helm: {parameters: [{name: image.tag, value: "3.0"}, {name: debug, value: "true"}]}}`,
+			want: []string{`{"name":"image.tag","value":"3.0"}`, `{"name":"port","value":"80"}`, `{"name":"debug","value":"true"}`, `"values":"replicas: 1\n"`}},
+		{name: "kustomize images merged by image name, labels by key", app: "api-dev",
+			with: `{applicationName: api-dev, kustomize: {images: ["nginx:1.25"], commonLabels: {env: dev}}}`,
+			want: []string{`"images":["nginx:1.25","redis:6"]`, `"commonLabels":{"env":"dev","team":"pay"}`}},
+		{name: "targetRevision", app: "web-dev", with: `{applicationName: web-dev, targetRevision: release-2}`,
+			want: []string{`"targetRevision":"release-2"`}},
+		{name: "a revision Argo CD cannot resolve", app: "web-dev", with: `{applicationName: web-dev, targetRevision: nope}`,
+			fail: "InvalidSpecError"},
+		{name: "unknown app", app: "ghost", with: `{applicationName: ghost, targetRevision: main}`,
+			fail: "application ghost not found on agent eu"},
+		{name: "Kustomize values on a Helm app", app: "web-dev", with: `{applicationName: web-dev, kustomize: {images: ["x:1"]}}`,
+			fail: "multiple application sources defined"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := source(c.app)
+			r := s.wait(s.start(pipeline("      - {id: upd, type: UpdateGitOpsApp, with: "+c.with+"}\n", false), nil).ID, 60*time.Second)
+			st := step(r, "dev", "upd")
+			if c.fail != "" {
+				if r.Status != pipelines.StFailed || !strings.Contains(st.Error, c.fail) {
+					t.Fatalf("%s %q, want a failure with %q", r.Status, st.Error, c.fail)
+				}
+				if after := source(c.app); after != before {
+					t.Errorf("a failed update changed the app:\n%s\n%s", before, after)
+				}
+				return
+			}
+			if r.Status != pipelines.StSucceeded {
+				t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+			}
+			got := source(c.app)
+			for _, w := range c.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("source lacks %s:\n%s", w, got)
+				}
+			}
+		})
+	}
+	// A typo'd field never starts a run.
+	_, err := s.ctl.Start(context.Background(), controller.StartRequest{File: "typo.yaml", Executor: "tester",
+		Source: []byte(pipeline("      - {id: upd, type: UpdateGitOpsApp, with: {applicationName: web-dev, helm: {paramters: [{name: a, value: b}]}}}\n", false))})
+	if err == nil || !strings.Contains(err.Error(), `unknown field "paramters"; did you mean "parameters"?`) {
+		t.Errorf("typo'd field: %v", err)
+	}
+}
+
+// Three runs update one app at the same time (slow Argo CD writes widen the window between
+// the agent's read and its write): every change is there at the end. (A change made outside
+// prflow between the read and the write is covered in deploy/argocd.)
+func TestUpdateGitOpsAppConcurrentRuns(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.addApp(webHelm())
+	s.waitRecord("web-dev")
+	s.argo.InjectFault(argocdtest.Fault{Method: "PATCH", Path: "/api/v1/applications/web-dev", Delay: 150 * time.Millisecond, Times: -1})
+	var ids []string
+	for _, p := range []string{"a", "b", "c"} {
+		ids = append(ids, s.start(pipeline("      - {id: upd, type: UpdateGitOpsApp, with: {applicationName: web-dev, helm: {parameters: [{name: "+p+", value: \""+p+"\"}]}}}\n", false), nil).ID)
+	}
+	for _, id := range ids {
+		if r := s.wait(id, 60*time.Second); r.Status != pipelines.StSucceeded {
+			t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+		}
+	}
+	a, _ := s.argo.App("web-dev")
+	h := string(a.Spec.Source.Helm)
+	for _, p := range []string{"a", "b", "c", "image.tag", "port"} {
+		if !strings.Contains(h, `"name":"`+p+`"`) {
+			t.Errorf("parameter %s lost: %s", p, h)
+		}
 	}
 }
