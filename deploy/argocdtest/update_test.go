@@ -67,6 +67,8 @@ func TestPatchApplication(t *testing.T) {
 	}
 	// Errors of the request itself.
 	wantError(t, patch("ghost", "json", `[]`), 403, codePermissionDenied, "permission denied")
+	r = call(t, s, "PATCH", "/api/v1/applications/ghost", ApplicationPatchRequest{Name: "ghost", Patch: `[]`, Project: "default"})
+	wantError(t, r, 404, codeNotFound, `applications.argoproj.io "ghost" not found`)
 	wantError(t, patch("demo", "strategic", `{}`), 400, codeInvalidArgument, "Patch type 'strategic' is not supported")
 	if r = patch("demo", "json", `{"op":"replace"}`); r.status != 500 || !strings.Contains(string(r.body), "error decoding json patch") {
 		t.Errorf("malformed JSON patch: %d %s", r.status, r.body)
