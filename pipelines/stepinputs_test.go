@@ -266,7 +266,7 @@ func TestUpdateGitOpsAppRefusedAtLoad(t *testing.T) {
 	upd := func(with string) string { return "      - {id: upd, type: UpdateGitOpsApp, with: " + with + "}\n" }
 	bad := []struct{ name, src, want string }{
 		{"typo'd helm field", stepSrc(upd("{applicationName: web, helm: {parameter: [{name: a, value: b}]}}")),
-			`p.yaml:9:`},
+			`p.yaml:10:`},
 		{"typo'd helm field names the input meant", stepSrc(upd("{applicationName: web, helm: {parameter: [{name: a, value: b}]}}")),
 			`"parameters"`},
 		{"typo'd top-level field", stepSrc(upd("{applicationName: web, targetRevison: v2}")), `"targetRevision"`},
