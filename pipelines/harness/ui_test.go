@@ -313,7 +313,7 @@ func TestUpdateGitOpsAppAndOtherUIShapes(t *testing.T) {
 	}
 	src = strings.Replace(fill(base, map[string]string{"STEPS": "- step:\n    identifier: d\n    type: GitOpsGetAppDetails\n    spec:\n      applicationsList:\n        - {applicationName: a, agentId: harnessdevagent}\n        - {applicationName: b, agentId: us}"}),
 		"service: {serviceRef: web}", "service: {serviceRef: web, serviceInputs: <+input>}", 1)
-	res, err := Convert("p.yaml", []byte(src), Options{Map: m})
+	res, err = Convert("p.yaml", []byte(src), Options{Map: m})
 	if err != nil {
 		t.Fatal(err)
 	}
