@@ -257,7 +257,7 @@ func TestUpdateGivesUpClearlyWhenTheAppKeepsChanging(t *testing.T) {
 	w := newWorld(t)
 	w.addApp(app("web", "apps/web", nil))
 	w.start("eu", "r1")
-	w.argo.InjectFault(argocdtest.Fault{Method: "PATCH", Path: "/api/v1/applications/web", Delay: 60 * time.Millisecond, Times: -1})
+	w.argo.InjectFault(argocdtest.Fault{Method: "PATCH", Path: "/api/v1/applications/web", Delay: 150 * time.Millisecond, Times: -1})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
