@@ -109,7 +109,7 @@ func TestUpdateGitOpsAppRollback(t *testing.T) {
 	if r.Status == pipelines.StSucceeded {
 		t.Fatalf("the run succeeded; check must fail")
 	}
-	rv := step(r, "dev", "revert")
+	rv := r.Find("dev").Step("revert", true)
 	if rv == nil || rv.Status != pipelines.StSucceeded || rv.Outputs["rollback"] != true || rv.Outputs["changed"] != true {
 		t.Fatalf("revert: %+v\n%s", rv, describeRun(r))
 	}
@@ -121,7 +121,7 @@ func TestUpdateGitOpsAppRollback(t *testing.T) {
 	if !strings.Contains(h, `{"name":"image.tag","value":"1.0"}`) || strings.Contains(h, "debug") || !strings.Contains(h, `"port"`) || !strings.Contains(h, `"values"`) {
 		t.Errorf("helm after rollback: %s", h)
 	}
-	if rs := step(r, "dev", "resync"); rs == nil || rs.Status != pipelines.StSucceeded || len(appsOut(rs)) != 1 {
+	if rs := r.Find("dev").Step("resync", true); rs == nil || rs.Status != pipelines.StSucceeded || len(appsOut(rs)) != 1 {
 		t.Errorf("resync: %+v", rs)
 	}
 	if reqs := s.syncRequests("web-dev"); len(reqs) != 2 {
