@@ -314,9 +314,10 @@ func (l *loader) checkLinkedApps(s *Stage, p *Pipeline, path string) {
 		fetched := false
 		if list.name == "rollbackSteps" {
 			for _, st := range s.Steps {
-				fetched = fetched || st.Type == "FetchLinkedApps"
+				fetched = fetched || st.Type == "FetchLinkedApps" || st.Type == "UpdateGitOpsApp"
 			}
 		}
+		var updatedBy string // the list's UpdateGitOpsApp step: at most one per list, as in Harness
 		for i, st := range list.steps {
 			in := st.With.Static()
 			given := func(keys ...string) bool {
@@ -333,6 +334,12 @@ func (l *loader) checkLinkedApps(s *Stage, p *Pipeline, path string) {
 					Msg: fmt.Sprintf("stage %q, step %q (%s): ", s.ID, st.ID, st.Type) + fmt.Sprintf(format, a...)})
 			}
 			switch st.Type {
+			case "UpdateGitOpsApp":
+				fetched = true // a GitOpsSync after it syncs the app it changed
+				if updatedBy != "" {
+					msgf("a stage's %s may hold one UpdateGitOpsApp (step %q is one already); update each app in a stage of its own", list.name, updatedBy)
+				}
+				updatedBy = st.ID
 			case "FetchLinkedApps":
 				fetched = true
 				if given("applicationSet", "selector", "labels") {
@@ -357,7 +364,7 @@ func (l *loader) checkLinkedApps(s *Stage, p *Pipeline, path string) {
 				}
 			case "GitOpsSync":
 				if !fetched && !given("applicationsList", "applicationRegex", "applicationLabels") {
-					msgf("no apps to sync: give applicationsList, applicationRegex or applicationLabels, or put a FetchLinkedApps step before it")
+					msgf("no apps to sync: give applicationsList, applicationRegex or applicationLabels, or put a FetchLinkedApps or UpdateGitOpsApp step before it")
 				}
 			}
 		}

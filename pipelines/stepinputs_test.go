@@ -186,7 +186,7 @@ func TestLinkedAppsNeedAServiceOrSelector(t *testing.T) {
 		{"env filter without environment", strings.Replace(stepSrc("      - {id: apps, type: FetchLinkedApps, with: {filterByServiceEnvCluster: true}}\n"), "    environment: prod\n", "", 1),
 			`(FetchLinkedApps): filterByServiceEnvCluster needs the stage's environment`},
 		{"sync without apps", noService("      - {id: u, type: Noop}\n      - {id: sync, type: GitOpsSync, with: {waitTillHealthy: true}}\n"),
-			`stages[0].steps[1]: stage "prod", step "sync" (GitOpsSync): no apps to sync: give applicationsList, applicationRegex or applicationLabels, or put a FetchLinkedApps step before it`},
+			`stages[0].steps[1]: stage "prod", step "sync" (GitOpsSync): no apps to sync: give applicationsList, applicationRegex or applicationLabels, or put a FetchLinkedApps or UpdateGitOpsApp step before it`},
 		{"sync before fetch", stepSrc("      - {id: sync, type: GitOpsSync}\n      - {id: apps, type: FetchLinkedApps}\n"), `step "sync" (GitOpsSync): no apps to sync`},
 	}
 	for _, c := range bad {
@@ -258,3 +258,45 @@ func BenchmarkLoadPromotion(b *testing.B) {
 }
 
 func examplesFile(name string) ([]byte, error) { return examples.FS.ReadFile(name) }
+
+// UpdateGitOpsApp's inputs are typed down to the Helm and Kustomize fields; a typo'd field, a
+// value of the wrong type, an empty change or a second UpdateGitOpsApp in one step list is
+// refused at load, naming the line and the field. A GitOpsSync after it needs no app list.
+func TestUpdateGitOpsAppRefusedAtLoad(t *testing.T) {
+	upd := func(with string) string { return "      - {id: upd, type: UpdateGitOpsApp, with: " + with + "}\n" }
+	bad := []struct{ name, src, want string }{
+		{"typo'd helm field", stepSrc(upd("{applicationName: web, helm: {parameter: [{name: a, value: b}]}}")),
+			`p.yaml:10:`},
+		{"typo'd helm field names the input meant", stepSrc(upd("{applicationName: web, helm: {parameter: [{name: a, value: b}]}}")),
+			`"parameters"`},
+		{"typo'd top-level field", stepSrc(upd("{applicationName: web, targetRevison: v2}")), `"targetRevision"`},
+		{"parameter without value", stepSrc(upd("{applicationName: web, helm: {parameters: [{name: a}]}}")), `helm.parameters[0].value`},
+		{"replica count not a number", stepSrc(upd("{applicationName: web, kustomize: {replicas: [{name: w, count: many}]}}")), `count`},
+		{"nothing to change", stepSrc(upd("{applicationName: web}")), "nothing to change"},
+		{"empty target revision", stepSrc(upd("{applicationName: web, targetRevision: \"\"}")), "targetRevision: empty"},
+		{"no app", stepSrc(upd("{targetRevision: v2}")), "applicationName: required"},
+		{"rollback with a change", stepSrc(upd("{rollback: true, targetRevision: v2}")), "give no targetRevision, helm or kustomize with it"},
+		{"duplicate helm parameter", stepSrc(upd("{applicationName: web, helm: {parameters: [{name: a, value: '1'}, {name: a, value: '2'}]}}")), `"a" given twice`},
+		{"two in one stage", stepSrc(upd("{applicationName: web, targetRevision: v2}") +
+			"      - {id: upd2, type: UpdateGitOpsApp, with: {applicationName: api, targetRevision: v2}}\n"),
+			`step "upd2" (UpdateGitOpsApp): a stage's steps may hold one UpdateGitOpsApp (step "upd" is one already)`},
+	}
+	for _, c := range bad {
+		_, err := Load("p.yaml", []byte(c.src), steps.Default)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v\nwant %s", c.name, err, c.want)
+		}
+	}
+	good := []string{
+		stepSrc(upd("{applicationName: web, agentId: a1, targetRevision: v2, helm: {parameters: [{name: image.tag, value: \"${{ inputs.t }}\"}], fileParameters: [{name: f, path: files/f}], valueFiles: [a.yaml]}}") +
+			"      - {id: sync, type: GitOpsSync}\n"),
+		stepSrc(upd("{applicationName: web, kustomize: {images: [\"nginx:1.25\"], replicas: [{name: w, count: 3}], namespace: shop, namePrefix: a-, nameSuffix: -b, commonLabels: {team: pay}, commonAnnotations: {a: b}, forceCommonLabels: true, forceCommonAnnotations: false}}")),
+		stepSrc(upd("{applicationName: web, helm: {parameters: \"${{ inputs.x }}\"}}")),
+		stepSrc(upd("{applicationName: web, targetRevision: v2}") + "    rollbackSteps:\n      - {id: revert, type: UpdateGitOpsApp, with: {rollback: true}}\n" + "      - {id: resync, type: GitOpsSync}\n"),
+	}
+	for i, src := range good {
+		if _, err := Load("p.yaml", []byte(src), steps.Default); err != nil {
+			t.Errorf("good[%d] refused: %v\n%s", i, err, src)
+		}
+	}
+}

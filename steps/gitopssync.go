@@ -46,7 +46,7 @@ func init() {
 		New:      func() Step { return StepFunc(runGitOpsSync) },
 		Validate: validateSync,
 		Inputs: []Input{
-			{Name: "applicationsList", Type: InputList, Doc: "the apps to sync (besides the stage's FetchLinkedApps output)",
+			{Name: "applicationsList", Type: InputList, Doc: "the apps to sync (besides the apps of the stage's FetchLinkedApps and UpdateGitOpsApp)",
 				Items: &Input{Type: InputObject, Fields: []Input{
 					{Name: "applicationName", Type: InputString, Doc: "the app (namespace/name for apps outside Argo CD's namespace)"},
 					{Name: "name", Type: InputString, Doc: "same as applicationName"},
@@ -596,6 +596,9 @@ func syncTargets(ctx context.Context, sc *Context, cfg *syncConfig, g GitOps) ([
 		}
 	}
 	for _, t := range linkedApps(sc) {
+		add(t)
+	}
+	for _, t := range updatedApps(sc) { // the stage's UpdateGitOpsApp (updategitopsapp.go)
 		add(t)
 	}
 	for _, t := range cfg.list {

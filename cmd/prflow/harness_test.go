@@ -199,3 +199,24 @@ func TestValidateHarnessUIPipeline(t *testing.T) {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
 }
+
+// `prflow validate` accepts the UI-saved Update GitOps App pipeline in strict mode, and
+// `prflow dev` runs it on the simulated agent: the app is updated and synced without the
+// release repo changing.
+func TestDevRunsHarnessUpdateGitOpsApp(t *testing.T) {
+	out, err := run(t, "validate", fixtures+"ui_update.yaml", "--harness-map", fixtures+"map.yaml")
+	if err != nil || !strings.Contains(out, "ok") || strings.Contains(out, "warning:") {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+	out, err = run(t, "dev", "--log-level", "warn", "--pipeline", fixtures+"ui_update.yaml", "--harness-map", fixtures+"dev_map.yaml",
+		"--agent-id", "eu", "--set", "tag=1.7.0")
+	if err != nil {
+		t.Fatalf("dev: %v\n%s", err, out)
+	}
+	for _, want := range []string{"step update_dev.updateApp (UpdateGitOpsApp): succeeded", "step update_dev.syncApp (GitOpsSync): succeeded",
+		"step update_dev.getAppDetails (GetAppDetails): succeeded", "1.7.0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dev output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -176,8 +176,10 @@ func dispatch(ctx context.Context, h Handler, kind string, data []byte, agentID 
 		}
 		rep.V = Version
 		return rep
+	case "update":
+		return dispatchUpdate(ctx, h, data, fail)
 	}
-	return map[string]any{"v": Version, "error": fail(Errorf(CodeInvalid, "unknown request kind %q (want sync, apps, get or refresh)", kind))}
+	return map[string]any{"v": Version, "error": fail(Errorf(CodeInvalid, "unknown request kind %q (want sync, apps, get, refresh or update)", kind))}
 }
 
 // Heartbeat registers reg in prflow-agents (kv) under RegistrationKey before it returns, then

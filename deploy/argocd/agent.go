@@ -76,6 +76,11 @@ type Agent struct {
 	pastWrites int64         // writes of earlier leaderships
 	connects   atomic.Int64  // watch stream connections
 	served     atomic.Int64  // requests handled
+
+	// updating serialises this replica's updates of one app (app ref → *sync.Mutex);
+	// updateLeases (prflow-locks) serialise them across replicas. Set by Run.
+	updating     sync.Map
+	updateLeases *queue.Leases
 }
 
 // New checks opts; it does not contact Argo CD or NATS.
@@ -160,6 +165,7 @@ func (a *Agent) Run(ctx context.Context, conn *queue.Conn) error {
 		return err
 	}
 	a.started = time.Now().UTC()
+	a.updateLeases = &queue.Leases{KV: b.Locks}
 	wait, err := agent.Serve(ctx, conn.NC, a.o.AgentID, a, agent.ServeOptions{Log: a.o.Log})
 	if err != nil {
 		return err

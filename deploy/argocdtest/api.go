@@ -61,7 +61,7 @@ func (s *Server) AddApp(app Application, opts ...AppOption) error {
 	st := s.insertApp(app)
 	if cfg.deployed {
 		now := s.now()
-		st.live = &liveState{revision: tg.revision, objects: tg.objects, files: tg.files}
+		st.live = &liveState{revision: tg.revision, objects: tg.objects, files: tg.files, overrides: tg.overrides}
 		op := Operation{Sync: &SyncOperation{Revision: tg.revision}, InitiatedBy: OperationInitiator{Username: "admin"}}
 		st.app.Status.OperationState = &OperationState{
 			Operation: op, Phase: PhaseSucceeded, Message: "successfully synced (all tasks run)",

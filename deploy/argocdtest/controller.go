@@ -42,6 +42,9 @@ type liveState struct {
 	revision string
 	objects  []object
 	files    map[string][]byte
+	// overrides are the source's Helm/Kustomize settings it was deployed with (see
+	// sourceOverrides).
+	overrides string
 }
 
 // opRun is a running operation's control channels.
@@ -150,10 +153,11 @@ func clone[T any](v T) T {
 // ---- comparison (what the repo-server and the controller's diff do) ----
 
 type target struct {
-	revision string
-	objects  []object
-	files    map[string][]byte
-	err      error // manifest generation failure, shown as ComparisonError
+	revision  string
+	objects   []object
+	files     map[string][]byte
+	overrides string // sourceOverrides of the source
+	err       error  // manifest generation failure, shown as ComparisonError
 }
 
 // revCache memoises revision resolution within one Reconcile pass.
@@ -209,7 +213,33 @@ func (s *Server) loadTarget(ctx context.Context, spec ApplicationSpec, revision 
 	if err != nil {
 		return target{revision: sha, files: files, err: err}
 	}
-	return target{revision: sha, objects: objs, files: files}
+	return target{revision: sha, objects: objs, files: files, overrides: sourceOverrides(src)}
+}
+
+// sourceOverrides is a canonical form of the source's Helm and Kustomize settings. The fake
+// renders plain directories only, so it cannot see what a changed Helm parameter or Kustomize
+// image would render; it counts any change of them as a change of every object, so an app
+// whose overrides were edited (UpdateGitOpsApp) is OutOfSync until synced, as on Argo CD.
+func sourceOverrides(src ApplicationSource) string {
+	canon := func(raw json.RawMessage) string {
+		if len(raw) == 0 {
+			return ""
+		}
+		var v any
+		if json.Unmarshal(raw, &v) != nil {
+			return string(raw)
+		}
+		if m, ok := v.(map[string]any); ok && len(m) == 0 {
+			return ""
+		}
+		b, _ := json.Marshal(v) // map keys sorted
+		return string(b)
+	}
+	h, k := canon(src.Helm), canon(src.Kustomize)
+	if h == "" && k == "" {
+		return ""
+	}
+	return "helm=" + h + " kustomize=" + k
 }
 
 func comparisonMessage(err error) string {
@@ -280,6 +310,12 @@ func (s *Server) applyComparison(st *appState, tg target) {
 		app.Status.Sync.Status = SyncStatusUnknown
 	} else {
 		resources, synced := diffResources(tg.objects, st.live)
+		if synced && st.live != nil && st.live.overrides != tg.overrides {
+			synced = false
+			for i := range resources {
+				resources[i].Status = SyncStatusOutOfSync
+			}
+		}
 		app.Status.Resources = resources
 		if synced {
 			app.Status.Sync.Status = SyncStatusSynced
@@ -802,7 +838,7 @@ func newLive(tg target, prev *liveState, prune bool, revision string) *liveState
 			}
 		}
 	}
-	return &liveState{revision: revision, objects: objs, files: tg.files}
+	return &liveState{revision: revision, objects: objs, files: tg.files, overrides: tg.overrides}
 }
 
 // resourceResults is syncResult.resources: per object what the sync did.

@@ -32,6 +32,13 @@
 //     (AppSetWebhookURL, X-Hub-Signature-256 with WithWebhookSecret) — and removes the
 //     annotation when done; the application controller's periodic pass
 //     (WithReconcileInterval) does not regenerate sets.
+//   - PATCH /api/v1/applications/{name} applies a JSON patch (default) or a
+//     merge patch to the app as stored, resourceVersion included, so a "test"
+//     of it fails ("error applying patch: testing value ... failed", HTTP 500)
+//     when the app changed since the caller read it; the result is validated
+//     like a created app (400 InvalidSpecError for a revision that does not
+//     resolve) and a changed target or Helm/Kustomize override makes the app
+//     OutOfSync at the controller's next pass; it never syncs.
 //
 // Tests drive it through its Go API: AddApp, AddApplicationSet, Reconcile,
 // ScriptSync and StartOperation (failures, slow health, wrong revisions,

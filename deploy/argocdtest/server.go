@@ -539,6 +539,7 @@ func (s *Server) routes() []route {
 		{"POST", []string{"api", "v1", "applications"}, s.handleCreateApp},
 		{"GET", []string{"api", "v1", "applications", "{}"}, s.handleGetApp},
 		{"DELETE", []string{"api", "v1", "applications", "{}"}, s.handleDeleteApp},
+		{"PATCH", []string{"api", "v1", "applications", "{}"}, s.handlePatchApp},
 		{"POST", []string{"api", "v1", "applications", "{}", "sync"}, s.handleSync},
 		{"DELETE", []string{"api", "v1", "applications", "{}", "operation"}, s.handleTerminate},
 		{"GET", []string{"api", "v1", "applicationsets"}, s.handleListAppSets},

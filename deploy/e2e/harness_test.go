@@ -37,7 +37,7 @@ func configMap(name, simulate string) string {
 // `commit` input (the real MergePR needs a forge; GitOpsSync only reads its output).
 func registry() *steps.Registry {
 	reg := steps.NewRegistry()
-	for _, t := range []string{"GitOpsSync", "FetchLinkedApps", "GetAppDetails", "StageGate", "Noop", "Wait"} {
+	for _, t := range []string{"GitOpsSync", "FetchLinkedApps", "GetAppDetails", "UpdateGitOpsApp", "StageGate", "Noop", "Wait"} {
 		d, ok := steps.Default.Lookup(t)
 		if !ok {
 			panic("step type " + t + " not registered")

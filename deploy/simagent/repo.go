@@ -152,3 +152,19 @@ func (r *releaseRepo) files(sha string, keep func(path string) bool) (map[string
 	}
 	return out, nil
 }
+
+// resolve turns a branch, tag or commit SHA into a commit of the repo.
+func (r *releaseRepo) resolve(rev string) (string, error) {
+	repo, err := r.open()
+	if err != nil {
+		return "", err
+	}
+	h, err := repo.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return "", err
+	}
+	if _, err := repo.CommitObject(*h); err != nil {
+		return "", err
+	}
+	return h.String(), nil
+}

@@ -62,6 +62,7 @@ type Agent struct {
 	ctx     context.Context
 	kick    chan struct{}
 	problem string
+	updMu   sync.Mutex // one Update at a time (update.go)
 }
 
 type simApp struct {
@@ -74,6 +75,16 @@ type simApp struct {
 	running     bool
 	epoch       int
 	lastAuto    string
+
+	// Set by Update (update.go): the source as changed, the commit a pinned targetRevision
+	// resolved to ("" follows the branch) with its config, and the Helm/Kustomize overrides
+	// deployed by the last sync (overrides).
+	src          *agent.SourceSpec
+	target       string
+	targetRaw    string
+	lastUpdate   *agent.LastUpdate
+	deployedOver string
+	opOver       string
 }
 
 // New checks the options and reads the release repo once (so a wrong path or a missing
@@ -241,7 +252,7 @@ func (a *Agent) refresh(ctx context.Context) {
 		a.compareLocked(app)
 		if !a.o.ManualSync && !app.running && app.st.Sync == agent.SyncOutOfSync && app.lastAuto != head {
 			app.lastAuto = head
-			a.startLocked(app, head, "", "", true)
+			a.startLocked(app, a.desiredRev(app), "", "", true)
 		}
 	}
 	for name := range a.apps {
@@ -273,17 +284,23 @@ func (a *Agent) compareLocked(app *simApp) {
 		}
 	}
 	st.Source = agent.Source{RepoURL: t.Spec.Source.RepoURL, Path: t.Spec.Source.Path, TargetRevision: t.Spec.Source.TargetRevision}
+	if app.src != nil {
+		st.Source.TargetRevision = app.src.TargetRevision
+	}
 	st.AutoSync = !a.o.ManualSync
 	st.URL = a.o.UIURL + "/applications/" + t.Metadata.Name
-	st.Revision = a.head
+	st.Revision = a.desiredRev(app)
 	cur := fmt.Sprint(app.gen.config)
+	if app.target != "" {
+		cur = app.targetRaw
+	}
 	switch {
 	case app.deployed == "":
 		st.Sync = agent.SyncOutOfSync
 		if st.Health == "" {
 			st.Health, st.HealthMessage = agent.HealthMissing, ""
 		}
-	case cur == app.deployedRaw:
+	case cur == app.deployedRaw && app.deployedOver == overrides(app.src):
 		st.Sync = agent.SyncSynced
 	default:
 		st.Sync = agent.SyncOutOfSync
@@ -325,6 +342,7 @@ func (a *Agent) startLocked(app *simApp, revision, run, step string, automated b
 		op.InitiatedBy = "prflow"
 	}
 	app.op = op
+	app.opOver = overrides(app.src)
 	app.st.Operation = cloneOp(op)
 	a.publishLocked(app)
 	name := app.st.Name
@@ -392,7 +410,7 @@ func (a *Agent) deploy(name string, epoch int, revision string) {
 		// A sync that applies what is already live changes no resource, so on Argo CD the
 		// health stays as it is; only a real change rolls out (Progressing first).
 		unchanged := app.deployed != "" && app.deployedRaw == raw && app.st.Health == final
-		app.deployed, app.deployedCfg, app.deployedRaw = revision, cfg, raw
+		app.deployed, app.deployedCfg, app.deployedRaw, app.deployedOver = revision, cfg, raw, app.opOver
 		app.st.SyncedRevision = revision
 		if !unchanged {
 			app.st.Health, app.st.HealthMessage, app.st.HealthSince = agent.HealthProgressing, "Waiting for rollout to finish", time.Now().UTC().Truncate(time.Second)
@@ -479,7 +497,7 @@ func (a *Agent) Sync(ctx context.Context, req agent.SyncRequest) ([]agent.SyncRe
 		default:
 			rev := req.Revision
 			if rev == "" {
-				rev = a.head
+				rev = a.desiredRev(app)
 			}
 			if req.DryRun {
 				res.Revision = rev

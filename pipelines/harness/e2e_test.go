@@ -345,3 +345,54 @@ func TestHarnessUIPipelineEndToEnd(t *testing.T) {
 		t.Errorf("sync outputs %s, want web-dev at %v", synced, merge)
 	}
 }
+
+// Update GitOps App as the Harness UI saves it runs in strict mode end to end on the simulated
+// agent: the app's source changes (the release repo does not), it turns OutOfSync, GitOps Sync
+// syncs it without an app list, and Get App Details reads it through the update's outcome.
+// With verify=yes a rejected approval rolls the stage back: the Rollback tab's Update GitOps
+// App puts the Helm parameter back and the app is synced again.
+func TestHarnessUpdateGitOpsAppEndToEnd(t *testing.T) {
+	files := map[string]string{"appset.yaml": webAppSetYAML, "envs/dev/config.json": `{"env": "dev", "cluster": "dev-eu"}`}
+	k := newKit(t, files)
+	k.simAgent(t)
+	r := k.e.Wait(k.start(t, "testdata/ui_update.yaml", map[string]any{"tag": "5.0.0"}), 90*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
+	}
+	upd := ctltest.Step(r, "update_dev", "updateApp").Outputs
+	if after := fmt.Sprint(upd["sourceAfter"]); !strings.Contains(after, "name:image.tag") || !strings.Contains(after, "value:5.0.0") ||
+		fmt.Sprint(upd["application"].(map[string]any)["agent"]) != "eu" {
+		t.Errorf("updateApp outputs %v", upd)
+	}
+	if synced := fmt.Sprint(ctltest.Step(r, "update_dev", "syncApp").Outputs["applications"]); !strings.Contains(synced, "web-dev") || !strings.Contains(synced, "Healthy") {
+		t.Errorf("syncApp outputs %s, want web-dev Healthy", synced)
+	}
+	if d := fmt.Sprint(ctltest.Step(r, "update_dev", "getAppDetails").Outputs["applications"]); !strings.Contains(d, "sync:Synced") || !strings.Contains(d, "name:web-dev") {
+		t.Errorf("getAppDetails outputs %s", d)
+	}
+	if st := ctltest.Step(r, "update_dev", "verify"); st.Status != pipelines.StSkipped {
+		t.Errorf("verify: %s, want skipped (verify=no)", st.Status)
+	}
+	if got := k.read(t, "envs/dev/config.json"); got != files["envs/dev/config.json"] {
+		t.Errorf("the release repo changed: %s", got)
+	}
+
+	run := k.start(t, "testdata/ui_update.yaml", map[string]any{"tag": "6.0.0", "verify": "yes"})
+	k.waitStep(t, run, "update_dev", "verify", pipelines.StWaiting)
+	k.approve(t, run, "update_dev", "verify", false)
+	r = k.e.Wait(run, 90*time.Second)
+	if r.Status == pipelines.StSucceeded {
+		t.Fatalf("run succeeded after a rejection")
+	}
+	rb := ctltest.Step(r, "update_dev", "revertApp")
+	if rb == nil || rb.Status != pipelines.StSucceeded || rb.Outputs["changed"] != true {
+		t.Fatalf("revertApp: %+v\n%s", rb, k.e.Logs.String())
+	}
+	// The second run found 5.0.0 (the first run's value) and put it back.
+	if after := fmt.Sprint(rb.Outputs["sourceAfter"]); !strings.Contains(after, "value:5.0.0") || strings.Contains(after, "6.0.0") {
+		t.Errorf("source after the rollback %s, want image.tag 5.0.0 again", after)
+	}
+	if rs := ctltest.Step(r, "update_dev", "syncReverted"); rs == nil || rs.Status != pipelines.StSucceeded {
+		t.Errorf("syncReverted: %+v", rs)
+	}
+}

@@ -113,13 +113,10 @@ func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*
 // Supported step types and their native names.
 var stepTypes = map[string]string{"GitOpsUpdateReleaseRepo": "UpdateReleaseRepo", "MergePR": "MergePR", "RevertPR": "RevertPR",
 	"GitOpsFetchLinkedApps": "FetchLinkedApps", "GitOpsSync": "GitOpsSync", "GitOpsGetAppDetails": "GetAppDetails",
-	"HarnessApproval": "Approval", "Wait": "Wait"}
+	"UpdateGitOpsApp": "UpdateGitOpsApp", "HarnessApproval": "Approval", "Wait": "Wait"}
 
-// refusedSteps are Harness step types prflow knows and cannot run, with why.
-var refusedSteps = map[string]string{
-	"UpdateGitOpsApp": "it changes a live Argo CD app's spec (target revision, Helm/Kustomize overrides), and prflow's agents only read and sync apps; " +
-		"put the change in the release repo with GitOpsUpdateReleaseRepo instead",
-}
+// refusedSteps are Harness step types prflow knows and cannot run, with why (none today).
+var refusedSteps = map[string]string{}
 
 func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string) *yaml.Node {
 	if !c.spend(1) {
@@ -135,7 +132,7 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 		case known:
 			c.unsupported(f["type"].v, path+".type", "step type %q: %s", typ, why)
 		default:
-			c.unsupported(f["type"].v, path+".type", "step type %q (supported: GitOpsUpdateReleaseRepo, MergePR, RevertPR, GitOpsFetchLinkedApps, GitOpsSync, GitOpsGetAppDetails, HarnessApproval, Wait)", typ)
+			c.unsupported(f["type"].v, path+".type", "step type %q (supported: GitOpsUpdateReleaseRepo, MergePR, RevertPR, GitOpsFetchLinkedApps, GitOpsSync, GitOpsGetAppDetails, UpdateGitOpsApp, HarnessApproval, Wait)", typ)
 		}
 		return nil
 	}
@@ -180,6 +177,7 @@ var specFields = map[string]struct{ copy, harmless []string }{
 	"GitOpsSync": {copy: []string{"applicationsList", "applicationRegex", "applicationLabels", "prune", "dryRun", "applyOnly", "forceApply",
 		"waitTillHealthy", "failOnTimeout", "degradedStateTimeout", "syncOptions", "retryStrategy"}, harmless: []string{"showResourceProgress"}},
 	"GitOpsGetAppDetails": {copy: []string{"hardRefresh", "applicationsList", "applicationRegex", "applicationName", "agentId"}},
+	"UpdateGitOpsApp":     {copy: []string{"agentId", "applicationName", "targetRevision", "helm", "kustomize"}},
 	"HarnessApproval":     {harmless: []string{"includePipelineExecutionHistory"}},
 	"Wait":                {copy: []string{"duration"}},
 }
@@ -196,6 +194,8 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		handled = append(handled, "variables")
 	case "GitOpsSync":
 		handled = append(handled, "retry")
+	case "UpdateGitOpsApp":
+		handled = append(handled, "sources")
 	}
 	spec = deref(spec)
 	if spec == nil {
@@ -249,6 +249,16 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 			if s.AppSelector != "" {
 				put(with, "selector", strNode(s.AppSelector))
 			}
+		}
+	case "UpdateGitOpsApp":
+		if s := f["sources"].v; s != nil && (s.Kind != yaml.SequenceNode || len(s.Content) > 0) {
+			c.unsupported(f["sources"].k, path+".sources", "sources (multi-source apps): give the source to change with the native step's `source:` (its name or index) instead")
+		}
+		// On the Rollback tab the step takes no configuration and reverts the app: that is the
+		// native step's rollback mode, which undoes what the stage's UpdateGitOpsApp changed.
+		if strings.Contains(path, ".rollbackSteps") && f["applicationName"].v == nil && f["targetRevision"].v == nil &&
+			f["helm"].v == nil && f["kustomize"].v == nil {
+			put(with, "rollback", boolNode(true))
 		}
 	case "GitOpsSync":
 		if r := f["retry"].v; r != nil && r.Value != "false" {
@@ -310,8 +320,39 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		}
 		put(with, k, c.copyInputs(v, path+"."+k, hint))
 	}
+	if typ == "UpdateGitOpsApp" {
+		dropEmpty(with, "helm", "kustomize")
+	}
 	c.mapAgents(with)
 	return with, pool
+}
+
+// dropEmpty removes the empty lists and mappings the UI writes for fields left blank
+// (fileParameters: [], valueFiles: []) from the named mappings of with, and those mappings
+// when nothing is left: in Harness a blank field changes nothing, while a native empty list
+// (valueFiles: []) would clear the app's.
+func dropEmpty(with *yaml.Node, keys ...string) {
+	empty := func(n *yaml.Node) bool {
+		return n == nil || (n.Kind == yaml.SequenceNode || n.Kind == yaml.MappingNode) && len(n.Content) == 0
+	}
+	var kept []*yaml.Node
+	for i := 0; i+1 < len(with.Content); i += 2 {
+		k, v := with.Content[i], with.Content[i+1]
+		if contains(keys, k.Value) && v.Kind == yaml.MappingNode {
+			var inner []*yaml.Node
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				if !empty(v.Content[j+1]) {
+					inner = append(inner, v.Content[j], v.Content[j+1])
+				}
+			}
+			v.Content = inner
+			if len(inner) == 0 {
+				continue
+			}
+		}
+		kept = append(kept, k, v)
+	}
+	with.Content = kept
 }
 
 // copyInputs copies a nested spec value, turning <+input> leaves into native inputs (named

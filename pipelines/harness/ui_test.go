@@ -285,21 +285,35 @@ func TestOneErrorPerProblem(t *testing.T) {
 	}
 }
 
-// UpdateGitOpsApp is documented by Harness but edits a live Argo CD app, which prflow's agents
-// cannot do: it is refused saying why and what to use instead. A whole `serviceInputs:
-// <+input>` (as templates write it) asks nothing prflow uses and is accepted; an agentId the
-// map does not know passes as a prflow agent id.
+// UpdateGitOpsApp converts: its agentId goes through the map's agents:, its Helm and Kustomize
+// fields are copied, a GitOps Sync after it needs no app list, and Harness's multi-source
+// `sources` is refused naming what to use instead. A whole `serviceInputs: <+input>` (as
+// templates write it) asks nothing prflow uses and is accepted; an agentId the map does not
+// know passes as a prflow agent id.
 func TestUpdateGitOpsAppAndOtherUIShapes(t *testing.T) {
 	m := testMap(t)
-	src := fill(base, map[string]string{"STEPS": "- step:\n    identifier: upd\n    type: UpdateGitOpsApp\n    spec: {agentId: harnessdevagent, applicationName: web-dev, targetRevision: v2}"})
-	_, err := Convert("p.yaml", []byte(src), Options{Map: m})
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("p.yaml:%d:", lineOf(t, src, "type: UpdateGitOpsApp"))) ||
-		!strings.Contains(err.Error(), "only read and sync apps") || !strings.Contains(err.Error(), "GitOpsUpdateReleaseRepo") {
-		t.Errorf("UpdateGitOpsApp: %v", err)
+	src := fill(base, map[string]string{"STEPS": "- step:\n    identifier: upd\n    type: UpdateGitOpsApp\n" +
+		"    spec: {agentId: harnessdevagent, applicationName: web-dev, targetRevision: v2, helm: {parameters: [{name: image.tag, value: \"2.0\"}], fileParameters: [], valueFiles: []}}\n" +
+		"- step:\n    identifier: sync\n    type: GitOpsSync\n    spec: {prune: false}"})
+	res, err := Convert("p.yaml", []byte(src), Options{Map: m})
+	if err != nil {
+		t.Fatalf("UpdateGitOpsApp: %v", err)
+	}
+	upd := res.Pipeline.Stages[0].Steps[1]
+	w := upd.With.Static()
+	if upd.Type != "UpdateGitOpsApp" || w["agentId"] != "eu" || w["applicationName"] != "web-dev" || w["targetRevision"] != "v2" ||
+		!strings.Contains(fmt.Sprint(w["helm"]), "name:image.tag") || strings.Contains(fmt.Sprint(w["helm"]), "valueFiles") {
+		t.Errorf("UpdateGitOpsApp converted to %s %v (blank UI lists must be dropped: a native valueFiles: [] clears the app's)", upd.Type, w)
+	}
+	src = fill(base, map[string]string{"STEPS": "- step:\n    identifier: upd\n    type: UpdateGitOpsApp\n" +
+		"    spec: {agentId: harnessdevagent, applicationName: web-dev, sources: [{targetRevision: v2}]}"})
+	if _, err := Convert("p.yaml", []byte(src), Options{Map: m}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("p.yaml:%d:", lineOf(t, src, "sources:"))) ||
+		!strings.Contains(err.Error(), "source:") {
+		t.Errorf("UpdateGitOpsApp sources: %v", err)
 	}
 	src = strings.Replace(fill(base, map[string]string{"STEPS": "- step:\n    identifier: d\n    type: GitOpsGetAppDetails\n    spec:\n      applicationsList:\n        - {applicationName: a, agentId: harnessdevagent}\n        - {applicationName: b, agentId: us}"}),
 		"service: {serviceRef: web}", "service: {serviceRef: web, serviceInputs: <+input>}", 1)
-	res, err := Convert("p.yaml", []byte(src), Options{Map: m})
+	res, err = Convert("p.yaml", []byte(src), Options{Map: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,5 +339,45 @@ func TestMapAgentsAndArtifactsErrors(t *testing.T) {
 	m, err := ParseMap("m.yaml", []byte("agents: {account.h1: eu}\nservices:\n  web: {artifacts: {primaryArtifactRef: img, tag: \"1.10\"}}\n"))
 	if err != nil || m.Agents["account.h1"] != "eu" || m.Services["web"].Artifacts["tag"] != "1.10" {
 		t.Errorf("map: %v %+v", err, m)
+	}
+}
+
+// The UI-saved Update GitOps App pipeline converts in strict mode with no warning: the update
+// keeps its Helm parameter (blank lists dropped), the sync takes its app from the update, the
+// Get App Details reads the app through the update's outcome, and the Rollback tab's step
+// without configuration becomes the native rollback mode.
+func TestUIUpdateGitOpsAppPipelineStrict(t *testing.T) {
+	src, err := os.ReadFile("testdata/ui_update.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Convert("ui_update.yaml", src, Options{Map: testMap(t), Inputs: map[string]any{"tag": "1.2.3"}})
+	if err != nil {
+		t.Fatalf("strict conversion: %v", err)
+	}
+	for _, w := range res.Warnings {
+		t.Errorf("unexpected warning: %v", w)
+	}
+	st := res.Pipeline.Stage("update_dev")
+	var ids []string
+	for _, s := range st.Steps {
+		ids = append(ids, s.ID+":"+s.Type)
+	}
+	for _, s := range st.Rollback {
+		ids = append(ids, "rollback "+s.ID+":"+s.Type)
+	}
+	if got := strings.Join(ids, " "); got != "updateApp:UpdateGitOpsApp syncApp:GitOpsSync getAppDetails:GetAppDetails verify:Approval rollback revertApp:UpdateGitOpsApp rollback syncReverted:GitOpsSync" {
+		t.Errorf("steps %s", got)
+	}
+	upd := st.Steps[0].With.Static()
+	if upd["agentId"] != "eu" || upd["applicationName"] != "web-dev" || !strings.HasPrefix(fmt.Sprint(upd["helm"]), "map[parameters:[map[name:image.tag value:") ||
+		!strings.Contains(fmt.Sprint(upd["helm"]), "pipeline.variables.tag") {
+		t.Errorf("updateApp with %v", upd)
+	}
+	if rb := st.Rollback[0].With.Static(); fmt.Sprint(rb) != "map[rollback:true]" {
+		t.Errorf("revertApp with %v, want rollback: true", rb)
+	}
+	if got := fmt.Sprint(st.Steps[2].With.Static()["applicationName"]); !strings.Contains(got, "steps.updateApp.outputs.application.name") {
+		t.Errorf("getAppDetails applicationName %s, want the update's outcome", got)
 	}
 }
