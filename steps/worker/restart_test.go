@@ -15,6 +15,7 @@ import (
 
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // execLog counts executions of the test's slow step: how many run at once, and in all.
@@ -152,7 +153,7 @@ func newLeaseEnv(t *testing.T, ackWait, hold time.Duration) *leaseEnv {
 
 // start publishes the job and returns the id of the worker that started it.
 func (e *leaseEnv) start() string {
-	job := &queue.Job{V: queue.Version, Run: "r1", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1}
+	job := &envelope.Job{V: envelope.Version, Run: "r1", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1}
 	data, _ := json.Marshal(job)
 	if _, err := e.admin.JS.Publish(e.ctx, queue.JobSubject("default"), data, jetstream.WithMsgID(job.ID())); err != nil {
 		e.t.Fatal(err)
@@ -167,7 +168,7 @@ func (e *leaseEnv) start() string {
 }
 
 // result waits for the job's result in the events stream.
-func (e *leaseEnv) result(within time.Duration) queue.Event {
+func (e *leaseEnv) result(within time.Duration) envelope.Event {
 	events, err := e.admin.JS.Stream(e.ctx, queue.StreamEvents)
 	if err != nil {
 		e.t.Fatal(err)
@@ -175,7 +176,7 @@ func (e *leaseEnv) result(within time.Duration) queue.Event {
 	for deadline := time.Now().Add(within); ; {
 		got, err := events.GetLastMsgForSubject(e.ctx, queue.EventSubject("r1", queue.EvResult))
 		if err == nil {
-			var ev queue.Event
+			var ev envelope.Event
 			if err := json.Unmarshal(got.Data, &ev); err != nil || ev.Result == nil {
 				e.t.Fatalf("result = %s (%v)", got.Data, err)
 			}
