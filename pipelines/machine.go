@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/envelope"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // DefaultPool is the worker pool of steps that name none.
