@@ -17,10 +17,7 @@ import (
 )
 
 // GitHub is a fake GitHub REST API (v3) served under /api/v3/, for go-github v62.
-type GitHub struct {
-	*Forge
-	mux *http.ServeMux
-}
+type GitHub struct{ *Forge }
 
 // NewGitHub starts a fake GitHub for the test; repos live on its own GitServer unless
 // WithGitServer is given. Point go-github at APIURL() (WithEnterpriseURLs).
@@ -31,13 +28,7 @@ func NewGitHub(t testing.TB, opts ...Option) *GitHub {
 
 // NewGitHubHandler builds a fake GitHub without a listener: mount it and call SetBaseURL.
 func NewGitHubHandler(gs *GitServer, opts ...Option) (*GitHub, error) {
-	f, err := newForge("github", gs, opts)
-	if err != nil {
-		return nil, err
-	}
-	g := &GitHub{Forge: f, mux: http.NewServeMux()}
-	f.mount(g, GitHubWebhookRequest)
-	return g, nil
+	return newFake("github", gs, opts, GitHubWebhookRequest, func(f *Forge) *GitHub { return &GitHub{Forge: f} })
 }
 
 // APIURL is the base URL for go-github: <url>/api/v3/.
@@ -1616,18 +1607,28 @@ func (g *GitHub) prRange(c *ghCall, pr *prState) (string, string, error) {
 	return mb, pr.HeadSHA, nil
 }
 
-func (g *GitHub) pullFiles(c *ghCall) {
+// pullRange finds the call's PR and its commits (merge base .. head), or answers 404 (doc
+// names GitHub's page) or 500 itself and reports false.
+func (g *GitHub) pullRange(c *ghCall, doc string) (from, to string, ok bool) {
 	c.rs.mu.Lock()
 	pr := g.pull(c)
 	if pr == nil {
 		c.rs.mu.Unlock()
-		ghError(c.w, 404, "Not Found", "pulls/pulls#list-pull-requests-files")
-		return
+		ghError(c.w, 404, "Not Found", doc)
+		return "", "", false
 	}
 	from, to, err := g.prRange(c, pr)
 	c.rs.mu.Unlock()
 	if err != nil {
 		ghError(c.w, 500, err.Error(), "")
+		return "", "", false
+	}
+	return from, to, true
+}
+
+func (g *GitHub) pullFiles(c *ghCall) {
+	from, to, ok := g.pullRange(c, "pulls/pulls#list-pull-requests-files")
+	if !ok {
 		return
 	}
 	files, err := c.rs.repo.diff(c.ctx, from, to, true)
@@ -1641,17 +1642,8 @@ func (g *GitHub) pullFiles(c *ghCall) {
 }
 
 func (g *GitHub) pullCommits(c *ghCall) {
-	c.rs.mu.Lock()
-	pr := g.pull(c)
-	if pr == nil {
-		c.rs.mu.Unlock()
-		ghError(c.w, 404, "Not Found", "pulls/pulls#list-commits-on-a-pull-request")
-		return
-	}
-	from, to, err := g.prRange(c, pr)
-	c.rs.mu.Unlock()
-	if err != nil {
-		ghError(c.w, 500, err.Error(), "")
+	from, to, ok := g.pullRange(c, "pulls/pulls#list-commits-on-a-pull-request")
+	if !ok {
 		return
 	}
 	shas, _ := c.rs.repo.revList(c.ctx, "--reverse", from+".."+to)
