@@ -90,3 +90,14 @@ func TestRedactErrorHidesSecretsAndKeepsTheCause(t *testing.T) {
 		t.Fatalf("empty secret: %q", got)
 	}
 }
+
+func TestBranchMovedError(t *testing.T) {
+	err := BranchMovedError("gitlab", "commit to b", "g/r", "b", "c2", "c1", false)
+	if !errors.Is(err, ErrConflict) || err.Error() != "gitlab: commit to b in g/r: conflict: branch b is at c2, not at the expected parent c1" {
+		t.Fatalf("parent: %v", err)
+	}
+	err = BranchMovedError("github", "commit to b", "o/r", "b", "c2", "c0", true)
+	if !errors.Is(err, ErrConflict) || !strings.HasSuffix(err.Error(), "branch b is at c2, not at c0 which was to be replaced") {
+		t.Fatalf("replace: %v", err)
+	}
+}
