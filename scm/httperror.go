@@ -53,6 +53,14 @@ func RetryAfter(h http.Header, resetHeader string) time.Duration {
 	return time.Minute
 }
 
+// Wrapped reports whether err already is a driver's *Error: a nested call (say Branch inside
+// CreateBranch) named its own call, so the caller returns it as it is rather than wrapping it
+// again.
+func Wrapped(err error) bool {
+	var se *Error
+	return errors.As(err, &se)
+}
+
 // Redacted stands in a driver's errors for a secret it removed.
 const Redacted = "[REDACTED]"
 

@@ -2,6 +2,7 @@ package scm
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"strconv"
@@ -99,5 +100,12 @@ func TestBranchMovedError(t *testing.T) {
 	err = BranchMovedError("github", "commit to b", "o/r", "b", "c2", "c0", true)
 	if !errors.Is(err, ErrConflict) || !strings.HasSuffix(err.Error(), "branch b is at c2, not at c0 which was to be replaced") {
 		t.Fatalf("replace: %v", err)
+	}
+}
+
+func TestWrapped(t *testing.T) {
+	inner := &Error{Provider: "github", Op: "get branch b", Err: ErrNotFound}
+	if !Wrapped(inner) || !Wrapped(fmt.Errorf("create branch: %w", inner)) || Wrapped(ErrNotFound) || Wrapped(nil) {
+		t.Fatal("Wrapped must see a driver's *Error, also wrapped, and nothing else")
 	}
 }

@@ -259,11 +259,7 @@ func (d *Driver) redact(err error) error { return scm.RedactError(err, d.bearer,
 
 // wrap turns a library, driver or transport error into an *scm.Error naming the call and repo.
 func (d *Driver) wrap(op string, repo scm.Repo, cl *call, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *scm.Error
-	if errors.As(err, &se) {
+	if err == nil || scm.Wrapped(err) {
 		return err
 	}
 	e := &scm.Error{Provider: Name, Op: op, Repo: repo}

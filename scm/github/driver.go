@@ -223,11 +223,7 @@ func (d *Driver) redact(err error) error { return scm.RedactError(err, d.secrets
 // with the sentinel that callers branch on (ErrNotFound, ErrUnauthorized, ErrConflict,
 // ErrRateLimited via *scm.RateLimitError).
 func (d *Driver) wrap(op string, repo scm.Repo, resp *gh.Response, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *scm.Error
-	if errors.As(err, &se) {
+	if err == nil || scm.Wrapped(err) {
 		return err
 	}
 	e := &scm.Error{Provider: Name, Op: op, Repo: repo}

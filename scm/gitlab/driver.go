@@ -161,11 +161,7 @@ func (d *Driver) redact(err error) error { return scm.RedactError(err, d.secrets
 
 // wrap turns a client-go or transport error into an *scm.Error naming the call and repo.
 func (d *Driver) wrap(op string, repo scm.Repo, resp *gl.Response, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *scm.Error
-	if errors.As(err, &se) {
+	if err == nil || scm.Wrapped(err) {
 		return err
 	}
 	e := &scm.Error{Provider: Name, Op: op, Repo: repo}
@@ -208,8 +204,7 @@ func statusError(resp *http.Response, msg string) error {
 
 // plainError wraps an error that did not come from client-go.
 func (d *Driver) plainError(op string, repo scm.Repo, err error) error {
-	var se *scm.Error
-	if errors.As(err, &se) {
+	if scm.Wrapped(err) {
 		return err
 	}
 	return &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}
