@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // CleanupSpec is a pipeline's `cleanup:` block: what happens to the side effects of a run that
@@ -38,7 +38,7 @@ func (l *loader) cleanup(f field) *CleanupSpec {
 // holds no forge token, so a worker does it (steps.TypeCleanup): it closes the PRs the run's
 // UpdateReleaseRepo and RevertPR steps opened that are still open, with a comment, deletes
 // their branches, and takes the run's merges out of their merge queues.
-func (m *Machine) CleanupJob(r *Run) *queue.Job {
+func (m *Machine) CleanupJob(r *Run) *envelope.Job {
 	if r.Status != StFailed && r.Status != StCancelled {
 		return nil
 	}
@@ -99,7 +99,7 @@ func (m *Machine) CleanupJob(r *Run) *queue.Job {
 	if r.Error != "" {
 		reason += ": " + r.Error
 	}
-	return &queue.Job{V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: CleanupStage, Step: cleanupStep,
+	return &envelope.Job{V: envelope.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: CleanupStage, Step: cleanupStep,
 		Type: steps.TypeCleanup, Pool: pool, Attempt: 1, Executor: r.Executor, Connectors: connectors,
 		Inputs: map[string]any{"prs": prs, "reason": reason, "keepFailedPRs": keep}}
 }

@@ -14,9 +14,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/prflow/prflow/pipelines/duration"
-	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/duration"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // FieldError is one problem in a pipeline file, with where it is.

@@ -6,9 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // DefaultPool is the worker pool of steps that name none.
@@ -33,7 +34,7 @@ type StageGate interface {
 
 // Apply records an event in the run. It reports whether the state changed; a duplicate or
 // stale event (a result for an attempt that is no longer current) changes nothing.
-func (m *Machine) Apply(r *Run, ev *queue.Event, now time.Time) bool {
+func (m *Machine) Apply(r *Run, ev *envelope.Event, now time.Time) bool {
 	if r.Status.Terminal() {
 		return false
 	}
@@ -368,7 +369,7 @@ func (m *Machine) applyFailure(sr *StageRun, action string, now time.Time) {
 
 // Advance moves the run as far as it can go now and returns the jobs to dispatch. Steps whose
 // inputs do not resolve fail here, with the field named, before any job is sent.
-func (m *Machine) Advance(r *Run, now time.Time) []*queue.Job {
+func (m *Machine) Advance(r *Run, now time.Time) []*envelope.Job {
 	if r.Status.Terminal() {
 		return nil
 	}
@@ -378,7 +379,7 @@ func (m *Machine) Advance(r *Run, now time.Time) []*queue.Job {
 	if r.PathsPending() {
 		return m.startPathCheck(r, now)
 	}
-	var jobs []*queue.Job
+	var jobs []*envelope.Job
 	for pass := 0; pass < 4*len(r.Stages)+4; pass++ {
 		progressed := false
 		for si, sr := range r.Stages {
@@ -524,7 +525,7 @@ func (m *Machine) notRun(list []*StepRun, why string, now time.Time) {
 }
 
 // advanceStage runs a stage's steps in order (or its rollback steps when rolling back).
-func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*queue.Job, bool) {
+func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*envelope.Job, bool) {
 	sr := r.Stages[si]
 	list, rollback := sr.Steps, false
 	if sr.RollingBack {
@@ -581,7 +582,7 @@ func (m *Machine) advanceStage(r *Run, si int, now time.Time) ([]*queue.Job, boo
 				st.Deadline = now.Add(sp.Timeout)
 			}
 			job.Deadline = st.Deadline
-			return []*queue.Job{job}, true
+			return []*envelope.Job{job}, true
 		}
 	}
 	// Every step is done.
@@ -660,7 +661,7 @@ func (m *Machine) finishRun(r *Run, now time.Time) {
 	r.Status = StSucceeded
 }
 
-func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env map[string]any, now time.Time) (*queue.Job, error) {
+func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env map[string]any, now time.Time) (*envelope.Job, error) {
 	def, _ := m.reg().Lookup(sp.Type)
 	perTarget := map[string]bool{}
 	if def != nil {
@@ -696,8 +697,8 @@ func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env 
 			pool = DefaultPool
 		}
 	}
-	j := &queue.Job{
-		V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: r.Stages[si].ID, Step: st.ID,
+	j := &envelope.Job{
+		V: envelope.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: r.Stages[si].ID, Step: st.ID,
 		Rollback: rollback, Type: sp.Type, Pool: pool, Wake: st.Wake, WakeReason: st.WakeReason,
 		Inputs: in, Memo: st.Memo, Signals: st.Signals, Executor: r.Executor,
 	}
@@ -848,11 +849,11 @@ func (m *Machine) envVariables(si int, env map[string]any) map[string]any {
 
 // Jobs returns the jobs of every queued step, for republishing after a controller restart
 // (the Nats-Msg-Id dedup makes the republish harmless if the first publish got through).
-func (m *Machine) Jobs(r *Run) []*queue.Job {
+func (m *Machine) Jobs(r *Run) []*envelope.Job {
 	if r.Status.Terminal() {
 		return nil
 	}
-	var out []*queue.Job
+	var out []*envelope.Job
 	if r.PathsPending() && r.Trigger.PathCheck != nil && r.Trigger.PathCheck.Status == StQueued {
 		out = append(out, m.pathCheckJob(r))
 	}
@@ -878,7 +879,7 @@ func (m *Machine) Jobs(r *Run) []*queue.Job {
 
 // startPathCheck dispatches the trigger's path check (once; Jobs re-sends it) while no stage
 // may start yet.
-func (m *Machine) startPathCheck(r *Run, now time.Time) []*queue.Job {
+func (m *Machine) startPathCheck(r *Run, now time.Time) []*envelope.Job {
 	tr := r.Trigger
 	if tr.PathCheck == nil {
 		tr.PathCheck = &StepRun{ID: PathCheckStep, Type: steps.TypeTriggerPaths, Status: StPending}
@@ -891,10 +892,10 @@ func (m *Machine) startPathCheck(r *Run, now time.Time) []*queue.Job {
 		st.Attempt = 1
 	}
 	st.Status, st.Queued = StQueued, now
-	return []*queue.Job{m.pathCheckJob(r)}
+	return []*envelope.Job{m.pathCheckJob(r)}
 }
 
-func (m *Machine) pathCheckJob(r *Run) *queue.Job {
+func (m *Machine) pathCheckJob(r *Run) *envelope.Job {
 	tr, st := r.Trigger, r.Trigger.PathCheck
 	pool := DefaultPool
 	if def, _ := m.reg().Lookup(steps.TypeTriggerPaths); def != nil && def.Pool != "" {
@@ -904,7 +905,7 @@ func (m *Machine) pathCheckJob(r *Run) *queue.Job {
 	for i, p := range tr.Paths {
 		paths[i] = p
 	}
-	j := &queue.Job{V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: PathCheckStage, Step: PathCheckStep,
+	j := &envelope.Job{V: envelope.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: PathCheckStage, Step: PathCheckStep,
 		Type: steps.TypeTriggerPaths, Pool: pool, Attempt: st.Attempt, Wake: st.Wake, Executor: r.Executor,
 		Inputs: map[string]any{"connector": tr.Connector, "repo": tr.Repo, "prNumber": tr.PR, "paths": paths}}
 	if tr.Connector != "" {
@@ -916,7 +917,7 @@ func (m *Machine) pathCheckJob(r *Run) *queue.Job {
 // takeResult checks that ev is the result st waits for (queued, same attempt and wake), so a
 // stale or repeated result changes nothing, and records who ran the step and when it started.
 // A dead letter or a missing result counts as a failure.
-func takeResult(st *StepRun, ev *queue.Event) (*steps.Result, bool) {
+func takeResult(st *StepRun, ev *envelope.Event) (*steps.Result, bool) {
 	if st.Status != StQueued || st.Attempt != ev.Attempt || st.Wake != ev.Wake {
 		return nil, false
 	}
@@ -933,7 +934,7 @@ func takeResult(st *StepRun, ev *queue.Event) (*steps.Result, bool) {
 
 // applyPathCheck records the path check's result: a match lets Advance start the stages, no
 // match ends the run skipped, a failure fails it. Stale or duplicate results change nothing.
-func (m *Machine) applyPathCheck(r *Run, ev *queue.Event, now time.Time) bool {
+func (m *Machine) applyPathCheck(r *Run, ev *envelope.Event, now time.Time) bool {
 	tr := r.Trigger
 	if ev.Step != PathCheckStep || ev.Rollback || tr == nil || tr.PathCheck == nil {
 		return false

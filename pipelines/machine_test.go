@@ -8,6 +8,7 @@ import (
 
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 var testNow = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -22,8 +23,8 @@ func mustLoad(t *testing.T, src string) *Machine {
 }
 
 // result feeds the machine a worker result for the job.
-func result(m *Machine, r *Run, j *queue.Job, res steps.Result, now time.Time) []*queue.Job {
-	m.Apply(r, &queue.Event{Kind: queue.EvResult, Run: r.ID, Stage: j.Stage, Step: j.Step, Rollback: j.Rollback,
+func result(m *Machine, r *Run, j *envelope.Job, res steps.Result, now time.Time) []*envelope.Job {
+	m.Apply(r, &envelope.Event{Kind: queue.EvResult, Run: r.ID, Stage: j.Stage, Step: j.Step, Rollback: j.Rollback,
 		Attempt: j.Attempt, Wake: j.Wake, Result: &res}, now)
 	return m.Advance(r, now)
 }
@@ -65,10 +66,10 @@ func TestMachineWaitWakeDeadline(t *testing.T) {
 		t.Fatalf("next due %v, want the poll fallback", due)
 	}
 	// A stale wake (wrong wake number) is ignored; the right one requeues with the memo.
-	if m.Apply(r, &queue.Event{Kind: queue.EvWake, Stage: "s", Step: "w", Wake: 7}, testNow) {
+	if m.Apply(r, &envelope.Event{Kind: queue.EvWake, Stage: "s", Step: "w", Wake: 7}, testNow) {
 		t.Fatal("stale wake applied")
 	}
-	m.Apply(r, &queue.Event{Kind: queue.EvWake, Stage: "s", Step: "w", Wake: 0, Reason: "key a.b changed"}, testNow)
+	m.Apply(r, &envelope.Event{Kind: queue.EvWake, Stage: "s", Step: "w", Wake: 0, Reason: "key a.b changed"}, testNow)
 	jobs := m.Advance(r, testNow)
 	if len(jobs) != 1 || jobs[0].Wake != 1 || jobs[0].WakeReason != "key a.b changed" || string(jobs[0].Memo) != `{"n":1}` {
 		t.Fatalf("wake job: %+v", jobs)
@@ -170,7 +171,7 @@ func TestMachineStageTimeoutAndCancel(t *testing.T) {
 	}
 	r2, _ := NewRun(m.P, "r2", nil, "me", testNow)
 	m.Advance(r2, testNow)
-	m.Apply(r2, &queue.Event{Kind: queue.EvCancel, User: "bob"}, testNow)
+	m.Apply(r2, &envelope.Event{Kind: queue.EvCancel, User: "bob"}, testNow)
 	if jobs := m.Advance(r2, testNow); len(jobs) != 0 || r2.Status != StCancelled || r2.Error != "cancelled by bob" {
 		t.Fatalf("cancel: %s %q %v", r2.Status, r2.Error, jobs)
 	}

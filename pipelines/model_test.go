@@ -10,6 +10,7 @@ import (
 
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // The model test drives the state machine through random pipelines (DAGs of stages and steps
@@ -154,7 +155,7 @@ func runModel(rng *rand.Rand, m *Machine, model []modelStage) string {
 		}
 		now = now.Add(time.Second)
 		if event == cancelAt {
-			m.Apply(r, &queue.Event{Kind: queue.EvCancel, User: "model"}, now)
+			m.Apply(r, &envelope.Event{Kind: queue.EvCancel, User: "model"}, now)
 			pending = live(r, append(pending, m.Advance(r, now)...))
 			continue
 		}
@@ -192,7 +193,7 @@ func runModel(rng *rand.Rand, m *Machine, model []modelStage) string {
 			pending = live(r, append(pending, j)) // a job the timeout ended is dropped: its result would be stale
 			continue
 		}
-		m.Apply(r, &queue.Event{Kind: queue.EvResult, Run: r.ID, Stage: j.Stage, Step: j.Step, Rollback: j.Rollback,
+		m.Apply(r, &envelope.Event{Kind: queue.EvResult, Run: r.ID, Stage: j.Stage, Step: j.Step, Rollback: j.Rollback,
 			Attempt: j.Attempt, Wake: j.Wake, Result: &res}, now)
 		pending = append(pending, m.Advance(r, now)...)
 		pending = live(r, pending)
@@ -200,7 +201,7 @@ func runModel(rng *rand.Rand, m *Machine, model []modelStage) string {
 }
 
 // live drops jobs whose step no longer waits for them (a stale result would be ignored).
-func live(r *Run, jobs []*queue.Job) []*queue.Job {
+func live(r *Run, jobs []*envelope.Job) []*envelope.Job {
 	out := jobs[:0]
 	for _, j := range jobs {
 		sr := r.Find(j.Stage)
@@ -218,7 +219,7 @@ func live(r *Run, jobs []*queue.Job) []*queue.Job {
 // checkDispatch: a job goes out only when everything its stage follows succeeded (or was
 // skipped by its own when), unless the stage's when asks for failure()/always(); and within
 // a stage only when no earlier step failed, unless the step's when asks for it.
-func checkDispatch(m *Machine, r *Run, j *queue.Job, model []modelStage, byID map[string]int) string {
+func checkDispatch(m *Machine, r *Run, j *envelope.Job, model []modelStage, byID map[string]int) string {
 	si := byID[j.Stage]
 	sp := m.P.Stages[si]
 	afterFailure := sp.When != nil && sp.When.RunsAfterFailure()

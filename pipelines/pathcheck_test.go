@@ -8,6 +8,7 @@ import (
 
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 const pathCheckPipeline = "name: x\nstages:\n  - id: build\n    steps:\n      - {id: a, type: Noop}\n  - id: deploy\n    steps:\n      - {id: b, type: Noop}\n"
@@ -85,10 +86,10 @@ func TestPathCheckMatchStartsStagesDuplicateAppliedOnce(t *testing.T) {
 	}
 	before, _ := json.Marshal(r)
 	dup := steps.Done(map[string]any{"matched": false})
-	if m.Apply(r, &queue.Event{Kind: queue.EvResult, Run: r.ID, Stage: check.Stage, Step: check.Step, Attempt: 1, Result: &dup}, testNow.Add(time.Second)) {
+	if m.Apply(r, &envelope.Event{Kind: queue.EvResult, Run: r.ID, Stage: check.Stage, Step: check.Step, Attempt: 1, Result: &dup}, testNow.Add(time.Second)) {
 		t.Fatal("duplicate check result applied")
 	}
-	if m.Apply(r, &queue.Event{Kind: queue.EvDead, Run: r.ID, Stage: check.Stage, Step: check.Step, Attempt: 1, Reason: "lost"}, testNow.Add(time.Second)) {
+	if m.Apply(r, &envelope.Event{Kind: queue.EvDead, Run: r.ID, Stage: check.Stage, Step: check.Step, Attempt: 1, Reason: "lost"}, testNow.Add(time.Second)) {
 		t.Fatal("dead letter of an applied check applied")
 	}
 	if again := m.Advance(r, testNow.Add(time.Second)); len(again) != 0 {
@@ -111,7 +112,7 @@ func TestPathCheckNoMatchSkipsRun(t *testing.T) {
 	m, r := pathCheckRun(t)
 	check := m.Advance(r, testNow)[0]
 	stale := steps.Done(map[string]any{"matched": true})
-	if m.Apply(r, &queue.Event{Kind: queue.EvResult, Stage: check.Stage, Step: check.Step, Attempt: 2, Result: &stale}, testNow) {
+	if m.Apply(r, &envelope.Event{Kind: queue.EvResult, Stage: check.Stage, Step: check.Step, Attempt: 2, Result: &stale}, testNow) {
 		t.Fatal("result of another attempt applied")
 	}
 	if jobs := result(m, r, check, steps.Done(map[string]any{"matched": false, "files": []any{}, "changed": 2}), testNow); len(jobs) != 0 {
@@ -141,7 +142,7 @@ func TestPathCheckRedeliveredStartResendsCheck(t *testing.T) {
 	if err := json.Unmarshal(data, &reloaded); err != nil {
 		t.Fatal(err)
 	}
-	if m.Apply(&reloaded, &queue.Event{Kind: queue.EvStart, Run: r.ID}, testNow.Add(time.Second)) {
+	if m.Apply(&reloaded, &envelope.Event{Kind: queue.EvStart, Run: r.ID}, testNow.Add(time.Second)) {
 		t.Fatal("start changed the run")
 	}
 	if jobs := m.Advance(&reloaded, testNow.Add(time.Second)); len(jobs) != 0 {
@@ -170,7 +171,7 @@ func TestPathCheckFailureFailsRun(t *testing.T) {
 
 	m, r = pathCheckRun(t)
 	check = m.Advance(r, testNow)[0]
-	m.Apply(r, &queue.Event{Kind: queue.EvDead, Stage: check.Stage, Step: check.Step, Attempt: check.Attempt, Reason: "job delivered 5 times"}, testNow)
+	m.Apply(r, &envelope.Event{Kind: queue.EvDead, Stage: check.Stage, Step: check.Step, Attempt: check.Attempt, Reason: "job delivered 5 times"}, testNow)
 	if r.Status != StFailed || !strings.Contains(r.Error, "job delivered 5 times") {
 		t.Fatalf("dead letter: run %s %q", r.Status, r.Error)
 	}
@@ -196,7 +197,7 @@ func TestPathCheckRunJSONBackwardCompatible(t *testing.T) {
 func TestPathCheckCancelled(t *testing.T) {
 	m, r := pathCheckRun(t)
 	check := m.Advance(r, testNow)[0]
-	m.Apply(r, &queue.Event{Kind: queue.EvCancel, User: "bob"}, testNow)
+	m.Apply(r, &envelope.Event{Kind: queue.EvCancel, User: "bob"}, testNow)
 	if r.Status != StCancelled || r.Trigger.PathCheck.Status != StCancelled {
 		t.Fatalf("run %s, check %s", r.Status, r.Trigger.PathCheck.Status)
 	}

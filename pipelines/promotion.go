@@ -7,7 +7,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // A pipeline's `promotion:` section promotes values through the environments of an Argo CD

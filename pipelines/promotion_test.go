@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 const promoHead = `name: promote-web
@@ -281,7 +281,7 @@ func TestPromotionRollbackSkipsWhenNothingWasMerged(t *testing.T) {
 	}
 }
 
-func jobNames(jobs []*queue.Job) []string {
+func jobNames(jobs []*envelope.Job) []string {
 	var out []string
 	for _, j := range jobs {
 		out = append(out, j.Stage+"."+j.Step)

@@ -6,7 +6,7 @@ package pipelines
 import (
 	"time"
 
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // Pipeline is a loaded, validated pipeline. Its expressions are compiled once, at load.

@@ -8,10 +8,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/prflow/prflow/pipelines/duration"
-	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/duration"
 	"github.com/prflow/prflow/steps/fileedit"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // checkWith checks a step's `with:` mapping w (nil when absent) against the inputs its type

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/prflow/prflow/examples"
-	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // stepSrc is a pipeline with one environment, a service and one stage running steps (YAML
@@ -148,7 +148,7 @@ func TestStringValuesKeepTheirText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var j queue.Job
+	var j envelope.Job
 	if err := json.Unmarshal(data, &j); err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/prflow/prflow/pipelines/glob"
-	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/steps/glob"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // Trigger starts a run of its pipeline when a forge webhook matches it:

@@ -16,7 +16,7 @@ func TestJobSubjects(t *testing.T) {
 		{"gpu", []string{"gh.acme", "other"}, "prflow.jobs.gpu.c.gh_2eacme"},
 		{"p", []string{"a_b c>*"}, "prflow.jobs.p.c.a_5fb_20c_3e_2a"},
 	} {
-		got := JobSubjectOf(&Job{Pool: tc.pool, Connectors: tc.connectors})
+		got := JobSubjectOf(tc.pool, tc.connectors)
 		if got != tc.subject {
 			t.Errorf("%s %v: subject %q, want %q", tc.pool, tc.connectors, got, tc.subject)
 		}

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -57,22 +56,4 @@ func JobToken(key []byte, jobID string) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(jobID))
 	return hex.EncodeToString(m.Sum(nil)[:16])
-}
-
-// JobID is the id of the job a result event answers (Job.ID of that job).
-func (e *Event) JobID() string {
-	rb := ""
-	if e.Rollback {
-		rb = "rb."
-	}
-	return e.Run + "/" + e.Stage + "/" + rb + e.Step + "/" + strconv.Itoa(e.Attempt) + "/" + strconv.Itoa(e.Wake)
-}
-
-// CheckToken reports (ErrBadToken) a result event whose token is not its job's.
-func CheckToken(key []byte, e *Event) error {
-	want := JobToken(key, e.JobID())
-	if !hmac.Equal([]byte(want), []byte(e.Token)) {
-		return fmt.Errorf("%w %s", ErrBadToken, e.JobID())
-	}
-	return nil
 }

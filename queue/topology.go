@@ -46,13 +46,13 @@ func ConnectorJobSubject(pool, connector string) string {
 	return "prflow.jobs." + pool + ".c." + Token(connector)
 }
 
-// JobSubjectOf is where job j goes: routed by the first connector it names (a step names one;
-// the worker resolves any other itself), else to its pool.
-func JobSubjectOf(j *Job) string {
-	if len(j.Connectors) > 0 && j.Connectors[0] != "" {
-		return ConnectorJobSubject(j.Pool, j.Connectors[0])
+// JobSubjectOf is where a job of pool that names connectors goes: routed by the first
+// connector (a step names one; the worker resolves any other itself), else to its pool.
+func JobSubjectOf(pool string, connectors []string) string {
+	if len(connectors) > 0 && connectors[0] != "" {
+		return ConnectorJobSubject(pool, connectors[0])
 	}
-	return JobSubject(j.Pool)
+	return JobSubject(pool)
 }
 
 // ParseJobSubject splits a job subject into its pool and connector token ("" for none).
@@ -108,6 +108,17 @@ func Untoken(t string) string {
 	}
 	return b.String()
 }
+
+// Event kinds on prflow.events.<run>.<kind>.
+const (
+	EvStart  = "start"  // advance a run (Start no longer sends it; still applied if found)
+	EvResult = "result" // a step finished, failed or parked
+	EvWake   = "wake"   // wake a parked step
+	EvSignal = "signal" // approval or forge event for a step
+	EvCancel = "cancel"
+	EvTick   = "tick" // timers due: retries, stage timeouts, poll fallbacks, deadlines
+	EvDead   = "dead" // a job exhausted its deliveries
+)
 
 // EventSubject is the subject of one kind of event for a run.
 func EventSubject(run, kind string) string { return "prflow.events." + run + "." + kind }

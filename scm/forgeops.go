@@ -33,3 +33,13 @@ func ExistingBranchError(provider, op string, repo Repo, status int, name, sha s
 	return &Error{Provider: provider, Op: op, Repo: repo, Status: status,
 		Err: &ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s", name, cur.SHA)}}
 }
+
+// BranchMovedError is a Commit's conflict when branch is at `at`, not where the commit expects
+// it: at want, the head to be replaced when replacing (CommitInput.Replace), else the parent.
+func BranchMovedError(provider, op string, repo Repo, branch, at, want string, replacing bool) error {
+	msg := fmt.Sprintf("branch %s is at %s, not at the expected parent %s", branch, at, want)
+	if replacing {
+		msg = fmt.Sprintf("branch %s is at %s, not at %s which was to be replaced", branch, at, want)
+	}
+	return &Error{Provider: provider, Op: op, Repo: repo, Err: &ConflictError{Msg: msg}}
+}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // FetchLinkedApps lists the GitOps apps of the stage's service, environment and clusters: by

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // GetAppDetails (Harness: GitOpsGetAppDetails) reads the details and status of GitOps apps

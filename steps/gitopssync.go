@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/duration"
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/duration"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // ServiceGitOps names the agent client in Services (an *agent.Client on workers).

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // Helpers that read typed step inputs and name the field when the type is wrong. `static`

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps/fileedit"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // MergePR merges the PR of this stage's latest UpdateReleaseRepo or RevertPR (or a given

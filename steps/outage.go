@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // The GitOps gates (GitOpsSync, FetchLinkedApps, StageGate) never decide on a stale view: while

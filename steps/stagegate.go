@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/duration"
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/duration"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // StageGate ends a stage only when a condition over its apps' live status holds, and keeps

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/prflow/prflow/pipelines/glob"
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/steps/glob"
 )
 
 // TypeTriggerPaths checks a pull request's changed files against a pullRequest trigger's

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // UpdateGitOpsApp (Harness's step of the same name) changes one Argo CD app's source through

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prflow/prflow/pipelines/template"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps/fileedit"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // UpdateReleaseRepo sets values in the release repo's config files for every target cluster

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prflow/prflow/pipelines/duration"
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/duration"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // Wait parks for `duration` (Harness's Wait step; also a soak time between environments). It

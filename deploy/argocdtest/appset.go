@@ -1,21 +1,16 @@
 package argocdtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"path"
-	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"text/template"
 
-	"gopkg.in/yaml.v3"
+	"github.com/prflow/prflow/deploy/appset"
 )
 
 // appsetState is one ApplicationSet plus the outcome of its last generation.
@@ -181,621 +176,60 @@ func (s *Server) appsetView(ast *appsetState) ApplicationSet {
 	return as
 }
 
-// ---- generators ----
+// ---- generators (deploy/appset) ----
 
-// paramSet is one generator result: flat string params (fasttemplate
-// mode) or nested values (goTemplate mode).
-type paramSet map[string]any
-
+// generate runs the appset's generators against git (deploy/appset) and returns the
+// Applications its template renders.
 func (s *Server) generate(ctx context.Context, as ApplicationSet, rc *revCache) ([]Application, error) {
-	var out []Application
-	seen := map[string]bool{}
-	for i, g := range as.Spec.Generators {
-		var sets []paramSet
-		var err error
-		tmpl := as.Spec.Template
-		switch {
-		case g.List != nil:
-			sets, err = listParams(g.List, as.Spec.GoTemplate)
-			tmpl, err = mergeTemplate(tmpl, g.List.Template, err)
-		case g.Git != nil:
-			sets, err = s.gitParams(ctx, g.Git, as.Spec.GoTemplate, rc)
-			tmpl, err = mergeTemplate(tmpl, g.Git.Template, err)
-		default:
-			err = errors.New("only list and git generators are supported by argocdtest")
-		}
-		if err != nil {
-			return nil, fmt.Errorf("generator %d: %w", i, err)
-		}
-		for _, p := range sets {
-			t, err := renderTemplate(tmpl, p, as.Spec.GoTemplate, as.Spec.GoTemplateOptions)
-			if err != nil {
-				return nil, fmt.Errorf("generator %d: rendering template: %w", i, err)
-			}
-			if t.Metadata.Name == "" {
-				return nil, fmt.Errorf("generator %d: the rendered template has no metadata.name", i)
-			}
-			if seen[t.Metadata.Name] {
-				return nil, fmt.Errorf("generator %d: ApplicationSet %s contains applications with duplicate name: %s", i, as.Metadata.Name, t.Metadata.Name)
-			}
-			seen[t.Metadata.Name] = true
-			out = append(out, Application{
-				Metadata: ObjectMeta{Name: t.Metadata.Name, Namespace: t.Metadata.Namespace, Labels: t.Metadata.Labels,
-					Annotations: t.Metadata.Annotations, Finalizers: t.Metadata.Finalizers},
-				Spec: t.Spec,
-			})
-		}
-	}
-	return out, nil
-}
-
-// mergeTemplate overlays a generator-level template on spec.template.
-func mergeTemplate(base, over ApplicationSetTemplate, err error) (ApplicationSetTemplate, error) {
-	if err != nil {
-		return base, err
-	}
-	ob, _ := json.Marshal(over)
-	var overMap map[string]any
-	_ = json.Unmarshal(ob, &overMap)
-	if isEmptyJSON(overMap) {
-		return base, nil
-	}
-	bb, _ := json.Marshal(base)
-	var baseMap map[string]any
-	_ = json.Unmarshal(bb, &baseMap)
-	merged := mergeMaps(baseMap, overMap)
-	mb, _ := json.Marshal(merged)
-	var out ApplicationSetTemplate
-	if err := json.Unmarshal(mb, &out); err != nil {
-		return base, fmt.Errorf("merging generator template: %w", err)
-	}
-	return out, nil
-}
-
-func isEmptyJSON(v any) bool {
-	switch t := v.(type) {
-	case nil:
-		return true
-	case string:
-		return t == ""
-	case map[string]any:
-		for _, e := range t {
-			if !isEmptyJSON(e) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		return len(t) == 0
-	default:
-		return false
-	}
-}
-
-func mergeMaps(base, over map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range over {
-		if isEmptyJSON(v) {
-			continue
-		}
-		if om, ok := v.(map[string]any); ok {
-			if bm, ok := out[k].(map[string]any); ok {
-				out[k] = mergeMaps(bm, om)
-				continue
-			}
-		}
-		out[k] = v
-	}
-	return out
-}
-
-func listParams(g *ListGenerator, goTemplate bool) ([]paramSet, error) {
-	var out []paramSet
-	for i, raw := range g.Elements {
-		var el map[string]any
-		if err := json.Unmarshal(raw, &el); err != nil {
-			return nil, fmt.Errorf("list element %d is not an object: %w", i, err)
-		}
-		if goTemplate {
-			out = append(out, el)
-			continue
-		}
-		p := paramSet{}
-		for k, v := range el {
-			if k == "values" {
-				vals, ok := v.(map[string]any)
-				if !ok {
-					return nil, fmt.Errorf("list element %d: values must be an object", i)
-				}
-				for vk, vv := range vals {
-					p["values."+vk] = fmt.Sprintf("%v", vv)
-				}
-				continue
-			}
-			sv, ok := v.(string)
-			if !ok {
-				return nil, fmt.Errorf("list element %d: error parsing value of %q as string", i, k)
-			}
-			p[k] = sv
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
-
-// gitParams runs a git files or directories generator.
-func (s *Server) gitParams(ctx context.Context, g *GitGenerator, goTemplate bool, rc *revCache) ([]paramSet, error) {
-	if g.RepoURL == "" {
-		return nil, errors.New("git generator: repoURL is required")
-	}
-	sha, err := s.resolve(ctx, g.RepoURL, g.Revision, rc)
-	if err != nil {
-		return nil, fmt.Errorf("error resolving %q in %s: %w", firstNonEmpty(g.Revision, "HEAD"), redactURL(g.RepoURL), err)
-	}
-	if len(g.Files) > 0 {
-		return s.gitFileParams(ctx, g, sha, goTemplate)
-	}
-	if len(g.Directories) > 0 {
-		return s.gitDirParams(ctx, g, sha, goTemplate)
-	}
-	return nil, errors.New("git generator: either files or directories is required")
-}
-
-// listFiles returns the repo paths under the literal prefix of each pattern.
-func (s *Server) listFiles(ctx context.Context, repoURL, sha string, patterns []string) (map[string][]byte, error) {
-	files := map[string][]byte{}
-	read := map[string]bool{}
-	for _, p := range patterns {
-		dir := literalDir(p)
-		if read[dir] {
-			continue
-		}
-		read[dir] = true
-		tree, err := s.git.ReadTree(ctx, repoURL, sha, dir)
-		if errors.Is(err, ErrPathNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		for rel, c := range tree {
-			full := rel
-			if dir != "" {
-				full = dir + "/" + rel
-			}
-			files[full] = c
-		}
-	}
-	return files, nil
-}
-
-// literalDir is the directory part of a glob before its first wildcard.
-func literalDir(pattern string) string {
-	i := strings.IndexAny(pattern, "*?[")
-	if i < 0 {
-		return cleanDir(path.Dir(pattern))
-	}
-	j := strings.LastIndexByte(pattern[:i], '/')
-	if j < 0 {
-		return ""
-	}
-	return cleanDir(pattern[:j])
-}
-
-func (s *Server) gitFileParams(ctx context.Context, g *GitGenerator, sha string, goTemplate bool) ([]paramSet, error) {
-	var patterns []string
-	for _, f := range g.Files {
-		patterns = append(patterns, f.Path)
-	}
-	files, err := s.listFiles(ctx, g.RepoURL, sha, patterns)
+	b, err := json.Marshal(as.Spec)
 	if err != nil {
 		return nil, err
 	}
-	var matched []string
-	for p := range files {
-		include, exclude := false, false
-		for _, f := range g.Files {
-			if gitPathspecMatch(f.Path, p) {
-				if f.Exclude {
-					exclude = true
-				} else {
-					include = true
-				}
-			}
-		}
-		if include && !exclude {
-			matched = append(matched, p)
-		}
+	var spec appset.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, err
 	}
-	sort.Strings(matched)
-	var out []paramSet
-	for _, p := range matched {
-		objs, err := parseConfigFile(files[p])
-		if err != nil {
-			return nil, fmt.Errorf("unable to process file '%s': %w", p, err)
+	spec.Name = as.Metadata.Name
+	gen, err := appset.Generate(ctx, appsetRepo{s: s, rc: rc}, spec)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Application, 0, len(gen))
+	for _, g := range gen {
+		var t ApplicationSetTemplate
+		if err := json.Unmarshal(g.Template, &t); err != nil {
+			return nil, fmt.Errorf("application %s: rendered template is not a valid Application template: %w", g.Name, err)
 		}
-		for _, obj := range objs {
-			var ps paramSet
-			if goTemplate {
-				ps = paramSet(obj)
-				pathParams := map[string]any{
-					"path": path.Dir(p), "basename": path.Base(path.Dir(p)), "filename": path.Base(p),
-					"basenameNormalized": sanitizeName(path.Base(path.Dir(p))), "filenameNormalized": sanitizeName(path.Base(p)),
-					"segments": strings.Split(path.Dir(p), "/"),
-				}
-				if g.PathParamPrefix != "" {
-					ps[g.PathParamPrefix] = map[string]any{"path": pathParams}
-				} else {
-					ps["path"] = pathParams
-				}
-			} else {
-				ps = paramSet{}
-				flatten("", obj, ps)
-				prefix := "path"
-				if g.PathParamPrefix != "" {
-					prefix = g.PathParamPrefix + ".path"
-				}
-				dir := path.Dir(p)
-				ps[prefix] = dir
-				ps[prefix+".basename"] = path.Base(dir)
-				ps[prefix+".filename"] = path.Base(p)
-				ps[prefix+".basenameNormalized"] = sanitizeName(path.Base(dir))
-				ps[prefix+".filenameNormalized"] = sanitizeName(path.Base(p))
-				for i, seg := range strings.Split(dir, "/") {
-					if seg != "" {
-						ps[prefix+"["+strconv.Itoa(i)+"]"] = seg
-					}
-				}
-			}
-			if err := addValues(ps, g.Values, goTemplate); err != nil {
-				return nil, err
-			}
-			out = append(out, ps)
-		}
+		out = append(out, Application{
+			Metadata: ObjectMeta{Name: t.Metadata.Name, Namespace: t.Metadata.Namespace, Labels: t.Metadata.Labels,
+				Annotations: t.Metadata.Annotations, Finalizers: t.Metadata.Finalizers},
+			Spec: t.Spec,
+		})
 	}
 	return out, nil
 }
 
-func (s *Server) gitDirParams(ctx context.Context, g *GitGenerator, sha string, goTemplate bool) ([]paramSet, error) {
-	var patterns []string
-	for _, d := range g.Directories {
-		patterns = append(patterns, d.Path)
-	}
-	files, err := s.listFiles(ctx, g.RepoURL, sha, patterns)
+// appsetRepo reads git for the generators through the server's GitReader, resolving each
+// revision once per reconciliation (rc).
+type appsetRepo struct {
+	s  *Server
+	rc *revCache
+}
+
+func (r appsetRepo) Resolve(ctx context.Context, repoURL, revision string) (string, error) {
+	sha, err := r.s.resolve(ctx, repoURL, revision, r.rc)
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("error resolving %q in %s: %w", firstNonEmpty(revision, "HEAD"), redactURL(repoURL), err)
 	}
-	dirs := map[string]bool{}
-	for p := range files {
-		for d := path.Dir(p); d != "." && d != "/" && d != ""; d = path.Dir(d) {
-			dirs[d] = true
-		}
-	}
-	var matched []string
-	for d := range dirs {
-		include, exclude := false, false
-		for _, it := range g.Directories {
-			if ok, _ := path.Match(it.Path, d); ok {
-				if it.Exclude {
-					exclude = true
-				} else {
-					include = true
-				}
-			}
-		}
-		if include && !exclude {
-			matched = append(matched, d)
-		}
-	}
-	sort.Strings(matched)
-	var out []paramSet
-	for _, d := range matched {
-		ps := paramSet{}
-		if goTemplate {
-			pp := map[string]any{"path": d, "basename": path.Base(d), "basenameNormalized": sanitizeName(path.Base(d)),
-				"segments": strings.Split(d, "/")}
-			if g.PathParamPrefix != "" {
-				ps[g.PathParamPrefix] = map[string]any{"path": pp}
-			} else {
-				ps["path"] = pp
-			}
-		} else {
-			prefix := "path"
-			if g.PathParamPrefix != "" {
-				prefix = g.PathParamPrefix + ".path"
-			}
-			ps[prefix] = d
-			ps[prefix+".basename"] = path.Base(d)
-			ps[prefix+".basenameNormalized"] = sanitizeName(path.Base(d))
-			for i, seg := range strings.Split(d, "/") {
-				if seg != "" {
-					ps[prefix+"["+strconv.Itoa(i)+"]"] = seg
-				}
-			}
-		}
-		if err := addValues(ps, g.Values, goTemplate); err != nil {
-			return nil, err
-		}
-		out = append(out, ps)
-	}
-	return out, nil
+	return sha, nil
 }
 
-func addValues(ps paramSet, values map[string]string, goTemplate bool) error {
-	if len(values) == 0 {
-		return nil
+func (r appsetRepo) ReadTree(ctx context.Context, repoURL, sha, dir string) (map[string][]byte, error) {
+	tree, err := r.s.git.ReadTree(ctx, repoURL, sha, dir)
+	if errors.Is(err, ErrPathNotFound) {
+		return nil, nil
 	}
-	rendered := map[string]any{}
-	for _, k := range sortedKeys(values) {
-		v, err := renderString(values[k], ps, goTemplate, nil)
-		if err != nil {
-			return fmt.Errorf("rendering values.%s: %w", k, err)
-		}
-		rendered[k] = v
-	}
-	if goTemplate {
-		ps["values"] = rendered
-		return nil
-	}
-	for k, v := range rendered {
-		ps["values."+k] = v
-	}
-	return nil
-}
-
-// parseConfigFile reads a generator config file (JSON or YAML; an object or
-// a list of objects). Numbers go through JSON as float64, as upstream, so a
-// number is later formatted with %v (12345678 becomes "1.2345678e+07").
-func parseConfigFile(b []byte) ([]map[string]any, error) {
-	var v any
-	if err := yaml.Unmarshal(b, &v); err != nil {
-		return nil, err
-	}
-	jb, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("not representable as JSON: %w", err)
-	}
-	var norm any
-	if err := json.Unmarshal(jb, &norm); err != nil {
-		return nil, err
-	}
-	switch t := norm.(type) {
-	case nil:
-		return []map[string]any{{}}, nil
-	case map[string]any:
-		return []map[string]any{t}, nil
-	case []any:
-		var out []map[string]any
-		for i, e := range t {
-			m, ok := e.(map[string]any)
-			if !ok {
-				return nil, fmt.Errorf("element %d is not an object", i)
-			}
-			out = append(out, m)
-		}
-		return out, nil
-	default:
-		return nil, fmt.Errorf("content is a %T, not an object", norm)
-	}
-}
-
-// flatten turns nested objects into dotted keys ("cluster.name"), arrays
-// into indexed keys ("list.0"), values into %v strings.
-func flatten(prefix string, v any, out paramSet) {
-	join := func(k string) string {
-		if prefix == "" {
-			return k
-		}
-		return prefix + "." + k
-	}
-	switch t := v.(type) {
-	case map[string]any:
-		for k, e := range t {
-			flatten(join(k), e, out)
-		}
-	case []any:
-		for i, e := range t {
-			flatten(join(strconv.Itoa(i)), e, out)
-		}
-	default:
-		if prefix != "" {
-			out[prefix] = fmt.Sprintf("%v", t)
-		}
-	}
-}
-
-var invalidNameChars = regexp.MustCompile(`[^-a-z0-9.]`)
-
-// sanitizeName is upstream's utils.SanitizeName: lowercase, invalid
-// characters become '-', trimmed to 253 characters and alphanumeric ends.
-func sanitizeName(name string) string {
-	s := invalidNameChars.ReplaceAllString(strings.ToLower(name), "-")
-	if len(s) > 253 {
-		s = s[:253]
-	}
-	return strings.Trim(s, "-.")
-}
-
-// gitPathspecMatch matches like `git ls-files -- <pattern>`, which the
-// ApplicationSet files generator uses by default: fnmatch without
-// FNM_PATHNAME, so '*' also matches '/', and a wildcard-free pattern
-// matches the path itself or anything below it.
-func gitPathspecMatch(pattern, p string) bool {
-	pattern = strings.TrimPrefix(pattern, "./")
-	if !strings.ContainsAny(pattern, "*?[") {
-		pattern = strings.TrimSuffix(pattern, "/")
-		return p == pattern || strings.HasPrefix(p, pattern+"/")
-	}
-	re, err := globRegexp(pattern)
-	if err != nil {
-		return false
-	}
-	return re.MatchString(p)
-}
-
-func globRegexp(pattern string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(pattern); i++ {
-		c := pattern[i]
-		switch c {
-		case '*':
-			b.WriteString(".*")
-		case '?':
-			b.WriteString(".")
-		case '[':
-			j := strings.IndexByte(pattern[i+1:], ']')
-			if j < 0 {
-				b.WriteString(`\[`)
-				continue
-			}
-			class := pattern[i+1 : i+1+j]
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			}
-			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
-			i += j + 1
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString("$")
-	return regexp.Compile(b.String())
-}
-
-// ---- template rendering ----
-
-// renderTemplate substitutes params into every string (keys included) of
-// the template: {{ key }} fasttemplate-style by default (unknown keys are
-// left as they are), Go text/template with goTemplate.
-func renderTemplate(tmpl ApplicationSetTemplate, params paramSet, goTemplate bool, goOpts []string) (ApplicationSetTemplate, error) {
-	b, err := json.Marshal(tmpl)
-	if err != nil {
-		return tmpl, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return tmpl, err
-	}
-	v, err = renderAny(v, params, goTemplate, goOpts)
-	if err != nil {
-		return tmpl, err
-	}
-	rb, err := json.Marshal(v)
-	if err != nil {
-		return tmpl, err
-	}
-	var out ApplicationSetTemplate
-	if err := json.Unmarshal(rb, &out); err != nil {
-		return tmpl, fmt.Errorf("rendered template is not a valid Application template: %w", err)
-	}
-	return out, nil
-}
-
-func renderAny(v any, params paramSet, goTemplate bool, goOpts []string) (any, error) {
-	switch t := v.(type) {
-	case string:
-		return renderString(t, params, goTemplate, goOpts)
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			rk, err := renderString(k, params, goTemplate, goOpts)
-			if err != nil {
-				return nil, err
-			}
-			re, err := renderAny(e, params, goTemplate, goOpts)
-			if err != nil {
-				return nil, err
-			}
-			out[rk] = re
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			re, err := renderAny(e, params, goTemplate, goOpts)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = re
-		}
-		return out, nil
-	default:
-		return v, nil
-	}
-}
-
-var goTemplateFuncs = template.FuncMap{
-	"lower":     strings.ToLower,
-	"upper":     strings.ToUpper,
-	"trim":      strings.TrimSpace,
-	"replace":   func(old, new, s string) string { return strings.ReplaceAll(s, old, new) },
-	"normalize": sanitizeName,
-	"default": func(def, v any) any {
-		if v == nil || v == "" {
-			return def
-		}
-		return v
-	},
-	"toJson": func(v any) (string, error) {
-		b, err := json.Marshal(v)
-		return string(b), err
-	},
-	"join": func(sep string, v []any) string {
-		parts := make([]string, len(v))
-		for i, e := range v {
-			parts[i] = fmt.Sprintf("%v", e)
-		}
-		return strings.Join(parts, sep)
-	},
-}
-
-func renderString(s string, params paramSet, goTemplate bool, goOpts []string) (string, error) {
-	if !strings.Contains(s, "{{") {
-		return s, nil
-	}
-	if goTemplate {
-		t := template.New("").Funcs(goTemplateFuncs)
-		if len(goOpts) > 0 {
-			t = t.Option(goOpts...)
-		}
-		t, err := t.Parse(s)
-		if err != nil {
-			return "", fmt.Errorf("failed to parse template %q: %w", s, err)
-		}
-		var buf bytes.Buffer
-		if err := t.Execute(&buf, map[string]any(params)); err != nil {
-			return "", fmt.Errorf("failed to execute template %q: %w", s, err)
-		}
-		return buf.String(), nil
-	}
-	var b strings.Builder
-	for {
-		i := strings.Index(s, "{{")
-		if i < 0 {
-			b.WriteString(s)
-			break
-		}
-		j := strings.Index(s[i+2:], "}}")
-		if j < 0 {
-			b.WriteString(s)
-			break
-		}
-		b.WriteString(s[:i])
-		tag := s[i+2 : i+2+j]
-		if v, ok := params[strings.TrimSpace(tag)]; ok && strings.TrimSpace(tag) != "" {
-			b.WriteString(fmt.Sprintf("%v", v))
-		} else {
-			b.WriteString("{{" + tag + "}}")
-		}
-		s = s[i+2+j+2:]
-	}
-	return b.String(), nil
+	return tree, err
 }
 
 // ---- HTTP ----

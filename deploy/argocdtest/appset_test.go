@@ -264,34 +264,3 @@ func TestAppSetListAndGoTemplate(t *testing.T) {
 		t.Fatalf("clash conditions %+v", got.Status.Conditions)
 	}
 }
-
-func TestGitPathspecMatch(t *testing.T) {
-	cases := []struct {
-		pattern, path string
-		want          bool
-	}{
-		{"cluster-config/**/config.json", "cluster-config/eng/dev/config.json", true},
-		{"cluster-config/**/config.json", "cluster-config/config.json", false},
-		{"cluster-config/*/config.json", "cluster-config/a/b/config.json", true}, // '*' crosses '/' in git pathspecs
-		{"envs/?/config.yaml", "envs/a/config.yaml", true},
-		{"envs/[ab]/config.yaml", "envs/c/config.yaml", false},
-		{"envs/[!ab]/config.yaml", "envs/c/config.yaml", true},
-		{"envs/dev/config.yaml", "envs/dev/config.yaml", true},
-		{"envs", "envs/dev/config.yaml", true}, // a directory pathspec matches what is below it
-		{"env", "envs/dev/config.yaml", false},
-	}
-	for _, tc := range cases {
-		if got := gitPathspecMatch(tc.pattern, tc.path); got != tc.want {
-			t.Errorf("gitPathspecMatch(%q, %q) = %v, want %v", tc.pattern, tc.path, got, tc.want)
-		}
-	}
-	if d := literalDir("cluster-config/**/config.json"); d != "cluster-config" {
-		t.Errorf("literalDir = %q", d)
-	}
-	if d := literalDir("*.json"); d != "" {
-		t.Errorf("literalDir = %q", d)
-	}
-	if n := sanitizeName("Directory_2.X"); n != "directory-2.x" {
-		t.Errorf("sanitizeName = %q", n)
-	}
-}

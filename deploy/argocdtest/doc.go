@@ -1,7 +1,7 @@
 // Package argocdtest is an in-memory Argo CD (v3.2) for tests and for
 // `prflow dev`: the REST API prflow uses, an application controller that
 // syncs from real git repositories, and an ApplicationSet controller with
-// list and git (files, directories) generators.
+// list and git (files, directories) generators (evaluated by deploy/appset).
 //
 // It reproduces what the real server does and naive fakes get wrong (checked
 // against a real Argo CD v3.2.11, see shared/realenv/README.md):

@@ -21,6 +21,7 @@ import (
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // confPath is the permissions file shipped for operators; the tests run on exactly it.
@@ -311,7 +312,7 @@ func TestPermissionsWorkerCannotForgeResult(t *testing.T) {
 		t.Fatalf("step is %s, want queued", st.Status)
 	}
 	forged := func(token string) []byte {
-		ev := queue.Event{V: queue.Version, Kind: queue.EvResult, Run: r.ID, Stage: "s", Step: "x", Attempt: st.Attempt, Wake: st.Wake,
+		ev := envelope.Event{V: envelope.Version, Kind: queue.EvResult, Run: r.ID, Stage: "s", Step: "x", Attempt: st.Attempt, Wake: st.Wake,
 			Result: &steps.Result{Status: steps.Succeeded, Outputs: map[string]any{"forged": true}}, Worker: "mallory", Token: token}
 		b, _ := json.Marshal(ev)
 		return b

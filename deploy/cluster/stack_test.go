@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prflow/prflow/cmd/prflow/chaos"
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/deploy/chaos"
 	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"

@@ -2,40 +2,27 @@ package simagent
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"path"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
-	"text/template"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/prflow/prflow/deploy/appset"
 )
 
-// appSet is the part of an Argo CD ApplicationSet the simulated agent understands: git files
-// generators and the template's name, labels, project, source and destination.
+// appSet is the part of an Argo CD ApplicationSet the simulated agent reads: its name and the
+// spec that deploy/appset generates apps from (git files generators only, see generate).
 type appSet struct {
 	Metadata struct {
 		Name string `json:"name"`
 	} `json:"metadata"`
-	Spec struct {
-		GoTemplate bool `json:"goTemplate"`
-		Generators []struct {
-			Git *struct {
-				RepoURL string `json:"repoURL"`
-				Files   []struct {
-					Path    string `json:"path"`
-					Exclude bool   `json:"exclude"`
-				} `json:"files"`
-				Directories []any `json:"directories"`
-			} `json:"git"`
-		} `json:"generators"`
-		Template json.RawMessage `json:"template"`
-	} `json:"spec"`
+	Spec appset.Spec `json:"spec"`
 }
 
 // appTemplate is the rendered template of one generated app.
@@ -143,127 +130,59 @@ func parseAppSet(b []byte) (*appSet, error) {
 	}
 }
 
-// patterns are the files generators' include and exclude globs.
-func (as *appSet) patterns() (include, exclude []string, err error) {
+// generate renders one app per config file the ApplicationSet's git files generators match
+// in files (the release repo's manifests at one commit; the generators' repoURL and revision
+// are taken to be that repo and commit, since the simulated agent watches one repo).
+func (as *appSet) generate(files map[string][]byte) ([]genApp, error) {
 	for i, g := range as.Spec.Generators {
 		if g.Git == nil || len(g.Git.Files) == 0 {
-			return nil, nil, fmt.Errorf("ApplicationSet %s: generators[%d]: the simulated agent supports only git files generators", as.Metadata.Name, i)
-		}
-		for _, f := range g.Git.Files {
-			if f.Exclude {
-				exclude = append(exclude, f.Path)
-			} else {
-				include = append(include, f.Path)
-			}
+			return nil, fmt.Errorf("ApplicationSet %s: generators[%d]: the simulated agent supports only git files generators", as.Metadata.Name, i)
 		}
 	}
-	if len(include) == 0 {
-		return nil, nil, fmt.Errorf("ApplicationSet %s: no git files generator", as.Metadata.Name)
+	if len(as.Spec.Generators) == 0 {
+		return nil, fmt.Errorf("ApplicationSet %s: no git files generator", as.Metadata.Name)
 	}
-	return include, exclude, nil
-}
-
-// generate renders one app per matching config file.
-func (as *appSet) generate(files map[string][]byte) ([]genApp, error) {
-	include, exclude, err := as.patterns()
+	spec := as.spec()
+	gen, err := appset.Generate(context.Background(), filesRepo(files), spec)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ApplicationSet %s: %w", as.Metadata.Name, err)
 	}
 	var out []genApp
 	seen := map[string]string{}
-	for _, p := range sortedKeys(files) {
-		if !matchAny(include, p) || matchAny(exclude, p) {
-			continue
+	for _, g := range gen {
+		// configAt reads a config file back as one object: a file holding a list of them
+		// cannot say which app it deploys.
+		if prev, dup := seen[g.File]; dup {
+			return nil, fmt.Errorf("ApplicationSet %s: config file %s: holds a list (apps %s and %s); the simulated agent wants one object of keys per file", as.Metadata.Name, g.File, prev, g.Name)
 		}
-		cfg, err := parseConfig(files[p])
-		if err != nil {
-			return nil, fmt.Errorf("ApplicationSet %s: config file %s: %w", as.Metadata.Name, p, err)
+		seen[g.File] = g.Name
+		var t appTemplate
+		if err := json.Unmarshal(g.Template, &t); err != nil {
+			return nil, fmt.Errorf("ApplicationSet %s: config file %s: rendered template: %w", as.Metadata.Name, g.File, err)
 		}
-		t, err := as.render(p, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("ApplicationSet %s: config file %s: %w", as.Metadata.Name, p, err)
-		}
-		if t.Metadata.Name == "" {
-			return nil, fmt.Errorf("ApplicationSet %s: config file %s: rendered app name is empty", as.Metadata.Name, p)
-		}
-		if prev, dup := seen[t.Metadata.Name]; dup {
-			return nil, fmt.Errorf("ApplicationSet %s: config files %s and %s both generate app %q", as.Metadata.Name, prev, p, t.Metadata.Name)
-		}
-		seen[t.Metadata.Name] = p
-		out = append(out, genApp{tmpl: t, file: p, config: cfg, appset: as.Metadata.Name})
+		out = append(out, genApp{tmpl: t, file: g.File, config: g.Config, appset: as.Metadata.Name})
 	}
 	return out, nil
 }
 
-func parseConfig(b []byte) (map[string]any, error) {
-	var v any
-	if err := yaml.Unmarshal(b, &v); err != nil {
-		return nil, err
+// spec is the ApplicationSet's spec as the simulated agent evaluates it: a missing template
+// parameter is an error (missingkey=error), so a typo in the template fails loudly.
+func (as *appSet) spec() appset.Spec {
+	spec := as.Spec
+	spec.Name = as.Metadata.Name
+	if spec.GoTemplate && len(spec.GoTemplateOptions) == 0 {
+		spec.GoTemplateOptions = []string{"missingkey=error"}
 	}
-	jb, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(jb, &m); err != nil {
-		return nil, fmt.Errorf("want an object of keys, got %s", strings.TrimSpace(string(jb)))
-	}
-	if m == nil {
-		m = map[string]any{}
-	}
-	return m, nil
+	return spec
 }
 
-// render fills the template with the file's parameters: {{ key.sub }} by default, Go
-// templates ({{ .key.sub }}) with goTemplate, as Argo CD's ApplicationSet controller does.
+// render fills the template with the parameters of config file `file` holding cfg.
 func (as *appSet) render(file string, cfg map[string]any) (appTemplate, error) {
 	var t appTemplate
-	dir := path.Dir(file)
-	var raw []byte
-	if as.Spec.GoTemplate {
-		params := map[string]any{}
-		for k, v := range cfg {
-			params[k] = v
-		}
-		params["path"] = map[string]any{"path": dir, "basename": path.Base(dir), "filename": path.Base(file),
-			"segments": strings.Split(dir, "/")}
-		out, err := renderJSON(as.Spec.Template, func(s string) (string, error) {
-			tp, err := template.New("t").Option("missingkey=error").Parse(s)
-			if err != nil {
-				return "", err
-			}
-			var b strings.Builder
-			if err := tp.Execute(&b, params); err != nil {
-				return "", err
-			}
-			return b.String(), nil
-		})
-		if err != nil {
-			return t, err
-		}
-		raw = out
-	} else {
-		flat := map[string]string{}
-		flatten("", cfg, flat)
-		flat["path"] = dir
-		flat["path.basename"] = path.Base(dir)
-		flat["path.filename"] = path.Base(file)
-		for i, seg := range strings.Split(dir, "/") {
-			flat["path["+strconv.Itoa(i)+"]"] = seg
-		}
-		out, err := renderJSON(as.Spec.Template, func(s string) (string, error) {
-			return placeholder.ReplaceAllStringFunc(s, func(m string) string {
-				k := strings.TrimSpace(m[2 : len(m)-2])
-				if v, ok := flat[k]; ok {
-					return v
-				}
-				return m
-			}), nil
-		})
-		if err != nil {
-			return t, err
-		}
-		raw = out
+	spec := as.spec()
+	raw, err := appset.Render(spec.Template, appset.FileParams(file, cfg, "", spec.GoTemplate), spec.GoTemplate, spec.GoTemplateOptions)
+	if err != nil {
+		return t, err
 	}
 	if err := json.Unmarshal(raw, &t); err != nil {
 		return t, fmt.Errorf("rendered template: %w", err)
@@ -271,102 +190,33 @@ func (as *appSet) render(file string, cfg map[string]any) (appTemplate, error) {
 	return t, nil
 }
 
-var placeholder = regexp.MustCompile(`\{\{[^{}]*\}\}`)
-
-// renderJSON applies f to every string of a JSON document.
-func renderJSON(doc json.RawMessage, f func(string) (string, error)) ([]byte, error) {
-	var v any
-	if err := json.Unmarshal(doc, &v); err != nil {
-		return nil, fmt.Errorf("template: %w", err)
-	}
-	var walk func(any) (any, error)
-	walk = func(x any) (any, error) {
-		switch t := x.(type) {
-		case string:
-			return f(t)
-		case map[string]any:
-			for k, e := range t {
-				r, err := walk(e)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", k, err)
-				}
-				t[k] = r
-			}
-		case []any:
-			for i, e := range t {
-				r, err := walk(e)
-				if err != nil {
-					return nil, err
-				}
-				t[i] = r
-			}
-		}
-		return x, nil
-	}
-	out, err := walk(v)
+// parseConfig reads an app's config file: one object of keys.
+func parseConfig(b []byte) (map[string]any, error) {
+	objs, err := appset.ParseConfigFile(b)
 	if err != nil {
-		return nil, fmt.Errorf("template: %w", err)
+		return nil, err
 	}
-	return json.Marshal(out)
+	if len(objs) != 1 {
+		return nil, fmt.Errorf("want one object of keys, got a list of %d", len(objs))
+	}
+	return objs[0], nil
 }
 
-func flatten(prefix string, v any, out map[string]string) {
-	join := func(k string) string {
-		if prefix == "" {
-			return k
-		}
-		return prefix + "." + k
-	}
-	switch t := v.(type) {
-	case map[string]any:
-		for k, e := range t {
-			flatten(join(k), e, out)
-		}
-	case []any:
-		for i, e := range t {
-			flatten(join(strconv.Itoa(i)), e, out)
-		}
-	default:
-		if prefix != "" {
-			out[prefix] = fmt.Sprintf("%v", t)
-		}
-	}
-}
+// filesRepo serves the generators from the manifests read at one commit.
+type filesRepo map[string][]byte
 
-// matchAny matches git pathspec globs the way the files generator does: '*' also crosses
-// '/', and a pattern without wildcards matches the path or anything below it.
-func matchAny(patterns []string, p string) bool {
-	for _, pat := range patterns {
-		pat = strings.TrimPrefix(pat, "./")
-		if !strings.ContainsAny(pat, "*?[") {
-			pat = strings.TrimSuffix(pat, "/")
-			if p == pat || strings.HasPrefix(p, pat+"/") {
-				return true
-			}
-			continue
-		}
-		if globRE(pat).MatchString(p) {
-			return true
-		}
-	}
-	return false
-}
+func (filesRepo) Resolve(context.Context, string, string) (string, error) { return "", nil }
 
-func globRE(pattern string) *regexp.Regexp {
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(pattern); i++ {
-		switch c := pattern[i]; c {
-		case '*':
-			b.WriteString(".*")
-		case '?':
-			b.WriteString(".")
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
+func (f filesRepo) ReadTree(_ context.Context, _, _, dir string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for p, b := range f {
+		if dir == "" {
+			out[p] = b
+		} else if rel, ok := strings.CutPrefix(p, dir+"/"); ok {
+			out[rel] = b
 		}
 	}
-	b.WriteString("$")
-	return regexp.MustCompile(b.String())
+	return out, nil
 }
 
 // simulated reads the config's `simulate` key: degraded, progressing, suspended or healthy.

@@ -20,6 +20,7 @@ import (
 	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // MaxRequest bounds API request bodies.
@@ -404,7 +405,7 @@ func (c *Controller) Signal(ctx context.Context, run, stage, step string, sig st
 }
 
 func (c *Controller) signal(ctx context.Context, run, stage, step string, rollback bool, sig steps.Signal) error {
-	ev := queue.Event{Kind: queue.EvSignal, Run: run, Stage: stage, Step: step, Rollback: rollback, Signal: &sig, User: sig.User}
+	ev := envelope.Event{Kind: queue.EvSignal, Run: run, Stage: stage, Step: step, Rollback: rollback, Signal: &sig, User: sig.User}
 	if err := c.Publish(ctx, ev, ""); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 	"github.com/prflow/prflow/steps/worker"
 )
 
@@ -332,7 +333,7 @@ func (c *Controller) onEvent(ctx context.Context, in inbound) {
 		return
 	}
 	msg := in.js
-	ev, err := queue.DecodeEvent(msg.Data())
+	ev, err := envelope.DecodeEvent(msg.Data())
 	if err != nil {
 		c.log.Error("dropping bad event", "subject", msg.Subject(), "err", err)
 		_ = msg.TermWithReason(err.Error())
@@ -340,7 +341,7 @@ func (c *Controller) onEvent(ctx context.Context, in inbound) {
 	}
 	if ev.Kind == queue.EvResult {
 		// Only the worker given the job knows its token: a forged or misdirected result is dropped.
-		if err := queue.CheckToken(c.resultKey, ev); err != nil {
+		if err := envelope.CheckToken(c.resultKey, ev); err != nil {
 			c.log.Warn("dropping result", "run", ev.Run, "stage", ev.Stage, "step", ev.Step, "worker", ev.Worker, "err", err)
 			_ = msg.TermWithReason(err.Error())
 			return
@@ -360,12 +361,12 @@ func (c *Controller) onEvent(ctx context.Context, in inbound) {
 // acks the job for the worker (or answers "ok"). Any other answer makes the worker publish the
 // result to the events stream instead.
 func (c *Controller) onResultRequest(ctx context.Context, m *nats.Msg) {
-	ev, err := queue.DecodeEvent(m.Data)
+	ev, err := envelope.DecodeEvent(m.Data)
 	if err == nil && (ev.Kind != queue.EvResult || queue.ResultSubject(ev.Run) != m.Subject) {
 		err = fmt.Errorf("a %q event for run %q on %s: only step results may come this way", ev.Kind, ev.Run, m.Subject)
 	}
 	if err == nil {
-		err = queue.CheckToken(c.resultKey, ev)
+		err = envelope.CheckToken(c.resultKey, ev)
 	}
 	if err != nil {
 		// Not dropped: the worker falls back to the events stream, whose checks terminate it.
@@ -432,7 +433,7 @@ type storedSpec struct {
 
 // handle applies one event with optimistic concurrency: read, change, Update(rev); on a
 // revision conflict it starts over from the fresh state.
-func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bool) error {
+func (c *Controller) handle(ctx context.Context, ev *envelope.Event, redelivered bool) error {
 	for attempt := 0; attempt < 50; attempt++ {
 		var cur *cachedRun
 		fresh := true
@@ -564,7 +565,7 @@ func (c *Controller) failBroken(ctx context.Context, rev uint64, r *pipelines.Ru
 	return nil
 }
 
-func (c *Controller) publishJobs(ctx context.Context, jobs []*queue.Job) error {
+func (c *Controller) publishJobs(ctx context.Context, jobs []*envelope.Job) error {
 	if len(jobs) == 1 {
 		return c.publishJob(ctx, jobs[0])
 	}
@@ -581,14 +582,14 @@ func (c *Controller) publishJobs(ctx context.Context, jobs []*queue.Job) error {
 	return first
 }
 
-func (c *Controller) publishJob(ctx context.Context, j *queue.Job) error {
+func (c *Controller) publishJob(ctx context.Context, j *envelope.Job) error {
 	j.Token = queue.JobToken(c.resultKey, j.ID())
 	data, err := json.Marshal(j)
 	if err != nil {
 		return err
 	}
 	// queue.Publish rides out a stream leader election on a cluster (the id dedups retries).
-	if _, err := queue.Publish(ctx, c.conn.JS, queue.JobSubjectOf(j), data, j.ID(), 0); err != nil {
+	if _, err := queue.Publish(ctx, c.conn.JS, j.Subject(), data, j.ID(), 0); err != nil {
 		return fmt.Errorf("dispatch %s: %w", j.ID(), err)
 	}
 	c.metrics.Dispatched.WithLabelValues(j.Type).Inc()
@@ -598,7 +599,7 @@ func (c *Controller) publishJob(ctx context.Context, j *queue.Job) error {
 	return nil
 }
 
-func (c *Controller) observe(ev *queue.Event, r *pipelines.Run, jobs []*queue.Job) {
+func (c *Controller) observe(ev *envelope.Event, r *pipelines.Run, jobs []*envelope.Job) {
 	if ev.Kind != queue.EvResult && ev.Kind != queue.EvDead {
 		return
 	}
@@ -632,8 +633,8 @@ func (c *Controller) observe(ev *queue.Event, r *pipelines.Run, jobs []*queue.Jo
 }
 
 // Publish sends an event to the controllers (used by the API, timers and watchers).
-func (c *Controller) Publish(ctx context.Context, ev queue.Event, msgID string) error {
-	ev.V = queue.Version
+func (c *Controller) Publish(ctx context.Context, ev envelope.Event, msgID string) error {
+	ev.V = envelope.Version
 	data, _ := json.Marshal(ev)
 	// Two replicas often publish one wake under one id: on a cluster the second can be told
 	// "duplicate message id is in process"; queue.Publish retries it into a duplicate ack.
@@ -742,7 +743,7 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		// One tick per due time across all replicas.
-		_ = c.Publish(pctx, queue.Event{Kind: queue.EvTick, Run: id}, "tick/"+id+"/"+strconv.FormatInt(due.UnixNano(), 36))
+		_ = c.Publish(pctx, envelope.Event{Kind: queue.EvTick, Run: id}, "tick/"+id+"/"+strconv.FormatInt(due.UnixNano(), 36))
 	})}
 }
 
@@ -791,7 +792,7 @@ func (c *Controller) wakeRefs(ctx context.Context, refs []parkRef, reason string
 	var first error
 	for _, ref := range refs {
 		id := fmt.Sprintf("wake/%s/%s/%s/%t/%d", ref.Run, ref.Stage, ref.Step, ref.Rollback, ref.Wake)
-		ev := queue.Event{Kind: queue.EvWake, Run: ref.Run, Stage: ref.Stage, Step: ref.Step, Rollback: ref.Rollback, Wake: ref.Wake, Reason: reason}
+		ev := envelope.Event{Kind: queue.EvWake, Run: ref.Run, Stage: ref.Stage, Step: ref.Step, Rollback: ref.Rollback, Wake: ref.Wake, Reason: reason}
 		if err := c.Publish(ctx, ev, id); err != nil {
 			if ctx.Err() == nil {
 				c.log.Warn("wake failed", "run", ref.Run, "err", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 const multiStage = `
@@ -263,7 +264,7 @@ func TestBadJobPayloadFailsStepNotWorker(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// A job with an unknown step type for this run, and an undecodable one.
-	bad, _ := json.Marshal(queue.Job{V: queue.Version, Run: r.ID, Stage: "s", Step: "gate", Type: "NoSuchStep", Attempt: 1, Wake: 0})
+	bad, _ := json.Marshal(envelope.Job{V: envelope.Version, Run: r.ID, Stage: "s", Step: "gate", Type: "NoSuchStep", Attempt: 1, Wake: 0})
 	_, _ = e.conn.JS.Publish(ctx, queue.JobSubject("default"), []byte("\x00garbage"))
 	_, _ = e.conn.JS.Publish(ctx, queue.JobSubject("default"), bad)
 	// The worker survives: a new run still completes.

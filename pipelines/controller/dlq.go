@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 type deliveryAdvisory struct {
@@ -45,7 +46,7 @@ func (c *Controller) consumeDLQ(ctx context.Context, cons jetstream.Consumer) {
 			_ = msg.Ack() // already handled by another replica
 			return
 		}
-		job, err := queue.DecodeJob(raw.Data)
+		job, err := envelope.DecodeJob(raw.Data)
 		if err == nil && c.redispatch(gctx, job, raw, adv.Deliveries) {
 			_ = jobs.DeleteMsg(gctx, adv.StreamSeq)
 			_ = msg.Ack()
@@ -67,7 +68,7 @@ func (c *Controller) consumeDLQ(ctx context.Context, cons jetstream.Consumer) {
 					}
 				}
 			}
-			ev := queue.Event{Kind: queue.EvDead, Run: job.Run, Stage: job.Stage, Step: job.Step, Rollback: job.Rollback,
+			ev := envelope.Event{Kind: queue.EvDead, Run: job.Run, Stage: job.Stage, Step: job.Step, Rollback: job.Rollback,
 				Attempt: job.Attempt, Wake: job.Wake, Reason: reason}
 			if err := c.Publish(gctx, ev, "dead/"+job.ID()); err != nil {
 				_ = msg.NakWithDelay(time.Second)
@@ -97,7 +98,7 @@ const maxRedispatch = 2
 // message has its own Nats-Msg-Id and the same job (attempt and wake), so its result is taken
 // like the first one's. Bounded by maxRedispatch, so a step that does crash its worker still
 // fails its run. It reports whether the job went out again.
-func (c *Controller) redispatch(ctx context.Context, job *queue.Job, raw *jetstream.RawStreamMsg, deliveries uint64) bool {
+func (c *Controller) redispatch(ctx context.Context, job *envelope.Job, raw *jetstream.RawStreamMsg, deliveries uint64) bool {
 	def, ok := c.reg.Lookup(job.Type)
 	if !ok || !def.Parks {
 		return false

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // Feedback makes runs report back to the forge. The controller never calls a forge: it
@@ -69,7 +69,7 @@ func stepKey(stage, step string, rollback bool) string {
 }
 
 // feedbackJobs returns the notification jobs for what changed between before and r.
-func (c *Controller) feedbackJobs(before *fbSnapshot, r *pipelines.Run) []*queue.Job {
+func (c *Controller) feedbackJobs(before *fbSnapshot, r *pipelines.Run) []*envelope.Job {
 	f := c.feedback.Load()
 	if before == nil || f == nil {
 		return nil
@@ -78,7 +78,7 @@ func (c *Controller) feedbackJobs(before *fbSnapshot, r *pipelines.Run) []*queue
 	if pool == "" {
 		pool = pipelines.DefaultPool
 	}
-	var jobs []*queue.Job
+	var jobs []*envelope.Job
 	tr := r.Trigger
 	if f.Statuses && tr != nil && tr.Connector != "" && tr.Repo != "" && tr.SHA != "" {
 		for _, sr := range r.Stages {
@@ -111,7 +111,7 @@ func (c *Controller) feedbackJobs(before *fbSnapshot, r *pipelines.Run) []*queue
 			case sr.Status == pipelines.StRolledBack:
 				step, order = "prflow-status-rolledback", 3
 			}
-			jobs = append(jobs, &queue.Job{V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: sr.ID, Step: step,
+			jobs = append(jobs, &envelope.Job{V: envelope.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: sr.ID, Step: step,
 				Type: steps.TypeCommitStatus, Pool: pool, Attempt: 1, Executor: r.Executor, Connectors: []string{tr.Connector},
 				Inputs: map[string]any{"connector": tr.Connector, "repo": tr.Repo, "sha": tr.SHA, "context": "prflow/" + sr.ID,
 					"state": state, "description": clip(r.Pipeline+" "+sr.ID+": "+desc, 140), "targetUrl": f.RunURL(r.ID), "order": order}})
@@ -137,7 +137,7 @@ func (c *Controller) feedbackJobs(before *fbSnapshot, r *pipelines.Run) []*queue
 	return jobs
 }
 
-func commentJob(f *Feedback, r *pipelines.Run, sr *pipelines.StageRun, st *pipelines.StepRun, rollback bool, pool string) *queue.Job {
+func commentJob(f *Feedback, r *pipelines.Run, sr *pipelines.StageRun, st *pipelines.StepRun, rollback bool, pool string) *envelope.Job {
 	conn, _ := st.Outputs["connector"].(string)
 	repo, _ := st.Outputs["repo"].(string)
 	n := prNumber(st.Outputs["prNumber"])
@@ -175,7 +175,7 @@ func commentJob(f *Feedback, r *pipelines.Run, sr *pipelines.StageRun, st *pipel
 	if u := f.RunURL(r.ID); u != "" {
 		fmt.Fprintf(&b, "\nRun: %s\n", u)
 	}
-	return &queue.Job{V: queue.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: sr.ID, Step: "prflow-comment-" + st.ID, Rollback: rollback,
+	return &envelope.Job{V: envelope.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: sr.ID, Step: "prflow-comment-" + st.ID, Rollback: rollback,
 		Type: steps.TypePRComment, Pool: pool, Attempt: 1, Executor: r.Executor, Connectors: []string{conn},
 		Inputs: map[string]any{"connector": conn, "repo": repo, "prNumber": n, "body": b.String()}}
 }

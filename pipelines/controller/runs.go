@@ -16,6 +16,7 @@ import (
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // StartRequest starts a run.
@@ -198,7 +199,7 @@ func (c *Controller) Cancel(ctx context.Context, id, user string) error {
 	if r.Status.Terminal() {
 		return fmt.Errorf("run %s already %s", id, r.Status)
 	}
-	if err := c.Publish(ctx, queue.Event{Kind: queue.EvCancel, Run: id, User: user}, "cancel/"+id); err != nil {
+	if err := c.Publish(ctx, envelope.Event{Kind: queue.EvCancel, Run: id, User: user}, "cancel/"+id); err != nil {
 		return err
 	}
 	c.record(ctx, audit.Entry{Actor: user, Action: audit.RunCancelled, Run: id})

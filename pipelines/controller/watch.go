@@ -11,6 +11,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // watchRuns keeps timers, the wake index and Wait calls in step with every run's state, for
@@ -104,7 +105,7 @@ func (c *Controller) apply(ctx context.Context, r *pipelines.Run, rev uint64, re
 	if restart && r.Active() {
 		// After a restart: re-send jobs that may never have gone out, and kick the run.
 		_ = c.publishJobs(ctx, m.Jobs(r))
-		_ = c.Publish(ctx, queue.Event{Kind: queue.EvTick, Run: r.ID}, "")
+		_ = c.Publish(ctx, envelope.Event{Kind: queue.EvTick, Run: r.ID}, "")
 	}
 	c.index(r, m, rev)
 	if r.Status.Terminal() {

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // Harness step paths: <+pipeline.stages.S.spec.execution.steps.G.steps.X.mergePROutcome.commitId>

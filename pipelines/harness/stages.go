@@ -7,7 +7,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/prflow/prflow/pipelines/template"
+	"github.com/prflow/prflow/steps/template"
 )
 
 // stages converts the stage list. Harness runs `parallel:` blocks and matrix expansions side

@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -256,36 +255,11 @@ func splitRepo(repo scm.Repo) (string, string, error) {
 	return ws, slug, nil
 }
 
-// redactedError hides secrets in a wrapped error's message but keeps it matchable.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-func (d *Driver) redact(err error) error {
-	msg := err.Error()
-	clean := msg
-	for _, s := range []string{d.bearer, d.password} {
-		if s != "" {
-			clean = strings.ReplaceAll(clean, s, "[REDACTED]")
-		}
-	}
-	if clean == msg {
-		return err
-	}
-	return &redactedError{msg: clean, err: err}
-}
+func (d *Driver) redact(err error) error { return scm.RedactError(err, d.bearer, d.password) }
 
 // wrap turns a library, driver or transport error into an *scm.Error naming the call and repo.
 func (d *Driver) wrap(op string, repo scm.Repo, cl *call, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *scm.Error
-	if errors.As(err, &se) {
+	if err == nil || scm.Wrapped(err) {
 		return err
 	}
 	e := &scm.Error{Provider: Name, Op: op, Repo: repo}
@@ -335,33 +309,9 @@ func (d *Driver) bodyMessage(code int, body []byte) string {
 	return d.redact(errors.New(msg)).Error()
 }
 
-func statusErr(code int, msg string, h http.Header) error {
-	switch code {
-	case http.StatusUnauthorized:
-		return fmt.Errorf("%w: %s", scm.ErrUnauthorized, msg)
-	case http.StatusNotFound:
-		return fmt.Errorf("%w: %s", scm.ErrNotFound, msg)
-	case http.StatusConflict:
-		return &scm.ConflictError{Msg: msg}
-	case http.StatusTooManyRequests:
-		return &scm.RateLimitError{RetryAfter: retryAfter(h), Msg: msg}
-	}
-	return errors.New(msg)
-}
-
-func retryAfter(h http.Header) time.Duration {
-	if h != nil {
-		if v := h.Get("Retry-After"); v != "" {
-			if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-				return time.Duration(s) * time.Second
-			}
-			if t, err := http.ParseTime(v); err == nil {
-				return max(time.Until(t), 0)
-			}
-		}
-	}
-	return time.Minute
-}
+// statusErr maps an HTTP status to the scm sentinel it means; Bitbucket says when to retry
+// in Retry-After only.
+func statusErr(code int, msg string, h http.Header) error { return scm.HTTPError(code, h, msg, "") }
 
 // decode converts the library's untyped JSON (map[string]any) into a typed struct.
 func decode(v any, out any) error {

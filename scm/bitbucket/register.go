@@ -1,8 +1,6 @@
 package bitbucket
 
 import (
-	"fmt"
-
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
 )
@@ -14,17 +12,11 @@ func init() { connector.Register(Name, FromConfig) }
 // access token sent as Bearer; with another username (the Atlassian account email) it is an
 // API token sent with basic auth. baseURL defaults to api.bitbucket.org/2.0.
 func FromConfig(c connector.Config, d connector.Deps) (scm.Provider, error) {
-	if c.Auth.GitHubApp != nil {
-		return nil, fmt.Errorf("bitbucket connector %s: auth.githubApp is for GitHub; use auth.token", c.Name)
-	}
-	hc, err := c.HTTPClient(d)
+	hc, err := c.ForgeClient(d, Name, false)
 	if err != nil {
-		return nil, fmt.Errorf("bitbucket connector %s: %w", c.Name, err)
+		return nil, err
 	}
-	opts := []Option{WithHTTPClient(hc), WithBaseURL(c.BaseURL)}
-	if d.Logger != nil {
-		opts = append(opts, WithLogger(d.Logger))
-	}
+	opts := []Option{WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithLogger(d.Logger)}
 	switch user := c.Auth.Username; user {
 	case "", "x-token-auth":
 		opts = append(opts, WithToken(c.Auth.Token.Value()))
@@ -33,7 +25,7 @@ func FromConfig(c connector.Config, d connector.Deps) (scm.Provider, error) {
 	}
 	p, err := New(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("bitbucket connector %s: %w", c.Name, err)
+		return nil, connector.ForgeError(Name, c, err)
 	}
 	return p, nil
 }

@@ -107,6 +107,26 @@ func (c Config) HTTPClient(d Deps, extra ...transport.Option) (*http.Client, err
 	return transport.NewClient(append(opts, extra...)...)
 }
 
+// ForgeClient is where a REST forge driver's factory starts (github, gitlab, bitbucket): the
+// connector's HTTP client (HTTPClient). A forge that takes no GitHub App (allowApp false)
+// refuses a connector with auth.githubApp. Errors name the provider and the connector
+// (ForgeError).
+func (c Config) ForgeClient(d Deps, provider string, allowApp bool) (*http.Client, error) {
+	if !allowApp && c.Auth.GitHubApp != nil {
+		return nil, ForgeError(provider, c, errors.New("auth.githubApp is for GitHub; use auth.token"))
+	}
+	hc, err := c.HTTPClient(d)
+	if err != nil {
+		return nil, ForgeError(provider, c, err)
+	}
+	return hc, nil
+}
+
+// ForgeError names the provider and connector a driver could not be built for.
+func ForgeError(provider string, c Config, err error) error {
+	return fmt.Errorf("%s connector %s: %w", provider, c.Name, err)
+}
+
 // LoadError points at the place in the file that is wrong.
 type LoadError struct {
 	File   string

@@ -380,3 +380,26 @@ func TestStatic(t *testing.T) {
 		t.Errorf("unknown connector: %v", err)
 	}
 }
+
+// A REST driver's factory starts from ForgeClient: a GitHub App is refused by the forges that
+// take only tokens, naming the connector and never the key; a bad CA fails the same way.
+func TestForgeClient(t *testing.T) {
+	app := connector.Config{Name: "gl", Provider: "gitlab", Auth: connector.Auth{
+		GitHubApp: &connector.GitHubApp{AppID: 1, InstallationID: 2, PrivateKey: connector.NewSecret("-----BEGIN KEY-----sekrit")}}}
+	if _, err := app.ForgeClient(connector.Deps{}, "gitlab", false); err == nil ||
+		err.Error() != "gitlab connector gl: auth.githubApp is for GitHub; use auth.token" {
+		t.Fatalf("app on a token-only forge: %v", err)
+	}
+	if hc, err := app.ForgeClient(connector.Deps{}, "github", true); err != nil || hc == nil {
+		t.Fatalf("app on GitHub: %v", err)
+	}
+	badCA := connector.Config{Name: "gh", Provider: "github", CA: []byte("not a PEM"), Auth: connector.Auth{Token: connector.NewSecret("tok-abcdef")}}
+	_, err := badCA.ForgeClient(connector.Deps{}, "github", true)
+	if err == nil || !strings.HasPrefix(err.Error(), "github connector gh: ") || strings.Contains(err.Error(), "tok-abcdef") {
+		t.Fatalf("bad CA: %v", err)
+	}
+	cause := errors.New("boom")
+	if err := connector.ForgeError("bitbucket", badCA, cause); !errors.Is(err, cause) || err.Error() != "bitbucket connector gh: boom" {
+		t.Fatalf("ForgeError: %v", err)
+	}
+}

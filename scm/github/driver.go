@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -218,33 +217,13 @@ func (e *transientError) Error() string        { return e.msg }
 func (e *transientError) Transient() bool      { return true }
 func (e *transientError) Is(target error) bool { return target == e.base }
 
-// redactedError hides secrets in a wrapped error's message but keeps it matchable.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-func (d *Driver) redact(err error) error {
-	msg := err.Error()
-	clean := d.redactString(msg)
-	if clean == msg {
-		return err
-	}
-	return &redactedError{msg: clean, err: err}
-}
+func (d *Driver) redact(err error) error { return scm.RedactError(err, d.secrets...) }
 
 // wrap turns any go-github or transport error into an *scm.Error naming the call and repo,
 // with the sentinel that callers branch on (ErrNotFound, ErrUnauthorized, ErrConflict,
 // ErrRateLimited via *scm.RateLimitError).
 func (d *Driver) wrap(op string, repo scm.Repo, resp *gh.Response, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *scm.Error
-	if errors.As(err, &se) {
+	if err == nil || scm.Wrapped(err) {
 		return err
 	}
 	e := &scm.Error{Provider: Name, Op: op, Repo: repo}
@@ -282,24 +261,17 @@ func (d *Driver) wrap(op string, repo scm.Repo, resp *gh.Response, err error) er
 	return e
 }
 
-// statusError maps an HTTP status to the scm sentinel it means.
+// statusError maps an HTTP status to the scm sentinel it means (scm.HTTPError); GitHub
+// also rate-limits with 403 and Retry-After (secondary limits).
 func statusError(resp *http.Response, msg string) error {
-	switch resp.StatusCode {
-	case http.StatusUnauthorized:
-		return fmt.Errorf("%w: %s", scm.ErrUnauthorized, msg)
-	case http.StatusNotFound:
-		return fmt.Errorf("%w: %s", scm.ErrNotFound, msg)
-	case http.StatusConflict:
-		return &scm.ConflictError{Msg: msg}
-	case http.StatusTooManyRequests:
-		return &scm.RateLimitError{RetryAfter: retryAfter(resp.Header, time.Minute), Msg: msg}
-	case http.StatusForbidden:
-		if resp.Header.Get("Retry-After") != "" {
-			return &scm.RateLimitError{RetryAfter: retryAfter(resp.Header, time.Minute), Msg: msg}
-		}
+	if resp.StatusCode == http.StatusForbidden && resp.Header.Get("Retry-After") != "" {
+		return &scm.RateLimitError{RetryAfter: scm.RetryAfter(resp.Header, resetHeader), Msg: msg}
 	}
-	return errors.New(msg)
+	return scm.HTTPError(resp.StatusCode, resp.Header, msg, resetHeader)
 }
+
+// resetHeader is the Unix time GitHub's primary rate limit resets at.
+const resetHeader = "X-RateLimit-Reset"
 
 // describe renders GitHub's message plus its per-field errors without the request URL, with
 // secrets removed (a proxy may echo a token back).
@@ -319,31 +291,7 @@ func (d *Driver) describe(er *gh.ErrorResponse) string {
 	return d.redactString(msg)
 }
 
-func (d *Driver) redactString(s string) string {
-	for _, sec := range d.secrets {
-		if sec != "" {
-			s = strings.ReplaceAll(s, sec, "[REDACTED]")
-		}
-	}
-	return s
-}
-
-func retryAfter(h http.Header, fallback time.Duration) time.Duration {
-	if v := h.Get("Retry-After"); v != "" {
-		if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-			return time.Duration(s) * time.Second
-		}
-		if t, err := http.ParseTime(v); err == nil {
-			return untilReset(t)
-		}
-	}
-	if v := h.Get("X-RateLimit-Reset"); v != "" {
-		if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return untilReset(time.Unix(s, 0))
-		}
-	}
-	return fallback
-}
+func (d *Driver) redactString(s string) string { return scm.RedactString(s, d.secrets...) }
 
 func untilReset(t time.Time) time.Duration {
 	if t.IsZero() {

@@ -131,8 +131,7 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 		case err != nil:
 			return "", err
 		case head.SHA != in.Replace:
-			return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-				Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at %s which was to be replaced", in.Branch, head.SHA, in.Replace)}}
+			return "", scm.BranchMovedError(Name, op, repo, in.Branch, head.SHA, in.Replace, true)
 		}
 	}
 	sha, err := d.createCommit(ctx, repo, op, in)
@@ -171,8 +170,7 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 				return "", d.wrap(op+": update ref", repo, resp, err)
 			}
 		default:
-			return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-				Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at the expected parent %s", in.Branch, cur.SHA, in.Parent)}}
+			return "", scm.BranchMovedError(Name, op, repo, in.Branch, cur.SHA, in.Parent, false)
 		}
 	}
 	d.log.Info("github commit created", "repo", string(repo), "branch", in.Branch, "sha", sha, "files", len(in.Changes))

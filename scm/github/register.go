@@ -1,8 +1,6 @@
 package github
 
 import (
-	"fmt"
-
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
 )
@@ -13,14 +11,11 @@ func init() { connector.Register(Name, FromConfig) }
 // (empty = api.github.com), auth.token a PAT, auth.githubApp an App installation; caFile,
 // insecureSkipVerify and rateLimit apply through the connector's HTTP client.
 func FromConfig(c connector.Config, d connector.Deps) (scm.Provider, error) {
-	hc, err := c.HTTPClient(d)
+	hc, err := c.ForgeClient(d, Name, true)
 	if err != nil {
-		return nil, fmt.Errorf("github connector %s: %w", c.Name, err)
+		return nil, err
 	}
-	opts := []Option{WithHTTPClient(hc), WithBaseURL(c.BaseURL)}
-	if d.Logger != nil {
-		opts = append(opts, WithLogger(d.Logger))
-	}
+	opts := []Option{WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithLogger(d.Logger)}
 	if app := c.Auth.GitHubApp; app != nil {
 		opts = append(opts, WithApp(app.AppID, app.InstallationID, []byte(app.PrivateKey.Value())))
 	} else {
@@ -28,7 +23,7 @@ func FromConfig(c connector.Config, d connector.Deps) (scm.Provider, error) {
 	}
 	p, err := New(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("github connector %s: %w", c.Name, err)
+		return nil, connector.ForgeError(Name, c, err)
 	}
 	return p, nil
 }

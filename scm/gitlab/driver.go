@@ -157,31 +157,11 @@ func projectID(repo scm.Repo) (string, error) {
 	return s, nil
 }
 
-// redactedError hides secrets in a wrapped error's message but keeps it matchable.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-func (d *Driver) redact(err error) error {
-	msg := err.Error()
-	clean := d.redactString(msg)
-	if clean == msg {
-		return err
-	}
-	return &redactedError{msg: clean, err: err}
-}
+func (d *Driver) redact(err error) error { return scm.RedactError(err, d.secrets...) }
 
 // wrap turns a client-go or transport error into an *scm.Error naming the call and repo.
 func (d *Driver) wrap(op string, repo scm.Repo, resp *gl.Response, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *scm.Error
-	if errors.As(err, &se) {
+	if err == nil || scm.Wrapped(err) {
 		return err
 	}
 	e := &scm.Error{Provider: Name, Op: op, Repo: repo}
@@ -214,51 +194,17 @@ func (d *Driver) message(er *gl.ErrorResponse) string {
 	return http.StatusText(er.Response.StatusCode)
 }
 
-func (d *Driver) redactString(s string) string {
-	for _, sec := range d.secrets {
-		if sec != "" {
-			s = strings.ReplaceAll(s, sec, "[REDACTED]")
-		}
-	}
-	return s
-}
+func (d *Driver) redactString(s string) string { return scm.RedactString(s, d.secrets...) }
 
+// statusError maps an HTTP status to the scm sentinel it means; GitLab names its rate-limit
+// reset time in RateLimit-Reset.
 func statusError(resp *http.Response, msg string) error {
-	switch resp.StatusCode {
-	case http.StatusUnauthorized:
-		return fmt.Errorf("%w: %s", scm.ErrUnauthorized, msg)
-	case http.StatusNotFound:
-		return fmt.Errorf("%w: %s", scm.ErrNotFound, msg)
-	case http.StatusConflict:
-		return &scm.ConflictError{Msg: msg}
-	case http.StatusTooManyRequests:
-		return &scm.RateLimitError{RetryAfter: retryAfter(resp.Header), Msg: msg}
-	}
-	return errors.New(msg)
-}
-
-// retryAfter reads Retry-After, then GitLab's RateLimit-Reset (a Unix time).
-func retryAfter(h http.Header) time.Duration {
-	if v := h.Get("Retry-After"); v != "" {
-		if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-			return time.Duration(s) * time.Second
-		}
-		if t, err := http.ParseTime(v); err == nil {
-			return max(time.Until(t), 0)
-		}
-	}
-	if v := h.Get("RateLimit-Reset"); v != "" {
-		if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return max(time.Until(time.Unix(s, 0)), 0)
-		}
-	}
-	return time.Minute
+	return scm.HTTPError(resp.StatusCode, resp.Header, msg, "RateLimit-Reset")
 }
 
 // plainError wraps an error that did not come from client-go.
 func (d *Driver) plainError(op string, repo scm.Repo, err error) error {
-	var se *scm.Error
-	if errors.As(err, &se) {
+	if scm.Wrapped(err) {
 		return err
 	}
 	return &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}

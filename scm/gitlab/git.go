@@ -115,11 +115,9 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 	case err != nil:
 		return "", err
 	case in.Replace != "" && head.SHA != in.Replace:
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at %s which was to be replaced", in.Branch, head.SHA, in.Replace)}}
+		return "", scm.BranchMovedError(Name, op, repo, in.Branch, head.SHA, in.Replace, true)
 	case in.Replace == "" && head.SHA != in.Parent:
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s is at %s, not at the expected parent %s", in.Branch, head.SHA, in.Parent)}}
+		return "", scm.BranchMovedError(Name, op, repo, in.Branch, head.SHA, in.Parent, false)
 	}
 	if in.Replace != "" && exists {
 		// GitLab's force commit rebuilds the branch from start_sha; it was checked above.

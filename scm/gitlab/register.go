@@ -1,8 +1,6 @@
 package gitlab
 
 import (
-	"fmt"
-
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
 )
@@ -13,20 +11,13 @@ func init() { connector.Register(Name, FromConfig) }
 // gitlab.com), auth.token a personal, group or project access token; caFile,
 // insecureSkipVerify and rateLimit apply through the connector's HTTP client.
 func FromConfig(c connector.Config, d connector.Deps) (scm.Provider, error) {
-	if c.Auth.GitHubApp != nil {
-		return nil, fmt.Errorf("gitlab connector %s: auth.githubApp is for GitHub; use auth.token", c.Name)
-	}
-	hc, err := c.HTTPClient(d)
+	hc, err := c.ForgeClient(d, Name, false)
 	if err != nil {
-		return nil, fmt.Errorf("gitlab connector %s: %w", c.Name, err)
+		return nil, err
 	}
-	opts := []Option{WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithToken(c.Auth.Token.Value())}
-	if d.Logger != nil {
-		opts = append(opts, WithLogger(d.Logger))
-	}
-	p, err := New(opts...)
+	p, err := New(WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithToken(c.Auth.Token.Value()), WithLogger(d.Logger))
 	if err != nil {
-		return nil, fmt.Errorf("gitlab connector %s: %w", c.Name, err)
+		return nil, connector.ForgeError(Name, c, err)
 	}
 	return p, nil
 }

@@ -23,10 +23,7 @@ import (
 //
 // Like Bitbucket Cloud, pull request JSON carries 12-character abbreviated commit hashes in
 // source.commit.hash, destination.commit.hash and merge_commit.hash.
-type Bitbucket struct {
-	*Forge
-	mux *http.ServeMux
-}
+type Bitbucket struct{ *Forge }
 
 // NewBitbucket starts a fake Bitbucket Cloud for the test; give APIURL() to
 // bitbucket.NewOAuthbearerToken*/NewBasicAuth*WithBaseUrlStr or BITBUCKET_API_BASE_URL.
@@ -37,13 +34,7 @@ func NewBitbucket(t testing.TB, opts ...Option) *Bitbucket {
 
 // NewBitbucketHandler builds a fake Bitbucket without a listener: mount it and call SetBaseURL.
 func NewBitbucketHandler(gs *GitServer, opts ...Option) (*Bitbucket, error) {
-	f, err := newForge("bitbucket", gs, opts)
-	if err != nil {
-		return nil, err
-	}
-	b := &Bitbucket{Forge: f, mux: http.NewServeMux()}
-	f.mount(b, BitbucketWebhookRequest)
-	return b, nil
+	return newFake("bitbucket", gs, opts, BitbucketWebhookRequest, func(f *Forge) *Bitbucket { return &Bitbucket{Forge: f} })
 }
 
 // APIURL is the API base: <url>/2.0.

@@ -97,7 +97,8 @@ type Forge struct {
 	log       *slog.Logger
 	mw        *middleware
 	committer Signature
-	prRef     string // format of the per-PR head ref ("refs/pull/%d/head"), "" for none
+	prRef     string         // format of the per-PR head ref ("refs/pull/%d/head"), "" for none
+	mux       *http.ServeMux // the fake's routes
 	handler   http.Handler
 
 	mu           sync.Mutex
@@ -207,6 +208,20 @@ type fakeAPI interface {
 	routes()
 	decorate(w http.ResponseWriter, r *http.Request)
 	serve(w http.ResponseWriter, r *http.Request)
+}
+
+// newFake builds a fake forge of kind on gs: the shared Forge, its API (api wraps the Forge in
+// the forge's own type) mounted with hooks, which shapes the webhooks it sends.
+func newFake[A fakeAPI](kind string, gs *GitServer, opts []Option, hooks func(ctx context.Context, url, secret string, ev WebhookEvent) (*http.Request, error), api func(*Forge) A) (A, error) {
+	f, err := newForge(kind, gs, opts)
+	if err != nil {
+		var zero A
+		return zero, err
+	}
+	f.mux = http.NewServeMux()
+	a := api(f)
+	f.mount(a, hooks)
+	return a, nil
 }
 
 // mount wires a fake's API into f: the fault middleware around its handler and hooks, which

@@ -17,10 +17,7 @@ import (
 )
 
 // GitHub is a fake GitHub REST API (v3) served under /api/v3/, for go-github v62.
-type GitHub struct {
-	*Forge
-	mux *http.ServeMux
-}
+type GitHub struct{ *Forge }
 
 // NewGitHub starts a fake GitHub for the test; repos live on its own GitServer unless
 // WithGitServer is given. Point go-github at APIURL() (WithEnterpriseURLs).
@@ -31,13 +28,7 @@ func NewGitHub(t testing.TB, opts ...Option) *GitHub {
 
 // NewGitHubHandler builds a fake GitHub without a listener: mount it and call SetBaseURL.
 func NewGitHubHandler(gs *GitServer, opts ...Option) (*GitHub, error) {
-	f, err := newForge("github", gs, opts)
-	if err != nil {
-		return nil, err
-	}
-	g := &GitHub{Forge: f, mux: http.NewServeMux()}
-	f.mount(g, GitHubWebhookRequest)
-	return g, nil
+	return newFake("github", gs, opts, GitHubWebhookRequest, func(f *Forge) *GitHub { return &GitHub{Forge: f} })
 }
 
 // APIURL is the base URL for go-github: <url>/api/v3/.
@@ -484,16 +475,11 @@ func (g *GitHub) listBranches(c *ghCall) {
 		return
 	}
 	names := sortedKeys(refs)
-	p := parsePage(c.r, "per_page", 30, 100, len(names))
-	start, end := p.bounds()
-	out := make([]map[string]any, 0, end-start)
-	for _, ref := range names[start:end] {
+	writeGHPage(c, names, func(ref string) map[string]any {
 		sha := refs[ref]
-		out = append(out, map[string]any{"name": strings.TrimPrefix(ref, "refs/heads/"), "protected": false,
-			"commit": map[string]any{"sha": sha, "url": c.rv.API + "/api/v3/repos/" + c.rv.full() + "/commits/" + sha}})
-	}
-	linkHeader(c.w, requestBase(c.r), c.r, p)
-	writeJSON(c.w, 200, out)
+		return map[string]any{"name": strings.TrimPrefix(ref, "refs/heads/"), "protected": false,
+			"commit": map[string]any{"sha": sha, "url": c.rv.API + "/api/v3/repos/" + c.rv.full() + "/commits/" + sha}}
+	})
 }
 
 func (g *GitHub) getBranch(c *ghCall) {
@@ -1206,14 +1192,9 @@ func (g *GitHub) listCommits(c *ghCall) {
 		ghError(c.w, 500, err.Error(), "commits/commits#list-commits")
 		return
 	}
-	p := parsePage(c.r, "per_page", 30, 100, len(commits))
-	start, end := p.bounds()
-	out := make([]map[string]any, 0, end-start)
-	for _, cm := range commits[start:end] {
-		out = append(out, ghCommitJSON(c.rv, cm, nil, false))
-	}
-	linkHeader(c.w, requestBase(c.r), c.r, p)
-	writeJSON(c.w, 200, out)
+	writeGHPage(c, commits, func(cm Commit) map[string]any {
+		return ghCommitJSON(c.rv, cm, nil, false)
+	})
 }
 
 // getCommit serves /commits/{ref}, /commits/{ref}/status and /commits/{ref}/statuses (a ref may
@@ -1544,14 +1525,9 @@ func (g *GitHub) listPulls(c *ghCall) {
 		}
 		return sel[i].Number > sel[j].Number
 	})
-	p := parsePage(c.r, "per_page", 30, 100, len(sel))
-	start, end := p.bounds()
-	out := make([]map[string]any, 0, end-start)
-	for _, pr := range sel[start:end] {
-		out = append(out, ghPullJSON(c.rv, pr, nil))
-	}
-	linkHeader(c.w, requestBase(c.r), c.r, p)
-	writeJSON(c.w, 200, out)
+	writeGHPage(c, sel, func(pr PullRequest) map[string]any {
+		return ghPullJSON(c.rv, pr, nil)
+	})
 }
 
 func (g *GitHub) getPull(c *ghCall) {
@@ -1631,18 +1607,28 @@ func (g *GitHub) prRange(c *ghCall, pr *prState) (string, string, error) {
 	return mb, pr.HeadSHA, nil
 }
 
-func (g *GitHub) pullFiles(c *ghCall) {
+// pullRange finds the call's PR and its commits (merge base .. head), or answers 404 (doc
+// names GitHub's page) or 500 itself and reports false.
+func (g *GitHub) pullRange(c *ghCall, doc string) (from, to string, ok bool) {
 	c.rs.mu.Lock()
 	pr := g.pull(c)
 	if pr == nil {
 		c.rs.mu.Unlock()
-		ghError(c.w, 404, "Not Found", "pulls/pulls#list-pull-requests-files")
-		return
+		ghError(c.w, 404, "Not Found", doc)
+		return "", "", false
 	}
 	from, to, err := g.prRange(c, pr)
 	c.rs.mu.Unlock()
 	if err != nil {
 		ghError(c.w, 500, err.Error(), "")
+		return "", "", false
+	}
+	return from, to, true
+}
+
+func (g *GitHub) pullFiles(c *ghCall) {
+	from, to, ok := g.pullRange(c, "pulls/pulls#list-pull-requests-files")
+	if !ok {
 		return
 	}
 	files, err := c.rs.repo.diff(c.ctx, from, to, true)
@@ -1650,28 +1636,14 @@ func (g *GitHub) pullFiles(c *ghCall) {
 		ghError(c.w, 500, err.Error(), "")
 		return
 	}
-	p := parsePage(c.r, "per_page", 30, 100, len(files))
-	start, end := p.bounds()
-	out := make([]map[string]any, 0, end-start)
-	for _, f := range files[start:end] {
-		out = append(out, ghFileJSON(c.rv, to, f, true))
-	}
-	linkHeader(c.w, requestBase(c.r), c.r, p)
-	writeJSON(c.w, 200, out)
+	writeGHPage(c, files, func(f FileChange) map[string]any {
+		return ghFileJSON(c.rv, to, f, true)
+	})
 }
 
 func (g *GitHub) pullCommits(c *ghCall) {
-	c.rs.mu.Lock()
-	pr := g.pull(c)
-	if pr == nil {
-		c.rs.mu.Unlock()
-		ghError(c.w, 404, "Not Found", "pulls/pulls#list-commits-on-a-pull-request")
-		return
-	}
-	from, to, err := g.prRange(c, pr)
-	c.rs.mu.Unlock()
-	if err != nil {
-		ghError(c.w, 500, err.Error(), "")
+	from, to, ok := g.pullRange(c, "pulls/pulls#list-commits-on-a-pull-request")
+	if !ok {
 		return
 	}
 	shas, _ := c.rs.repo.revList(c.ctx, "--reverse", from+".."+to)
@@ -1897,14 +1869,9 @@ func (g *GitHub) listComments(c *ghCall) {
 		return
 	}
 	// Oldest first, 30 a page by default (at most 100), Link header to the next, as GitHub.
-	p := parsePage(c.r, "per_page", 30, 100, len(pr.Comments))
-	start, end := p.bounds()
-	out := make([]map[string]any, 0, end-start)
-	for _, cm := range pr.Comments[start:end] {
-		out = append(out, ghCommentJSON(c.rv, pr.Number, cm))
-	}
-	linkHeader(c.w, requestBase(c.r), c.r, p)
-	writeJSON(c.w, 200, out)
+	writeGHPage(c, pr.Comments, func(cm Comment) map[string]any {
+		return ghCommentJSON(c.rv, pr.Number, cm)
+	})
 }
 
 func (g *GitHub) createComment(c *ghCall) {
@@ -2031,4 +1998,17 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// writeGHPage answers one page of items as GitHub does: per_page items (30 by default, at
+// most 100) from page, and a Link header to the other pages.
+func writeGHPage[T any](c *ghCall, items []T, render func(T) map[string]any) {
+	p := parsePage(c.r, "per_page", 30, 100, len(items))
+	start, end := p.bounds()
+	out := make([]map[string]any, 0, end-start)
+	for _, it := range items[start:end] {
+		out = append(out, render(it))
+	}
+	linkHeader(c.w, requestBase(c.r), c.r, p)
+	writeJSON(c.w, 200, out)
 }

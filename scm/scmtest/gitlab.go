@@ -18,10 +18,7 @@ import (
 )
 
 // GitLab is a fake GitLab REST API (v4) served under /api/v4, for gitlab.com/gitlab-org/api/client-go.
-type GitLab struct {
-	*Forge
-	mux *http.ServeMux
-}
+type GitLab struct{ *Forge }
 
 // NewGitLab starts a fake GitLab for the test; point client-go at APIURL() (WithBaseURL).
 func NewGitLab(t testing.TB, opts ...Option) *GitLab {
@@ -31,13 +28,7 @@ func NewGitLab(t testing.TB, opts ...Option) *GitLab {
 
 // NewGitLabHandler builds a fake GitLab without a listener: mount it and call SetBaseURL.
 func NewGitLabHandler(gs *GitServer, opts ...Option) (*GitLab, error) {
-	f, err := newForge("gitlab", gs, opts)
-	if err != nil {
-		return nil, err
-	}
-	g := &GitLab{Forge: f, mux: http.NewServeMux()}
-	f.mount(g, GitLabWebhookRequest)
-	return g, nil
+	return newFake("gitlab", gs, opts, GitLabWebhookRequest, func(f *Forge) *GitLab { return &GitLab{Forge: f} })
 }
 
 // APIURL is the base URL for client-go: <url>/api/v4.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // execLog counts executions of the test's slow step: how many run at once, and in all.
@@ -157,10 +158,10 @@ func newLeaseEnv(t *testing.T, ackWait, hold time.Duration) *leaseEnv {
 
 // start publishes the job and returns the id of the worker that started it.
 func (e *leaseEnv) start() string {
-	return e.startJob(&queue.Job{V: queue.Version, Run: "r1", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1})
+	return e.startJob(&envelope.Job{V: envelope.Version, Run: "r1", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1})
 }
 
-func (e *leaseEnv) startJob(job *queue.Job) string {
+func (e *leaseEnv) startJob(job *envelope.Job) string {
 	data, _ := json.Marshal(job)
 	if _, err := e.admin.JS.Publish(e.ctx, queue.JobSubject("default"), data, jetstream.WithMsgID(job.ID())); err != nil {
 		e.t.Fatal(err)
@@ -175,9 +176,9 @@ func (e *leaseEnv) startJob(job *queue.Job) string {
 }
 
 // result waits for the job's result in the events stream.
-func (e *leaseEnv) result(within time.Duration) queue.Event { return e.resultOf("r1", within) }
+func (e *leaseEnv) result(within time.Duration) envelope.Event { return e.resultOf("r1", within) }
 
-func (e *leaseEnv) resultOf(run string, within time.Duration) queue.Event {
+func (e *leaseEnv) resultOf(run string, within time.Duration) envelope.Event {
 	events, err := e.admin.JS.Stream(e.ctx, queue.StreamEvents)
 	if err != nil {
 		e.t.Fatal(err)
@@ -185,7 +186,7 @@ func (e *leaseEnv) resultOf(run string, within time.Duration) queue.Event {
 	for deadline := time.Now().Add(within); ; {
 		got, err := events.GetLastMsgForSubject(e.ctx, queue.EventSubject(run, queue.EvResult))
 		if err == nil {
-			var ev queue.Event
+			var ev envelope.Event
 			if err := json.Unmarshal(got.Data, &ev); err != nil || ev.Result == nil {
 				e.t.Fatalf("result = %s (%v)", got.Data, err)
 			}
@@ -251,7 +252,7 @@ func TestDeadWorkersJobTakenOver(t *testing.T) {
 // under load).
 func TestRunCancelSparesItsCleanupJob(t *testing.T) {
 	e := newLeaseEnv(t, 5*time.Second, 1500*time.Millisecond)
-	e.startJob(&queue.Job{V: queue.Version, Run: "r2", Pipeline: "p", Stage: "_cleanup", Step: "cleanup", Type: steps.TypeCleanup, Pool: "default", Attempt: 1})
+	e.startJob(&envelope.Job{V: envelope.Version, Run: "r2", Pipeline: "p", Stage: "_cleanup", Step: "cleanup", Type: steps.TypeCleanup, Pool: "default", Attempt: 1})
 	if err := e.admin.NC.Publish(queue.CancelSubject, []byte("r2")); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func TestRunCancelSparesItsCleanupJob(t *testing.T) {
 		t.Fatalf("cleanup job after its run's cancel: %+v", ev.Result)
 	}
 	// A step job of a run is still stopped by the run's cancel.
-	e.startJob(&queue.Job{V: queue.Version, Run: "r3", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1})
+	e.startJob(&envelope.Job{V: envelope.Version, Run: "r3", Pipeline: "p", Stage: "s", Step: "slow", Type: "Slow", Pool: "default", Attempt: 1})
 	if err := e.admin.NC.Publish(queue.CancelSubject, []byte("r3")); err != nil {
 		t.Fatal(err)
 	}

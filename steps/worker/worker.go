@@ -26,6 +26,7 @@ import (
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // Worker runs step jobs.
@@ -280,7 +281,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 	w.running.Add(1)
 	defer w.running.Add(-1)
 	delivered := msg.Delivered()
-	job, err := queue.DecodeJob(msg.Data())
+	job, err := envelope.DecodeJob(msg.Data())
 	if err != nil {
 		w.Log.Error("bad job payload", "err", err, "subject", msg.Subject())
 		if job != nil && job.Run != "" && job.Stage != "" && job.Step != "" {
@@ -347,7 +348,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		Inputs: job.Inputs, Env: job.Env, Priors: job.Priors, Memo: job.Memo, Signals: job.Signals,
 		Deadline: job.Deadline, Log: stepLog, Services: w.Services,
 	}
-	// Debug lines bracketing the step's execution let a test (deploy/chaos) prove from the
+	// Debug lines bracketing the step's execution let a test (cmd/prflow/chaos) prove from the
 	// logs of several workers that no job ran twice at the same time.
 	debug := w.Log.Enabled(ctx, slog.LevelDebug)
 	if debug {
@@ -401,7 +402,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 // settle reports the result and acks the job in the background, so the slot pulls its next
 // job while a controller applies this one. The job stays unacked until its result is stored;
 // a bound on unsettled results keeps a slow controller from piling them up.
-func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, lease *execLease) {
+func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *envelope.Job, res steps.Result, started time.Time, lease *execLease) {
 	w.settleSlots <- struct{}{}
 	w.settling.Add(1)
 	go func() {
@@ -411,7 +412,7 @@ func (w *Worker) settle(ctx context.Context, msg *queue.Msg, job *queue.Job, res
 	}()
 }
 
-func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res steps.Result, started time.Time, lease *execLease) {
+func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *envelope.Job, res steps.Result, started time.Time, lease *execLease) {
 	// The lease goes when the job is settled one way or the other (a redelivery before that
 	// finds this execution still running), and before a nak, so that the redelivery it asks
 	// for finds no live execution.
@@ -444,7 +445,7 @@ func (w *Worker) finish(ctx context.Context, msg *queue.Msg, job *queue.Job, res
 }
 
 // jobLog is the worker's logger for one job's lines.
-func (w *Worker) jobLog(job *queue.Job) *slog.Logger {
+func (w *Worker) jobLog(job *envelope.Job) *slog.Logger {
 	return w.Log.With("run", job.Run, "stage", job.Stage, "step", job.Step, "attempt", job.Attempt)
 }
 
@@ -477,8 +478,8 @@ func heartbeat(msg *queue.Msg, interval time.Duration, beat func()) (stop func()
 
 // publishResult reports a step's result. acked means a controller took it directly and acked
 // the job (ackSubject) itself.
-func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Result, started time.Time, ackSubject string) (acked bool, err error) {
-	ev := queue.Event{V: queue.Version, Kind: queue.EvResult, Run: job.Run, Stage: job.Stage, Step: job.Step,
+func (w *Worker) publishResult(ctx context.Context, job *envelope.Job, res steps.Result, started time.Time, ackSubject string) (acked bool, err error) {
+	ev := envelope.Event{V: envelope.Version, Kind: queue.EvResult, Run: job.Run, Stage: job.Stage, Step: job.Step,
 		Rollback: job.Rollback, Attempt: job.Attempt, Wake: job.Wake, Result: &res, Worker: w.ID,
 		Started: started, Ended: time.Now(), Token: job.Token}
 	data, err := json.Marshal(ev)
@@ -511,7 +512,7 @@ func (w *Worker) publishResult(ctx context.Context, job *queue.Job, res steps.Re
 // subject in queue.ResultAckHeader the controller acks the job itself and the server's
 // confirmation of that ack is the answer (acked); a plain "ok" leaves the ack to us. Not
 // taken means no controller took it (none listening, a timeout, an error): use the stream.
-func (w *Worker) offerResult(job *queue.Job, data []byte, ackSubject string) (taken, acked bool) {
+func (w *Worker) offerResult(job *envelope.Job, data []byte, ackSubject string) (taken, acked bool) {
 	if w.StreamResults {
 		return false, false
 	}

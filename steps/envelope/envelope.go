@@ -1,6 +1,11 @@
-package queue
+// Package envelope holds what prflow puts on NATS between the controller and the workers: the
+// job a worker runs (Job) and the events the controller consumes (Event), with their checks.
+// It sits above queue because jobs and results carry step types (steps.Result, steps.Prior,
+// …); queue moves bytes and knows only subjects, streams and tokens.
+package envelope
 
 import (
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -50,6 +56,10 @@ func (j *Job) ID() string {
 	return j.Run + "/" + j.Stage + "/" + rb + j.Step + "/" + strconv.Itoa(j.Attempt) + "/" + strconv.Itoa(j.Wake)
 }
 
+// Subject is where the job is published: routed by the first connector it names
+// (queue.JobSubjectOf).
+func (j *Job) Subject() string { return queue.JobSubjectOf(j.Pool, j.Connectors) }
+
 // DecodeJob parses and checks a job payload.
 func DecodeJob(data []byte) (*Job, error) {
 	var j Job
@@ -74,21 +84,10 @@ func DecodeJob(data []byte) (*Job, error) {
 	return &j, nil
 }
 
-// Event kinds on prflow.events.<run>.<kind>.
-const (
-	EvStart  = "start"  // advance a run (Start no longer sends it; still applied if found)
-	EvResult = "result" // a step finished, failed or parked
-	EvWake   = "wake"   // wake a parked step
-	EvSignal = "signal" // approval or forge event for a step
-	EvCancel = "cancel"
-	EvTick   = "tick" // timers due: retries, stage timeouts, poll fallbacks, deadlines
-	EvDead   = "dead" // a job exhausted its deliveries
-)
-
 // Event is everything the controller consumes.
 type Event struct {
 	V        int           `json:"v"`
-	Kind     string        `json:"kind"`
+	Kind     string        `json:"kind"` // queue.EvResult, …
 	Run      string        `json:"run"`
 	Stage    string        `json:"stage,omitempty"`
 	Step     string        `json:"step,omitempty"`
@@ -119,6 +118,24 @@ func DecodeEvent(data []byte) (*Event, error) {
 		return nil, errors.New("event payload: run and kind are required")
 	}
 	return &e, nil
+}
+
+// JobID is the id of the job a result event answers (Job.ID of that job).
+func (e *Event) JobID() string {
+	rb := ""
+	if e.Rollback {
+		rb = "rb."
+	}
+	return e.Run + "/" + e.Stage + "/" + rb + e.Step + "/" + strconv.Itoa(e.Attempt) + "/" + strconv.Itoa(e.Wake)
+}
+
+// CheckToken reports (queue.ErrBadToken) a result event whose token is not its job's.
+func CheckToken(key []byte, e *Event) error {
+	want := queue.JobToken(key, e.JobID())
+	if !hmac.Equal([]byte(want), []byte(e.Token)) {
+		return fmt.Errorf("%w %s", queue.ErrBadToken, e.JobID())
+	}
+	return nil
 }
 
 func sorted(s []string) []string {

@@ -1,5 +1,8 @@
 // Package duration parses the timeout strings pipelines use: Go durations plus days and weeks
 // ("10m", "1d", "1w2d3h", "1h30m"), as Harness writes them.
+//
+// It imports nothing of prflow and sits under steps, the lowest layer that reads such
+// durations (Wait, GitOpsSync, stage gates), so that steps and pipelines above it both use it.
 package duration
 
 import (

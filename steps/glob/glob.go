@@ -1,5 +1,9 @@
 // Package glob matches slash-separated paths against globs where a "**" segment matches any
 // number of segments. Trigger filters (pipelines) and the TriggerPaths step (steps) share it.
+//
+// It imports nothing of prflow and sits under steps, the lower of its two users, because a
+// layer may import only its own layer or lower ones (cmd → pipelines → steps → deploy/scm →
+// queue).
 package glob
 
 import (

@@ -72,4 +72,11 @@
 // cause is matchable with errors.Is: ErrMissing, ErrNil, ErrNotBool,
 // ErrRuntimeInput, ErrMemoryBudget, ErrMaxNodes, ErrSyntax, or the context's
 // error.
+//
+// # Where it lives
+//
+// The pipeline loader (pipelines) compiles expressions and the steps evaluate their inputs
+// with them, so the package sits under steps, the lower of the two layers: a layer imports
+// only its own layer or lower ones (cmd → pipelines → steps → deploy/scm → queue). It
+// imports nothing of prflow.
 package template

@@ -5,6 +5,10 @@
 // one merge per run, no lost update, no value applied twice, no leftover branch or open PR,
 // and no job executed twice at the same time. `task chaos` runs the full suite
 // (TestChaosFull); CI runs a short seeded one (TestChaosShort).
+//
+// It lives under cmd/prflow, the top layer, because it drives the prflow binary and reads
+// runs with the controller's own types (pipelines, pipelines/controller); a package lower
+// down (deploy) may not import those. deploy/cluster's tests reuse its checks.
 package chaos
 
 import (
