@@ -115,7 +115,7 @@ func literal(v *pipelines.Value) string {
 // of the step's pool, every notification channel by a live worker of the default pool, and
 // every agent it names is registered and live. It returns a
 // RefusedError listing every problem, or nil. It reads prflow-workers and prflow-agents only
-// when the pipeline names connectors or agents.
+// when the pipeline names connectors, notification channels or agents.
 func (c *Controller) Check(ctx context.Context, p *pipelines.Pipeline, trig *pipelines.TriggerInfo) error {
 	n := pipelineNeeds(p, c.reg, trig)
 	var problems []string
