@@ -160,8 +160,8 @@ channels:
 func events(list []map[string]any, key string) []string {
 	var out []string
 	for _, m := range list {
-		s := fmt_(m[key])
-		if st := fmt_(m["stage"]); st != "" {
+		s := strOf(m[key])
+		if st := strOf(m["stage"]); st != "" {
 			s += " " + st
 		}
 		out = append(out, s)
@@ -170,13 +170,13 @@ func events(list []map[string]any, key string) []string {
 	return out
 }
 
-func fmt_(v any) string { s, _ := v.(string); return s }
+func strOf(v any) string { s, _ := v.(string); return s }
 
 // slackEvents reads the event names out of Slack texts ("prflow <event>: run …").
 func slackEvents(list []map[string]any) []string {
 	var out []string
 	for _, m := range list {
-		text := fmt_(m["text"])
+		text := strOf(m["text"])
 		ev, _, _ := strings.Cut(strings.TrimPrefix(text, "prflow "), ":")
 		if i := strings.Index(text, ", stage "); i >= 0 {
 			rest := text[i+len(", stage "):]
@@ -268,7 +268,7 @@ func TestNotificationsEndToEnd(t *testing.T) {
 		if m["run"] != run.ID || m["pipeline"] != "notified" || m["url"] != "/ui/runs/"+run.ID || m["id"] == "" || m["status"] == "" {
 			t.Errorf("webhook body %v", m)
 		}
-		if m["event"] == "run.failed" && !strings.Contains(fmt_(m["message"]), "rejected by alice: not today") {
+		if m["event"] == "run.failed" && !strings.Contains(strOf(m["message"]), "rejected by alice: not today") {
 			t.Errorf("run.failed message %q", m["message"])
 		}
 	}
