@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -170,6 +171,7 @@ func isApproval(t string) bool { return t == "Approval" || t == "HarnessApproval
 // notifyEvent is one thing that happened to a run.
 type notifyEvent struct {
 	event, stage, step, status, message string
+	at                                  time.Time // when it happened, when the state says (else zero)
 }
 
 // NotifyJobs returns one Notify job per rule and event that happened between before and r.
@@ -177,6 +179,19 @@ type notifyEvent struct {
 // the link to the run's page. Each job's Nats-Msg-Id (run/_notify/<event>:<stage>:<channel>/1/0)
 // is the same whenever the same event is seen again, so it goes out once.
 func (m *Machine) NotifyJobs(before *NotifySnapshot, r *Run, runURL string) []*queue.Job {
+	return m.notifyJobs(before, r, runURL, time.Time{})
+}
+
+// NotifyJobsSince is NotifyJobs from nothing (every event r's state shows) for the events that
+// happened at or after since, or whose time the state does not hold: what a controller
+// republishes after a redelivery or a restart. Older events went out long ago, and their sent
+// marks may have expired (queue.NotifyMarkAge): a run parked for days must not announce its
+// start again.
+func (m *Machine) NotifyJobsSince(r *Run, runURL string, since time.Time) []*queue.Job {
+	return m.notifyJobs(nil, r, runURL, since)
+}
+
+func (m *Machine) notifyJobs(before *NotifySnapshot, r *Run, runURL string, since time.Time) []*queue.Job {
 	if len(m.P.Notifications) == 0 {
 		return nil
 	}
@@ -186,7 +201,7 @@ func (m *Machine) NotifyJobs(before *NotifySnapshot, r *Run, runURL string) []*q
 	var evs []notifyEvent
 	if before.run == "" || before.run == StPending {
 		if r.Status != StPending {
-			evs = append(evs, notifyEvent{event: EvRunStarted, status: string(StRunning)})
+			evs = append(evs, notifyEvent{event: EvRunStarted, status: string(StRunning), at: r.Started})
 		}
 	}
 	for _, sr := range r.Stages {
@@ -195,7 +210,7 @@ func (m *Machine) NotifyJobs(before *NotifySnapshot, r *Run, runURL string) []*q
 			was.Status = StPending
 		}
 		if !sr.Started.IsZero() && (was.Status == StPending || was.Status == StQueued) && sr.Status != StSkipped && sr.Status != StNotRun {
-			evs = append(evs, notifyEvent{event: EvStageStarted, stage: sr.ID, status: string(StRunning)})
+			evs = append(evs, notifyEvent{event: EvStageStarted, stage: sr.ID, status: string(StRunning), at: sr.Started})
 		}
 		if sr.RollingBack && !was.RollingBack {
 			evs = append(evs, notifyEvent{event: EvRollbackStarted, stage: sr.ID, status: string(sr.Status), message: sr.Error})
@@ -203,9 +218,9 @@ func (m *Machine) NotifyJobs(before *NotifySnapshot, r *Run, runURL string) []*q
 		if sr.Status != was.Status {
 			switch sr.Status {
 			case StSucceeded:
-				evs = append(evs, notifyEvent{event: EvStageSucceeded, stage: sr.ID, status: string(sr.Status)})
+				evs = append(evs, notifyEvent{event: EvStageSucceeded, stage: sr.ID, status: string(sr.Status), at: sr.Ended})
 			case StFailed:
-				evs = append(evs, notifyEvent{event: EvStageFailed, stage: sr.ID, status: string(sr.Status), message: sr.Error})
+				evs = append(evs, notifyEvent{event: EvStageFailed, stage: sr.ID, status: string(sr.Status), message: sr.Error, at: sr.Ended})
 			}
 		}
 		for _, st := range sr.Steps {
@@ -220,7 +235,7 @@ func (m *Machine) NotifyJobs(before *NotifySnapshot, r *Run, runURL string) []*q
 			if st.Wait != nil {
 				msg = st.Wait.Reason
 			}
-			evs = append(evs, notifyEvent{event: EvApprovalWaiting, stage: sr.ID, step: st.ID, status: string(st.Status), message: msg})
+			evs = append(evs, notifyEvent{event: EvApprovalWaiting, stage: sr.ID, step: st.ID, status: string(st.Status), message: msg, at: st.WaitSince})
 		}
 	}
 	if r.RollingBack && !before.rollingBack {
@@ -229,15 +244,18 @@ func (m *Machine) NotifyJobs(before *NotifySnapshot, r *Run, runURL string) []*q
 	if r.Status.Terminal() && !before.run.Terminal() {
 		switch r.Status {
 		case StSucceeded:
-			evs = append(evs, notifyEvent{event: EvRunSucceeded, status: string(r.Status)})
+			evs = append(evs, notifyEvent{event: EvRunSucceeded, status: string(r.Status), at: r.Ended})
 		case StFailed:
-			evs = append(evs, notifyEvent{event: EvRunFailed, status: string(r.Status), message: r.Error})
+			evs = append(evs, notifyEvent{event: EvRunFailed, status: string(r.Status), message: r.Error, at: r.Ended})
 		case StCancelled:
-			evs = append(evs, notifyEvent{event: EvRunCancelled, status: string(r.Status), message: r.Error})
+			evs = append(evs, notifyEvent{event: EvRunCancelled, status: string(r.Status), message: r.Error, at: r.Ended})
 		}
 	}
 	var jobs []*queue.Job
 	for _, ev := range evs {
+		if !since.IsZero() && !ev.at.IsZero() && ev.at.Before(since) {
+			continue
+		}
 		for _, rule := range m.P.Notifications {
 			if !rule.matches(ev) {
 				continue

@@ -123,6 +123,13 @@ func TestNotifyJobs(t *testing.T) {
 	if !slices.Equal(all, want) {
 		t.Errorf("re-derived %q, want %q", all, want)
 	}
+	// Republished after a restart: only events since the cut-off (times the state holds).
+	if got := jobSteps(m.NotifyJobsSince(r, "", testNow.Add(time.Second))); len(got) != 0 {
+		t.Errorf("events before the cut-off republished: %q", got)
+	}
+	if got := jobSteps(m.NotifyJobsSince(r, "", testNow)); !slices.Equal(got, want) {
+		t.Errorf("since the run's time: %q, want %q", got, want)
+	}
 	// No rules: no snapshot, no jobs.
 	plain := mustLoad(t, "name: y\n"+notifyStages)
 	if plain.NotifySnapshot(r) != nil || plain.NotifyJobs(nil, r, "") != nil {

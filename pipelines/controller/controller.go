@@ -498,7 +498,7 @@ func (c *Controller) handle(ctx context.Context, ev *queue.Event, redelivered bo
 				if j := m.CleanupJob(r); j != nil {
 					js = append(js, j) // the run may have ended in the write before the crash
 				}
-				js = append(js, m.NotifyJobs(nil, r, c.runURL(r.ID))...) // every event the state shows; sent ones are dropped
+				js = append(js, m.NotifyJobsSince(r, c.runURL(r.ID), notifySince())...) // events the state shows; sent ones are dropped
 				return c.publishJobs(ctx, js)
 			}
 			return nil

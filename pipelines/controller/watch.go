@@ -105,7 +105,7 @@ func (c *Controller) apply(ctx context.Context, r *pipelines.Run, rev uint64, re
 		// After a restart: re-send jobs that may never have gone out, and kick the run.
 		// Notifications of every event the state shows: those already out are dropped by
 		// their Nats-Msg-Id or the workers' sent marks.
-		_ = c.publishJobs(ctx, append(m.Jobs(r), m.NotifyJobs(nil, r, c.runURL(r.ID))...))
+		_ = c.publishJobs(ctx, append(m.Jobs(r), m.NotifyJobsSince(r, c.runURL(r.ID), notifySince())...))
 		_ = c.Publish(ctx, queue.Event{Kind: queue.EvTick, Run: r.ID}, "")
 	}
 	c.index(r, m, rev)
