@@ -349,7 +349,7 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 
 func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 	l.expandPromotion(root) // promotion: becomes ordinary stages (promotion.go)
-	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "promotion", "triggers", "cleanup")
+	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "promotion", "triggers", "cleanup", "notifications")
 	p.Name = l.str(f["name"], "name")
 	if p.Name == "" {
 		l.errf(root, "name", "required")
@@ -371,6 +371,7 @@ func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 	}
 	p.Triggers = l.triggers(f["triggers"], p)
 	p.Cleanup = l.cleanup(f["cleanup"])
+	p.Notifications = l.notifications(f["notifications"])
 	st := f["stages"]
 	if st.val == nil {
 		l.errf(root, "stages", "required: a pipeline needs at least one stage")
@@ -394,6 +395,7 @@ func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 	}
 	l.checkNeeds(p, st.val)
 	l.checkRefs(p)
+	l.checkNotifyStages(p, f["notifications"])
 }
 
 func (l *loader) variables(f field, path string) []Variable {

@@ -35,6 +35,9 @@ type StageGate interface {
 // Apply records an event in the run. It reports whether the state changed; a duplicate or
 // stale event (a result for an attempt that is no longer current) changes nothing.
 func (m *Machine) Apply(r *Run, ev *envelope.Event, now time.Time) bool {
+	if ev.Stage == NotifyStage {
+		return m.applyNotify(r, ev) // also after the run ended: run.succeeded goes out then
+	}
 	if r.Status.Terminal() {
 		return false
 	}

@@ -63,7 +63,7 @@ type Run struct {
 	RollbackFailed string `json:"rollbackFailed,omitempty"`
 
 	// Warnings are what run policies warned about when it started (prflow.pipeline and
-	// prflow.run warn rules).
+	// prflow.run warn rules), and notifications that could not be sent (they never fail a run).
 	Warnings []string `json:"warnings,omitempty"`
 }
 

@@ -43,6 +43,20 @@ func GenerateSchema(reg *steps.Registry) ([]byte, error) {
 	if defs == nil || step == nil || props == nil {
 		return nil, fmt.Errorf("schema_base.json: no $defs.step.properties")
 	}
+	// The notification events come from the loader's list, so schema and loader agree.
+	if top, ok := root["properties"].(map[string]any); ok {
+		if n, ok := top["notifications"].(map[string]any); ok {
+			items, _ := n["items"].(map[string]any)
+			ip, _ := items["properties"].(map[string]any)
+			if ip == nil || ip["on"] == nil {
+				return nil, fmt.Errorf("schema_base.json: no properties.notifications.items.properties.on")
+			}
+			ip["on"] = map[string]any{"description": "one event or a list of them", "oneOf": []any{
+				map[string]any{"enum": NotifyEvents},
+				map[string]any{"type": "array", "minItems": 1, "uniqueItems": true, "items": map[string]any{"enum": NotifyEvents}},
+			}}
+		}
+	}
 	defs["expression"] = map[string]any{"type": "string", "pattern": `\$\{\{|<\+`,
 		"description": "an expression (${{ … }} or <+ … >), checked when it is evaluated"}
 	for _, t := range []steps.InputType{steps.InputString, steps.InputBool, steps.InputInt, steps.InputDuration, steps.InputStrings} {

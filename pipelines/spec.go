@@ -21,6 +21,8 @@ type Pipeline struct {
 	Timeout      time.Duration
 	Triggers     []*Trigger   // webhook triggers (triggers.go)
 	Cleanup      *CleanupSpec // after a failed or cancelled run (cleanup.go)
+	// Notifications say which run events go to which worker-side channel (notify.go).
+	Notifications []*NotifyRule
 
 	File   string // where it was loaded from, for messages
 	Source []byte // the exact text, stored with runs so a restarted controller can reload it

@@ -205,6 +205,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		{Bucket: BucketWorkers, History: 1, TTL: LeaseTTL, Description: "live workers"},
 		{Bucket: BucketAgents, History: 1, TTL: LeaseTTL, Description: "live GitOps agents"},
 		{Bucket: BucketMergeQueue, History: 1, TTL: MergeQueueMaxAge, Description: "merge queues: one FIFO per repo+branch"},
+		notifyBucketConfig(replicas),
 		{Bucket: BucketMeta, History: 1, Description: "topology schema marker"},
 	}
 	for _, kc := range buckets {

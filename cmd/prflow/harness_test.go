@@ -159,7 +159,7 @@ func TestDevRunsHarnessUIPipeline(t *testing.T) {
 		!strings.Contains(got, "step promote_dev.getAppDetails (GetAppDetails): succeeded") {
 		t.Fatalf("the run did not finish:\n%s", got)
 	}
-	if !strings.Contains(got, "notificationRules: not carried") || strings.Count(got, "notificationRules") != 1 {
+	if !strings.Contains(got, "notificationRules[0]: not carried") || strings.Count(got, "notificationRules") != 1 {
 		t.Errorf("the notification rules must be reported once:\n%s", got)
 	}
 }
@@ -195,7 +195,7 @@ func devRunID(out string) string {
 // about its notification rules.
 func TestValidateHarnessUIPipeline(t *testing.T) {
 	out, err := run(t, "validate", fixtures+"ui_pr.yaml", "--harness-map", fixtures+"map.yaml")
-	if err != nil || !strings.Contains(out, "ok") || strings.Count(out, "warning:") != 1 || !strings.Contains(out, "notificationRules: not carried") {
+	if err != nil || !strings.Contains(out, "ok") || strings.Count(out, "warning:") != 1 || !strings.Contains(out, "notificationRules[0]: not carried") {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
 }

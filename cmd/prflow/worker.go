@@ -13,6 +13,7 @@ import (
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/transport"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/notify"
 	"github.com/prflow/prflow/steps/worker"
 )
 
@@ -20,7 +21,7 @@ func newWorker(g *globals) *cobra.Command {
 	w := &worker.Worker{}
 	var ackWait time.Duration
 	var maxDeliver int
-	var connectorsFile string
+	var connectorsFile, notifiersFile string
 	var embedded bool
 	var listen string
 	cmd := &cobra.Command{
@@ -71,6 +72,18 @@ func newWorker(g *globals) *cobra.Command {
 				svc[steps.ServiceSCM] = set
 				w.Secrets = set.Secrets()
 			}
+			if notifiersFile != "" {
+				set, err := notify.Load(notifiersFile)
+				if err != nil {
+					return err
+				}
+				marks, err := queue.OpenNotifyMarks(ctx, conn.JS)
+				if err != nil {
+					return err
+				}
+				svc[steps.ServiceNotify], svc[steps.ServiceNotifyMarks] = set, marks
+				w.Secrets = append(w.Secrets, set.Secrets()...)
+			}
 			b, err := queue.OpenBuckets(ctx, conn.JS)
 			if err != nil {
 				return err
@@ -88,6 +101,7 @@ func newWorker(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&connectorsFile, "connectors", "", "connectors file: forges this worker can reach and their credentials")
+	f.StringVar(&notifiersFile, "notifiers", "", "notifiers file: the notification channels (Slack, webhook, email) this worker sends to, with their secrets")
 	f.StringVar(&listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9090; empty: none)")
 	f.BoolVar(&embedded, "embedded", false, "without --nats, run on a private embedded NATS server (tests and demos only: no controller reaches it)")
 	f.StringSliceVar(&w.Pools, "pool", []string{"default"}, "worker pools to take jobs from (repeatable)")

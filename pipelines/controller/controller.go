@@ -467,6 +467,7 @@ func (c *Controller) handle(ctx context.Context, ev *envelope.Event, redelivered
 		}
 		now := time.Now()
 		before := c.feedbackSnapshot(r)
+		notified := m.NotifySnapshot(r)
 		snap := snapshotRun(r)
 		wasDone := r.Status.Terminal()
 		if ev.Kind == queue.EvTick {
@@ -498,6 +499,7 @@ func (c *Controller) handle(ctx context.Context, ev *envelope.Event, redelivered
 				if j := m.CleanupJob(r); j != nil {
 					js = append(js, j) // the run may have ended in the write before the crash
 				}
+				js = append(js, m.NotifyJobsSince(r, c.runURL(r.ID), notifySince())...) // events the state shows; sent ones are dropped
 				return c.publishJobs(ctx, js)
 			}
 			return nil
@@ -518,6 +520,7 @@ func (c *Controller) handle(ctx context.Context, ev *envelope.Event, redelivered
 		if j := m.CleanupJob(r); j != nil && !wasDone {
 			jobs = append(jobs, j) // the run just failed or was cancelled: close its PRs, leave its queues
 		}
+		jobs = append(jobs, m.NotifyJobs(notified, r, c.runURL(r.ID))...)
 		return c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...))
 	}
 	return fmt.Errorf("run %s: too many concurrent updates", ev.Run)

@@ -39,10 +39,11 @@ func WithoutStartChecks() Option { return func(c *Controller) { c.noChecks = tru
 type needs struct {
 	connectors map[string][]string // pool → connector names
 	agents     []string
+	channels   []string // notification channels (jobs of pipelines.DefaultPool)
 }
 
 func pipelineNeeds(p *pipelines.Pipeline, reg *steps.Registry, trig *pipelines.TriggerInfo) needs {
-	n := needs{connectors: map[string][]string{}}
+	n := needs{connectors: map[string][]string{}, channels: p.NotifyChannels()}
 	addConn := func(pool, name string) {
 		if name != "" && !slices.Contains(n.connectors[pool], name) {
 			n.connectors[pool] = append(n.connectors[pool], name)
@@ -111,17 +112,21 @@ func literal(v *pipelines.Value) string {
 }
 
 // Check is the run-start check: every connector a pipeline names is held by a live worker
-// of the step's pool, and every agent it names is registered and live. It returns a
+// of the step's pool, every notification channel by a live worker of the default pool, and
+// every agent it names is registered and live. It returns a
 // RefusedError listing every problem, or nil. It reads prflow-workers and prflow-agents only
-// when the pipeline names connectors or agents.
+// when the pipeline names connectors, notification channels or agents.
 func (c *Controller) Check(ctx context.Context, p *pipelines.Pipeline, trig *pipelines.TriggerInfo) error {
 	n := pipelineNeeds(p, c.reg, trig)
 	var problems []string
-	if len(n.connectors) > 0 {
-		live, err := c.LiveWorkers(ctx)
-		if err != nil {
+	var live []worker.Info
+	if len(n.connectors) > 0 || len(n.channels) > 0 {
+		var err error
+		if live, err = c.LiveWorkers(ctx); err != nil {
 			return err
 		}
+	}
+	if len(n.connectors) > 0 {
 		pools := make([]string, 0, len(n.connectors))
 		for pool := range n.connectors {
 			pools = append(pools, pool)
@@ -147,6 +152,23 @@ func (c *Controller) Check(ctx context.Context, p *pipelines.Pipeline, trig *pip
 					continue
 				}
 				problems = append(problems, fmt.Sprintf("connector %q is held by no live worker of pool %q (live: %s)", name, pool, list(held)))
+			}
+		}
+	}
+	// A channel's URL and password are on the workers: one that no live worker holds would
+	// fail every notification of the run, so the run is refused before it does anything.
+	if len(n.channels) > 0 {
+		held := map[string]bool{}
+		for _, w := range live {
+			if slices.Contains(w.Pools, pipelines.DefaultPool) {
+				for _, ch := range w.Channels {
+					held[ch] = true
+				}
+			}
+		}
+		for _, ch := range n.channels {
+			if !held[ch] {
+				problems = append(problems, fmt.Sprintf("notification channel %q is configured on no live worker of pool %q (prflow worker --notifiers; live channels: %s)", ch, pipelines.DefaultPool, list(held)))
 			}
 		}
 	}

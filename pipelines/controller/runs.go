@@ -90,7 +90,9 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 	m := c.machineFor(p)
 	now := time.Now()
 	before := c.feedbackSnapshot(r)
+	notified := m.NotifySnapshot(r)
 	jobs := m.Advance(r, now)
+	jobs = append(jobs, m.NotifyJobs(notified, r, c.runURL(r.ID))...)
 	data, err := r.AppendJSON(nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: run state: %w", ErrInvalid, req.File, err)

@@ -104,7 +104,9 @@ func (c *Controller) apply(ctx context.Context, r *pipelines.Run, rev uint64, re
 	}
 	if restart && r.Active() {
 		// After a restart: re-send jobs that may never have gone out, and kick the run.
-		_ = c.publishJobs(ctx, m.Jobs(r))
+		// Notifications of every event the state shows: those already out are dropped by
+		// their Nats-Msg-Id or the workers' sent marks.
+		_ = c.publishJobs(ctx, append(m.Jobs(r), m.NotifyJobsSince(r, c.runURL(r.ID), notifySince())...))
 		_ = c.Publish(ctx, envelope.Event{Kind: queue.EvTick, Run: r.ID}, "")
 	}
 	c.index(r, m, rev)

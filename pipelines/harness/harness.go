@@ -281,7 +281,6 @@ func (c *conv) pipeline(n *yaml.Node, path string) *yaml.Node {
 		return &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{out}}
 	}
 	f := c.fields(n, path, "variables", "stages", "timeout", "notificationRules")
-	c.notificationRules(f["notificationRules"], path+".notificationRules")
 	name := "harness"
 	if id := get(n, "identifier"); isScalar(id) {
 		name = nativeID(id.Value)
@@ -324,6 +323,15 @@ func (c *conv) pipeline(n *yaml.Node, path string) *yaml.Node {
 		put(out, "environments", envs)
 	}
 	put(out, "stages", stages)
+	var stageIDs []string
+	for _, st := range stages.Content {
+		if id := get(st, "id"); isScalar(id) {
+			stageIDs = append(stageIDs, id.Value)
+		}
+	}
+	if rules := c.notificationRules(f["notificationRules"], path+".notificationRules", stageIDs); rules != nil {
+		put(out, "notifications", rules)
+	}
 	head := []string{"converted from Harness pipeline " + c.file}
 	for _, n := range c.notes {
 		if !contains(head, n) {
@@ -575,24 +583,4 @@ func (c *conv) template(n *yaml.Node, path string) bool {
 	}
 	c.unsupported(at, path+".template", "templates are not supported: inline it (templateRef %q%s is kept in Harness; paste the template's YAML here in its place)", ref, ver)
 	return true
-}
-
-// notificationRules: prflow has no notification settings yet, so rules with content are
-// reported once as not carried (a warning: they do not change what the pipeline deploys).
-func (c *conv) notificationRules(f hfield, path string) {
-	n := f.v
-	if n == nil {
-		return
-	}
-	if n.Kind != yaml.SequenceNode {
-		c.bad(n, path, "want a list of notification rules")
-		return
-	}
-	if k := len(n.Content); k > 0 {
-		word := "rules"
-		if k == 1 {
-			word = "rule"
-		}
-		c.warn(f.k, path, "not carried: prflow has no notification settings yet (%d %s left out; nobody is notified by this pipeline)", k, word)
-	}
 }

@@ -25,7 +25,7 @@ func lineOf(t *testing.T, src, mark string) int {
 // A GitOps PR pipeline as the Harness UI saves it converts in strict mode: serviceInputs
 // artifact fields become optional inputs defaulting to the map's values, gitOpsEnabled and
 // the empty lists the UI writes are no-ops, GitOpsGetAppDetails is a step, Harness agent ids
-// are mapped, and notificationRules are reported once as not carried.
+// are mapped, and a notification rule that only names user groups is reported once as not carried.
 func TestUIPipelineStrict(t *testing.T) {
 	m := testMap(t)
 	src, err := os.ReadFile("testdata/ui_pr.yaml")
@@ -44,8 +44,9 @@ func TestUIPipelineStrict(t *testing.T) {
 			t.Errorf("unexpected warning: %v", w)
 		}
 	}
-	if l := lineOf(t, string(src), "notificationRules:"); len(notif) != 1 || !strings.Contains(notif[0], fmt.Sprintf("ui_pr.yaml:%d:", l)) || !strings.Contains(notif[0], "1 rule") {
-		t.Errorf("notificationRules warnings %q, want one at line %d counting 1 rule", notif, l)
+	if l := lineOf(t, string(src), "- name: Tell the team"); len(notif) != 1 || !strings.Contains(notif[0], fmt.Sprintf("ui_pr.yaml:%d:", l)) ||
+		!strings.Contains(notif[0], `notificationRules[0]: not carried: rule "tell_team": userGroups`) || !strings.Contains(notif[0], "no recipients") {
+		t.Errorf("notificationRules warnings %q, want one at line %d: user groups and no recipients not carried", notif, l)
 	}
 	p := res.Pipeline
 	st := p.Stage("promote_dev")

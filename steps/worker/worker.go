@@ -40,9 +40,12 @@ type Worker struct {
 	// Connectors are the connector names this worker can serve (registered, so that runs
 	// naming others are refused at start). Nil: the names of the SCM service, if it lists them.
 	Connectors []string
-	Tuning     queue.ConsumerTuning
-	Version    string
-	Log        *slog.Logger
+	// Channels are the notification channels this worker can send to (registered like
+	// connectors). Nil: the channels of the notify service, if any.
+	Channels []string
+	Tuning   queue.ConsumerTuning
+	Version  string
+	Log      *slog.Logger
 	// DrainTimeout bounds how long SIGTERM waits for in-flight jobs before handing them back.
 	DrainTimeout time.Duration
 	// StreamResults makes every result go through the events stream, never straight to a
@@ -72,6 +75,7 @@ type Info struct {
 	Version     string    `json:"version"`
 	Concurrency int       `json:"concurrency"`
 	Connectors  []string  `json:"connectors"`
+	Channels    []string  `json:"channels,omitempty"`
 	Running     int64     `json:"running"`
 	Completed   int64     `json:"completed"`
 	Host        string    `json:"host"`
@@ -107,12 +111,18 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 		w.Connectors = connectorNames(w.Services.Get(steps.ServiceSCM))
 	}
 	w.Connectors = slices.Sorted(slices.Values(w.Connectors))
+	if w.Channels == nil {
+		if n, ok := w.Services.Get(steps.ServiceNotify).(steps.Notifier); ok && n != nil {
+			w.Channels = n.Channels()
+		}
+	}
+	w.Channels = slices.Sorted(slices.Values(w.Channels))
 	w.masker = NewMasker(w.Secrets)
 	w.results.D = directResultTimeout
 	w.Log = slog.New(MaskHandler(w.Log.Handler(), w.masker)).With("worker", w.ID)
 	w.cancels = map[string]map[*jobCtx]struct{}{}
 	w.inflight = map[string]*inflightJob{}
-	w.settleSlots = make(chan struct{}, max(1024, 4*w.Concurrency*len(w.Pools)*(1+len(w.Connectors))))
+	w.settleSlots = make(chan struct{}, max(1024, 4*w.Concurrency*len(w.Pools)*(1+len(w.Connectors)+len(w.Channels))))
 
 	b, err := queue.OpenBuckets(ctx, conn.JS)
 	if err != nil {
@@ -156,7 +166,11 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 		// Jobs that need a connector come on its own subject: this worker takes only those of
 		// the connectors it holds (each consumer with Concurrency slots of its own).
 		consumers := []string{queue.PoolConsumerName(pool)}
-		for _, cn := range w.Connectors {
+		routes := slices.Clone(w.Connectors)
+		for _, ch := range w.Channels {
+			routes = append(routes, steps.NotifyRoute(ch)) // notification jobs of its channels
+		}
+		for _, cn := range routes {
 			if _, err := queue.ConnectorConsumer(ctx, conn.JS, pool, cn, w.Tuning); err != nil {
 				return fmt.Errorf("pool %s connector %s consumer: %w", pool, cn, err)
 			}
@@ -186,7 +200,7 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 			}
 		}
 	}
-	w.Log.Info("worker started", "pools", strings.Join(w.Pools, ","), "connectors", strings.Join(w.Connectors, ","), "concurrency", w.Concurrency)
+	w.Log.Info("worker started", "pools", strings.Join(w.Pools, ","), "connectors", strings.Join(w.Connectors, ","), "channels", strings.Join(w.Channels, ","), "concurrency", w.Concurrency)
 	w.register(ctx, b.Workers, time.Now())
 
 	<-ctx.Done()
@@ -212,7 +226,7 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 func (w *Worker) register(ctx context.Context, kv jetstream.KeyValue, started time.Time) {
 	host, _ := os.Hostname()
 	put := func() {
-		info := Info{ID: w.ID, Pools: w.Pools, Version: w.Version, Concurrency: w.Concurrency, Connectors: w.Connectors,
+		info := Info{ID: w.ID, Pools: w.Pools, Version: w.Version, Concurrency: w.Concurrency, Connectors: w.Connectors, Channels: w.Channels,
 			Running: w.running.Load(), Completed: w.done.Load(), Host: host, Started: started, Seen: time.Now()}
 		b, _ := json.Marshal(info)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -248,9 +262,10 @@ func connectorNames(svc any) []string {
 	return []string{}
 }
 
-// outlivesRun reports whether jobs of this step type run after their run ended, so the run's
-// cancel must not stop them.
-func outlivesRun(typ string) bool { return typ == steps.TypeCleanup }
+// outlivesRun reports whether jobs of this step type run after their run ended (its cleanup,
+// its notifications: "run cancelled" goes out because of the cancel), so the run's cancel must
+// not stop them.
+func outlivesRun(typ string) bool { return typ == steps.TypeCleanup || typ == steps.TypeNotify }
 
 func (w *Worker) cancelRun(run string) {
 	w.mu.Lock()

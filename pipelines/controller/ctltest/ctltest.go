@@ -107,6 +107,10 @@ func New(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	marks, err := queue.OpenNotifyMarks(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < o.Workers; i++ {
 		svc := map[string]any{}
 		for k, v := range o.Services {
@@ -114,6 +118,9 @@ func New(t testing.TB, o Options) *Env {
 		}
 		id := fmt.Sprintf("w%d", i)
 		svc[steps.ServiceLocks] = worker.NewLeaseLocker(b, mq, id)
+		if _, ok := svc[steps.ServiceNotifyMarks]; !ok {
+			svc[steps.ServiceNotifyMarks] = marks
+		}
 		if _, ok := svc[steps.ServiceGitOps]; !ok {
 			svc[steps.ServiceGitOps] = agent.NewClient(conn.NC, b.Apps, b.Agents)
 		}
