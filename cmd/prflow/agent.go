@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/simagent"
+	"github.com/prflow/prflow/deploy/syncwindow"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -23,6 +25,7 @@ func newAgent(g *globals) *cobra.Command {
 		insecure, embedded                             bool
 		simRepo, simBranch, simAppSet                  string
 		simDelay                                       time.Duration
+		simWindows                                     []string
 		timeout                                        time.Duration
 		listen                                         string
 		refreshMode, hookURL, hookSecretFile           string
@@ -60,8 +63,12 @@ func newAgent(g *globals) *cobra.Command {
 				return conn, err
 			}
 			if simRepo != "" {
+				windows, err := simSyncWindows(simWindows)
+				if err != nil {
+					return err
+				}
 				sa, err := simagent.New(simagent.Options{AgentID: id, Repo: simRepo, Branch: simBranch, AppSetPath: simAppSet,
-					Delay: simDelay, Log: log, Version: version})
+					Delay: simDelay, SyncWindows: windows, Log: log, Version: version})
 				if err != nil {
 					return err
 				}
@@ -132,6 +139,7 @@ func newAgent(g *globals) *cobra.Command {
 	f.StringVar(&simBranch, "sim-branch", "", "simulated agent: branch to deploy (default the repo's HEAD branch)")
 	f.StringVar(&simAppSet, "sim-appset", "", "simulated agent: path of the ApplicationSet manifest in the repo (default: search)")
 	f.DurationVar(&simDelay, "sim-delay", 500*time.Millisecond, "simulated agent: delay before a sync starts deploying")
+	f.StringArrayVar(&simWindows, "sim-sync-window", nil, `simulated agent: an Argo CD sync window for every app, as JSON: '{"kind":"deny","schedule":"0 22 * * *","duration":"8h","manualSync":true,"timeZone":"Europe/Paris"}' (repeatable)`)
 	return cmd
 }
 
@@ -159,4 +167,22 @@ func secretRef(file, env, what string) (string, error) {
 		return v, nil
 	}
 	return "", nil
+}
+
+// simSyncWindows decodes --sim-sync-window values strictly (a misspelled key is an error).
+func simSyncWindows(vals []string) ([]syncwindow.Window, error) {
+	var out []syncwindow.Window
+	for i, v := range vals {
+		dec := json.NewDecoder(strings.NewReader(v))
+		dec.DisallowUnknownFields()
+		var w syncwindow.Window
+		if err := dec.Decode(&w); err != nil {
+			return nil, fmt.Errorf("--sim-sync-window #%d %s: %w", i+1, v, err)
+		}
+		if err := syncwindow.Parse(w); err != nil {
+			return nil, fmt.Errorf("--sim-sync-window #%d: %w", i+1, err)
+		}
+		out = append(out, w)
+	}
+	return out, nil
 }
