@@ -140,6 +140,11 @@ func (w *windows) loop(ctx context.Context, wr *agent.Writer) {
 			return
 		case <-t.C:
 		}
+		if w.a.stale.Load() {
+			// Argo CD cannot be seen: a rewrite would clear the records' stale marks; the
+			// re-list after recovery writes them with their windows.
+			continue
+		}
 		w.refresh(ctx)
 		w.rewrite(ctx, wr)
 	}
@@ -223,7 +228,9 @@ func (w *windows) readProject(ctx context.Context, name string, now time.Time) {
 		}
 	case errors.Is(err, agent.ErrNotFound):
 		pw.readable = true // the apps reference a project that does not exist: no windows
-	case ctx.Err() != nil:
+	case !errors.Is(err, agent.ErrUnauthorized):
+		// Argo CD unreachable or failing (or ctx ended): keep what is known, try again at
+		// the next tick.
 		return
 	default:
 		// Without `projects, get` the agent still reads each app's windows, but cannot tell

@@ -84,11 +84,11 @@ func TestSyncWindowsInRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := rep.Results[0].Error; !errors.Is(e, agent.ErrSyncWindow) || !strings.Contains(e.Message, "blocked by sync window until 2026-11-27T09:00:00Z") {
+	if e := rep.Results[0].Error; e == nil || !errors.Is(e, agent.ErrSyncWindow) || !strings.Contains(e.Message, "blocked by sync window until 2026-11-27T09:00:00Z") {
 		t.Fatalf("sync of api in a closed allow window: %+v", rep.Results[0])
 	}
 	rep, _ = w.client.Sync(context.Background(), "eu", agent.SyncRequest{Apps: []string{"api"}, RunID: "run1", Step: "dev/sync/1", Manual: true})
-	if e := rep.Results[0].Error; !errors.Is(e, agent.ErrSyncWindow) || !strings.Contains(e.Message, "does not allow manual syncs") {
+	if e := rep.Results[0].Error; e == nil || !errors.Is(e, agent.ErrSyncWindow) || !strings.Contains(e.Message, "does not allow manual syncs") {
 		t.Fatalf("manual sync of api, window without manualSync: %+v", rep.Results[0])
 	}
 
@@ -118,7 +118,7 @@ func TestSyncWindowsInRecords(t *testing.T) {
 	})
 	// manualSync: only a request that asks for a manual sync passes.
 	rep, _ = w.client.Sync(context.Background(), "eu", agent.SyncRequest{Apps: []string{"web"}, RunID: "run2", Step: "dev/sync/1"})
-	if e := rep.Results[0].Error; !errors.Is(e, agent.ErrSyncWindow) {
+	if e := rep.Results[0].Error; e == nil || !errors.Is(e, agent.ErrSyncWindow) {
 		t.Fatalf("automatic sync through a manualSync window: %+v", rep.Results[0])
 	}
 	rep, _ = w.client.Sync(context.Background(), "eu", agent.SyncRequest{Apps: []string{"web"}, RunID: "run2", Step: "dev/sync/1", Manual: true})
@@ -130,7 +130,11 @@ func TestSyncWindowsInRecords(t *testing.T) {
 
 func TestSyncWindowRefusalFromArgoCDIsMatchable(t *testing.T) {
 	// Argo CD answers 403 PermissionDenied: that must read as a sync window, not as "not found".
-	err := (&Client{}).statusError(403, []byte(`{"error":"cannot sync: blocked by sync window","code":7,"message":"cannot sync: blocked by sync window"}`),
+	c, err := NewClient(ClientOptions{URL: "http://argocd.example", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.statusError(403, []byte(`{"error":"cannot sync: blocked by sync window","code":7,"message":"cannot sync: blocked by sync window"}`),
 		"POST /api/v1/applications/web/sync", "web")
 	if !errors.Is(err, agent.ErrSyncWindow) || errors.Is(err, agent.ErrNotFound) || !strings.Contains(err.Error(), "cannot sync: blocked by sync window") {
 		t.Fatalf("got %v", err)

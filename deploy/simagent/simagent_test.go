@@ -409,7 +409,7 @@ func TestSyncWindowsBlockDeploysAndSyncRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := rep.Results[0].Error; !errors.Is(e, agent.ErrSyncWindow) || e.Message != "blocked by sync window until 2026-11-27T06:00:00Z" {
+	if e := rep.Results[0].Error; e == nil || !errors.Is(e, agent.ErrSyncWindow) || e.Message != "blocked by sync window until 2026-11-27T06:00:00Z" {
 		t.Fatalf("sync inside the window: %+v", rep.Results[0])
 	}
 	// The window ends: the record says so and auto-sync deploys.
