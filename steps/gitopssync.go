@@ -97,8 +97,9 @@ const (
 	syncMaxResyncs    = 2 // a Succeeded operation on the wrong revision is retried this often
 	syncMaxApps       = 1000
 	// syncWindowPoll bounds the poll fallback while a sync window blocks: the agent
-	// rewrites the record when the window opens, which wakes the step at once.
-	syncWindowPoll = 2 * time.Minute
+	// rewrites the record when the window opens (or is edited), which wakes the step at
+	// once; a long block costs a wake a quarter of an hour, not one every 30s.
+	syncWindowPoll = 15 * time.Minute
 )
 
 // The values of GitOpsSync's syncWindow input.

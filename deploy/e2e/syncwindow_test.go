@@ -20,12 +20,16 @@ func (c *testClock) now() time.Time       { return time.Unix(0, c.ns.Load()).UTC
 func (c *testClock) set(t time.Time)      { c.ns.Store(t.UnixNano()) }
 
 var (
-	// Thursday 26 November 2026, 23:00 UTC: inside the nightly deny window below.
-	thu2300 = time.Date(2026, 11, 26, 23, 0, 0, 0, time.UTC)
-	fri0600 = time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
-	fri0900 = time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	// 23:00 UTC tomorrow: inside the nightly deny window below, and after the real time, as
+	// the ends of windows the steps park until must be (they poll at them).
+	night   = time.Now().UTC().Truncate(24 * time.Hour).Add(47 * time.Hour)
+	morning = night.Add(7 * time.Hour)  // 06:00: the nightly window ends
+	office  = night.Add(10 * time.Hour) // 09:00: the office window opens
 	nightly = argocdtest.SyncWindow{Kind: "deny", Schedule: "0 22 * * *", Duration: "8h", Applications: []string{"web"}}
 )
+
+// until is the park reason's time.
+func until(t time.Time) string { return t.Format(time.RFC3339) }
 
 func syncWindowStep(extra string) string {
 	return `      - id: sync
@@ -65,26 +69,26 @@ func (s *stack) waitBlocked(app string, until time.Time) {
 }
 
 func TestGitOpsSyncParksInSyncWindowThenReleases(t *testing.T) {
-	c := newTestClock(thu2300)
+	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
 		t.Fatal(err)
 	}
 	s.addApp(app("web", "apps/web", nil))
-	s.waitBlocked("web", fri0600)
+	s.waitBlocked("web", morning)
 
 	run := s.start(pipeline(syncWindowStep(""), true), map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "parked on the sync window", func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && st.Wait != nil &&
-			st.Wait.Reason == "blocked by sync window until 2026-11-27T06:00:00Z (web)" &&
-			len(st.Wait.Keys) == 1 && st.Wait.Keys[0] == agent.StatusKey("eu", "web") && st.Wait.Poll <= 2*time.Minute
+			st.Wait.Reason == "blocked by sync window until "+until(morning)+" (web)" &&
+			len(st.Wait.Keys) == 1 && st.Wait.Keys[0] == agent.StatusKey("eu", "web") && st.Wait.Poll <= 15*time.Minute && st.Wait.Poll >= time.Minute
 	})
 	time.Sleep(300 * time.Millisecond) // several agent ticks: nothing may sync meanwhile
 	if n := s.allSyncCalls("web"); n != 0 {
 		t.Fatalf("%d sync calls while the window blocked", n)
 	}
 
-	c.set(fri0600.Add(30 * time.Second)) // the window ends
+	c.set(morning.Add(30 * time.Second)) // the window ends
 	r := s.wait(run.ID, 60*time.Second)
 	if r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
@@ -101,7 +105,7 @@ func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
 	// The window is added after the agent read the project, so the record does not show it
 	// yet when the step may ask: the agent checks the windows again before syncing, refuses, and
 	// the step parks all the same.
-	c := newTestClock(thu2300)
+	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -112,7 +116,7 @@ func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
 	s.waitStep(run.ID, "dev", "sync", "parked on the sync window", func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.HasPrefix(st.Wait.Reason, "blocked by sync window")
 	})
-	c.set(fri0600.Add(30 * time.Second))
+	c.set(morning.Add(30 * time.Second))
 	if r := s.wait(run.ID, 60*time.Second); r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s", r.Status, r.Error)
 	}
@@ -120,7 +124,7 @@ func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
 
 func TestGitOpsSyncWindowOverride(t *testing.T) {
 	t.Run("manualSync window lets the override through", func(t *testing.T) {
-		c := newTestClock(thu2300)
+		c := newTestClock(night)
 		s := newStack(t, stackOpts{clock: c.now})
 		w := nightly
 		w.ManualSync = true
@@ -128,24 +132,24 @@ func TestGitOpsSyncWindowOverride(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.addApp(app("web", "apps/web", nil))
-		s.waitBlocked("web", fri0600)
+		s.waitBlocked("web", morning)
 		r := s.wait(s.start(pipeline(syncWindowStep("          syncWindow: override\n"), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 		if r.Status != pipelines.StSucceeded || len(s.syncRequests("web")) != 1 {
 			t.Fatalf("run %s: %s (sync calls %d)", r.Status, r.Error, len(s.syncRequests("web")))
 		}
 	})
 	t.Run("window without manualSync fails the step, no park", func(t *testing.T) {
-		c := newTestClock(thu2300)
+		c := newTestClock(night)
 		s := newStack(t, stackOpts{clock: c.now})
 		if err := s.argo.SetSyncWindows("default", nightly); err != nil {
 			t.Fatal(err)
 		}
 		s.addApp(app("web", "apps/web", nil))
-		s.waitBlocked("web", fri0600)
+		s.waitBlocked("web", morning)
 		r := s.wait(s.start(pipeline(syncWindowStep("          syncWindow: override\n"), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 		st := step(r, "dev", "sync")
 		if r.Status != pipelines.StFailed ||
-			!strings.Contains(st.Error, "web (agent eu): blocked by sync window until 2026-11-27T06:00:00Z, and the window does not allow manual syncs") {
+			!strings.Contains(st.Error, "web (agent eu): blocked by sync window until "+until(morning)+", and the window does not allow manual syncs") {
 			t.Fatalf("run %s: %q", r.Status, st.Error)
 		}
 		if n := s.allSyncCalls("web"); n != 0 {
@@ -155,7 +159,7 @@ func TestGitOpsSyncWindowOverride(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowDenyWinsOverAllow(t *testing.T) {
-	c := newTestClock(thu2300)
+	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	// The allow window (20:00–08:00) is open, but the deny window (22:00–06:00) wins.
 	if err := s.argo.SetSyncWindows("default", nightly,
@@ -163,24 +167,24 @@ func TestGitOpsSyncWindowDenyWinsOverAllow(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.addApp(app("web", "apps/web", nil))
-	s.waitBlocked("web", fri0600)
+	s.waitBlocked("web", morning)
 	run := s.start(pipeline(syncWindowStep(""), true), map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "parked on the deny window", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.HasPrefix(st.Wait.Reason, "blocked by sync window until 2026-11-27T06:00:00Z")
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.HasPrefix(st.Wait.Reason, "blocked by sync window until "+until(morning))
 	})
-	c.set(fri0600.Add(time.Minute)) // deny over, allow still open
+	c.set(morning.Add(time.Minute)) // deny over, allow still open
 	if r := s.wait(run.ID, 60*time.Second); r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s", r.Status, r.Error)
 	}
 }
 
 func TestGitOpsSyncWindowsOfAppsInDifferentProjects(t *testing.T) {
-	c := newTestClock(thu2300)
+	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	if err := s.argo.SetSyncWindows("night", argocdtest.SyncWindow{Kind: "deny", Schedule: "0 22 * * *", Duration: "8h", Applications: []string{"*"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.argo.SetSyncWindows("office", argocdtest.SyncWindow{Kind: "allow", Schedule: "0 9 * * 1-5", Duration: "8h", Applications: []string{"*"}}); err != nil {
+	if err := s.argo.SetSyncWindows("office", argocdtest.SyncWindow{Kind: "allow", Schedule: "0 9 * * *", Duration: "8h", Applications: []string{"*"}}); err != nil {
 		t.Fatal(err)
 	}
 	web := app("web", "apps/web", nil)
@@ -189,8 +193,8 @@ func TestGitOpsSyncWindowsOfAppsInDifferentProjects(t *testing.T) {
 	api.Spec.Project, api.Spec.Destination.Namespace = "office", "api"
 	s.addApp(web)
 	s.addApp(api)
-	s.waitBlocked("web", fri0600)
-	s.waitBlocked("api", fri0900)
+	s.waitBlocked("web", morning)
+	s.waitBlocked("api", office)
 	src := pipeline(`      - id: sync
         type: GitOpsSync
         timeout: 60s
@@ -200,34 +204,34 @@ func TestGitOpsSyncWindowsOfAppsInDifferentProjects(t *testing.T) {
 `, true)
 	run := s.start(src, map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "both blocked", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && st.Wait != nil && st.Wait.Reason == "blocked by sync window until 2026-11-27T09:00:00Z (web, api)"
+		return st.Status == pipelines.StWaiting && st.Wait != nil && st.Wait.Reason == "blocked by sync window until "+until(office)+" (web, api)"
 	})
 	// 06:30: web's window is over, api's allow window not open yet.
-	c.set(fri0600.Add(30 * time.Minute))
+	c.set(morning.Add(30 * time.Minute))
 	s.waitStep(run.ID, "dev", "sync", "web synced, api blocked", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && st.Wait != nil && st.Wait.Reason == "blocked by sync window until 2026-11-27T09:00:00Z (api)"
+		return st.Status == pipelines.StWaiting && st.Wait != nil && st.Wait.Reason == "blocked by sync window until "+until(office)+" (api)"
 	})
 	if len(s.syncRequests("web")) != 1 || s.allSyncCalls("api") != 0 {
 		t.Fatalf("sync calls: web %d, api %d", len(s.syncRequests("web")), s.allSyncCalls("api"))
 	}
-	c.set(fri0900.Add(time.Minute))
+	c.set(office.Add(time.Minute))
 	if r := s.wait(run.ID, 60*time.Second); r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s", r.Status, r.Error)
 	}
 }
 
 func TestGitOpsSyncWindowTimeoutStillApplies(t *testing.T) {
-	c := newTestClock(thu2300)
+	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
 		t.Fatal(err)
 	}
 	s.addApp(app("web", "apps/web", nil))
-	s.waitBlocked("web", fri0600)
+	s.waitBlocked("web", morning)
 	src := pipeline(strings.Replace(syncWindowStep(""), "timeout: 60s", "timeout: 2s", 1), true)
 	r := s.wait(s.start(src, map[string]any{"commit": s.sha}).ID, 60*time.Second)
 	st := step(r, "dev", "sync")
-	if r.Status != pipelines.StFailed || !strings.Contains(st.Error, "timed out with the sync not finished for web (agent eu): blocked by sync window until 2026-11-27T06:00:00Z") {
+	if r.Status != pipelines.StFailed || !strings.Contains(st.Error, "timed out with the sync not finished for web (agent eu): blocked by sync window until "+until(morning)) {
 		t.Fatalf("run %s: %q", r.Status, st.Error)
 	}
 }

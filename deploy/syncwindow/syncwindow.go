@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	// Windows name IANA time zones; the image has no zoneinfo of its own.
+	_ "time/tzdata"
 
 	"github.com/robfig/cron/v3"
 
