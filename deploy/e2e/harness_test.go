@@ -68,6 +68,8 @@ type stackOpts struct {
 	// clock, when set, is the time of the fake Argo CD and of the agents' sync window
 	// evaluation (which then looks for windows opening every 20ms).
 	clock func() time.Time
+	// windowRefresh is how often the agents read AppProjects again (with clock; default 200ms).
+	windowRefresh time.Duration
 }
 
 // stack is a whole prflow plus a fake Argo CD and one agent "eu" for it.
@@ -90,6 +92,7 @@ type stack struct {
 	// appsetRefresh is stackOpts.appsetRefresh, for every replica started.
 	appsetRefresh argocd.AppSetRefreshOptions
 	clock         func() time.Time // stackOpts.clock
+	windowRefresh time.Duration    // stackOpts.windowRefresh
 }
 
 type logBuf struct {
@@ -111,7 +114,8 @@ func (l *logBuf) String() string {
 
 func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	s := &stack{t: t, git: argocdtest.NewMemGit(), logs: &logBuf{}, appsetRefresh: o.appsetRefresh, clock: o.clock}
+	s := &stack{t: t, git: argocdtest.NewMemGit(), logs: &logBuf{}, appsetRefresh: o.appsetRefresh, clock: o.clock,
+		windowRefresh: o.windowRefresh}
 	s.sha = s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy")})
 	var reader argocdtest.GitReader = s.git
 	if o.gitReader != nil {
@@ -208,6 +212,9 @@ func (s *stack) runAgent(name string) *replica {
 		AppSetRefresh: s.appsetRefresh}
 	if s.clock != nil {
 		o.Now, o.SyncWindowTick, o.SyncWindowRefresh = s.clock, 20*time.Millisecond, 200*time.Millisecond
+		if s.windowRefresh > 0 {
+			o.SyncWindowRefresh = s.windowRefresh
+		}
 	}
 	a, err := argocd.New(o)
 	if err != nil {

@@ -102,21 +102,34 @@ func TestGitOpsSyncParksInSyncWindowThenReleases(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
-	// The window is added after the agent read the project, so the record does not show it
-	// yet when the step may ask: the agent checks the windows again before syncing, refuses, and
-	// the step parks all the same.
+	// The window is added after the agent read the project, and the agent reads it again only
+	// in an hour, so the record does not show the window: the agent checks the windows again
+	// before syncing, refuses, and the step parks all the same.
 	c := newTestClock(night)
-	s := newStack(t, stackOpts{clock: c.now})
+	s := newStack(t, stackOpts{clock: c.now, windowRefresh: time.Hour})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
+	time.Sleep(100 * time.Millisecond) // the agent has read the project (no windows yet)
 	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
 		t.Fatal(err)
 	}
 	run := s.start(pipeline(syncWindowStep(""), true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "parked on the sync window", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.HasPrefix(st.Wait.Reason, "blocked by sync window")
+	s.waitStep(run.ID, "dev", "sync", "parked on the agent's refusal", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && st.Wait != nil &&
+			st.Wait.Reason == "blocked by sync window until "+until(morning)+` (deny window "0 22 * * *" for 8h) (web)`
 	})
+	if rec, _ := s.client.Status(s.ctx, "eu", "web"); rec.SyncWindows != nil {
+		t.Fatalf("the record shows the window (%+v): this test is about a record that does not yet", rec.SyncWindows)
+	}
+	if n := s.allSyncCalls("web"); n != 0 {
+		t.Fatalf("%d sync calls reached Argo CD", n)
+	}
+	// The window ends; any change of the record wakes the step, which asks again.
 	c.set(morning.Add(30 * time.Second))
+	a := app("web", "apps/web", map[string]string{"touched": "yes"})
+	if err := s.argo.UpdateApp(a); err != nil {
+		t.Fatal(err)
+	}
 	if r := s.wait(run.ID, 60*time.Second); r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s", r.Status, r.Error)
 	}
