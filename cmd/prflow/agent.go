@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -169,14 +170,23 @@ func secretRef(file, env, what string) (string, error) {
 	return "", nil
 }
 
-// simSyncWindows decodes --sim-sync-window values strictly (a misspelled key is an error).
+// simSyncWindows decodes --sim-sync-window values strictly: a misspelled key, in any case, is
+// an error (encoding/json alone matches keys case-insensitively).
 func simSyncWindows(vals []string) ([]syncwindow.Window, error) {
+	known := []string{"kind", "schedule", "duration", "timeZone", "manualSync"}
 	var out []syncwindow.Window
 	for i, v := range vals {
-		dec := json.NewDecoder(strings.NewReader(v))
-		dec.DisallowUnknownFields()
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(v), &keys); err != nil {
+			return nil, fmt.Errorf("--sim-sync-window #%d %s: want a JSON object: %w", i+1, v, err)
+		}
+		for k := range keys {
+			if !slices.Contains(known, k) {
+				return nil, fmt.Errorf("--sim-sync-window #%d: unknown field %q (known: %s)", i+1, k, strings.Join(known, ", "))
+			}
+		}
 		var w syncwindow.Window
-		if err := dec.Decode(&w); err != nil {
+		if err := json.Unmarshal([]byte(v), &w); err != nil {
 			return nil, fmt.Errorf("--sim-sync-window #%d %s: %w", i+1, v, err)
 		}
 		if err := syncwindow.Parse(w); err != nil {
