@@ -78,6 +78,8 @@ func init() {
 				{Name: "increaseBackoffByFactor", Type: InputInt},
 				{Name: "maxBackoffDuration", Type: InputDuration},
 			}},
+			{Name: "syncWindow", Type: InputString, Enum: []string{syncWindowWait, syncWindowOverride}, Default: syncWindowWait,
+				Doc: "while an Argo CD sync window blocks an app: wait (park until it opens) or override (sync as Argo CD's manual sync; fails when the window does not allow manual syncs)"},
 			{Name: "connector", Type: InputString, Doc: "the release repo's connector, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"},
 			{Name: "repo", Type: InputString, Doc: "the release repo, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"},
 			inOutage,
@@ -97,6 +99,16 @@ const (
 	// finished before it is synced again (Argo CD compares again within a few seconds).
 	syncDriftGrace = 5 * time.Second
 	syncMaxApps    = 1000
+	// syncWindowPoll bounds the poll fallback while a sync window blocks: the agent
+	// rewrites the record when the window opens (or is edited), which wakes the step at
+	// once; a long block costs a wake a quarter of an hour, not one every 30s.
+	syncWindowPoll = 15 * time.Minute
+)
+
+// The values of GitOpsSync's syncWindow input.
+const (
+	syncWindowWait     = "wait"
+	syncWindowOverride = "override"
 )
 
 type appTarget struct {
@@ -120,6 +132,8 @@ type syncConfig struct {
 	degradedTimeout time.Duration
 	expected        string // expectedRevision input: a SHA, "any", or ""
 	outageTimeout   time.Duration
+	// override: sync through sync windows that allow manual syncs (syncWindow: override).
+	override bool
 }
 
 func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
@@ -144,6 +158,19 @@ func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
 	}
 	if c.expected, err = StringInput(in, "expectedRevision"); err != nil {
 		return nil, err
+	}
+	sw, err := StringInput(in, "syncWindow")
+	if err != nil {
+		return nil, err
+	}
+	switch sw {
+	case "", syncWindowWait:
+	case syncWindowOverride:
+		c.override = true
+	default:
+		if !(static && template.Contains(sw)) {
+			return nil, fmt.Errorf("syncWindow: %q is not %s or %s", sw, syncWindowWait, syncWindowOverride)
+		}
 	}
 	set := 0
 	if v, ok := in["applicationsList"]; ok && v != nil && v != "" {
@@ -757,7 +784,9 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		return r.failed(ctx, status, failures), nil
 	}
 
-	// Apps still to sync: wait out an operation someone else is running, then request ours.
+	// Apps still to sync: wait out an operation someone else is running and a sync window
+	// that blocks, then request ours.
+	var windows windowWait
 	byAgent := map[string][]int{}
 	for i := range m.Apps {
 		a := &m.Apps[i]
@@ -780,16 +809,33 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			a.Waiting = fmt.Sprintf("waiting for an operation started by %s (phase %s) to finish before syncing", who(st.Operation), st.Operation.Phase)
 			continue
 		}
+		if w := windowsOf(st); w != nil && w.Blocked {
+			if !r.cfg.override {
+				// Park: the agent rewrites the record when the window opens.
+				a.Waiting = w.Describe()
+				windows.add(w.Until)
+				continue
+			}
+			if !w.ManualSync {
+				failures = append(failures, fmt.Sprintf("%s (agent %s): %s, and the window does not allow manual syncs: syncWindow: override needs manualSync: true on every blocking window",
+					a.App, a.Agent, w.Describe()))
+				continue
+			}
+		}
 		if !final {
 			k := a.Agent + "\x00" + r.appTag(a)
 			byAgent[k] = append(byAgent[k], i)
 		}
 	}
+	if len(failures) > 0 {
+		// A window refused the override: fail before syncing any other app.
+		return r.failed(ctx, status, failures), nil
+	}
 	retry := false
 	for _, k := range sortedKeysOf(byAgent) {
 		idx := byAgent[k]
 		agentID, tag, _ := strings.Cut(k, "\x00")
-		f, again := r.request(ctx, agentID, tag, idx, status)
+		f, again := r.request(ctx, agentID, tag, idx, status, &windows)
 		failures = append(failures, f...)
 		retry = retry || again
 	}
@@ -829,12 +875,74 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		}
 	}
 	reason := fmt.Sprintf("waiting for %d of %d application(s): %s", pending, len(m.Apps), r.waitingSummary())
+	if windows.n > 0 {
+		// Look again when the first window opens, in case its record change is missed.
+		wp := syncWindowPoll
+		if !windows.first.IsZero() {
+			wp = max(min(wp, time.Until(windows.first)+time.Second), time.Second)
+		}
+		if windows.n == pending {
+			poll, reason = wp, windows.describe(m)
+		} else {
+			poll = min(poll, wp)
+		}
+	}
 	if out.any() {
 		// Recovery may change no record (only the registration): look again soon.
 		poll = min(poll, outagePoll, max(time.Until(m.OutageSince.Add(r.cfg.outageTimeout)), time.Second))
 		reason = "waiting: " + out.describe() + "; " + reason
 	}
 	return Park(Wait{Keys: keys, Poll: poll, Deadline: m.Deadline, Reason: reason}, m), nil
+}
+
+// windowsOf is the record's sync windows (nil for no record).
+func windowsOf(st *agent.AppStatus) *agent.SyncWindows {
+	if st == nil {
+		return nil
+	}
+	return st.SyncWindows
+}
+
+// windowWait collects the apps a sync window holds back on this run.
+type windowWait struct {
+	n     int
+	first time.Time // the earliest known end of a block (zero: none known)
+	last  time.Time
+}
+
+func (w *windowWait) add(until time.Time) {
+	w.n++
+	if until.IsZero() {
+		return
+	}
+	if w.first.IsZero() || until.Before(w.first) {
+		w.first = until
+	}
+	if until.After(w.last) {
+		w.last = until
+	}
+}
+
+// describe is the park reason when every pending app is held by a window: "blocked by sync
+// window until T" with T when the last of them opens, and the apps.
+func (w *windowWait) describe(m *syncMemo) string {
+	var apps []string
+	for _, a := range m.Apps {
+		if a.State != appDone {
+			apps = append(apps, a.App)
+		}
+	}
+	if len(apps) > 5 {
+		apps = append(apps[:5], "…")
+	}
+	if w.last.IsZero() || len(apps) == 1 {
+		for _, a := range m.Apps {
+			if a.State != appDone {
+				return a.Waiting + " (" + strings.Join(apps, ", ") + ")"
+			}
+		}
+	}
+	return "blocked by sync window until " + w.last.UTC().Format(time.RFC3339) + " (" + strings.Join(apps, ", ") + ")"
 }
 
 // fingerprint summarises the apps' progress, to tell a wake that changed something.
@@ -848,7 +956,7 @@ func (m *syncMemo) fingerprint() string {
 
 // request asks one agent to sync apps idx. It returns failure messages and whether some apps
 // must be asked again soon (agent offline, busy app).
-func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, status []*agent.AppStatus) ([]string, bool) {
+func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, status []*agent.AppStatus, windows *windowWait) ([]string, bool) {
 	m := r.m
 	refresh := agent.RefreshNone
 	refs := make([]string, len(idx))
@@ -861,7 +969,8 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 		}
 	}
 	req := agent.SyncRequest{Apps: refs, RunID: r.sc.RunID, Step: tag, Prune: r.cfg.prune, DryRun: r.cfg.dryRun,
-		ApplyOnly: r.cfg.applyOnly, ForceApply: r.cfg.forceApply, SyncOptions: r.cfg.syncOptions, Retry: r.cfg.retry, Refresh: refresh}
+		ApplyOnly: r.cfg.applyOnly, ForceApply: r.cfg.forceApply, SyncOptions: r.cfg.syncOptions, Retry: r.cfg.retry, Refresh: refresh,
+		Manual: r.cfg.override}
 	rep, err := r.g.Sync(ctx, agentID, req)
 	if err != nil {
 		// A refused token is an agent outage too (its view goes stale and the next run parks
@@ -897,6 +1006,15 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 		case errors.Is(res.Error, agent.ErrOperationInProgress):
 			a.Waiting = "waiting for another operation to finish: " + res.Error.Message
 			retry = true
+		case errors.Is(res.Error, agent.ErrSyncWindow) && !r.cfg.override:
+			// The record did not show the window yet (the agent reads windows shortly
+			// after it first sees an app): park like for a window it shows.
+			a.Waiting = res.Error.Message
+			until := time.Time{}
+			if w := windowsOf(status[i]); w != nil {
+				until = w.Until
+			}
+			windows.add(until)
 		case agent.Transient(res.Error) || errors.Is(res.Error, agent.ErrUnauthorized):
 			a.Tries++
 			a.Waiting = "could not sync yet: " + res.Error.Error()

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/simagent"
+	"github.com/prflow/prflow/deploy/syncwindow"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -23,6 +26,7 @@ func newAgent(g *globals) *cobra.Command {
 		insecure, embedded                             bool
 		simRepo, simBranch, simAppSet                  string
 		simDelay                                       time.Duration
+		simWindows                                     []string
 		timeout                                        time.Duration
 		listen                                         string
 		refreshMode, hookURL, hookSecretFile           string
@@ -60,8 +64,12 @@ func newAgent(g *globals) *cobra.Command {
 				return conn, err
 			}
 			if simRepo != "" {
+				windows, err := simSyncWindows(simWindows)
+				if err != nil {
+					return err
+				}
 				sa, err := simagent.New(simagent.Options{AgentID: id, Repo: simRepo, Branch: simBranch, AppSetPath: simAppSet,
-					Delay: simDelay, Log: log, Version: version})
+					Delay: simDelay, SyncWindows: windows, Log: log, Version: version})
 				if err != nil {
 					return err
 				}
@@ -132,6 +140,7 @@ func newAgent(g *globals) *cobra.Command {
 	f.StringVar(&simBranch, "sim-branch", "", "simulated agent: branch to deploy (default the repo's HEAD branch)")
 	f.StringVar(&simAppSet, "sim-appset", "", "simulated agent: path of the ApplicationSet manifest in the repo (default: search)")
 	f.DurationVar(&simDelay, "sim-delay", 500*time.Millisecond, "simulated agent: delay before a sync starts deploying")
+	f.StringArrayVar(&simWindows, "sim-sync-window", nil, `simulated agent: an Argo CD sync window for every app, as JSON: '{"kind":"deny","schedule":"0 22 * * *","duration":"8h","manualSync":true,"timeZone":"Europe/Paris"}' (repeatable)`)
 	return cmd
 }
 
@@ -159,4 +168,31 @@ func secretRef(file, env, what string) (string, error) {
 		return v, nil
 	}
 	return "", nil
+}
+
+// simSyncWindows decodes --sim-sync-window values strictly: a misspelled key, in any case, is
+// an error (encoding/json alone matches keys case-insensitively).
+func simSyncWindows(vals []string) ([]syncwindow.Window, error) {
+	known := []string{"kind", "schedule", "duration", "timeZone", "manualSync"}
+	var out []syncwindow.Window
+	for i, v := range vals {
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(v), &keys); err != nil {
+			return nil, fmt.Errorf("--sim-sync-window #%d %s: want a JSON object: %w", i+1, v, err)
+		}
+		for k := range keys {
+			if !slices.Contains(known, k) {
+				return nil, fmt.Errorf("--sim-sync-window #%d: unknown field %q (known: %s)", i+1, k, strings.Join(known, ", "))
+			}
+		}
+		var w syncwindow.Window
+		if err := json.Unmarshal([]byte(v), &w); err != nil {
+			return nil, fmt.Errorf("--sim-sync-window #%d %s: %w", i+1, v, err)
+		}
+		if err := syncwindow.Parse(w); err != nil {
+			return nil, fmt.Errorf("--sim-sync-window #%d: %w", i+1, err)
+		}
+		out = append(out, w)
+	}
+	return out, nil
 }

@@ -30,6 +30,9 @@ const (
 	// CodeUnsupported: the agent does not implement the request (e.g. the simulated agent
 	// has no ApplicationSet refresh), or it is switched off.
 	CodeUnsupported Code = "unsupported"
+	// CodeSyncWindow: a sync window of the app's project blocks the sync now (the message
+	// says until when, or that the window does not allow manual syncs).
+	CodeSyncWindow Code = "sync_window"
 	// CodeInternal: anything else.
 	CodeInternal Code = "internal"
 )
@@ -78,6 +81,7 @@ var (
 	ErrTimeout             = &Error{Code: CodeTimeout}
 	ErrVersion             = &Error{Code: CodeVersion}
 	ErrUnsupported         = &Error{Code: CodeUnsupported}
+	ErrSyncWindow          = &Error{Code: CodeSyncWindow}
 	ErrInternal            = &Error{Code: CodeInternal}
 )
 

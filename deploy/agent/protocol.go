@@ -94,6 +94,55 @@ type AppStatus struct {
 	// the record shows the last thing the agent saw, not what Argo CD has now. Cleared by
 	// the re-list after recovery.
 	Stale *Staleness `json:"stale,omitempty"`
+	// SyncWindows is what the sync windows of the app's project say now; nil when none
+	// applies to the app. It changes only when a window opens or closes, or the windows are
+	// edited, so it does not rewrite the record as time passes.
+	SyncWindows *SyncWindows `json:"syncWindows,omitempty"`
+}
+
+// SyncWindows is the state of the Argo CD sync windows assigned to an app (AppProject
+// spec.syncWindows matching the app), as Argo CD decides it: a deny window wins over an allow
+// window, and when the app has allow windows, none of which is active, syncs are blocked too.
+type SyncWindows struct {
+	// Blocked: Argo CD would not run an automated sync now; prflow's syncs wait for Until
+	// unless the step overrides the window (syncWindow: override, Argo CD's manual sync).
+	Blocked bool `json:"blocked,omitempty"`
+	// ManualSync: a manual sync is let through now (every active deny window, or with no
+	// active deny window every allow window, has manualSync: true). Always true when not
+	// Blocked.
+	ManualSync bool `json:"manualSync,omitempty"`
+	// Until is when the block ends: the first moment no window blocks an automated sync
+	// (zero when not blocked, or when no opening was found within a year).
+	Until time.Time `json:"until,omitzero"`
+	// Windows are the windows assigned to the app, with the ones active now marked.
+	Windows []SyncWindow `json:"windows,omitempty"`
+	// Error says why the windows could not be read or evaluated. Argo CD refuses syncs while
+	// its windows do not parse, so a record with an Error is Blocked with no Until.
+	Error string `json:"error,omitempty"`
+}
+
+// SyncWindow is one Argo CD sync window (v1alpha1.SyncWindow, the fields that decide when).
+type SyncWindow struct {
+	Kind       string `json:"kind"`               // allow or deny
+	Schedule   string `json:"schedule"`           // when it starts: a 5-field cron expression
+	Duration   string `json:"duration"`           // how long it lasts (a Go duration: 1h30m)
+	TimeZone   string `json:"timeZone,omitempty"` // of Schedule (IANA name; default UTC)
+	ManualSync bool   `json:"manualSync,omitempty"`
+	Active     bool   `json:"active,omitempty"`
+}
+
+// Describe is "blocked by sync window until <RFC3339>" (or why the end is not known) for a
+// blocked state, "" otherwise.
+func (w *SyncWindows) Describe() string {
+	switch {
+	case w == nil || !w.Blocked:
+		return ""
+	case w.Error != "":
+		return "blocked by sync window (" + w.Error + ")"
+	case w.Until.IsZero():
+		return "blocked by sync window (it does not open within a year)"
+	}
+	return "blocked by sync window until " + w.Until.UTC().Format(time.RFC3339)
 }
 
 // Staleness says since when and why an agent cannot see its GitOps backend.
@@ -186,6 +235,11 @@ type SyncRequest struct {
 	// Refresh makes Argo CD re-read git before the sync, so a commit merged a moment ago is
 	// what gets deployed rather than a cached older resolution of the branch.
 	Refresh Refresh `json:"refresh,omitempty"`
+	// Manual asks for Argo CD's manual-sync treatment of sync windows: a blocking window
+	// whose manualSync is true lets the sync through. Without it the agent refuses to sync
+	// while any window blocks an automated sync (Argo CD's API would otherwise treat every
+	// request as manual). Refusals are CodeSyncWindow.
+	Manual bool `json:"manual,omitempty"`
 }
 
 // RetryStrategy is Argo CD's sync retry policy.

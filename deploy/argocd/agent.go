@@ -52,8 +52,14 @@ type Options struct {
 	// AppSetRefresh says how to make Argo CD re-read git for an ApplicationSet after a
 	// merge (default: the refresh annotation through Argo CD's API).
 	AppSetRefresh AppSetRefreshOptions
-	Version       string
-	Log           *slog.Logger
+	// SyncWindowRefresh is how often each AppProject is read again for edits to its sync
+	// windows (default 1m); SyncWindowTick is how often the agent looks for windows that
+	// opened or closed and for apps whose windows it has not read yet (default 5s).
+	SyncWindowRefresh, SyncWindowTick time.Duration
+	// Now is the clock sync windows are evaluated with (default time.Now; tests move it).
+	Now     func() time.Time
+	Version string
+	Log     *slog.Logger
 }
 
 // Agent bridges one Argo CD and NATS.
@@ -70,6 +76,8 @@ type Agent struct {
 	stale      atomic.Bool
 	staleSince atomic.Value  // time.Time
 	kick       chan struct{} // re-register now
+
+	win *windows // sync windows of the apps
 
 	mu         sync.Mutex
 	writer     *agent.Writer // set while leader
@@ -123,15 +131,27 @@ func New(o Options) (*Agent, error) {
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 2 * time.Second
 	}
+	if o.SyncWindowRefresh <= 0 {
+		o.SyncWindowRefresh = time.Minute
+	}
+	if o.SyncWindowTick <= 0 {
+		o.SyncWindowTick = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
 	o.Log = o.Log.With("agent", o.AgentID, "replica", o.Replica)
 	a := &Agent{o: o, argo: o.Client, kick: make(chan struct{}, 1)}
+	a.win = newWindows(a)
 	a.problem.Store("")
 	a.staleSince.Store(time.Time{})
 	return a, nil
 }
+
+func (a *Agent) now() time.Time { return a.o.Now() }
 
 // IsLeader reports whether this replica currently writes app status.
 func (a *Agent) IsLeader() bool { return a.leader.Load() }

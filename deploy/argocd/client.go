@@ -299,6 +299,64 @@ func (c *Client) Sync(ctx context.Context, body SyncBody) (*Application, error) 
 	return &a, nil
 }
 
+// AppSyncWindows is applicationApplicationSyncWindowsResponse: the windows of the app's
+// project that match the app (Argo CD does the matching), which are active, and whether a
+// manual sync may run now.
+type AppSyncWindows struct {
+	ActiveWindows   []AppSyncWindow `json:"activeWindows"`
+	AssignedWindows []AppSyncWindow `json:"assignedWindows"`
+	CanSync         *bool           `json:"canSync"`
+}
+
+// AppSyncWindow is applicationApplicationSyncWindow (it carries no time zone).
+type AppSyncWindow struct {
+	Kind       string `json:"kind"`
+	Schedule   string `json:"schedule"`
+	Duration   string `json:"duration"`
+	ManualSync bool   `json:"manualSync"`
+}
+
+// Project is the part of v1alpha1AppProject the agent reads.
+type Project struct {
+	Metadata struct {
+		Name            string `json:"name"`
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+	Spec struct {
+		SyncWindows []struct {
+			Kind       string `json:"kind"`
+			Schedule   string `json:"schedule"`
+			Duration   string `json:"duration"`
+			ManualSync bool   `json:"manualSync"`
+			TimeZone   string `json:"timeZone"`
+		} `json:"syncWindows"`
+	} `json:"spec"`
+}
+
+// SyncWindows reads the sync windows assigned to an app (GET
+// /api/v1/applications/{name}/syncwindows).
+func (c *Client) SyncWindows(ctx context.Context, name, appNamespace string) (*AppSyncWindows, error) {
+	q := url.Values{}
+	if appNamespace != "" {
+		q.Set("appNamespace", appNamespace)
+	}
+	var w AppSyncWindows
+	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name)+"/syncwindows", q, nil, &w, name); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// Project reads an AppProject (GET /api/v1/projects/{name}); the agent needs it for the time
+// zones of its sync windows, which the app's syncwindows answer leaves out.
+func (c *Client) Project(ctx context.Context, name string) (*Project, error) {
+	var p Project
+	if err := c.do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(name), nil, nil, &p, ""); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
 // errorBody is grpc-gateway's error shape.
 type errorBody struct {
 	Error   string `json:"error"`
@@ -384,6 +442,10 @@ func (c *Client) statusError(status int, data []byte, call, app string) error {
 	}
 	where := fmt.Sprintf("Argo CD at %s: %s: HTTP %d", c.base, call, status)
 	switch {
+	case strings.Contains(msg, "blocked by sync window") || strings.Contains(msg, "invalid sync window"):
+		// "cannot sync: blocked by sync window" (PermissionDenied: a 403 that is no
+		// "not found").
+		return &agent.Error{Code: agent.CodeSyncWindow, App: app, Message: where + ": " + msg}
 	case status == http.StatusUnauthorized:
 		return &agent.Error{Code: agent.CodeUnauthorized, App: app, Message: where + ": the agent's token was rejected (" + msg + "); check --argocd-token-file"}
 	case status == http.StatusForbidden && app != "":

@@ -54,6 +54,11 @@ func (a *Agent) syncOne(ctx context.Context, req agent.SyncRequest, ref string) 
 		}
 		return fail(busy(app, op, ref))
 	}
+	// Argo CD treats every API sync as manual, so a window with manualSync would let any
+	// request through: only a request that asks for it (Manual) may pass one.
+	if err := a.win.check(ctx, app, ref, req.Manual); err != nil {
+		return fail(err)
+	}
 	body := SyncBody{Name: name, Revision: req.Revision, DryRun: req.DryRun, Prune: req.Prune, AppNamespace: ns}
 	if req.ApplyOnly {
 		body.Strategy = &SyncStrategy{Apply: &Force{Force: req.ForceApply}}
@@ -210,6 +215,7 @@ func (a *Agent) Apps(ctx context.Context, q agent.AppsQuery) ([]agent.AppStatus,
 			continue
 		}
 		st.ObservedAt = time.Now().UTC()
+		st.SyncWindows, _ = a.win.current(&st, a.now())
 		out = append(out, st)
 	}
 	return out, nil
@@ -230,6 +236,7 @@ func (a *Agent) Get(ctx context.Context, req agent.GetRequest) (*agent.AppStatus
 	}
 	st := a.status(app)
 	st.ObservedAt = time.Now().UTC()
+	st.SyncWindows, _ = a.win.current(&st, a.now())
 	return &st, nil
 }
 

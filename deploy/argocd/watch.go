@@ -48,6 +48,11 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 			}
 		}
 	}()
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		a.win.loop(ctx, w)
+	}()
 	defer bg.Wait()
 
 	backoff := a.o.MinBackoff
@@ -122,10 +127,11 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
 			for i := range apps {
 				st := a.status(&apps[i])
 				present[st.Ref()] = true
-				if _, err := w.Put(ctx, st); err != nil && ctx.Err() == nil {
+				if _, err := a.win.write(ctx, w, st); err != nil && ctx.Err() == nil {
 					a.o.Log.Warn("agent: write status", "app", st.Ref(), "err", err)
 				}
 			}
+			a.win.retain(present)
 			if err := w.Retain(ctx, present, rv); err != nil && ctx.Err() == nil {
 				a.o.Log.Warn("agent: delete stale status", "err", err)
 			}
@@ -157,9 +163,10 @@ func (a *Agent) apply(ctx context.Context, w *agent.Writer, ev WatchEvent) {
 	st := a.status(&ev.Application)
 	var err error
 	if ev.Type == "DELETED" {
+		a.win.forget(st.Ref())
 		err = w.Delete(ctx, st.Ref(), st.ResourceVersion)
 	} else {
-		_, err = w.Put(ctx, st)
+		_, err = a.win.write(ctx, w, st)
 	}
 	if err != nil && ctx.Err() == nil {
 		a.o.Log.Warn("agent: write status", "app", st.Ref(), "event", ev.Type, "err", err)

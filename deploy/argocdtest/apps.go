@@ -349,6 +349,13 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request, p []string) 
 		writeAPIError(w, e)
 		return
 	}
+	// The API server counts every sync it is asked for as manual: a window with
+	// manualSync lets it through.
+	if e := s.syncBlocked(&st.app, true); e != nil {
+		s.mu.Unlock()
+		writeAPIError(w, e)
+		return
+	}
 	app := clone(st.app)
 	key := st.key
 	s.mu.Unlock()

@@ -499,6 +499,9 @@ func (s *Server) maybeAutoSync(st *appState, tg target) {
 	if len(tg.objects) == 0 && !pol.Automated.AllowEmpty {
 		return // auto-sync would wipe out all resources
 	}
+	if s.syncBlocked(app, false) != nil {
+		return // "Sync prevented by sync window"
+	}
 	op := Operation{
 		Sync:        &SyncOperation{Revision: tg.revision, Prune: pol.Automated.Prune, SyncOptions: pol.SyncOptions},
 		InitiatedBy: OperationInitiator{Automated: true},

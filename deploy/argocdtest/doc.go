@@ -39,6 +39,13 @@
 //     like a created app (400 InvalidSpecError for a revision that does not
 //     resolve) and a changed target or Helm/Kustomize override makes the app
 //     OutOfSync at the controller's next pass; it never syncs.
+//   - sync windows (SetSyncWindows: an AppProject's spec.syncWindows) are matched to apps by
+//     application, cluster and namespace globs (andOperator: all given ones) and evaluated at
+//     the server's clock (WithClock): a sync the API is asked for counts as manual, so it is
+//     refused (403, code 7, "cannot sync: blocked by sync window") only when manualSync does
+//     not let it through; auto-sync waits for the window; GET
+//     /api/v1/applications/{name}/syncwindows leaves out time zones and selectors, which GET
+//     /api/v1/projects/{name} has.
 //
 // Tests drive it through its Go API: AddApp, AddApplicationSet, Reconcile,
 // ScriptSync and StartOperation (failures, slow health, wrong revisions,

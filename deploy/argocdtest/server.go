@@ -53,6 +53,7 @@ type Server struct {
 	accounts     map[string]string // username -> password
 	adminToken   string
 	projects     map[string]bool
+	projectSpecs map[string]*projectState // AppProjects with sync windows (SetSyncWindows)
 	namespaces   map[string]bool
 
 	ctx    context.Context
@@ -541,6 +542,8 @@ func (s *Server) routes() []route {
 		{"DELETE", []string{"api", "v1", "applications", "{}"}, s.handleDeleteApp},
 		{"PATCH", []string{"api", "v1", "applications", "{}"}, s.handlePatchApp},
 		{"POST", []string{"api", "v1", "applications", "{}", "sync"}, s.handleSync},
+		{"GET", []string{"api", "v1", "applications", "{}", "syncwindows"}, s.handleAppSyncWindows},
+		{"GET", []string{"api", "v1", "projects", "{}"}, s.handleGetProject},
 		{"DELETE", []string{"api", "v1", "applications", "{}", "operation"}, s.handleTerminate},
 		{"GET", []string{"api", "v1", "applicationsets"}, s.handleListAppSets},
 		{"GET", []string{"api", "v1", "applicationsets", "{}"}, s.handleGetAppSet},

@@ -65,6 +65,11 @@ type stackOpts struct {
 	noAgent  bool // start no agent (the test starts it with startAgent)
 	// appsetRefresh configures the agents' ApplicationSet refresh (default: annotate).
 	appsetRefresh argocd.AppSetRefreshOptions
+	// clock, when set, is the time of the fake Argo CD and of the agents' sync window
+	// evaluation (which then looks for windows opening every 20ms).
+	clock func() time.Time
+	// windowRefresh is how often the agents read AppProjects again (with clock; default 200ms).
+	windowRefresh time.Duration
 }
 
 // stack is a whole prflow plus a fake Argo CD and one agent "eu" for it.
@@ -86,6 +91,8 @@ type stack struct {
 	wg       sync.WaitGroup
 	// appsetRefresh is stackOpts.appsetRefresh, for every replica started.
 	appsetRefresh argocd.AppSetRefreshOptions
+	clock         func() time.Time // stackOpts.clock
+	windowRefresh time.Duration    // stackOpts.windowRefresh
 }
 
 type logBuf struct {
@@ -107,13 +114,18 @@ func (l *logBuf) String() string {
 
 func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	s := &stack{t: t, git: argocdtest.NewMemGit(), logs: &logBuf{}, appsetRefresh: o.appsetRefresh}
+	s := &stack{t: t, git: argocdtest.NewMemGit(), logs: &logBuf{}, appsetRefresh: o.appsetRefresh, clock: o.clock,
+		windowRefresh: o.windowRefresh}
 	s.sha = s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy")})
 	var reader argocdtest.GitReader = s.git
 	if o.gitReader != nil {
 		reader = o.gitReader
 	}
-	s.argo = argocdtest.New(append([]argocdtest.Option{argocdtest.WithGitReader(reader), argocdtest.WithTimeline(3*time.Millisecond, 1)}, o.argo...)...)
+	aopts := []argocdtest.Option{argocdtest.WithGitReader(reader), argocdtest.WithTimeline(3*time.Millisecond, 1)}
+	if o.clock != nil {
+		aopts = append(aopts, argocdtest.WithClock(o.clock))
+	}
+	s.argo = argocdtest.New(append(aopts, o.argo...)...)
 	var log *slog.Logger
 	if o.quiet {
 		log = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -195,9 +207,16 @@ func (s *stack) runAgent(name string) *replica {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	a, err := argocd.New(argocd.Options{AgentID: "eu", Replica: name, Client: c, Log: s.log,
+	o := argocd.Options{AgentID: "eu", Replica: name, Client: c, Log: s.log,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, LeaderRetry: 100 * time.Millisecond,
-		AppSetRefresh: s.appsetRefresh})
+		AppSetRefresh: s.appsetRefresh}
+	if s.clock != nil {
+		o.Now, o.SyncWindowTick, o.SyncWindowRefresh = s.clock, 20*time.Millisecond, 200*time.Millisecond
+		if s.windowRefresh > 0 {
+			o.SyncWindowRefresh = s.windowRefresh
+		}
+	}
+	a, err := argocd.New(o)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -48,6 +48,8 @@ type realEnv struct {
 	set  string // ApplicationSet name
 	auto bool   // the apps sync automatically
 	log  *slog.Logger
+	// project is the AppProject of the generated apps ("default" unless a test makes its own).
+	project string
 }
 
 func realSetup(t *testing.T, envs ...string) *realEnv {
@@ -61,14 +63,22 @@ func realSetupWith(t *testing.T, auto bool, envs ...string) *realEnv {
 	return realSetupOpts(t, realOpts{auto: auto, envs: envs})
 }
 
+// realSetupProject is realSetupWith; windows, when not nil, are the sync windows of an
+// AppProject the test makes for its apps (deleted at the end) instead of "default".
+func realSetupProject(t *testing.T, auto bool, windows []map[string]any, envs ...string) *realEnv {
+	t.Helper()
+	return realSetupOpts(t, realOpts{auto: auto, envs: envs, windows: windows})
+}
+
 // realOpts: files and appSet replace the generated release repo and ApplicationSet (id then
-// names the ApplicationSet and the service).
+// names the ApplicationSet and the service); windows as for realSetupProject.
 type realOpts struct {
-	auto   bool
-	envs   []string
-	id     string
-	files  map[string]string
-	appSet func(r *realEnv) map[string]any
+	auto    bool
+	envs    []string
+	id      string
+	files   map[string]string
+	appSet  func(r *realEnv) map[string]any
+	windows []map[string]any
 }
 
 func realSetupOpts(t *testing.T, o realOpts) *realEnv {
@@ -110,6 +120,10 @@ func realSetupOpts(t *testing.T, o realOpts) *realEnv {
 		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
 		Tuning:   queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}})
 	r.log = slog.New(slog.NewJSONHandler(r.e.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r.project = "default"
+	if o.windows != nil {
+		r.createProject(o.windows)
+	}
 	if o.appSet != nil {
 		if code, body := r.api("POST", "/api/v1/applicationsets", o.appSet(r)); code != 200 {
 			t.Fatalf("create ApplicationSet: %d %s", code, body)
@@ -198,7 +212,7 @@ func (r *realEnv) createAppSet() {
 			"template": map[string]any{
 				"metadata": map[string]any{"name": r.id + "-{{path.basename}}",
 					"labels": map[string]any{"harness.io/serviceRef": r.id, "harness.io/envRef": "{{path.basename}}"}},
-				"spec": map[string]any{"project": "default",
+				"spec": map[string]any{"project": r.project,
 					"source": map[string]any{"repoURL": r.url, "targetRevision": "main", "path": "manifests/web",
 						"directory": map[string]any{"include": "*.jsonnet", "jsonnet": map[string]any{"tlas": []any{
 							map[string]any{"name": "env", "value": "{{path.basename}}"},
@@ -218,6 +232,35 @@ func (r *realEnv) createAppSet() {
 	if code, body := r.api("POST", "/api/v1/applicationsets", as); code != 200 {
 		r.t.Fatalf("create ApplicationSet: %d %s", code, body)
 	}
+}
+
+// createProject makes the test's own AppProject (any repo, any destination) with sync windows;
+// it is deleted once its apps are gone.
+func (r *realEnv) createProject(windows []map[string]any) {
+	r.t.Helper()
+	r.project = r.id
+	p := map[string]any{"project": map[string]any{
+		"metadata": map[string]any{"name": r.project, "namespace": "argocd"},
+		"spec": map[string]any{"sourceRepos": []any{"*"}, "destinations": []any{map[string]any{"server": "*", "namespace": "*"}},
+			"clusterResourceWhitelist": []any{map[string]any{"group": "*", "kind": "*"}}, "syncWindows": windows},
+	}}
+	if code, body := r.api("POST", "/api/v1/projects", p); code != 200 {
+		r.t.Fatalf("create AppProject %s: %d %s", r.project, code, body)
+	}
+	r.t.Cleanup(func() {
+		// The ApplicationSet's deletion (registered later, so run earlier) removes the apps in
+		// the background; a project still referenced is refused meanwhile.
+		for end := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+			code, body := r.api("DELETE", "/api/v1/projects/"+r.project, nil)
+			if code == 200 || code == 404 {
+				return
+			}
+			if time.Now().After(end) {
+				r.t.Logf("AppProject %s left behind: %d %s", r.project, code, body)
+				return
+			}
+		}
+	})
 }
 
 // api calls Argo CD's REST API with the admin token.

@@ -438,3 +438,62 @@ func TestRealExampleReleaseRepo(t *testing.T) {
 		}
 	}
 }
+
+// A deny sync window on the apps' AppProject parks GitOpsSync — no sync is asked of Argo CD,
+// which would refuse it — with the window's end as the reason, and the step syncs once the
+// window has passed. Real time: the window started at the top of this minute and lasts 4
+// minutes, so at least 3 are left for the setup and the park.
+func TestRealSyncWindow(t *testing.T) {
+	start := time.Now().UTC().Truncate(time.Minute)
+	end := start.Add(4 * time.Minute)
+	window := map[string]any{"kind": "deny", "schedule": fmt.Sprintf("%d %d * * *", start.Minute(), start.Hour()),
+		"duration": "4m", "timeZone": "UTC", "applications": []any{"*"}}
+	r := realSetupProject(t, false, []map[string]any{window}, "dev")
+	r.waitApps("dev")
+	app := r.id + "-dev"
+	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+
+	// Argo CD itself reports the window and refuses a sync during it.
+	code, body := r.api("GET", "/api/v1/applications/"+app+"/syncwindows", nil)
+	if code != 200 || !strings.Contains(string(body), `"canSync":false`) {
+		t.Fatalf("Argo CD's syncwindows of %s: %d %s", app, code, body)
+	}
+	if code, body := r.api("POST", "/api/v1/applications/"+app+"/sync", map[string]any{"name": app}); code != 403 ||
+		!strings.Contains(string(body), "blocked by sync window") {
+		t.Fatalf("a sync during the window: %d %s (want 403 blocked by sync window)", code, body)
+	}
+
+	src := fmt.Sprintf(`name: %s
+environments:
+  - name: dev
+    clusters: [{name: in-cluster, agent: real}]
+stages:
+  - id: dev
+    environment: dev
+    steps:
+      - id: sync
+        type: GitOpsSync
+        timeout: 7m
+        with:
+          applicationsList: [{agentId: real, applicationName: %s}]
+          waitTillHealthy: true
+`, r.id, app)
+	run := r.e.Start(src, nil)
+	want := "blocked by sync window until " + end.Format(time.RFC3339)
+	r.waitStep(run.ID, "dev", "sync", time.Minute, func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.HasPrefix(st.Wait.Reason, want)
+	})
+	done := r.e.Wait(run.ID, 8*time.Minute)
+	if done.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", done.Status, done.Error, describeRun(done))
+	}
+	st := ctltest.Step(done, "dev", "sync")
+	if st.Ended.Before(end) {
+		t.Fatalf("the sync step ended at %s, before the window closed at %s", st.Ended, end)
+	}
+	apps := appsOut(st)
+	if len(apps) != 1 || apps[0]["sync"] != "Synced" || apps[0]["health"] != "Healthy" {
+		t.Fatalf("sync outputs: %v", apps)
+	}
+	t.Logf("window closed %s; the step finished %s after", end.Format(time.RFC3339), st.Ended.Sub(end))
+}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/deploy/syncwindow"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -41,6 +42,12 @@ type Options struct {
 	Poll time.Duration
 	// ManualSync turns off deploying by itself when the branch moves.
 	ManualSync bool
+	// SyncWindows are Argo CD sync windows that apply to every app, with Argo CD's rules: a
+	// blocked app neither deploys by itself nor accepts a sync request (one with Manual
+	// passes a window with ManualSync). The records say when the block ends.
+	SyncWindows []syncwindow.Window
+	// Now is the clock sync windows are evaluated with (default time.Now).
+	Now func() time.Time
 	// UIURL prefixes app links (default "sim://<agent>").
 	UIURL   string
 	Version string
@@ -107,6 +114,14 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.UIURL == "" {
 		o.UIURL = "sim://" + o.AgentID
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	for i, w := range o.SyncWindows {
+		if err := syncwindow.Parse(w); err != nil {
+			return nil, fmt.Errorf("simagent: sync window %d: %w", i, err)
+		}
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -250,7 +265,8 @@ func (a *Agent) refresh(ctx context.Context) {
 		}
 		app.gen = g
 		a.compareLocked(app)
-		if !a.o.ManualSync && !app.running && app.st.Sync == agent.SyncOutOfSync && app.lastAuto != head {
+		if !a.o.ManualSync && !app.running && app.st.Sync == agent.SyncOutOfSync && app.lastAuto != head &&
+			(app.st.SyncWindows == nil || !app.st.SyncWindows.Blocked) {
 			app.lastAuto = head
 			a.startLocked(app, a.desiredRev(app), "", "", true)
 		}
@@ -314,6 +330,7 @@ func (a *Agent) compareLocked(app *simApp) {
 		op := *app.op
 		st.Operation = &op
 	}
+	st.SyncWindows = syncwindow.Evaluate(a.o.SyncWindows, a.o.Now())
 	a.publishLocked(app)
 }
 
@@ -477,6 +494,7 @@ func (a *Agent) Sync(ctx context.Context, req agent.SyncRequest) ([]agent.SyncRe
 		a.refresh(ctx)
 	}
 	out := make([]agent.SyncResult, len(req.Apps))
+	win := syncwindow.Evaluate(a.o.SyncWindows, a.o.Now())
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i, ref := range req.Apps {
@@ -487,6 +505,12 @@ func (a *Agent) Sync(ctx context.Context, req agent.SyncRequest) ([]agent.SyncRe
 			res.Error = &agent.Error{Code: agent.CodeNotFound, App: ref, Message: "application not found (the ApplicationSet generates no app of that name)"}
 		case app.running && app.op.Tagged(req.RunID, req.Step):
 			res.AlreadyRunning, res.Revision = true, app.op.Revision
+		case win != nil && win.Blocked && (!req.Manual || !win.ManualSync):
+			msg := win.Describe()
+			if req.Manual {
+				msg += ", and it does not allow manual syncs (manualSync: false)"
+			}
+			res.Error = &agent.Error{Code: agent.CodeSyncWindow, App: ref, Message: msg}
 		case app.running:
 			who := "automated sync"
 			if !app.op.Automated {

@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/deploy/syncwindow"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -111,7 +113,7 @@ type simWorld struct {
 	agent  *Agent
 }
 
-func startSim(t *testing.T, manual bool) *simWorld {
+func startSim(t *testing.T, manual bool, tune ...func(*Options)) *simWorld {
 	t.Helper()
 	w := &simWorld{t: t, repo: newRepo(t)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -126,8 +128,12 @@ func startSim(t *testing.T, manual bool) *simWorld {
 	w.conn = conn
 	b, _ := queue.OpenBuckets(ctx, conn.JS)
 	w.client = agent.NewClient(conn.NC, b.Apps, b.Agents)
-	a, err := New(Options{Repo: w.repo.dir, Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 40 * time.Millisecond,
-		ManualSync: manual, Log: log})
+	o := Options{Repo: w.repo.dir, Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 40 * time.Millisecond,
+		ManualSync: manual, Log: log}
+	for _, f := range tune {
+		f(&o)
+	}
+	a, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,5 +382,44 @@ func TestResyncOfTheLiveConfigKeepsHealth(t *testing.T) {
 	seen = healths(func(s *agent.AppStatus) bool { return s.SyncedRevision == merged && s.Health == agent.HealthHealthy })
 	if !slices.Contains(seen, agent.HealthProgressing) {
 		t.Fatalf("a real change did not roll out (Progressing first): healths seen %v", seen)
+	}
+}
+
+func TestSyncWindowsBlockDeploysAndSyncRequests(t *testing.T) {
+	var now atomic.Int64
+	thu2300 := time.Date(2026, 11, 26, 23, 0, 0, 0, time.UTC)
+	now.Store(thu2300.UnixNano())
+	w := startSim(t, false, func(o *Options) {
+		o.Now = func() time.Time { return time.Unix(0, now.Load()).UTC() }
+		o.SyncWindows = []syncwindow.Window{{Kind: "deny", Schedule: "0 22 * * *", Duration: "8h", ManualSync: true}}
+	})
+	fri0600 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	st := w.waitRecord("web-dev", "blocked, not deployed", func(s *agent.AppStatus) bool {
+		return s != nil && s.SyncWindows != nil && s.SyncWindows.Blocked && s.SyncWindows.ManualSync && s.SyncWindows.Until.Equal(fri0600)
+	})
+	time.Sleep(200 * time.Millisecond) // several polls: auto-sync must wait for the window
+	if st = w.waitRecord("web-dev", "record", func(s *agent.AppStatus) bool { return s != nil }); st.Operation != nil || st.Sync != agent.SyncOutOfSync {
+		t.Fatalf("deployed inside a deny window: %+v", st.Operation)
+	}
+	ctx := context.Background()
+	rep, err := w.client.Sync(ctx, "sim", agent.SyncRequest{Apps: []string{"web-dev"}, RunID: "run-1", Step: "dev/sync/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := rep.Results[0].Error; e == nil || !errors.Is(e, agent.ErrSyncWindow) || e.Message != "blocked by sync window until 2026-11-27T06:00:00Z" {
+		t.Fatalf("sync inside the window: %+v", rep.Results[0])
+	}
+	// The window ends: the record says so and auto-sync deploys.
+	now.Store(fri0600.Add(time.Minute).UnixNano())
+	w.waitRecord("web-dev", "open and deployed", func(s *agent.AppStatus) bool {
+		return s.SyncWindows != nil && !s.SyncWindows.Blocked && s.Sync == agent.SyncSynced && s.Health == agent.HealthHealthy
+	})
+}
+
+func TestNewRefusesABadSyncWindow(t *testing.T) {
+	r := newRepo(t)
+	_, err := New(Options{Repo: r.dir, SyncWindows: []syncwindow.Window{{Kind: "deny", Schedule: "0 22 * * *", Duration: "8 hours"}}})
+	if err == nil || !strings.Contains(err.Error(), `sync window 0`) || !strings.Contains(err.Error(), `duration "8 hours"`) {
+		t.Fatalf("got %v", err)
 	}
 }
