@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -496,4 +497,63 @@ stages:
 		t.Fatalf("sync outputs: %v", apps)
 	}
 	t.Logf("window closed %s; the step finished %s after", end.Format(time.RFC3339), st.Ended.Sub(end))
+}
+
+// UpdateGitOpsApp on a real Argo CD: the step pins a standalone app's targetRevision to a
+// commit through the agent (a JSON patch that tests resourceVersion), GitOpsSync deploys it,
+// and Argo CD's own record shows the new target; the step's outputs give the source before
+// and after.
+func TestRealUpdateGitOpsApp(t *testing.T) {
+	r := realSetup(t, "dev")
+	app := r.id + "-pinned"
+	pin := r.git(t.TempDir(), "ls-remote", r.url, "refs/heads/main")[:40]
+	code, body := r.api("POST", "/api/v1/applications", map[string]any{
+		"metadata": map[string]any{"name": app, "labels": map[string]string{"harness.io/serviceRef": r.id, "harness.io/envRef": "dev"}},
+		"spec": map[string]any{"project": "default",
+			"source": map[string]any{"repoURL": r.url, "path": "manifests/web", "targetRevision": "main",
+				"directory": map[string]any{"include": "*.jsonnet", "jsonnet": map[string]any{"tlas": []any{
+					map[string]any{"name": "env", "value": "pinned"}, map[string]any{"name": "image", "value": "x:1"},
+					map[string]any{"name": "replicas", "value": "1"}, map[string]any{"name": "simulate", "value": "healthy"}}}}},
+			"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": app},
+			"syncPolicy":  map[string]any{"syncOptions": []string{"CreateNamespace=true"}}},
+	})
+	if code != 200 {
+		t.Fatalf("create app: %d %s", code, body)
+	}
+	t.Cleanup(func() { r.api("DELETE", "/api/v1/applications/"+app+"?cascade=true", nil) })
+	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	src := fmt.Sprintf(`name: %s
+service: {name: %s}
+environments: [{name: dev, clusters: [{name: in-cluster, agent: real}]}]
+stages:
+  - id: dev
+    environment: dev
+    steps:
+      - {id: update, type: UpdateGitOpsApp, with: {agentId: real, applicationName: %s, targetRevision: %s}}
+      - {id: sync, type: GitOpsSync, timeout: 2m, with: {waitTillHealthy: true}}
+`, r.id, r.id, app, pin)
+	run := r.e.Wait(r.e.Start(src, nil).ID, 3*time.Minute)
+	stageTimes(t, "update-gitops-app", run)
+	if run.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", run.Status, run.Error, describeRun(run))
+	}
+	code, body = r.api("GET", "/api/v1/applications/"+app, nil)
+	var a struct {
+		Spec struct {
+			Source struct{ TargetRevision string } `json:"source"`
+		} `json:"spec"`
+		Status struct {
+			Sync struct{ Status, Revision string } `json:"sync"`
+		} `json:"status"`
+	}
+	if code != 200 || json.Unmarshal(body, &a) != nil || a.Spec.Source.TargetRevision != pin || a.Status.Sync.Status != "Synced" || a.Status.Sync.Revision != pin {
+		t.Fatalf("Argo CD's app after the run: %d target %q sync %+v (want %s Synced)", code, a.Spec.Source.TargetRevision, a.Status.Sync, pin)
+	}
+	up := ctltest.Step(run, "dev", "update")
+	if fmt.Sprint(up.Outputs["sourceBefore"]) == fmt.Sprint(up.Outputs["sourceAfter"]) || !strings.Contains(fmt.Sprint(up.Outputs["sourceAfter"]), pin) {
+		t.Errorf("update outputs: before %v after %v", up.Outputs["sourceBefore"], up.Outputs["sourceAfter"])
+	}
+	if apps := appsOut(ctltest.Step(run, "dev", "sync")); len(apps) != 1 || apps[0]["name"] != app || apps[0]["health"] != "Healthy" {
+		t.Errorf("sync outputs: %v", apps)
+	}
 }
