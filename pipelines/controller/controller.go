@@ -45,6 +45,8 @@ type Controller struct {
 	policy   policy.Evaluator // nil: no policies (WithPolicy)
 	appCache sync.Map         // prflow-apps key → cachedApp, for stage policies
 	audit    *audit.Log       // nil: no audit log (WithAudit)
+	// auditLimit bounds entries about unauthenticated callers (WithAuditLimiter).
+	auditLimit *audit.Limiter
 
 	mu          sync.Mutex
 	machines    map[string]*pipelines.Machine  // by spec hash
@@ -130,6 +132,9 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 	}
 	if c.metrics == nil {
 		c.metrics = NewMetrics(nil)
+	}
+	if c.auditLimit == nil {
+		c.auditLimit = audit.NewLimiter()
 	}
 	b, err := queue.OpenBuckets(ctx, conn.JS)
 	if err != nil {
