@@ -5,16 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/policy"
-	"github.com/prflow/prflow/steps"
 )
 
 // WithPolicy evaluates policies (prflow.pipeline, prflow.run, prflow.stage) on pipelines,
