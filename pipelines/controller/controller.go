@@ -44,7 +44,8 @@ type Controller struct {
 	noChecks bool
 	policy   policy.Evaluator // nil: no policies (WithPolicy)
 	appCache sync.Map         // prflow-apps key → cachedApp, for stage policies
-	audit    *audit.Log       // nil: no audit log (WithAudit)
+	appList  atomic.Pointer[appList]
+	audit    *audit.Log // nil: no audit log (WithAudit)
 	// auditLimit bounds entries about unauthenticated callers (WithAuditLimiter).
 	auditLimit *audit.Limiter
 
