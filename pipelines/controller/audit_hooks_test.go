@@ -142,7 +142,7 @@ func TestAuditWebhooks(t *testing.T) {
 	pa := acc[0]
 	if pa.Action != audit.WebhookAccepted || pa.Actor != "webhook:github:octocat" || pa.Delivery != goodDelivery ||
 		!strings.HasPrefix(pa.Remote, "127.0.0.1:") || !slices.Equal(pa.Runs, []string{runs[0].ID}) ||
-		!strings.Contains(pa.Detail, fmt.Sprintf("pull request acme/web#%d closed", pr.Number)) ||
+		!strings.Contains(pa.Detail, fmt.Sprintf("pull request acme/web#%d merged (feature into main)", pr.Number)) ||
 		!strings.HasSuffix(pa.Detail, ": started "+runs[0].ID) {
 		t.Errorf("accepted PR entry: %+v (run %s)", pa, runs[0].ID)
 	}

@@ -208,7 +208,9 @@ func TestAuditFilterTypos(t *testing.T) {
 		"?run=a&run=b":            "query parameter run is given 2 times",
 	} {
 		code, body := a.call(auditToken, "GET", "/api/v1/audit"+q, nil)
-		if code != http.StatusBadRequest || !strings.Contains(body, want) {
+		var e apiError
+		_ = json.Unmarshal([]byte(body), &e)
+		if code != http.StatusBadRequest || !strings.Contains(e.Error, want) {
 			t.Errorf("audit%s: %d %s, want 400 with %q", q, code, body, want)
 		}
 	}
