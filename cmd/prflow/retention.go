@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/prflow/prflow/pipelines/audit"
 )
@@ -38,24 +40,35 @@ func (v *ageValue) Set(s string) error {
 	return nil
 }
 
-// bytesValue is a size flag: a number of bytes or a Kubernetes-style quantity (512Mi, 10Gi,
-// 1G), as the manifests that deploy prflow write sizes.
+// bytesValue is a size flag: a number of bytes, or one with a Kubernetes-style unit (512Mi,
+// 10Gi, 1G), as the manifests that deploy prflow write sizes. Parsed here rather than with
+// apimachinery's resource.Quantity, which would add a CBOR codec and more to the binary.
 type bytesValue int64
+
+var sizeUnits = map[string]int64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
 
 func (v *bytesValue) String() string { return strconv.FormatInt(int64(*v), 10) }
 func (v *bytesValue) Type() string   { return "bytes" }
 func (v *bytesValue) Set(s string) error {
-	q, err := resource.ParseQuantity(s)
-	if err != nil {
+	num := strings.TrimRightFunc(s, unicode.IsLetter)
+	mult, ok := sizeUnits[s[len(num):]]
+	if !ok || num == "" {
 		return fmt.Errorf("want a size such as 1073741824, 512Mi or 10Gi, got %q", s)
 	}
-	n := q.Value()
-	if q.Sign() < 0 {
+	if strings.HasPrefix(num, "-") {
 		return errors.New("must not be negative (0 means no size limit)")
 	}
-	if q.MilliValue() != n*1000 {
-		return fmt.Errorf("%q is not a whole number of bytes", s)
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		if _, ferr := strconv.ParseFloat(num, 64); ferr == nil {
+			return fmt.Errorf("%q is not a whole number of bytes", s)
+		}
+		return fmt.Errorf("want a size such as 1073741824, 512Mi or 10Gi, got %q", s)
 	}
-	*v = bytesValue(n)
+	if n > math.MaxInt64/mult {
+		return fmt.Errorf("%q is too large", s)
+	}
+	*v = bytesValue(n * mult)
 	return nil
 }

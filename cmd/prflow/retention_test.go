@@ -69,6 +69,8 @@ func TestServerAuditRetention(t *testing.T) {
 		{args: []string{"--audit-max-age", "90days"}, want: "want a duration such as 2160h"},
 		{args: []string{"--audit-max-bytes", "lots"}, want: "want a size such as 1073741824, 512Mi or 10Gi"},
 		{args: []string{"--audit-max-bytes", "-5Mi"}, want: "must not be negative"},
+		{args: []string{"--audit-max-bytes", "5MB"}, want: "want a size such as"},
+		{args: []string{"--audit-max-bytes", "9000000Ti"}, want: "is too large"},
 		{file: "audit-max-age: 48h\naudit-max-bytes: 1.5\n", want: "server.yaml:2:18: audit-max-bytes: \"1.5\" is not a whole number of bytes"},
 		{file: "audit-max-ages: 48h\n", want: `unknown key "audit-max-ages" for prflow server; did you mean "audit-max-age"?`},
 	} {
