@@ -62,7 +62,7 @@ func TestConfigExamplesLoad(t *testing.T) {
 		want map[string]string
 	}{
 		{"server", map[string]string{"nats": "nats://nats:4222", "replicas": "3", "listen": ":8080", "log-format": "json",
-			"tokens": "/etc/prflow/secrets/tokens.yaml", "pr-comments": "true"}},
+			"tokens": "/etc/prflow/secrets/tokens.yaml", "pr-comments": "true", "audit-max-age": "2160h0m0s", "audit-max-bytes": "10737418240"}},
 		{"worker", map[string]string{"nats": "nats://nats:4222", "pool": "[default]", "concurrency": "4", "ack-wait": "1m0s",
 			"max-deliver": "5", "connectors": "/etc/prflow/secrets/connectors.yaml"}},
 		{"agent", map[string]string{"nats": "nats://nats:4222", "agent-id": "prod-eu", "argocd-timeout": "30s",

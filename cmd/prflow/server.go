@@ -20,7 +20,7 @@ import (
 
 func newServer(g *globals) *cobra.Command {
 	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL, policyDir string
-	var auditRetention time.Duration
+	var retention audit.Retention
 	var prComments bool
 	var hf harnessFlags
 	cmd := &cobra.Command{
@@ -69,9 +69,10 @@ func newServer(g *globals) *cobra.Command {
 				}
 				copts = append(copts, controller.WithSourceConverter(harness.Converter(m, steps.Default, hf.allow, log)))
 			}
-			if err := audit.Setup(ctx, conn.JS, g.replicas, auditRetention); err != nil {
+			if err := audit.Setup(ctx, conn.JS, g.replicas, retention); err != nil {
 				return err
 			}
+			log.Info("audit log", "stream", audit.Stream, "max-age", retention.MaxAge, "max-bytes", retention.MaxBytes)
 			copts = append(copts, controller.WithAudit(&audit.Log{JS: conn.JS}))
 			if policyDir != "" {
 				pe, err := openPolicies(ctx, policyDir, log)
@@ -104,7 +105,7 @@ func newServer(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API and web UI address (UI at /ui/)")
-	cmd.Flags().DurationVar(&auditRetention, "audit-retention", audit.DefaultRetention, "how long the audit log (stream PRFLOW_AUDIT) keeps entries")
+	addAuditRetention(cmd.Flags(), &retention)
 	cmd.Flags().StringVar(&policyDir, "policies", "", "directory of Rego policies (packages prflow.pipeline, prflow.run, prflow.stage); reloaded when a file changes")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
 	hf.add(cmd)

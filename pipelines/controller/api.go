@@ -58,14 +58,18 @@ func (c *Controller) Handler(auth *Auth) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.metrics.Registry, promhttp.HandlerOpts{}))
 	api := http.NewServeMux()
 	for _, r := range c.routes() {
-		h := c.metrics.instrument(r.pattern, r.handler)
+		var h http.Handler = r.handler
+		if r.changes {
+			h = c.auditTokenUse(h) // audit.go
+		}
+		h = c.metrics.instrument(r.pattern, h)
 		if r.public {
 			mux.Handle(r.pattern, h)
 		} else {
 			api.Handle(r.pattern, h)
 		}
 	}
-	mux.Handle("/api/", requireAuth(auth, c.metrics, api))
+	mux.Handle("/api/", c.requireAuth(auth, api))
 	mux.Handle("POST /hooks/{provider}", c.metrics.instrument("POST /hooks/{provider}", http.HandlerFunc(c.serveHook))) // authenticated by the forge's signature
 	return mux
 }
@@ -76,29 +80,31 @@ type route struct {
 	pattern string
 	handler http.HandlerFunc
 	public  bool // served without a bearer token
+	changes bool // changes something: the token that authenticates it is audited (token.used)
 }
 
 func (c *Controller) routes() []route {
 	return []route{
-		{pattern: "POST /api/v1/runs", handler: c.apiStart},
+		{pattern: "POST /api/v1/runs", handler: c.apiStart, changes: true},
 		{pattern: "GET /api/v1/runs", handler: c.apiList},
 		{pattern: "GET /api/v1/runs/{id}", handler: c.apiGet},
-		{pattern: "POST /api/v1/runs/{id}/cancel", handler: c.apiCancel},
-		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal},
+		{pattern: "POST /api/v1/runs/{id}/cancel", handler: c.apiCancel, changes: true},
+		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal, changes: true},
 		{pattern: "GET /api/v1/runs/{id}/logs", handler: c.apiLogs},
 		{pattern: "GET /api/v1/workers", handler: c.apiWorkers},
-		{pattern: "GET /api/v1/audit", handler: c.apiAudit},                 // policy.go
+		{pattern: "GET /api/v1/audit", handler: c.apiAudit},                 // audit.go
 		{pattern: "GET /api/v1/schema", handler: c.apiSchema, public: true}, // public, like the schema file itself
 		{pattern: "POST /api/v1/pipelines/check", handler: c.apiCheck},
 		{pattern: "GET /api/v1/openapi.json", handler: c.apiOpenAPI, public: true},
 	}
 }
 
-func requireAuth(a *Auth, m *Metrics, next http.Handler) http.Handler {
+func (c *Controller) requireAuth(a *Auth, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, ok := a.Authenticate(r)
 		if !ok {
-			m.HTTPRequests.WithLabelValues("unauthenticated", r.Method, "401").Inc()
+			c.metrics.HTTPRequests.WithLabelValues("unauthenticated", r.Method, "401").Inc()
+			c.RecordAuthFailure(r, authFailure(r)) // audit.go
 			w.Header().Set("WWW-Authenticate", `Bearer realm="prflow"`)
 			writeErr(w, http.StatusUnauthorized, errors.New("missing or unknown bearer token"))
 			return

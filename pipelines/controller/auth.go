@@ -21,6 +21,21 @@ import (
 type User struct {
 	Name   string   `json:"name"`
 	Groups []string `json:"groups,omitempty"`
+
+	tokenName string // the name the tokens file gives the token that authenticated the user
+	byToken   bool   // authenticated by a bearer token (not the anonymous user of prflow dev)
+}
+
+// TokenLabel names the token that authenticated u for the audit log ("token ci of alice"),
+// never the token itself; "" when no token did (the anonymous user of prflow dev).
+func (u User) TokenLabel() string {
+	switch {
+	case !u.byToken:
+		return ""
+	case u.tokenName != "":
+		return fmt.Sprintf("token %q of %s", u.tokenName, u.Name)
+	}
+	return "token of " + u.Name
 }
 
 // InGroup reports whether u belongs to group g.
@@ -51,6 +66,7 @@ type authEntry struct {
 //	  - user: alice
 //	    groups: [release-managers]
 //	    token: env:ALICE_TOKEN        # or file:/path, or sha256:<hex digest>
+//	    name: laptop                  # optional: which of alice's tokens, in the audit log
 //
 // Tokens use the connectors file's secret syntax (connector.ResolveDigestRef): a token written
 // in the file is refused. Every problem is reported, each as file:line:col: field: message
@@ -90,7 +106,7 @@ func LoadAuth(path string) (*Auth, error) {
 	seen := map[string]int{}
 	for i, item := range list.Content {
 		at := fmt.Sprintf("tokens[%d]", i)
-		f := mapFields(item, at, errf, "user", "groups", "token")
+		f := mapFields(item, at, errf, "user", "groups", "token", "name")
 		if item.Kind != yaml.MappingNode {
 			continue
 		}
@@ -111,6 +127,13 @@ func LoadAuth(path string) (*Auth, error) {
 					continue
 				}
 				u.Groups = append(u.Groups, g.Value)
+			}
+		}
+		if n := f["name"]; n != nil {
+			if n.Kind != yaml.ScalarNode || n.Value == "" {
+				errf(n, at+".name", "want a name for the token (shown in the audit log)")
+			} else {
+				u.tokenName = n.Value
 			}
 		}
 		n := f["token"]
@@ -197,7 +220,9 @@ func (a *Auth) Authenticate(r *http.Request) (User, bool) {
 	if found == nil {
 		return User{}, false
 	}
-	return *found, true
+	u := *found
+	u.byToken = true
+	return u, true
 }
 
 type userKey struct{}

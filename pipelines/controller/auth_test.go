@@ -21,7 +21,7 @@ func TestLoadAuthSecretSyntaxAndErrors(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(dir, "empty.tok"), []byte("\n"), 0o600)
 
 	good := "tokens:\n" +
-		"  - user: alice\n    groups: [release]\n    token: env:PRFLOW_TEST_TOK\n" +
+		"  - user: alice\n    groups: [release]\n    token: env:PRFLOW_TEST_TOK\n    name: ci\n" +
 		"  - user: bob\n    token: sha256:" + sha256hex("sha-token-0123456789") + "\n" +
 		"  - user: carol\n    token: file:carol.tok\n" // relative to the tokens file
 	p := filepath.Join(dir, "tokens.yaml")
@@ -36,6 +36,18 @@ func TestLoadAuthSecretSyntaxAndErrors(t *testing.T) {
 		if u, ok := a.Authenticate(r); !ok || u.Name != want {
 			t.Errorf("token of %s: got %v %v", want, u, ok)
 		}
+	}
+	// The audit log names the token by its name in the file, never by its value.
+	for tok, want := range map[string]string{"env-token-0123456789": `token "ci" of alice`, "sha-token-0123456789": "token of bob"} {
+		r := httptest.NewRequest("POST", "/api/v1/runs", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		if u, _ := a.Authenticate(r); u.TokenLabel() != want {
+			t.Errorf("TokenLabel = %q, want %q", u.TokenLabel(), want)
+		}
+	}
+	anon := &Auth{Anonymous: &User{Name: "dev"}}
+	if u, _ := anon.Authenticate(httptest.NewRequest("POST", "/api/v1/runs", nil)); u.TokenLabel() != "" {
+		t.Errorf("the anonymous user of prflow dev has a token label: %q", u.TokenLabel())
 	}
 
 	for _, tc := range []struct {
@@ -53,6 +65,7 @@ func TestLoadAuthSecretSyntaxAndErrors(t *testing.T) {
 		{"empty file", "tokens:\n  - user: dan\n    token: file:empty.tok\n", []string{"t.yaml:3:12", "is empty"}},
 		{"bad digest", "tokens:\n  - user: dan\n    token: sha256:abc\n", []string{"t.yaml:3:12", "64 hex digits"}},
 		{"unknown field", "tokens:\n  - user: dan\n    tokn: env:PRFLOW_TEST_TOK\n", []string{"t.yaml:3:5: tokens[0].tokn: unknown field", "t.yaml:2:5: tokens[0].token: required"}},
+		{"name not a string", "tokens:\n  - user: dan\n    token: env:PRFLOW_TEST_TOK\n    name: [a, b]\n", []string{"t.yaml:4:11: tokens[0].name: want a name"}},
 		{"missing user", "tokens:\n  - token: env:PRFLOW_TEST_TOK\n", []string{"t.yaml:2:5: tokens[0].user: required"}},
 		{"groups not a list", "tokens:\n  - user: dan\n    groups: release\n    token: env:PRFLOW_TEST_TOK\n", []string{"t.yaml:3:13: tokens[0].groups: want a list"}},
 		{"same token twice", "tokens:\n  - user: a\n    token: env:PRFLOW_TEST_TOK\n  - user: b\n    token: env:PRFLOW_TEST_TOK\n",

@@ -45,7 +45,10 @@ type Controller struct {
 	noChecks bool
 	policy   policy.Evaluator // nil: no policies (WithPolicy)
 	appCache sync.Map         // prflow-apps key → cachedApp, for stage policies
-	audit    *audit.Log       // nil: no audit log (WithAudit)
+	appList  atomic.Pointer[appList]
+	audit    *audit.Log // nil: no audit log (WithAudit)
+	// auditLimit bounds entries about unauthenticated callers (WithAuditLimiter).
+	auditLimit *audit.Limiter
 
 	mu          sync.Mutex
 	machines    map[string]*pipelines.Machine  // by spec hash
@@ -131,6 +134,9 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 	}
 	if c.metrics == nil {
 		c.metrics = NewMetrics(nil)
+	}
+	if c.auditLimit == nil {
+		c.auditLimit = audit.NewLimiter()
 	}
 	b, err := queue.OpenBuckets(ctx, conn.JS)
 	if err != nil {

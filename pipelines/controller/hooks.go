@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"gopkg.in/yaml.v3"
 
@@ -128,6 +129,9 @@ func LoadWebhooks(path string) (*Webhooks, error) {
 // SetWebhooks enables /hooks/<provider> for the configured providers (nil disables them).
 func (c *Controller) SetWebhooks(w *Webhooks) { c.webhooks.Store(w) }
 
+// hookRemoteHeader carries the address a webhook came from on its PRFLOW_SCM message.
+const hookRemoteHeader = "Prflow-Remote"
+
 // hookResponse is what /hooks/* answers.
 type hookResponse struct {
 	Status     string `json:"status"` // queued, duplicate, ignored
@@ -173,6 +177,7 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusRequestEntityTooLarge
 		}
 		c.log.Warn("webhook rejected", "provider", provider, "status", code, "err", err, "remote", r.RemoteAddr)
+		c.recordHookRejected(r, provider, code) // audit.go
 		if code == http.StatusUnauthorized {
 			err = errors.New("webhook signature missing or invalid")
 		}
@@ -189,7 +194,10 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		// The dedupe key is the delivery with what the event is about: a redelivery is a
 		// duplicate, another event reusing a delivery id (GitLab) is not.
-		ack, err = c.conn.JS.Publish(r.Context(), subj, data, jetstream.WithMsgID(ev.DedupeKey()))
+		// The remote address travels with the event for its audit entry (webhook.accepted),
+		// written once the consumer knows which runs the event started.
+		msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{hookRemoteHeader: []string{r.RemoteAddr}}}
+		ack, err = c.conn.JS.PublishMsg(r.Context(), msg, jetstream.WithMsgID(ev.DedupeKey()))
 	}
 	if err != nil {
 		c.log.Error("webhook not queued", "provider", provider, "delivery", ev.DeliveryID, "err", err)

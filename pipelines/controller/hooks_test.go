@@ -48,10 +48,13 @@ type hookEnv struct {
 	msgs []*nats.Msg
 }
 
-func newHookEnv(t *testing.T, svc map[string]any, secrets []string, triggers map[string][]byte, maxBody int64) *hookEnv {
+func newHookEnv(t *testing.T, svc map[string]any, secrets []string, triggers map[string][]byte, maxBody int64, opts ...func(*ctltest.Options)) *hookEnv {
 	t.Helper()
-	e := &hookEnv{Env: ctltest.New(t, ctltest.Options{Concurrency: 8, Services: svc, Secrets: secrets,
-		Tuning: queue.ConsumerTuning{AckWait: 5 * time.Second, MaxDeliver: 5}})}
+	o := ctltest.Options{Concurrency: 8, Services: svc, Secrets: secrets, Tuning: queue.ConsumerTuning{AckWait: 5 * time.Second, MaxDeliver: 5}}
+	for _, f := range opts {
+		f(&o)
+	}
+	e := &hookEnv{Env: ctltest.New(t, o)}
 	sub, err := e.Conn.NC.Subscribe("prflow.>", func(m *nats.Msg) {
 		e.mu.Lock()
 		e.msgs = append(e.msgs, m)

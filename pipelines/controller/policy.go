@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/policy"
-	"github.com/prflow/prflow/steps"
 )
 
 // WithPolicy evaluates policies (prflow.pipeline, prflow.run, prflow.stage) on pipelines,
@@ -63,14 +60,21 @@ func (c *Controller) runPolicy(ctx context.Context, p *pipelines.Pipeline, r *pi
 type stageGate struct {
 	c        *Controller
 	p        *pipelines.Pipeline
-	pipeline any // the pipeline as data, converted once
+	pipeline any   // the pipeline as data, converted once
+	stages   []any // each stage as data, converted once
+	envs     []any // each stage's environment as data, converted once
 }
 
 func (c *Controller) gateFor(p *pipelines.Pipeline) pipelines.StageGate {
 	if c.policy == nil {
 		return nil
 	}
-	return &stageGate{c: c, p: p, pipeline: policy.Converted(policy.PipelineInput(p))}
+	g := &stageGate{c: c, p: p, pipeline: policy.Converted(policy.PipelineInput(p))}
+	for _, st := range p.Stages {
+		g.stages = append(g.stages, policy.Converted(policy.StageInput(st)))
+		g.envs = append(g.envs, policy.Converted(policy.EnvironmentInput(p.Env(st.Environment))))
+	}
+	return g
 }
 
 // StageAllowed evaluates prflow.stage with input.stage, input.environment, input.pipeline,
@@ -89,8 +93,7 @@ func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string)
 		return []string{"policy not evaluated: app status unreadable: " + err.Error()}, nil
 	}
 	st := g.p.Stages[si]
-	in := map[string]any{"stage": policy.StageInput(st), "environment": policy.EnvironmentInput(g.p.Env(st.Environment)),
-		"pipeline": g.pipeline, "run": policy.RunInput(r), "apps": apps}
+	in := map[string]any{"stage": g.stages[si], "environment": g.envs[si], "pipeline": g.pipeline, "run": policy.RunInput(r), "apps": apps}
 	d, err := g.c.policy.Evaluate(ctx, policy.Stage, in)
 	if err != nil {
 		g.c.log.Error("stage policy failed", "run", r.ID, "stage", st.ID, "err", err)
@@ -105,100 +108,64 @@ func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string)
 	return d.Deny, d.Warn
 }
 
-// appStatuses reads every app status record of prflow-apps, each with its key. Records are
-// converted for the policy engine once per revision (appCache).
-func (c *Controller) appStatuses(ctx context.Context) ([]any, error) {
+// appStatuses reads every app status record of prflow-apps, each with its key, as one list
+// converted for the policy engine. Records are converted once per revision (appCache), and
+// the list is built again only when a record changed (appList): most stage gates see the
+// same list, and rebuilding it was a third of an evaluation's allocations.
+func (c *Controller) appStatuses(ctx context.Context) (any, error) {
 	lister, err := c.b.Apps.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return []any{}, nil
+		return policy.Converted([]any{}), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("prflow-apps: %w", err)
 	}
-	out := []any{}
+	var vals []any
+	var revs []appRev
 	for k := range lister.Keys() {
 		e, err := c.b.Apps.Get(ctx, k)
 		if err != nil {
 			continue // deleted meanwhile
 		}
+		revs = append(revs, appRev{k, e.Revision()})
 		if v, ok := c.appCache.Load(k); ok && v.(cachedApp).rev == e.Revision() {
-			out = append(out, v.(cachedApp).val)
+			vals = append(vals, v.(cachedApp).val)
 			continue
 		}
 		var m map[string]any
 		if err := json.Unmarshal(e.Value(), &m); err != nil {
+			revs = revs[:len(revs)-1]
 			continue
 		}
 		m["key"] = k
 		val := policy.Converted(m)
 		c.appCache.Store(k, cachedApp{rev: e.Revision(), val: val})
-		out = append(out, val)
+		vals = append(vals, val)
 	}
-	return out, nil
+	if last := c.appList.Load(); last != nil && slices.Equal(last.revs, revs) {
+		return last.val, nil
+	}
+	if vals == nil {
+		vals = []any{}
+	}
+	list := &appList{revs: revs, val: policy.Converted(vals)}
+	c.appList.Store(list)
+	return list.val, nil
+}
+
+// appRev is one app status record at one revision.
+type appRev struct {
+	key string
+	rev uint64
+}
+
+// appList is the converted list of app status records as of the revisions in revs.
+type appList struct {
+	revs []appRev
+	val  any
 }
 
 type cachedApp struct {
 	rev uint64
 	val any
-}
-
-// WithAudit records who started, cancelled or was refused a run in the audit log.
-func WithAudit(l *audit.Log) Option { return func(c *Controller) { c.audit = l } }
-
-// record appends to the audit log when there is one; a failed append is logged, never
-// fails the action (the action already happened).
-func (c *Controller) record(ctx context.Context, e audit.Entry) {
-	if c.audit == nil {
-		return
-	}
-	if err := c.audit.Append(ctx, e); err != nil {
-		c.log.Error("audit entry not written", "action", e.Action, "actor", e.Actor, "run", e.Run, "err", err)
-	}
-}
-
-// apiAudit serves GET /api/v1/audit?since=RFC3339|duration&actor=&action=&run=&limit=.
-func (c *Controller) apiAudit(w http.ResponseWriter, r *http.Request) {
-	if c.audit == nil {
-		writeErr(w, http.StatusNotFound, errors.New("the audit log is off on this server"))
-		return
-	}
-	q := r.URL.Query()
-	f := audit.Filter{Actor: q.Get("actor"), Action: q.Get("action"), Run: q.Get("run")}
-	if s := q.Get("since"); s != "" {
-		if d, err := time.ParseDuration(s); err == nil {
-			f.Since = time.Now().Add(-d)
-		} else if t, err := time.Parse(time.RFC3339, s); err == nil {
-			f.Since = t
-		} else {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("since: want RFC3339 time or a duration like 24h, got %q", s))
-			return
-		}
-	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("limit: want a positive number, got %q", s))
-			return
-		}
-		f.Limit = n
-	}
-	list, err := c.audit.Query(r.Context(), f)
-	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list)
-}
-
-// recordSignal audits an approval decision (approval.approved / approval.rejected) or another
-// signal (signal.<kind>) sent to a step.
-func (c *Controller) recordSignal(ctx context.Context, run, stage, step string, sig steps.Signal) {
-	action := "signal." + sig.Kind
-	if sig.Kind == "approval" {
-		action = audit.ApprovalRejected
-		if sig.Approve {
-			action = audit.ApprovalApproved
-		}
-	}
-	c.record(ctx, audit.Entry{Actor: sig.User, Action: action, Run: run, Detail: stage + "." + step})
 }

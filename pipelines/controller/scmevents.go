@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps"
@@ -98,7 +99,7 @@ func (c *Controller) consumeSCM(ctx context.Context, cons jetstream.Consumer) {
 			_ = msg.Term()
 			return
 		}
-		if err := c.HandleSCMEvent(ctx, &ev); err != nil {
+		if err := c.handleSCMEvent(ctx, &ev, msg.Headers().Get(hookRemoteHeader)); err != nil {
 			c.log.Warn("SCM event failed, will retry", "provider", ev.Provider, "delivery", ev.DeliveryID, "err", err)
 			_ = msg.NakWithDelay(time.Second)
 			return
@@ -126,6 +127,12 @@ func PRTopic(provider string, repo scm.Repo, n int) string {
 // HandleSCMEvent wakes parked steps and starts triggered runs for one event. It is idempotent:
 // runs get ids derived from the delivery id, so a redelivered event starts nothing new.
 func (c *Controller) HandleSCMEvent(ctx context.Context, ev *scm.Event) error {
+	return c.handleSCMEvent(ctx, ev, "")
+}
+
+// handleSCMEvent is HandleSCMEvent for an event that came from remote (a webhook's address);
+// once the event is handled it is audited (webhook.accepted) with the runs it started.
+func (c *Controller) handleSCMEvent(ctx context.Context, ev *scm.Event, remote string) error {
 	if err := c.loadStoredEvent(ctx, ev); err != nil {
 		return err
 	}
@@ -143,31 +150,43 @@ func (c *Controller) HandleSCMEvent(ctx context.Context, ev *scm.Event) error {
 			return fmt.Errorf("wake %s: %w", topic, err)
 		}
 	}
-	ts := c.triggers.Load()
-	if ts == nil {
-		return nil
-	}
 	var first error
-	for _, p := range ts.Pipelines {
-		for _, t := range p.Triggers {
-			m, err := t.Match(ctx, p.File, ev)
-			if err != nil {
-				// A bad expression result is the pipeline author's problem; retrying will not help.
-				c.log.Error("trigger expression failed", "pipeline", p.Name, "trigger", t.Name, "delivery", ev.DeliveryID, "err", err)
-				continue
-			}
-			if m == nil {
-				continue
-			}
-			if err := c.startTriggered(ctx, p, t, ev, m); err != nil && first == nil {
-				first = err
+	var runs, notes []string
+	if ts := c.triggers.Load(); ts != nil {
+		for _, p := range ts.Pipelines {
+			for _, t := range p.Triggers {
+				m, err := t.Match(ctx, p.File, ev)
+				if err != nil {
+					// A bad expression result is the pipeline author's problem; retrying will not help.
+					c.log.Error("trigger expression failed", "pipeline", p.Name, "trigger", t.Name, "delivery", ev.DeliveryID, "err", err)
+					notes = append(notes, fmt.Sprintf("pipeline %s trigger %s: expression failed", p.Name, t.Name))
+					continue
+				}
+				if m == nil {
+					continue
+				}
+				id, note, err := c.startTriggered(ctx, p, t, ev, m, remote)
+				switch {
+				case err != nil && first == nil:
+					first = err
+				case id != "":
+					runs = append(runs, id)
+				case note != "":
+					notes = append(notes, note)
+				}
 			}
 		}
 	}
-	return first
+	if first != nil {
+		return first // retried: the entry waits for the outcome
+	}
+	c.recordHookAccepted(ctx, ev, remote, runs, notes) // audit.go
+	return nil
 }
 
-func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, t *pipelines.Trigger, ev *scm.Event, m *pipelines.TriggerMatch) error {
+// startTriggered starts the run of a matched trigger and returns its id (also when an earlier
+// delivery of the event started it), or why no run was started, or an error worth a retry.
+func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, t *pipelines.Trigger, ev *scm.Event, m *pipelines.TriggerMatch, remote string) (id, note string, err error) {
 	inputs := m.Inputs
 	// PendingPaths: the run's first job checks the PR's files through the connector (a
 	// worker holds its token) and the stages start only if one matches.
@@ -178,25 +197,29 @@ func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, 
 		info.PR = ev.PR.Number
 	}
 	// Keyed like the PRFLOW_SCM dedupe: another event reusing the delivery id starts its own run.
-	id := pipelines.TriggerRunID(ev.Provider, ev.DedupeKey(), p.Name, t.Index)
+	id = pipelines.TriggerRunID(ev.Provider, ev.DedupeKey(), p.Name, t.Index)
 	executor := "webhook:" + ev.Provider
 	if ev.Sender != "" {
 		executor += ":" + ev.Sender
 	}
-	r, err := c.Start(ctx, StartRequest{File: p.File, Source: p.Source, Inputs: inputs, Executor: executor, ID: id, Trigger: info})
+	r, err := c.Start(ctx, StartRequest{File: p.File, Source: p.Source, Inputs: inputs, Executor: executor, ID: id, Trigger: info, Remote: remote})
 	switch {
 	case errors.Is(err, ErrExists):
 		c.log.Info("trigger already started its run", "pipeline", p.Name, "trigger", t.Name, "run", id, "delivery", ev.DeliveryID)
-		return nil
+		return id, "", nil
 	case errors.Is(err, ErrInvalid):
 		c.log.Error("triggered run not started", "pipeline", p.Name, "trigger", t.Name, "delivery", ev.DeliveryID, "err", err)
-		return nil
+		return "", fmt.Sprintf("pipeline %s trigger %s: run not started: invalid", p.Name, t.Name), nil
+	case errors.Is(err, policy.ErrDenied):
+		// A decision, not a fault: a retry would ask the same policy again (and audit each
+		// denial). The denial itself is audited by Start.
+		return "", fmt.Sprintf("pipeline %s trigger %s: run denied by policy", p.Name, t.Name), nil
 	case err != nil:
-		return err
+		return "", "", err
 	}
 	c.log.Info("run triggered", "pipeline", p.Name, "trigger", t.Name, "run", r.ID, "provider", ev.Provider,
 		"repo", ev.Repo, "sha", info.SHA, "pr", info.PR, "delivery", ev.DeliveryID)
-	return nil
+	return r.ID, "", nil
 }
 
 // noteTopic remembers when a topic's event arrived, so that a step that parks on it just after

@@ -16,7 +16,9 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
 // Point is where a policy is evaluated; it names the Rego package prflow.<point>.
@@ -87,7 +89,8 @@ func (s *Set) Has(p Point) bool {
 }
 
 // Evaluate runs point p's deny and warn rules on input (JSON-like values: maps, slices,
-// strings, numbers, bools). No policy for p is an empty decision.
+// strings, numbers, bools, and parts already converted with Converted). No policy for p is
+// an empty decision.
 func (s *Set) Evaluate(ctx context.Context, p Point, input any) (Decision, error) {
 	if s == nil {
 		return Decision{}, nil
@@ -96,11 +99,22 @@ func (s *Set) Evaluate(ctx context.Context, p Point, input any) (Decision, error
 	if !ok {
 		return Decision{}, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("%w: prflow.%s not evaluated: %w", ErrPolicy, p, err)
+	}
 	v, err := ast.InterfaceToValue(input)
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: prflow.%s input: %w", ErrPolicy, p, err)
 	}
-	rs, err := q.Eval(ctx, rego.EvalParsedInput(v))
+	// OPA's defaults cost every evaluation a goroutine that waits for ctx, a fresh metrics
+	// registry and a conversion of the results to generic JSON: allocations whose GC pauses
+	// make the tail. A cancel flag set only when ctx ends, no metrics, and messages read
+	// straight from the result terms do the same work.
+	cancel := topdown.NewCancel()
+	stop := context.AfterFunc(ctx, cancel.Cancel)
+	defer stop()
+	rs, err := q.Eval(ctx, rego.EvalParsedInput(v), rego.EvalMetrics(noMetrics), rego.EvalExternalCancel(cancel),
+		rego.EvalGenerateJSON(termMessages))
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: evaluating prflow.%s: %w", ErrPolicy, p, err)
 	}
@@ -108,34 +122,44 @@ func (s *Set) Evaluate(ctx context.Context, p Point, input any) (Decision, error
 	if len(rs) == 0 || len(rs[0].Expressions) != 2 {
 		return d, nil
 	}
-	d.Deny = messages(rs[0].Expressions[0].Value)
-	d.Warn = messages(rs[0].Expressions[1].Value)
+	d.Deny, _ = rs[0].Expressions[0].Value.([]string)
+	d.Warn, _ = rs[0].Expressions[1].Value.([]string)
 	return d, nil
 }
 
-// messages turns a deny/warn set into strings: a string as is, an object's "msg" (Conftest's
-// structured form), anything else as JSON.
-func messages(v any) []string {
-	list, _ := v.([]any)
-	out := make([]string, 0, len(list))
-	for _, m := range list {
-		switch x := m.(type) {
-		case string:
-			out = append(out, x)
-		case map[string]any:
-			if s, ok := x["msg"].(string); ok {
-				out = append(out, s)
-				continue
+var noMetrics = metrics.NoOp()
+
+// termMessages turns a deny/warn result (an array of messages) into sorted strings: a string
+// as is, an object's "msg" (Conftest's structured form), anything else as JSON. A nil slice
+// for no message.
+func termMessages(t *ast.Term, _ *rego.EvalContext) (any, error) {
+	arr, ok := t.Value.(*ast.Array)
+	if !ok || arr.Len() == 0 {
+		return []string(nil), nil
+	}
+	out := make([]string, 0, arr.Len())
+	for i := range arr.Len() {
+		switch x := arr.Elem(i).Value.(type) {
+		case ast.String:
+			out = append(out, string(x))
+			continue
+		case ast.Object:
+			if mt := x.Get(ast.InternedTerm("msg")); mt != nil {
+				if m, ok := mt.Value.(ast.String); ok {
+					out = append(out, string(m))
+					continue
+				}
 			}
-			b, _ := json.Marshal(x)
-			out = append(out, string(b))
-		default:
-			b, _ := json.Marshal(x)
-			out = append(out, string(b))
 		}
+		j, err := ast.JSON(arr.Elem(i).Value)
+		if err != nil {
+			return nil, err
+		}
+		b, _ := json.Marshal(j)
+		out = append(out, string(b))
 	}
 	sort.Strings(out)
-	return out
+	return out, nil
 }
 
 // PolicyFiles lists dir's *.rego files (not *_test.rego), sorted, relative to dir.

@@ -29,7 +29,8 @@ warn contains "heads up" if input.stage.environment == "staging"
 func TestEvaluate(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "stage.rego", denyProd)
-	write(t, dir, "pipe.rego", "package prflow.pipeline\n\ndeny contains {\"msg\": \"structured\"} if input.name == \"x\"\n")
+	write(t, dir, "pipe.rego", "package prflow.pipeline\n\ndeny contains {\"msg\": \"structured\"} if input.name == \"x\"\n\n"+
+		"deny contains {\"code\": 7} if input.name == \"y\"\n\nwarn contains 42 if input.name == \"y\"\n")
 	s, err := Load(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +48,7 @@ func TestEvaluate(t *testing.T) {
 		{Stage, map[string]any{}, nil, nil},     // missing fields are undefined, not errors
 		{Run, map[string]any{"x": 1}, nil, nil}, // no package: nothing to say
 		{Pipeline, map[string]any{"name": "x"}, []string{"structured"}, nil},
+		{Pipeline, map[string]any{"name": "y"}, []string{`{"code":7}`}, []string{"42"}}, // other values as JSON
 	} {
 		d, err := s.Evaluate(context.Background(), tc.point, tc.input)
 		if err != nil {
@@ -58,6 +60,31 @@ func TestEvaluate(t *testing.T) {
 		if err := d.Err(tc.point); (err != nil) != (len(tc.deny) > 0) || (err != nil && !errors.Is(err, ErrDenied)) {
 			t.Errorf("%s: Err() = %v", tc.point, err)
 		}
+	}
+}
+
+// TestEvaluateCancelled: an evaluation stops when its context ends (a deadline mid-way, or a
+// context already done) and says so; the set stays usable.
+func TestEvaluateCancelled(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "stage.rego", "package prflow.stage\n\ndeny contains \"slow\" if {\n  count([x | some x in numbers.range(1, 50000000); x % 7 == 0]) > 0\n}\n")
+	s, err := Load(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := s.Evaluate(ctx, Stage, map[string]any{}); !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), "cancel") {
+		t.Fatalf("evaluation past its deadline: %v", err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("the evaluation ran %s past a 100ms deadline", d)
+	}
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := s.Evaluate(done, Stage, map[string]any{}); !errors.Is(err, ErrPolicy) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("evaluation with a done context: %v", err)
 	}
 }
 
@@ -196,9 +223,10 @@ func BenchmarkStagePolicy(b *testing.B) {
 		envs = append(envs, map[string]any{"name": n, "clusters": []any{map[string]any{"name": n + "-eu", "agent": "sim"}}})
 	}
 	stage := map[string]any{"id": "prod", "environment": "prod", "steps": []any{map[string]any{"id": "approval", "type": "Approval"}}}
-	// As the controller builds it: the pipeline and the app records converted once.
-	input := map[string]any{"stage": stage, "environment": envs[2], "pipeline": Converted(map[string]any{"environments": envs}),
-		"run": map[string]any{"id": "r1", "stages": []any{}}, "apps": apps}
+	// As the controller builds it: the pipeline, its stages and environments converted once
+	// per pipeline, the app list once per change of prflow-apps; the run as it is now.
+	input := map[string]any{"stage": Converted(stage), "environment": Converted(envs[2]), "pipeline": Converted(map[string]any{"environments": envs}),
+		"run": map[string]any{"id": "r1", "stages": []any{}}, "apps": Converted(apps)}
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for b.Loop() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
@@ -32,6 +33,7 @@ type Options struct {
 	Listen      string // embedded NATS TCP address for out-of-process workers/agents
 	Dir         string
 	Controller  []controller.Option // extra controller options (e.g. a source converter)
+	Audit       bool                // keep an audit log (stream PRFLOW_AUDIT, default retention)
 }
 
 // Env is a running prflow.
@@ -91,7 +93,14 @@ func New(t testing.TB, o Options) *Env {
 	if err := queue.Setup(ctx, conn.JS, 1); err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := controller.New(ctx, conn, append([]controller.Option{controller.WithRegistry(o.Registry), controller.WithLogger(log)}, o.Controller...)...)
+	copts := []controller.Option{controller.WithRegistry(o.Registry), controller.WithLogger(log)}
+	if o.Audit {
+		if err := audit.Setup(ctx, conn.JS, 1, audit.DefaultRetention); err != nil {
+			t.Fatal(err)
+		}
+		copts = append(copts, controller.WithAudit(&audit.Log{JS: conn.JS}))
+	}
+	ctl, err := controller.New(ctx, conn, append(copts, o.Controller...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

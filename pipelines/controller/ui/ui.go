@@ -198,6 +198,7 @@ func (u *UI) action(h http.HandlerFunc) http.Handler {
 			u.fail(w, r, http.StatusForbidden, "the form's CSRF token does not match this session: reload the page and try again")
 			return
 		}
+		u.ctl.RecordTokenUse(r, s.user) // an action changes something: audited like the API's
 		h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 	})
 }
@@ -230,6 +231,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, ok := u.authenticate(tok); !ok {
 		u.log.Info("ui sign-in refused: unknown token", "remote", r.RemoteAddr)
+		u.ctl.RecordAuthFailure(r, "UI sign-in with an unknown token")
 		u.render(w, r, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": errBadToken.Error()})
 		return
 	}
