@@ -11,6 +11,7 @@ import (
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/duration"
 	"github.com/prflow/prflow/steps/fileedit"
+	"github.com/prflow/prflow/steps/spelling"
 	"github.com/prflow/prflow/steps/template"
 )
 
@@ -250,45 +251,7 @@ func describe(in *steps.Input) string {
 }
 
 // suggest returns the candidate closest to s when it is close enough to be a likely typo.
-func suggest(s string, candidates []string) string {
-	best, bestD := "", 1<<30
-	for _, c := range candidates {
-		d := EditDistance(strings.ToLower(s), strings.ToLower(c))
-		if d < bestD {
-			best, bestD = c, d
-		}
-	}
-	limit := 2
-	if len(s) >= 9 {
-		limit = 3
-	}
-	if bestD <= limit {
-		return best
-	}
-	return ""
-}
-
-// EditDistance is the Levenshtein distance between a and b (bytes; names are ASCII), for
-// "did you mean" hints here and in the config file loader.
-func EditDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+func suggest(s string, candidates []string) string { return spelling.Closest(s, candidates) }
 
 // userTypes lists the step types a pipeline may name (internal ones excluded), sorted.
 func userTypes(reg *steps.Registry) []string {

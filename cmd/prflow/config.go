@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/prflow/prflow/steps/spelling"
 	"io"
 	"os"
 	"regexp"
 	"sort"
 	"strings"
 
-	"github.com/prflow/prflow/pipelines"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
@@ -163,7 +163,7 @@ func suggestFlag(fs *pflag.FlagSet, name string) string {
 			return
 		}
 		names = append(names, f.Name)
-		if d := pipelines.EditDistance(name, f.Name); d < bestD {
+		if d := spelling.Distance(name, f.Name); d < bestD {
 			best, bestD = f.Name, d
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/prflow/prflow/steps/spelling"
 	"net"
 	"slices"
 	"strings"
@@ -15,8 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/prflow/prflow/pipelines"
 )
 
 // Stream and subject prefix of the audit log; the subject is prflow.audit.<action>.
@@ -162,7 +161,7 @@ func CheckAction(a string) error {
 	}
 	best, bestD := "", 4
 	for _, k := range known {
-		if d := pipelines.EditDistance(a, k); d < bestD {
+		if d := spelling.Distance(a, k); d < bestD {
 			best, bestD = k, d
 		}
 	}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prflow/prflow/steps/spelling"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps"
@@ -103,7 +103,7 @@ func (c *Controller) apiAudit(w http.ResponseWriter, r *http.Request) {
 func didYouMean(s string, known []string) string {
 	best, bestD := "", 3
 	for _, k := range known {
-		if d := pipelines.EditDistance(s, k); d < bestD {
+		if d := spelling.Distance(s, k); d < bestD {
 			best, bestD = k, d
 		}
 	}

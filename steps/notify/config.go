@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/prflow/prflow/steps/spelling"
 	"net"
 	"net/http"
 	"net/mail"
@@ -37,7 +38,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/steps"
 )
@@ -214,7 +214,7 @@ func (p *parser) fields(n *yaml.Node, path string, known ...string) map[string]*
 		if !slices.Contains(known, k.Value) {
 			hint := ""
 			for _, kn := range known {
-				if pipelines.EditDistance(strings.ToLower(kn), strings.ToLower(k.Value)) <= 2 {
+				if spelling.Distance(strings.ToLower(kn), strings.ToLower(k.Value)) <= 2 {
 					hint = fmt.Sprintf(" (did you mean %q?)", kn)
 					break
 				}
