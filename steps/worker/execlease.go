@@ -43,6 +43,11 @@ type execValue struct {
 	Holder string    `json:"holder"` // worker id
 	Job    string    `json:"job"`
 	At     time.Time `json:"at"`
+	// Released: the execution ended (a result, or a nak asking for this redelivery). A
+	// released lease is left in place, not deleted, so that a redelivery can tell "ended" from
+	// "no lease at all", which after a server crash may mean the lease write was lost while
+	// its execution still runs.
+	Released bool `json:"released,omitempty"`
 }
 
 // execLease is one execution's hold on its job.
@@ -123,7 +128,8 @@ func (l *execLease) markLost() {
 	}
 }
 
-// release deletes the lease if this execution still has it.
+// release marks the lease released if this execution still has it (the bucket's TTL removes
+// it later).
 func (l *execLease) release() {
 	if l == nil || l.lost.Load() {
 		return
@@ -133,9 +139,20 @@ func (l *execLease) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rev := l.revision(); rev != 0 {
-		_ = l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+		var v execValue
+		_ = json.Unmarshal(l.val, &v)
+		v.Released, v.At = true, time.Now()
+		b, _ := json.Marshal(v)
+		if _, err := l.kv.Update(ctx, l.key, b, rev); err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			_ = l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+		}
 	}
 }
+
+// unclaimedGrace is how long a redelivery that found no lease at all holds its new lease
+// before it runs: any live execution renews its lease within renewEvery (at once after a
+// reconnect), finds it taken and stops, before this one starts.
+func (w *Worker) unclaimedGrace() time.Duration { return w.renewEvery() + time.Second }
 
 // renewEvery is how often heartbeats (InProgress and lease renewal) go: a third of AckWait,
 // and often enough that the lease outlives no renewal in the locks bucket's TTL.
@@ -163,6 +180,7 @@ func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivere
 		seenRev   uint64
 		seenSince time.Time
 		lastBeat  = time.Now()
+		seenKey   bool // a lease (held or released) was there: not a lost one
 	)
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		if time.Since(lastBeat) >= w.renewEvery() {
@@ -172,9 +190,30 @@ func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivere
 		rev, cerr := w.locks.Create(ctx, l.key, l.val)
 		if cerr == nil {
 			l.rev = rev
-			return l, true, nil
+			if seenKey || delivered <= 1 {
+				return l, true, nil
+			}
+			// Redelivered, and no lease at all: the previous execution may still run with its
+			// lease lost (a server killed right after the lease was written). Hold this lease
+			// for unclaimedGrace: a live execution renewing meanwhile finds it taken and stops.
+			w.Log.Info("redelivered job has no execution lease; waiting for a live execution to show itself",
+				"job", job, "delivery", delivered, "wait", w.unclaimedGrace().String())
+			for end := time.Now().Add(w.unclaimedGrace()); time.Now().Before(end); {
+				if err := sleepCtx(ctx, min(time.Until(end), w.renewEvery())); err != nil {
+					return nil, false, err
+				}
+				_ = msg.InProgress()
+			}
+			e, gerr := w.locks.Get(ctx, l.key)
+			if gerr == nil && e.Revision() == l.rev {
+				return l, true, nil
+			}
+			seenKey = true // changed under us: decide again from what is there
+			continue
 		}
-		if !errors.Is(cerr, jetstream.ErrKeyExists) {
+		if errors.Is(cerr, jetstream.ErrKeyExists) {
+			seenKey = true
+		} else {
 			if ctx.Err() != nil {
 				return nil, false, ctx.Err()
 			}
@@ -202,6 +241,8 @@ func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivere
 		_ = json.Unmarshal(e.Value(), &cur)
 		takeOver := false
 		switch {
+		case cur.Released:
+			takeOver = true // that execution ended
 		case cur.Holder == w.ID:
 			// handle found no other delivery of the job running here: a worker that
 			// restarted under the same id left it.
