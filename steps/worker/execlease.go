@@ -168,7 +168,13 @@ func (w *Worker) takeoverAfter() time.Duration { return 2*w.renewEvery() + time.
 // sign of life for takeoverAfter; run is false when another execution of the job is alive.
 func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivered int) (l *execLease, run bool, err error) {
 	l = &execLease{kv: w.locks, key: execKey(job), val: w.execValue(job)}
-	if delivered <= 1 {
+	// Shortly after a reconnect (the server may have restarted and lost recent writes: a
+	// lease, or even the delivery count) a job with no lease is not trusted to be free.
+	afterReconnect := false
+	if at := w.reconnectedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < w.unclaimedGrace() {
+		afterReconnect = true
+	}
+	if delivered <= 1 && !afterReconnect {
 		fut, perr := w.conn.JS.PublishAsync("$KV."+queue.BucketLocks+"."+l.key, l.val)
 		if perr == nil {
 			l.fut = fut
@@ -190,12 +196,13 @@ func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivere
 		rev, cerr := w.locks.Create(ctx, l.key, l.val)
 		if cerr == nil {
 			l.rev = rev
-			if seenKey || delivered <= 1 {
+			if seenKey || (delivered <= 1 && !afterReconnect) {
 				return l, true, nil
 			}
-			// Redelivered, and no lease at all: the previous execution may still run with its
-			// lease lost (a server killed right after the lease was written). Hold this lease
-			// for unclaimedGrace: a live execution renewing meanwhile finds it taken and stops.
+			// Redelivered (or handed out right after a server restart), and no lease at all:
+			// a previous execution may still run with its lease lost (a server killed right
+			// after the lease was written). Hold this lease for unclaimedGrace: a live
+			// execution renewing meanwhile finds it taken and stops.
 			w.Log.Info("redelivered job has no execution lease; waiting for a live execution to show itself",
 				"job", job, "delivery", delivered, "wait", w.unclaimedGrace().String())
 			for end := time.Now().Add(w.unclaimedGrace()); time.Now().Before(end); {

@@ -59,11 +59,14 @@ type Worker struct {
 	settling    sync.WaitGroup
 	settleSlots chan struct{}
 	running     atomic.Int64
-	done        atomic.Int64
-	mu          sync.Mutex
-	cancels     map[string]map[*jobCtx]struct{} // run → in-flight jobs, for cancel
-	inflight    map[string]*inflightJob         // job id → its execution here (execlease.go)
-	locks       jetstream.KeyValue              // execution leases live in the locks bucket
+	// reconnectedAt (unix ns) is when the connection last came back; jobs handed out soon
+	// after may be ones another worker still runs whose lease a restarted server lost.
+	reconnectedAt atomic.Int64
+	done          atomic.Int64
+	mu            sync.Mutex
+	cancels       map[string]map[*jobCtx]struct{} // run → in-flight jobs, for cancel
+	inflight      map[string]*inflightJob         // job id → its execution here (execlease.go)
+	locks         jetstream.KeyValue              // execution leases live in the locks bucket
 }
 
 type jobCtx struct{ cancel context.CancelFunc }
@@ -145,6 +148,7 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 	defer conn.NC.RemoveStatusListener(reconnected)
 	go func() {
 		for range reconnected {
+			w.reconnectedAt.Store(time.Now().UnixNano())
 			w.beatAll(ctx)
 		}
 	}()
