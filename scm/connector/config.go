@@ -166,7 +166,7 @@ func (p *parser) errf(n *yaml.Node, field, format string, args ...any) {
 func (p *parser) fields(n *yaml.Node, path string, known ...string) map[string]*yaml.Node {
 	out := map[string]*yaml.Node{}
 	if n.Kind != yaml.MappingNode {
-		p.errf(n, path, "want a mapping, got %s", kindName(n))
+		p.errf(n, path, "want a mapping, got %s", NodeKind(n))
 		return out
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -203,7 +203,9 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func kindName(n *yaml.Node) string {
+// NodeKind names what a YAML node is, for "want X, got Y" errors of the YAML files that use
+// this package's secret references (connectors, tokens, notifiers).
+func NodeKind(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
@@ -222,7 +224,7 @@ func (p *parser) str(n *yaml.Node, field string) string {
 		return ""
 	}
 	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!null" && n.Tag != "!!int" && n.Tag != "!!float" && n.Tag != "!!bool") {
-		p.errf(n, field, "want a string, got %s", kindName(n))
+		p.errf(n, field, "want a string, got %s", NodeKind(n))
 		return ""
 	}
 	if n.Tag == "!!null" {
@@ -237,7 +239,7 @@ func (p *parser) boolean(n *yaml.Node, field string) bool {
 	}
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-		p.errf(n, field, "want true or false, got %s", kindName(n))
+		p.errf(n, field, "want true or false, got %s", NodeKind(n))
 	}
 	return b
 }
@@ -248,7 +250,7 @@ func (p *parser) number(n *yaml.Node, field string) float64 {
 	}
 	f, err := strconv.ParseFloat(n.Value, 64)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		p.errf(n, field, "want a number, got %s", kindName(n))
+		p.errf(n, field, "want a number, got %s", NodeKind(n))
 		return 0
 	}
 	if f < 0 {
@@ -264,7 +266,7 @@ func (p *parser) integer(n *yaml.Node, field string) int64 {
 	}
 	i, err := strconv.ParseInt(n.Value, 10, 64)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		p.errf(n, field, "want a whole number, got %s", kindName(n))
+		p.errf(n, field, "want a whole number, got %s", NodeKind(n))
 		return 0
 	}
 	if i < 0 {
@@ -444,7 +446,7 @@ func (p *parser) parse(data []byte) []Config {
 		}
 	}
 	if list.Kind != yaml.SequenceNode {
-		p.errf(list, "connectors", "want a list, got %s", kindName(list))
+		p.errf(list, "connectors", "want a list, got %s", NodeKind(list))
 		return nil
 	}
 	var out []Config

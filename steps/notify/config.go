@@ -120,7 +120,7 @@ func Parse(file string, data []byte, baseDir string, opts ...Option) (*Set, erro
 		}
 	}
 	if list.Kind != yaml.SequenceNode {
-		p.errf(list, "channels", "want a list of channels, got %s", kind(list))
+		p.errf(list, "channels", "want a list of channels, got %s", connector.NodeKind(list))
 		return nil, p.result()
 	}
 	s := &Set{byName: map[string]*channel{}}
@@ -202,7 +202,7 @@ func (p *parser) result() error {
 func (p *parser) fields(n *yaml.Node, path string, known ...string) map[string]*yaml.Node {
 	out := map[string]*yaml.Node{}
 	if n.Kind != yaml.MappingNode {
-		p.errf(n, path, "want a mapping, got %s", kind(n))
+		p.errf(n, path, "want a mapping, got %s", connector.NodeKind(n))
 		return out
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -236,7 +236,7 @@ func (p *parser) str(n *yaml.Node, field string) string {
 		return ""
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.errf(n, field, "want a string, got %s", kind(n))
+		p.errf(n, field, "want a string, got %s", connector.NodeKind(n))
 		return ""
 	}
 	return n.Value
@@ -403,16 +403,4 @@ func idRE(s string) bool {
 		}
 	}
 	return true
-}
-
-func kind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "nothing"
 }
