@@ -42,7 +42,7 @@ const MergeQueueTurnFilter = "turn.>"
 func OpenMergeQueue(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, BucketMergeQueue)
 	if err == nil {
-		return kv, nil
+		return BoundKV(kv, 0), nil
 	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("KV bucket %s: %w", BucketMergeQueue, err)
@@ -61,7 +61,7 @@ func OpenMergeQueue(ctx context.Context, js jetstream.JetStream) (jetstream.KeyV
 	if err != nil {
 		return nil, fmt.Errorf("create KV bucket %s: %w", BucketMergeQueue, err)
 	}
-	return kv, nil
+	return BoundKV(kv, 0), nil
 }
 
 // MergeQueue is a FIFO of merges per repo+branch kept in KV. Only the head merges, and it holds

@@ -24,7 +24,7 @@ const NotifyMarkAge = 24 * time.Hour
 func OpenNotifyMarks(ctx context.Context, js jetstream.JetStream) (*NotifyMarks, error) {
 	kv, err := js.KeyValue(ctx, BucketNotify)
 	if err == nil {
-		return &NotifyMarks{kv: kv}, nil
+		return &NotifyMarks{kv: BoundKV(kv, 0)}, nil
 	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("KV bucket %s: %w", BucketNotify, err)
@@ -41,7 +41,7 @@ func OpenNotifyMarks(ctx context.Context, js jetstream.JetStream) (*NotifyMarks,
 	if err != nil {
 		return nil, fmt.Errorf("create KV bucket %s: %w", BucketNotify, err)
 	}
-	return &NotifyMarks{kv: kv}, nil
+	return &NotifyMarks{kv: BoundKV(kv, 0)}, nil
 }
 
 func notifyBucketConfig(replicas int) jetstream.KeyValueConfig {

@@ -263,7 +263,7 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (*Buckets, error) 
 		if err != nil {
 			return nil, fmt.Errorf("KV bucket %s: %w (run Setup first)", name, err)
 		}
-		*dst = kv
+		*dst = BoundKV(kv, 0)
 	}
 	return b, nil
 }

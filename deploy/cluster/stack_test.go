@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -88,9 +90,13 @@ func (c *component[T]) stop() {
 
 func newStack(t *testing.T, c *Cluster, creds func(role string) (string, string)) *stack {
 	s := &stack{t: t, c: c, logs: &logs{}, creds: creds}
-	s.log = slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s.log = slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() {
+			// PRFLOW_CLUSTER_LOG=FILE keeps every log line of a failed test.
+			if f := os.Getenv("PRFLOW_CLUSTER_LOG"); f != "" {
+				_ = os.WriteFile(f, []byte(s.logs.String()), 0o644)
+			}
 			t.Logf("last log lines:\n%s", s.logs.tail(60))
 		}
 	})
@@ -286,7 +292,11 @@ func (s *stack) wait(ctl *controller.Controller, specs []chaos.RunSpec, d time.D
 			out[sp.ID] = chaos.RunResult{Status: string(r.Status), Error: r.Error, Where: where(r)}
 			all = all && r.Status.Terminal()
 		}
-		if all || time.Now().After(deadline) {
+		if all {
+			return out
+		}
+		if time.Now().After(deadline) {
+			s.t.Logf("runs not finished after %s; goroutines inside steps:\n%s", d, stepStacks())
 			return out
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -363,6 +373,20 @@ func withUser(urls, user, pass string) string {
 		parts[i] = strings.Replace(p, "nats://", "nats://"+user+":"+pass+"@", 1)
 	}
 	return strings.Join(parts, ",")
+}
+
+// stepStacks is the stack of every goroutine that is running step code: where a run that
+// does not finish is stuck.
+func stepStacks() string {
+	buf := make([]byte, 32<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "prflow/prflow/steps.") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
