@@ -354,8 +354,11 @@ func (c *Controller) onEvent(ctx context.Context, in inbound) {
 		}
 	}
 	md, _ := msg.Metadata()
-	redelivered := md != nil && md.NumDelivered > 1
-	if err := c.handle(ctx, ev, redelivered); err != nil {
+	// A result reaches the stream when a controller did not confirm it directly, and that
+	// controller may have stored it and then failed to publish the next jobs or to answer (a
+	// lost KV reply while a node died): like a redelivery, it may find itself applied.
+	resend := md != nil && md.NumDelivered > 1 || ev.Kind == queue.EvResult
+	if err := c.handle(ctx, ev, resend); err != nil {
 		c.log.Warn("event failed, will retry", "run", ev.Run, "kind", ev.Kind, "err", err)
 		_ = msg.NakWithDelay(500 * time.Millisecond)
 		return
@@ -439,7 +442,7 @@ type storedSpec struct {
 
 // handle applies one event with optimistic concurrency: read, change, Update(rev); on a
 // revision conflict it starts over from the fresh state.
-func (c *Controller) handle(ctx context.Context, ev *envelope.Event, redelivered bool) error {
+func (c *Controller) handle(ctx context.Context, ev *envelope.Event, resend bool) error {
 	for attempt := 0; attempt < 50; attempt++ {
 		var cur *cachedRun
 		fresh := true
@@ -498,9 +501,10 @@ func (c *Controller) handle(ctx context.Context, ev *envelope.Event, redelivered
 			// A stored revision, maybe another replica's that the runs watcher skipped while
 			// our own write was pending: index it.
 			c.index(r, m, cur.rev)
-			if redelivered {
-				// A crash may have come between our Update and the publishes: send the
-				// queued jobs again; dedup by Nats-Msg-Id drops those that got through.
+			if resend {
+				// A crash or a lost reply may have come between an Update and the publishes:
+				// send the queued jobs again; dedup by Nats-Msg-Id drops those that got through.
+				c.log.Debug("event already applied; sending the run's queued jobs again", "run", r.ID, "kind", ev.Kind, "step", ev.Step)
 				js := m.Jobs(r)
 				if j := m.CleanupJob(r); j != nil {
 					js = append(js, j) // the run may have ended in the write before the crash
