@@ -91,7 +91,9 @@ func kvBucket(t *testing.T, c *Conn, name string, keys ...string) {
 func TestBoundKVRetriesLostReads(t *testing.T) {
 	c := open(t)
 	kvBucket(t, c, "b", "a", "b", "c")
-	get := func(api string) bool { return strings.HasPrefix(api, "STREAM.MSG.GET.") || strings.HasPrefix(api, "DIRECT.GET.") }
+	get := func(api string) bool {
+		return strings.HasPrefix(api, "STREAM.MSG.GET.") || strings.HasPrefix(api, "DIRECT.GET.")
+	}
 	watch := func(api string) bool { return strings.HasPrefix(api, "CONSUMER.CREATE.") }
 	cases := []struct {
 		name string
