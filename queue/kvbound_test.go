@@ -3,9 +3,11 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +16,7 @@ import (
 )
 
 // lossyAPI stands between a client and the JetStream API the way a stream leader election
-// does: the client's API requests go to prefix "lossy" and are forwarded to $JS.API, except
+// does: the client's API requests go to a prefix of their own and are forwarded to $JS.API, except
 // the first lose requests that match (no reply at all, as for a request that reached a
 // stream without a leader).
 type lossyAPI struct {
@@ -43,16 +45,26 @@ func (l *lossyAPI) count(api string) int {
 	return l.seen[api]
 }
 
-// lossyKV opens bucket through a lossy API on c's server.
-func lossyKV(t *testing.T, c *Conn, bucket string, l *lossyAPI) jetstream.KeyValue {
+var lossyPrefixes atomic.Int64
+
+// serveLossy forwards a JetStream client's requests under a prefix of its own to c's
+// server, losing those l picks, and returns that client.
+func serveLossy(t *testing.T, c *Conn, l *lossyAPI) jetstream.JetStream {
 	t.Helper()
-	l.seen = map[string]int{}
-	sub, err := c.NC.Subscribe("lossy.>", func(m *nats.Msg) {
-		api := strings.TrimPrefix(m.Subject, "lossy.")
+	if l.seen == nil {
+		l.seen = map[string]int{}
+	}
+	prefix := fmt.Sprintf("lossy%d", lossyPrefixes.Add(1))
+	sub, err := c.NC.Subscribe(prefix+".>", func(m *nats.Msg) {
+		api := strings.TrimPrefix(m.Subject, prefix+".")
 		if l.decide(api) {
 			return
 		}
-		rep, err := c.NC.Request("$JS.API."+api, m.Data, 5*time.Second)
+		to := "$JS.API." + api
+		if strings.HasPrefix(api, "$KV.") { // a KV write under an API prefix: a plain publish
+			to = api
+		}
+		rep, err := c.NC.RequestMsg(&nats.Msg{Subject: to, Data: m.Data, Header: m.Header}, 5*time.Second)
 		if err != nil {
 			return
 		}
@@ -62,10 +74,18 @@ func lossyKV(t *testing.T, c *Conn, bucket string, l *lossyAPI) jetstream.KeyVal
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	js, err := jetstream.NewWithAPIPrefix(c.NC, "lossy")
+	js, err := jetstream.NewWithAPIPrefix(c.NC, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// lossyKV opens bucket through a lossy API on c's server.
+func lossyKV(t *testing.T, c *Conn, bucket string, l *lossyAPI) jetstream.KeyValue {
+	t.Helper()
+	l.seen = map[string]int{}
+	js := serveLossy(t, c, l)
 	kv, err := js.KeyValue(context.Background(), bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -201,5 +221,29 @@ func TestBoundKVWriteOneAttempt(t *testing.T) {
 	}
 	if stub.calls != 1 {
 		t.Fatalf("Create asked %d times, want 1", stub.calls)
+	}
+}
+
+// Setup's creates are asked again when their reply is lost (a cluster electing its meta
+// leader answers nothing): before, one lost create cost the whole of Setup's context and
+// `prflow server --replicas 3` exited.
+func TestSetupRetriesLostCreates(t *testing.T) {
+	c := open(t)
+	defer func(d time.Duration) { setupAttempt = d }(setupAttempt)
+	setupAttempt = 200 * time.Millisecond
+	l := &lossyAPI{match: func(api string) bool {
+		return api == "STREAM.CREATE."+StreamEvents || api == "STREAM.CREATE.KV_"+BucketRuns
+	}, lose: 2}
+	js := serveLossy(t, c, l)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := Setup(ctx, js, 1); err != nil {
+		t.Fatalf("Setup through lost replies: %v", err)
+	}
+	if l.lost != 2 {
+		t.Fatalf("%d creates lost, want 2 (the test lost nothing)", l.lost)
+	}
+	if _, err := OpenBuckets(ctx, c.JS); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -193,7 +193,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	for _, sc := range streams {
 		sc.Storage = jetstream.FileStorage
 		sc.Replicas = replicas
-		if err := untilPlaced(ctx, func() error { _, err := js.CreateOrUpdateStream(ctx, sc); return err }); err != nil {
+		if err := untilPlaced(ctx, func(ctx context.Context) error { _, err := js.CreateOrUpdateStream(ctx, sc); return err }); err != nil {
 			return fmt.Errorf("create stream %s: %w", sc.Name, err)
 		}
 	}
@@ -211,7 +211,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	for _, kc := range buckets {
 		kc.Storage = jetstream.FileStorage
 		kc.Replicas = replicas
-		if err := untilPlaced(ctx, func() error { _, err := js.CreateOrUpdateKeyValue(ctx, kc); return err }); err != nil {
+		if err := untilPlaced(ctx, func(ctx context.Context) error { _, err := js.CreateOrUpdateKeyValue(ctx, kc); return err }); err != nil {
 			return fmt.Errorf("create KV bucket %s: %w", kc.Bucket, err)
 		}
 	}
@@ -333,14 +333,30 @@ func (c ConsumerTuning) withDefaults() ConsumerTuning {
 // nats.go has no constant for it).
 const errCodeNoPeers jetstream.ErrorCode = 10005
 
+// setupAttempt bounds one create request of Setup. Creates are idempotent (create or
+// update to the same config), so one whose reply was lost is simply asked again. A variable
+// for the test that loses replies.
+var setupAttempt = 10 * time.Second
+
 // untilPlaced runs create again while the cluster cannot place the replicas yet (a peer still
-// starting or restarting: "no suitable peers for placement"), until ctx ends. A server started
-// with --replicas 3 beside nodes that are still coming up waits for them instead of exiting.
-func untilPlaced(ctx context.Context, create func() error) error {
+// starting or restarting: "no suitable peers for placement"), has no meta leader for a moment,
+// or lost the reply, until ctx ends. A server started with --replicas 3 beside nodes that are
+// still coming up waits for them instead of exiting; a request lost in an election does not
+// cost the whole of ctx.
+func untilPlaced(ctx context.Context, create func(context.Context) error) error {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		err := create()
+		actx, cancel := context.WithTimeout(ctx, setupAttempt)
+		err := create(actx)
+		cancel()
 		var apiErr *jetstream.APIError
-		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers {
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &apiErr):
+			if apiErr.ErrorCode != errCodeNoPeers && apiErr.ErrorCode != errCodeClusterNotAvailable {
+				return err
+			}
+		case !lostReply(ctx, err):
 			return err
 		}
 		select {
