@@ -50,12 +50,31 @@ type Cluster struct {
 func Start(t testing.TB, n int, configure func(*server.Options), log server.Logger) *Cluster {
 	t.Helper()
 	c := &Cluster{T: t, Configure: configure, Log: log}
-	root := t.TempDir()
+	t.Cleanup(c.Stop)
+	// Free ports are found by listening and closing, so another process may take one before
+	// a node binds it (a node then never becomes ready): start again on new ports.
+	var err error
+	for try := 1; try <= 3; try++ {
+		if err = c.startAll(n); err == nil {
+			break
+		}
+		t.Logf("cluster start %d: %v; trying again on other ports", try, err)
+		c.Stop()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitJetStream(60 * time.Second)
+	return c
+}
+
+func (c *Cluster) startAll(n int) error {
+	root := c.T.TempDir()
+	c.Nodes = nil
 	for i := range n {
 		c.Nodes = append(c.Nodes, &Node{Name: fmt.Sprintf("n%d", i+1), Dir: filepath.Join(root, fmt.Sprintf("n%d", i+1)),
-			ClientPort: freePort(t), RoutePort: freePort(t)})
+			ClientPort: freePort(c.T), RoutePort: freePort(c.T)})
 	}
-	t.Cleanup(c.Stop)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for _, nd := range c.Nodes {
@@ -64,13 +83,11 @@ func Start(t testing.TB, n int, configure func(*server.Options), log server.Logg
 	}
 	wg.Wait()
 	close(errs)
+	var all []error
 	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+		all = append(all, err)
 	}
-	c.WaitJetStream(60 * time.Second)
-	return c
+	return errors.Join(all...)
 }
 
 func (c *Cluster) options(nd *Node) *server.Options {
