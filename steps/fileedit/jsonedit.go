@@ -113,102 +113,79 @@ func (p *jsonParser) value() (*jsonNode, error) {
 	return nil, p.errorf("unexpected %s, want a value", p.describe())
 }
 
-func (p *jsonParser) enter() error {
+// container parses an object or array starting at p.pos; entry reads one
+// member or item into n and leaves p.pos after it.
+func (p *jsonParser) container(kind, closing byte, entry func(n *jsonNode) error) (*jsonNode, error) {
 	p.depth++
 	if p.depth > maxJSONDepth {
-		return p.errorf("nesting deeper than %d levels", maxJSONDepth)
+		return nil, p.errorf("nesting deeper than %d levels", maxJSONDepth)
 	}
-	return nil
-}
-
-// open starts an object or array at p.pos: it counts the nesting and consumes the opening
-// bracket. empty reports "{}" or "[]", which is then already closed and uncounted; otherwise
-// the caller undoes the count when the container ends.
-func (p *jsonParser) open(kind, closing byte) (n *jsonNode, empty bool, err error) {
-	if err := p.enter(); err != nil {
-		return nil, false, err
-	}
-	n = &jsonNode{kind: kind, start: p.pos}
+	defer func() { p.depth-- }()
+	n := &jsonNode{kind: kind, start: p.pos}
 	p.pos++
 	p.space()
 	if p.pos < len(p.src) && p.src[p.pos] == closing {
-		p.depth--
 		p.pos++
 		n.end = p.pos
-		return n, true, nil
+		return n, nil
 	}
-	return n, false, nil
-}
-
-// next reads what follows a member or item: ',' (more to come) or the closing bracket, which
-// ends n.
-func (p *jsonParser) next(n *jsonNode, closing byte) (done bool, err error) {
-	p.space()
-	if p.pos >= len(p.src) {
-		return false, p.errorf("unexpected end of file, want ',' or '%c'", closing)
-	}
-	switch p.src[p.pos] {
-	case ',':
-		p.pos++
-		p.space()
-		return false, nil
-	case closing:
-		p.pos++
-		n.end = p.pos
-		return true, nil
-	}
-	return false, p.errorf("unexpected %s, want ',' or '%c'", p.describe(), closing)
-}
-
-func (p *jsonParser) object() (*jsonNode, error) {
-	n, empty, err := p.open('{', '}')
-	if err != nil || empty {
-		return n, err
-	}
-	defer func() { p.depth-- }()
 	for {
-		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
-			return nil, p.errorf("unexpected %s, want a string key", p.describe())
-		}
-		ks := p.pos
-		key, err := p.str()
-		if err != nil {
+		if err := entry(n); err != nil {
 			return nil, err
 		}
-		ke := p.pos
 		p.space()
-		if p.pos >= len(p.src) || p.src[p.pos] != ':' {
-			return nil, p.errorf("unexpected %s, want ':' after key %q", p.describe(), key)
+		if p.pos >= len(p.src) {
+			return nil, p.errorf("unexpected end of file, want ',' or '%c'", closing)
 		}
-		p.pos++
-		p.space()
-		v, err := p.value()
-		if err != nil {
-			return nil, err
+		switch p.src[p.pos] {
+		case ',':
+			p.pos++
+			p.space()
+			continue
+		case closing:
+			p.pos++
+			n.end = p.pos
+			return n, nil
 		}
-		n.members = append(n.members, jsonMember{key: key, keyStart: ks, keyEnd: ke, value: v})
-		if done, err := p.next(n, '}'); done || err != nil {
-			return n, err
-		}
+		return nil, p.errorf("unexpected %s, want ',' or '%c'", p.describe(), closing)
 	}
 }
+
+func (p *jsonParser) object() (*jsonNode, error) { return p.container('{', '}', p.member) }
 
 func (p *jsonParser) array() (*jsonNode, error) {
-	n, empty, err := p.open('[', ']')
-	if err != nil || empty {
-		return n, err
-	}
-	defer func() { p.depth-- }()
-	for {
+	return p.container('[', ']', func(n *jsonNode) error {
 		v, err := p.value()
-		if err != nil {
-			return nil, err
+		if err == nil {
+			n.items = append(n.items, v)
 		}
-		n.items = append(n.items, v)
-		if done, err := p.next(n, ']'); done || err != nil {
-			return n, err
-		}
+		return err
+	})
+}
+
+// member reads `"key": value` into object n.
+func (p *jsonParser) member(n *jsonNode) error {
+	if p.pos >= len(p.src) || p.src[p.pos] != '"' {
+		return p.errorf("unexpected %s, want a string key", p.describe())
 	}
+	ks := p.pos
+	key, err := p.str()
+	if err != nil {
+		return err
+	}
+	ke := p.pos
+	p.space()
+	if p.pos >= len(p.src) || p.src[p.pos] != ':' {
+		return p.errorf("unexpected %s, want ':' after key %q", p.describe(), key)
+	}
+	p.pos++
+	p.space()
+	v, err := p.value()
+	if err != nil {
+		return err
+	}
+	n.members = append(n.members, jsonMember{key: key, keyStart: ks, keyEnd: ke, value: v})
+	return nil
 }
 
 // str scans a string starting at the opening quote and returns its value.
