@@ -761,21 +761,15 @@ func (e *jsonEditor) render(v any, base string, pretty bool) (string, error) {
 			parts[i] = val
 		}
 		return e.wrap('[', ']', parts, base, pretty), nil
-	case nil:
-		return "null", nil
-	case bool:
-		return strconv.FormatBool(x), nil
-	case int64:
-		return strconv.FormatInt(x, 10), nil
-	case uint64:
-		return strconv.FormatUint(x, 10), nil
+	case string:
+		return jsonString(x), nil
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return "", fmt.Errorf("%v cannot be written in JSON", x)
 		}
-		return strconv.FormatFloat(x, 'g', -1, 64), nil
-	case string:
-		return jsonString(x), nil
+	}
+	if text, ok := scalarText(v); ok {
+		return text, nil
 	}
 	return "", fmt.Errorf("values of type %T cannot be written", v)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -481,38 +480,26 @@ func (e *yamlEditor) setList(s yslot, l []any) error {
 // encodeNode builds the node tree of a canonical value for the model.
 // (yaml.v3's Node.Encode is not used: it drops a lone "\n" string.)
 func encodeNode(v any) *yaml.Node {
-	scalar := func(tag, val string) *yaml.Node {
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: val}
-	}
+	tag, _ := valueKind(v)
 	switch x := v.(type) {
-	case nil:
-		return scalar("!!null", "null")
-	case bool:
-		return scalar("!!bool", strconv.FormatBool(x))
-	case int64:
-		return scalar("!!int", strconv.FormatInt(x, 10))
-	case uint64:
-		return scalar("!!int", strconv.FormatUint(x, 10))
-	case float64:
-		return scalar("!!float", (&yamlWriter{}).scalar(x, hintNone, false))
 	case string:
-		n := scalar("!!str", x)
-		n.Style = yaml.DoubleQuotedStyle
-		return n
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: x, Style: yaml.DoubleQuotedStyle}
 	case []any:
-		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: tag}
 		for _, it := range x {
 			n.Content = append(n.Content, encodeNode(it))
 		}
 		return n
 	case map[string]any:
-		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: tag}
 		for _, k := range sortedKeys(x) {
 			n.Content = append(n.Content, encodeNode(k), encodeNode(x[k]))
 		}
 		return n
+	case nil, bool, int64, uint64, float64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: (&yamlWriter{}).scalar(v, hintNone, false)}
 	}
-	return scalar("!!null", "null")
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
 }
 
 // referencedAnchors reports an anchor inside n's subtree (n's own anchor is
