@@ -113,102 +113,79 @@ func (p *jsonParser) value() (*jsonNode, error) {
 	return nil, p.errorf("unexpected %s, want a value", p.describe())
 }
 
-func (p *jsonParser) enter() error {
+// container parses an object or array starting at p.pos; entry reads one
+// member or item into n and leaves p.pos after it.
+func (p *jsonParser) container(kind, closing byte, entry func(n *jsonNode) error) (*jsonNode, error) {
 	p.depth++
 	if p.depth > maxJSONDepth {
-		return p.errorf("nesting deeper than %d levels", maxJSONDepth)
+		return nil, p.errorf("nesting deeper than %d levels", maxJSONDepth)
 	}
-	return nil
-}
-
-// open starts an object or array at p.pos: it counts the nesting and consumes the opening
-// bracket. empty reports "{}" or "[]", which is then already closed and uncounted; otherwise
-// the caller undoes the count when the container ends.
-func (p *jsonParser) open(kind, closing byte) (n *jsonNode, empty bool, err error) {
-	if err := p.enter(); err != nil {
-		return nil, false, err
-	}
-	n = &jsonNode{kind: kind, start: p.pos}
+	defer func() { p.depth-- }()
+	n := &jsonNode{kind: kind, start: p.pos}
 	p.pos++
 	p.space()
 	if p.pos < len(p.src) && p.src[p.pos] == closing {
-		p.depth--
 		p.pos++
 		n.end = p.pos
-		return n, true, nil
+		return n, nil
 	}
-	return n, false, nil
-}
-
-// next reads what follows a member or item: ',' (more to come) or the closing bracket, which
-// ends n.
-func (p *jsonParser) next(n *jsonNode, closing byte) (done bool, err error) {
-	p.space()
-	if p.pos >= len(p.src) {
-		return false, p.errorf("unexpected end of file, want ',' or '%c'", closing)
-	}
-	switch p.src[p.pos] {
-	case ',':
-		p.pos++
-		p.space()
-		return false, nil
-	case closing:
-		p.pos++
-		n.end = p.pos
-		return true, nil
-	}
-	return false, p.errorf("unexpected %s, want ',' or '%c'", p.describe(), closing)
-}
-
-func (p *jsonParser) object() (*jsonNode, error) {
-	n, empty, err := p.open('{', '}')
-	if err != nil || empty {
-		return n, err
-	}
-	defer func() { p.depth-- }()
 	for {
-		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
-			return nil, p.errorf("unexpected %s, want a string key", p.describe())
-		}
-		ks := p.pos
-		key, err := p.str()
-		if err != nil {
+		if err := entry(n); err != nil {
 			return nil, err
 		}
-		ke := p.pos
 		p.space()
-		if p.pos >= len(p.src) || p.src[p.pos] != ':' {
-			return nil, p.errorf("unexpected %s, want ':' after key %q", p.describe(), key)
+		if p.pos >= len(p.src) {
+			return nil, p.errorf("unexpected end of file, want ',' or '%c'", closing)
 		}
-		p.pos++
-		p.space()
-		v, err := p.value()
-		if err != nil {
-			return nil, err
+		switch p.src[p.pos] {
+		case ',':
+			p.pos++
+			p.space()
+			continue
+		case closing:
+			p.pos++
+			n.end = p.pos
+			return n, nil
 		}
-		n.members = append(n.members, jsonMember{key: key, keyStart: ks, keyEnd: ke, value: v})
-		if done, err := p.next(n, '}'); done || err != nil {
-			return n, err
-		}
+		return nil, p.errorf("unexpected %s, want ',' or '%c'", p.describe(), closing)
 	}
 }
+
+func (p *jsonParser) object() (*jsonNode, error) { return p.container('{', '}', p.member) }
 
 func (p *jsonParser) array() (*jsonNode, error) {
-	n, empty, err := p.open('[', ']')
-	if err != nil || empty {
-		return n, err
-	}
-	defer func() { p.depth-- }()
-	for {
+	return p.container('[', ']', func(n *jsonNode) error {
 		v, err := p.value()
-		if err != nil {
-			return nil, err
+		if err == nil {
+			n.items = append(n.items, v)
 		}
-		n.items = append(n.items, v)
-		if done, err := p.next(n, ']'); done || err != nil {
-			return n, err
-		}
+		return err
+	})
+}
+
+// member reads `"key": value` into object n.
+func (p *jsonParser) member(n *jsonNode) error {
+	if p.pos >= len(p.src) || p.src[p.pos] != '"' {
+		return p.errorf("unexpected %s, want a string key", p.describe())
 	}
+	ks := p.pos
+	key, err := p.str()
+	if err != nil {
+		return err
+	}
+	ke := p.pos
+	p.space()
+	if p.pos >= len(p.src) || p.src[p.pos] != ':' {
+		return p.errorf("unexpected %s, want ':' after key %q", p.describe(), key)
+	}
+	p.pos++
+	p.space()
+	v, err := p.value()
+	if err != nil {
+		return err
+	}
+	n.members = append(n.members, jsonMember{key: key, keyStart: ks, keyEnd: ke, value: v})
+	return nil
 }
 
 // str scans a string starting at the opening quote and returns its value.
@@ -391,31 +368,26 @@ func applyJSON(src []byte, cs []prepared) ([]byte, error) {
 		return nil, &SyntaxError{Format: JSON, Msg: err.Error()}
 	}
 	st := detectJSONStyle(text, root)
-	for _, c := range cs {
-		e := &jsonEditor{src: text, st: st, c: c}
-		if err := e.setPath(root); err != nil {
+	text, err = applyEach(text, cs, func(c prepared, current []byte) (*splices, error) {
+		e := &jsonEditor{src: current, st: st, c: c}
+		if err := setPath(e, c, e.slot(root, st.pretty, nil)); err != nil {
 			return nil, err
 		}
-		if e.ed.empty() {
-			continue
-		}
-		out, err := e.ed.apply(text)
-		if err != nil {
-			return nil, fmt.Errorf("key %q: %w", c.key, err)
-		}
+		return &e.ed, nil
+	}, func(c prepared, out []byte) error {
 		root2, err := parseJSONText(out)
 		if err != nil {
-			return nil, fmt.Errorf("key %q: %w: result does not parse: %v", c.key, errEditCheck, err)
+			return fmt.Errorf("%w: result does not parse: %v", errEditCheck, err)
 		}
 		got, err := decodeJSONValue(out)
-		if err != nil {
-			return nil, fmt.Errorf("key %q: %w: result does not decode: %v", c.key, errEditCheck, err)
+		if err := sameResult(setAny(cur, c.path, c.value), got, err); err != nil {
+			return err
 		}
-		want := setAny(cur, c.path, c.value)
-		if !valuesEqual(want, got) {
-			return nil, fmt.Errorf("key %q: %w: result differs from the requested change", c.key, errEditCheck)
-		}
-		text, root, cur = out, root2, got
+		root, cur = root2, got
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(bytes.TrimSpace(src)) == 0 && bytes.Equal(text, []byte("{}\n")) {
 		return src, nil
@@ -477,7 +449,8 @@ func setAny(root any, p keyPath, v any) any {
 	return m
 }
 
-// jsonEditor turns one change into splices.
+// jsonEditor turns one change into splices; it is the JSON docTree of the
+// shared walk (walk.go).
 type jsonEditor struct {
 	src []byte
 	st  *jsonStyle
@@ -489,61 +462,61 @@ type jsonEditor struct {
 type jslot struct {
 	node  *jsonNode
 	multi bool
+	inner bool // the value is an object or array laid out over several lines
 	at    keyPath
 }
 
-func (e *jsonEditor) mismatch(at keyPath, have, want string) error {
-	return &TypeMismatchError{Key: e.c.key, At: at.describe(), Have: have, Want: want}
+// slot makes the slot of n; containerMulti is the inner of its container.
+// inner is worked out once here, not once per entry while walking them.
+func (e *jsonEditor) slot(n *jsonNode, containerMulti bool, at keyPath) jslot {
+	return jslot{node: n, multi: containerMulti, inner: (n.kind == '{' || n.kind == '[') && e.isMulti(n), at: at}
 }
 
 func (e *jsonEditor) isMulti(n *jsonNode) bool {
 	return !sameJSONLine(e.src, n.start, n.end)
 }
 
-func (e *jsonEditor) setPath(root *jsonNode) error {
-	p := e.c.path
-	s := jslot{node: root, multi: e.st.pretty}
-	for i, seg := range p {
-		n := s.node
-		if n.kind == 'n' {
-			v, err := build(p[i:], p, i, e.c.key, e.c.value)
-			if err != nil {
-				return err
-			}
-			return e.replace(s, v)
-		}
-		if seg.isIndex {
-			if n.kind != '[' {
-				return e.mismatch(p[:i], jsonKind(n), "list")
-			}
-			switch l := len(n.items); {
-			case seg.index < l:
-				s = jslot{node: n.items[seg.index], multi: e.isMulti(n), at: p[:i+1]}
-				continue
-			case seg.index == l:
-				v, err := build(p[i+1:], p, i+1, e.c.key, e.c.value)
-				if err != nil {
-					return err
-				}
-				return e.appendItems(s, []any{v})
-			default:
-				return outOfRange(e.c.key, p, i, seg.index, l)
-			}
-		}
-		if n.kind != '{' {
-			return e.mismatch(p[:i], jsonKind(n), "map")
-		}
-		mi := lastMember(n, seg.key)
-		if mi < 0 {
-			v, err := build(p[i+1:], p, i+1, e.c.key, e.c.value)
-			if err != nil {
-				return err
-			}
-			return e.insertMembers(s, []kv{{seg.key, v}})
-		}
-		s = jslot{node: n.members[mi].value, multi: e.isMulti(n), at: p[:i+1]}
+func (e *jsonEditor) shape(s jslot) nodeShape {
+	switch s.node.kind {
+	case 'n':
+		return shapeNull
+	case '{':
+		return shapeMap
+	case '[':
+		return shapeList
 	}
-	return e.set(s, e.c.value)
+	return shapeScalar
+}
+
+func (e *jsonEditor) kindName(s jslot) string        { return jsonKind(s.node) }
+func (e *jsonEditor) location(s jslot) keyPath       { return s.at }
+func (e *jsonEditor) blocked(jslot, keyPath) error   { return nil }
+func (e *jsonEditor) items(s jslot) int              { return len(s.node.items) }
+func (e *jsonEditor) lookup(s jslot, key string) int { return lastMember(s.node, key) }
+
+func (e *jsonEditor) inherited(jslot, keyPath, int) (bool, error) { return false, nil }
+
+func (e *jsonEditor) item(s jslot, i int) (jslot, error) {
+	return e.slot(s.node.items[i], s.inner, s.at.child(segment{index: i, isIndex: true})), nil
+}
+
+func (e *jsonEditor) member(s jslot, i int) (jslot, error) {
+	mem := s.node.members[i]
+	return e.slot(mem.value, s.inner, s.at.child(segment{key: mem.key})), nil
+}
+
+// memberKeys refuses an object with a repeated key: it is rewritten whole.
+func (e *jsonEditor) memberKeys(s jslot) ([]string, bool) {
+	keys := make([]string, len(s.node.members))
+	seen := make(map[string]bool, len(keys))
+	for i, mem := range s.node.members {
+		if seen[mem.key] {
+			return nil, false
+		}
+		seen[mem.key] = true
+		keys[i] = mem.key
+	}
+	return keys, true
 }
 
 // lastMember finds key in object n; with duplicate keys the last one wins,
@@ -557,84 +530,15 @@ func lastMember(n *jsonNode, key string) int {
 	return -1
 }
 
-func (e *jsonEditor) equal(n *jsonNode, v any) bool {
-	have, err := decodeJSONValue(e.src[n.start:n.end])
-	return err == nil && valuesEqual(have, v)
-}
-
-func (e *jsonEditor) set(s jslot, v any) error {
-	n := s.node
-	if e.equal(n, v) {
-		return nil
-	}
-	switch n.kind {
-	case 'n':
-		return e.replace(s, v)
-	case '{':
-		m, ok := v.(map[string]any)
-		if !ok {
-			return e.mismatch(s.at, "map", kindOf(v))
-		}
-		return e.setMap(s, m)
-	case '[':
-		l, ok := v.([]any)
-		if !ok {
-			return e.mismatch(s.at, "list", kindOf(v))
-		}
-		return e.setList(s, l)
-	}
-	if k := kindOf(v); k == "map" || k == "list" {
-		return e.mismatch(s.at, jsonKind(n), k)
-	}
-	return e.replace(s, v)
-}
-
-func (e *jsonEditor) setMap(s jslot, m map[string]any) error {
-	n := s.node
-	have := map[string]bool{}
-	for _, mem := range n.members {
-		if _, ok := m[mem.key]; !ok || have[mem.key] {
-			return e.replace(s, m) // keys go away (or repeat): rewrite the object
-		}
-		have[mem.key] = true
-	}
-	multi := e.isMulti(n)
-	for i, mem := range n.members {
-		if err := e.set(jslot{node: mem.value, multi: multi, at: s.at.child(segment{key: mem.key})}, m[n.members[i].key]); err != nil {
-			return err
-		}
-	}
-	if add := missing(m, have); len(add) > 0 {
-		return e.insertMembers(s, add)
-	}
-	return nil
-}
-
-func (e *jsonEditor) setList(s jslot, l []any) error {
-	n := s.node
-	if len(l) < len(n.items) {
-		return e.replace(s, l)
-	}
-	multi := e.isMulti(n)
-	for i, it := range n.items {
-		if err := e.set(jslot{node: it, multi: multi, at: s.at.child(segment{index: i, isIndex: true})}, l[i]); err != nil {
-			return err
-		}
-	}
-	if len(l) == len(n.items) {
-		return nil
-	}
-	return e.appendItems(s, l[len(n.items):])
-}
-
-func (e *jsonEditor) valueErr(err error) error {
-	return keyErr(e.c.key, ErrUnsupportedValue, err.Error())
+func (e *jsonEditor) holds(s jslot, v any) (bool, error) {
+	have, err := decodeJSONValue(e.src[s.node.start:s.node.end])
+	return err == nil && valuesEqual(have, v), nil
 }
 
 func (e *jsonEditor) replace(s jslot, v any) error {
 	text, err := e.render(v, lineIndent(e.src, s.node.start), s.multi && e.st.pretty)
 	if err != nil {
-		return e.valueErr(err)
+		return e.c.valueErr(err)
 	}
 	e.ed.replace(s.node.start, s.node.end, text)
 	return nil
@@ -677,23 +581,46 @@ func (e *jsonEditor) insertMembers(s jslot, kvs []kv) error {
 		return e.replaceOrdered(s, kvs)
 	}
 	last := n.members[len(n.members)-1]
-	multi := !sameJSONLine(e.src, n.start, last.keyStart)
-	pretty := e.prettyLike(last.value, multi)
+	return e.appendEntries(n, last.keyStart, last.value, len(kvs), func(i int, ind string, pretty bool) (string, error) {
+		val, err := e.render(kvs[i].value, ind, pretty)
+		return jsonString(kvs[i].key) + e.st.colon + val, err
+	})
+}
+
+func (e *jsonEditor) appendItems(s jslot, items []any) error {
+	n := s.node
+	if len(n.items) == 0 {
+		return e.replace(s, items)
+	}
+	last := n.items[len(n.items)-1]
+	return e.appendEntries(n, last.start, last, len(items), func(i int, ind string, pretty bool) (string, error) {
+		return e.render(items[i], ind, pretty)
+	})
+}
+
+// appendEntries writes count new members or items after the last one of
+// container n, which starts at lastStart and whose value is lastValue: each
+// on a line of its own when the container's entries are, otherwise after the
+// container's separator. entry renders entry i with ind as the indentation of
+// its line.
+func (e *jsonEditor) appendEntries(n *jsonNode, lastStart int, lastValue *jsonNode, count int, entry func(i int, ind string, pretty bool) (string, error)) error {
+	multi := !sameJSONLine(e.src, n.start, lastStart)
+	pretty := e.prettyLike(lastValue, multi)
+	ind := lineIndent(e.src, lastStart)
 	var b strings.Builder
-	ind := lineIndent(e.src, last.keyStart)
-	for _, x := range kvs {
-		val, err := e.render(x.value, ind, pretty)
+	for i := range count {
+		text, err := entry(i, ind, pretty)
 		if err != nil {
-			return e.valueErr(err)
+			return e.c.valueErr(err)
 		}
 		if multi {
 			b.WriteString("," + e.st.nl + ind)
 		} else {
 			b.WriteString(e.commaSep(n))
 		}
-		b.WriteString(jsonString(x.key) + e.st.colon + val)
+		b.WriteString(text)
 	}
-	e.ed.insert(last.value.end, b.String())
+	e.ed.insert(lastValue.end, b.String())
 	return nil
 }
 
@@ -710,7 +637,7 @@ func (e *jsonEditor) replaceOrdered(s jslot, kvs []kv) error {
 		}
 		val, err := e.render(x.value, ind, pretty)
 		if err != nil {
-			return e.valueErr(err)
+			return e.c.valueErr(err)
 		}
 		parts[i] = jsonString(x.key) + e.st.colon + val
 	}
@@ -731,32 +658,6 @@ func (e *jsonEditor) wrap(open, close byte, parts []string, base string, pretty 
 	}
 	ind := base + e.st.unit
 	return string(open) + e.st.nl + ind + strings.Join(parts, ","+e.st.nl+ind) + e.st.nl + base + string(close)
-}
-
-func (e *jsonEditor) appendItems(s jslot, items []any) error {
-	n := s.node
-	if len(n.items) == 0 {
-		return e.replace(s, items)
-	}
-	last := n.items[len(n.items)-1]
-	multi := !sameJSONLine(e.src, n.start, last.start)
-	pretty := e.prettyLike(last, multi)
-	ind := lineIndent(e.src, last.start)
-	var b strings.Builder
-	for _, x := range items {
-		val, err := e.render(x, ind, pretty)
-		if err != nil {
-			return e.valueErr(err)
-		}
-		if multi {
-			b.WriteString("," + e.st.nl + ind)
-		} else {
-			b.WriteString(e.commaSep(n))
-		}
-		b.WriteString(val)
-	}
-	e.ed.insert(last.end, b.String())
-	return nil
 }
 
 // render writes v as JSON; pretty values put each entry on its own line, with
@@ -784,21 +685,15 @@ func (e *jsonEditor) render(v any, base string, pretty bool) (string, error) {
 			parts[i] = val
 		}
 		return e.wrap('[', ']', parts, base, pretty), nil
-	case nil:
-		return "null", nil
-	case bool:
-		return strconv.FormatBool(x), nil
-	case int64:
-		return strconv.FormatInt(x, 10), nil
-	case uint64:
-		return strconv.FormatUint(x, 10), nil
+	case string:
+		return jsonString(x), nil
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return "", fmt.Errorf("%v cannot be written in JSON", x)
 		}
-		return strconv.FormatFloat(x, 'g', -1, 64), nil
-	case string:
-		return jsonString(x), nil
+	}
+	if text, ok := scalarText(v); ok {
+		return text, nil
 	}
 	return "", fmt.Errorf("values of type %T cannot be written", v)
 }

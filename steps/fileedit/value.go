@@ -253,36 +253,57 @@ func isJSONNumber(s string) bool {
 	case i < len(s) && s[i] == '0':
 		i++
 	case i < len(s) && s[i] >= '1' && s[i] <= '9':
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
+		i = skipDigits(s, i)
 	default:
 		return false
 	}
 	if i < len(s) && s[i] == '.' {
-		i++
-		j := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == j {
+		j := i + 1
+		if i = skipDigits(s, j); i == j {
 			return false
 		}
 	}
 	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
+		j := i + 1
+		if j < len(s) && (s[j] == '+' || s[j] == '-') {
+			j++
 		}
-		j := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == j {
+		if i = skipDigits(s, j); i == j {
 			return false
 		}
 	}
 	return i == len(s)
+}
+
+// skipDigits returns the index of the first byte at or after i in s that is
+// not an ASCII digit.
+func skipDigits(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// scalarText writes the canonical scalars that JSON and YAML spell the same
+// way: null, true and false, integers, and finite floats in the shortest form
+// that reads back. ok is false for anything else (strings, collections, NaN
+// and infinities), which each format writes its own way.
+func scalarText(v any) (text string, ok bool) {
+	switch x := v.(type) {
+	case nil:
+		return "null", true
+	case bool:
+		return strconv.FormatBool(x), true
+	case int64:
+		return strconv.FormatInt(x, 10), true
+	case uint64:
+		return strconv.FormatUint(x, 10), true
+	case float64:
+		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+			return strconv.FormatFloat(x, 'g', -1, 64), true
+		}
+	}
+	return "", false
 }
 
 // build wraps v in the maps and lists that path p (the part of a key that
@@ -308,23 +329,32 @@ func outOfRange(key string, full keyPath, done, index, n int) *KeyError {
 	return keyErr(key, ErrIndexOutOfRange, fmt.Sprintf("index %d out of range (list has %d items) at %s; index %d appends", index, n, full[:done+1].describe(), n))
 }
 
-// kindOf names the kind of a canonical value for error messages.
-func kindOf(v any) string {
+// valueKind returns the YAML core tag of a canonical value and the word
+// messages use for its kind ("" and the Go type for anything else).
+func valueKind(v any) (tag, kind string) {
 	switch v.(type) {
 	case nil:
-		return "null"
+		return "!!null", "null"
 	case bool:
-		return "boolean"
+		return "!!bool", "boolean"
 	case string:
-		return "string"
-	case int64, uint64, float64:
-		return "number"
+		return "!!str", "string"
+	case int64, uint64:
+		return "!!int", "number"
+	case float64:
+		return "!!float", "number"
 	case []any:
-		return "list"
+		return "!!seq", "list"
 	case map[string]any:
-		return "map"
+		return "!!map", "map"
 	}
-	return fmt.Sprintf("%T", v)
+	return "", fmt.Sprintf("%T", v)
+}
+
+// kindOf names the kind of a canonical value for error messages.
+func kindOf(v any) string {
+	_, kind := valueKind(v)
+	return kind
 }
 
 // valuesEqual compares decoded values; unlike reflect.DeepEqual it treats NaN

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -30,46 +29,42 @@ func applyYAML(src []byte, cs []prepared, sel Document) ([]byte, error) {
 		}
 	}
 	st := detectYAMLStyle(t)
-	for _, c := range cs {
-		var doc *yaml.Node
+	var e *yamlEditor
+	var doc *yaml.Node
+	if _, err := applyEach(src, cs, func(c prepared, _ []byte) (*splices, error) {
 		if len(t.docs) == 0 {
 			doc = &yaml.Node{Kind: yaml.DocumentNode}
 		} else {
 			doc = t.docs[docIndex]
 		}
-		e := &yamlEditor{t: t, w: &yamlWriter{st: st}, st: st, c: c, doc: doc}
+		e = &yamlEditor{t: t, w: &yamlWriter{st: st}, st: st, c: c, doc: doc}
 		if err := e.setPath(); err != nil {
 			return nil, err
 		}
-		if e.ed.empty() {
-			continue
-		}
-		out, err := e.ed.apply(t.src)
-		if err != nil {
-			return nil, fmt.Errorf("key %q: %w", c.key, err)
-		}
+		return &e.ed, nil
+	}, func(c prepared, out []byte) error {
 		for _, op := range e.ops {
 			op()
 		}
 		want, err := decodeYAMLValue(doc)
 		if err != nil {
-			return nil, fmt.Errorf("key %q: %w: %v", c.key, errEditCheck, err)
+			return fmt.Errorf("%w: %v", errEditCheck, err)
 		}
 		t2, err := parseYAMLText(out)
 		if err != nil {
-			return nil, fmt.Errorf("key %q: %w: result does not parse: %v", c.key, errEditCheck, err)
+			return fmt.Errorf("%w: result does not parse: %v", errEditCheck, err)
 		}
 		if len(t2.docs) != max(len(t.docs), 1) {
-			return nil, fmt.Errorf("key %q: %w: document count changed from %d to %d", c.key, errEditCheck, len(t.docs), len(t2.docs))
+			return fmt.Errorf("%w: document count changed from %d to %d", errEditCheck, len(t.docs), len(t2.docs))
 		}
 		got, err := decodeYAMLValue(t2.docs[docIndex])
-		if err != nil {
-			return nil, fmt.Errorf("key %q: %w: result does not decode: %v", c.key, errEditCheck, err)
-		}
-		if !valuesEqual(normalizeDecoded(want), normalizeDecoded(got)) {
-			return nil, fmt.Errorf("key %q: %w: result differs from the requested change", c.key, errEditCheck)
+		if err := sameResult(normalizeDecoded(want), normalizeDecoded(got), err); err != nil {
+			return err
 		}
 		t = t2
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	for i, d := range t.docs {
 		if i == docIndex || i >= len(orig) {
@@ -145,78 +140,15 @@ type yslot struct {
 
 func (e *yamlEditor) path() keyPath { return e.c.path }
 
-func (e *yamlEditor) mismatch(at keyPath, have, want string) error {
-	return &TypeMismatchError{Key: e.c.key, At: at.describe(), Have: have, Want: want}
-}
-
 func (e *yamlEditor) aliasErr(at keyPath, detail string) error {
 	return keyErr(e.c.key, ErrAlias, fmt.Sprintf("%s %s", at.describe(), detail))
 }
 
 func (e *yamlEditor) setPath() error {
-	p := e.path()
 	if len(e.doc.Content) == 0 {
 		return e.createRoot()
 	}
-	s := yslot{node: e.doc.Content[0], indent: -1, lead: -1, rootSlot: true}
-	for i, seg := range p {
-		n := s.node
-		if n.Kind == yaml.AliasNode {
-			return e.aliasErr(p[:i], fmt.Sprintf("is an alias (*%s); edit the anchored value &%s instead", n.Value, n.Value))
-		}
-		if isNull(n) {
-			v, err := build(p[i:], p, i, e.c.key, e.c.value)
-			if err != nil {
-				return err
-			}
-			return e.replace(s, v)
-		}
-		if seg.isIndex {
-			if n.Kind != yaml.SequenceNode {
-				return e.mismatch(p[:i], yamlKind(n), "list")
-			}
-			switch l := len(n.Content); {
-			case seg.index < l:
-				var err error
-				if s, err = e.itemSlot(s, seg.index); err != nil {
-					return err
-				}
-				continue
-			case seg.index == l:
-				v, err := build(p[i+1:], p, i+1, e.c.key, e.c.value)
-				if err != nil {
-					return err
-				}
-				return e.appendItems(s, []any{v})
-			default:
-				return outOfRange(e.c.key, p, i, seg.index, l)
-			}
-		}
-		if n.Kind != yaml.MappingNode {
-			return e.mismatch(p[:i], yamlKind(n), "map")
-		}
-		ki := findKey(n, seg.key)
-		if ki < 0 {
-			if inherited := mergedValue(n, seg.key, 0); inherited != nil {
-				if i < len(p)-1 {
-					return e.aliasErr(p[:i+1], "is inherited through a merge key (<<); edit the merged map or override the whole key")
-				}
-				if eq, err := e.equal(inherited, e.c.value); err != nil || eq {
-					return err
-				}
-			}
-			v, err := build(p[i+1:], p, i+1, e.c.key, e.c.value)
-			if err != nil {
-				return err
-			}
-			return e.insertMembers(s, []kv{{seg.key, v}})
-		}
-		var err error
-		if s, err = e.memberSlot(s, ki); err != nil {
-			return err
-		}
-	}
-	return e.set(s, e.c.value)
+	return setPath(e, e.c, yslot{node: e.doc.Content[0], indent: -1, lead: -1, rootSlot: true})
 }
 
 // createRoot writes the first content of an empty file.
@@ -332,6 +264,78 @@ func hasMergeKey(n *yaml.Node) bool {
 	return false
 }
 
+// The yamlEditor is the YAML docTree of the shared walk (walk.go).
+
+func (e *yamlEditor) shape(s yslot) nodeShape {
+	switch n := s.node; {
+	case isNull(n):
+		return shapeNull
+	case n.Kind == yaml.MappingNode:
+		return shapeMap
+	case n.Kind == yaml.SequenceNode:
+		return shapeList
+	}
+	return shapeScalar
+}
+
+func (e *yamlEditor) kindName(s yslot) string  { return yamlKind(s.node) }
+func (e *yamlEditor) location(s yslot) keyPath { return s.at }
+func (e *yamlEditor) items(s yslot) int        { return len(s.node.Content) }
+
+// blocked refuses to edit through an alias or to replace it.
+func (e *yamlEditor) blocked(s yslot, at keyPath) error {
+	if n := s.node; n.Kind == yaml.AliasNode {
+		return e.aliasErr(at, fmt.Sprintf("is an alias (*%s); edit the anchored value &%s instead", n.Value, n.Value))
+	}
+	return nil
+}
+
+// lookup counts members, not Content entries: member i is at Content[2i].
+func (e *yamlEditor) lookup(s yslot, key string) int {
+	if ki := findKey(s.node, key); ki >= 0 {
+		return ki / 2
+	}
+	return -1
+}
+
+func (e *yamlEditor) member(s yslot, i int) (yslot, error) { return e.memberSlot(s, 2*i) }
+func (e *yamlEditor) item(s yslot, i int) (yslot, error)   { return e.itemSlot(s, i) }
+
+// memberKeys refuses a map with a merge key or a key that is not a plain
+// scalar: such a map is rewritten whole.
+func (e *yamlEditor) memberKeys(s yslot) ([]string, bool) {
+	n := s.node
+	if hasMergeKey(n) {
+		return nil, false
+	}
+	keys := make([]string, 0, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode {
+			return nil, false
+		}
+		keys = append(keys, k.Value)
+	}
+	return keys, true
+}
+
+// inherited handles a key the map of s gets through a merge key (<<): the
+// walk may not descend into it, and setting it to the value it inherits
+// changes nothing.
+func (e *yamlEditor) inherited(s yslot, p keyPath, i int) (bool, error) {
+	v := mergedValue(s.node, p[i].key, 0)
+	if v == nil {
+		return false, nil
+	}
+	if i < len(p)-1 {
+		return true, e.aliasErr(p[:i+1], "is inherited through a merge key (<<); edit the merged map or override the whole key")
+	}
+	eq, err := e.equal(v, e.c.value)
+	return eq || err != nil, err
+}
+
+func (e *yamlEditor) holds(s yslot, v any) (bool, error) { return e.equal(s.node, v) }
+
 // memberSlot is the slot of the value of the key at Content[ki] of s.node.
 func (e *yamlEditor) memberSlot(s yslot, ki int) (yslot, error) {
 	m := s.node
@@ -390,129 +394,29 @@ func (e *yamlEditor) equal(n *yaml.Node, v any) (bool, error) {
 	return valuesEqual(normalizeDecoded(have), v), nil
 }
 
-// set gives the node of slot s the value v, touching as few bytes as it can.
-func (e *yamlEditor) set(s yslot, v any) error {
-	n := s.node
-	if eq, err := e.equal(n, v); err != nil || eq {
-		return err
-	}
-	if n.Kind == yaml.AliasNode {
-		return e.aliasErr(s.at, fmt.Sprintf("is an alias (*%s); edit the anchored value &%s instead", n.Value, n.Value))
-	}
-	if isNull(n) {
-		return e.replace(s, v)
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return e.mismatch(s.at, "map", kindOf(v))
-		}
-		return e.setMap(s, m)
-	case yaml.SequenceNode:
-		l, ok := v.([]any)
-		if !ok {
-			return e.mismatch(s.at, "list", kindOf(v))
-		}
-		return e.setList(s, l)
-	}
-	if k := kindOf(v); k == "map" || k == "list" {
-		return e.mismatch(s.at, yamlKind(n), k)
-	}
-	return e.replace(s, v)
-}
-
-type kv struct {
-	key   string
-	value any
-}
-
-func (e *yamlEditor) setMap(s yslot, m map[string]any) error {
-	n := s.node
-	if hasMergeKey(n) {
-		return e.replace(s, m)
-	}
-	have := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
-		if k.Kind != yaml.ScalarNode {
-			return e.replace(s, m)
-		}
-		if _, ok := m[k.Value]; !ok {
-			return e.replace(s, m) // the map loses keys: rewrite it
-		}
-		have[k.Value] = true
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		c, err := e.memberSlot(s, i)
-		if err != nil {
-			return err
-		}
-		if err := e.set(c, m[n.Content[i].Value]); err != nil {
-			return err
-		}
-	}
-	if add := missing(m, have); len(add) > 0 {
-		return e.insertMembers(s, add)
-	}
-	return nil
-}
-
-func (e *yamlEditor) setList(s yslot, l []any) error {
-	n := s.node
-	if len(l) < len(n.Content) {
-		return e.replace(s, l)
-	}
-	for i := range n.Content {
-		c, err := e.itemSlot(s, i)
-		if err != nil {
-			return err
-		}
-		if err := e.set(c, l[i]); err != nil {
-			return err
-		}
-	}
-	if len(l) == len(n.Content) {
-		return nil
-	}
-	return e.appendItems(s, l[len(n.Content):])
-}
-
 // encodeNode builds the node tree of a canonical value for the model.
 // (yaml.v3's Node.Encode is not used: it drops a lone "\n" string.)
 func encodeNode(v any) *yaml.Node {
-	scalar := func(tag, val string) *yaml.Node {
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: val}
-	}
+	tag, _ := valueKind(v)
 	switch x := v.(type) {
-	case nil:
-		return scalar("!!null", "null")
-	case bool:
-		return scalar("!!bool", strconv.FormatBool(x))
-	case int64:
-		return scalar("!!int", strconv.FormatInt(x, 10))
-	case uint64:
-		return scalar("!!int", strconv.FormatUint(x, 10))
-	case float64:
-		return scalar("!!float", (&yamlWriter{}).scalar(x, hintNone, false))
 	case string:
-		n := scalar("!!str", x)
-		n.Style = yaml.DoubleQuotedStyle
-		return n
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: x, Style: yaml.DoubleQuotedStyle}
 	case []any:
-		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: tag}
 		for _, it := range x {
 			n.Content = append(n.Content, encodeNode(it))
 		}
 		return n
 	case map[string]any:
-		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: tag}
 		for _, k := range sortedKeys(x) {
 			n.Content = append(n.Content, encodeNode(k), encodeNode(x[k]))
 		}
 		return n
+	case nil, bool, int64, uint64, float64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: (&yamlWriter{}).scalar(v, hintNone, false)}
 	}
-	return scalar("!!null", "null")
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
 }
 
 // referencedAnchors reports an anchor inside n's subtree (n's own anchor is
@@ -598,10 +502,6 @@ func (e *yamlEditor) spaceBeforeComment(p int) string {
 	return ""
 }
 
-func (e *yamlEditor) valueErr(err error) error {
-	return keyErr(e.c.key, ErrUnsupportedValue, err.Error())
-}
-
 // replaceText computes the splices that put v where the node of s is.
 func (e *yamlEditor) replaceText(s yslot, v any) error {
 	t, n := e.t, s.node
@@ -620,7 +520,7 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 	if s.flow || isFlowCollection(n) && len(n.Content) > 0 && !s.rootSlot {
 		text, err := e.w.flow(v, hint)
 		if err != nil {
-			return e.valueErr(err)
+			return e.c.valueErr(err)
 		}
 		text = joinNonEmpty(" ", props, text)
 		if isEmptyScalar(n) && pr.start == pr.end && s.flowVal {
@@ -647,7 +547,7 @@ func (e *yamlEditor) replaceText(s yslot, v any) error {
 	case isNonEmptyCollection(v):
 		col := e.collectionCol(s, v)
 		if lines, err = e.w.collectionLines(v, col); err != nil {
-			return e.valueErr(err)
+			return e.c.valueErr(err)
 		}
 		compactOK = s.item
 	case e.w.useBlock(v, hint, false, isBlockScalar(n)):
@@ -920,7 +820,7 @@ func keyHint(m *yaml.Node) scalarHint {
 
 // insertMembers appends new key/value pairs to the map of slot s.
 func (e *yamlEditor) insertMembers(s yslot, kvs []kv) error {
-	t, m := e.t, s.node
+	m := s.node
 	e.ops = append(e.ops, func() {
 		for _, x := range kvs {
 			m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: x.key}, encodeNode(x.value))
@@ -940,67 +840,97 @@ func (e *yamlEditor) insertMembers(s yslot, kvs []kv) error {
 			}
 			return e.replaceText(s, nm)
 		}
-		lastKey := m.Content[len(m.Content)-2]
-		le, err := t.end(m.Content[len(m.Content)-1], -1, true)
-		if err != nil {
-			return e.layoutErr(s.at, err)
-		}
-		lk := t.nodeStart(lastKey)
-		multi := !t.sameLine(t.contentStart(m), lk)
-		var b strings.Builder
-		b.WriteString(e.afterProps(m.Content[len(m.Content)-1]))
-		for _, x := range kvs {
-			if multi {
-				b.WriteString("," + e.st.nl + leadingBlanks(t, lk))
-			} else {
-				b.WriteString(", ")
-			}
-			k, err := e.w.key(x.key, kh, true)
+		return e.appendFlow(s, m.Content[len(m.Content)-2], lastVal, len(kvs), func(i int) (string, error) {
+			k, err := e.w.key(kvs[i].key, kh, true)
 			if err != nil {
-				return e.valueErr(err)
+				return "", err
 			}
-			val, err := e.w.flow(x.value, vh)
-			if err != nil {
-				return e.valueErr(err)
-			}
-			b.WriteString(k + ": " + val)
-		}
-		e.ed.insert(le, b.String())
-		return nil
+			val, err := e.w.flow(kvs[i].value, vh)
+			return k + ": " + val, err
+		})
 	}
-	col := t.col(t.contentStart(m))
-	end, err := t.end(m, s.indent, false)
+	values := make([]any, len(kvs))
+	for i, x := range kvs {
+		values[i] = x.value
+	}
+	return e.appendBlock(s, lastVal, vh, false, values, func(i, col int) (string, error) {
+		k, err := e.w.key(kvs[i].key, kh, false)
+		return strings.Repeat(" ", col) + k + ":", err
+	})
+}
+
+// appendFlow appends count new entries to the flow map or list of slot s.
+// The last entry starts with node first (its key, or the item itself) and
+// ends with node last. New entries go on lines of their own when the last
+// entry does not share the collection's first line, else after ", ". entry
+// renders entry i.
+func (e *yamlEditor) appendFlow(s yslot, first, last *yaml.Node, count int, entry func(i int) (string, error)) error {
+	t := e.t
+	le, err := t.end(last, -1, true)
+	if err != nil {
+		return e.layoutErr(s.at, err)
+	}
+	fs := t.nodeStart(first)
+	multi := !t.sameLine(t.contentStart(s.node), fs)
+	var b strings.Builder
+	b.WriteString(e.afterProps(last))
+	for i := range count {
+		if multi {
+			b.WriteString("," + e.st.nl + leadingBlanks(t, fs))
+		} else {
+			b.WriteString(", ")
+		}
+		text, err := entry(i)
+		if err != nil {
+			return e.c.valueErr(err)
+		}
+		b.WriteString(text)
+	}
+	e.ed.insert(le, b.String())
+	return nil
+}
+
+// appendBlock appends values as new entries of the block map or list of
+// slot s, after its last entry and the comment lines that belong to it.
+// prefix renders the text before value i ("key:" or "-") for entries at
+// column col; item says the entries are list items; hint is the quoting new
+// strings copy. last is the collection's last value: when it is a non-empty
+// flow collection, so are new collections.
+func (e *yamlEditor) appendBlock(s yslot, last *yaml.Node, hint scalarHint, item bool, values []any, prefix func(i, col int) (string, error)) error {
+	t, n := e.t, s.node
+	col := t.col(t.contentStart(n))
+	end, err := t.end(n, s.indent, false)
 	if err != nil {
 		return e.layoutErr(s.at, err)
 	}
 	p, atEOF := e.insertionPoint(end, col)
 	e.w.noNewBlocks = t.swallowable(p)
 	defer func() { e.w.noNewBlocks = false }()
+	flowSiblings := last != nil && isFlowCollection(last) && len(last.Content) > 0
 	var lines []string
-	for _, x := range kvs {
+	for i, v := range values {
+		pre, err := prefix(i, col)
 		var l []string
-		var err error
-		if isNonEmptyCollection(x.value) && lastVal != nil && isFlowCollection(lastVal) && len(lastVal.Content) > 0 {
-			// Siblings are written in flow style: so is the new value.
-			var k, val string
-			if k, err = e.w.key(x.key, kh, false); err == nil {
-				val, err = e.w.flow(x.value, hintNone)
-				l = []string{strings.Repeat(" ", col) + k + ": " + val}
+		if err == nil {
+			if flowSiblings && isNonEmptyCollection(v) {
+				var text string
+				text, err = e.w.flow(v, hintNone)
+				l = []string{pre + " " + text}
+			} else {
+				l, err = e.w.valueLines(pre, v, hint, col, item)
 			}
-		} else {
-			l, err = e.w.memberLines(x.key, kh, vh, x.value, col)
 		}
 		if err != nil {
-			return e.valueErr(err)
+			return e.c.valueErr(err)
 		}
 		lines = append(lines, l...)
 	}
 	if atEOF {
-		if err := e.keepLastBlockValue(m, s); err != nil {
+		if err := e.keepLastBlockValue(n, s); err != nil {
 			return err
 		}
 	}
-	e.insertLines(p, atEOF, lines, kvs[len(kvs)-1].value)
+	e.insertLines(p, atEOF, lines, values[len(values)-1])
 	return nil
 }
 
@@ -1052,7 +982,7 @@ func leadingBlanks(t *yamlText, p int) string {
 
 // appendItems appends items to the list of slot s.
 func (e *yamlEditor) appendItems(s yslot, items []any) error {
-	t, l := e.t, s.node
+	l := s.node
 	e.ops = append(e.ops, func() {
 		for _, x := range items {
 			l.Content = append(l.Content, encodeNode(x))
@@ -1067,59 +997,11 @@ func (e *yamlEditor) appendItems(s yslot, items []any) error {
 		if len(l.Content) == 0 {
 			return e.replaceText(s, items)
 		}
-		last := l.Content[len(l.Content)-1]
-		le, err := t.end(last, -1, true)
-		if err != nil {
-			return e.layoutErr(s.at, err)
-		}
-		ls := t.nodeStart(last)
-		multi := !t.sameLine(t.contentStart(l), ls)
-		var b strings.Builder
-		b.WriteString(e.afterProps(last))
-		for _, x := range items {
-			if multi {
-				b.WriteString("," + e.st.nl + leadingBlanks(t, ls))
-			} else {
-				b.WriteString(", ")
-			}
-			val, err := e.w.flow(x, vh)
-			if err != nil {
-				return e.valueErr(err)
-			}
-			b.WriteString(val)
-		}
-		e.ed.insert(le, b.String())
-		return nil
+		return e.appendFlow(s, lastItem, lastItem, len(items), func(i int) (string, error) {
+			return e.w.flow(items[i], vh)
+		})
 	}
-	dash := t.col(t.contentStart(l))
-	end, err := t.end(l, s.indent, false)
-	if err != nil {
-		return e.layoutErr(s.at, err)
-	}
-	p, atEOF := e.insertionPoint(end, dash)
-	e.w.noNewBlocks = t.swallowable(p)
-	defer func() { e.w.noNewBlocks = false }()
-	var lines []string
-	for _, x := range items {
-		var l []string
-		var err error
-		if isNonEmptyCollection(x) && lastItem != nil && isFlowCollection(lastItem) && len(lastItem.Content) > 0 {
-			var val string
-			val, err = e.w.flow(x, hintNone)
-			l = []string{strings.Repeat(" ", dash) + "- " + val}
-		} else {
-			l, err = e.w.listLines([]any{x}, vh, dash)
-		}
-		if err != nil {
-			return e.valueErr(err)
-		}
-		lines = append(lines, l...)
-	}
-	if atEOF {
-		if err := e.keepLastBlockValue(l, s); err != nil {
-			return err
-		}
-	}
-	e.insertLines(p, atEOF, lines, items[len(items)-1])
-	return nil
+	return e.appendBlock(s, lastItem, vh, true, items, func(_, col int) (string, error) {
+		return strings.Repeat(" ", col) + "-", nil
+	})
 }

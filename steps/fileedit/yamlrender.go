@@ -146,51 +146,30 @@ func rawSafe(r rune) bool {
 	return false
 }
 
+// yamlEscapes are the short escapes of a YAML double-quoted scalar.
+var yamlEscapes = map[rune]string{
+	'"': `\"`, '\\': `\\`, '\n': `\n`, '\t': `\t`, '\r': `\r`, 0: `\0`, 0x07: `\a`, 0x08: `\b`,
+	0x0B: `\v`, 0x0C: `\f`, 0x1B: `\e`, 0x85: `\N`, 0x2028: `\L`, 0x2029: `\P`,
+}
+
 func doubleQuote(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
 	b.WriteByte('"')
 	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\t':
-			b.WriteString(`\t`)
-		case '\r':
-			b.WriteString(`\r`)
-		case 0:
-			b.WriteString(`\0`)
-		case 0x07:
-			b.WriteString(`\a`)
-		case 0x08:
-			b.WriteString(`\b`)
-		case 0x0B:
-			b.WriteString(`\v`)
-		case 0x0C:
-			b.WriteString(`\f`)
-		case 0x1B:
-			b.WriteString(`\e`)
-		case 0x85:
-			b.WriteString(`\N`)
-		case 0x2028:
-			b.WriteString(`\L`)
-		case 0x2029:
-			b.WriteString(`\P`)
+		if esc, ok := yamlEscapes[r]; ok {
+			b.WriteString(esc)
+			continue
+		}
+		switch {
+		case rawSafe(r):
+			b.WriteRune(r)
+		case r <= 0xFF:
+			fmt.Fprintf(&b, `\x%02X`, r)
+		case r <= 0xFFFF:
+			fmt.Fprintf(&b, `\u%04X`, r)
 		default:
-			switch {
-			case rawSafe(r):
-				b.WriteRune(r)
-			case r <= 0xFF:
-				fmt.Fprintf(&b, `\x%02X`, r)
-			case r <= 0xFFFF:
-				fmt.Fprintf(&b, `\u%04X`, r)
-			default:
-				fmt.Fprintf(&b, `\U%08X`, r)
-			}
+			fmt.Fprintf(&b, `\U%08X`, r)
 		}
 	}
 	b.WriteByte('"')
@@ -283,14 +262,8 @@ type yamlWriter struct {
 // scalar renders a scalar on one line, following hint for strings.
 func (w *yamlWriter) scalar(v any, hint scalarHint, flow bool) string {
 	switch v := v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return strconv.FormatBool(v)
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case uint64:
-		return strconv.FormatUint(v, 10)
+	case string:
+		return w.str(v, hint, flow)
 	case float64:
 		switch {
 		case math.IsNaN(v):
@@ -300,9 +273,9 @@ func (w *yamlWriter) scalar(v any, hint scalarHint, flow bool) string {
 		case math.IsInf(v, -1):
 			return "-.inf"
 		}
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	case string:
-		return w.str(v, hint, flow)
+	}
+	if text, ok := scalarText(v); ok {
+		return text
 	}
 	return fmt.Sprint(v)
 }
@@ -551,27 +524,6 @@ func isNonEmptyCollection(v any) bool {
 	return false
 }
 
-// tagOf is the YAML core tag of a canonical value.
-func tagOf(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "bool"
-	case string:
-		return "str"
-	case int64, uint64:
-		return "int"
-	case float64:
-		return "float"
-	case []any:
-		return "seq"
-	case map[string]any:
-		return "map"
-	}
-	return ""
-}
-
 // keptProps returns the properties to write before the new value: the anchor
 // always, the tag only when it still describes the value.
 func keptProps(pr nodeProps, v any) string {
@@ -580,8 +532,8 @@ func keptProps(pr nodeProps, v any) string {
 		parts = append(parts, pr.anchor)
 	}
 	if pr.tag != "" {
-		t := tagOf(v)
-		if pr.tag == "!!"+t || pr.tag == "!<tag:yaml.org,2002:"+t+">" {
+		t, _ := valueKind(v)
+		if pr.tag == t || pr.tag == "!<tag:yaml.org,2002:"+strings.TrimPrefix(t, "!!")+">" {
 			parts = append(parts, pr.tag)
 		}
 	}
