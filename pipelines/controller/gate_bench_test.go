@@ -57,11 +57,12 @@ type gateEnv struct {
 	apps      jetstream.KeyValue // prflow-apps through the admin connection
 	log       *slog.Logger
 
-	ctl    *Controller
-	gate   pipelines.StageGate
-	run    *pipelines.Run
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctl     *Controller
+	ctlConn *queue.Conn // the controller's own connection on TCP
+	gate    pipelines.StageGate
+	run     *pipelines.Run
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // newGateEnv starts the server and the admin connection; the controller starts with start.
@@ -131,8 +132,7 @@ func (e *gateEnv) start(opts ...Option) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		conn = c
-		e.wg.Go(func() { <-ctx.Done(); c.Close() })
+		conn, e.ctlConn = c, c
 	}
 	pe, err := policy.Open(ctx, filepath.Join("..", "..", "examples", "policies"), e.log)
 	if err != nil {
@@ -165,6 +165,9 @@ func (e *gateEnv) close() {
 	if e.cancel != nil {
 		e.cancel()
 		e.wg.Wait()
+	}
+	if e.ctlConn != nil {
+		e.ctlConn.Close()
 	}
 	if e.addr != "" {
 		e.admin.Close()
