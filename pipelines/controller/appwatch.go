@@ -34,9 +34,13 @@ type appWatch struct {
 	open  func(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatcher, error)
 	retry time.Duration // first pause before a watcher that failed is opened again; doubles up to retryMax
 
-	running  atomic.Bool   // run is active (the controller runs)
-	want     chan struct{} // closed by the first gate (or Run) that needs the records
-	wantOnce sync.Once
+	// inUse says whether a stage policy is loaded; once none is, the watcher stops until a
+	// gate needs the records again.
+	inUse    func() bool
+	running  atomic.Bool // run is active (the controller runs)
+	wantMu   sync.Mutex
+	want     chan struct{} // closed by the gate (or Run) that needs the records first
+	wanted   bool          // want is closed
 	first    chan struct{} // closed once the first watcher caught up, or ended before it did
 	firstOne sync.Once
 	snap     atomic.Pointer[appSnapshot] // nil while no watcher is caught up
@@ -55,6 +59,9 @@ const retryMax = 5 * time.Second
 // maxUnpublished bounds how many changes a snapshot may lag behind while changes keep coming.
 const maxUnpublished = 64
 
+// errUnused ends the watcher when no stage policy is loaded any more.
+var errUnused = errors.New("no stage policy is loaded")
+
 // errReconnected ends a watcher opened before the connection last reconnected: a disconnect
 // may have lost updates it would never deliver.
 var errReconnected = errors.New("the NATS connection reconnected since the watcher was opened")
@@ -64,6 +71,7 @@ func newAppWatch() *appWatch {
 		open: func(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
 			return kv.WatchAll(ctx)
 		},
+		inUse:   func() bool { return true },
 		retry:   100 * time.Millisecond,
 		want:    make(chan struct{}),
 		first:   make(chan struct{}),
@@ -72,7 +80,29 @@ func newAppWatch() *appWatch {
 }
 
 // need starts the watcher if it is not running yet (only stage policies use it).
-func (a *appWatch) need() { a.wantOnce.Do(func() { close(a.want) }) }
+func (a *appWatch) need() {
+	a.wantMu.Lock()
+	defer a.wantMu.Unlock()
+	if !a.wanted {
+		a.wanted = true
+		close(a.want)
+	}
+}
+
+// unneeded marks the records unneeded (the watcher stopped with no stage policy loaded) and
+// returns the channel the next need closes.
+func (a *appWatch) unneeded() <-chan struct{} {
+	a.wantMu.Lock()
+	defer a.wantMu.Unlock()
+	a.want, a.wanted = make(chan struct{}), false
+	return a.want
+}
+
+func (a *appWatch) wantCh() <-chan struct{} {
+	a.wantMu.Lock()
+	defer a.wantMu.Unlock()
+	return a.want
+}
 
 func (a *appWatch) firstDone() { a.firstOne.Do(func() { close(a.first) }) }
 
@@ -104,18 +134,26 @@ func (a *appWatch) current() *appSnapshot {
 // between waits for the watcher instead of reading the bucket.
 func (a *appWatch) run(ctx context.Context) {
 	defer a.running.Store(false)
-	select {
-	case <-a.want:
-	case <-ctx.Done():
-		return
-	}
+	want := a.wantCh()
 	delay := a.retry
 	for {
-		caught, err := a.follow(ctx)
-		a.snap.Store(nil)
+		select {
+		case <-want:
+		case <-ctx.Done():
+			return
+		}
+		caught, err := a.follow(ctx) // its snapshot is gone when it returns
 		a.firstDone() // gates waiting for the first watcher read the bucket directly now
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errUnused) {
+			a.log.Info("prflow-apps watcher stopped: no stage policy is loaded")
+			want, delay = a.unneeded(), a.retry
+			if a.inUse() {
+				a.need() // a stage policy came back meanwhile; its gate's need may have come too early
+			}
+			continue
 		}
 		if caught {
 			delay = a.retry
@@ -142,13 +180,17 @@ func (a *appWatch) follow(ctx context.Context) (caught bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("watch %s: %w", a.kv.Bucket(), err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() {
+		a.snap.Store(nil) // before the watcher stops: no gate reads a stopped watcher's records
+		_ = w.Stop()
+	}()
 	recs := map[string]any{}
 	var rev uint64
 	unpublished := 0 // changes taken in since the last snapshot
 	updates := w.Updates()
 	// Gates ask for a new watcher when they see a reconnect; the ticker finds one when no gate
-	// comes, so the next gate need not read the bucket.
+	// comes, so the next gate need not read the bucket. It also stops the watcher once no
+	// stage policy is loaded.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -163,6 +205,9 @@ func (a *appWatch) follow(ctx context.Context) (caught bool, err error) {
 		case <-tick.C:
 			if a.reconnects() != gen {
 				return caught, errReconnected
+			}
+			if !a.inUse() {
+				return caught, errUnused
 			}
 		case e, ok := <-updates:
 			if !ok {

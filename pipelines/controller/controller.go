@@ -263,8 +263,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
 	go func() { defer wg.Done(); c.consumeDLQ(ctx, dlq) }()
 	if c.policy != nil {
-		// Stage policies read app status from memory; the watcher starts with the first
-		// stage policy (now, or when a reload adds one).
+		// Stage policies read app status from memory; the watcher runs while a stage policy
+		// is loaded (from now, or from when a reload adds one).
+		c.apps.inUse = func() bool { return c.policy.Has(policy.Stage) }
 		c.apps.running.Store(true)
 		wg.Add(1)
 		go func() { defer wg.Done(); c.apps.run(ctx) }()

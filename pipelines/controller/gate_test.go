@@ -382,7 +382,8 @@ func (p *switchedPolicy) Evaluate(ctx context.Context, pt policy.Point, in any) 
 }
 
 // TestStageGateWatcherStartsWithStagePolicy: no watcher runs while no stage policy is loaded;
-// the first gate after one is added starts it, and answers on every record.
+// the first gate after one is added starts it and answers on every record; the watcher stops
+// when a reload removes the stage policy, and starts again when one comes back.
 func TestStageGateWatcherStartsWithStagePolicy(t *testing.T) {
 	e := newGateEnv(t, false)
 	e.put("web-staging", "staging-eu", "Degraded")
@@ -415,6 +416,29 @@ func TestStageGateWatcherStartsWithStagePolicy(t *testing.T) {
 	if n := e.sent() - before; n > 2 {
 		t.Fatalf("a gate sent %d messages with a watcher caught up", n)
 	}
+
+	sw.stage.Store(false) // a reload removed it: the watcher stops
+	h.mu.Lock()
+	w := h.current
+	h.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watcher still runs with no stage policy")
+	}
+	e.wantDeny("no stage policy again")
+	rev := e.put("web-staging", "staging-eu", "Healthy") // while nothing watches
+
+	sw.stage.Store(true)
+	e.wantDeny("stage policy back, staging Healthy meanwhile")
+	e.seen(rev)
+	h.mu.Lock()
+	opened = h.opened
+	h.mu.Unlock()
+	if opened != 2 {
+		t.Fatalf("%d watchers opened, want 2 (one each time a stage policy came)", opened)
+	}
+	e.wantDeny("stage policy back, from the new watcher")
 }
 
 // recordKeys is the sorted keys of an app list converted for the policy engine.
