@@ -143,7 +143,7 @@ func (a *appWatch) run(ctx context.Context) {
 			return
 		}
 		caught, err := a.follow(ctx) // its snapshot is gone when it returns
-		a.firstDone() // gates waiting for the first watcher read the bucket directly now
+		a.firstDone()                // gates waiting for the first watcher read the bucket directly now
 		if ctx.Err() != nil {
 			return
 		}
