@@ -142,8 +142,10 @@ func (a *appWatch) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		caught, err := a.follow(ctx) // its snapshot is gone when it returns
-		a.firstDone()                // gates waiting for the first watcher read the bucket directly now
+		// When follow returns its snapshot is gone: gates, including those waiting for the
+		// first watcher, read the bucket directly until a new one has caught up.
+		caught, err := a.follow(ctx)
+		a.firstDone()
 		if ctx.Err() != nil {
 			return
 		}
