@@ -109,9 +109,10 @@ func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string)
 }
 
 // appStatuses reads every app status record of prflow-apps, each with its key, as one list
-// converted for the policy engine: what a stage gate uses while no watcher is caught up. Records are converted once per revision (appCache), and
-// the list is built again only when a record changed (appList): most stage gates see the
-// same list, and rebuilding it was a third of an evaluation's allocations.
+// converted for the policy engine: what a stage gate uses while no watcher is caught up.
+// Records are converted once per revision (appCache), and the list is built again only when
+// a record changed (appList): most reads see the same list, and rebuilding it was a third of
+// an evaluation's allocations.
 func (c *Controller) appStatuses(ctx context.Context) (any, error) {
 	lister, err := c.b.Apps.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
