@@ -44,7 +44,8 @@ type Controller struct {
 	// noChecks turns off the run-start check of connectors and agents (WithoutStartChecks).
 	noChecks bool
 	policy   policy.Evaluator // nil: no policies (WithPolicy)
-	appCache sync.Map         // prflow-apps key → cachedApp, for stage policies
+	apps     *appWatch        // prflow-apps in memory for stage policies (appwatch.go)
+	appCache sync.Map         // prflow-apps key → cachedApp, for stage policies reading the bucket directly
 	appList  atomic.Pointer[appList]
 	audit    *audit.Log // nil: no audit log (WithAudit)
 	// auditLimit bounds entries about unauthenticated callers (WithAuditLimiter).
@@ -128,7 +129,8 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 		machines: map[string]*pipelines.Machine{}, parsed: map[string]*pipelines.Pipeline{}, specs: map[string]struct{}{}, timers: map[string]*runTimer{},
 		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
 		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: map[string]time.Time{},
-		waiters: map[string][]chan *pipelines.Run{}, seenDepth: map[depthKey]struct{}{}, ready: make(chan struct{}), loaded: make(chan struct{})}
+		waiters: map[string][]chan *pipelines.Run{}, seenDepth: map[depthKey]struct{}{}, ready: make(chan struct{}), loaded: make(chan struct{}),
+		apps: newAppWatch()}
 	for _, o := range opts {
 		o(c)
 	}
@@ -143,6 +145,7 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 		return nil, err
 	}
 	c.b = b
+	c.apps.kv, c.apps.nc, c.apps.log = b.Apps, conn.NC, c.log
 	if c.resultKey, err = queue.LoadResultKey(ctx, conn.JS); err != nil {
 		return nil, err
 	}
@@ -259,6 +262,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); c.watchRuns(ctx, runsW) }()
 	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
 	go func() { defer wg.Done(); c.consumeDLQ(ctx, dlq) }()
+	if c.policy != nil {
+		// Stage policies read app status from memory; the watcher runs while a stage policy
+		// is loaded (from now, or from when a reload adds one).
+		c.apps.inUse = func() bool { return c.policy.Has(policy.Stage) }
+		c.apps.running.Store(true)
+		wg.Add(1)
+		go func() { defer wg.Done(); c.apps.run(ctx) }()
+		if c.policy.Has(policy.Stage) {
+			c.apps.need()
+		}
+	}
 
 	// Consume calls back on one goroutine; events are fanned out to shards by run id so that
 	// runs progress in parallel while each run's events are applied in order (no CAS fights).

@@ -79,15 +79,15 @@ func (c *Controller) gateFor(p *pipelines.Pipeline) pipelines.StageGate {
 
 // StageAllowed evaluates prflow.stage with input.stage, input.environment, input.pipeline,
 // input.run (every stage's status so far) and input.apps (every app status record the agents
-// keep in prflow-apps). An evaluation that fails denies: a policy that cannot be checked
-// must not be skipped.
+// keep in prflow-apps, from memory: see appWatch). An evaluation that fails denies: a policy
+// that cannot be checked must not be skipped.
 func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string) {
 	if !g.c.policy.Has(policy.Stage) {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), policyTimeout)
 	defer cancel()
-	apps, err := g.c.appStatuses(ctx)
+	apps, err := g.c.stageApps(ctx)
 	if err != nil {
 		g.c.log.Error("stage policy: app status unreadable", "run", r.ID, "stage", r.Stages[si].ID, "err", err)
 		return []string{"policy not evaluated: app status unreadable: " + err.Error()}, nil
@@ -109,9 +109,10 @@ func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string)
 }
 
 // appStatuses reads every app status record of prflow-apps, each with its key, as one list
-// converted for the policy engine. Records are converted once per revision (appCache), and
-// the list is built again only when a record changed (appList): most stage gates see the
-// same list, and rebuilding it was a third of an evaluation's allocations.
+// converted for the policy engine: what a stage gate uses while no watcher is caught up.
+// Records are converted once per revision (appCache), and the list is built again only when
+// a record changed (appList): most reads see the same list, and rebuilding it was a third of
+// an evaluation's allocations.
 func (c *Controller) appStatuses(ctx context.Context) (any, error) {
 	lister, err := c.b.Apps.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
@@ -133,7 +134,7 @@ func (c *Controller) appStatuses(ctx context.Context) (any, error) {
 			continue
 		}
 		var m map[string]any
-		if err := json.Unmarshal(e.Value(), &m); err != nil {
+		if err := json.Unmarshal(e.Value(), &m); err != nil || m == nil { // "null" is no record either
 			revs = revs[:len(revs)-1]
 			continue
 		}
