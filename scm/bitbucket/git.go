@@ -244,9 +244,7 @@ func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) 
 	if err != nil {
 		return "", err
 	}
-	read := func(ctx context.Context, at, p string) ([]byte, bool, error) {
-		return d.readFile(ctx, repo, fmt.Sprintf("read file %s@%s", p, at), at, p)
-	}
+	read := scm.FileReader(d.readFile).At(repo)
 	if cur, err := d.Branch(ctx, repo, in.Branch); err == nil {
 		changes, perr := scm.PlanRevert(ctx, read, c.Hash, parent, cur.SHA, paths)
 		if perr == nil && len(changes) == 0 {

@@ -7,8 +7,7 @@ import (
 )
 
 type hookCommitStatus struct {
-	Actor        *hookActor `json:"actor"`
-	Repository   *hookRepo  `json:"repository"`
+	hookHead
 	CommitStatus *struct {
 		Key    string `json:"key"`
 		State  string `json:"state"`
@@ -22,11 +21,9 @@ type hookCommitStatus struct {
 // steps waiting for checks (MergePR) wake on it.
 func parseCommitStatusEvent(data []byte) (*scm.Event, error) {
 	var p hookCommitStatus
-	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
+	ev, err := decodeHook(data, &p)
+	if err != nil {
 		return nil, err
-	}
-	if p.Repository == nil || p.Repository.FullName == "" {
-		return nil, errors.New("payload has no repository.full_name")
 	}
 	cs := p.CommitStatus
 	if cs == nil || cs.Commit == nil || cs.Commit.Hash == "" {
@@ -41,6 +38,6 @@ func parseCommitStatusEvent(data []byte) (*scm.Event, error) {
 	case "STOPPED":
 		st = scm.StatusError
 	}
-	return &scm.Event{Kind: scm.EventStatus, Repo: scm.Repo(p.Repository.FullName), Sender: p.Actor.name(),
-		SHA: cs.Commit.Hash, Context: cs.Key, State: st}, nil
+	ev.Kind, ev.SHA, ev.Context, ev.State = scm.EventStatus, cs.Commit.Hash, cs.Key, st
+	return ev, nil
 }

@@ -289,9 +289,7 @@ func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) 
 			paths = append(paths, f.GetPreviousFilename())
 		}
 	}
-	read := func(ctx context.Context, at, path string) ([]byte, bool, error) {
-		return d.readFile(ctx, repo, fmt.Sprintf("read file %s@%s", path, at), at, path)
-	}
+	read := scm.FileReader(d.readFile).At(repo)
 
 	// A redelivered job finds its branch: done if it already undoes the commit.
 	if cur, err := d.Branch(ctx, repo, in.Branch); err == nil {

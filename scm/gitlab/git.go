@@ -315,13 +315,6 @@ func (d *Driver) changedPaths(ctx context.Context, repo scm.Repo, pid string, sh
 	}
 }
 
-func (d *Driver) fileAt(repo scm.Repo) scm.FileAt {
-	return func(ctx context.Context, commit, path string) ([]byte, bool, error) {
-		m, err := d.stat(ctx, repo, fmt.Sprintf("read file %s@%s", path, commit), commit, path)
-		return m.data, m.exists, err
-	}
-}
-
 // revertConflicts names the files that block a revert, best effort, for the error message.
 func (d *Driver) revertConflicts(ctx context.Context, repo scm.Repo, commit *gl.Commit, head string) []string {
 	if len(commit.ParentIDs) == 0 {
@@ -331,7 +324,7 @@ func (d *Driver) revertConflicts(ctx context.Context, repo scm.Repo, commit *gl.
 	if err != nil {
 		return nil
 	}
-	_, err = scm.PlanRevert(ctx, d.fileAt(repo), commit.ID, commit.ParentIDs[0], head, paths)
+	_, err = scm.PlanRevert(ctx, scm.FileReader(d.readFile).At(repo), commit.ID, commit.ParentIDs[0], head, paths)
 	var ce *scm.ConflictError
 	if errors.As(err, &ce) {
 		return ce.Files
