@@ -53,6 +53,17 @@ type NewPR struct {
 	Reviewers []string
 }
 
+// Check reports the first thing missing in a NewPR, worded the same by every driver.
+func (in NewPR) Check() error {
+	switch {
+	case in.Head == "" || in.Base == "":
+		return errors.New("NewPR.Head and NewPR.Base are required")
+	case strings.TrimSpace(in.Title) == "":
+		return errors.New("NewPR.Title is empty")
+	}
+	return nil
+}
+
 // MergeMethod is how a PR is merged.
 type MergeMethod string
 

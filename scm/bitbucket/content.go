@@ -20,11 +20,8 @@ func (d *Driver) ReadFile(ctx context.Context, repo scm.Repo, ref, path string) 
 
 // readFile reports a missing file as ok=false (see scm.FileAt).
 func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path string) ([]byte, bool, error) {
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, scm.CheckRead(ref, path))
 	if err != nil {
-		return nil, false, d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckRead(ref, path); err != nil {
 		return nil, false, d.wrap(op, repo, nil, err)
 	}
 	commit := ref

@@ -234,13 +234,14 @@ func (d *Driver) RepoExists(ctx context.Context, repo scm.Repo) error {
 	return d.wrap(op, repo, cl, err)
 }
 
-// splitRepo parses "workspace/slug".
-func splitRepo(repo scm.Repo) (string, string, error) {
+// splitRepo parses "workspace/slug"; its error is a bad name, else the first failed check of
+// the call's arguments.
+func splitRepo(repo scm.Repo, checks ...error) (string, string, error) {
 	ws, slug, ok := strings.Cut(string(repo), "/")
 	if !ok || ws == "" || slug == "" || strings.Contains(slug, "/") || strings.ContainsAny(string(repo), " \t\n?#%") {
 		return "", "", fmt.Errorf("invalid repository name %q: want workspace/slug", string(repo))
 	}
-	return ws, slug, nil
+	return ws, slug, scm.FirstError(checks...)
 }
 
 func (d *Driver) redact(err error) error { return scm.RedactError(err, d.bearer, d.password) }

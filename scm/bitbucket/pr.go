@@ -187,15 +187,9 @@ func quote(s string) string {
 // same branches is adopted instead of failing.
 func (d *Driver) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("open PR %s into %s", in.Head, in.Base)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, in.Check())
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	switch {
-	case in.Head == "" || in.Base == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Head and NewPR.Base are required"))
-	case strings.TrimSpace(in.Title) == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Title is empty"))
 	}
 	for _, r := range in.Reviewers {
 		if !strings.HasPrefix(r, "{") || !strings.HasSuffix(r, "}") {
@@ -433,12 +427,9 @@ func (d *Driver) ClosePR(ctx context.Context, repo scm.Repo, number int) error {
 // Comment adds a comment to the PR.
 func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body string) error {
 	op := fmt.Sprintf("comment on PR #%d", number)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, scm.CheckComment(body))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if strings.TrimSpace(body) == "" {
-		return d.wrap(op, repo, nil, errors.New("empty comment"))
 	}
 	cl, err := d.call(ctx, false)
 	if err != nil {

@@ -19,11 +19,8 @@ func (d *Driver) ReadFile(ctx context.Context, repo scm.Repo, ref, path string) 
 
 // readFile reports a missing file as ok=false rather than an error (see scm.FileAt).
 func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path string) ([]byte, bool, error) {
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, checkRead(ref, path))
 	if err != nil {
-		return nil, false, d.wrap(op, repo, nil, err)
-	}
-	if err := checkRead(ref, path); err != nil {
 		return nil, false, d.wrap(op, repo, nil, err)
 	}
 	file, dir, resp, err := d.client.Repositories.GetContents(ctx, owner, name, path, &gh.RepositoryContentGetOptions{Ref: ref})

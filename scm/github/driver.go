@@ -182,13 +182,14 @@ func enterpriseAPI(base string) (string, error) {
 	return c.BaseURL.String(), nil
 }
 
-// splitRepo parses "owner/name".
-func splitRepo(repo scm.Repo) (string, string, error) {
+// splitRepo parses "owner/name"; its error is a bad name, else the first failed check of
+// the call's arguments.
+func splitRepo(repo scm.Repo, checks ...error) (string, string, error) {
 	owner, name, ok := strings.Cut(string(repo), "/")
 	if !ok || owner == "" || name == "" || strings.Contains(name, "/") || strings.ContainsAny(string(repo), " \t\n?#") {
 		return "", "", fmt.Errorf("invalid repository name %q: want owner/name", string(repo))
 	}
-	return owner, name, nil
+	return owner, name, scm.FirstError(checks...)
 }
 
 // ErrBaseBranchModified is GitHub's 405 "Base branch was modified" on merge: the base moved

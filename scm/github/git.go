@@ -20,11 +20,8 @@ import (
 // which Commit then needs no extra call for (see trees).
 func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Ref, error) {
 	op := "get branch " + name
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, scm.CheckBranch(name))
 	if err != nil {
-		return scm.Ref{}, d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
 		return scm.Ref{}, d.wrap(op, repo, nil, err)
 	}
 	// Through Client.Do (not RepositoriesService.GetBranch, which skips the client's error
@@ -55,15 +52,9 @@ func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Re
 // fails with ErrConflict when it points elsewhere.
 func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha string) error {
 	op := fmt.Sprintf("create branch %s at %s", name, sha)
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, scm.CheckBranch(name), scm.CheckSHA(sha))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	if sha == "" {
-		return d.wrap(op, repo, nil, errors.New("empty commit SHA"))
 	}
 	// A replayed create answers "already exists", which is handled below.
 	_, resp, err := d.client.Git.CreateRef(transport.Guarded(ctx), owner, rname, &gh.Reference{
@@ -86,11 +77,8 @@ func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha stri
 // DeleteBranch deletes name; ErrNotFound when it does not exist.
 func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) error {
 	op := "delete branch " + name
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, scm.CheckBranch(name))
 	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
 	resp, err := d.client.Git.DeleteRef(ctx, owner, rname, "heads/"+name)
@@ -115,11 +103,8 @@ func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) e
 // checked to be at Replace first and then force-moved.
 func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) (string, error) {
 	op := "commit to " + in.Branch
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, scm.CheckCommitInput(in))
 	if err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckCommitInput(in); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	replace := in.Replace != ""
@@ -240,14 +225,8 @@ func (d *Driver) createCommit(ctx context.Context, repo scm.Repo, op string, in 
 // and already undoes in.SHA (a redelivered job), its head is returned.
 func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) (string, error) {
 	op := fmt.Sprintf("revert %s onto %s", in.SHA, in.Branch)
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, in.Check(), scm.CheckBranch(in.Branch))
 	if err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := in.Check(); err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(in.Branch); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	mainline := max(in.Mainline, 1)

@@ -70,15 +70,9 @@ func branchOf(head string) string {
 // open PR that already exists for the same head and base is adopted instead of failing.
 func (d *Driver) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("open PR %s into %s", in.Head, in.Base)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, in.Check())
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	switch {
-	case in.Head == "" || in.Base == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Head and NewPR.Base are required"))
-	case strings.TrimSpace(in.Title) == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Title is empty"))
 	}
 	// A replayed create answers 422 "already exists" and the PR is adopted below.
 	pr, resp, err := d.client.PullRequests.Create(transport.Guarded(ctx), owner, name, &gh.NewPullRequest{
@@ -282,12 +276,9 @@ func (d *Driver) ClosePR(ctx context.Context, repo scm.Repo, number int) error {
 // Comment adds a conversation comment to a PR.
 func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body string) error {
 	op := fmt.Sprintf("comment on PR #%d", number)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, scm.CheckComment(body))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if strings.TrimSpace(body) == "" {
-		return d.wrap(op, repo, nil, errors.New("empty comment"))
 	}
 	_, resp, err := d.client.Issues.CreateComment(ctx, owner, name, number, &gh.IssueComment{Body: str(body)})
 	return d.wrap(op, repo, resp, err)

@@ -33,11 +33,8 @@ func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path stri
 
 // stat reads a file with its last_commit_id; a missing file is exists=false, not an error.
 func (d *Driver) stat(ctx context.Context, repo scm.Repo, op, ref, path string) (fileMeta, error) {
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckRead(ref, path))
 	if err != nil {
-		return fileMeta{}, d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckRead(ref, path); err != nil {
 		return fileMeta{}, d.wrap(op, repo, nil, err)
 	}
 	f, resp, err := d.client.RepositoryFiles.GetFile(pid, path, &gl.GetFileOptions{Ref: ptr(ref)}, gl.WithContext(ctx))

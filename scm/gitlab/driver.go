@@ -127,11 +127,12 @@ func (d *Driver) RepoExists(ctx context.Context, repo scm.Repo) error {
 	return d.wrap("get project", repo, resp, err)
 }
 
-// projectID validates "group/sub/project" (or a numeric id); client-go escapes it.
-func projectID(repo scm.Repo) (string, error) {
+// projectID validates "group/sub/project" (or a numeric id); client-go escapes it. Its error
+// is a bad name, else the first failed check of the call's arguments.
+func projectID(repo scm.Repo, checks ...error) (string, error) {
 	s := string(repo)
 	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return s, nil
+		return s, scm.FirstError(checks...)
 	}
 	parts := strings.Split(s, "/")
 	if len(parts) < 2 {
@@ -142,7 +143,7 @@ func projectID(repo scm.Repo) (string, error) {
 			return "", fmt.Errorf("invalid project path %q: want group/project", s)
 		}
 	}
-	return s, nil
+	return s, scm.FirstError(checks...)
 }
 
 func (d *Driver) redact(err error) error { return scm.RedactError(err, d.secrets...) }

@@ -63,15 +63,9 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 // adopted instead of failing.
 func (d *Driver) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("open MR %s into %s", in.Head, in.Base)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, in.Check())
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	switch {
-	case in.Head == "" || in.Base == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Head and NewPR.Base are required"))
-	case strings.TrimSpace(in.Title) == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Title is empty"))
 	}
 	title := in.Title
 	if in.Draft && !strings.HasPrefix(strings.ToLower(title), "draft:") {
@@ -274,12 +268,9 @@ func (d *Driver) ClosePR(ctx context.Context, repo scm.Repo, number int) error {
 // Comment adds a note to the MR.
 func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body string) error {
 	op := fmt.Sprintf("comment on MR !%d", number)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckComment(body))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if strings.TrimSpace(body) == "" {
-		return d.wrap(op, repo, nil, errors.New("empty comment"))
 	}
 	_, resp, err := d.client.Notes.CreateMergeRequestNote(pid, int64(number), &gl.CreateMergeRequestNoteOptions{Body: ptr(body)}, gl.WithContext(ctx))
 	return d.wrap(op, repo, resp, err)
