@@ -933,13 +933,10 @@ func (b *Bitbucket) diff(c *bbCall) {
 
 // --- pull requests ----------------------------------------------------------------------------
 
-func (b *Bitbucket) pr(c *bbCall) *prState {
-	n, err := strconv.Atoi(c.r.PathValue("id"))
-	if err != nil {
-		return nil
-	}
-	return c.rs.pr(n)
-}
+func (b *Bitbucket) pr(c *bbCall) *prState { return c.rs.prAt(c.r, "id") }
+
+// lockPR is repoState.lockPR with Bitbucket's 404.
+func (b *Bitbucket) lockPR(c *bbCall) *prState { return c.rs.lockPR(c.r, "id", func() { b.noPR(c) }) }
 
 func (b *Bitbucket) noPR(c *bbCall) {
 	bbError(c.w, 404, "Pull request not found.")
@@ -1104,13 +1101,11 @@ func (b *Bitbucket) createPR(c *bbCall) {
 }
 
 func (b *Bitbucket) getPR(c *bbCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	b.refresh(c.ctx, c.rs, pr)
 	writeJSON(c.w, 200, bbPRJSON(c.rv, pr.snapshot()))
 }
@@ -1121,13 +1116,11 @@ func (b *Bitbucket) updatePR(c *bbCall) {
 		bbError(c.w, 400, "Invalid JSON")
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	if pr.State != PROpen {
 		bbError(c.w, 400, "You can't edit a pull request that is not open.")
 		return
@@ -1176,13 +1169,11 @@ func (b *Bitbucket) mergePR(c *bbCall) {
 		bbFieldError(c.w, "merge_strategy", fmt.Sprintf("%q is not a valid choice.", strategy))
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	switch pr.State {
 	case PRMerged:
 		bbError(c.w, 400, "You can't merge a pull request that has already been merged.")
@@ -1232,13 +1223,11 @@ func (b *Bitbucket) mergePR(c *bbCall) {
 }
 
 func (b *Bitbucket) declinePR(c *bbCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	if pr.State == PRMerged {
 		bbError(c.w, 400, "You can't decline a pull request that has already been merged.")
 		return
@@ -1287,13 +1276,11 @@ func (b *Bitbucket) createComment(c *bbCall) {
 		bbFieldError(c.w, "content", "This field is required.")
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	cm := b.addComment(pr, body.Content.Raw, c.user)
 	writeJSON(c.w, 201, bbCommentJSON(c.rv, pr.snapshot(), cm))
 }

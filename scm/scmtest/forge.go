@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -514,6 +515,28 @@ func (rs *repoState) pr(number int) *prState {
 		return nil
 	}
 	return rs.prs[number-1]
+}
+
+// prAt is the PR whose number is r's path value param, or nil.
+func (rs *repoState) prAt(r *http.Request, param string) *prState {
+	n, err := strconv.Atoi(r.PathValue(param))
+	if err != nil {
+		return nil
+	}
+	return rs.pr(n)
+}
+
+// lockPR locks rs and returns the PR whose number is r's path value param, for a handler that
+// reads or changes it. With no such PR it unlocks, answers with notFound (the forge's 404) and
+// returns nil; a caller given a PR unlocks rs.mu.
+func (rs *repoState) lockPR(r *http.Request, param string, notFound func()) *prState {
+	rs.mu.Lock()
+	if pr := rs.prAt(r, param); pr != nil {
+		return pr
+	}
+	rs.mu.Unlock()
+	notFound()
+	return nil
 }
 
 // refresh updates an open PR's head/base SHAs from its branches and keeps the per-PR head ref.

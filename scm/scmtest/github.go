@@ -1370,12 +1370,11 @@ func (g *GitHub) listStatuses(c *ghCall, ref string) {
 // --- pull requests ----------------------------------------------------------------------------
 
 // pull finds the PR named in the path; callers hold c.rs.mu.
-func (g *GitHub) pull(c *ghCall) *prState {
-	n, err := strconv.Atoi(c.r.PathValue("number"))
-	if err != nil {
-		return nil
-	}
-	return c.rs.pr(n)
+func (g *GitHub) pull(c *ghCall) *prState { return c.rs.prAt(c.r, "number") }
+
+// lockPull is repoState.lockPR with GitHub's 404, doc naming the endpoint's documentation.
+func (g *GitHub) lockPull(c *ghCall, doc string) *prState {
+	return c.rs.lockPR(c.r, "number", func() { ghError(c.w, 404, "Not Found", doc) })
 }
 
 // mergeInfo computes the single-PR mergeability fields; callers hold c.rs.mu.
@@ -1531,13 +1530,11 @@ func (g *GitHub) listPulls(c *ghCall) {
 }
 
 func (g *GitHub) getPull(c *ghCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, "pulls/pulls#get-a-pull-request")
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", "pulls/pulls#get-a-pull-request")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	m := g.mergeInfo(c, pr)
 	writeJSON(c.w, 200, ghPullJSON(c.rv, pr.snapshot(), m))
 }
@@ -1554,13 +1551,11 @@ func (g *GitHub) updatePull(c *ghCall) {
 		ghError(c.w, 400, "Problems parsing JSON", doc)
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	if body.Base != nil && *body.Base != pr.Base {
 		if _, err := c.rs.repo.branchHead(c.ctx, *body.Base); err != nil {
 			ghValidation(c.w, doc, map[string]any{"resource": "PullRequest", "field": "base", "code": "invalid"})
@@ -1690,13 +1685,11 @@ func (g *GitHub) mergePull(c *ghCall) {
 		ghValidation(c.w, doc, map[string]any{"resource": "PullRequest", "field": "merge_method", "code": "invalid"})
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	g.refresh(c.ctx, c.rs, pr)
 	title, msg := body.CommitTitle, ""
 	if body.CommitMessage != nil {
@@ -1771,13 +1764,11 @@ func (g *GitHub) requestReviewers(c *ghCall) {
 		ghError(c.w, 400, "Problems parsing JSON", doc)
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	for _, r := range body.Reviewers {
 		if r == pr.Author {
 			ghValidation(c.w, doc, map[string]any{"resource": "PullRequest", "code": "custom",
@@ -1802,13 +1793,11 @@ func (g *GitHub) labelsJSON(c *ghCall, pr *prState) []map[string]any {
 }
 
 func (g *GitHub) listLabels(c *ghCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, "issues/labels#list-labels-for-an-issue")
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", "issues/labels#list-labels-for-an-issue")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	writeJSON(c.w, 200, g.labelsJSON(c, pr))
 }
 
@@ -1838,13 +1827,11 @@ func (g *GitHub) addLabels(c *ghCall) {
 			}
 		}
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	g.Forge.addLabels(c.rs, pr, labels, c.user)
 	writeJSON(c.w, 200, g.labelsJSON(c, pr))
 }
@@ -1861,13 +1848,11 @@ func (g *GitHub) removeLabel(c *ghCall) {
 }
 
 func (g *GitHub) listComments(c *ghCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, "issues/comments#list-issue-comments")
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", "issues/comments#list-issue-comments")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	// Oldest first, 30 a page by default (at most 100), Link header to the next, as GitHub.
 	writeGHPage(c, pr.Comments, func(cm Comment) map[string]any {
 		return ghCommentJSON(c.rv, pr.Number, cm)
@@ -1887,13 +1872,11 @@ func (g *GitHub) createComment(c *ghCall) {
 		ghValidation(c.w, doc, map[string]any{"resource": "IssueComment", "field": "body", "code": "missing_field"})
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	cm := g.addComment(pr, body.Body, c.user)
 	writeJSON(c.w, 201, ghCommentJSON(c.rv, pr.Number, cm))
 }

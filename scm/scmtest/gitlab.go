@@ -815,17 +815,11 @@ func (g *GitLab) applyActions(c *glCall, parent string, actions []glAction) ([]t
 			mode = map[bool]string{true: "100755", false: "100644"}[*a.ExecuteFilemode]
 		}
 		switch a.Action {
-		case "create":
-			if exists {
+		case "create", "update":
+			switch {
+			case exists && a.Action == "create":
 				return nil, 400, "A file with this name already exists"
-			}
-			sha, st, msg := blob()
-			if st != 0 {
-				return nil, st, msg
-			}
-			set(treeChange{Path: p, Mode: mode, SHA: sha})
-		case "update":
-			if !exists {
+			case !exists && a.Action == "update":
 				return nil, 400, "A file with this name doesn't exist"
 			}
 			sha, st, msg := blob()
@@ -1069,12 +1063,11 @@ func (g *GitLab) mrJSON(c *glCall, pr *prState, poll bool) map[string]any {
 	return glMRJSON(c.rv, pr.snapshot(), detailed, base)
 }
 
-func (g *GitLab) mr(c *glCall) *prState {
-	n, err := strconv.Atoi(c.r.PathValue("iid"))
-	if err != nil {
-		return nil
-	}
-	return c.rs.pr(n)
+func (g *GitLab) mr(c *glCall) *prState { return c.rs.prAt(c.r, "iid") }
+
+// lockMR is repoState.lockPR with GitLab's 404.
+func (g *GitLab) lockMR(c *glCall) *prState {
+	return c.rs.lockPR(c.r, "iid", func() { glMessage(c.w, 404, "404 Not found") })
 }
 
 func (g *GitLab) listMRs(c *glCall) {
@@ -1156,24 +1149,20 @@ func (g *GitLab) createMR(c *glCall) {
 }
 
 func (g *GitLab) getMR(c *glCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	writeJSON(c.w, 200, g.mrJSON(c, pr, true))
 }
 
 func (g *GitLab) updateMR(c *glCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	if c.has("title") {
 		pr.Title = c.str("title")
 		pr.Draft = isDraftTitle(pr.Title)
@@ -1222,13 +1211,11 @@ func (g *GitLab) updateMR(c *glCall) {
 // mergeMR accepts an MR: 405 when it cannot be merged (closed, merged, draft, checks), 406 on
 // conflicts, 409 when sha is not the source branch head.
 func (g *GitLab) mergeMR(c *glCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	g.refresh(c.ctx, c.rs, pr)
 	squash := pr.Squash
 	if c.has("squash") {
@@ -1375,13 +1362,11 @@ func (g *GitLab) createNote(c *glCall) {
 		glErr(c.w, 400, "body is missing")
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	cm := g.addComment(pr, body, c.user)
 	writeJSON(c.w, 201, glNoteJSON(c.rv, pr.snapshot(), cm))
 }
