@@ -122,6 +122,21 @@ func (c Config) ForgeClient(d Deps, provider string, allowApp bool) (*http.Clien
 	return hc, nil
 }
 
+// BuildForge is a REST forge driver's whole factory around its own constructor: build gets
+// the connector's HTTP client (ForgeClient) and its error is named with the provider and the
+// connector (ForgeError).
+func BuildForge[P scm.Provider](provider string, c Config, d Deps, allowApp bool, build func(hc *http.Client) (P, error)) (scm.Provider, error) {
+	hc, err := c.ForgeClient(d, provider, allowApp)
+	if err != nil {
+		return nil, err
+	}
+	p, err := build(hc)
+	if err != nil {
+		return nil, ForgeError(provider, c, err)
+	}
+	return p, nil
+}
+
 // ForgeError names the provider and connector a driver could not be built for.
 func ForgeError(provider string, c Config, err error) error {
 	return fmt.Errorf("%s connector %s: %w", provider, c.Name, err)

@@ -403,3 +403,36 @@ func TestForgeClient(t *testing.T) {
 		t.Fatalf("ForgeError: %v", err)
 	}
 }
+
+// BuildForge hands a driver's constructor the connector's client and names its errors; a
+// GitHub App on a token-only forge is refused before the constructor runs.
+func TestBuildForge(t *testing.T) {
+	c := connector.Config{Name: "gl", Provider: "gitlab", Auth: connector.Auth{Token: connector.NewSecret("tok-abcdef")}}
+	var got *http.Client
+	p, err := connector.BuildForge("gitlab", c, connector.Deps{}, false, func(hc *http.Client) (*local.Provider, error) {
+		got = hc
+		return local.New(t.TempDir())
+	})
+	if err != nil || p == nil || got == nil {
+		t.Fatalf("BuildForge = %v, %v (client %v)", p, err, got)
+	}
+
+	cause := errors.New("bad base URL")
+	p, err = connector.BuildForge("gitlab", c, connector.Deps{}, false, func(*http.Client) (*local.Provider, error) {
+		return nil, cause
+	})
+	if p != nil || !errors.Is(err, cause) || err.Error() != "gitlab connector gl: bad base URL" {
+		t.Fatalf("constructor error: %v, %v", p, err)
+	}
+
+	app := c
+	app.Auth = connector.Auth{GitHubApp: &connector.GitHubApp{AppID: 1, InstallationID: 2, PrivateKey: connector.NewSecret("-----BEGIN KEY-----sekrit")}}
+	built := false
+	_, err = connector.BuildForge("gitlab", app, connector.Deps{}, false, func(*http.Client) (*local.Provider, error) {
+		built = true
+		return nil, nil
+	})
+	if err == nil || built || strings.Contains(err.Error(), "sekrit") {
+		t.Fatalf("app on a token-only forge: %v (constructor ran: %v)", err, built)
+	}
+}
