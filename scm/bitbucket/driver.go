@@ -246,6 +246,11 @@ func splitRepo(repo scm.Repo, checks ...error) (string, string, error) {
 
 func (d *Driver) redact(err error) error { return scm.RedactError(err, d.bearer, d.password) }
 
+// plainError wraps an error that did not come from go-bitbucket or the REST API.
+func (d *Driver) plainError(op string, repo scm.Repo, err error) error {
+	return scm.PlainError(Name, op, repo, err, d.bearer, d.password)
+}
+
 // wrap turns a library, driver or transport error into an *scm.Error naming the call and repo.
 func (d *Driver) wrap(op string, repo scm.Repo, cl *call, err error) error {
 	if err == nil || scm.Wrapped(err) {

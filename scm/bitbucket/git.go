@@ -223,39 +223,10 @@ func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) 
 	if err != nil {
 		return "", err
 	}
-	read := scm.FileReader(d.readFile).At(repo)
-	if cur, err := d.Branch(ctx, repo, in.Branch); err == nil {
-		changes, perr := scm.PlanRevert(ctx, read, c.Hash, parent, cur.SHA, paths)
-		if perr == nil && len(changes) == 0 {
-			return cur.SHA, nil
-		}
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s and does not revert %s", in.Branch, cur.SHA, in.SHA)}}
-	} else if !errors.Is(err, scm.ErrNotFound) {
-		return "", err
-	}
-	base, err := d.Branch(ctx, repo, in.Base)
-	if err != nil {
-		return "", err
-	}
-	changes, err := scm.PlanRevert(ctx, read, c.Hash, parent, base.SHA, paths)
-	if err != nil {
-		var se *scm.Error
-		if errors.As(err, &se) {
-			return "", err
-		}
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}
-	}
-	if len(changes) == 0 {
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("already reverted: %s has the parent's version of every file %s changed", in.Base, in.SHA)}}
-	}
-	msg := in.Message
-	if msg == "" {
-		title, _, _ := strings.Cut(c.Message, "\n")
-		msg = fmt.Sprintf("Revert %q\n\nThis reverts commit %s.", title, c.Hash)
-	}
-	return d.Commit(ctx, repo, scm.CommitInput{Branch: in.Branch, Parent: base.SHA, Message: msg, Author: in.Author, Changes: changes})
+	rv := scm.FileRevert{Commit: c.Hash, Parent: parent, Message: c.Message, Paths: paths}
+	return scm.RevertFiles(ctx, d, repo, scm.FileReader(d.readFile).At(repo), in, rv, func(err error) error {
+		return d.plainError(op, repo, err)
+	})
 }
 
 // diffMode selects how Bitbucket computes a two-commit diffstat ("new..old").

@@ -268,49 +268,15 @@ func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) 
 			paths = append(paths, f.GetPreviousFilename())
 		}
 	}
-	read := scm.FileReader(d.readFile).At(repo)
-
-	// A redelivered job finds its branch: done if it already undoes the commit.
-	if cur, err := d.Branch(ctx, repo, in.Branch); err == nil {
-		changes, perr := scm.PlanRevert(ctx, read, sha, parent, cur.SHA, paths)
-		if perr == nil && len(changes) == 0 {
-			return cur.SHA, nil
-		}
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s and does not revert %s", in.Branch, cur.SHA, in.SHA)}}
-	} else if !errors.Is(err, scm.ErrNotFound) {
-		return "", err
-	}
-
-	base, err := d.Branch(ctx, repo, in.Base)
-	if err != nil {
-		return "", err
-	}
-	changes, err := scm.PlanRevert(ctx, read, sha, parent, base.SHA, paths)
-	if err != nil {
-		return "", d.wrapPlain(op, repo, err)
-	}
-	if len(changes) == 0 {
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("already reverted: %s has the parent's version of every file %s changed", in.Base, in.SHA)}}
-	}
-	msg := in.Message
-	if msg == "" {
-		title, _, _ := strings.Cut(commit.GetCommit().GetMessage(), "\n")
-		msg = fmt.Sprintf("Revert %q\n\nThis reverts commit %s.", title, sha)
-	}
-	return d.Commit(ctx, repo, scm.CommitInput{
-		Branch: in.Branch, Parent: base.SHA, Message: msg, Author: in.Author, Changes: changes,
+	rv := scm.FileRevert{Commit: sha, Parent: parent, Message: commit.GetCommit().GetMessage(), Paths: paths}
+	return scm.RevertFiles(ctx, d, repo, scm.FileReader(d.readFile).At(repo), in, rv, func(err error) error {
+		return d.wrapPlain(op, repo, err)
 	})
 }
 
 // wrapPlain wraps an error that did not come from go-github (already carrying its sentinel).
 func (d *Driver) wrapPlain(op string, repo scm.Repo, err error) error {
-	var se *scm.Error
-	if errors.As(err, &se) {
-		return err
-	}
-	return &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}
+	return scm.PlainError(Name, op, repo, err, d.secrets...)
 }
 
 func alreadyExists(resp *gh.Response, err error) bool {

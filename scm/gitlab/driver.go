@@ -193,10 +193,7 @@ func statusError(resp *http.Response, msg string) error {
 
 // plainError wraps an error that did not come from client-go.
 func (d *Driver) plainError(op string, repo scm.Repo, err error) error {
-	if scm.Wrapped(err) {
-		return err
-	}
-	return &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}
+	return scm.PlainError(Name, op, repo, err, d.secrets...)
 }
 
 func ptr[T any](v T) *T { return &v }
