@@ -86,6 +86,28 @@ type MergeInput struct {
 	Head string
 }
 
+// Done reports whether pr is merged at the head the caller reviewed (any head when SHA is
+// unset): a merge asked for again by a redelivered job has nothing left to do.
+func (in MergeInput) Done(pr *PullRequest) bool {
+	return pr.State == PRMerged && (in.SHA == "" || pr.HeadSHA == in.SHA)
+}
+
+// Refused reads a merge the forge refused against the PR as it shows it now: done when it is
+// merged at the expected head (Done); merged at another head is a ConflictError, closed a
+// NotMergeableError with the forge's reason. Any other state is (false, nil): the refusal is
+// the forge's to explain. short and long name a PR as the forge does ("MR", "merge request").
+func (in MergeInput) Refused(pr *PullRequest, short, long, reason string) (done bool, err error) {
+	switch {
+	case in.Done(pr):
+		return true, nil
+	case pr.State == PRMerged:
+		return false, &ConflictError{Msg: fmt.Sprintf("%s was already merged at head %s, not %s", short, pr.HeadSHA, in.SHA)}
+	case pr.State == PRClosed:
+		return false, &NotMergeableError{Msg: "the " + long + " is closed: " + reason}
+	}
+	return false, nil
+}
+
 // PullRequests covers the PR life cycle.
 type PullRequests interface {
 	// FindPR returns the newest PR from head into base in any state; ErrNotFound when none.

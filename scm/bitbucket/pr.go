@@ -366,7 +366,7 @@ func (d *Driver) MergePR(ctx context.Context, repo scm.Repo, number int, in scm.
 			// The destination moved while Bitbucket merged: asking again merges.
 			se.Err = &transientError{msg: se.Err.Error()}
 		case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnprocessableEntity, 555:
-			if cur, gerr := d.GetPR(ctx, repo, number); gerr == nil && cur.State == scm.PRMerged && (in.SHA == "" || cur.HeadSHA == in.SHA) {
+			if cur, gerr := d.GetPR(ctx, repo, number); gerr == nil && in.Done(cur) {
 				return cur, nil
 			}
 			nm := &scm.NotMergeableError{Msg: se.Err.Error()}

@@ -206,14 +206,12 @@ func (d *Driver) mergeError(ctx context.Context, op string, repo scm.Repo, numbe
 		// Already merged (a redelivered job) is success; closed is a clear refusal.
 		pr, gerr := d.GetPR(ctx, repo, number)
 		if gerr == nil {
-			switch {
-			case pr.State == scm.PRMerged && (in.SHA == "" || pr.HeadSHA == in.SHA):
+			done, rerr := in.Refused(pr, "PR", "pull request", msg)
+			if done {
 				return pr, nil
-			case pr.State == scm.PRMerged:
-				e.Err = &scm.ConflictError{Msg: fmt.Sprintf("PR was already merged at head %s, not %s", pr.HeadSHA, in.SHA)}
-				return nil, e
-			case pr.State == scm.PRClosed:
-				e.Err = &scm.NotMergeableError{Msg: "the pull request is closed: " + msg}
+			}
+			if rerr != nil {
+				e.Err = rerr
 				return nil, e
 			}
 		}

@@ -187,14 +187,12 @@ func (d *Driver) mergeError(ctx context.Context, op string, repo scm.Repo, numbe
 	case http.StatusMethodNotAllowed, http.StatusNotAcceptable, http.StatusUnprocessableEntity:
 		// Already merged (a redelivered job) is success.
 		if pr, gerr := d.GetPR(ctx, repo, number); gerr == nil {
+			done, rerr := in.Refused(pr, "MR", "merge request", msg)
 			switch {
-			case pr.State == scm.PRMerged && (in.SHA == "" || pr.HeadSHA == in.SHA):
+			case done:
 				return pr, nil
-			case pr.State == scm.PRMerged:
-				e.Err = &scm.ConflictError{Msg: fmt.Sprintf("MR was already merged at head %s, not %s", pr.HeadSHA, in.SHA)}
-				return nil, e
-			case pr.State == scm.PRClosed:
-				e.Err = &scm.NotMergeableError{Msg: "the merge request is closed: " + msg}
+			case rerr != nil:
+				e.Err = rerr
 				return nil, e
 			case pr.Mergeability != scm.MergeClean:
 				msg += " (" + string(pr.Mergeability) + ")"
