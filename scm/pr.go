@@ -128,6 +128,30 @@ type PullRequests interface {
 	ChangedFiles(ctx context.Context, repo Repo, number int) ([]string, error)
 }
 
+// PRReader reads one PR in full.
+type PRReader interface {
+	GetPR(ctx context.Context, repo Repo, number int) (*PullRequest, error)
+}
+
+// CheckHeadBase rejects a FindPR without its head or base branch.
+func CheckHeadBase(head, base string) error {
+	if head == "" || base == "" {
+		return errors.New("head and base branches are required")
+	}
+	return nil
+}
+
+// GetNewest is FindPR's last step once a driver has listed the PRs from head into base: the
+// one numbered newest read in full, or, when none matched (newest 0), an *Error from provider
+// matching ErrNotFound. noun names a PR as the forge does ("merge request").
+func GetNewest(ctx context.Context, p PRReader, provider, op string, repo Repo, noun, head, base string, newest int) (*PullRequest, error) {
+	if newest == 0 {
+		return nil, &Error{Provider: provider, Op: op, Repo: repo,
+			Err: fmt.Errorf("%w: no %s from %s into %s", ErrNotFound, noun, head, base)}
+	}
+	return p.GetPR(ctx, repo, newest)
+}
+
 // PRComment is a comment on a PR as the forge lists it.
 type PRComment struct {
 	ID     string

@@ -1,6 +1,7 @@
 package scm
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -37,5 +38,34 @@ func TestMergeInputRefused(t *testing.T) {
 				t.Errorf("err = %v, want %v saying %q", err, tt.sentinel, tt.msg)
 			}
 		})
+	}
+}
+
+type prsByNumber map[int]*PullRequest
+
+func (m prsByNumber) GetPR(_ context.Context, _ Repo, n int) (*PullRequest, error) {
+	if pr, ok := m[n]; ok {
+		return pr, nil
+	}
+	return nil, ErrNotFound
+}
+
+func TestGetNewest(t *testing.T) {
+	prs := prsByNumber{7: {Number: 7, State: PROpen}}
+	pr, err := GetNewest(context.Background(), prs, "gitlab", "find MR h into main", "g/p", "merge request", "h", "main", 7)
+	if err != nil || pr.Number != 7 {
+		t.Fatalf("GetNewest = %+v, %v", pr, err)
+	}
+	_, err = GetNewest(context.Background(), prs, "gitlab", "find MR h into main", "g/p", "merge request", "h", "main", 0)
+	var se *Error
+	if !errors.Is(err, ErrNotFound) || !errors.As(err, &se) || se.Provider != "gitlab" || se.Repo != "g/p" ||
+		!strings.Contains(err.Error(), "no merge request from h into main") {
+		t.Errorf("none matched: %v", err)
+	}
+	if err := CheckHeadBase("h", ""); err == nil || err.Error() != "head and base branches are required" {
+		t.Errorf("CheckHeadBase without base: %v", err)
+	}
+	if err := CheckHeadBase("h", "main"); err != nil {
+		t.Errorf("CheckHeadBase: %v", err)
 	}
 }

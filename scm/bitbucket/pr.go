@@ -120,12 +120,9 @@ func splitLabels(desc string) (string, []string) {
 // List keeps only one state filter, so this request is made directly.
 func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("find PR %s into %s", head, base)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, scm.CheckHeadBase(head, base))
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	if head == "" || base == "" {
-		return nil, d.wrap(op, repo, nil, errors.New("head and base branches are required"))
 	}
 	q := url.Values{}
 	q.Set("q", fmt.Sprintf(`source.branch.name = %s AND destination.branch.name = %s`, quote(head), quote(base)))
@@ -148,8 +145,8 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 			return nil, d.wrap(op, repo, nil, fmt.Errorf("unexpected response: %w", err))
 		}
 		for _, pr := range res.Values {
-			if pr.Source.Branch.Name == head && pr.Destination.Branch.Name == base && pr.ID > newest {
-				newest = pr.ID
+			if pr.Source.Branch.Name == head && pr.Destination.Branch.Name == base {
+				newest = max(newest, pr.ID)
 			}
 		}
 		if res.Next == "" || page > 100 {
@@ -161,11 +158,7 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 		}
 		path, q = strings.TrimPrefix(next.Path, mustPath(d.baseURL)), next.Query()
 	}
-	if newest == 0 {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: fmt.Errorf("%w: no pull request from %s into %s", scm.ErrNotFound, head, base)}
-	}
-	return d.GetPR(ctx, repo, newest)
+	return scm.GetNewest(ctx, d, Name, op, repo, "pull request", head, base, newest)
 }
 
 func mustPath(base string) string {

@@ -20,19 +20,16 @@ import (
 // full so that Mergeability is known. head may be "branch" (same repository) or "owner:branch".
 func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("find PR %s into %s", head, base)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, scm.CheckHeadBase(head, base))
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	if head == "" || base == "" {
-		return nil, d.wrap(op, repo, nil, errors.New("head and base branches are required"))
 	}
 	qualified := head
 	if !strings.Contains(head, ":") {
 		qualified = owner + ":" + head
 	}
 	opts := &gh.PullRequestListOptions{State: "all", Head: qualified, Base: base, ListOptions: gh.ListOptions{PerPage: 100}}
-	var newest *gh.PullRequest
+	newest := 0
 	for {
 		prs, resp, err := d.client.PullRequests.List(ctx, owner, name, opts)
 		if err != nil {
@@ -43,20 +40,14 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 			if pr.GetHead().GetRef() != branchOf(head) || pr.GetBase().GetRef() != base {
 				continue
 			}
-			if newest == nil || pr.GetNumber() > newest.GetNumber() {
-				newest = pr
-			}
+			newest = max(newest, pr.GetNumber())
 		}
 		if resp.NextPage == 0 {
 			break
 		}
 		opts.Page = resp.NextPage
 	}
-	if newest == nil {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: fmt.Errorf("%w: no pull request from %s into %s", scm.ErrNotFound, head, base)}
-	}
-	return d.GetPR(ctx, repo, newest.GetNumber())
+	return scm.GetNewest(ctx, d, Name, op, repo, "pull request", head, base, newest)
 }
 
 func branchOf(head string) string {

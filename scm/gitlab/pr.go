@@ -20,19 +20,16 @@ import (
 // FindPR returns the newest MR (highest IID) from head into base in any state.
 func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("find MR %s into %s", head, base)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckHeadBase(head, base))
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	if head == "" || base == "" {
-		return nil, d.wrap(op, repo, nil, errors.New("head and base branches are required"))
 	}
 	opts := &gl.ListProjectMergeRequestsOptions{
 		ListOptions:  gl.ListOptions{PerPage: 100},
 		SourceBranch: ptr(head), TargetBranch: ptr(base), State: ptr("all"),
 		OrderBy: ptr("created_at"), Sort: ptr("desc"),
 	}
-	var newest *gl.BasicMergeRequest
+	newest := 0
 	for {
 		mrs, resp, err := d.client.MergeRequests.ListProjectMergeRequests(pid, opts, gl.WithContext(ctx))
 		if err != nil {
@@ -42,20 +39,14 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 			if mr.SourceBranch != head || mr.TargetBranch != base {
 				continue
 			}
-			if newest == nil || mr.IID > newest.IID {
-				newest = mr
-			}
+			newest = max(newest, int(mr.IID))
 		}
 		if resp.NextPage == 0 {
 			break
 		}
 		opts.Page = resp.NextPage
 	}
-	if newest == nil {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: fmt.Errorf("%w: no merge request from %s into %s", scm.ErrNotFound, head, base)}
-	}
-	return d.GetPR(ctx, repo, int(newest.IID))
+	return scm.GetNewest(ctx, d, Name, op, repo, "merge request", head, base, newest)
 }
 
 // OpenPR opens an MR with labels and reviewers (usernames, resolved to ids). A draft gets
