@@ -122,11 +122,7 @@ func (b *Bitbucket) serve(w http.ResponseWriter, r *http.Request) {
 		bbError(w, 401, "Access token expired or invalid. Use a valid access token.")
 		return
 	}
-	if _, pattern := b.mux.Handler(r); pattern == "" {
-		bbError(w, 404, "Resource not found")
-		return
-	}
-	b.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ti)))
+	serveRoute(b.mux, w, r, ti, func() { bbError(w, 404, "Resource not found") })
 }
 
 func (b *Bitbucket) handle(pattern string, fn bbHandler) {
@@ -653,14 +649,7 @@ func (b *Bitbucket) createBranch(c *bbCall) {
 		bbFieldError(c.w, "target", "Commit not found: "+body.Target.Hash)
 		return
 	}
-	c.rs.mu.Lock()
-	err = b.git.moveRef(c.ctx, c.rs.owner, c.rs.name, "refs/heads/"+body.Name, sha, c.user, func(cur string) error {
-		if cur != "" {
-			return ErrExists
-		}
-		return nil
-	})
-	c.rs.mu.Unlock()
+	err = b.setRef(c.ctx, c.rs, "refs/heads/"+body.Name, sha, c.user, createOnly)
 	switch {
 	case errors.Is(err, ErrExists), errors.Is(err, ErrRefConflict):
 		writeJSON(c.w, 400, map[string]any{"type": "error", "error": map[string]any{
@@ -680,9 +669,7 @@ func (b *Bitbucket) deleteBranch(c *bbCall) {
 		bbError(c.w, 400, "Cannot delete the main branch")
 		return
 	}
-	c.rs.mu.Lock()
-	err := b.git.moveRef(c.ctx, c.rs.owner, c.rs.name, "refs/heads/"+name, "", c.user, nil)
-	c.rs.mu.Unlock()
+	err := b.setRef(c.ctx, c.rs, "refs/heads/"+name, "", c.user, nil)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		bbError(c.w, 404, fmt.Sprintf("Branch \"%s\" does not exist.", name))
@@ -1246,11 +1233,8 @@ func bbCommentJSON(v repoView, pr PullRequest, cm Comment) map[string]any {
 }
 
 func (b *Bitbucket) listComments(c *bbCall) {
-	c.rs.mu.Lock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		c.rs.mu.Unlock()
-		b.noPR(c)
 		return
 	}
 	snap := pr.snapshot()
@@ -1401,8 +1385,9 @@ func bbPushJSON(e PushEvent) map[string]any {
 	for i := len(e.Commits) - 1; i >= 0; i-- {
 		commits = append(commits, bbCommitJSON(v, e.Commits[i].Commit))
 	}
-	change := map[string]any{"new": state(e.After), "old": state(e.Before), "created": e.Before == "" || e.Before == zeroOID,
-		"closed": e.After == "" || e.After == zeroOID, "forced": false, "truncated": false, "commits": commits,
+	before, after := e.ids()
+	change := map[string]any{"new": state(e.After), "old": state(e.Before), "created": before == zeroOID,
+		"closed": after == zeroOID, "forced": false, "truncated": false, "commits": commits,
 		"links": bbLinks("html", v.Web+"/"+v.full()+"/branches/compare/"+e.After+".."+e.Before)}
 	return map[string]any{"actor": bbUserJSON(v.API, senderOr(e.Pusher, "")), "repository": bbRepoJSON(v),
 		"push": map[string]any{"changes": []any{change}}}

@@ -517,6 +517,32 @@ func (rs *repoState) pr(number int) *prState {
 	return rs.prs[number-1]
 }
 
+// serveRoute serves r through mux with the caller's token in its context; a request no route
+// matches gets the forge's own 404 (notFound) rather than the mux's plain text.
+func serveRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request, ti tokenInfo, notFound func()) {
+	if _, pattern := mux.Handler(r); pattern == "" {
+		notFound()
+		return
+	}
+	mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ti)))
+}
+
+// setRef moves ref to sha (empty deletes it) for the API user under rs's lock; check guards the
+// current value as in GitServer.moveRef (nil: any).
+func (f *Forge) setRef(ctx context.Context, rs *repoState, ref, sha, user string, check func(cur string) error) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return f.git.moveRef(ctx, rs.owner, rs.name, ref, sha, user, check)
+}
+
+// createOnly is a setRef check that refuses a ref that exists already (ErrExists).
+func createOnly(cur string) error {
+	if cur != "" {
+		return ErrExists
+	}
+	return nil
+}
+
 // prAt is the PR whose number is r's path value param, or nil.
 func (rs *repoState) prAt(r *http.Request, param string) *prState {
 	n, err := strconv.Atoi(r.PathValue(param))

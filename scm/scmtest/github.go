@@ -149,11 +149,7 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		ghError(w, http.StatusUnauthorized, "Bad credentials", "")
 		return
 	}
-	if _, pattern := g.mux.Handler(r); pattern == "" {
-		ghError(w, http.StatusNotFound, "Not Found", "")
-		return
-	}
-	g.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ti)))
+	serveRoute(g.mux, w, r, ti, func() { ghError(w, http.StatusNotFound, "Not Found", "") })
 }
 
 type tokenKey struct{}
@@ -627,6 +623,17 @@ func (g *GitHub) sigFrom(b *ghSigBody, user string) (Signature, error) {
 	return s, nil
 }
 
+// signatures are a commit's author and committer as a request names them; the committer
+// defaults to the author.
+func (g *GitHub) signatures(author, committer *ghSigBody, user string) (Signature, Signature, error) {
+	a, err := g.sigFrom(author, user)
+	if err != nil || committer == nil {
+		return a, a, err
+	}
+	c, err := g.sigFrom(committer, user)
+	return a, c, err
+}
+
 // putContents is the contents API create/update of one file: one commit per call, guarded by
 // the file's blob SHA and by the branch head.
 func (g *GitHub) putContents(c *ghCall) {
@@ -696,17 +703,10 @@ func (g *GitHub) writeContents(c *ghCall, del bool) {
 			change.Mode = existing.Mode
 		}
 	}
-	author, err := g.sigFrom(body.Author, c.user)
+	author, committer, err := g.signatures(body.Author, body.Committer, c.user)
 	if err != nil {
 		ghError(c.w, 422, err.Error(), doc)
 		return
-	}
-	committer := author
-	if body.Committer != nil {
-		if committer, err = g.sigFrom(body.Committer, c.user); err != nil {
-			ghError(c.w, 422, err.Error(), doc)
-			return
-		}
 	}
 	tree, err := c.rs.repo.buildTree(c.ctx, head, []treeChange{change})
 	if err != nil {
@@ -840,14 +840,7 @@ func (g *GitHub) createRef(c *ghCall) {
 		ghError(c.w, 422, "Object does not exist", doc)
 		return
 	}
-	c.rs.mu.Lock()
-	err := g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, body.Ref, body.SHA, c.user, func(cur string) error {
-		if cur != "" {
-			return ErrExists
-		}
-		return nil
-	})
-	c.rs.mu.Unlock()
+	err := g.setRef(c.ctx, c.rs, body.Ref, body.SHA, c.user, createOnly)
 	switch {
 	case errors.Is(err, ErrExists), errors.Is(err, ErrRefConflict):
 		ghError(c.w, 422, "Reference already exists", doc)
@@ -875,8 +868,7 @@ func (g *GitHub) updateRef(c *ghCall) {
 		ghError(c.w, 422, "Object does not exist", doc)
 		return
 	}
-	c.rs.mu.Lock()
-	err := g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, ref, body.SHA, c.user, func(cur string) error {
+	err := g.setRef(c.ctx, c.rs, ref, body.SHA, c.user, func(cur string) error {
 		if cur == "" {
 			return ErrNotFound
 		}
@@ -892,7 +884,6 @@ func (g *GitHub) updateRef(c *ghCall) {
 		}
 		return nil
 	})
-	c.rs.mu.Unlock()
 	switch {
 	case errors.Is(err, ErrNotFound):
 		ghError(c.w, 422, "Reference does not exist", doc)
@@ -909,9 +900,7 @@ func (g *GitHub) updateRef(c *ghCall) {
 
 func (g *GitHub) deleteRef(c *ghCall) {
 	ref := "refs/" + strings.TrimPrefix(c.r.PathValue("ref"), "refs/")
-	c.rs.mu.Lock()
-	err := g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, ref, "", c.user, nil)
-	c.rs.mu.Unlock()
+	err := g.setRef(c.ctx, c.rs, ref, "", c.user, nil)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		ghError(c.w, 422, "Reference does not exist", "git/refs#delete-a-reference")
@@ -964,17 +953,10 @@ func (g *GitHub) createGitCommit(c *ghCall) {
 			return
 		}
 	}
-	author, err := g.sigFrom(body.Author, c.user)
+	author, committer, err := g.signatures(body.Author, body.Committer, c.user)
 	if err != nil {
 		ghError(c.w, 422, err.Error(), doc)
 		return
-	}
-	committer := author
-	if body.Committer != nil {
-		if committer, err = g.sigFrom(body.Committer, c.user); err != nil {
-			ghError(c.w, 422, err.Error(), doc)
-			return
-		}
 	}
 	sha, err := c.rs.repo.commitTree(c.ctx, body.Tree, body.Parents, *body.Message, author, committer)
 	if err != nil {
@@ -1942,13 +1924,7 @@ func ghPRHookJSON(v repoView, pr PullRequest) map[string]any {
 }
 
 func ghPushJSON(v repoView, e PushEvent) map[string]any {
-	before, after := e.Before, e.After
-	if before == "" {
-		before = zeroOID
-	}
-	if after == "" {
-		after = zeroOID
-	}
+	before, after := e.ids()
 	commits := make([]map[string]any, 0, len(e.Commits))
 	for _, c := range e.Commits {
 		commits = append(commits, map[string]any{

@@ -172,11 +172,7 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 		glMessage(w, 401, "401 Unauthorized")
 		return
 	}
-	if _, pattern := g.mux.Handler(r); pattern == "" {
-		glErr(w, 404, "404 Not Found")
-		return
-	}
-	g.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ti)))
+	serveRoute(g.mux, w, r, ti, func() { glErr(w, 404, "404 Not Found") })
 }
 
 func (g *GitLab) handle(pattern string, fn glHandler) {
@@ -499,14 +495,7 @@ func (g *GitLab) createBranch(c *glCall) {
 		glMessage(c.w, 400, "Invalid reference name: "+ref)
 		return
 	}
-	c.rs.mu.Lock()
-	err = g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, "refs/heads/"+name, sha, c.user, func(cur string) error {
-		if cur != "" {
-			return ErrExists
-		}
-		return nil
-	})
-	c.rs.mu.Unlock()
+	err = g.setRef(c.ctx, c.rs, "refs/heads/"+name, sha, c.user, createOnly)
 	switch {
 	case errors.Is(err, ErrExists), errors.Is(err, ErrRefConflict):
 		glMessage(c.w, 400, "Branch already exists")
@@ -523,9 +512,7 @@ func (g *GitLab) deleteBranch(c *glCall) {
 		glMessage(c.w, 405, "405 Method Not Allowed")
 		return
 	}
-	c.rs.mu.Lock()
-	err := g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, "refs/heads/"+name, "", c.user, nil)
-	c.rs.mu.Unlock()
+	err := g.setRef(c.ctx, c.rs, "refs/heads/"+name, "", c.user, nil)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		glMessage(c.w, 404, "404 Branch Not Found")
@@ -1307,11 +1294,8 @@ func (g *GitLab) mrDiffs(c *glCall) {
 }
 
 func (g *GitLab) mrCommits(c *glCall) {
-	c.rs.mu.Lock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		c.rs.mu.Unlock()
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
 	g.refresh(c.ctx, c.rs, pr)
@@ -1335,11 +1319,8 @@ func glNoteJSON(v repoView, pr PullRequest, cm Comment) map[string]any {
 }
 
 func (g *GitLab) listNotes(c *glCall) {
-	c.rs.mu.Lock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		c.rs.mu.Unlock()
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
 	snap := pr.snapshot()
@@ -1489,13 +1470,7 @@ func glMRHookJSON(e PREvent) map[string]any {
 
 func glPushHookJSON(e PushEvent) map[string]any {
 	v := e.view()
-	before, after := e.Before, e.After
-	if before == "" {
-		before = zeroOID
-	}
-	if after == "" {
-		after = zeroOID
-	}
+	before, after := e.ids()
 	commits := make([]map[string]any, 0, len(e.Commits))
 	for _, c := range e.Commits {
 		commits = append(commits, map[string]any{"id": c.SHA, "message": c.Message, "title": c.Title(),
