@@ -50,10 +50,11 @@ func parseHook(_ *http.Request, h *scm.Hook) (*scm.Event, error) {
 	switch h.Kind {
 	case "repo:push":
 		return parsePush(h.Body)
-	case "pullrequest:created", "pullrequest:updated", "pullrequest:fulfilled", "pullrequest:rejected":
-		return parsePullRequestEvent(h.Kind, h.Body)
 	case "repo:commit_status_created", "repo:commit_status_updated":
 		return parseCommitStatusEvent(h.Body)
+	}
+	if _, ok := prActions[h.Kind]; ok {
+		return parsePullRequestEvent(h.Kind, h.Body)
 	}
 	return nil, nil
 }
@@ -150,6 +151,15 @@ func parsePush(data []byte) (*scm.Event, error) {
 	return nil, nil
 }
 
+// prActions maps the pullrequest:* event keys prflow uses to its actions. Bitbucket sends
+// updated for pushes and for edits alike; consumers re-read the PR.
+var prActions = map[string]scm.PRAction{
+	"pullrequest:created":   scm.PROpened,
+	"pullrequest:updated":   scm.PRSynchronize,
+	"pullrequest:fulfilled": scm.PRMergedEvt,
+	"pullrequest:rejected":  scm.PRClosedOnly,
+}
+
 func parsePullRequestEvent(kind string, data []byte) (*scm.Event, error) {
 	var p hookPREvent
 	ev, err := decodeHook(data, &p)
@@ -163,18 +173,6 @@ func parsePullRequestEvent(kind string, data []byte) (*scm.Event, error) {
 	if pr.ID <= 0 {
 		return nil, fmt.Errorf("payload has an invalid pullrequest.id %d", pr.ID)
 	}
-	var action scm.PRAction
-	switch kind {
-	case "pullrequest:created":
-		action = scm.PROpened
-	case "pullrequest:updated":
-		// Bitbucket sends updated for pushes and for edits alike; consumers re-read the PR.
-		action = scm.PRSynchronize
-	case "pullrequest:fulfilled":
-		action = scm.PRMergedEvt
-	case "pullrequest:rejected":
-		action = scm.PRClosedOnly
-	}
-	ev.Kind, ev.Action, ev.PR = scm.EventPullRequest, action, convertPR(pr)
+	ev.Kind, ev.Action, ev.PR = scm.EventPullRequest, prActions[kind], convertPR(pr)
 	return ev, nil
 }

@@ -17,6 +17,13 @@ type hookCommitStatus struct {
 	} `json:"commit_status"`
 }
 
+// hookStates maps the finished build states to prflow's.
+var hookStates = map[string]scm.StatusState{
+	"SUCCESSFUL": scm.StatusSuccess,
+	"FAILED":     scm.StatusFailure,
+	"STOPPED":    scm.StatusError,
+}
+
 // parseCommitStatusEvent normalises repo:commit_status_created/updated to an EventStatus;
 // steps waiting for checks (MergePR) wake on it.
 func parseCommitStatusEvent(data []byte) (*scm.Event, error) {
@@ -29,14 +36,9 @@ func parseCommitStatusEvent(data []byte) (*scm.Event, error) {
 	if cs == nil || cs.Commit == nil || cs.Commit.Hash == "" {
 		return nil, errors.New("payload has no commit_status.commit.hash")
 	}
-	st := scm.StatusPending
-	switch cs.State {
-	case "SUCCESSFUL":
-		st = scm.StatusSuccess
-	case "FAILED":
-		st = scm.StatusFailure
-	case "STOPPED":
-		st = scm.StatusError
+	st, ok := hookStates[cs.State]
+	if !ok {
+		st = scm.StatusPending // INPROGRESS, and states Bitbucket may add
 	}
 	ev.Kind, ev.SHA, ev.Context, ev.State = scm.EventStatus, cs.Commit.Hash, cs.Key, st
 	return ev, nil
