@@ -41,3 +41,23 @@ func TestArgumentChecks(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusCheck(t *testing.T) {
+	for _, tt := range []struct {
+		sha  string
+		st   Status
+		want string
+	}{
+		{"abc", Status{Context: "prflow/dev", State: StatusSuccess}, ""},
+		{"abc", Status{Context: "prflow/dev", State: StatusError}, ""},
+		{"", Status{Context: "prflow/dev", State: StatusSuccess}, "commit SHA and status context are required"},
+		{"abc", Status{State: StatusSuccess}, "commit SHA and status context are required"},
+		{"abc", Status{Context: "prflow/dev", State: "sucess"}, `unknown status state "sucess"`},
+		{"abc", Status{Context: "prflow/dev"}, `unknown status state ""`},
+	} {
+		err := tt.st.Check(tt.sha)
+		if (err == nil) != (tt.want == "") || (err != nil && err.Error() != tt.want) {
+			t.Errorf("Check(%q, %+v) = %v, want %q", tt.sha, tt.st, err, tt.want)
+		}
+	}
+}
