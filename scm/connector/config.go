@@ -260,35 +260,29 @@ func (p *parser) boolean(n *yaml.Node, field string) bool {
 }
 
 func (p *parser) number(n *yaml.Node, field string) float64 {
-	if n == nil {
-		return 0
-	}
-	f, err := strconv.ParseFloat(n.Value, 64)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		p.errf(n, field, "want a number, got %s", NodeKind(n))
-		return 0
-	}
-	if f < 0 {
-		p.errf(n, field, "must not be negative")
-		return 0
-	}
-	return f
+	return nonNegative(p, n, field, "a number", func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
 }
 
 func (p *parser) integer(n *yaml.Node, field string) int64 {
+	return nonNegative(p, n, field, "a whole number", func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) })
+}
+
+// nonNegative reads a scalar that parse takes and that is not below zero; anything else is
+// reported at n as not being what (a number, a whole number) and reads as 0.
+func nonNegative[T int64 | float64](p *parser, n *yaml.Node, field, what string, parse func(string) (T, error)) T {
 	if n == nil {
 		return 0
 	}
-	i, err := strconv.ParseInt(n.Value, 10, 64)
+	v, err := parse(n.Value)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		p.errf(n, field, "want a whole number, got %s", NodeKind(n))
+		p.errf(n, field, "want %s, got %s", what, NodeKind(n))
 		return 0
 	}
-	if i < 0 {
+	if v < 0 {
 		p.errf(n, field, "must not be negative")
 		return 0
 	}
-	return i
+	return v
 }
 
 func (p *parser) path(s string) string {
