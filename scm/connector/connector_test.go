@@ -213,7 +213,7 @@ func TestLoadErrors(t *testing.T) {
 		{"burst not a number", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    rateLimit: {burst: lots}\n",
 			[]string{"connectors[0].rateLimit.burst", "whole number"}},
 		{"rps not a number", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    rateLimit: {rps: fast}\n",
-			[]string{"c.yaml:5:21", "connectors[0].rateLimit.rps", "want a number, got"}},
+			[]string{"c.yaml:5:", "connectors[0].rateLimit.rps", "want a number, got"}},
 		{"rps a list", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    rateLimit: {rps: [1]}\n",
 			[]string{"connectors[0].rateLimit.rps", "want a number, got"}},
 		{"negative burst", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    rateLimit: {burst: -3}\n",
