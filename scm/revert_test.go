@@ -189,6 +189,6 @@ func TestRevertFiles(t *testing.T) {
 	withMsg := in
 	withMsg.Message = "undo the bump"
 	if _, err := RevertFiles(ctx, b, "o/r", b.files.read, withMsg, rv, named); err != nil || b.commits[0].Message != "undo the bump" {
-		t.Errorf("explicit message: %v, %q", err, b.commits)
+		t.Errorf("explicit message: %v, %+v", err, b.commits)
 	}
 }

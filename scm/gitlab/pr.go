@@ -3,7 +3,6 @@ package gitlab
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
