@@ -1170,11 +1170,7 @@ func (g *GitHub) listCommits(c *ghCall) {
 		return
 	}
 	commits, err := c.rs.repo.log(c.ctx, sha, q.Get("path"), 0)
-	if err != nil {
-		ghError(c.w, 500, err.Error(), "commits/commits#list-commits")
-		return
-	}
-	writeGHPage(c, commits, func(cm Commit) map[string]any {
+	writeGHList(c, commits, err, "commits/commits#list-commits", func(cm Commit) map[string]any {
 		return ghCommitJSON(c.rv, cm, nil, false)
 	})
 }
@@ -1609,11 +1605,7 @@ func (g *GitHub) pullFiles(c *ghCall) {
 		return
 	}
 	files, err := c.rs.repo.diff(c.ctx, from, to, true)
-	if err != nil {
-		ghError(c.w, 500, err.Error(), "")
-		return
-	}
-	writeGHPage(c, files, func(f FileChange) map[string]any {
+	writeGHList(c, files, err, "", func(f FileChange) map[string]any {
 		return ghFileJSON(c.rv, to, f, true)
 	})
 }
@@ -1957,6 +1949,15 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// writeGHList is writeGHPage for items read with err: a failed read answers 500.
+func writeGHList[T any](c *ghCall, items []T, err error, doc string, render func(T) map[string]any) {
+	if err != nil {
+		ghError(c.w, 500, err.Error(), doc)
+		return
+	}
+	writeGHPage(c, items, render)
 }
 
 // writeGHPage answers one page of items as GitHub does: per_page items (30 by default, at
