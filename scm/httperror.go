@@ -61,6 +61,15 @@ func Wrapped(err error) bool {
 	return errors.As(err, &se)
 }
 
+// PlainError names provider, op and repo on an error that did not come from a forge call,
+// with secrets removed; an *Error (a nested call named its own) passes as it is.
+func PlainError(provider, op string, repo Repo, err error, secrets ...string) error {
+	if err == nil || Wrapped(err) {
+		return err
+	}
+	return &Error{Provider: provider, Op: op, Repo: repo, Err: RedactError(err, secrets...)}
+}
+
 // Redacted stands in a driver's errors for a secret it removed.
 const Redacted = "[REDACTED]"
 

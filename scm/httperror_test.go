@@ -109,3 +109,26 @@ func TestWrapped(t *testing.T) {
 		t.Fatal("Wrapped must see a driver's *Error, also wrapped, and nothing else")
 	}
 }
+
+func TestPlainError(t *testing.T) {
+	if err := PlainError("github", "op", "o/r", nil, "tok"); err != nil {
+		t.Errorf("nil: %v", err)
+	}
+	cause := fmt.Errorf("dial https://x:tok-123@ghe.example: %w", fs.ErrPermission)
+	err := PlainError("github", "revert abc", "o/r", cause, "tok-123")
+	var se *Error
+	if !errors.As(err, &se) || se.Provider != "github" || se.Op != "revert abc" || se.Repo != "o/r" {
+		t.Fatalf("not named: %#v", err)
+	}
+	if strings.Contains(err.Error(), "tok-123") || !strings.Contains(err.Error(), Redacted) {
+		t.Errorf("secret not removed: %v", err)
+	}
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("the cause is lost: %v", err)
+	}
+	// A nested call's *Error already names its call: it passes as it is.
+	inner := &Error{Provider: "github", Op: "get branch main", Repo: "o/r", Err: ErrNotFound}
+	if got := PlainError("github", "revert abc", "o/r", fmt.Errorf("plan: %w", inner)); !errors.As(got, &se) || se != inner {
+		t.Errorf("nested *Error wrapped again: %v", got)
+	}
+}

@@ -53,6 +53,17 @@ type NewPR struct {
 	Reviewers []string
 }
 
+// Check reports the first thing missing in a NewPR, worded the same by every driver.
+func (in NewPR) Check() error {
+	switch {
+	case in.Head == "" || in.Base == "":
+		return errors.New("NewPR.Head and NewPR.Base are required")
+	case strings.TrimSpace(in.Title) == "":
+		return errors.New("NewPR.Title is empty")
+	}
+	return nil
+}
+
 // MergeMethod is how a PR is merged.
 type MergeMethod string
 
@@ -75,6 +86,28 @@ type MergeInput struct {
 	Head string
 }
 
+// Done reports whether pr is merged at the head the caller reviewed (any head when SHA is
+// unset): a merge asked for again by a redelivered job has nothing left to do.
+func (in MergeInput) Done(pr *PullRequest) bool {
+	return pr.State == PRMerged && (in.SHA == "" || pr.HeadSHA == in.SHA)
+}
+
+// Refused reads a merge the forge refused against the PR as it shows it now: done when it is
+// merged at the expected head (Done); merged at another head is a ConflictError, closed a
+// NotMergeableError with the forge's reason. Any other state is (false, nil): the refusal is
+// the forge's to explain. short and long name a PR as the forge does ("MR", "merge request").
+func (in MergeInput) Refused(pr *PullRequest, short, long, reason string) (done bool, err error) {
+	switch {
+	case in.Done(pr):
+		return true, nil
+	case pr.State == PRMerged:
+		return false, &ConflictError{Msg: fmt.Sprintf("%s was already merged at head %s, not %s", short, pr.HeadSHA, in.SHA)}
+	case pr.State == PRClosed:
+		return false, &NotMergeableError{Msg: "the " + long + " is closed: " + reason}
+	}
+	return false, nil
+}
+
 // PullRequests covers the PR life cycle.
 type PullRequests interface {
 	// FindPR returns the newest PR from head into base in any state; ErrNotFound when none.
@@ -93,6 +126,30 @@ type PullRequests interface {
 	ListComments(ctx context.Context, repo Repo, number int) ([]PRComment, error)
 	// ChangedFiles lists the paths a PR changes.
 	ChangedFiles(ctx context.Context, repo Repo, number int) ([]string, error)
+}
+
+// PRReader reads one PR in full.
+type PRReader interface {
+	GetPR(ctx context.Context, repo Repo, number int) (*PullRequest, error)
+}
+
+// CheckHeadBase rejects a FindPR without its head or base branch.
+func CheckHeadBase(head, base string) error {
+	if head == "" || base == "" {
+		return errors.New("head and base branches are required")
+	}
+	return nil
+}
+
+// GetNewest is FindPR's last step once a driver has listed the PRs from head into base: the
+// one numbered newest read in full, or, when none matched (newest 0), an *Error from provider
+// matching ErrNotFound. noun names a PR as the forge does ("merge request").
+func GetNewest(ctx context.Context, p PRReader, provider, op string, repo Repo, noun, head, base string, newest int) (*PullRequest, error) {
+	if newest == 0 {
+		return nil, &Error{Provider: provider, Op: op, Repo: repo,
+			Err: fmt.Errorf("%w: no %s from %s into %s", ErrNotFound, noun, head, base)}
+	}
+	return p.GetPR(ctx, repo, newest)
 }
 
 // PRComment is a comment on a PR as the forge lists it.

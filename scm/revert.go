@@ -3,8 +3,10 @@ package scm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // FileAt reads path as it is in commit. A missing file is (nil, false, nil), not an error, so that
@@ -73,6 +75,55 @@ func PlanRevert(ctx context.Context, read FileAt, commit, parent, head string, p
 		}
 	}
 	return changes, nil
+}
+
+// FileRevert is the commit a forge without a revert API (GitHub, Bitbucket) undoes at file
+// level, as the driver read it.
+type FileRevert struct {
+	Commit  string   // full SHA of the commit to undo
+	Parent  string   // full SHA of its mainline parent
+	Message string   // its message; the default revert message quotes the first line
+	Paths   []string // the paths Commit changed relative to Parent
+}
+
+// BranchCommitter is the part of Git that RevertFiles writes through.
+type BranchCommitter interface {
+	Branch(ctx context.Context, repo Repo, name string) (Ref, error)
+	Commit(ctx context.Context, repo Repo, in CommitInput) (string, error)
+}
+
+// RevertFiles makes the commit that undoes rv on the new branch in.Branch from in.Base, planned
+// by PlanRevert over read. A redelivered job that finds in.Branch already undoing the commit
+// gets its head back; the branch elsewhere, a base that has every file back already, or files
+// changed again since are errors matching ErrConflict. fail names the driver, call and repo on
+// errors that are not an *Error yet (and removes secrets).
+func RevertFiles(ctx context.Context, g BranchCommitter, repo Repo, read FileAt, in RevertInput, rv FileRevert, fail func(error) error) (string, error) {
+	if cur, err := g.Branch(ctx, repo, in.Branch); err == nil {
+		changes, perr := PlanRevert(ctx, read, rv.Commit, rv.Parent, cur.SHA, rv.Paths)
+		if perr == nil && len(changes) == 0 {
+			return cur.SHA, nil
+		}
+		return "", fail(&ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s and does not revert %s", in.Branch, cur.SHA, in.SHA)})
+	} else if !errors.Is(err, ErrNotFound) {
+		return "", err
+	}
+	base, err := g.Branch(ctx, repo, in.Base)
+	if err != nil {
+		return "", err
+	}
+	changes, err := PlanRevert(ctx, read, rv.Commit, rv.Parent, base.SHA, rv.Paths)
+	if err != nil {
+		return "", fail(err)
+	}
+	if len(changes) == 0 {
+		return "", fail(&ConflictError{Msg: fmt.Sprintf("already reverted: %s has the parent's version of every file %s changed", in.Base, in.SHA)})
+	}
+	msg := in.Message
+	if msg == "" {
+		title, _, _ := strings.Cut(rv.Message, "\n")
+		msg = fmt.Sprintf("Revert %q\n\nThis reverts commit %s.", title, rv.Commit)
+	}
+	return g.Commit(ctx, repo, CommitInput{Branch: in.Branch, Parent: base.SHA, Message: msg, Author: in.Author, Changes: changes})
 }
 
 func sameFile(a []byte, aOK bool, b []byte, bOK bool) bool {

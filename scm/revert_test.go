@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -70,5 +72,123 @@ func TestNotMergeableError(t *testing.T) {
 	}
 	if got := err.Error(); got != "merge PR #3: not mergeable: conflicts in [envs/prod.yaml]: conflicts" {
 		t.Fatalf("message %q", got)
+	}
+}
+
+// branches is an in-memory BranchCommitter over trees: Commit applies the changes to the
+// parent's files as a new commit, and the branch must not have moved.
+type branches struct {
+	mu      sync.Mutex
+	files   trees
+	heads   map[string]string
+	commits []CommitInput
+}
+
+func (b *branches) Branch(_ context.Context, _ Repo, name string) (Ref, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sha, ok := b.heads[name]
+	if !ok {
+		return Ref{}, fmt.Errorf("branch %s: %w", name, ErrNotFound)
+	}
+	return Ref{Name: name, SHA: sha}, nil
+}
+
+func (b *branches) Commit(_ context.Context, _ Repo, in CommitInput) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur, ok := b.heads[in.Branch]; ok && cur != in.Parent {
+		return "", &ConflictError{Msg: "branch moved"}
+	}
+	sha := fmt.Sprintf("R%d", len(b.commits)+1)
+	files := map[string]string{}
+	for k, v := range b.files[in.Parent] {
+		files[k] = v
+	}
+	for _, c := range in.Changes {
+		if c.Delete {
+			delete(files, c.Path)
+		} else {
+			files[c.Path] = string(c.Content)
+		}
+	}
+	b.files[sha] = files
+	b.heads[in.Branch] = sha
+	b.commits = append(b.commits, in)
+	return sha, nil
+}
+
+func TestRevertFiles(t *testing.T) {
+	ctx := context.Background()
+	newRepo := func() *branches {
+		return &branches{
+			files: trees{
+				"P": {"a": "1"},
+				"C": {"a": "2", "new": "x"},
+				"H": {"a": "2", "new": "x", "other": "y"},
+			},
+			heads: map[string]string{"main": "H"},
+		}
+	}
+	rv := FileRevert{Commit: "C", Parent: "P", Message: "Bump a\n\nbody", Paths: []string{"a", "new"}}
+	in := RevertInput{SHA: "C", Base: "main", Branch: "revert-C"}
+	named := func(err error) error { return fmt.Errorf("fake: revert: %w", err) }
+
+	b := newRepo()
+	sha, err := RevertFiles(ctx, b, "o/r", b.files.read, in, rv, named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.files[sha]; len(got) != 2 || got["a"] != "1" || got["other"] != "y" {
+		t.Errorf("reverted tree = %v", got)
+	}
+	if msg := b.commits[0].Message; msg != "Revert \"Bump a\"\n\nThis reverts commit C." {
+		t.Errorf("message = %q", msg)
+	}
+
+	// A redelivered job finds its branch already undoing the commit: the same head, no commit.
+	again, err := RevertFiles(ctx, b, "o/r", b.files.read, in, rv, named)
+	if err != nil || again != sha || len(b.commits) != 1 {
+		t.Errorf("redelivery = %s, %v with %d commits", again, err, len(b.commits))
+	}
+
+	// The branch exists elsewhere: a conflict, named by the driver.
+	b = newRepo()
+	b.heads["revert-C"] = "H"
+	_, err = RevertFiles(ctx, b, "o/r", b.files.read, in, rv, named)
+	if !errors.Is(err, ErrConflict) || !strings.HasPrefix(err.Error(), "fake: revert: ") || !strings.Contains(err.Error(), "already exists at H") {
+		t.Errorf("branch elsewhere: %v", err)
+	}
+
+	// The base already has the parent's files: nothing to revert is a conflict, no commit.
+	b = newRepo()
+	b.heads["main"] = "P"
+	_, err = RevertFiles(ctx, b, "o/r", b.files.read, in, rv, named)
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "already reverted") || len(b.commits) != 0 {
+		t.Errorf("already reverted: %v", err)
+	}
+
+	// A file changed again since: the planner's conflict lists it.
+	b = newRepo()
+	b.files["H"]["a"] = "3"
+	_, err = RevertFiles(ctx, b, "o/r", b.files.read, in, rv, named)
+	var ce *ConflictError
+	if !errors.As(err, &ce) || len(ce.Files) != 1 || ce.Files[0] != "a" || len(b.commits) != 0 {
+		t.Errorf("changed again: %v", err)
+	}
+
+	// A missing base is the branch read's own error, passed as it is.
+	b = newRepo()
+	_, err = RevertFiles(ctx, b, "o/r", b.files.read, RevertInput{SHA: "C", Base: "nope", Branch: "r"}, rv, named)
+	if !errors.Is(err, ErrNotFound) || strings.HasPrefix(err.Error(), "fake:") {
+		t.Errorf("missing base: %v", err)
+	}
+
+	// An explicit message is kept.
+	b = newRepo()
+	withMsg := in
+	withMsg.Message = "undo the bump"
+	if _, err := RevertFiles(ctx, b, "o/r", b.files.read, withMsg, rv, named); err != nil || b.commits[0].Message != "undo the bump" {
+		t.Errorf("explicit message: %v, %+v", err, b.commits)
 	}
 }

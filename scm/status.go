@@ -1,6 +1,10 @@
 package scm
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
 // StatusState is a commit status, normalised.
 type StatusState string
@@ -18,6 +22,19 @@ type Status struct {
 	State       StatusState
 	Description string
 	TargetURL   string
+}
+
+// Check reports a status for sha that names no commit or context, or an unknown state, the
+// same way on every driver.
+func (st Status) Check(sha string) error {
+	if sha == "" || st.Context == "" {
+		return errors.New("commit SHA and status context are required")
+	}
+	switch st.State {
+	case StatusPending, StatusSuccess, StatusFailure, StatusError:
+		return nil
+	}
+	return fmt.Errorf("unknown status state %q", st.State)
 }
 
 // Statuses sets commit statuses.

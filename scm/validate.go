@@ -9,6 +9,33 @@ import (
 // Checks every driver makes before calling its forge, so bad input fails the same way
 // everywhere, with the field named, and never reaches the network.
 
+// FirstError is the first of errs that is not nil: a driver names its repository's own
+// error first and then the checks of a call's arguments, in the order they are reported.
+func FirstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckSHA rejects a missing commit SHA.
+func CheckSHA(sha string) error {
+	if sha == "" {
+		return errors.New("empty commit SHA")
+	}
+	return nil
+}
+
+// CheckComment rejects a comment with nothing to say.
+func CheckComment(body string) error {
+	if strings.TrimSpace(body) == "" {
+		return errors.New("empty comment")
+	}
+	return nil
+}
+
 // CheckBranch rejects names git or a forge would refuse.
 func CheckBranch(name string) error {
 	switch {

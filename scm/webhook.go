@@ -109,10 +109,62 @@ func ReadWebhookBody(r *http.Request, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// VerifyHMACSHA256 checks a "sha256=<hex HMAC-SHA256(body)>" signature header (GitHub's
-// X-Hub-Signature-256, Bitbucket Cloud's X-Hub-Signature) in constant time. Without a secret
-// it fails unless allowUnsigned (dev setups) is set.
-func VerifyHMACSHA256(headerName, header string, body, secret []byte, allowUnsigned bool) error {
+// WebhookSettings are the settings every forge's webhook parser takes. Each driver's
+// WebhookParser is this type with the forge's ParseWebhook, so the zero value is ready to use
+// and refuses unsigned deliveries.
+type WebhookSettings struct {
+	// MaxBody limits the request body in bytes; 0 means DefaultMaxWebhookBody.
+	MaxBody int64
+	// AllowUnsigned accepts deliveries without a signature or token when the secret is empty.
+	// It exists for local development only; a configured secret is always enforced.
+	AllowUnsigned bool
+	// Now stamps Event.Received; nil means time.Now.
+	Now func() time.Time
+}
+
+// HookFormat is what one forge's webhooks differ in: headers, signature scheme and payloads.
+type HookFormat struct {
+	Provider    string
+	EventHeader string
+	// DeliveryHeaders name the delivery id; the first one the request carries is used.
+	DeliveryHeaders []string
+	// SignatureHeader carries the signature or token Verify checks.
+	SignatureHeader string
+	// Verify checks a present signature against the body and a configured secret.
+	Verify func(headerName, signature string, body, secret []byte) error
+	// Parse normalises a verified hook that names its event; (nil, nil) ignores the kind.
+	Parse func(r *http.Request, h *Hook) (*Event, error)
+}
+
+// Parse reads, verifies and normalises one webhook in format f: the body within MaxBody, the
+// signature before anything in the body is looked at, then the forge's payload. Errors name
+// the forge, event and delivery.
+func (s WebhookSettings) Parse(r *http.Request, secret []byte, f *HookFormat) (*Event, error) {
+	delivery := f.DeliveryHeaders[len(f.DeliveryHeaders)-1]
+	for _, name := range f.DeliveryHeaders {
+		if r.Header.Get(name) != "" {
+			delivery = name
+			break
+		}
+	}
+	h, err := ReadHook(r, f.Provider, f.EventHeader, delivery, s.MaxBody)
+	if err != nil {
+		return nil, err
+	}
+	if err := VerifyHookSecret(f.SignatureHeader, r.Header.Get(f.SignatureHeader), h.Body, secret, s.AllowUnsigned, f.Verify); err != nil {
+		return nil, h.Errorf("%w", err)
+	}
+	if h.Kind == "" {
+		return nil, h.Errorf("missing %s header", f.EventHeader)
+	}
+	ev, err := f.Parse(r, h)
+	return h.Finish(ev, err, s.Now)
+}
+
+// VerifyHookSecret is the check every forge starts with: without a secret a delivery is
+// refused unless allowUnsigned (dev setups); with one, a missing header is refused and a
+// present one goes to check.
+func VerifyHookSecret(headerName, header string, body, secret []byte, allowUnsigned bool, check func(headerName, header string, body, secret []byte) error) error {
 	if len(secret) == 0 {
 		if allowUnsigned {
 			return nil
@@ -122,6 +174,13 @@ func VerifyHMACSHA256(headerName, header string, body, secret []byte, allowUnsig
 	if header == "" {
 		return fmt.Errorf("missing %s header: %w", headerName, ErrBadSignature)
 	}
+	return check(headerName, header, body, secret)
+}
+
+// VerifyHMACSHA256 checks a "sha256=<hex HMAC-SHA256(body)>" signature (GitHub's
+// X-Hub-Signature-256, Bitbucket Cloud's X-Hub-Signature) in constant time. It is a
+// HookFormat.Verify: VerifyHookSecret has already refused an empty secret or header.
+func VerifyHMACSHA256(headerName, header string, body, secret []byte) error {
 	hexSig, ok := strings.CutPrefix(header, "sha256=")
 	if !ok {
 		return fmt.Errorf("%s is not of the form sha256=<hex>: %w", headerName, ErrBadSignature)

@@ -17,11 +17,8 @@ import (
 // common commit; the two commits are then looked up to tell which (ErrNotFound, or false).
 func (d *Driver) IsAncestor(ctx context.Context, repo scm.Repo, ancestor, descendant string) (bool, error) {
 	op := fmt.Sprintf("merge base of %.12s and %.12s", ancestor, descendant)
-	ws, slug, err := splitRepo(repo)
-	if err != nil {
-		return false, d.wrap(op, repo, nil, err)
-	}
-	a, desc, err := scm.CheckAncestryArgs(ancestor, descendant)
+	a, desc, argErr := scm.CheckAncestryArgs(ancestor, descendant)
+	ws, slug, err := splitRepo(repo, argErr)
 	if err != nil {
 		return false, d.wrap(op, repo, nil, err)
 	}

@@ -3,7 +3,6 @@ package bitbucket
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,29 +15,14 @@ import (
 // ReadFile returns path at ref (GET /src/{commit}/{path}). A branch name containing "/" is
 // resolved to its commit first, because /src/{ref}/{path} cannot tell where such a name ends.
 func (d *Driver) ReadFile(ctx context.Context, repo scm.Repo, ref, path string) ([]byte, error) {
-	op := fmt.Sprintf("read file %s@%s", path, ref)
-	data, ok, err := d.readFile(ctx, repo, op, ref, path)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo, Status: http.StatusNotFound,
-			Err: fmt.Errorf("%w: no file %s at %s", scm.ErrNotFound, path, ref)}
-	}
-	return data, nil
+	return scm.FileReader(d.readFile).ReadFile(ctx, Name, repo, ref, path)
 }
 
 // readFile reports a missing file as ok=false (see scm.FileAt).
 func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path string) ([]byte, bool, error) {
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, scm.CheckRead(ref, path))
 	if err != nil {
 		return nil, false, d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckPath(path); err != nil {
-		return nil, false, d.wrap(op, repo, nil, err)
-	}
-	if ref == "" {
-		return nil, false, d.wrap(op, repo, nil, errors.New("empty ref"))
 	}
 	commit := ref
 	if strings.Contains(ref, "/") {

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	bb "github.com/ktrysmt/go-bitbucket"
 
@@ -49,18 +48,14 @@ type Driver struct {
 	ancestry scm.AncestryCache
 }
 
-var (
-	_ scm.Provider = (*Driver)(nil)
-	_ scm.Checker  = (*Driver)(nil)
-)
+var _ scm.Forge = (*Driver)(nil)
 
 type config struct {
-	baseURL    string
-	bearer     string
-	user       string
-	password   string
-	httpClient *http.Client
-	log        *slog.Logger
+	scm.ClientOptions
+	baseURL  string
+	bearer   string
+	user     string
+	password string
 }
 
 // Option configures New.
@@ -78,12 +73,11 @@ func WithBasicAuth(user, secret string) Option {
 	return func(c *config) { c.user, c.password = user, secret }
 }
 
-// WithHTTPClient sets the HTTP client, normally one whose transport adds rate limiting,
-// retries, TLS settings and metrics (scm/transport). Its Timeout bounds every request.
-func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
+// WithHTTPClient sets scm.ClientOptions.HTTPClient (default: one with scm.DefaultTimeout).
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.HTTPClient = hc } }
 
-// WithLogger sets the logger (default: discard). Tokens never reach it.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+// WithLogger sets scm.ClientOptions.Logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
 
 // New builds a driver. One of WithToken and WithBasicAuth is required.
 func New(opts ...Option) (*Driver, error) {
@@ -107,13 +101,7 @@ func New(opts ...Option) (*Driver, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("bitbucket: base URL %q is not an http(s) URL", c.baseURL)
 	}
-	d := &Driver{baseURL: base, bearer: c.bearer, user: c.user, password: c.password, hc: c.httpClient, log: c.log}
-	if d.hc == nil {
-		d.hc = &http.Client{Timeout: 30 * time.Second}
-	}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
-	}
+	d := &Driver{baseURL: base, bearer: c.bearer, user: c.user, password: c.password, hc: c.Client(), log: c.Log()}
 	return d, nil
 }
 
@@ -246,16 +234,22 @@ func (d *Driver) RepoExists(ctx context.Context, repo scm.Repo) error {
 	return d.wrap(op, repo, cl, err)
 }
 
-// splitRepo parses "workspace/slug".
-func splitRepo(repo scm.Repo) (string, string, error) {
+// splitRepo parses "workspace/slug"; its error is a bad name, else the first failed check of
+// the call's arguments.
+func splitRepo(repo scm.Repo, checks ...error) (string, string, error) {
 	ws, slug, ok := strings.Cut(string(repo), "/")
 	if !ok || ws == "" || slug == "" || strings.Contains(slug, "/") || strings.ContainsAny(string(repo), " \t\n?#%") {
 		return "", "", fmt.Errorf("invalid repository name %q: want workspace/slug", string(repo))
 	}
-	return ws, slug, nil
+	return ws, slug, scm.FirstError(checks...)
 }
 
 func (d *Driver) redact(err error) error { return scm.RedactError(err, d.bearer, d.password) }
+
+// plainError wraps an error that did not come from go-bitbucket or the REST API.
+func (d *Driver) plainError(op string, repo scm.Repo, err error) error {
+	return scm.PlainError(Name, op, repo, err, d.bearer, d.password)
+}
 
 // wrap turns a library, driver or transport error into an *scm.Error naming the call and repo.
 func (d *Driver) wrap(op string, repo scm.Repo, cl *call, err error) error {

@@ -17,11 +17,8 @@ import (
 // Branch returns a branch head; ErrNotFound when the branch does not exist.
 func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Ref, error) {
 	op := "get branch " + name
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, checkBranch(name))
 	if err != nil {
-		return scm.Ref{}, d.wrap(op, repo, nil, err)
-	}
-	if err := checkBranch(name); err != nil {
 		return scm.Ref{}, d.wrap(op, repo, nil, err)
 	}
 	cl, err := d.call(ctx, false)
@@ -43,15 +40,9 @@ func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Re
 // fails with ErrConflict when it points elsewhere.
 func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha string) error {
 	op := fmt.Sprintf("create branch %s at %s", name, sha)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, checkBranch(name), scm.CheckSHA(sha))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if err := checkBranch(name); err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	if sha == "" {
-		return d.wrap(op, repo, nil, errors.New("empty commit SHA"))
 	}
 	cl, err := d.call(ctx, true)
 	if err != nil {
@@ -80,11 +71,8 @@ func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha stri
 // DeleteBranch deletes name; ErrNotFound when it does not exist.
 func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) error {
 	op := "delete branch " + name
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, checkBranch(name))
 	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	if err := checkBranch(name); err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
 	cl, err := d.call(ctx, false)
@@ -138,11 +126,8 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 			Err: fmt.Errorf("%w: Bitbucket's /src cannot move a branch off its history", scm.ErrNotSupported)}
 	}
 	op := "commit to " + in.Branch
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, checkCommitInput(in))
 	if err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := checkCommitInput(in); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	if len(in.Changes) == 0 {
@@ -207,14 +192,8 @@ func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) 
 // in.Branch already exists and already undoes in.SHA (a redelivered job), its head is returned.
 func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) (string, error) {
 	op := fmt.Sprintf("revert %s onto %s", in.SHA, in.Branch)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, in.Check(), checkBranch(in.Branch))
 	if err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := in.Check(); err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := checkBranch(in.Branch); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	c, err := d.commit(ctx, repo, in.SHA)
@@ -244,41 +223,10 @@ func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) 
 	if err != nil {
 		return "", err
 	}
-	read := func(ctx context.Context, at, p string) ([]byte, bool, error) {
-		return d.readFile(ctx, repo, fmt.Sprintf("read file %s@%s", p, at), at, p)
-	}
-	if cur, err := d.Branch(ctx, repo, in.Branch); err == nil {
-		changes, perr := scm.PlanRevert(ctx, read, c.Hash, parent, cur.SHA, paths)
-		if perr == nil && len(changes) == 0 {
-			return cur.SHA, nil
-		}
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s and does not revert %s", in.Branch, cur.SHA, in.SHA)}}
-	} else if !errors.Is(err, scm.ErrNotFound) {
-		return "", err
-	}
-	base, err := d.Branch(ctx, repo, in.Base)
-	if err != nil {
-		return "", err
-	}
-	changes, err := scm.PlanRevert(ctx, read, c.Hash, parent, base.SHA, paths)
-	if err != nil {
-		var se *scm.Error
-		if errors.As(err, &se) {
-			return "", err
-		}
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}
-	}
-	if len(changes) == 0 {
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("already reverted: %s has the parent's version of every file %s changed", in.Base, in.SHA)}}
-	}
-	msg := in.Message
-	if msg == "" {
-		title, _, _ := strings.Cut(c.Message, "\n")
-		msg = fmt.Sprintf("Revert %q\n\nThis reverts commit %s.", title, c.Hash)
-	}
-	return d.Commit(ctx, repo, scm.CommitInput{Branch: in.Branch, Parent: base.SHA, Message: msg, Author: in.Author, Changes: changes})
+	rv := scm.FileRevert{Commit: c.Hash, Parent: parent, Message: c.Message, Paths: paths}
+	return scm.RevertFiles(ctx, d, repo, scm.FileReader(d.readFile).At(repo), in, rv, func(err error) error {
+		return d.plainError(op, repo, err)
+	})
 }
 
 // diffMode selects how Bitbucket computes a two-commit diffstat ("new..old").

@@ -120,12 +120,9 @@ func splitLabels(desc string) (string, []string) {
 // List keeps only one state filter, so this request is made directly.
 func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("find PR %s into %s", head, base)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, scm.CheckHeadBase(head, base))
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	if head == "" || base == "" {
-		return nil, d.wrap(op, repo, nil, errors.New("head and base branches are required"))
 	}
 	q := url.Values{}
 	q.Set("q", fmt.Sprintf(`source.branch.name = %s AND destination.branch.name = %s`, quote(head), quote(base)))
@@ -148,8 +145,8 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 			return nil, d.wrap(op, repo, nil, fmt.Errorf("unexpected response: %w", err))
 		}
 		for _, pr := range res.Values {
-			if pr.Source.Branch.Name == head && pr.Destination.Branch.Name == base && pr.ID > newest {
-				newest = pr.ID
+			if pr.Source.Branch.Name == head && pr.Destination.Branch.Name == base {
+				newest = max(newest, pr.ID)
 			}
 		}
 		if res.Next == "" || page > 100 {
@@ -161,11 +158,7 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 		}
 		path, q = strings.TrimPrefix(next.Path, mustPath(d.baseURL)), next.Query()
 	}
-	if newest == 0 {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: fmt.Errorf("%w: no pull request from %s into %s", scm.ErrNotFound, head, base)}
-	}
-	return d.GetPR(ctx, repo, newest)
+	return scm.GetNewest(ctx, d, Name, op, repo, "pull request", head, base, newest)
 }
 
 func mustPath(base string) string {
@@ -187,15 +180,9 @@ func quote(s string) string {
 // same branches is adopted instead of failing.
 func (d *Driver) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("open PR %s into %s", in.Head, in.Base)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, in.Check())
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	switch {
-	case in.Head == "" || in.Base == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Head and NewPR.Base are required"))
-	case strings.TrimSpace(in.Title) == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Title is empty"))
 	}
 	for _, r := range in.Reviewers {
 		if !strings.HasPrefix(r, "{") || !strings.HasSuffix(r, "}") {
@@ -372,7 +359,7 @@ func (d *Driver) MergePR(ctx context.Context, repo scm.Repo, number int, in scm.
 			// The destination moved while Bitbucket merged: asking again merges.
 			se.Err = &transientError{msg: se.Err.Error()}
 		case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnprocessableEntity, 555:
-			if cur, gerr := d.GetPR(ctx, repo, number); gerr == nil && cur.State == scm.PRMerged && (in.SHA == "" || cur.HeadSHA == in.SHA) {
+			if cur, gerr := d.GetPR(ctx, repo, number); gerr == nil && in.Done(cur) {
 				return cur, nil
 			}
 			nm := &scm.NotMergeableError{Msg: se.Err.Error()}
@@ -433,12 +420,9 @@ func (d *Driver) ClosePR(ctx context.Context, repo scm.Repo, number int) error {
 // Comment adds a comment to the PR.
 func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body string) error {
 	op := fmt.Sprintf("comment on PR #%d", number)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, scm.CheckComment(body))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if strings.TrimSpace(body) == "" {
-		return d.wrap(op, repo, nil, errors.New("empty comment"))
 	}
 	cl, err := d.call(ctx, false)
 	if err != nil {

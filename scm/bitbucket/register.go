@@ -1,6 +1,8 @@
 package bitbucket
 
 import (
+	"net/http"
+
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
 )
@@ -12,20 +14,11 @@ func init() { connector.Register(Name, FromConfig) }
 // access token sent as Bearer; with another username (the Atlassian account email) it is an
 // API token sent with basic auth. baseURL defaults to api.bitbucket.org/2.0.
 func FromConfig(c connector.Config, d connector.Deps) (scm.Provider, error) {
-	hc, err := c.ForgeClient(d, Name, false)
-	if err != nil {
-		return nil, err
+	auth := WithToken(c.Auth.Token.Value())
+	if user := c.Auth.Username; user != "" && user != "x-token-auth" {
+		auth = WithBasicAuth(user, c.Auth.Token.Value())
 	}
-	opts := []Option{WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithLogger(d.Logger)}
-	switch user := c.Auth.Username; user {
-	case "", "x-token-auth":
-		opts = append(opts, WithToken(c.Auth.Token.Value()))
-	default:
-		opts = append(opts, WithBasicAuth(user, c.Auth.Token.Value()))
-	}
-	p, err := New(opts...)
-	if err != nil {
-		return nil, connector.ForgeError(Name, c, err)
-	}
-	return p, nil
+	return connector.BuildForge(Name, c, d, false, func(hc *http.Client) (*Driver, error) {
+		return New(WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithLogger(d.Logger), auth)
+	})
 }

@@ -16,26 +16,16 @@ const maxStatusKey = 40
 // Bitbucket requires a URL; without TargetURL the repository's web page is used.
 func (d *Driver) SetStatus(ctx context.Context, repo scm.Repo, sha string, st scm.Status) error {
 	op := fmt.Sprintf("set status %s on %s", st.Context, sha)
-	ws, slug, err := splitRepo(repo)
+	ws, slug, err := splitRepo(repo, st.Check(sha), checkStatusKey(st.Context))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
-	if sha == "" || st.Context == "" {
-		return d.wrap(op, repo, nil, fmt.Errorf("commit SHA and status context are required"))
-	}
-	if len(st.Context) > maxStatusKey {
-		return d.wrap(op, repo, nil, fmt.Errorf("status context %q is longer than Bitbucket's %d characters", st.Context, maxStatusKey))
-	}
-	var state string
+	state := "INPROGRESS"
 	switch st.State {
-	case scm.StatusPending:
-		state = "INPROGRESS"
 	case scm.StatusSuccess:
 		state = "SUCCESSFUL"
 	case scm.StatusFailure, scm.StatusError:
 		state = "FAILED"
-	default:
-		return d.wrap(op, repo, nil, fmt.Errorf("unknown status state %q", st.State))
 	}
 	target := st.TargetURL
 	if target == "" {
@@ -50,6 +40,14 @@ func (d *Driver) SetStatus(ctx context.Context, repo scm.Repo, sha string, st sc
 	_, err = cl.c.Repositories.Commits.CreateCommitStatus(&bb.CommitsOptions{Owner: ws, RepoSlug: slug, Revision: sha},
 		&bb.CommitStatusOptions{Key: st.Context, Name: st.Context, State: state, Url: target, Description: st.Description})
 	return d.wrap(op, repo, cl, err)
+}
+
+// checkStatusKey refuses a status context Bitbucket would not take as a build key.
+func checkStatusKey(key string) error {
+	if len(key) > maxStatusKey {
+		return fmt.Errorf("status context %q is longer than Bitbucket's %d characters", key, maxStatusKey)
+	}
+	return nil
 }
 
 func (d *Driver) repoWebURL(ctx context.Context, repo scm.Repo, ws, slug string) (string, error) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/prflow/prflow/scm"
 )
@@ -21,17 +20,19 @@ const (
 
 // WebhookParser verifies and normalises Bitbucket Cloud webhooks (repo:push and
 // pullrequest:*). The zero value is ready to use and refuses unsigned deliveries.
-type WebhookParser struct {
-	// MaxBody limits the request body in bytes; 0 means DefaultMaxWebhookBody.
-	MaxBody int64
-	// AllowUnsigned accepts deliveries without a signature when the secret is empty (local
-	// development only); a configured secret is always enforced.
-	AllowUnsigned bool
-	// Now stamps Event.Received; nil means time.Now.
-	Now func() time.Time
-}
+type WebhookParser scm.WebhookSettings
 
 var _ scm.WebhookParser = (*WebhookParser)(nil)
+
+// hookFormat is how Bitbucket Cloud signs, names and shapes its webhooks.
+var hookFormat = &scm.HookFormat{
+	Provider:        Name,
+	EventHeader:     headerEvent,
+	DeliveryHeaders: []string{headerDelivery},
+	SignatureHeader: headerSignature,
+	Verify:          scm.VerifyHMACSHA256,
+	Parse:           parseHook,
+}
 
 // ParseWebhook verifies X-Hub-Signature (HMAC-SHA256) in constant time and returns the
 // normalised event. A push carrying several branch updates yields the first branch update;
@@ -42,27 +43,20 @@ var _ scm.WebhookParser = (*WebhookParser)(nil)
 // "synchronized", and no labeled, unlabeled, edited, ready_for_review or converted_to_draft
 // action is ever sent.
 func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event, error) {
-	h, err := scm.ReadHook(r, Name, headerEvent, headerDelivery, p.MaxBody)
-	if err != nil {
-		return nil, err
-	}
-	if err := scm.VerifyHMACSHA256(headerSignature, r.Header.Get(headerSignature), h.Body, secret, p.AllowUnsigned); err != nil {
-		return nil, h.Errorf("%w", err)
-	}
-	var ev *scm.Event
+	return scm.WebhookSettings(*p).Parse(r, secret, hookFormat)
+}
+
+func parseHook(_ *http.Request, h *scm.Hook) (*scm.Event, error) {
 	switch h.Kind {
-	case "":
-		return nil, h.Errorf("missing %s header", headerEvent)
 	case "repo:push":
-		ev, err = parsePush(h.Body)
-	case "pullrequest:created", "pullrequest:updated", "pullrequest:fulfilled", "pullrequest:rejected":
-		ev, err = parsePullRequestEvent(h.Kind, h.Body)
+		return parsePush(h.Body)
 	case "repo:commit_status_created", "repo:commit_status_updated":
-		ev, err = parseCommitStatusEvent(h.Body)
-	default:
-		return nil, nil
+		return parseCommitStatusEvent(h.Body)
 	}
-	return h.Finish(ev, err, p.Now)
+	if _, ok := prActions[h.Kind]; ok {
+		return parsePullRequestEvent(h.Kind, h.Body)
+	}
+	return nil, nil
 }
 
 type hookRepo struct {
@@ -92,10 +86,30 @@ type hookRefState struct {
 	} `json:"target"`
 }
 
-type hookPush struct {
+// hookHead is what every Bitbucket event names: who acted, in which repository.
+type hookHead struct {
 	Actor      *hookActor `json:"actor"`
 	Repository *hookRepo  `json:"repository"`
-	Push       struct {
+}
+
+func (h *hookHead) head() *hookHead { return h }
+
+// decodeHook decodes a payload into p and returns the event's repository and sender; a
+// payload without repository.full_name is an error.
+func decodeHook(data []byte, p interface{ head() *hookHead }) (*scm.Event, error) {
+	if err := scm.DecodeWebhookJSON(data, p); err != nil {
+		return nil, err
+	}
+	h := p.head()
+	if h.Repository == nil || h.Repository.FullName == "" {
+		return nil, errors.New("payload has no repository.full_name")
+	}
+	return &scm.Event{Repo: scm.Repo(h.Repository.FullName), Sender: h.Actor.name()}, nil
+}
+
+type hookPush struct {
+	hookHead
+	Push struct {
 		Changes []struct {
 			New *hookRefState `json:"new"`
 			Old *hookRefState `json:"old"`
@@ -104,9 +118,8 @@ type hookPush struct {
 }
 
 type hookPREvent struct {
-	Actor       *hookActor `json:"actor"`
-	Repository  *hookRepo  `json:"repository"`
-	PullRequest *apiPR     `json:"pullrequest"`
+	hookHead
+	PullRequest *apiPR `json:"pullrequest"`
 }
 
 func isBranch(s *hookRefState) bool {
@@ -115,21 +128,16 @@ func isBranch(s *hookRefState) bool {
 
 func parsePush(data []byte) (*scm.Event, error) {
 	var p hookPush
-	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
+	base, err := decodeHook(data, &p)
+	if err != nil {
 		return nil, err
-	}
-	if p.Repository == nil || p.Repository.FullName == "" {
-		return nil, errors.New("payload has no repository.full_name")
 	}
 	for _, c := range p.Push.Changes {
 		if !isBranch(c.New) && !isBranch(c.Old) {
 			continue // tag or bookmark
 		}
-		ev := &scm.Event{
-			Kind:   scm.EventPush,
-			Repo:   scm.Repo(p.Repository.FullName),
-			Sender: p.Actor.name(),
-		}
+		ev := base
+		ev.Kind = scm.EventPush
 		if c.Old != nil {
 			ev.Branch, ev.Before = c.Old.Name, c.Old.Target.Hash
 		}
@@ -143,13 +151,20 @@ func parsePush(data []byte) (*scm.Event, error) {
 	return nil, nil
 }
 
+// prActions maps the pullrequest:* event keys prflow uses to its actions. Bitbucket sends
+// updated for pushes and for edits alike; consumers re-read the PR.
+var prActions = map[string]scm.PRAction{
+	"pullrequest:created":   scm.PROpened,
+	"pullrequest:updated":   scm.PRSynchronize,
+	"pullrequest:fulfilled": scm.PRMergedEvt,
+	"pullrequest:rejected":  scm.PRClosedOnly,
+}
+
 func parsePullRequestEvent(kind string, data []byte) (*scm.Event, error) {
 	var p hookPREvent
-	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
+	ev, err := decodeHook(data, &p)
+	if err != nil {
 		return nil, err
-	}
-	if p.Repository == nil || p.Repository.FullName == "" {
-		return nil, errors.New("payload has no repository.full_name")
 	}
 	pr := p.PullRequest
 	if pr == nil {
@@ -158,24 +173,6 @@ func parsePullRequestEvent(kind string, data []byte) (*scm.Event, error) {
 	if pr.ID <= 0 {
 		return nil, fmt.Errorf("payload has an invalid pullrequest.id %d", pr.ID)
 	}
-	var action scm.PRAction
-	switch kind {
-	case "pullrequest:created":
-		action = scm.PROpened
-	case "pullrequest:updated":
-		// Bitbucket sends updated for pushes and for edits alike; consumers re-read the PR.
-		action = scm.PRSynchronize
-	case "pullrequest:fulfilled":
-		action = scm.PRMergedEvt
-	case "pullrequest:rejected":
-		action = scm.PRClosedOnly
-	}
-	out := convertPR(pr)
-	return &scm.Event{
-		Kind:   scm.EventPullRequest,
-		Repo:   scm.Repo(p.Repository.FullName),
-		Sender: p.Actor.name(),
-		Action: action,
-		PR:     out,
-	}, nil
+	ev.Kind, ev.Action, ev.PR = scm.EventPullRequest, prActions[kind], convertPR(pr)
+	return ev, nil
 }

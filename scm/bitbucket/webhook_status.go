@@ -7,8 +7,7 @@ import (
 )
 
 type hookCommitStatus struct {
-	Actor        *hookActor `json:"actor"`
-	Repository   *hookRepo  `json:"repository"`
+	hookHead
 	CommitStatus *struct {
 		Key    string `json:"key"`
 		State  string `json:"state"`
@@ -18,29 +17,29 @@ type hookCommitStatus struct {
 	} `json:"commit_status"`
 }
 
+// hookStates maps the finished build states to prflow's.
+var hookStates = map[string]scm.StatusState{
+	"SUCCESSFUL": scm.StatusSuccess,
+	"FAILED":     scm.StatusFailure,
+	"STOPPED":    scm.StatusError,
+}
+
 // parseCommitStatusEvent normalises repo:commit_status_created/updated to an EventStatus;
 // steps waiting for checks (MergePR) wake on it.
 func parseCommitStatusEvent(data []byte) (*scm.Event, error) {
 	var p hookCommitStatus
-	if err := scm.DecodeWebhookJSON(data, &p); err != nil {
+	ev, err := decodeHook(data, &p)
+	if err != nil {
 		return nil, err
-	}
-	if p.Repository == nil || p.Repository.FullName == "" {
-		return nil, errors.New("payload has no repository.full_name")
 	}
 	cs := p.CommitStatus
 	if cs == nil || cs.Commit == nil || cs.Commit.Hash == "" {
 		return nil, errors.New("payload has no commit_status.commit.hash")
 	}
-	st := scm.StatusPending
-	switch cs.State {
-	case "SUCCESSFUL":
-		st = scm.StatusSuccess
-	case "FAILED":
-		st = scm.StatusFailure
-	case "STOPPED":
-		st = scm.StatusError
+	st, ok := hookStates[cs.State]
+	if !ok {
+		st = scm.StatusPending // INPROGRESS, and states Bitbucket may add
 	}
-	return &scm.Event{Kind: scm.EventStatus, Repo: scm.Repo(p.Repository.FullName), Sender: p.Actor.name(),
-		SHA: cs.Commit.Hash, Context: cs.Key, State: st}, nil
+	ev.Kind, ev.SHA, ev.Context, ev.State = scm.EventStatus, cs.Commit.Hash, cs.Key, st
+	return ev, nil
 }

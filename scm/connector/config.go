@@ -122,6 +122,21 @@ func (c Config) ForgeClient(d Deps, provider string, allowApp bool) (*http.Clien
 	return hc, nil
 }
 
+// BuildForge is a REST forge driver's whole factory around its own constructor: build gets
+// the connector's HTTP client (ForgeClient) and its error is named with the provider and the
+// connector (ForgeError).
+func BuildForge[P scm.Provider](provider string, c Config, d Deps, allowApp bool, build func(hc *http.Client) (P, error)) (scm.Provider, error) {
+	hc, err := c.ForgeClient(d, provider, allowApp)
+	if err != nil {
+		return nil, err
+	}
+	p, err := build(hc)
+	if err != nil {
+		return nil, ForgeError(provider, c, err)
+	}
+	return p, nil
+}
+
 // ForgeError names the provider and connector a driver could not be built for.
 func ForgeError(provider string, c Config, err error) error {
 	return fmt.Errorf("%s connector %s: %w", provider, c.Name, err)
@@ -245,35 +260,29 @@ func (p *parser) boolean(n *yaml.Node, field string) bool {
 }
 
 func (p *parser) number(n *yaml.Node, field string) float64 {
-	if n == nil {
-		return 0
-	}
-	f, err := strconv.ParseFloat(n.Value, 64)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		p.errf(n, field, "want a number, got %s", NodeKind(n))
-		return 0
-	}
-	if f < 0 {
-		p.errf(n, field, "must not be negative")
-		return 0
-	}
-	return f
+	return nonNegative(p, n, field, "a number", func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
 }
 
 func (p *parser) integer(n *yaml.Node, field string) int64 {
+	return nonNegative(p, n, field, "a whole number", func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) })
+}
+
+// nonNegative reads a scalar that parse takes and that is not below zero; anything else is
+// reported at n as not being what (a number, a whole number) and reads as 0.
+func nonNegative[T int64 | float64](p *parser, n *yaml.Node, field, what string, parse func(string) (T, error)) T {
 	if n == nil {
 		return 0
 	}
-	i, err := strconv.ParseInt(n.Value, 10, 64)
+	v, err := parse(n.Value)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		p.errf(n, field, "want a whole number, got %s", NodeKind(n))
+		p.errf(n, field, "want %s, got %s", what, NodeKind(n))
 		return 0
 	}
-	if i < 0 {
+	if v < 0 {
 		p.errf(n, field, "must not be negative")
 		return 0
 	}
-	return i
+	return v
 }
 
 func (p *parser) path(s string) string {

@@ -212,6 +212,14 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"connectors[0].rateLimit.rps", "negative"}},
 		{"burst not a number", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    rateLimit: {burst: lots}\n",
 			[]string{"connectors[0].rateLimit.burst", "whole number"}},
+		{"rps not a number", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    rateLimit: {rps: fast}\n",
+			[]string{"c.yaml:5:", "connectors[0].rateLimit.rps", "want a number, got"}},
+		{"rps a list", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    rateLimit: {rps: [1]}\n",
+			[]string{"connectors[0].rateLimit.rps", "want a number, got"}},
+		{"negative burst", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    rateLimit: {burst: -3}\n",
+			[]string{"connectors[0].rateLimit.burst", "must not be negative"}},
+		{"app id not whole", "connectors:\n  - name: a\n    provider: github\n    auth:\n      githubApp: {appID: 1.5, installationID: 2, privateKeyFile: none.pem}\n",
+			[]string{"githubApp.appID", "want a whole number, got"}},
 		{"insecure not bool", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    insecureSkipVerify: maybe\n",
 			[]string{"connectors[0].insecureSkipVerify", "true or false"}},
 		{"app on gitlab", "connectors:\n  - name: a\n    provider: gitlab\n    auth:\n      githubApp: {appID: 1, installationID: 2, privateKeyFile: none.pem}\n",
@@ -401,5 +409,38 @@ func TestForgeClient(t *testing.T) {
 	cause := errors.New("boom")
 	if err := connector.ForgeError("bitbucket", badCA, cause); !errors.Is(err, cause) || err.Error() != "bitbucket connector gh: boom" {
 		t.Fatalf("ForgeError: %v", err)
+	}
+}
+
+// BuildForge hands a driver's constructor the connector's client and names its errors; a
+// GitHub App on a token-only forge is refused before the constructor runs.
+func TestBuildForge(t *testing.T) {
+	c := connector.Config{Name: "gl", Provider: "gitlab", Auth: connector.Auth{Token: connector.NewSecret("tok-abcdef")}}
+	var got *http.Client
+	p, err := connector.BuildForge("gitlab", c, connector.Deps{}, false, func(hc *http.Client) (*local.Provider, error) {
+		got = hc
+		return local.New(t.TempDir())
+	})
+	if err != nil || p == nil || got == nil {
+		t.Fatalf("BuildForge = %v, %v (client %v)", p, err, got)
+	}
+
+	cause := errors.New("bad base URL")
+	p, err = connector.BuildForge("gitlab", c, connector.Deps{}, false, func(*http.Client) (*local.Provider, error) {
+		return nil, cause
+	})
+	if p != nil || !errors.Is(err, cause) || err.Error() != "gitlab connector gl: bad base URL" {
+		t.Fatalf("constructor error: %v, %v", p, err)
+	}
+
+	app := c
+	app.Auth = connector.Auth{GitHubApp: &connector.GitHubApp{AppID: 1, InstallationID: 2, PrivateKey: connector.NewSecret("-----BEGIN KEY-----sekrit")}}
+	built := false
+	_, err = connector.BuildForge("gitlab", app, connector.Deps{}, false, func(*http.Client) (*local.Provider, error) {
+		built = true
+		return nil, nil
+	})
+	if err == nil || built || strings.Contains(err.Error(), "sekrit") {
+		t.Fatalf("app on a token-only forge: %v (constructor ran: %v)", err, built)
 	}
 }

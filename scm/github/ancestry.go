@@ -18,11 +18,8 @@ import (
 // (unrelated histories) is false; any other 404 (an unknown commit) is ErrNotFound.
 func (d *Driver) IsAncestor(ctx context.Context, repo scm.Repo, ancestor, descendant string) (bool, error) {
 	op := fmt.Sprintf("compare %.12s...%.12s", ancestor, descendant)
-	owner, rname, err := splitRepo(repo)
-	if err != nil {
-		return false, d.wrap(op, repo, nil, err)
-	}
-	a, desc, err := scm.CheckAncestryArgs(ancestor, descendant)
+	a, desc, argErr := scm.CheckAncestryArgs(ancestor, descendant)
+	owner, rname, err := splitRepo(repo, argErr)
 	if err != nil {
 		return false, d.wrap(op, repo, nil, err)
 	}

@@ -3,7 +3,6 @@ package github
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -15,29 +14,14 @@ import (
 // ReadFile returns path at ref through the contents API; files over GitHub's 1 MB contents
 // limit are fetched as blobs.
 func (d *Driver) ReadFile(ctx context.Context, repo scm.Repo, ref, path string) ([]byte, error) {
-	op := fmt.Sprintf("read file %s@%s", path, ref)
-	data, ok, err := d.readFile(ctx, repo, op, ref, path)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo, Status: 404,
-			Err: fmt.Errorf("%w: no file %s at %s", scm.ErrNotFound, path, ref)}
-	}
-	return data, nil
+	return scm.FileReader(d.readFile).ReadFile(ctx, Name, repo, ref, path)
 }
 
 // readFile reports a missing file as ok=false rather than an error (see scm.FileAt).
 func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path string) ([]byte, bool, error) {
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, checkRead(ref, path))
 	if err != nil {
 		return nil, false, d.wrap(op, repo, nil, err)
-	}
-	if err := checkPath(path); err != nil {
-		return nil, false, d.wrap(op, repo, nil, err)
-	}
-	if ref == "" {
-		return nil, false, d.wrap(op, repo, nil, errors.New("empty ref"))
 	}
 	file, dir, resp, err := d.client.Repositories.GetContents(ctx, owner, name, path, &gh.RepositoryContentGetOptions{Ref: ref})
 	if err != nil {
@@ -77,9 +61,9 @@ func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path stri
 
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
-// checkPath adds GitHub's own rule to scm.CheckPath: its contents API refuses ".." anywhere.
-func checkPath(p string) error {
-	if err := scm.CheckPath(p); err != nil {
+// checkRead adds GitHub's own rule to scm.CheckRead: its contents API refuses ".." anywhere.
+func checkRead(ref, p string) error {
+	if err := scm.CheckRead(ref, p); err != nil {
 		return err
 	}
 	if strings.Contains(p, "..") {

@@ -36,20 +36,16 @@ type Driver struct {
 	ancestry scm.AncestryCache
 }
 
-var (
-	_ scm.Provider = (*Driver)(nil)
-	_ scm.Checker  = (*Driver)(nil)
-)
+var _ scm.Forge = (*Driver)(nil)
 
 type config struct {
-	baseURL    string
-	uploadURL  string
-	token      string
-	appID      int64
-	installID  int64
-	appKey     []byte
-	httpClient *http.Client
-	log        *slog.Logger
+	scm.ClientOptions
+	baseURL   string
+	uploadURL string
+	token     string
+	appID     int64
+	installID int64
+	appKey    []byte
 }
 
 // Option configures New.
@@ -73,12 +69,11 @@ func WithApp(appID, installationID int64, privateKeyPEM []byte) Option {
 	}
 }
 
-// WithHTTPClient sets the HTTP client, normally one whose transport adds rate limiting,
-// retries, TLS settings and metrics (scm/transport). Its Timeout bounds every request.
-func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
+// WithHTTPClient sets scm.ClientOptions.HTTPClient (default: one with scm.DefaultTimeout).
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.HTTPClient = hc } }
 
-// WithLogger sets the logger (default: discard). Tokens never reach it.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+// WithLogger sets scm.ClientOptions.Logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
 
 // New builds a driver. Exactly one of WithToken and WithApp is required.
 func New(opts ...Option) (*Driver, error) {
@@ -93,14 +88,8 @@ func New(opts ...Option) (*Driver, error) {
 	case c.token != "" && hasApp:
 		return nil, errors.New("github: both a token and a GitHub App are set; choose one")
 	}
-	hc := c.httpClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
-	}
-	d := &Driver{log: c.log}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
-	}
+	hc := c.Client()
+	d := &Driver{log: c.Log()}
 	if hasApp {
 		if c.appID == 0 || c.installID == 0 || len(c.appKey) == 0 {
 			return nil, errors.New("github: GitHub App auth needs the app id, the installation id and the private key")
@@ -193,13 +182,14 @@ func enterpriseAPI(base string) (string, error) {
 	return c.BaseURL.String(), nil
 }
 
-// splitRepo parses "owner/name".
-func splitRepo(repo scm.Repo) (string, string, error) {
+// splitRepo parses "owner/name"; its error is a bad name, else the first failed check of
+// the call's arguments.
+func splitRepo(repo scm.Repo, checks ...error) (string, string, error) {
 	owner, name, ok := strings.Cut(string(repo), "/")
 	if !ok || owner == "" || name == "" || strings.Contains(name, "/") || strings.ContainsAny(string(repo), " \t\n?#") {
 		return "", "", fmt.Errorf("invalid repository name %q: want owner/name", string(repo))
 	}
-	return owner, name, nil
+	return owner, name, scm.FirstError(checks...)
 }
 
 // ErrBaseBranchModified is GitHub's 405 "Base branch was modified" on merge: the base moved

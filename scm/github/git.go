@@ -20,11 +20,8 @@ import (
 // which Commit then needs no extra call for (see trees).
 func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Ref, error) {
 	op := "get branch " + name
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, scm.CheckBranch(name))
 	if err != nil {
-		return scm.Ref{}, d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
 		return scm.Ref{}, d.wrap(op, repo, nil, err)
 	}
 	// Through Client.Do (not RepositoriesService.GetBranch, which skips the client's error
@@ -55,15 +52,9 @@ func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Re
 // fails with ErrConflict when it points elsewhere.
 func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha string) error {
 	op := fmt.Sprintf("create branch %s at %s", name, sha)
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, scm.CheckBranch(name), scm.CheckSHA(sha))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	if sha == "" {
-		return d.wrap(op, repo, nil, errors.New("empty commit SHA"))
 	}
 	// A replayed create answers "already exists", which is handled below.
 	_, resp, err := d.client.Git.CreateRef(transport.Guarded(ctx), owner, rname, &gh.Reference{
@@ -86,11 +77,8 @@ func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha stri
 // DeleteBranch deletes name; ErrNotFound when it does not exist.
 func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) error {
 	op := "delete branch " + name
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, scm.CheckBranch(name))
 	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
 	resp, err := d.client.Git.DeleteRef(ctx, owner, rname, "heads/"+name)
@@ -115,11 +103,8 @@ func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) e
 // checked to be at Replace first and then force-moved.
 func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) (string, error) {
 	op := "commit to " + in.Branch
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, scm.CheckCommitInput(in))
 	if err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckCommitInput(in); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	replace := in.Replace != ""
@@ -240,14 +225,8 @@ func (d *Driver) createCommit(ctx context.Context, repo scm.Repo, op string, in 
 // and already undoes in.SHA (a redelivered job), its head is returned.
 func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) (string, error) {
 	op := fmt.Sprintf("revert %s onto %s", in.SHA, in.Branch)
-	owner, rname, err := splitRepo(repo)
+	owner, rname, err := splitRepo(repo, in.Check(), scm.CheckBranch(in.Branch))
 	if err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := in.Check(); err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(in.Branch); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	mainline := max(in.Mainline, 1)
@@ -289,51 +268,15 @@ func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) 
 			paths = append(paths, f.GetPreviousFilename())
 		}
 	}
-	read := func(ctx context.Context, at, path string) ([]byte, bool, error) {
-		return d.readFile(ctx, repo, fmt.Sprintf("read file %s@%s", path, at), at, path)
-	}
-
-	// A redelivered job finds its branch: done if it already undoes the commit.
-	if cur, err := d.Branch(ctx, repo, in.Branch); err == nil {
-		changes, perr := scm.PlanRevert(ctx, read, sha, parent, cur.SHA, paths)
-		if perr == nil && len(changes) == 0 {
-			return cur.SHA, nil
-		}
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("branch %s already exists at %s and does not revert %s", in.Branch, cur.SHA, in.SHA)}}
-	} else if !errors.Is(err, scm.ErrNotFound) {
-		return "", err
-	}
-
-	base, err := d.Branch(ctx, repo, in.Base)
-	if err != nil {
-		return "", err
-	}
-	changes, err := scm.PlanRevert(ctx, read, sha, parent, base.SHA, paths)
-	if err != nil {
-		return "", d.wrapPlain(op, repo, err)
-	}
-	if len(changes) == 0 {
-		return "", &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: &scm.ConflictError{Msg: fmt.Sprintf("already reverted: %s has the parent's version of every file %s changed", in.Base, in.SHA)}}
-	}
-	msg := in.Message
-	if msg == "" {
-		title, _, _ := strings.Cut(commit.GetCommit().GetMessage(), "\n")
-		msg = fmt.Sprintf("Revert %q\n\nThis reverts commit %s.", title, sha)
-	}
-	return d.Commit(ctx, repo, scm.CommitInput{
-		Branch: in.Branch, Parent: base.SHA, Message: msg, Author: in.Author, Changes: changes,
+	rv := scm.FileRevert{Commit: sha, Parent: parent, Message: commit.GetCommit().GetMessage(), Paths: paths}
+	return scm.RevertFiles(ctx, d, repo, scm.FileReader(d.readFile).At(repo), in, rv, func(err error) error {
+		return d.wrapPlain(op, repo, err)
 	})
 }
 
 // wrapPlain wraps an error that did not come from go-github (already carrying its sentinel).
 func (d *Driver) wrapPlain(op string, repo scm.Repo, err error) error {
-	var se *scm.Error
-	if errors.As(err, &se) {
-		return err
-	}
-	return &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}
+	return scm.PlainError(Name, op, repo, err, d.secrets...)
 }
 
 func alreadyExists(resp *gh.Response, err error) bool {

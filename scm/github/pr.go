@@ -20,19 +20,16 @@ import (
 // full so that Mergeability is known. head may be "branch" (same repository) or "owner:branch".
 func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("find PR %s into %s", head, base)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, scm.CheckHeadBase(head, base))
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	if head == "" || base == "" {
-		return nil, d.wrap(op, repo, nil, errors.New("head and base branches are required"))
 	}
 	qualified := head
 	if !strings.Contains(head, ":") {
 		qualified = owner + ":" + head
 	}
 	opts := &gh.PullRequestListOptions{State: "all", Head: qualified, Base: base, ListOptions: gh.ListOptions{PerPage: 100}}
-	var newest *gh.PullRequest
+	newest := 0
 	for {
 		prs, resp, err := d.client.PullRequests.List(ctx, owner, name, opts)
 		if err != nil {
@@ -43,20 +40,14 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 			if pr.GetHead().GetRef() != branchOf(head) || pr.GetBase().GetRef() != base {
 				continue
 			}
-			if newest == nil || pr.GetNumber() > newest.GetNumber() {
-				newest = pr
-			}
+			newest = max(newest, pr.GetNumber())
 		}
 		if resp.NextPage == 0 {
 			break
 		}
 		opts.Page = resp.NextPage
 	}
-	if newest == nil {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: fmt.Errorf("%w: no pull request from %s into %s", scm.ErrNotFound, head, base)}
-	}
-	return d.GetPR(ctx, repo, newest.GetNumber())
+	return scm.GetNewest(ctx, d, Name, op, repo, "pull request", head, base, newest)
 }
 
 func branchOf(head string) string {
@@ -70,15 +61,9 @@ func branchOf(head string) string {
 // open PR that already exists for the same head and base is adopted instead of failing.
 func (d *Driver) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("open PR %s into %s", in.Head, in.Base)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, in.Check())
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	switch {
-	case in.Head == "" || in.Base == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Head and NewPR.Base are required"))
-	case strings.TrimSpace(in.Title) == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Title is empty"))
 	}
 	// A replayed create answers 422 "already exists" and the PR is adopted below.
 	pr, resp, err := d.client.PullRequests.Create(transport.Guarded(ctx), owner, name, &gh.NewPullRequest{
@@ -212,14 +197,12 @@ func (d *Driver) mergeError(ctx context.Context, op string, repo scm.Repo, numbe
 		// Already merged (a redelivered job) is success; closed is a clear refusal.
 		pr, gerr := d.GetPR(ctx, repo, number)
 		if gerr == nil {
-			switch {
-			case pr.State == scm.PRMerged && (in.SHA == "" || pr.HeadSHA == in.SHA):
+			done, rerr := in.Refused(pr, "PR", "pull request", msg)
+			if done {
 				return pr, nil
-			case pr.State == scm.PRMerged:
-				e.Err = &scm.ConflictError{Msg: fmt.Sprintf("PR was already merged at head %s, not %s", pr.HeadSHA, in.SHA)}
-				return nil, e
-			case pr.State == scm.PRClosed:
-				e.Err = &scm.NotMergeableError{Msg: "the pull request is closed: " + msg}
+			}
+			if rerr != nil {
+				e.Err = rerr
 				return nil, e
 			}
 		}
@@ -282,12 +265,9 @@ func (d *Driver) ClosePR(ctx context.Context, repo scm.Repo, number int) error {
 // Comment adds a conversation comment to a PR.
 func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body string) error {
 	op := fmt.Sprintf("comment on PR #%d", number)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, scm.CheckComment(body))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if strings.TrimSpace(body) == "" {
-		return d.wrap(op, repo, nil, errors.New("empty comment"))
 	}
 	_, resp, err := d.client.Issues.CreateComment(ctx, owner, name, number, &gh.IssueComment{Body: str(body)})
 	return d.wrap(op, repo, resp, err)

@@ -1,6 +1,8 @@
 package github
 
 import (
+	"net/http"
+
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
 )
@@ -11,19 +13,11 @@ func init() { connector.Register(Name, FromConfig) }
 // (empty = api.github.com), auth.token a PAT, auth.githubApp an App installation; caFile,
 // insecureSkipVerify and rateLimit apply through the connector's HTTP client.
 func FromConfig(c connector.Config, d connector.Deps) (scm.Provider, error) {
-	hc, err := c.ForgeClient(d, Name, true)
-	if err != nil {
-		return nil, err
-	}
-	opts := []Option{WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithLogger(d.Logger)}
+	auth := WithToken(c.Auth.Token.Value())
 	if app := c.Auth.GitHubApp; app != nil {
-		opts = append(opts, WithApp(app.AppID, app.InstallationID, []byte(app.PrivateKey.Value())))
-	} else {
-		opts = append(opts, WithToken(c.Auth.Token.Value()))
+		auth = WithApp(app.AppID, app.InstallationID, []byte(app.PrivateKey.Value()))
 	}
-	p, err := New(opts...)
-	if err != nil {
-		return nil, connector.ForgeError(Name, c, err)
-	}
-	return p, nil
+	return connector.BuildForge(Name, c, d, true, func(hc *http.Client) (*Driver, error) {
+		return New(WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithLogger(d.Logger), auth)
+	})
 }

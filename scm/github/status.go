@@ -16,17 +16,9 @@ const maxStatusDescription = 140
 // SetStatus sets a commit status (POST /statuses/{sha}).
 func (d *Driver) SetStatus(ctx context.Context, repo scm.Repo, sha string, st scm.Status) error {
 	op := fmt.Sprintf("set status %s on %s", st.Context, sha)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := splitRepo(repo, st.Check(sha))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if sha == "" || st.Context == "" {
-		return d.wrap(op, repo, nil, fmt.Errorf("commit SHA and status context are required"))
-	}
-	switch st.State {
-	case scm.StatusPending, scm.StatusSuccess, scm.StatusFailure, scm.StatusError:
-	default:
-		return d.wrap(op, repo, nil, fmt.Errorf("unknown status state %q", st.State))
 	}
 	status := &gh.RepoStatus{
 		State:       str(string(st.State)),

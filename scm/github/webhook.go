@@ -6,8 +6,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
 	gh "github.com/google/go-github/v62/github"
 
@@ -28,37 +26,33 @@ const (
 
 // WebhookParser verifies and normalises GitHub webhooks (push, pull_request, status and
 // checks). The zero value is ready to use and refuses unsigned deliveries.
-type WebhookParser struct {
-	// MaxBody limits the request body in bytes; 0 means DefaultMaxWebhookBody.
-	MaxBody int64
-	// AllowUnsigned accepts deliveries without a signature when the secret is empty. It
-	// exists for local development only; a configured secret is always enforced.
-	AllowUnsigned bool
-	// Now stamps Event.Received; nil means time.Now.
-	Now func() time.Time
-}
+type WebhookParser scm.WebhookSettings
 
 var _ scm.WebhookParser = (*WebhookParser)(nil)
 
-// ParseWebhook verifies X-Hub-Signature-256 in constant time (go-github's ValidateSignature)
-// and returns the normalised event, decoded by go-github's ParseWebHook. Event kinds prflow
-// does not use (ping, issues, tag pushes, …) return (nil, nil).
+// hookFormat is how GitHub signs, names and shapes its webhooks.
+var hookFormat = &scm.HookFormat{
+	Provider:        Name,
+	EventHeader:     headerEvent,
+	DeliveryHeaders: []string{headerDelivery},
+	SignatureHeader: headerSignature,
+	Verify:          scm.VerifyHMACSHA256,
+	Parse:           parseHook,
+}
+
+// ParseWebhook verifies X-Hub-Signature-256 (HMAC-SHA256) in constant time and returns the
+// normalised event, decoded by go-github's ParseWebHook. Event kinds prflow does not use
+// (ping, issues, tag pushes, …) return (nil, nil).
 //
 // go-github's decoding costs more than the hand-written structs it replaced (measured with
 // BenchmarkParseWebhook* on a loaded 2-core machine: about 2× the time and 2-6× the
 // allocations, ≈0.5 ms for a PR event and ≈0.1 s for a 2,048-commit push). That is far below
 // the rate forges deliver at, so one maintained decoder wins over a second one.
 func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event, error) {
-	h, err := scm.ReadHook(r, Name, headerEvent, headerDelivery, p.MaxBody)
-	if err != nil {
-		return nil, err
-	}
-	if err := verify(r.Header.Get(headerSignature), h.Body, secret, p.AllowUnsigned); err != nil {
-		return nil, h.Errorf("%w", err)
-	}
-	if h.Kind == "" {
-		return nil, h.Errorf("missing %s header", headerEvent)
-	}
+	return scm.WebhookSettings(*p).Parse(r, secret, hookFormat)
+}
+
+func parseHook(r *http.Request, h *scm.Hook) (*scm.Event, error) {
 	switch h.Kind {
 	case "push", "pull_request", "status", "check_run", "check_suite":
 	default:
@@ -66,48 +60,25 @@ func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event
 	}
 	payload, err := jsonPayload(r.Header.Get("Content-Type"), h.Body)
 	if err != nil {
-		return nil, h.Errorf("%w", err)
+		return nil, err
 	}
 	parsed, err := gh.ParseWebHook(h.Kind, payload)
 	if err != nil {
-		return nil, h.Errorf("%w", scm.WebhookJSONError(err))
+		return nil, scm.WebhookJSONError(err)
 	}
-	var ev *scm.Event
 	switch e := parsed.(type) {
 	case *gh.PushEvent:
-		ev, err = normPush(e)
+		return normPush(e)
 	case *gh.PullRequestEvent:
-		ev, err = normPullRequest(e)
+		return normPullRequest(e)
 	case *gh.StatusEvent:
-		ev, err = normStatus(e)
+		return normStatus(e)
 	case *gh.CheckRunEvent:
-		ev, err = normCheckRun(e)
+		return normCheckRun(e)
 	case *gh.CheckSuiteEvent:
-		ev, err = normCheckSuite(e)
+		return normCheckSuite(e)
 	}
-	return h.Finish(ev, err, p.Now)
-}
-
-// verify checks the signature with go-github; its errors become scm.ErrBadSignature with the
-// header named. An empty secret is refused unless allowUnsigned (go-github would skip the check).
-func verify(sig string, body, secret []byte, allowUnsigned bool) error {
-	if len(secret) == 0 {
-		if allowUnsigned {
-			return nil
-		}
-		return fmt.Errorf("no webhook secret configured: %w", scm.ErrBadSignature)
-	}
-	if sig == "" {
-		return fmt.Errorf("missing %s header: %w", headerSignature, scm.ErrBadSignature)
-	}
-	if !strings.HasPrefix(sig, "sha256=") {
-		// go-github also takes sha1= (the legacy X-Hub-Signature); this header is SHA-256 only.
-		return fmt.Errorf("%s is not of the form sha256=<hex>: %w", headerSignature, scm.ErrBadSignature)
-	}
-	if err := gh.ValidateSignature(sig, body, secret); err != nil {
-		return fmt.Errorf("%s does not match the body (%v): %w", headerSignature, err, scm.ErrBadSignature)
-	}
-	return nil
+	return nil, nil
 }
 
 // jsonPayload returns the JSON document; GitHub hooks may be configured to send it as the
@@ -191,24 +162,7 @@ func normPullRequest(p *gh.PullRequestEvent) (*scm.Event, error) {
 	if !ok {
 		return nil, nil
 	}
-	out := &scm.PullRequest{
-		Number:       pr.GetNumber(),
-		Title:        pr.GetTitle(),
-		Body:         pr.GetBody(),
-		State:        prState(pr.GetState(), pr.GetMerged()),
-		Draft:        pr.GetDraft(),
-		Head:         pr.GetHead().GetRef(),
-		Base:         pr.GetBase().GetRef(),
-		HeadSHA:      pr.GetHead().GetSHA(),
-		Mergeability: mergeability(pr.Mergeable, pr.GetMergeableState()),
-		URL:          pr.GetHTMLURL(),
-	}
-	if pr.GetMerged() {
-		out.MergeSHA = pr.GetMergeCommitSHA()
-	}
-	for _, l := range pr.Labels {
-		out.Labels = append(out.Labels, l.GetName())
-	}
+	out := convertPR(pr)
 	ev := &scm.Event{
 		Kind:   scm.EventPullRequest,
 		Repo:   repo,

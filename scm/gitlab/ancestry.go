@@ -19,11 +19,8 @@ import (
 // "unrelated" only once the project itself is known to exist.
 func (d *Driver) IsAncestor(ctx context.Context, repo scm.Repo, ancestor, descendant string) (bool, error) {
 	op := fmt.Sprintf("merge base of %.12s and %.12s", ancestor, descendant)
-	pid, err := projectID(repo)
-	if err != nil {
-		return false, d.wrap(op, repo, nil, err)
-	}
-	a, desc, err := scm.CheckAncestryArgs(ancestor, descendant)
+	a, desc, argErr := scm.CheckAncestryArgs(ancestor, descendant)
+	pid, err := projectID(repo, argErr)
 	if err != nil {
 		return false, d.wrap(op, repo, nil, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
 	"sync"
 
@@ -23,29 +22,20 @@ type fileMeta struct {
 
 // ReadFile returns path at ref (GET /repository/files/{path}?ref=).
 func (d *Driver) ReadFile(ctx context.Context, repo scm.Repo, ref, path string) ([]byte, error) {
-	op := fmt.Sprintf("read file %s@%s", path, ref)
+	return scm.FileReader(d.readFile).ReadFile(ctx, Name, repo, ref, path)
+}
+
+// readFile is stat as an scm.FileReader.
+func (d *Driver) readFile(ctx context.Context, repo scm.Repo, op, ref, path string) ([]byte, bool, error) {
 	m, err := d.stat(ctx, repo, op, ref, path)
-	if err != nil {
-		return nil, err
-	}
-	if !m.exists {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo, Status: http.StatusNotFound,
-			Err: fmt.Errorf("%w: no file %s at %s", scm.ErrNotFound, path, ref)}
-	}
-	return m.data, nil
+	return m.data, m.exists, err
 }
 
 // stat reads a file with its last_commit_id; a missing file is exists=false, not an error.
 func (d *Driver) stat(ctx context.Context, repo scm.Repo, op, ref, path string) (fileMeta, error) {
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckRead(ref, path))
 	if err != nil {
 		return fileMeta{}, d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckPath(path); err != nil {
-		return fileMeta{}, d.wrap(op, repo, nil, err)
-	}
-	if ref == "" {
-		return fileMeta{}, d.wrap(op, repo, nil, errors.New("empty ref"))
 	}
 	f, resp, err := d.client.RepositoryFiles.GetFile(pid, path, &gl.GetFileOptions{Ref: ptr(ref)}, gl.WithContext(ctx))
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	gl "gitlab.com/gitlab-org/api/client-go"
 	"golang.org/x/time/rate"
@@ -36,17 +35,13 @@ type Driver struct {
 	ancestry scm.AncestryCache
 }
 
-var (
-	_ scm.Provider = (*Driver)(nil)
-	_ scm.Checker  = (*Driver)(nil)
-)
+var _ scm.Forge = (*Driver)(nil)
 
 type config struct {
-	baseURL    string
-	token      string
-	oauth      bool
-	httpClient *http.Client
-	log        *slog.Logger
+	scm.ClientOptions
+	baseURL string
+	token   string
+	oauth   bool
 }
 
 // Option configures New.
@@ -62,12 +57,11 @@ func WithToken(token string) Option { return func(c *config) { c.token, c.oauth 
 // WithOAuthToken authenticates with an OAuth2 access token (Authorization: Bearer).
 func WithOAuthToken(token string) Option { return func(c *config) { c.token, c.oauth = token, true } }
 
-// WithHTTPClient sets the HTTP client, normally one whose transport adds rate limiting,
-// retries, TLS settings and metrics (scm/transport).
-func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
+// WithHTTPClient sets scm.ClientOptions.HTTPClient (default: one with scm.DefaultTimeout).
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.HTTPClient = hc } }
 
-// WithLogger sets the logger (default: discard). Tokens never reach it.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+// WithLogger sets scm.ClientOptions.Logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
 
 // New builds a driver; a token is required.
 func New(opts ...Option) (*Driver, error) {
@@ -78,14 +72,8 @@ func New(opts ...Option) (*Driver, error) {
 	if c.token == "" {
 		return nil, errors.New("gitlab: no token configured")
 	}
-	hc := c.httpClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
-	}
-	d := &Driver{log: c.log, secrets: []string{c.token}}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
-	}
+	hc := c.Client()
+	d := &Driver{log: c.Log(), secrets: []string{c.token}}
 	copts := []gl.ClientOptionFunc{
 		gl.WithHTTPClient(hc),
 		// A replayed POST (commit, accept, revert) is not idempotent; the transport retries
@@ -139,11 +127,12 @@ func (d *Driver) RepoExists(ctx context.Context, repo scm.Repo) error {
 	return d.wrap("get project", repo, resp, err)
 }
 
-// projectID validates "group/sub/project" (or a numeric id); client-go escapes it.
-func projectID(repo scm.Repo) (string, error) {
+// projectID validates "group/sub/project" (or a numeric id); client-go escapes it. Its error
+// is a bad name, else the first failed check of the call's arguments.
+func projectID(repo scm.Repo, checks ...error) (string, error) {
 	s := string(repo)
 	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return s, nil
+		return s, scm.FirstError(checks...)
 	}
 	parts := strings.Split(s, "/")
 	if len(parts) < 2 {
@@ -154,7 +143,7 @@ func projectID(repo scm.Repo) (string, error) {
 			return "", fmt.Errorf("invalid project path %q: want group/project", s)
 		}
 	}
-	return s, nil
+	return s, scm.FirstError(checks...)
 }
 
 func (d *Driver) redact(err error) error { return scm.RedactError(err, d.secrets...) }
@@ -204,10 +193,7 @@ func statusError(resp *http.Response, msg string) error {
 
 // plainError wraps an error that did not come from client-go.
 func (d *Driver) plainError(op string, repo scm.Repo, err error) error {
-	if scm.Wrapped(err) {
-		return err
-	}
-	return &scm.Error{Provider: Name, Op: op, Repo: repo, Err: d.redact(err)}
+	return scm.PlainError(Name, op, repo, err, d.secrets...)
 }
 
 func ptr[T any](v T) *T { return &v }

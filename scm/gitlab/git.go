@@ -17,11 +17,8 @@ import (
 // Branch returns a branch head; ErrNotFound when the branch does not exist.
 func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Ref, error) {
 	op := "get branch " + name
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckBranch(name))
 	if err != nil {
-		return scm.Ref{}, d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
 		return scm.Ref{}, d.wrap(op, repo, nil, err)
 	}
 	b, resp, err := d.client.Branches.GetBranch(pid, name, gl.WithContext(ctx))
@@ -38,15 +35,9 @@ func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Re
 // fails with ErrConflict when it points elsewhere.
 func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha string) error {
 	op := fmt.Sprintf("create branch %s at %s", name, sha)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckBranch(name), scm.CheckSHA(sha))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	if sha == "" {
-		return d.wrap(op, repo, nil, errors.New("empty commit SHA"))
 	}
 	// A replayed create answers "already exists", which is handled below.
 	_, resp, err := d.client.Branches.CreateBranch(pid, &gl.CreateBranchOptions{Branch: ptr(name), Ref: ptr(sha)}, gl.WithContext(transport.Guarded(ctx)))
@@ -67,11 +58,8 @@ func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha stri
 // DeleteBranch deletes name; ErrNotFound when it does not exist.
 func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) error {
 	op := "delete branch " + name
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckBranch(name))
 	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(name); err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
 	resp, err := d.client.Branches.DeleteBranch(pid, name, gl.WithContext(ctx))
@@ -92,10 +80,7 @@ func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) e
 // GitLab cannot make an empty commit through the API: no effective change is ErrNotSupported.
 func (d *Driver) Commit(ctx context.Context, repo scm.Repo, in scm.CommitInput) (string, error) {
 	op := "commit to " + in.Branch
-	if _, err := projectID(repo); err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckCommitInput(in); err != nil {
+	if _, err := projectID(repo, scm.CheckCommitInput(in)); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	if in.Replace == "" {
@@ -225,14 +210,8 @@ func (d *Driver) isStaleWrite(err error) bool {
 // token's user as author, so in.Message and in.Author are not used.
 func (d *Driver) Revert(ctx context.Context, repo scm.Repo, in scm.RevertInput) (string, error) {
 	op := fmt.Sprintf("revert %s onto %s", in.SHA, in.Branch)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, in.Check(), scm.CheckBranch(in.Branch))
 	if err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := in.Check(); err != nil {
-		return "", d.wrap(op, repo, nil, err)
-	}
-	if err := scm.CheckBranch(in.Branch); err != nil {
 		return "", d.wrap(op, repo, nil, err)
 	}
 	commit, resp, err := d.client.Commits.GetCommit(pid, in.SHA, nil, gl.WithContext(ctx))
@@ -315,13 +294,6 @@ func (d *Driver) changedPaths(ctx context.Context, repo scm.Repo, pid string, sh
 	}
 }
 
-func (d *Driver) fileAt(repo scm.Repo) scm.FileAt {
-	return func(ctx context.Context, commit, path string) ([]byte, bool, error) {
-		m, err := d.stat(ctx, repo, fmt.Sprintf("read file %s@%s", path, commit), commit, path)
-		return m.data, m.exists, err
-	}
-}
-
 // revertConflicts names the files that block a revert, best effort, for the error message.
 func (d *Driver) revertConflicts(ctx context.Context, repo scm.Repo, commit *gl.Commit, head string) []string {
 	if len(commit.ParentIDs) == 0 {
@@ -331,7 +303,7 @@ func (d *Driver) revertConflicts(ctx context.Context, repo scm.Repo, commit *gl.
 	if err != nil {
 		return nil
 	}
-	_, err = scm.PlanRevert(ctx, d.fileAt(repo), commit.ID, commit.ParentIDs[0], head, paths)
+	_, err = scm.PlanRevert(ctx, scm.FileReader(d.readFile).At(repo), commit.ID, commit.ParentIDs[0], head, paths)
 	var ce *scm.ConflictError
 	if errors.As(err, &ce) {
 		return ce.Files

@@ -3,7 +3,6 @@ package gitlab
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -20,19 +19,16 @@ import (
 // FindPR returns the newest MR (highest IID) from head into base in any state.
 func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("find MR %s into %s", head, base)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckHeadBase(head, base))
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	if head == "" || base == "" {
-		return nil, d.wrap(op, repo, nil, errors.New("head and base branches are required"))
 	}
 	opts := &gl.ListProjectMergeRequestsOptions{
 		ListOptions:  gl.ListOptions{PerPage: 100},
 		SourceBranch: ptr(head), TargetBranch: ptr(base), State: ptr("all"),
 		OrderBy: ptr("created_at"), Sort: ptr("desc"),
 	}
-	var newest *gl.BasicMergeRequest
+	newest := 0
 	for {
 		mrs, resp, err := d.client.MergeRequests.ListProjectMergeRequests(pid, opts, gl.WithContext(ctx))
 		if err != nil {
@@ -42,20 +38,14 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 			if mr.SourceBranch != head || mr.TargetBranch != base {
 				continue
 			}
-			if newest == nil || mr.IID > newest.IID {
-				newest = mr
-			}
+			newest = max(newest, int(mr.IID))
 		}
 		if resp.NextPage == 0 {
 			break
 		}
 		opts.Page = resp.NextPage
 	}
-	if newest == nil {
-		return nil, &scm.Error{Provider: Name, Op: op, Repo: repo,
-			Err: fmt.Errorf("%w: no merge request from %s into %s", scm.ErrNotFound, head, base)}
-	}
-	return d.GetPR(ctx, repo, int(newest.IID))
+	return scm.GetNewest(ctx, d, Name, op, repo, "merge request", head, base, newest)
 }
 
 // OpenPR opens an MR with labels and reviewers (usernames, resolved to ids). A draft gets
@@ -63,15 +53,9 @@ func (d *Driver) FindPR(ctx context.Context, repo scm.Repo, head, base string) (
 // adopted instead of failing.
 func (d *Driver) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("open MR %s into %s", in.Head, in.Base)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, in.Check())
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
-	}
-	switch {
-	case in.Head == "" || in.Base == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Head and NewPR.Base are required"))
-	case strings.TrimSpace(in.Title) == "":
-		return nil, d.wrap(op, repo, nil, errors.New("NewPR.Title is empty"))
 	}
 	title := in.Title
 	if in.Draft && !strings.HasPrefix(strings.ToLower(title), "draft:") {
@@ -193,14 +177,12 @@ func (d *Driver) mergeError(ctx context.Context, op string, repo scm.Repo, numbe
 	case http.StatusMethodNotAllowed, http.StatusNotAcceptable, http.StatusUnprocessableEntity:
 		// Already merged (a redelivered job) is success.
 		if pr, gerr := d.GetPR(ctx, repo, number); gerr == nil {
+			done, rerr := in.Refused(pr, "MR", "merge request", msg)
 			switch {
-			case pr.State == scm.PRMerged && (in.SHA == "" || pr.HeadSHA == in.SHA):
+			case done:
 				return pr, nil
-			case pr.State == scm.PRMerged:
-				e.Err = &scm.ConflictError{Msg: fmt.Sprintf("MR was already merged at head %s, not %s", pr.HeadSHA, in.SHA)}
-				return nil, e
-			case pr.State == scm.PRClosed:
-				e.Err = &scm.NotMergeableError{Msg: "the merge request is closed: " + msg}
+			case rerr != nil:
+				e.Err = rerr
 				return nil, e
 			case pr.Mergeability != scm.MergeClean:
 				msg += " (" + string(pr.Mergeability) + ")"
@@ -274,12 +256,9 @@ func (d *Driver) ClosePR(ctx context.Context, repo scm.Repo, number int) error {
 // Comment adds a note to the MR.
 func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body string) error {
 	op := fmt.Sprintf("comment on MR !%d", number)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, scm.CheckComment(body))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
-	}
-	if strings.TrimSpace(body) == "" {
-		return d.wrap(op, repo, nil, errors.New("empty comment"))
 	}
 	_, resp, err := d.client.Notes.CreateMergeRequestNote(pid, int64(number), &gl.CreateMergeRequestNoteOptions{Body: ptr(body)}, gl.WithContext(ctx))
 	return d.wrap(op, repo, resp, err)

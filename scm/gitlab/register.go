@@ -1,6 +1,8 @@
 package gitlab
 
 import (
+	"net/http"
+
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
 )
@@ -11,13 +13,7 @@ func init() { connector.Register(Name, FromConfig) }
 // gitlab.com), auth.token a personal, group or project access token; caFile,
 // insecureSkipVerify and rateLimit apply through the connector's HTTP client.
 func FromConfig(c connector.Config, d connector.Deps) (scm.Provider, error) {
-	hc, err := c.ForgeClient(d, Name, false)
-	if err != nil {
-		return nil, err
-	}
-	p, err := New(WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithToken(c.Auth.Token.Value()), WithLogger(d.Logger))
-	if err != nil {
-		return nil, connector.ForgeError(Name, c, err)
-	}
-	return p, nil
+	return connector.BuildForge(Name, c, d, false, func(hc *http.Client) (*Driver, error) {
+		return New(WithHTTPClient(hc), WithBaseURL(c.BaseURL), WithToken(c.Auth.Token.Value()), WithLogger(d.Logger))
+	})
 }

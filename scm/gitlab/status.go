@@ -16,23 +16,16 @@ import (
 // already has is accepted (GitLab answers 400 "Cannot transition status" for it).
 func (d *Driver) SetStatus(ctx context.Context, repo scm.Repo, sha string, st scm.Status) error {
 	op := fmt.Sprintf("set status %s on %s", st.Context, sha)
-	pid, err := projectID(repo)
+	pid, err := projectID(repo, st.Check(sha))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
-	if sha == "" || st.Context == "" {
-		return d.wrap(op, repo, nil, fmt.Errorf("commit SHA and status context are required"))
-	}
-	var state gl.BuildStateValue
+	state := gl.Pending
 	switch st.State {
-	case scm.StatusPending:
-		state = gl.Pending
 	case scm.StatusSuccess:
 		state = gl.Success
 	case scm.StatusFailure, scm.StatusError:
 		state = gl.Failed
-	default:
-		return d.wrap(op, repo, nil, fmt.Errorf("unknown status state %q", st.State))
 	}
 	opts := &gl.SetCommitStatusOptions{State: state, Name: ptr(st.Context), Description: ptr(st.Description)}
 	if st.TargetURL != "" {

@@ -56,15 +56,11 @@ func (p *Provider) resolve(ctx context.Context, w *gitengine.Workspace, ref stri
 // Branch returns a branch's head.
 func (p *Provider) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Ref, error) {
 	op := "get branch " + name
-	w, err := p.open(ctx, repo)
+	w, refs, err := p.openRemote(ctx, repo)
 	if err != nil {
 		return scm.Ref{}, p.fail(repo, op, err)
 	}
 	defer w.Close()
-	refs, err := w.ListRemote(ctx)
-	if err != nil {
-		return scm.Ref{}, p.fail(repo, op, err)
-	}
 	sha, ok := refs["refs/heads/"+name]
 	if !ok {
 		return scm.Ref{}, p.fail(repo, op, fmt.Errorf("branch %s: %w", name, scm.ErrNotFound))
@@ -82,15 +78,11 @@ func (p *Provider) CreateBranch(ctx context.Context, repo scm.Repo, name, sha st
 	if !shaRe.MatchString(sha) {
 		return p.fail(repo, op, fmt.Errorf("%q is not a full commit SHA", sha))
 	}
-	w, err := p.open(ctx, repo)
+	w, refs, err := p.openRemote(ctx, repo)
 	if err != nil {
 		return p.fail(repo, op, err)
 	}
 	defer w.Close()
-	refs, err := w.ListRemote(ctx)
-	if err != nil {
-		return p.fail(repo, op, err)
-	}
 	if cur, ok := refs["refs/heads/"+name]; ok {
 		if cur == sha {
 			return nil
@@ -107,15 +99,11 @@ func (p *Provider) CreateBranch(ctx context.Context, repo scm.Repo, name, sha st
 // DeleteBranch deletes a branch; a branch that does not exist is already deleted.
 func (p *Provider) DeleteBranch(ctx context.Context, repo scm.Repo, name string) error {
 	op := "delete branch " + name
-	w, err := p.open(ctx, repo)
+	w, refs, err := p.openRemote(ctx, repo)
 	if err != nil {
 		return p.fail(repo, op, err)
 	}
 	defer w.Close()
-	refs, err := w.ListRemote(ctx)
-	if err != nil {
-		return p.fail(repo, op, err)
-	}
 	cur, ok := refs["refs/heads/"+name]
 	if !ok {
 		return nil

@@ -177,6 +177,35 @@ func (p *Provider) open(ctx context.Context, repo scm.Repo) (*gitengine.Workspac
 	return p.engine.Open(ctx, url)
 }
 
+// openRemote opens a scratch workspace for repo and lists the remote's refs; the caller
+// closes the workspace.
+func (p *Provider) openRemote(ctx context.Context, repo scm.Repo) (*gitengine.Workspace, map[string]string, error) {
+	w, err := p.open(ctx, repo)
+	if err != nil {
+		return nil, nil, err
+	}
+	refs, err := w.ListRemote(ctx)
+	if err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	return w, refs, nil
+}
+
+// openRecord is openRemote that also loads PR n's record.
+func (p *Provider) openRecord(ctx context.Context, repo scm.Repo, n int) (*gitengine.Workspace, map[string]string, stored, error) {
+	w, refs, err := p.openRemote(ctx, repo)
+	if err != nil {
+		return nil, nil, stored{}, err
+	}
+	st, err := p.loadRecord(ctx, w, refs, n)
+	if err != nil {
+		w.Close()
+		return nil, nil, stored{}, err
+	}
+	return w, refs, st, nil
+}
+
 // webURL is what a PR's URL says: the remote without credentials plus #pr/<n>.
 func (p *Provider) webURL(repo scm.Repo, n int) string {
 	url, err := p.repoURL(repo)

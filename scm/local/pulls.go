@@ -121,19 +121,11 @@ func (p *Provider) present(repo scm.Repo, rec record, headSHA string) *scm.PullR
 // current base.
 func (p *Provider) GetPR(ctx context.Context, repo scm.Repo, number int) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("get PR #%d", number)
-	w, err := p.open(ctx, repo)
+	w, refs, st, err := p.openRecord(ctx, repo, number)
 	if err != nil {
 		return nil, p.fail(repo, op, err)
 	}
 	defer w.Close()
-	refs, err := w.ListRemote(ctx)
-	if err != nil {
-		return nil, p.fail(repo, op, err)
-	}
-	st, err := p.loadRecord(ctx, w, refs, number)
-	if err != nil {
-		return nil, p.fail(repo, op, err)
-	}
 	pr, err := p.live(ctx, w, refs, repo, st.rec)
 	return pr, p.fail(repo, op, err)
 }
@@ -141,15 +133,11 @@ func (p *Provider) GetPR(ctx context.Context, repo scm.Repo, number int) (*scm.P
 // FindPR returns the newest PR from head into base in any state.
 func (p *Provider) FindPR(ctx context.Context, repo scm.Repo, head, base string) (*scm.PullRequest, error) {
 	op := fmt.Sprintf("find PR %s -> %s", head, base)
-	w, err := p.open(ctx, repo)
+	w, refs, err := p.openRemote(ctx, repo)
 	if err != nil {
 		return nil, p.fail(repo, op, err)
 	}
 	defer w.Close()
-	refs, err := w.ListRemote(ctx)
-	if err != nil {
-		return nil, p.fail(repo, op, err)
-	}
 	all, err := p.loadAll(ctx, w)
 	if err != nil {
 		return nil, p.fail(repo, op, err)
@@ -245,19 +233,11 @@ func (p *Provider) MergePR(ctx context.Context, repo scm.Repo, number int, in sc
 	}
 	var out *scm.PullRequest
 	err := p.retry(ctx, func() error {
-		w, err := p.open(ctx, repo)
+		w, refs, st, err := p.openRecord(ctx, repo, number)
 		if err != nil {
 			return err
 		}
 		defer w.Close()
-		refs, err := w.ListRemote(ctx)
-		if err != nil {
-			return err
-		}
-		st, err := p.loadRecord(ctx, w, refs, number)
-		if err != nil {
-			return err
-		}
 		rec := st.rec
 		switch rec.State {
 		case scm.PRMerged:
@@ -419,19 +399,11 @@ func (p *Provider) Comment(ctx context.Context, repo scm.Repo, number int, body 
 // Comments returns a PR's comments, oldest first (the local driver's own read API).
 func (p *Provider) Comments(ctx context.Context, repo scm.Repo, number int) ([]Comment, error) {
 	op := fmt.Sprintf("list comments of PR #%d", number)
-	w, err := p.open(ctx, repo)
+	w, _, st, err := p.openRecord(ctx, repo, number)
 	if err != nil {
 		return nil, p.fail(repo, op, err)
 	}
 	defer w.Close()
-	refs, err := w.ListRemote(ctx)
-	if err != nil {
-		return nil, p.fail(repo, op, err)
-	}
-	st, err := p.loadRecord(ctx, w, refs, number)
-	if err != nil {
-		return nil, p.fail(repo, op, err)
-	}
 	return st.rec.Comments, nil
 }
 
@@ -452,19 +424,11 @@ func (p *Provider) ListComments(ctx context.Context, repo scm.Repo, number int) 
 // (for merged and closed PRs, as they were at that time).
 func (p *Provider) ChangedFiles(ctx context.Context, repo scm.Repo, number int) ([]string, error) {
 	op := fmt.Sprintf("list changed files of PR #%d", number)
-	w, err := p.open(ctx, repo)
+	w, refs, st, err := p.openRecord(ctx, repo, number)
 	if err != nil {
 		return nil, p.fail(repo, op, err)
 	}
 	defer w.Close()
-	refs, err := w.ListRemote(ctx)
-	if err != nil {
-		return nil, p.fail(repo, op, err)
-	}
-	st, err := p.loadRecord(ctx, w, refs, number)
-	if err != nil {
-		return nil, p.fail(repo, op, err)
-	}
 	if st.rec.State != scm.PROpen {
 		return st.rec.ChangedFiles, nil
 	}

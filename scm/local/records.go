@@ -154,19 +154,11 @@ func (p *Provider) updateRecord(ctx context.Context, repo scm.Repo, n int, msg s
 	fn func(w *gitengine.Workspace, refs map[string]string, rec *record) ([]gitengine.RefUpdate, error)) (record, error) {
 	var out record
 	err := p.retry(ctx, func() error {
-		w, err := p.open(ctx, repo)
+		w, refs, st, err := p.openRecord(ctx, repo, n)
 		if err != nil {
 			return err
 		}
 		defer w.Close()
-		refs, err := w.ListRemote(ctx)
-		if err != nil {
-			return err
-		}
-		st, err := p.loadRecord(ctx, w, refs, n)
-		if err != nil {
-			return err
-		}
 		rec := st.rec
 		extra, err := fn(w, refs, &rec)
 		if errors.Is(err, errUnchanged) {

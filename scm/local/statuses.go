@@ -35,15 +35,11 @@ func (p *Provider) SetStatus(ctx context.Context, repo scm.Repo, sha string, st 
 		return p.fail(repo, op, fmt.Errorf("%q is not a full commit SHA", sha))
 	}
 	err := p.retry(ctx, func() error {
-		w, err := p.open(ctx, repo)
+		w, refs, err := p.openRemote(ctx, repo)
 		if err != nil {
 			return err
 		}
 		defer w.Close()
-		refs, err := w.ListRemote(ctx)
-		if err != nil {
-			return err
-		}
 		if err := w.FetchCommit(ctx, refs, sha); err != nil {
 			return err
 		}
@@ -88,15 +84,11 @@ func (p *Provider) loadStatuses(ctx context.Context, w *gitengine.Workspace, ref
 // driver's own read API).
 func (p *Provider) Statuses(ctx context.Context, repo scm.Repo, sha string) ([]scm.Status, error) {
 	op := "list statuses of " + sha
-	w, err := p.open(ctx, repo)
+	w, refs, err := p.openRemote(ctx, repo)
 	if err != nil {
 		return nil, p.fail(repo, op, err)
 	}
 	defer w.Close()
-	refs, err := w.ListRemote(ctx)
-	if err != nil {
-		return nil, p.fail(repo, op, err)
-	}
 	entries, _, err := p.loadStatuses(ctx, w, refs, sha)
 	if err != nil {
 		return nil, p.fail(repo, op, err)

@@ -122,11 +122,7 @@ func (b *Bitbucket) serve(w http.ResponseWriter, r *http.Request) {
 		bbError(w, 401, "Access token expired or invalid. Use a valid access token.")
 		return
 	}
-	if _, pattern := b.mux.Handler(r); pattern == "" {
-		bbError(w, 404, "Resource not found")
-		return
-	}
-	b.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ti)))
+	serveRoute(b.mux, w, r, ti, func() { bbError(w, 404, "Resource not found") })
 }
 
 func (b *Bitbucket) handle(pattern string, fn bbHandler) {
@@ -653,14 +649,7 @@ func (b *Bitbucket) createBranch(c *bbCall) {
 		bbFieldError(c.w, "target", "Commit not found: "+body.Target.Hash)
 		return
 	}
-	c.rs.mu.Lock()
-	err = b.git.moveRef(c.ctx, c.rs.owner, c.rs.name, "refs/heads/"+body.Name, sha, c.user, func(cur string) error {
-		if cur != "" {
-			return ErrExists
-		}
-		return nil
-	})
-	c.rs.mu.Unlock()
+	err = b.setRef(c.ctx, c.rs, "refs/heads/"+body.Name, sha, c.user, createOnly)
 	switch {
 	case errors.Is(err, ErrExists), errors.Is(err, ErrRefConflict):
 		writeJSON(c.w, 400, map[string]any{"type": "error", "error": map[string]any{
@@ -680,9 +669,7 @@ func (b *Bitbucket) deleteBranch(c *bbCall) {
 		bbError(c.w, 400, "Cannot delete the main branch")
 		return
 	}
-	c.rs.mu.Lock()
-	err := b.git.moveRef(c.ctx, c.rs.owner, c.rs.name, "refs/heads/"+name, "", c.user, nil)
-	c.rs.mu.Unlock()
+	err := b.setRef(c.ctx, c.rs, "refs/heads/"+name, "", c.user, nil)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		bbError(c.w, 404, fmt.Sprintf("Branch \"%s\" does not exist.", name))
@@ -933,13 +920,10 @@ func (b *Bitbucket) diff(c *bbCall) {
 
 // --- pull requests ----------------------------------------------------------------------------
 
-func (b *Bitbucket) pr(c *bbCall) *prState {
-	n, err := strconv.Atoi(c.r.PathValue("id"))
-	if err != nil {
-		return nil
-	}
-	return c.rs.pr(n)
-}
+func (b *Bitbucket) pr(c *bbCall) *prState { return c.rs.prAt(c.r, "id") }
+
+// lockPR is repoState.lockPR with Bitbucket's 404.
+func (b *Bitbucket) lockPR(c *bbCall) *prState { return c.rs.lockPR(c.r, "id", func() { b.noPR(c) }) }
 
 func (b *Bitbucket) noPR(c *bbCall) {
 	bbError(c.w, 404, "Pull request not found.")
@@ -1104,13 +1088,11 @@ func (b *Bitbucket) createPR(c *bbCall) {
 }
 
 func (b *Bitbucket) getPR(c *bbCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	b.refresh(c.ctx, c.rs, pr)
 	writeJSON(c.w, 200, bbPRJSON(c.rv, pr.snapshot()))
 }
@@ -1121,13 +1103,11 @@ func (b *Bitbucket) updatePR(c *bbCall) {
 		bbError(c.w, 400, "Invalid JSON")
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	if pr.State != PROpen {
 		bbError(c.w, 400, "You can't edit a pull request that is not open.")
 		return
@@ -1176,13 +1156,11 @@ func (b *Bitbucket) mergePR(c *bbCall) {
 		bbFieldError(c.w, "merge_strategy", fmt.Sprintf("%q is not a valid choice.", strategy))
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	switch pr.State {
 	case PRMerged:
 		bbError(c.w, 400, "You can't merge a pull request that has already been merged.")
@@ -1232,13 +1210,11 @@ func (b *Bitbucket) mergePR(c *bbCall) {
 }
 
 func (b *Bitbucket) declinePR(c *bbCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	if pr.State == PRMerged {
 		bbError(c.w, 400, "You can't decline a pull request that has already been merged.")
 		return
@@ -1257,11 +1233,8 @@ func bbCommentJSON(v repoView, pr PullRequest, cm Comment) map[string]any {
 }
 
 func (b *Bitbucket) listComments(c *bbCall) {
-	c.rs.mu.Lock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		c.rs.mu.Unlock()
-		b.noPR(c)
 		return
 	}
 	snap := pr.snapshot()
@@ -1287,13 +1260,11 @@ func (b *Bitbucket) createComment(c *bbCall) {
 		bbFieldError(c.w, "content", "This field is required.")
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := b.pr(c)
+	pr := b.lockPR(c)
 	if pr == nil {
-		b.noPR(c)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	cm := b.addComment(pr, body.Content.Raw, c.user)
 	writeJSON(c.w, 201, bbCommentJSON(c.rv, pr.snapshot(), cm))
 }
@@ -1414,8 +1385,9 @@ func bbPushJSON(e PushEvent) map[string]any {
 	for i := len(e.Commits) - 1; i >= 0; i-- {
 		commits = append(commits, bbCommitJSON(v, e.Commits[i].Commit))
 	}
-	change := map[string]any{"new": state(e.After), "old": state(e.Before), "created": e.Before == "" || e.Before == zeroOID,
-		"closed": e.After == "" || e.After == zeroOID, "forced": false, "truncated": false, "commits": commits,
+	before, after := e.ids()
+	change := map[string]any{"new": state(e.After), "old": state(e.Before), "created": before == zeroOID,
+		"closed": after == zeroOID, "forced": false, "truncated": false, "commits": commits,
 		"links": bbLinks("html", v.Web+"/"+v.full()+"/branches/compare/"+e.After+".."+e.Before)}
 	return map[string]any{"actor": bbUserJSON(v.API, senderOr(e.Pusher, "")), "repository": bbRepoJSON(v),
 		"push": map[string]any{"changes": []any{change}}}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -514,6 +515,54 @@ func (rs *repoState) pr(number int) *prState {
 		return nil
 	}
 	return rs.prs[number-1]
+}
+
+// serveRoute serves r through mux with the caller's token in its context; a request no route
+// matches gets the forge's own 404 (notFound) rather than the mux's plain text.
+func serveRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request, ti tokenInfo, notFound func()) {
+	if _, pattern := mux.Handler(r); pattern == "" {
+		notFound()
+		return
+	}
+	mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ti)))
+}
+
+// setRef moves ref to sha (empty deletes it) for the API user under rs's lock; check guards the
+// current value as in GitServer.moveRef (nil: any).
+func (f *Forge) setRef(ctx context.Context, rs *repoState, ref, sha, user string, check func(cur string) error) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return f.git.moveRef(ctx, rs.owner, rs.name, ref, sha, user, check)
+}
+
+// createOnly is a setRef check that refuses a ref that exists already (ErrExists).
+func createOnly(cur string) error {
+	if cur != "" {
+		return ErrExists
+	}
+	return nil
+}
+
+// prAt is the PR whose number is r's path value param, or nil.
+func (rs *repoState) prAt(r *http.Request, param string) *prState {
+	n, err := strconv.Atoi(r.PathValue(param))
+	if err != nil {
+		return nil
+	}
+	return rs.pr(n)
+}
+
+// lockPR locks rs and returns the PR whose number is r's path value param, for a handler that
+// reads or changes it. With no such PR it unlocks, answers with notFound (the forge's 404) and
+// returns nil; a caller given a PR unlocks rs.mu.
+func (rs *repoState) lockPR(r *http.Request, param string, notFound func()) *prState {
+	rs.mu.Lock()
+	if pr := rs.prAt(r, param); pr != nil {
+		return pr
+	}
+	rs.mu.Unlock()
+	notFound()
+	return nil
 }
 
 // refresh updates an open PR's head/base SHAs from its branches and keeps the per-PR head ref.

@@ -149,11 +149,7 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		ghError(w, http.StatusUnauthorized, "Bad credentials", "")
 		return
 	}
-	if _, pattern := g.mux.Handler(r); pattern == "" {
-		ghError(w, http.StatusNotFound, "Not Found", "")
-		return
-	}
-	g.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ti)))
+	serveRoute(g.mux, w, r, ti, func() { ghError(w, http.StatusNotFound, "Not Found", "") })
 }
 
 type tokenKey struct{}
@@ -627,6 +623,17 @@ func (g *GitHub) sigFrom(b *ghSigBody, user string) (Signature, error) {
 	return s, nil
 }
 
+// signatures are a commit's author and committer as a request names them; the committer
+// defaults to the author.
+func (g *GitHub) signatures(author, committer *ghSigBody, user string) (Signature, Signature, error) {
+	a, err := g.sigFrom(author, user)
+	if err != nil || committer == nil {
+		return a, a, err
+	}
+	c, err := g.sigFrom(committer, user)
+	return a, c, err
+}
+
 // putContents is the contents API create/update of one file: one commit per call, guarded by
 // the file's blob SHA and by the branch head.
 func (g *GitHub) putContents(c *ghCall) {
@@ -696,17 +703,10 @@ func (g *GitHub) writeContents(c *ghCall, del bool) {
 			change.Mode = existing.Mode
 		}
 	}
-	author, err := g.sigFrom(body.Author, c.user)
+	author, committer, err := g.signatures(body.Author, body.Committer, c.user)
 	if err != nil {
 		ghError(c.w, 422, err.Error(), doc)
 		return
-	}
-	committer := author
-	if body.Committer != nil {
-		if committer, err = g.sigFrom(body.Committer, c.user); err != nil {
-			ghError(c.w, 422, err.Error(), doc)
-			return
-		}
 	}
 	tree, err := c.rs.repo.buildTree(c.ctx, head, []treeChange{change})
 	if err != nil {
@@ -840,14 +840,7 @@ func (g *GitHub) createRef(c *ghCall) {
 		ghError(c.w, 422, "Object does not exist", doc)
 		return
 	}
-	c.rs.mu.Lock()
-	err := g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, body.Ref, body.SHA, c.user, func(cur string) error {
-		if cur != "" {
-			return ErrExists
-		}
-		return nil
-	})
-	c.rs.mu.Unlock()
+	err := g.setRef(c.ctx, c.rs, body.Ref, body.SHA, c.user, createOnly)
 	switch {
 	case errors.Is(err, ErrExists), errors.Is(err, ErrRefConflict):
 		ghError(c.w, 422, "Reference already exists", doc)
@@ -875,8 +868,7 @@ func (g *GitHub) updateRef(c *ghCall) {
 		ghError(c.w, 422, "Object does not exist", doc)
 		return
 	}
-	c.rs.mu.Lock()
-	err := g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, ref, body.SHA, c.user, func(cur string) error {
+	err := g.setRef(c.ctx, c.rs, ref, body.SHA, c.user, func(cur string) error {
 		if cur == "" {
 			return ErrNotFound
 		}
@@ -892,7 +884,6 @@ func (g *GitHub) updateRef(c *ghCall) {
 		}
 		return nil
 	})
-	c.rs.mu.Unlock()
 	switch {
 	case errors.Is(err, ErrNotFound):
 		ghError(c.w, 422, "Reference does not exist", doc)
@@ -909,9 +900,7 @@ func (g *GitHub) updateRef(c *ghCall) {
 
 func (g *GitHub) deleteRef(c *ghCall) {
 	ref := "refs/" + strings.TrimPrefix(c.r.PathValue("ref"), "refs/")
-	c.rs.mu.Lock()
-	err := g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, ref, "", c.user, nil)
-	c.rs.mu.Unlock()
+	err := g.setRef(c.ctx, c.rs, ref, "", c.user, nil)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		ghError(c.w, 422, "Reference does not exist", "git/refs#delete-a-reference")
@@ -964,17 +953,10 @@ func (g *GitHub) createGitCommit(c *ghCall) {
 			return
 		}
 	}
-	author, err := g.sigFrom(body.Author, c.user)
+	author, committer, err := g.signatures(body.Author, body.Committer, c.user)
 	if err != nil {
 		ghError(c.w, 422, err.Error(), doc)
 		return
-	}
-	committer := author
-	if body.Committer != nil {
-		if committer, err = g.sigFrom(body.Committer, c.user); err != nil {
-			ghError(c.w, 422, err.Error(), doc)
-			return
-		}
 	}
 	sha, err := c.rs.repo.commitTree(c.ctx, body.Tree, body.Parents, *body.Message, author, committer)
 	if err != nil {
@@ -1188,11 +1170,7 @@ func (g *GitHub) listCommits(c *ghCall) {
 		return
 	}
 	commits, err := c.rs.repo.log(c.ctx, sha, q.Get("path"), 0)
-	if err != nil {
-		ghError(c.w, 500, err.Error(), "commits/commits#list-commits")
-		return
-	}
-	writeGHPage(c, commits, func(cm Commit) map[string]any {
+	writeGHList(c, commits, err, "commits/commits#list-commits", func(cm Commit) map[string]any {
 		return ghCommitJSON(c.rv, cm, nil, false)
 	})
 }
@@ -1370,12 +1348,11 @@ func (g *GitHub) listStatuses(c *ghCall, ref string) {
 // --- pull requests ----------------------------------------------------------------------------
 
 // pull finds the PR named in the path; callers hold c.rs.mu.
-func (g *GitHub) pull(c *ghCall) *prState {
-	n, err := strconv.Atoi(c.r.PathValue("number"))
-	if err != nil {
-		return nil
-	}
-	return c.rs.pr(n)
+func (g *GitHub) pull(c *ghCall) *prState { return c.rs.prAt(c.r, "number") }
+
+// lockPull is repoState.lockPR with GitHub's 404, doc naming the endpoint's documentation.
+func (g *GitHub) lockPull(c *ghCall, doc string) *prState {
+	return c.rs.lockPR(c.r, "number", func() { ghError(c.w, 404, "Not Found", doc) })
 }
 
 // mergeInfo computes the single-PR mergeability fields; callers hold c.rs.mu.
@@ -1531,13 +1508,11 @@ func (g *GitHub) listPulls(c *ghCall) {
 }
 
 func (g *GitHub) getPull(c *ghCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, "pulls/pulls#get-a-pull-request")
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", "pulls/pulls#get-a-pull-request")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	m := g.mergeInfo(c, pr)
 	writeJSON(c.w, 200, ghPullJSON(c.rv, pr.snapshot(), m))
 }
@@ -1554,13 +1529,11 @@ func (g *GitHub) updatePull(c *ghCall) {
 		ghError(c.w, 400, "Problems parsing JSON", doc)
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	if body.Base != nil && *body.Base != pr.Base {
 		if _, err := c.rs.repo.branchHead(c.ctx, *body.Base); err != nil {
 			ghValidation(c.w, doc, map[string]any{"resource": "PullRequest", "field": "base", "code": "invalid"})
@@ -1632,11 +1605,7 @@ func (g *GitHub) pullFiles(c *ghCall) {
 		return
 	}
 	files, err := c.rs.repo.diff(c.ctx, from, to, true)
-	if err != nil {
-		ghError(c.w, 500, err.Error(), "")
-		return
-	}
-	writeGHPage(c, files, func(f FileChange) map[string]any {
+	writeGHList(c, files, err, "", func(f FileChange) map[string]any {
 		return ghFileJSON(c.rv, to, f, true)
 	})
 }
@@ -1690,13 +1659,11 @@ func (g *GitHub) mergePull(c *ghCall) {
 		ghValidation(c.w, doc, map[string]any{"resource": "PullRequest", "field": "merge_method", "code": "invalid"})
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	g.refresh(c.ctx, c.rs, pr)
 	title, msg := body.CommitTitle, ""
 	if body.CommitMessage != nil {
@@ -1771,13 +1738,11 @@ func (g *GitHub) requestReviewers(c *ghCall) {
 		ghError(c.w, 400, "Problems parsing JSON", doc)
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	for _, r := range body.Reviewers {
 		if r == pr.Author {
 			ghValidation(c.w, doc, map[string]any{"resource": "PullRequest", "code": "custom",
@@ -1802,13 +1767,11 @@ func (g *GitHub) labelsJSON(c *ghCall, pr *prState) []map[string]any {
 }
 
 func (g *GitHub) listLabels(c *ghCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, "issues/labels#list-labels-for-an-issue")
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", "issues/labels#list-labels-for-an-issue")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	writeJSON(c.w, 200, g.labelsJSON(c, pr))
 }
 
@@ -1838,13 +1801,11 @@ func (g *GitHub) addLabels(c *ghCall) {
 			}
 		}
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	g.Forge.addLabels(c.rs, pr, labels, c.user)
 	writeJSON(c.w, 200, g.labelsJSON(c, pr))
 }
@@ -1861,13 +1822,11 @@ func (g *GitHub) removeLabel(c *ghCall) {
 }
 
 func (g *GitHub) listComments(c *ghCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, "issues/comments#list-issue-comments")
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", "issues/comments#list-issue-comments")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	// Oldest first, 30 a page by default (at most 100), Link header to the next, as GitHub.
 	writeGHPage(c, pr.Comments, func(cm Comment) map[string]any {
 		return ghCommentJSON(c.rv, pr.Number, cm)
@@ -1887,13 +1846,11 @@ func (g *GitHub) createComment(c *ghCall) {
 		ghValidation(c.w, doc, map[string]any{"resource": "IssueComment", "field": "body", "code": "missing_field"})
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.pull(c)
+	pr := g.lockPull(c, doc)
 	if pr == nil {
-		ghError(c.w, 404, "Not Found", doc)
 		return
 	}
+	defer c.rs.mu.Unlock()
 	cm := g.addComment(pr, body.Body, c.user)
 	writeJSON(c.w, 201, ghCommentJSON(c.rv, pr.Number, cm))
 }
@@ -1959,13 +1916,7 @@ func ghPRHookJSON(v repoView, pr PullRequest) map[string]any {
 }
 
 func ghPushJSON(v repoView, e PushEvent) map[string]any {
-	before, after := e.Before, e.After
-	if before == "" {
-		before = zeroOID
-	}
-	if after == "" {
-		after = zeroOID
-	}
+	before, after := e.ids()
 	commits := make([]map[string]any, 0, len(e.Commits))
 	for _, c := range e.Commits {
 		commits = append(commits, map[string]any{
@@ -1998,6 +1949,15 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// writeGHList is writeGHPage for items read with err: a failed read answers 500.
+func writeGHList[T any](c *ghCall, items []T, err error, doc string, render func(T) map[string]any) {
+	if err != nil {
+		ghError(c.w, 500, err.Error(), doc)
+		return
+	}
+	writeGHPage(c, items, render)
 }
 
 // writeGHPage answers one page of items as GitHub does: per_page items (30 by default, at

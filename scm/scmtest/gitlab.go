@@ -172,11 +172,7 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 		glMessage(w, 401, "401 Unauthorized")
 		return
 	}
-	if _, pattern := g.mux.Handler(r); pattern == "" {
-		glErr(w, 404, "404 Not Found")
-		return
-	}
-	g.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ti)))
+	serveRoute(g.mux, w, r, ti, func() { glErr(w, 404, "404 Not Found") })
 }
 
 func (g *GitLab) handle(pattern string, fn glHandler) {
@@ -499,14 +495,7 @@ func (g *GitLab) createBranch(c *glCall) {
 		glMessage(c.w, 400, "Invalid reference name: "+ref)
 		return
 	}
-	c.rs.mu.Lock()
-	err = g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, "refs/heads/"+name, sha, c.user, func(cur string) error {
-		if cur != "" {
-			return ErrExists
-		}
-		return nil
-	})
-	c.rs.mu.Unlock()
+	err = g.setRef(c.ctx, c.rs, "refs/heads/"+name, sha, c.user, createOnly)
 	switch {
 	case errors.Is(err, ErrExists), errors.Is(err, ErrRefConflict):
 		glMessage(c.w, 400, "Branch already exists")
@@ -523,9 +512,7 @@ func (g *GitLab) deleteBranch(c *glCall) {
 		glMessage(c.w, 405, "405 Method Not Allowed")
 		return
 	}
-	c.rs.mu.Lock()
-	err := g.git.moveRef(c.ctx, c.rs.owner, c.rs.name, "refs/heads/"+name, "", c.user, nil)
-	c.rs.mu.Unlock()
+	err := g.setRef(c.ctx, c.rs, "refs/heads/"+name, "", c.user, nil)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		glMessage(c.w, 404, "404 Branch Not Found")
@@ -815,17 +802,11 @@ func (g *GitLab) applyActions(c *glCall, parent string, actions []glAction) ([]t
 			mode = map[bool]string{true: "100755", false: "100644"}[*a.ExecuteFilemode]
 		}
 		switch a.Action {
-		case "create":
-			if exists {
+		case "create", "update":
+			switch {
+			case exists && a.Action == "create":
 				return nil, 400, "A file with this name already exists"
-			}
-			sha, st, msg := blob()
-			if st != 0 {
-				return nil, st, msg
-			}
-			set(treeChange{Path: p, Mode: mode, SHA: sha})
-		case "update":
-			if !exists {
+			case !exists && a.Action == "update":
 				return nil, 400, "A file with this name doesn't exist"
 			}
 			sha, st, msg := blob()
@@ -1069,12 +1050,11 @@ func (g *GitLab) mrJSON(c *glCall, pr *prState, poll bool) map[string]any {
 	return glMRJSON(c.rv, pr.snapshot(), detailed, base)
 }
 
-func (g *GitLab) mr(c *glCall) *prState {
-	n, err := strconv.Atoi(c.r.PathValue("iid"))
-	if err != nil {
-		return nil
-	}
-	return c.rs.pr(n)
+func (g *GitLab) mr(c *glCall) *prState { return c.rs.prAt(c.r, "iid") }
+
+// lockMR is repoState.lockPR with GitLab's 404.
+func (g *GitLab) lockMR(c *glCall) *prState {
+	return c.rs.lockPR(c.r, "iid", func() { glMessage(c.w, 404, "404 Not found") })
 }
 
 func (g *GitLab) listMRs(c *glCall) {
@@ -1156,24 +1136,20 @@ func (g *GitLab) createMR(c *glCall) {
 }
 
 func (g *GitLab) getMR(c *glCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	writeJSON(c.w, 200, g.mrJSON(c, pr, true))
 }
 
 func (g *GitLab) updateMR(c *glCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	if c.has("title") {
 		pr.Title = c.str("title")
 		pr.Draft = isDraftTitle(pr.Title)
@@ -1222,13 +1198,11 @@ func (g *GitLab) updateMR(c *glCall) {
 // mergeMR accepts an MR: 405 when it cannot be merged (closed, merged, draft, checks), 406 on
 // conflicts, 409 when sha is not the source branch head.
 func (g *GitLab) mergeMR(c *glCall) {
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	g.refresh(c.ctx, c.rs, pr)
 	squash := pr.Squash
 	if c.has("squash") {
@@ -1320,11 +1294,8 @@ func (g *GitLab) mrDiffs(c *glCall) {
 }
 
 func (g *GitLab) mrCommits(c *glCall) {
-	c.rs.mu.Lock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		c.rs.mu.Unlock()
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
 	g.refresh(c.ctx, c.rs, pr)
@@ -1348,11 +1319,8 @@ func glNoteJSON(v repoView, pr PullRequest, cm Comment) map[string]any {
 }
 
 func (g *GitLab) listNotes(c *glCall) {
-	c.rs.mu.Lock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		c.rs.mu.Unlock()
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
 	snap := pr.snapshot()
@@ -1375,13 +1343,11 @@ func (g *GitLab) createNote(c *glCall) {
 		glErr(c.w, 400, "body is missing")
 		return
 	}
-	c.rs.mu.Lock()
-	defer c.rs.mu.Unlock()
-	pr := g.mr(c)
+	pr := g.lockMR(c)
 	if pr == nil {
-		glMessage(c.w, 404, "404 Not found")
 		return
 	}
+	defer c.rs.mu.Unlock()
 	cm := g.addComment(pr, body, c.user)
 	writeJSON(c.w, 201, glNoteJSON(c.rv, pr.snapshot(), cm))
 }
@@ -1504,13 +1470,7 @@ func glMRHookJSON(e PREvent) map[string]any {
 
 func glPushHookJSON(e PushEvent) map[string]any {
 	v := e.view()
-	before, after := e.Before, e.After
-	if before == "" {
-		before = zeroOID
-	}
-	if after == "" {
-		after = zeroOID
-	}
+	before, after := e.ids()
 	commits := make([]map[string]any, 0, len(e.Commits))
 	for _, c := range e.Commits {
 		commits = append(commits, map[string]any{"id": c.SHA, "message": c.Message, "title": c.Title(),

@@ -96,6 +96,19 @@ func (e PREvent) view() repoView {
 	return viewOf(e.Owner, e.Name, e.RepoID, e.BaseURL, e.WebBase, e.CloneURL, e.DefaultBranch)
 }
 
+// ids are the push's before and after commits as the forges send them: the zero id for a
+// branch that did not exist (created) or no longer does (deleted).
+func (e PushEvent) ids() (before, after string) {
+	before, after = e.Before, e.After
+	if before == "" {
+		before = zeroOID
+	}
+	if after == "" {
+		after = zeroOID
+	}
+	return before, after
+}
+
 func (e PushEvent) view() repoView {
 	return viewOf(e.Owner, e.Name, e.RepoID, e.BaseURL, e.WebBase, e.CloneURL, e.DefaultBranch)
 }
