@@ -57,7 +57,7 @@ func lostReply(ctx context.Context, err error) bool {
 // a caller that set no limit must not wait for ever on a cluster that is down.
 func read[T any](ctx context.Context, attempt time.Duration, op func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); !ok {
-		return write(ctx, attempt, op)
+		return once(ctx, attempt, op)
 	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, attempt)
@@ -74,8 +74,8 @@ func read[T any](ctx context.Context, attempt time.Duration, op func(context.Con
 	}
 }
 
-// write runs op once with a bounded context.
-func write[T any](ctx context.Context, attempt time.Duration, op func(context.Context) (T, error)) (T, error) {
+// once runs op once with a bounded context: every write, and a read whose caller set no deadline.
+func once[T any](ctx context.Context, attempt time.Duration, op func(context.Context) (T, error)) (T, error) {
 	actx, cancel := context.WithTimeout(ctx, attempt)
 	defer cancel()
 	return op(actx)
@@ -102,32 +102,32 @@ func (b *boundKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error) 
 }
 
 func (b *boundKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	return write(ctx, b.attempt, func(ctx context.Context) (uint64, error) { return b.KeyValue.Put(ctx, key, value) })
+	return once(ctx, b.attempt, func(ctx context.Context) (uint64, error) { return b.KeyValue.Put(ctx, key, value) })
 }
 
 func (b *boundKV) PutString(ctx context.Context, key string, value string) (uint64, error) {
-	return write(ctx, b.attempt, func(ctx context.Context) (uint64, error) { return b.KeyValue.PutString(ctx, key, value) })
+	return once(ctx, b.attempt, func(ctx context.Context) (uint64, error) { return b.KeyValue.PutString(ctx, key, value) })
 }
 
 func (b *boundKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	return write(ctx, b.attempt, func(ctx context.Context) (uint64, error) { return b.KeyValue.Create(ctx, key, value, opts...) })
+	return once(ctx, b.attempt, func(ctx context.Context) (uint64, error) { return b.KeyValue.Create(ctx, key, value, opts...) })
 }
 
 func (b *boundKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	return write(ctx, b.attempt, func(ctx context.Context) (uint64, error) {
+	return once(ctx, b.attempt, func(ctx context.Context) (uint64, error) {
 		return b.KeyValue.Update(ctx, key, value, revision)
 	})
 }
 
 func (b *boundKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	_, err := write(ctx, b.attempt, func(ctx context.Context) (struct{}, error) {
+	_, err := once(ctx, b.attempt, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, b.KeyValue.Delete(ctx, key, opts...)
 	})
 	return err
 }
 
 func (b *boundKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	_, err := write(ctx, b.attempt, func(ctx context.Context) (struct{}, error) {
+	_, err := once(ctx, b.attempt, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, b.KeyValue.Purge(ctx, key, opts...)
 	})
 	return err

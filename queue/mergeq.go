@@ -40,28 +40,12 @@ const MergeQueueTurnFilter = "turn.>"
 // bucket) when it does not exist yet, so that workers and controllers of any version of the
 // topology can use it.
 func OpenMergeQueue(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, BucketMergeQueue)
-	if err == nil {
-		return BoundKV(kv, 0), nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("KV bucket %s: %w", BucketMergeQueue, err)
-	}
-	replicas := 1
-	if locks, lerr := js.KeyValue(ctx, BucketLocks); lerr == nil {
-		if st, serr := locks.Status(ctx); serr == nil {
-			if s, ok := st.(*jetstream.KeyValueBucketStatus); ok && s.StreamInfo() != nil {
-				replicas = max(1, s.StreamInfo().Config.Replicas)
-			}
-		}
-	}
-	kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketMergeQueue, History: 1,
-		TTL: MergeQueueMaxAge, Storage: jetstream.FileStorage, Replicas: replicas,
-		Description: "merge queues: one FIFO per repo+branch"})
-	if err != nil {
-		return nil, fmt.Errorf("create KV bucket %s: %w", BucketMergeQueue, err)
-	}
-	return BoundKV(kv, 0), nil
+	return openOrCreate(ctx, js, mergeQueueBucketConfig)
+}
+
+func mergeQueueBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: BucketMergeQueue, History: 1, TTL: MergeQueueMaxAge, Storage: jetstream.FileStorage,
+		Replicas: replicas, Description: "merge queues: one FIFO per repo+branch"}
 }
 
 // MergeQueue is a FIFO of merges per repo+branch kept in KV. Only the head merges, and it holds

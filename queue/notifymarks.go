@@ -22,26 +22,11 @@ const NotifyMarkAge = 24 * time.Hour
 // OpenNotifyMarks opens the sent-marks bucket, creating it (with the replicas of the locks
 // bucket) when it does not exist yet, like OpenMergeQueue.
 func OpenNotifyMarks(ctx context.Context, js jetstream.JetStream) (*NotifyMarks, error) {
-	kv, err := js.KeyValue(ctx, BucketNotify)
-	if err == nil {
-		return &NotifyMarks{kv: BoundKV(kv, 0)}, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("KV bucket %s: %w", BucketNotify, err)
-	}
-	replicas := 1
-	if locks, lerr := js.KeyValue(ctx, BucketLocks); lerr == nil {
-		if st, serr := locks.Status(ctx); serr == nil {
-			if s, ok := st.(*jetstream.KeyValueBucketStatus); ok && s.StreamInfo() != nil {
-				replicas = max(1, s.StreamInfo().Config.Replicas)
-			}
-		}
-	}
-	kv, err = js.CreateOrUpdateKeyValue(ctx, notifyBucketConfig(replicas))
+	kv, err := openOrCreate(ctx, js, notifyBucketConfig)
 	if err != nil {
-		return nil, fmt.Errorf("create KV bucket %s: %w", BucketNotify, err)
+		return nil, err
 	}
-	return &NotifyMarks{kv: BoundKV(kv, 0)}, nil
+	return &NotifyMarks{kv: kv}, nil
 }
 
 func notifyBucketConfig(replicas int) jetstream.KeyValueConfig {

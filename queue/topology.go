@@ -204,7 +204,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		{Bucket: BucketLocks, History: 1, TTL: LeaseTTL, Description: "repo+branch leases"},
 		{Bucket: BucketWorkers, History: 1, TTL: LeaseTTL, Description: "live workers"},
 		{Bucket: BucketAgents, History: 1, TTL: LeaseTTL, Description: "live GitOps agents"},
-		{Bucket: BucketMergeQueue, History: 1, TTL: MergeQueueMaxAge, Description: "merge queues: one FIFO per repo+branch"},
+		mergeQueueBucketConfig(replicas),
 		notifyBucketConfig(replicas),
 		{Bucket: BucketMeta, History: 1, Description: "topology schema marker"},
 	}
@@ -245,6 +245,33 @@ func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) err
 		return fmt.Errorf("KV bucket %s: turn direct gets off: %w", bucket, err)
 	}
 	return nil
+}
+
+// openOrCreate opens the bucket cfg describes (a bounded handle, see BoundKV), creating it
+// with the replicas of the locks bucket when it does not exist yet: buckets added after the
+// first topology (merge queues, notification marks) are usable by components of any version.
+func openOrCreate(ctx context.Context, js jetstream.JetStream, cfg func(replicas int) jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	name := cfg(1).Bucket
+	kv, err := js.KeyValue(ctx, name)
+	if err == nil {
+		return BoundKV(kv, 0), nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("KV bucket %s: %w", name, err)
+	}
+	replicas := 1
+	if locks, lerr := js.KeyValue(ctx, BucketLocks); lerr == nil {
+		if st, serr := locks.Status(ctx); serr == nil {
+			if s, ok := st.(*jetstream.KeyValueBucketStatus); ok && s.StreamInfo() != nil {
+				replicas = max(1, s.StreamInfo().Config.Replicas)
+			}
+		}
+	}
+	kv, err = js.CreateOrUpdateKeyValue(ctx, cfg(replicas))
+	if err != nil {
+		return nil, fmt.Errorf("create KV bucket %s: %w", name, err)
+	}
+	return BoundKV(kv, 0), nil
 }
 
 // Buckets are the KV handles components use.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -252,13 +253,8 @@ func (a *appWatch) apply(recs map[string]any, e jetstream.KeyValueEntry) {
 
 // appRecords is recs as one list sorted by key, converted for the policy engine.
 func appRecords(recs map[string]any) any {
-	keys := make([]string, 0, len(recs))
-	for k := range recs {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	vals := make([]any, 0, len(keys))
-	for _, k := range keys {
+	vals := make([]any, 0, len(recs))
+	for _, k := range slices.Sorted(maps.Keys(recs)) {
 		vals = append(vals, recs[k])
 	}
 	return policy.Converted(vals)

@@ -371,7 +371,7 @@ func (c *Controller) onEvent(ctx context.Context, in inbound) {
 	// A result reaches the stream when a controller did not confirm it directly, and that
 	// controller may have stored it and then failed to publish the next jobs or to answer (a
 	// lost KV reply while a node died): like a redelivery, it may find itself applied.
-	resend := md != nil && md.NumDelivered > 1 || ev.Kind == queue.EvResult
+	resend := (md != nil && md.NumDelivered > 1) || ev.Kind == queue.EvResult
 	if err := c.handle(ctx, ev, resend); err != nil {
 		c.log.Warn("event failed, will retry", "run", ev.Run, "kind", ev.Kind, "err", err)
 		_ = msg.NakWithDelay(500 * time.Millisecond)
