@@ -178,7 +178,7 @@ func Convert(file string, src []byte, o Options) (*Result, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc); err != nil {
-		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "YAML: " + err.Error()}}}
+		return nil, pipelines.SyntaxError(file, src, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}

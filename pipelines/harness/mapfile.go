@@ -155,7 +155,7 @@ func ParseMap(file string, src []byte) (*Map, error) {
 	m := &Map{File: file, Services: map[string]*ServiceMap{}, Environments: map[string]*EnvMap{}, Clusters: map[string]ClusterMap{}, Agents: map[string]string{}}
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc); err != nil {
-		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "YAML: " + err.Error()}}}
+		return nil, pipelines.SyntaxError(file, src, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}
