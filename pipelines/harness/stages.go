@@ -318,11 +318,15 @@ func (c *conv) stageOne(n *yaml.Node, path, id string) *yaml.Node {
 		// The UI repeats spec.gitOpsEnabled at the stage: true is a no-op.
 		c.unsupported(g, path+".gitOpsEnabled", "gitOpsEnabled: %s (only GitOps PR pipelines: gitOpsEnabled: true)", g.Value)
 	}
-	out := mapNode()
+	out := at(mapNode(), n)
 	out.HeadComment = marker(path, n.Line)
-	put(out, "id", strNode(id))
+	idNode := get(n, "identifier")
+	if !isScalar(idNode) {
+		idNode = get(n, "name")
+	}
+	put(out, "id", at(strNode(id), idNode))
 	if x := get(n, "name"); isScalar(x) {
-		put(out, "name", strNode(x.Value))
+		put(out, "name", at(strNode(x.Value), x))
 	}
 	sc := &stageCtx{id: id, path: path}
 	typ := c.str(f["type"], path+".type")
@@ -343,6 +347,7 @@ func (c *conv) stageOne(n *yaml.Node, path, id string) *yaml.Node {
 		c.bad(n, path+".type", "required")
 	default:
 		c.unsupported(f["type"].k, path+".type", "stage type %q (supported: Deployment with gitOpsEnabled, Approval, Custom)", typ)
+		c.dropped[id] = true
 		return nil
 	}
 	if s := sf["service"].v; s != nil {
@@ -531,7 +536,7 @@ func (c *conv) when(n *yaml.Node, path, statusKey string) *yaml.Node {
 		if status == "" {
 			return nil
 		}
-		return strNode(status)
+		return at(strNode(status), f[statusKey].v)
 	}
 	if !isScalar(cond) {
 		c.bad(cond, path+".condition", "want a condition string")
@@ -541,7 +546,7 @@ func (c *conv) when(n *yaml.Node, path, statusKey string) *yaml.Node {
 	if status != "" {
 		expr = status + " && (" + expr + ")"
 	}
-	return strNode(expr)
+	return at(strNode(expr), cond)
 }
 
 // failure converts failureStrategies (the AllErrors entry) into a native onFailure.

@@ -126,6 +126,7 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 	typ := c.str(f["type"], path+".type")
 	native, ok := stepTypes[typ]
 	if !ok {
+		c.dropped[id] = true
 		switch why, known := refusedSteps[typ]; {
 		case typ == "":
 			c.bad(n, path+".type", "required")
@@ -136,13 +137,13 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 		}
 		return nil
 	}
-	out := mapNode()
+	out := at(mapNode(), n)
 	out.HeadComment = marker(path, n.Line)
-	put(out, "id", strNode(id))
+	put(out, "id", at(strNode(id), get(n, "identifier")))
 	if x := get(n, "name"); isScalar(x) {
-		put(out, "name", strNode(x.Value))
+		put(out, "name", at(strNode(x.Value), x))
 	}
-	put(out, "type", strNode(native))
+	put(out, "type", at(strNode(native), f["type"].v))
 	with, pool := c.stepSpec(typ, f["spec"].v, path+".spec", sc, id)
 	if len(with.Content) > 0 {
 		put(out, "with", with)
@@ -156,7 +157,7 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 		put(out, "timeout", c.timeout(t, path+".timeout"))
 	}
 	if pool != "" {
-		put(out, "pool", strNode(pool))
+		put(out, "pool", at(strNode(pool), f["spec"].v))
 	}
 	onf := g.onFailure
 	if fs := f["failureStrategies"].v; fs != nil {
@@ -201,6 +202,7 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 	if spec == nil {
 		spec = mapNode()
 	}
+	at(with, spec)
 	f := c.fields(spec, path, handled...)
 	pool := ""
 	if ds := f["delegateSelectors"].v; ds != nil && typ != "GitOpsSync" {
@@ -295,7 +297,7 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 				for _, pre := range []string{"account.", "org."} {
 					name = strings.TrimPrefix(name, pre)
 				}
-				gs.Content = append(gs.Content, strNode(name))
+				gs.Content = append(gs.Content, at(strNode(name), x))
 			}
 			put(a, "groups", gs)
 		}
@@ -318,7 +320,7 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		if k == "variables" {
 			hint = inputName(sc.id, id)
 		}
-		put(with, k, c.copyInputs(v, path+"."+k, hint))
+		with.Content = append(with.Content, at(strNode(k), f[k].k), c.copyInputs(v, path+"."+k, hint))
 	}
 	if typ == "UpdateGitOpsApp" {
 		dropEmpty(with, "helm", "kustomize")
@@ -367,7 +369,7 @@ func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 		v, _ := c.value(n, path, hint, "")
 		return v
 	case yaml.MappingNode:
-		m := mapNode()
+		m := at(mapNode(), n)
 		m.Style = n.Style
 		nameHint := hint
 		if nm := get(n, "name"); isScalar(nm) {
@@ -384,15 +386,15 @@ func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 				h = nameHint
 				if isScalar(deref(v)) {
 					nv, _ := c.value(v, path+"."+k.Value, h, typ)
-					m.Content = append(m.Content, strNode(k.Value), nv)
+					m.Content = append(m.Content, at(strNode(k.Value), k), nv)
 					continue
 				}
 			}
-			m.Content = append(m.Content, strNode(k.Value), c.copyInputs(v, path+"."+k.Value, h))
+			m.Content = append(m.Content, at(strNode(k.Value), k), c.copyInputs(v, path+"."+k.Value, h))
 		}
 		return m
 	case yaml.SequenceNode:
-		s := seqNode()
+		s := at(seqNode(), n)
 		s.Style = n.Style
 		for i, x := range n.Content {
 			s.Content = append(s.Content, c.copyInputs(x, itemPath(path, i), hint))
