@@ -72,6 +72,13 @@ type conv struct {
 	overrun  bool
 	root     *yaml.Node      // the Harness document's root, for paths of native errors
 	dropped  map[string]bool // native ids of stages and steps left out (refused)
+	typos    map[typo]bool   // fields reported as misspelt, by mapping
+}
+
+// typo is a field a mapping (at line:col) lacks because it was misspelt there.
+type typo struct {
+	line, col int
+	field     string
 }
 
 type envOut struct {
@@ -144,6 +151,7 @@ func (c *conv) fields(n *yaml.Node, path string, handled ...string) map[string]h
 			// leaving it out (--allow-unsupported) would drop its value silently.
 			if s := spelling.Closest(k.Value, append(append([]string{}, handled...), harmless...)); s != "" {
 				c.bad(k, join(path, k.Value), "unknown field %q (did you mean %q?)", k.Value, s)
+				c.typos[typo{n.Line, n.Column, s}] = true
 				continue
 			}
 			c.unsupported(k, join(path, k.Value), "field %q is not supported here", k.Value)
@@ -189,7 +197,7 @@ func Convert(file string, src []byte, o Options) (*Result, error) {
 	}
 	c := &conv{file: file, o: o, inputs: mapNode(), inNames: map[string]bool{}, pvars: map[string]any{},
 		pvarErr: map[string]string{}, envOut: map[string]*envOut{}, stageSvc: map[string]*ServiceMap{}, budget: maxNodes,
-		dropped: map[string]bool{}}
+		dropped: map[string]bool{}, typos: map[typo]bool{}}
 	if len(src) > pipelines.MaxSource {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(src), pipelines.MaxSource)}}}
 	}
@@ -313,7 +321,7 @@ func (c *conv) nativeErrors(out *yaml.Node, native []byte, err error, clean bool
 		}
 		if src != nil {
 			pos := [2]int{src.Line, src.Column}
-			if reported[pos] || !clean && c.namesDropped(fe.Msg) {
+			if reported[pos] || !clean && c.namesDropped(fe.Msg) || c.typos[typo{src.Line, src.Column, field}] {
 				continue // the converter's own report covers it
 			}
 			path, msg := paths[posKind{src.Line, src.Column, src.Kind}], fe.Msg

@@ -147,6 +147,13 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 	with, pool := c.stepSpec(typ, f["spec"].v, path+".spec", sc, id)
 	if len(with.Content) > 0 {
 		put(out, "with", with)
+	} else if sp := deref(f["spec"].v); sp != nil {
+		// No with: a native "required" is reported at the step; a misspelt spec field covers it.
+		for t := range c.typos {
+			if t.line == sp.Line && t.col == sp.Column {
+				c.typos[typo{n.Line, n.Column, t.field}] = true
+			}
+		}
 	}
 	when := g.when
 	if w := f["when"].v; w != nil {
