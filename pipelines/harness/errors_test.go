@@ -252,3 +252,74 @@ func TestMapFileSyntaxError(t *testing.T) {
 		})
 	}
 }
+
+// Constructs the converter used to drop without a word (found auditing it for issue 32):
+// strict conversion refuses each at its field.
+func TestSilentDropsRefused(t *testing.T) {
+	m := testMap(t)
+	twoStages := "- stage: {identifier: a, name: a, type: Custom, spec: {execution: {steps: [{step: {identifier: w, type: Wait, spec: {duration: 1s}}}]}}}\n" +
+		"  parallel: []"
+	for _, tc := range []struct {
+		name  string
+		src   string
+		parts map[string]string
+		want  wantErr
+	}{
+		{name: "deployToAll as a runtime input", src: strings.Replace(base, "deployToAll: true", "deployToAll: <+input>", 1),
+			want: wantErr{"deployToAll: <+input>", "<+input>", "spec.environment.deployToAll", "deployToAll"}},
+		{name: "a stage entry that is also a parallel block", src: strings.Replace(base, "  stages:\n", "  stages:\n    "+strings.ReplaceAll(twoStages, "\n", "\n    ")+"\n", 1),
+			want: wantErr{"  parallel: []", "parallel", "pipeline.stages[0].parallel", "one of stage, parallel"}},
+		{name: "a step entry that is also a step group", parts: map[string]string{"STEPS": "- step: {identifier: w, type: Wait, spec: {duration: 1s}}\n  stepGroup: {identifier: g, steps: []}"},
+			want: wantErr{"stepGroup: {identifier: g", "stepGroup", "steps[1].stepGroup", "one of step, stepGroup, parallel"}},
+		{name: "an exclude entry that is not a mapping", parts: map[string]string{"STAGE": "strategy:\n  matrix:\n    app: [a, b]\n    exclude: [a]"},
+			want: wantErr{"exclude: [a]", "a]", "strategy.matrix.exclude[0]", "want {axis: value"}},
+		{name: "maxConcurrency that is not a number", parts: map[string]string{"STAGE": "strategy:\n  matrix:\n    app: [a, b]\n    maxConcurrency: two"},
+			want: wantErr{"maxConcurrency: two", "two", "strategy.matrix.maxConcurrency", "whole number"}},
+		{name: "an approver group that is not a name", parts: map[string]string{"STEPS": "- step: {identifier: a, type: HarnessApproval, spec: {approvers: {userGroups: [[rm]], minimumCount: 1}}}"},
+			want: wantErr{"userGroups: [[rm]]", "[rm]]", "approvers.userGroups[0]", "want a user group name"}},
+		{name: "a retry count that is not a number", parts: map[string]string{"STEP": "failureStrategies:\n  - onFailure: {errors: [AllErrors], action: {type: Retry, spec: {retryCount: [3]}}}"},
+			want: wantErr{"retryCount: [3]", "[3]", "action.spec.retryCount", "whole number"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := tc.src
+			if src == "" {
+				src = fill(base, tc.parts)
+			} else {
+				src = fill(src, nil)
+			}
+			_, err := Convert("p.yaml", []byte(src), Options{Map: m})
+			checkErrs(t, src, loadErrs(t, err), []wantErr{tc.want})
+		})
+	}
+}
+
+// A stage matrix's maxConcurrency: N runs the combinations in waves of N (the limit holds;
+// before, any value but 1 ran every combination at once).
+func TestStageMatrixMaxConcurrency(t *testing.T) {
+	for _, tc := range []struct {
+		max  string
+		want string // each stage's needs
+	}{
+		{"", "dev_0:[] dev_1:[] dev_2:[] dev_3:[] dev_4:[]"},
+		{"maxConcurrency: 1", "dev_0:- dev_1:- dev_2:- dev_3:- dev_4:-"},
+		{"maxConcurrency: 2", "dev_0:[] dev_1:[] dev_2:[dev_0 dev_1] dev_3:[dev_0 dev_1] dev_4:[dev_2 dev_3]"},
+		{"maxConcurrency: 5", "dev_0:[] dev_1:[] dev_2:[] dev_3:[] dev_4:[]"},
+	} {
+		src := fill(base, map[string]string{"STAGE": "strategy:\n  matrix:\n    app: [a, b, c, d, e]\n    " + tc.max})
+		res, err := Convert("p.yaml", []byte(src), Options{Map: testMap(t)})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.max, err)
+		}
+		var got []string
+		for _, s := range res.Pipeline.Stages {
+			needs := "-"
+			if s.NeedsSet {
+				needs = fmt.Sprint(s.Needs)
+			}
+			got = append(got, s.ID+":"+needs)
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%q: %s, want %s", tc.max, g, tc.want)
+		}
+	}
+}

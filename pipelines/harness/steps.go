@@ -28,6 +28,15 @@ func (c *conv) steps(n *yaml.Node, path string, sc *stageCtx, g *group) *yaml.No
 	for i, item := range n.Content {
 		p := itemPath(path, i)
 		f := c.fields(item, p, "step", "stepGroup", "parallel")
+		if kinds := f["step"].v != nil && (f["stepGroup"].v != nil || f["parallel"].v != nil) ||
+			f["stepGroup"].v != nil && f["parallel"].v != nil; kinds {
+			// Only the first of them would be converted.
+			second := f["parallel"]
+			if f["step"].v != nil && f["stepGroup"].v != nil {
+				second = f["stepGroup"]
+			}
+			c.bad(second.k, p+"."+second.k.Value, "an entry of steps holds one of step, stepGroup, parallel (start a new entry with -)")
+		}
 		switch {
 		case f["step"].v != nil:
 			out.Content = append(out.Content, c.stepMatrix(f["step"].v, p+".step", sc, g)...)
@@ -96,8 +105,8 @@ func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*
 		}
 		return nil
 	}
-	combos, seq := c.matrix(strat, path+".strategy")
-	if !seq && len(combos) > 1 {
+	combos, limit := c.matrix(strat, path+".strategy")
+	if limit != 1 && len(combos) > 1 {
 		c.warn(strat, path+".strategy.matrix", "prflow runs the %d matrix steps one after another", len(combos))
 	}
 	var out []*yaml.Node
@@ -298,7 +307,11 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		} else if ug != nil {
 			gs := seqNode()
 			gs.Style = yaml.FlowStyle
-			for _, x := range ug.Content {
+			for j, x := range ug.Content {
+				if !isScalar(x) {
+					c.bad(x, itemPath(path+".approvers.userGroups", j), "want a user group name")
+					continue
+				}
 				// Harness scopes groups (account.x, org.x); prflow groups come from its tokens file.
 				name := x.Value
 				for _, pre := range []string{"account.", "org."} {
