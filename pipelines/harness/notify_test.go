@@ -335,3 +335,29 @@ func TestNotifyMapRefusesWhatBelongsToTheWorkers(t *testing.T) {
 		t.Errorf("%d problems, want 6:\n%s", len(errs), joinErrs(errs))
 	}
 }
+
+// The mapping file shown in the README's Harness section parses, notifications included.
+func TestReadmeMapExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "What Harness keeps in its SaaS comes from the map:\n\n```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("no map example in the README")
+	}
+	m, err := ParseMap("README.md", []byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chs, ok := m.Notify.group("release_managers"); !ok || !slices.Equal(chs, []string{"release-mail", "rm-slack"}) {
+		t.Errorf("release_managers → %q", chs)
+	}
+	if chs, ok := m.Notify.group("account.ops"); !ok || len(chs) != 0 {
+		t.Errorf("account.ops → %q %v, want [] (left out)", chs, ok)
+	}
+	if chs, ok := m.Notify.group("org.release_managers"); !ok || chs[0] != "release-mail" {
+		t.Errorf("a scoped name falls back to the plain one: %q", chs)
+	}
+}
