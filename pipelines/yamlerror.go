@@ -12,9 +12,13 @@ import (
 // with the message once prefixed ("YAML: did not find expected key"). yaml.v3 puts in its
 // message the line where the enclosing block or flow began, often lines above the mistake;
 // the mistake's line is the first one at which the file's beginning fails to parse with the
-// same message, found by bisection (a few parses, whatever the file's length).
+// same message, found by bisection (about log2(lines) parses of parts of the file). Past
+// maxBisect bytes the bisection would cost too much for one error message: yaml's line stays.
 func SyntaxError(file string, src []byte, err error) *LoadError {
 	msg, line := splitYAMLError(err.Error())
+	if len(src) > maxBisect {
+		return &LoadError{[]FieldError{{File: file, Line: line, Msg: "YAML: " + msg}}}
+	}
 	lines := bytes.SplitAfter(src, []byte("\n"))
 	if n := len(lines); n > 0 && len(lines[n-1]) == 0 {
 		lines = lines[:n-1]
@@ -41,6 +45,9 @@ func SyntaxError(file string, src []byte, err error) *LoadError {
 	}
 	return &LoadError{[]FieldError{{File: file, Line: line, Msg: "YAML: " + msg}}}
 }
+
+// maxBisect bounds the files SyntaxError bisects (pipelines are far smaller).
+const maxBisect = 256 << 10
 
 // splitYAMLError splits "yaml: line 3: did not find expected key" into the message and line.
 func splitYAMLError(s string) (string, int) {

@@ -2,6 +2,7 @@ package pipelines
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -37,3 +38,30 @@ func TestLoadYAMLSyntaxErrorLine(t *testing.T) {
 		})
 	}
 }
+
+// A long file (the bisection parses it a few times, not once per line) with the mistake near
+// its end, after multi-line flow sequences that are fine: the line is still the mistake's.
+func TestSyntaxErrorLineInALongFile(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("name: x\nvariables:\n")
+	for i := 0; i < 8000; i++ {
+		if i%1000 == 0 {
+			b.WriteString("  list" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + itoa(i) + ": [a,\n    b]\n")
+			continue
+		}
+		b.WriteString("  v" + itoa(i) + ": value\n")
+	}
+	b.WriteString("   bad: indentation\n  after: 1\n")
+	src := b.String()
+	if len(src) > maxBisect {
+		t.Fatalf("%d bytes: longer than SyntaxError bisects", len(src))
+	}
+	want := strings.Count(src[:strings.Index(src, "   bad:")], "\n") + 1
+	_, err := Load("p.yaml", []byte(src), steps.Default)
+	var le *LoadError
+	if !errors.As(err, &le) || len(le.Errs) != 1 || le.Errs[0].Line != want {
+		t.Fatalf("got %v, want the error at line %d", err, want)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

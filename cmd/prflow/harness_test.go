@@ -108,7 +108,7 @@ func TestHarnessCLIReports(t *testing.T) {
 			[]string{three + ":10:113: pipeline.stages[0].stage.spec.execution.steps[0].step.spec.approvers.minimumCount: want a whole number",
 				three + ":11:58: pipeline.stages[0].stage.spec.execution.steps[1].step.spec.duraton: unknown field \"duraton\" (did you mean \"duration\"?)",
 				three + ":12:46: pipeline.stages[0].stage.spec.execution.steps[2].step.type: unsupported: step type \"ShellScript\""}, nil},
-		{"map syntax error", []string{"validate", fixtures + "approval.yaml", "--harness-map", badMap}, false,
+		{"map syntax error, once for two files", []string{"validate", fixtures + "approval.yaml", fixtures + "rollback.yaml", "--harness-map", badMap}, false,
 			[]string{badMap + ":5: YAML: did not find expected key"}, []string{"YAML: yaml", "line 2"}},
 		{"sample without a channel for its user group", []string{"import", "harness", sample, "--harness-map", noGroups}, false,
 			[]string{sample + ":116:15: pipeline.notificationRules[0].notificationMethod.spec.userGroups[0]: unsupported: notification rule \"Pipeline_notification\": user group \"callback_test_user\""}, []string{"channel:"}},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prflow/prflow/pipelines"
@@ -359,5 +360,50 @@ func TestReadmeMapExample(t *testing.T) {
 	}
 	if chs, ok := m.Notify.group("org.release_managers"); !ok || chs[0] != "release-mail" {
 		t.Errorf("a scoped name falls back to the plain one: %q", chs)
+	}
+}
+
+// The controller converts runs' sources concurrently with one map: conversions share nothing
+// else, and each gives the same answer as alone (run with -race).
+func TestConvertConcurrentlyWithOneMap(t *testing.T) {
+	m, err := LoadMap("testdata/notifications_pr_map.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := os.ReadFile("testdata/notifications_pr.yaml")
+	bad := []byte(strings.Replace(string(good), "minimumCount: 1", "minimumCount: one", 1))
+	inputs := map[string]any{"Stage1_updateReleaseRepo_replicaCount": "3"}
+	convert := func(src []byte) string {
+		res, err := Convert("p.yaml", src, Options{Map: m, Inputs: inputs})
+		if err != nil {
+			return err.Error()
+		}
+		return string(res.Native)
+	}
+	want := map[bool]string{true: convert(good), false: convert(bad)}
+	if !strings.Contains(want[true], "channel: release-mail") || !strings.Contains(want[false], "minimumCount: want a whole number") {
+		t.Fatalf("alone:\n%s\n%s", want[true], want[false])
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for i := range 16 {
+		wg.Add(1)
+		go func(ok bool) {
+			defer wg.Done()
+			src := bad
+			if ok {
+				src = good
+			}
+			for range 4 {
+				if got := convert(src); got != want[ok] {
+					errs <- got
+				}
+			}
+		}(i%2 == 0)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("a concurrent conversion differs:\n%s", e)
 	}
 }
