@@ -80,13 +80,7 @@ func Load(file string, src []byte, reg *steps.Registry) (*Pipeline, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	if err := dec.Decode(&doc); err != nil {
-		line := 0
-		msg := err.Error()
-		if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-			line, _ = strconv.Atoi(m[1])
-			msg = strings.TrimPrefix(m[2], " ")
-		}
-		return nil, &LoadError{[]FieldError{{File: file, Line: line, Msg: "YAML: " + strings.TrimPrefix(msg, "yaml: ")}}}
+		return nil, SyntaxError(file, src, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {

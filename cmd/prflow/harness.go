@@ -15,6 +15,9 @@ import (
 type harnessFlags struct {
 	mapFile string
 	allow   bool
+	loaded  bool // the map file was read (once per command: validate converts many files)
+	m       *harness.Map
+	mapErr  error
 }
 
 func (h *harnessFlags) add(cmd *cobra.Command) {
@@ -27,8 +30,15 @@ func (h *harnessFlags) load() (*harness.Map, error) {
 	if h.mapFile == "" {
 		return nil, nil
 	}
-	return harness.LoadMap(h.mapFile)
+	if !h.loaded {
+		h.m, h.mapErr = harness.LoadMap(h.mapFile)
+		h.loaded = true
+	}
+	return h.m, h.mapErr
 }
+
+// isMapErr reports whether err is the mapping file's own error.
+func (h *harnessFlags) isMapErr(err error) bool { return h.mapErr != nil && err == h.mapErr }
 
 // convert turns a Harness source into native YAML (printing warnings to w); native sources
 // pass through unchanged.

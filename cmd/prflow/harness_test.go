@@ -64,6 +64,82 @@ func TestValidateHarness(t *testing.T) {
 	}
 }
 
+// What `prflow validate` and `prflow import harness` print for bad Harness input: every problem
+// of a file in one report, each at file:line:col of its field; a map file's YAML error at the
+// mistake's line, "YAML:" once; the Notifications-PR-Pipeline sample refused without a
+// channel for its user group and converted with one.
+func TestHarnessCLIReports(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	three := write("three.yaml", `pipeline:
+  identifier: three
+  stages:
+    - stage:
+        identifier: s
+        type: Custom
+        spec:
+          execution:
+            steps:
+              - step: {identifier: a, type: HarnessApproval, spec: {approvers: {userGroups: [rm], minimumCount: one}}}
+              - step: {identifier: w, type: Wait, spec: {duraton: 1m}}
+              - step: {identifier: sh, type: ShellScript, spec: {}}
+`)
+	badMap := write("map.yaml", "services:\n  web:\n    releaseRepo:\n      connector: release\n     repo: acme/release\n")
+	mapSrc, err := os.ReadFile(fixtures + "notifications_pr_map.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noGroups := write("no_groups.yaml", string(mapSrc[:strings.Index(string(mapSrc), "notifications:")]))
+	sample := fixtures + "notifications_pr.yaml"
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		ok      bool
+		want    []string // in this order
+		notWant []string
+	}{
+		{"three problems at once", []string{"validate", three, "--harness-map", fixtures + "map.yaml"}, false,
+			[]string{three + ":10:113: pipeline.stages[0].stage.spec.execution.steps[0].step.spec.approvers.minimumCount: want a whole number",
+				three + ":11:58: pipeline.stages[0].stage.spec.execution.steps[1].step.spec.duraton: unknown field \"duraton\" (did you mean \"duration\"?)",
+				three + ":12:46: pipeline.stages[0].stage.spec.execution.steps[2].step.type: unsupported: step type \"ShellScript\""}, nil},
+		{"map syntax error, once for two files", []string{"validate", fixtures + "approval.yaml", fixtures + "rollback.yaml", "--harness-map", badMap}, false,
+			[]string{badMap + ":5: YAML: did not find expected key"}, []string{"YAML: yaml", "line 2"}},
+		{"sample without a channel for its user group", []string{"import", "harness", sample, "--harness-map", noGroups}, false,
+			[]string{sample + ":116:15: pipeline.notificationRules[0].notificationMethod.spec.userGroups[0]: unsupported: notification rule \"Pipeline_notification\": user group \"callback_test_user\""}, []string{"channel:"}},
+		{"sample with the map", []string{"import", "harness", sample, "--harness-map", fixtures + "notifications_pr_map.yaml", "--set", "Stage1_updateReleaseRepo_replicaCount=2"}, true,
+			[]string{"notifications:", "- on: [run.succeeded]", "channel: release-mail"}, []string{"warning:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(t, tc.args...)
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v\n%s", err, tc.ok, out)
+			}
+			if file, _, _ := strings.Cut(tc.want[0], ":"); !tc.ok && strings.Count(out, file+":") != len(tc.want) {
+				t.Errorf("want exactly %d problems:\n%s", len(tc.want), out)
+			}
+			rest := out
+			for _, w := range tc.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("output lacks (after what came before) %q:\n%s", w, out)
+				}
+				rest = rest[i+len(w):]
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(out, w) {
+					t.Errorf("output has %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
 // The server converts Harness sources with its --harness-map; bad ones are refused with the
 // Harness path and line, and nothing is started.
 func TestServerRunsHarnessYAML(t *testing.T) {
@@ -159,7 +235,7 @@ func TestDevRunsHarnessUIPipeline(t *testing.T) {
 		!strings.Contains(got, "step promote_dev.getAppDetails (GetAppDetails): succeeded") {
 		t.Fatalf("the run did not finish:\n%s", got)
 	}
-	if !strings.Contains(got, "notificationRules[0]: not carried") || strings.Count(got, "notificationRules") != 1 {
+	if !strings.Contains(got, "notificationRules[0].notificationMethod.spec.userGroups[0]: not carried") || strings.Count(got, "notificationRules") != 1 {
 		t.Errorf("the notification rules must be reported once:\n%s", got)
 	}
 }
@@ -195,7 +271,7 @@ func devRunID(out string) string {
 // about its notification rules.
 func TestValidateHarnessUIPipeline(t *testing.T) {
 	out, err := run(t, "validate", fixtures+"ui_pr.yaml", "--harness-map", fixtures+"map.yaml")
-	if err != nil || !strings.Contains(out, "ok") || strings.Count(out, "warning:") != 1 || !strings.Contains(out, "notificationRules[0]: not carried") {
+	if err != nil || !strings.Contains(out, "ok") || strings.Count(out, "warning:") != 1 || !strings.Contains(out, "notificationRules[0].notificationMethod.spec.userGroups[0]: not carried") {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
 }

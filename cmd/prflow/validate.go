@@ -48,7 +48,7 @@ agent the pipeline names is registered. Nothing is started.`,
 					return err
 				}
 			}
-			bad := 0
+			bad, mapReported := 0, false
 			for _, f := range args {
 				src, err := os.ReadFile(f)
 				if err == nil {
@@ -81,6 +81,12 @@ agent the pipeline names is registered. Nothing is started.`,
 				}
 				if err != nil {
 					bad++
+					if hf.isMapErr(err) {
+						if mapReported {
+							continue // said once, not again for every Harness file
+						}
+						mapReported = true
+					}
 					fmt.Fprintln(cmd.ErrOrStderr(), err)
 					continue
 				}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/spelling"
 )
 
 // Options control a conversion.
@@ -69,6 +70,15 @@ type conv struct {
 	notes    []string               // written at the top of the native YAML
 	budget   int                    // nodes the conversion may still produce
 	overrun  bool
+	root     *yaml.Node      // the Harness document's root, for paths of native errors
+	dropped  map[string]bool // native ids of stages and steps left out (refused)
+	typos    map[typo]bool   // fields reported as misspelt, by mapping
+}
+
+// typo is a field a mapping (at line:col) lacks because it was misspelt there.
+type typo struct {
+	line, col int
+	field     string
 }
 
 type envOut struct {
@@ -123,13 +133,27 @@ func (c *conv) fields(n *yaml.Node, path string, handled ...string) map[string]h
 		c.bad(n, path, "want a mapping")
 		return out
 	}
+	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], deref(n.Content[i+1])
+		if seen[k.Value] {
+			// YAML keeps one of the two values: which one was meant is not known.
+			c.bad(k, join(path, k.Value), "duplicate key %q", k.Value)
+			continue
+		}
+		seen[k.Value] = true
 		switch {
 		case contains(handled, k.Value):
 			out[k.Value] = hfield{k, v}
 		case contains(harmless, k.Value):
 		default:
+			// A name close to a known one is a typo, not a Harness feature prflow lacks:
+			// leaving it out (--allow-unsupported) would drop its value silently.
+			if s := spelling.Closest(k.Value, append(append([]string{}, handled...), harmless...)); s != "" {
+				c.bad(k, join(path, k.Value), "unknown field %q (did you mean %q?)", k.Value, s)
+				c.typos[typo{n.Line, n.Column, s}] = true
+				continue
+			}
 			c.unsupported(k, join(path, k.Value), "field %q is not supported here", k.Value)
 		}
 	}
@@ -172,17 +196,19 @@ func Convert(file string, src []byte, o Options) (*Result, error) {
 		o.Registry = steps.Default
 	}
 	c := &conv{file: file, o: o, inputs: mapNode(), inNames: map[string]bool{}, pvars: map[string]any{},
-		pvarErr: map[string]string{}, envOut: map[string]*envOut{}, stageSvc: map[string]*ServiceMap{}, budget: maxNodes}
+		pvarErr: map[string]string{}, envOut: map[string]*envOut{}, stageSvc: map[string]*ServiceMap{}, budget: maxNodes,
+		dropped: map[string]bool{}, typos: map[typo]bool{}}
 	if len(src) > pipelines.MaxSource {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(src), pipelines.MaxSource)}}}
 	}
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc); err != nil {
-		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "YAML: " + err.Error()}}}
+		return nil, pipelines.SyntaxError(file, src, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}
 	}
+	c.root = doc.Content[0]
 	root := c.fields(doc.Content[0], "", "pipeline")
 	pf := root["pipeline"]
 	if pf.v == nil {
@@ -198,12 +224,17 @@ func Convert(file string, src []byte, o Options) (*Result, error) {
 		c.bad(pf.v, "pipeline", "encoding the native pipeline: %v", err)
 	}
 	res := &Result{Native: native}
-	if len(c.errs) == 0 {
+	if native != nil {
+		// The native loader runs even when the converter found problems, so that one
+		// conversion reports every problem of the file, not one round at a time.
+		clean := len(c.errs) == 0
 		p, err := pipelines.Load(file, native, o.Registry)
 		if err != nil {
-			c.nativeErrors(native, err)
+			c.nativeErrors(out, native, err, clean)
 		}
-		res.Pipeline = p
+		if clean {
+			res.Pipeline = p
+		}
 	}
 	res.Warnings = dedupe(c.warns)
 	if len(c.errs) > 0 {
@@ -221,7 +252,12 @@ func dedupe(list []pipelines.FieldError) []pipelines.FieldError {
 			out = append(out, e)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Line != out[j].Line {
+			return out[i].Line < out[j].Line
+		}
+		return out[i].Col < out[j].Col
+	})
 	return out
 }
 
@@ -242,15 +278,17 @@ var markerRE = regexp.MustCompile(`#\s*from (\S+) line (\d+)\s*$`)
 
 func marker(path string, line int) string { return fmt.Sprintf("from %s line %d", path, line) }
 
-func (c *conv) nativeErrors(native []byte, err error) {
+// nativeErrors reports the native loader's problems in the converted pipeline at the Harness
+// field they come from. Native nodes copied from the Harness file (values, and the ids, types,
+// conditions and timeouts built from Harness nodes) keep that node's line and column: an error
+// there is reported at the Harness field itself. Other errors are reported at the Harness stage
+// or step the native one came from (its marker comment), unless the converter already found
+// problems (clean false): a pipeline with constructs left out may fail only for that reason.
+func (c *conv) nativeErrors(out *yaml.Node, native []byte, err error, clean bool) {
 	le, ok := err.(*pipelines.LoadError)
 	if !ok {
 		c.errs = append(c.errs, pipelines.FieldError{File: c.file, Msg: err.Error()})
 		return
-	}
-	type mark struct {
-		path string
-		line int
 	}
 	lines := strings.Split(string(native), "\n")
 	at := make([]mark, len(lines)+2)
@@ -262,17 +300,151 @@ func (c *conv) nativeErrors(native []byte, err error) {
 		}
 		at[i+1] = cur
 	}
+	origin, onLine := originIndex(out, native)
+	paths := pathIndex(c.root)
+	reported := map[[2]int]bool{}
+	for _, e := range c.errs {
+		reported[[2]int{e.Line, e.Col}] = true
+	}
 	for _, fe := range le.Errs {
-		m := mark{path: "pipeline", line: 1}
-		if fe.Line > 0 && fe.Line < len(at) {
-			m = at[fe.Line]
+		src := origin[[2]int{fe.Line, fe.Col}]
+		if src == nil && fe.Col == 0 {
+			src = onLine[fe.Line]
 		}
+		field := fe.Path[strings.LastIndex(fe.Path, ".")+1:]
+		if src != nil && src.Kind == yaml.MappingNode {
+			// An error about a mapping's field (stages[0].steps[1].id) is at that field
+			// when it came from Harness.
+			if v := get(src, field); v != nil && v.Line > 0 {
+				src = v
+			}
+		}
+		if src != nil {
+			pos := [2]int{src.Line, src.Column}
+			if reported[pos] || !clean && c.namesDropped(fe.Msg) || c.typos[typo{src.Line, src.Column, field}] {
+				continue // the converter's own report covers it
+			}
+			path, msg := paths[posKind{src.Line, src.Column, src.Kind}], fe.Msg
+			switch _, w, ok := strings.Cut(fe.Path, ".with."); {
+			case path == "":
+				path = markAt(at, fe.Line).path
+				msg += " (in the converted pipeline at " + fe.Path + ")"
+			case strings.HasSuffix(path, "."+field) || strings.HasSuffix(path, "]"+field):
+			case (ok || field == "with") && strings.Contains(path[max(strings.LastIndex(path, ".step"), 0):], ".spec."):
+				// a step input's value: the Harness path is the more exact one
+			case ok && strings.HasSuffix(path, ".step"):
+				path += ".spec." + w // a step input that is missing: the Harness spec field
+			case ok && strings.HasSuffix(path, ".spec"):
+				path += "." + w
+			default:
+				msg += " (in the converted pipeline at " + fe.Path + ")"
+			}
+			c.errs = append(c.errs, pipelines.FieldError{File: c.file, Line: src.Line, Col: src.Column, Path: path, Msg: msg})
+			continue
+		}
+		if !clean {
+			continue
+		}
+		m := markAt(at, fe.Line)
 		msg := fe.Msg
 		if fe.Path != "" {
 			msg = fe.Msg + " (in the converted pipeline at " + fe.Path + ")"
 		}
 		c.errs = append(c.errs, pipelines.FieldError{File: c.file, Line: m.line, Path: m.path, Msg: msg})
 	}
+}
+
+type mark struct {
+	path string
+	line int
+}
+
+// markAt is the Harness stage or step the native line came from.
+func markAt(at []mark, line int) mark {
+	if line > 0 && line < len(at) {
+		return at[line]
+	}
+	return mark{path: "pipeline", line: 1}
+}
+
+// namesDropped reports whether msg names a stage or step the converter left out (a reference
+// to it fails only because it was left out).
+func (c *conv) namesDropped(msg string) bool {
+	for id := range c.dropped {
+		if strings.Contains(msg, strconv.Quote(id)) {
+			return true
+		}
+	}
+	return false
+}
+
+type posKind struct {
+	line, col int
+	kind      yaml.Kind
+}
+
+// originIndex parses the native text again and walks it beside the tree it was encoded from:
+// for each native line:column, the tree's node when that node carries a Harness position,
+// and for each native line the first such node on it.
+func originIndex(out *yaml.Node, native []byte) (map[[2]int]*yaml.Node, map[int]*yaml.Node) {
+	byPos, byLine := map[[2]int]*yaml.Node{}, map[int]*yaml.Node{}
+	var doc yaml.Node
+	if yaml.Unmarshal(native, &doc) != nil {
+		return byPos, byLine
+	}
+	var walk func(o, n *yaml.Node)
+	walk = func(o, n *yaml.Node) {
+		if o == nil || n == nil || o.Kind != n.Kind {
+			return
+		}
+		if o.Line > 0 {
+			if k := [2]int{n.Line, n.Column}; byPos[k] == nil {
+				byPos[k] = o
+			}
+			if byLine[n.Line] == nil {
+				byLine[n.Line] = o
+			}
+		}
+		if len(o.Content) != len(n.Content) {
+			return
+		}
+		for i := range o.Content {
+			walk(o.Content[i], n.Content[i])
+		}
+	}
+	walk(out, &doc)
+	return byPos, byLine
+}
+
+// pathIndex gives the Harness path (pipeline.stages[0].stage.spec…) of each node of the
+// Harness document by position and kind (a mapping starts where its first key does).
+func pathIndex(root *yaml.Node) map[posKind]string {
+	out := map[posKind]string{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		if n == nil || len(out) > maxNodes {
+			return
+		}
+		if k := (posKind{n.Line, n.Column, n.Kind}); out[k] == "" {
+			out[k] = path
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := join(path, n.Content[i].Value)
+				if k := (posKind{n.Content[i].Line, n.Content[i].Column, n.Content[i].Kind}); out[k] == "" {
+					out[k] = p
+				}
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, x := range n.Content {
+				walk(x, itemPath(path, i))
+			}
+		}
+	}
+	walk(root, "")
+	return out
 }
 
 func (c *conv) pipeline(n *yaml.Node, path string) *yaml.Node {
@@ -345,7 +517,7 @@ func (c *conv) pipeline(n *yaml.Node, path string) *yaml.Node {
 func (c *conv) namedValues(list []NamedValue, _ string) *yaml.Node {
 	m := mapNode()
 	for _, v := range list {
-		put(m, v.Name, c.clone(v.Value, func(s string) string { r, _ := rewriteExpr(s); return r }))
+		put(m, v.Name, noPos(c.clone(v.Value, func(s string) string { r, _ := rewriteExpr(s); return r })))
 	}
 	return m
 }
@@ -546,7 +718,7 @@ func (c *conv) timeout(n *yaml.Node, path string) *yaml.Node {
 		c.unsupported(n, path, "a timeout given as an expression or runtime input")
 		return nil
 	}
-	return strNode(n.Value)
+	return at(strNode(n.Value), n)
 }
 
 // Converter returns a function for controller.WithSourceConverter: Harness sources are

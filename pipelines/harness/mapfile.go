@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/steps/spelling"
 )
 
 // Map holds what Harness keeps in its SaaS and a pipeline only refers to: services (their
@@ -22,6 +24,90 @@ type Map struct {
 	// Agents maps Harness GitOps agent identifiers (as pipelines name them in
 	// gitOpsClusters[].agentIdentifier and applicationsList[].agentId) to prflow agent ids.
 	Agents map[string]string
+	Notify NotifyMap
+}
+
+// NotifyMap names the prflow notification channels (channels of the workers' notifiers
+// file) that stand for the notification targets a Harness pipeline names and prflow cannot
+// resolve by itself. The map holds channel names only: addresses, webhook URLs and their
+// secrets stay in the notifiers file. An empty list leaves the target out on purpose.
+type NotifyMap struct {
+	UserGroups map[string][]string // Harness user group (as a rule names it) → channels
+	Secrets    map[string][]string // Harness secret a webhookUrl reads (<+secrets.getValue("id")>) → channels
+	Rules      map[string][]string // rule identifier → channels, in place of its whole method
+}
+
+// notify is the map's notifications section (empty without a map).
+func (m *Map) notify() NotifyMap {
+	if m == nil {
+		return NotifyMap{}
+	}
+	return m.Notify
+}
+
+// group is the channels of a Harness user group: by its name as written, else without its
+// account./org. scope.
+func (n NotifyMap) group(g string) ([]string, bool) {
+	if chs, ok := n.UserGroups[g]; ok {
+		return chs, true
+	}
+	for _, pre := range []string{"account.", "org."} {
+		if s, ok := strings.CutPrefix(g, pre); ok {
+			chs, ok := n.UserGroups[s]
+			return chs, ok
+		}
+	}
+	return nil, false
+}
+
+// channelRE is a channel name (the native loader's id rule).
+var channelRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,62}$`)
+
+// channels reads name: channel (or name: [channels]) entries of the notifications section.
+// A value that is an address, a URL or a secret reference is refused: those belong in the
+// workers' notifiers file, and a URL (the credential of a webhook) is not repeated.
+func (r *mapReader) channels(n *yaml.Node, path string) map[string][]string {
+	if n == nil {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		r.errf(n, path, "want a mapping of name: channel (or name: [channels])")
+		return nil
+	}
+	out := map[string][]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := path + "." + k.Value
+		if _, dup := out[k.Value]; dup {
+			r.errf(k, p, "duplicate key")
+			continue
+		}
+		list := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			list = v.Content
+		}
+		chs := []string{}
+		for _, x := range list {
+			if x.Kind != yaml.ScalarNode || x.Tag == "!!null" {
+				r.errf(x, p, "want a channel name of the workers' notifiers file, or a list of them")
+				continue
+			}
+			switch s := x.Value; {
+			case strings.Contains(s, "://"):
+				r.errf(x, p, "a URL here (not repeated: a webhook URL is a secret): define a channel with url: env:… or file:… in the workers' notifiers file (prflow worker --notifiers) and give its name here")
+			case strings.HasPrefix(s, "env:") || strings.HasPrefix(s, "file:") || strings.Contains(s, "<+"):
+				r.errf(x, p, "%q is a secret reference: it belongs in the workers' notifiers file (prflow worker --notifiers); give the channel's name here", s)
+			case strings.Contains(s, "@"):
+				r.errf(x, p, "%q is an address: define an email channel with to: [%s] in the workers' notifiers file (prflow worker --notifiers) and give its name here", s, s)
+			case !channelRE.MatchString(s):
+				r.errf(x, p, "%q is not a channel name (letters, digits, - and _, starting with a letter, at most 63)", s)
+			default:
+				chs = append(chs, s)
+			}
+		}
+		out[k.Value] = chs
+	}
+	return out
 }
 
 // ServiceMap is one Harness service (serviceRef).
@@ -105,7 +191,11 @@ func (r *mapReader) fields(n *yaml.Node, path string, allowed ...string) map[str
 			v = v.Alias
 		}
 		if !contains(allowed, k.Value) {
-			r.errf(k, join(path, k.Value), "unknown field (allowed: %s)", strings.Join(allowed, ", "))
+			hint := ""
+			if s := spelling.Closest(k.Value, allowed); s != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			r.errf(k, join(path, k.Value), "unknown field%s (allowed: %s)", hint, strings.Join(allowed, ", "))
 			continue
 		}
 		if _, dup := out[k.Value]; dup {
@@ -155,12 +245,17 @@ func ParseMap(file string, src []byte) (*Map, error) {
 	m := &Map{File: file, Services: map[string]*ServiceMap{}, Environments: map[string]*EnvMap{}, Clusters: map[string]ClusterMap{}, Agents: map[string]string{}}
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc); err != nil {
-		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "YAML: " + err.Error()}}}
+		return nil, pipelines.SyntaxError(file, src, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}
 	}
-	root := r.fields(doc.Content[0], "", "services", "environments", "gitOpsClusters", "agents")
+	root := r.fields(doc.Content[0], "", "services", "environments", "gitOpsClusters", "agents", "notifications")
+	if nf := root["notifications"]; nf != nil {
+		f := r.fields(nf, "notifications", "userGroups", "secrets", "rules")
+		m.Notify = NotifyMap{UserGroups: r.channels(f["userGroups"], "notifications.userGroups"),
+			Secrets: r.channels(f["secrets"], "notifications.secrets"), Rules: r.channels(f["rules"], "notifications.rules")}
+	}
 	eachEntry := func(n *yaml.Node, path string, fn func(k, v *yaml.Node, p string)) {
 		if n == nil {
 			return

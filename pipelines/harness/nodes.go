@@ -76,6 +76,27 @@ func (c *conv) clone(n *yaml.Node, fn func(s string) string) *yaml.Node {
 	return &cp
 }
 
+// at gives a node built for the native tree the position of the Harness node it stands for
+// (src), so that a native load error about it is reported at that Harness field.
+func at(n, src *yaml.Node) *yaml.Node {
+	if n != nil && src != nil {
+		n.Line, n.Column = src.Line, src.Column
+	}
+	return n
+}
+
+// noPos clears the positions of a tree copied from another file (the map): they are not
+// positions in the Harness file.
+func noPos(n *yaml.Node) *yaml.Node {
+	if n != nil {
+		n.Line, n.Column = 0, 0
+		for _, x := range n.Content {
+			noPos(x)
+		}
+	}
+	return n
+}
+
 func isScalar(n *yaml.Node) bool { return n != nil && n.Kind == yaml.ScalarNode && n.Tag != "!!null" }
 
 func itemPath(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -21,6 +22,10 @@ func (c *conv) stages(n *yaml.Node, path string, out *yaml.Node) {
 	for i, item := range n.Content {
 		p := itemPath(path, i)
 		f := c.fields(item, p, "stage", "parallel")
+		if f["stage"].v != nil && f["parallel"].v != nil {
+			// YAML accepts both; Harness takes one, and the second would vanish here.
+			c.bad(f["parallel"].k, p+".parallel", "an entry of stages holds one of stage, parallel (start a new entry with -)")
+		}
 		switch {
 		case f["stage"].v != nil:
 			groups = append(groups, c.stage(f["stage"].v, p+".stage")...)
@@ -107,7 +112,8 @@ func (c *conv) stage(n *yaml.Node, path string) [][]*yaml.Node {
 		}
 		return nil
 	}
-	combos, seq := c.matrix(strat, path+".strategy")
+	combos, limit := c.matrix(strat, path+".strategy")
+	// maxConcurrency N: waves of N stages side by side, each wave after the one before.
 	var group []*yaml.Node
 	var groups [][]*yaml.Node
 	for i, combo := range combos {
@@ -116,10 +122,8 @@ func (c *conv) stage(n *yaml.Node, path string) [][]*yaml.Node {
 		if st == nil {
 			continue
 		}
-		if seq {
-			groups = append(groups, []*yaml.Node{st})
-		} else {
-			group = append(group, st)
+		if group = append(group, st); limit > 0 && len(group) == limit {
+			groups, group = append(groups, group), nil
 		}
 	}
 	if len(group) > 0 {
@@ -129,16 +133,17 @@ func (c *conv) stage(n *yaml.Node, path string) [][]*yaml.Node {
 }
 
 // matrix returns the combinations of a `strategy.matrix` (axes in file order, the last axis
-// changing fastest, excluded combinations dropped) and whether they run one at a time.
-func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
+// changing fastest, excluded combinations dropped) and how many may run at once (its
+// maxConcurrency; 0 for all).
+func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, int) {
 	f := c.fields(n, path, "matrix")
 	m := f["matrix"].v
 	if m == nil {
-		return []map[string]string{{}}, true
+		return []map[string]string{{}}, 1
 	}
 	if m.Kind != yaml.MappingNode {
 		c.bad(m, path+".matrix", "want a mapping of axis: values")
-		return []map[string]string{{}}, true
+		return []map[string]string{{}}, 1
 	}
 	type axis struct {
 		name string
@@ -146,15 +151,18 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 	}
 	var axes []axis
 	var exclude []map[string]string
-	seq := false
+	limit := 0
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], deref(m.Content[i+1])
 		p := path + ".matrix." + k.Value
 		switch k.Value {
 		case "maxConcurrency":
-			seq = v.Value == "1"
-			if strings.Contains(v.Value, "<+") {
+			if isScalar(v) && strings.Contains(v.Value, "<+") {
 				c.unsupported(v, p, "maxConcurrency as an expression")
+			} else if x, err := strconv.Atoi(v.Value); err != nil || x < 1 || !isScalar(v) {
+				c.bad(v, p, "want a whole number ≥ 1")
+			} else {
+				limit = x
 			}
 			continue
 		case "nodeName":
@@ -164,7 +172,12 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 				c.bad(v, p, "want a list of {axis: value}")
 				continue
 			}
-			for _, e := range v.Content {
+			for j, e := range v.Content {
+				if e = deref(e); e.Kind != yaml.MappingNode || len(e.Content) == 0 {
+					// It would exclude nothing.
+					c.bad(e, itemPath(p, j), "want {axis: value, …}: the combination to leave out")
+					continue
+				}
 				ex := map[string]string{}
 				for j := 0; j+1 < len(e.Content); j += 2 {
 					ex[e.Content[j].Value] = e.Content[j+1].Value
@@ -204,7 +217,7 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 	for _, ax := range axes {
 		if len(combos)*len(ax.vals) > 4*maxCombos {
 			c.bad(m, path+".matrix", "more than %d combinations", maxCombos)
-			return []map[string]string{{}}, true
+			return []map[string]string{{}}, 1
 		}
 		var next []map[string]string
 		for _, base := range combos {
@@ -241,7 +254,7 @@ func (c *conv) matrix(n *yaml.Node, path string) ([]map[string]string, bool) {
 		c.bad(n, path+".matrix", "every combination is excluded")
 		out = []map[string]string{{}}
 	}
-	return out, seq
+	return out, limit
 }
 
 // axisValues evaluates a matrix axis expression such as <+pipeline.variables.apps.split(',')>
@@ -318,11 +331,15 @@ func (c *conv) stageOne(n *yaml.Node, path, id string) *yaml.Node {
 		// The UI repeats spec.gitOpsEnabled at the stage: true is a no-op.
 		c.unsupported(g, path+".gitOpsEnabled", "gitOpsEnabled: %s (only GitOps PR pipelines: gitOpsEnabled: true)", g.Value)
 	}
-	out := mapNode()
+	out := at(mapNode(), n)
 	out.HeadComment = marker(path, n.Line)
-	put(out, "id", strNode(id))
+	idNode := get(n, "identifier")
+	if !isScalar(idNode) {
+		idNode = get(n, "name")
+	}
+	put(out, "id", at(strNode(id), idNode))
 	if x := get(n, "name"); isScalar(x) {
-		put(out, "name", strNode(x.Value))
+		put(out, "name", at(strNode(x.Value), x))
 	}
 	sc := &stageCtx{id: id, path: path}
 	typ := c.str(f["type"], path+".type")
@@ -343,6 +360,7 @@ func (c *conv) stageOne(n *yaml.Node, path, id string) *yaml.Node {
 		c.bad(n, path+".type", "required")
 	default:
 		c.unsupported(f["type"].k, path+".type", "stage type %q (supported: Deployment with gitOpsEnabled, Approval, Custom)", typ)
+		c.dropped[id] = true
 		return nil
 	}
 	if s := sf["service"].v; s != nil {
@@ -470,7 +488,17 @@ func (c *conv) stageEnv(n *yaml.Node, path string) (string, []string) {
 		c.envOut[em.Name] = eo
 		c.envs = append(c.envs, em.Name)
 	}
-	all := f["deployToAll"].v != nil && f["deployToAll"].v.Value == "true"
+	all := false
+	if d := f["deployToAll"].v; d != nil {
+		switch {
+		case isScalar(d) && (d.Value == "true" || d.Value == "false"):
+			all = d.Value == "true"
+		case isScalar(d) && strings.Contains(d.Value, "<+"):
+			c.unsupported(d, path+".deployToAll", "deployToAll given as an expression or runtime input (the clusters are chosen at conversion)")
+		default:
+			c.bad(d, path+".deployToAll", "want true or false")
+		}
+	}
 	var names []string
 	if g := f["gitOpsClusters"].v; g != nil && !all {
 		if g.Kind != yaml.SequenceNode {
@@ -531,7 +559,7 @@ func (c *conv) when(n *yaml.Node, path, statusKey string) *yaml.Node {
 		if status == "" {
 			return nil
 		}
-		return strNode(status)
+		return at(strNode(status), f[statusKey].v)
 	}
 	if !isScalar(cond) {
 		c.bad(cond, path+".condition", "want a condition string")
@@ -541,7 +569,7 @@ func (c *conv) when(n *yaml.Node, path, statusKey string) *yaml.Node {
 	if status != "" {
 		expr = status + " && (" + expr + ")"
 	}
-	return strNode(expr)
+	return at(strNode(expr), cond)
 }
 
 // failure converts failureStrategies (the AllErrors entry) into a native onFailure.
@@ -592,7 +620,9 @@ func (c *conv) action(n *yaml.Node, path string, retryOK bool) *yaml.Node {
 	m.Style = yaml.FlowStyle
 	put(m, "action", strNode("retry"))
 	if rc := sf["retryCount"].v; isScalar(rc) {
-		put(m, "retries", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: rc.Value})
+		put(m, "retries", at(&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: rc.Value}, rc))
+	} else if rc != nil {
+		c.bad(rc, path+".spec.retryCount", "want a whole number")
 	}
 	if ri := sf["retryIntervals"].v; ri != nil && len(ri.Content) > 0 {
 		put(m, "backoff", strNode(ri.Content[0].Value))

@@ -28,6 +28,15 @@ func (c *conv) steps(n *yaml.Node, path string, sc *stageCtx, g *group) *yaml.No
 	for i, item := range n.Content {
 		p := itemPath(path, i)
 		f := c.fields(item, p, "step", "stepGroup", "parallel")
+		if kinds := f["step"].v != nil && (f["stepGroup"].v != nil || f["parallel"].v != nil) ||
+			f["stepGroup"].v != nil && f["parallel"].v != nil; kinds {
+			// Only the first of them would be converted.
+			second := f["parallel"]
+			if f["step"].v != nil && f["stepGroup"].v != nil {
+				second = f["stepGroup"]
+			}
+			c.bad(second.k, p+"."+second.k.Value, "an entry of steps holds one of step, stepGroup, parallel (start a new entry with -)")
+		}
 		switch {
 		case f["step"].v != nil:
 			out.Content = append(out.Content, c.stepMatrix(f["step"].v, p+".step", sc, g)...)
@@ -96,8 +105,8 @@ func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*
 		}
 		return nil
 	}
-	combos, seq := c.matrix(strat, path+".strategy")
-	if !seq && len(combos) > 1 {
+	combos, limit := c.matrix(strat, path+".strategy")
+	if limit != 1 && len(combos) > 1 {
 		c.warn(strat, path+".strategy.matrix", "prflow runs the %d matrix steps one after another", len(combos))
 	}
 	var out []*yaml.Node
@@ -126,6 +135,7 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 	typ := c.str(f["type"], path+".type")
 	native, ok := stepTypes[typ]
 	if !ok {
+		c.dropped[id] = true
 		switch why, known := refusedSteps[typ]; {
 		case typ == "":
 			c.bad(n, path+".type", "required")
@@ -136,16 +146,23 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 		}
 		return nil
 	}
-	out := mapNode()
+	out := at(mapNode(), n)
 	out.HeadComment = marker(path, n.Line)
-	put(out, "id", strNode(id))
+	put(out, "id", at(strNode(id), get(n, "identifier")))
 	if x := get(n, "name"); isScalar(x) {
-		put(out, "name", strNode(x.Value))
+		put(out, "name", at(strNode(x.Value), x))
 	}
-	put(out, "type", strNode(native))
+	put(out, "type", at(strNode(native), f["type"].v))
 	with, pool := c.stepSpec(typ, f["spec"].v, path+".spec", sc, id)
 	if len(with.Content) > 0 {
 		put(out, "with", with)
+	} else if sp := deref(f["spec"].v); sp != nil {
+		// No with: a native "required" is reported at the step; a misspelt spec field covers it.
+		for t := range c.typos {
+			if t.line == sp.Line && t.col == sp.Column {
+				c.typos[typo{n.Line, n.Column, t.field}] = true
+			}
+		}
 	}
 	when := g.when
 	if w := f["when"].v; w != nil {
@@ -156,7 +173,7 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 		put(out, "timeout", c.timeout(t, path+".timeout"))
 	}
 	if pool != "" {
-		put(out, "pool", strNode(pool))
+		put(out, "pool", at(strNode(pool), f["spec"].v))
 	}
 	onf := g.onFailure
 	if fs := f["failureStrategies"].v; fs != nil {
@@ -201,6 +218,7 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 	if spec == nil {
 		spec = mapNode()
 	}
+	at(with, spec)
 	f := c.fields(spec, path, handled...)
 	pool := ""
 	if ds := f["delegateSelectors"].v; ds != nil && typ != "GitOpsSync" {
@@ -289,13 +307,17 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		} else if ug != nil {
 			gs := seqNode()
 			gs.Style = yaml.FlowStyle
-			for _, x := range ug.Content {
+			for j, x := range ug.Content {
+				if !isScalar(x) {
+					c.bad(x, itemPath(path+".approvers.userGroups", j), "want a user group name")
+					continue
+				}
 				// Harness scopes groups (account.x, org.x); prflow groups come from its tokens file.
 				name := x.Value
 				for _, pre := range []string{"account.", "org."} {
 					name = strings.TrimPrefix(name, pre)
 				}
-				gs.Content = append(gs.Content, strNode(name))
+				gs.Content = append(gs.Content, at(strNode(name), x))
 			}
 			put(a, "groups", gs)
 		}
@@ -318,7 +340,7 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		if k == "variables" {
 			hint = inputName(sc.id, id)
 		}
-		put(with, k, c.copyInputs(v, path+"."+k, hint))
+		with.Content = append(with.Content, at(strNode(k), f[k].k), c.copyInputs(v, path+"."+k, hint))
 	}
 	if typ == "UpdateGitOpsApp" {
 		dropEmpty(with, "helm", "kustomize")
@@ -367,7 +389,7 @@ func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 		v, _ := c.value(n, path, hint, "")
 		return v
 	case yaml.MappingNode:
-		m := mapNode()
+		m := at(mapNode(), n)
 		m.Style = n.Style
 		nameHint := hint
 		if nm := get(n, "name"); isScalar(nm) {
@@ -384,15 +406,15 @@ func (c *conv) copyInputs(n *yaml.Node, path, hint string) *yaml.Node {
 				h = nameHint
 				if isScalar(deref(v)) {
 					nv, _ := c.value(v, path+"."+k.Value, h, typ)
-					m.Content = append(m.Content, strNode(k.Value), nv)
+					m.Content = append(m.Content, at(strNode(k.Value), k), nv)
 					continue
 				}
 			}
-			m.Content = append(m.Content, strNode(k.Value), c.copyInputs(v, path+"."+k.Value, h))
+			m.Content = append(m.Content, at(strNode(k.Value), k), c.copyInputs(v, path+"."+k.Value, h))
 		}
 		return m
 	case yaml.SequenceNode:
-		s := seqNode()
+		s := at(seqNode(), n)
 		s.Style = n.Style
 		for i, x := range n.Content {
 			s.Content = append(s.Content, c.copyInputs(x, itemPath(path, i), hint))

@@ -25,7 +25,8 @@ func lineOf(t *testing.T, src, mark string) int {
 // A GitOps PR pipeline as the Harness UI saves it converts in strict mode: serviceInputs
 // artifact fields become optional inputs defaulting to the map's values, gitOpsEnabled and
 // the empty lists the UI writes are no-ops, GitOpsGetAppDetails is a step, Harness agent ids
-// are mapped, and a notification rule that only names user groups is reported once as not carried.
+// are mapped, and a notification rule that only names a user group the map leaves out on
+// purpose is reported once as not carried.
 func TestUIPipelineStrict(t *testing.T) {
 	m := testMap(t)
 	src, err := os.ReadFile("testdata/ui_pr.yaml")
@@ -44,9 +45,11 @@ func TestUIPipelineStrict(t *testing.T) {
 			t.Errorf("unexpected warning: %v", w)
 		}
 	}
-	if l := lineOf(t, string(src), "- name: Tell the team"); len(notif) != 1 || !strings.Contains(notif[0], fmt.Sprintf("ui_pr.yaml:%d:", l)) ||
-		!strings.Contains(notif[0], `notificationRules[0]: not carried: rule "tell_team": userGroups`) || !strings.Contains(notif[0], "no recipients") {
-		t.Errorf("notificationRules warnings %q, want one at line %d: user groups and no recipients not carried", notif, l)
+	after := strings.Index(string(src), "notificationRules:")
+	l := lineOf(t, string(src[after:]), "- release_managers") + strings.Count(string(src[:after]), "\n")
+	if len(notif) != 1 || !strings.Contains(notif[0], fmt.Sprintf("ui_pr.yaml:%d:", l)) ||
+		!strings.Contains(notif[0], `notificationRules[0].notificationMethod.spec.userGroups[0]: not carried: rule "tell_team" to user group "release_managers": the mapping file testdata/map.yaml gives the group no channel`) {
+		t.Errorf("notificationRules warnings %q, want one at line %d: the user group the map leaves out", notif, l)
 	}
 	p := res.Pipeline
 	st := p.Stage("promote_dev")

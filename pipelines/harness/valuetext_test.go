@@ -125,7 +125,13 @@ func TestConvertedTestdataMatchesSchema(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Convert(f, src, Options{Map: testMap(t), Validate: true})
+		m := testMap(t)
+		if own := strings.TrimSuffix(f, ".yaml") + "_map.yaml"; fileExists(own) { // a sample with its own map
+			if m, err = LoadMap(own); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := Convert(f, src, Options{Map: m, Validate: true})
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
 			continue
@@ -144,4 +150,9 @@ func TestConvertedTestdataMatchesSchema(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no Harness test pipelines")
 	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
