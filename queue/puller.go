@@ -478,7 +478,7 @@ func (p *Puller) onStatus(m *nats.Msg) {
 	}
 	switch reason {
 	case stIdleHeartbeat: // the requests are alive
-		return
+		p.logf(slog.LevelDebug, reason, "pull requests alive", "status", code)
 	case stRequestTimeout, stNoMessages:
 		// Normal: an idle request expired. Ask again for what it did not bring.
 		p.logf(slog.LevelDebug, reason, "pull request ended", "status", code, "description", desc)
@@ -522,6 +522,7 @@ func (p *Puller) onStatus(m *nats.Msg) {
 	case stNoResponders:
 		// Nobody serves the consumer's pull subject: the consumer is gone, or JetStream is not
 		// (yet) up after a restart. Ask the API which.
+		p.logf(slog.LevelWarn, reason, "no responder for the pull request; checking the consumer", "status", code)
 		p.consumerGone(reason)
 	case stPushConsumer:
 		p.logf(slog.LevelError, reason, "consumer is a push consumer; it cannot be pulled from", "status", code)
