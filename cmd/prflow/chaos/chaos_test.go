@@ -21,6 +21,18 @@ func TestChaosShort(t *testing.T) {
 	runChaos(t, cfg)
 }
 
+// TestChaosBusyWorkers: workers with one slot each and more jobs than slots, through two
+// server SIGKILLs. A restart used to leave a worker more pull requests than slots (requests
+// from its reconnect buffer plus the ones it made again); jobs delivered beyond them were
+// handed back at once and delivered again at once until MaxDeliver failed their run with
+// "worker lost" while every worker was alive (issue 32, item 8). Every run must succeed and
+// no job may be handed back unrun.
+func TestChaosBusyWorkers(t *testing.T) {
+	cfg := Config{Runs: 6, Seed: 2, Workers: 2, Concurrency: 1, ServerKills: 2, KillWindow: 12 * time.Second,
+		Timeout: 150 * time.Second}
+	runChaos(t, cfg)
+}
+
 // TestChaosFull is `task chaos`: 50 promotions with worker and server kills. It runs only when
 // CHAOS_FULL=1 (the task sets it); CHAOS_RUNS, CHAOS_SEED, CHAOS_KILLS (worker kills),
 // CHAOS_SERVER_KILLS, CHAOS_WORKERS, CHAOS_CONCURRENCY, CHAOS_KILL_WINDOW and CHAOS_TIMEOUT
