@@ -160,8 +160,9 @@ func TestPullerStopHandsJobsBack(t *testing.T) {
 	}
 }
 
-// A deleted and recreated consumer (the server answers 409) and a restarted server (the
-// client reconnects; the server forgot the requests) both leave the worker pulling.
+// A deleted consumer, recreated by someone else and by the puller at the same time (the
+// server answers 409, then maybe 503), and a restarted server (the client reconnects; the
+// server forgot the requests) both leave the worker pulling.
 func TestPullerSurvivesConsumerRecreateAndServerRestart(t *testing.T) {
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -181,7 +182,11 @@ func TestPullerSurvivesConsumerRecreateAndServerRestart(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	pool(t, c, ConsumerTuning{}, 0)
-	p := puller(t, c.NC, 2, PullerConfig{Heartbeat: 100 * time.Millisecond, Expires: 2 * time.Second})
+	recreate := func(ctx context.Context) error {
+		_, err := PoolConsumer(ctx, c.JS, "p", ConsumerTuning{})
+		return err
+	}
+	p := puller(t, c.NC, 2, PullerConfig{Heartbeat: 100 * time.Millisecond, Expires: 2 * time.Second, Recreate: recreate})
 	time.Sleep(100 * time.Millisecond)
 
 	ctx := context.Background()

@@ -335,7 +335,16 @@ func PoolConsumer(ctx context.Context, js jetstream.JetStream, pool string, cfg 
 
 // ConsumerTuning sets a pool consumer's redelivery behaviour.
 type ConsumerTuning struct {
-	AckWait       time.Duration // heartbeats are sent every AckWait/3
+	AckWait time.Duration // heartbeats are sent every AckWait/3
+	// MaxDeliver bounds deliveries, and JetStream counts every delivery, run or not; the
+	// job's dead letter then says "worker lost". So deliveries that run nothing are kept
+	// out of the count where they can be: a worker asks only for free slots and never keeps
+	// a request it can no longer account for (Puller), hands a job back unrun only with a
+	// delay (HandBackDelay), and leaves a redelivery of a job it or another live worker
+	// still runs pending instead of naking it. What remains are jobs not started when a
+	// worker stops and redeliveries of a running job after a server restart (at most one
+	// per restart): MaxDeliver is in effect the number of times a job may lose its worker
+	// or fail transiently, less those.
 	MaxDeliver    int
 	MaxAckPending int
 }

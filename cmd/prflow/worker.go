@@ -35,10 +35,13 @@ func newWorker(g *globals) *cobra.Command {
 			if err := g.requireNATS("worker", embedded); err != nil {
 				return err
 			}
-			// Metrics: Go runtime, process and the forge clients' (scm/transport) series.
+			// Metrics: Go runtime, process, the forge clients' (scm/transport) and the job pullers' series.
 			reg := processRegistry()
 			scmMetrics, err := transport.NewMetrics(reg)
 			if err != nil {
+				return err
+			}
+			if w.PullerMetrics, err = queue.NewPullerMetrics(reg); err != nil {
 				return err
 			}
 			var nc atomic.Pointer[queue.Conn]

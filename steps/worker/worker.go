@@ -51,6 +51,8 @@ type Worker struct {
 	// StreamResults makes every result go through the events stream, never straight to a
 	// controller (see queue.ResultSubject).
 	StreamResults bool
+	// PullerMetrics counts the pull side (statuses, resets, hand-backs); nil: not counted.
+	PullerMetrics *queue.PullerMetrics
 
 	conn    *queue.Conn
 	masker  *Masker
@@ -169,7 +171,15 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 		}
 		// Jobs that need a connector come on its own subject: this worker takes only those of
 		// the connectors it holds (each consumer with Concurrency slots of its own).
-		consumers := []string{queue.PoolConsumerName(pool)}
+		// Each consumer with the call that creates it again should it be deleted under us.
+		type consumer struct {
+			name   string
+			create func(ctx context.Context) error
+		}
+		consumers := []consumer{{queue.PoolConsumerName(pool), func(ctx context.Context) error {
+			_, err := queue.PoolConsumer(ctx, conn.JS, pool, w.Tuning)
+			return err
+		}}}
 		routes := slices.Clone(w.Connectors)
 		for _, ch := range w.Channels {
 			routes = append(routes, steps.NotifyRoute(ch)) // notification jobs of its channels
@@ -178,12 +188,16 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 			if _, err := queue.ConnectorConsumer(ctx, conn.JS, pool, cn, w.Tuning); err != nil {
 				return fmt.Errorf("pool %s connector %s consumer: %w", pool, cn, err)
 			}
-			consumers = append(consumers, queue.ConnectorConsumerName(pool, cn))
+			consumers = append(consumers, consumer{queue.ConnectorConsumerName(pool, cn), func(ctx context.Context) error {
+				_, err := queue.ConnectorConsumer(ctx, conn.JS, pool, cn, w.Tuning)
+				return err
+			}})
 		}
-		for _, name := range consumers {
+		for _, cons := range consumers {
 			// The puller asks for no more jobs than there are free slots: none waits in a client
 			// buffer while its AckWait runs out.
-			p, err := queue.NewPuller(conn.NC, queue.StreamJobs, name, w.Concurrency, queue.PullerConfig{})
+			p, err := queue.NewPuller(conn.NC, queue.StreamJobs, cons.name, w.Concurrency, queue.PullerConfig{
+				Recreate: cons.create, Log: w.Log, Metrics: w.PullerMetrics})
 			if err != nil {
 				return fmt.Errorf("pool %s: %w", pool, err)
 			}
@@ -194,6 +208,10 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 					defer wg.Done()
 					for {
 						msg, err := p.Next(context.Background())
+						if errors.Is(err, queue.ErrConsumerGone) {
+							w.Log.Error("pool consumer unusable; this worker takes no more of its jobs", "err", err)
+							return
+						}
 						if err != nil {
 							return // stopped
 						}
@@ -327,7 +345,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		w.untrackExec(job.ID(), msg, nil)
 		switch {
 		case ctx.Err() != nil:
-			_ = msg.NakWithDelay(0)
+			_ = msg.NakWithDelay(queue.HandBackDelay)
 		case err != nil:
 			w.jobLog(job).Warn("cannot take the job's execution lease; will retry", "err", err, "delivery", delivered)
 			_ = msg.NakWithDelay(backoff(delivered))
@@ -395,7 +413,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 			// Drain timeout: hand the job back untouched for another worker.
 			pub.Flush(context.Background())
 			w.untrackExec(job.ID(), msg, lease)
-			_ = msg.NakWithDelay(0)
+			_ = msg.NakWithDelay(queue.HandBackDelay)
 			w.jobLog(job).Warn("job handed back on shutdown")
 			return
 		case sctx.Err() != nil && !job.Deadline.IsZero() && time.Now().After(job.Deadline):

@@ -484,6 +484,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.Runs = results
 
 	var execs []Exec
+	var handBacks []string
 	crashes := map[string]string{}
 	for _, p := range h.all {
 		if f, err := os.Open(p.logPath); err == nil {
@@ -500,6 +501,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return nil, err
 		}
 		ex, err := ParseWorkerLog(f, p.name, p.exitAt, p.killed)
+		if err == nil {
+			_, err = f.Seek(0, io.SeekStart)
+		}
+		if err == nil {
+			for _, at := range HandBacks(f) {
+				handBacks = append(handBacks, p.name+" at "+at.Format("15:04:05.000"))
+			}
+		}
 		f.Close()
 		if err != nil {
 			return nil, err
@@ -510,7 +519,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Checks = Evaluate(specs, Observed{Runs: results, Repo: st, Execs: execs, Crashes: crashes, BranchPrefix: branchPrefix})
+	res.Checks = Evaluate(specs, Observed{Runs: results, Repo: st, Execs: execs, Crashes: crashes, BranchPrefix: branchPrefix, HandBacks: handBacks})
 	res.Wall = time.Since(start)
 	return res, nil
 }

@@ -58,6 +58,9 @@ type Observed struct {
 	// BranchPrefix is the head-branch prefix of the runs' PRs: PRs and branches are
 	// attributed to a run by the "/<run id>/" segment after it.
 	BranchPrefix string
+	// HandBacks are the jobs workers were delivered with no free slot and handed back
+	// unrun ("<worker> at <time>"); nil when the logs were not read.
+	HandBacks []string
 }
 
 // Check is one counted check: Bad is how many misses; the check passes when Bad is 0.
@@ -92,6 +95,7 @@ func Evaluate(specs []RunSpec, obs Observed) []Check {
 		checkStrayCommits(obs, byRun),
 		checkDoubleComments(obs),
 		checkCrashes(obs),
+		checkHandBacks(obs),
 		checkOverlaps("jobs run twice at the same time", obs.Execs, func(job string) string { return job }),
 		checkOverlaps("steps run twice at the same time", obs.Execs, stepOf),
 	}
@@ -391,6 +395,16 @@ func checkCrashes(obs Observed) Check {
 	sort.Strings(names)
 	for _, n := range names {
 		c.miss("%s: %s", n, obs.Crashes[n])
+	}
+	return c
+}
+
+// checkHandBacks counts deliveries spent without a run: a worker that asks only for free
+// slots is never delivered a job it cannot start.
+func checkHandBacks(obs Observed) Check {
+	c := Check{Name: "jobs handed back unrun (no slot)", Counted: len(obs.Execs)}
+	for _, h := range obs.HandBacks {
+		c.miss("%s", h)
 	}
 	return c
 }

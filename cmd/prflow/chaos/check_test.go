@@ -256,3 +256,24 @@ func mustHead(t *testing.T, p *local.Provider, r scm.Repo) string {
 	}
 	return ref.SHA
 }
+
+// Hand-back lines in a worker's log count once each plus the lines a rate-limited one stood
+// for; other lines, and a line cut short by SIGKILL, do not count; each one fails the check.
+func TestHandBacksCounted(t *testing.T) {
+	log := `{"time":"2026-11-28T01:00:00Z","level":"WARN","msg":"job delivered with no free slot; handed back","reason":"no_free_slot"}
+{"time":"2026-11-28T01:00:01Z","level":"INFO","msg":"worker started"}
+{"time":"2026-11-28T01:00:12Z","level":"WARN","msg":"job delivered with no free slot; handed back","reason":"no_free_slot","repeated":2}
+{"time":"2026-11-28T01:00:13Z","level":"WARN","msg":"job delivered with no free slot; hand
+`
+	got := HandBacks(strings.NewReader(log))
+	if len(got) != 4 {
+		t.Fatalf("%d hand-backs counted, want 4: %v", len(got), got)
+	}
+	c := checkHandBacks(Observed{HandBacks: []string{"worker-w0-0 at 01:00:00.000"}})
+	if c.OK() || c.Bad != 1 {
+		t.Fatalf("check = %+v, want one miss", c)
+	}
+	if c := checkHandBacks(Observed{}); !c.OK() {
+		t.Fatalf("no hand-backs: check = %+v", c)
+	}
+}

@@ -75,3 +75,34 @@ func CrashLine(r io.Reader) string {
 	}
 	return ""
 }
+
+// HandBackLine is the message a worker logs when a job reached it with no free slot and
+// was handed back unrun (queue.Puller): a delivery spent without a run, the way a job ran
+// out of deliveries with its worker alive (issue 32, item 8).
+const HandBackLine = "job delivered with no free slot; handed back"
+
+// HandBacks returns the times of a worker's HandBackLine lines (a rate-limited line says how
+// many it stands for in "repeated"; each counts once plus those).
+func HandBacks(r io.Reader) []time.Time {
+	var out []time.Time
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		b := sc.Bytes()
+		if len(b) == 0 || b[0] != '{' {
+			continue
+		}
+		var l struct {
+			Time     time.Time `json:"time"`
+			Msg      string    `json:"msg"`
+			Repeated int       `json:"repeated"`
+		}
+		if json.Unmarshal(b, &l) != nil || l.Msg != HandBackLine {
+			continue
+		}
+		for range 1 + l.Repeated {
+			out = append(out, l.Time)
+		}
+	}
+	return out
+}
