@@ -111,7 +111,7 @@ func TestHarnessCLIReports(t *testing.T) {
 		{"map syntax error, once for two files", []string{"validate", fixtures + "approval.yaml", fixtures + "rollback.yaml", "--harness-map", badMap}, false,
 			[]string{badMap + ":5: YAML: did not find expected key"}, []string{"YAML: yaml", "line 2"}},
 		{"sample without a channel for its user group", []string{"import", "harness", sample, "--harness-map", noGroups}, false,
-			[]string{sample + ":116:15: pipeline.notificationRules[0].notificationMethod.spec.userGroups[0]: unsupported: notification rule \"Pipeline_notification\": user group \"callback_test_user\""}, []string{"channel:"}},
+			[]string{sample + ":116:15: pipeline.notificationRules[0].notificationMethod.spec.userGroups[0]: unsupported: notification rule \"notify_release_mail\": user group \"release_approvers\""}, []string{"channel:"}},
 		{"sample with the map", []string{"import", "harness", sample, "--harness-map", fixtures + "notifications_pr_map.yaml", "--set", "Stage1_updateReleaseRepo_replicaCount=2"}, true,
 			[]string{"notifications:", "- on: [run.succeeded]", "channel: release-mail"}, []string{"warning:"}},
 	} {

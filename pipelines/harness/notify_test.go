@@ -207,7 +207,7 @@ func TestNotificationRulesThroughTheMap(t *testing.T) {
 	}
 }
 
-// Harness's sample Notifications-PR-Pipeline emails a user group when the pipeline succeeds.
+// A pipeline shaped like Harness's Notifications-PR-Pipeline sample emails a user group when the pipeline succeeds.
 // Strict conversion refuses it without a channel for the group, naming the rule, the group
 // and where it is; with --allow-unsupported the rule is left out with that warning; with the
 // map's notifications.userGroups entry it converts strictly into a prflow email notification.
@@ -230,7 +230,7 @@ func TestNotificationsPRPipeline(t *testing.T) {
 		t.Fatalf("map without notifications: %v", err)
 	}
 	after := strings.Index(string(src), "notificationRules:")
-	line, col := posOf(t, string(src[after:]), "- callback_test_user", "callback_test_user")
+	line, col := posOf(t, string(src[after:]), "- release_approvers", "release_approvers")
 	line += strings.Count(string(src[:after]), "\n")
 	inputs := map[string]any{"Stage1_updateReleaseRepo_replicaCount": "3"}
 	for _, tc := range []struct {
@@ -243,9 +243,9 @@ func TestNotificationsPRPipeline(t *testing.T) {
 	}{
 		{name: "strict without a channel for the group", m: noGroups,
 			errs: []string{fmt.Sprintf("notifications_pr.yaml:%d:%d: pipeline.notificationRules[0].notificationMethod.spec.userGroups[0]: ", line, col),
-				`unsupported: notification rule "Pipeline_notification": user group "callback_test_user"`, "notifications.userGroups"}},
+				`unsupported: notification rule "notify_release_mail": user group "release_approvers"`, "notifications.userGroups"}},
 		{name: "allowed without a channel for the group", m: noGroups, allow: true,
-			warn: `left out: notification rule "Pipeline_notification": user group "callback_test_user"`},
+			warn: `left out: notification rule "notify_release_mail": user group "release_approvers"`},
 		{name: "strict with the map", m: withMap, channels: []string{"release-mail"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
