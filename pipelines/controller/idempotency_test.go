@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,7 @@ import (
 	"github.com/prflow/prflow/queue"
 )
 
-const idemPipeline = "name: idem\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop, with: {message: once}}\n"
+const idemPipeline = "name: idem\ninputs:\n  note: {type: string, default: none}\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop, with: {message: once}}\n"
 
 var idemAuth = &Auth{Anonymous: &User{Name: "tester"}}
 
@@ -167,7 +168,7 @@ func TestIdempotencyKeyMisuse(t *testing.T) {
 		t.Fatalf("first: %d %q %s", first.code, first.replayed, first.body)
 	}
 	for name, body := range map[string]string{
-		"other inputs":   startBody(idemPipeline, map[string]any{"extra": "x"}),
+		"other inputs":   startBody(idemPipeline, map[string]any{"note": "x"}),
 		"other pipeline": startBody(strings.Replace(idemPipeline, "once", "twice", 1), map[string]any{}),
 		"other run id":   `{"file":"idem.yaml","source":` + fmt.Sprintf("%q", idemPipeline) + `,"id":"chosen1"}`,
 	} {
@@ -435,5 +436,45 @@ func TestIdempotentStartServerKilled(t *testing.T) {
 	}
 	if ids := runsOf(t, e.ctl); len(ids) != 1 {
 		t.Fatalf("runs: %v", ids)
+	}
+}
+
+// The OpenAPI document describes the key as the server checks it, and the replay header.
+func TestOpenAPIDocumentsIdempotencyKey(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Name, In string
+				Schema   struct {
+					MaxLength int    `json:"maxLength"`
+					Pattern   string `json:"pattern"`
+				}
+			}
+			Responses map[string]struct {
+				Headers map[string]json.RawMessage
+			}
+		}
+	}
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	op := doc.Paths["/api/v1/runs"]["post"]
+	if len(op.Parameters) != 1 || op.Parameters[0].Name != IdempotencyHeader || op.Parameters[0].In != "header" ||
+		op.Parameters[0].Schema.MaxLength != MaxIdempotencyKey {
+		t.Fatalf("POST /api/v1/runs parameters: %+v", op.Parameters)
+	}
+	re := regexp.MustCompile(op.Parameters[0].Schema.Pattern)
+	for _, k := range []string{"a", "0f8c-UUID_like.key:1", strings.Repeat("x", MaxIdempotencyKey)} {
+		if !re.MatchString(k) || CheckIdempotencyKey(k) != nil {
+			t.Errorf("key %q: pattern %v, check %v", k, re.MatchString(k), CheckIdempotencyKey(k))
+		}
+	}
+	for _, k := range []string{"", "a b", "a/b", "ü", "a;"} {
+		if re.MatchString(k) || CheckIdempotencyKey(k) == nil {
+			t.Errorf("key %q: pattern %v, check %v", k, re.MatchString(k), CheckIdempotencyKey(k))
+		}
+	}
+	if _, ok := op.Responses["201"].Headers[ReplayedHeader]; !ok {
+		t.Errorf("201 does not document %s", ReplayedHeader)
 	}
 }
