@@ -205,3 +205,62 @@ func (c *Controller) StartIdempotent(ctx context.Context, key string, req StartR
 	}
 	return run, false, err
 }
+
+// actClaim records an action done under a key (the UI's cancel and decide forms).
+type actClaim struct {
+	Request string    `json:"request"`
+	Created time.Time `json:"created"`
+}
+
+// actOnce does act at most once per user and key: a second request with the key and the same
+// action (what) changes nothing and reports replayed; with another action it is ErrKeyReused.
+// A failed act records nothing, so it may be tried again with the same key. The key is
+// recorded after act succeeded: within this process requests with one key wait for each
+// other; a request racing it on another replica may act too (cancels are idempotent by run,
+// and a step counts one decision per user).
+func (c *Controller) actOnce(ctx context.Context, user, key, what string, act func() error) (replayed bool, err error) {
+	if err := CheckIdempotencyKey(key); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	kv, err := c.idempotencyKV(ctx)
+	if err != nil {
+		return false, err
+	}
+	sum := sha256.Sum256([]byte(what))
+	digest := hex.EncodeToString(sum[:])
+	k := "act." + idemKey(user, key)[len("run."):]
+	unlock := c.idem.lock(k)
+	defer unlock()
+	e, err := kv.Get(ctx, k)
+	switch {
+	case err == nil:
+		var prev actClaim
+		if json.Unmarshal(e.Value(), &prev) != nil || prev.Request != digest {
+			return false, fmt.Errorf("%w: this key was sent with another action at %s; send a new key for a new action", ErrKeyReused, prev.Created.Format(time.RFC3339))
+		}
+		return true, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, fmt.Errorf("read %s: %w", IdempotencyHeader, err)
+	}
+	if err := act(); err != nil {
+		return false, err
+	}
+	data, _ := json.Marshal(actClaim{Request: digest, Created: time.Now().UTC()})
+	if _, err := kv.Create(ctx, k, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		c.log.Warn("action done but its idempotency key not recorded: a repeat would do it again", "user", user, "err", err)
+	}
+	return false, nil
+}
+
+// CancelOnce is Cancel under an idempotency key (see actOnce): the UI's cancel form sends one
+// per form, so a form sent twice cancels once and answers the repeat as the first.
+func (c *Controller) CancelOnce(ctx context.Context, id, user, key string) (replayed bool, err error) {
+	return c.actOnce(ctx, user, key, "cancel\x00"+id, func() error { return c.Cancel(ctx, id, user) })
+}
+
+// DecideOnce is Decide under an idempotency key (see actOnce): an approval form sent twice
+// records one decision.
+func (c *Controller) DecideOnce(ctx context.Context, runID string, req SignalRequest, u User, key string) (replayed bool, err error) {
+	what := fmt.Sprintf("decide\x00%s\x00%s\x00%s\x00%t\x00%t\x00%s", runID, req.Stage, req.Step, req.Rollback, req.Approve, req.Comment)
+	return c.actOnce(ctx, u.Name, key, what, func() error { return c.Decide(ctx, runID, req, u) })
+}
