@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 )
@@ -81,5 +84,43 @@ func TestFormsActOnce(t *testing.T) {
 		if code != http.StatusSeeOther || !strings.HasSuffix(strings.SplitN(h.Get("Location"), "%3A", 2)[0], want) {
 			t.Fatalf("cancel %d: %d %s %s", i+1, code, h.Get("Location"), body)
 		}
+	}
+}
+
+// In a real browser: the approval form sends its idempotency key, and the browser sending the
+// same form again after the step was approved (as a resend after a lost answer does) gets the
+// first answer back instead of a refusal or a second decision.
+func TestBrowserFormResentActsOnce(t *testing.T) {
+	e := newUIEnv(t, ctltest.Options{}, nil)
+	e.RegisterAgent("sim")
+	r := e.Start(approvalPipeline, nil)
+	waitParked(t, e, r.ID, "prod", "approve")
+	ctx := browser(t)
+	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, aliceToken)
+	form := `[data-step="prod.approve"] form.decide`
+	var key string
+	// The form as the browser sends it, kept (across the page change) to send again.
+	keep := `(function(){var f=document.querySelector('` + form + `');var d=new URLSearchParams(new FormData(f));d.set("decision","approve");` +
+		`sessionStorage.setItem("sentForm",JSON.stringify({action:f.action,body:d.toString()}));return d.get("idem")||""})()`
+	run(t, ctx, "approve", chromedp.WaitVisible(form, chromedp.ByQuery), chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery),
+		chromedp.Evaluate(keep, &key), chromedp.Click(form+` button.approve`, chromedp.ByQuery), chromedp.WaitVisible(`#flash`, chromedp.ByID))
+	if !regexp.MustCompile(`^ui-[A-Za-z0-9_-]{24}$`).MatchString(key) {
+		t.Fatalf("the form's idempotency key %q", key)
+	}
+	if got := text(t, ctx, `#flash`); got != "prod.approve approved by alice" {
+		t.Errorf("flash %q", got)
+	}
+	if final := e.Wait(r.ID, 30*time.Second); final.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s", final.Status)
+	}
+	var landed string
+	resend := `(function(){var f=JSON.parse(sessionStorage.getItem("sentForm"));` +
+		`return fetch(f.action,{method:"POST",body:f.body,headers:{"Content-Type":"application/x-www-form-urlencoded"}}).then(function(r){return r.status+" "+decodeURIComponent(r.url.replace(/\+/g," "))})})()`
+	run(t, ctx, "resend", chromedp.Evaluate(resend, &landed, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
+	if !strings.HasPrefix(landed, "200 ") || !strings.Contains(landed, "approved by alice (this form was sent before") {
+		t.Fatalf("the form sent again landed on %q", landed)
+	}
+	if cur, _ := e.Ctl.Get(context.Background(), r.ID); len(ctltest.Step(cur, "prod", "approve").Signals) != 1 {
+		t.Fatalf("signals: %+v", ctltest.Step(cur, "prod", "approve").Signals)
 	}
 }
