@@ -317,4 +317,31 @@ func TestCleanupDeletesOnlyItsRunsBranches(t *testing.T) {
 	if res, err := run(own); err != nil || res.Status != steps.Succeeded || len(res.Outputs["deletedBranches"].([]any)) != 0 {
 		t.Fatalf("again: %v %+v", err, res)
 	}
+	// A step that opened its PR and died before it said so: the PR found on its branch is
+	// closed with a comment and the branch deleted.
+	opened := steps.WorkBranch("UpdateReleaseRepo", "p", "r1", "s", "u")
+	if err := fg.p.CreateBranch(ctx, "acme/release", opened, bs["main"]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fg.p.Commit(ctx, "acme/release", scm.CommitInput{Branch: opened, Parent: bs["main"], Message: "x",
+		Changes: []scm.FileChange{{Path: "envs/prod/config.json", Content: []byte("{\"replicas\": 5}\n")}}}); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := fg.p.OpenPR(ctx, "acme/release", scm.NewPR{Title: "t", Head: opened, Base: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = run(opened)
+	if err != nil || res.Status != steps.Succeeded || fmt.Sprint(res.Outputs["deletedBranches"]) != "["+opened+"]" {
+		t.Fatalf("branch with an unreported PR: %v %+v", err, res)
+	}
+	if got, _ := fg.p.GetPR(ctx, "acme/release", pr.Number); got.State != scm.PRClosed {
+		t.Errorf("PR #%d is %s", pr.Number, got.State)
+	}
+	if cs := comments(t, fg, pr.Number); len(cs) != 1 || !strings.Contains(cs[0], "prflow run r1") {
+		t.Errorf("comments %q", cs)
+	}
+	if after, _ := fg.branches(); after[opened] != "" {
+		t.Errorf("%s still there", opened)
+	}
 }

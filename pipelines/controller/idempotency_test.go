@@ -83,12 +83,26 @@ func runsOf(t *testing.T, c *Controller) []string {
 	return ids
 }
 
-// Twenty requests at once with one Idempotency-Key start one run: every answer names it, one
-// says it started it and the others that they replay it.
+// Twenty requests at once with one Idempotency-Key, split between two controller replicas,
+// start one run: every answer names it, one says it started it and the others that they
+// replay it.
 func TestIdempotentStartConcurrent(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	second, err := New(ctx, e.conn, WithRegistry(e.reg), WithLogger(e.log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replica sync.WaitGroup
+	replica.Add(1)
+	go func() { defer replica.Done(); _ = second.Run(ctx) }()
+	defer replica.Wait()
+	defer cancel()
+	<-second.Ready()
 	srv := httptest.NewServer(e.ctl.Handler(idemAuth))
 	defer srv.Close()
+	srv2 := httptest.NewServer(second.Handler(idemAuth))
+	defer srv2.Close()
 	const n = 20
 	answers := make([]startAnswer, n)
 	var wg sync.WaitGroup
@@ -98,7 +112,11 @@ func TestIdempotentStartConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			a, err := postStart(t, srv.Client(), srv.URL, "deploy-42", startBody(idemPipeline, map[string]any{}))
+			base := srv.URL
+			if i%2 == 1 {
+				base = srv2.URL
+			}
+			a, err := postStart(t, http.DefaultClient, base, "deploy-42", startBody(idemPipeline, map[string]any{}))
 			if err != nil {
 				t.Error(err)
 			}
