@@ -3,6 +3,7 @@ package pipelines
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/envelope"
@@ -37,12 +38,13 @@ func (l *loader) cleanup(f field) *CleanupSpec {
 // branch prflow opened is merged, or closed and deleted when its run fails. The controller
 // holds no forge token, so a worker does it (steps.TypeCleanup): it closes the PRs the run's
 // UpdateReleaseRepo and RevertPR steps opened that are still open, with a comment, deletes
-// their branches, and takes the run's merges out of their merge queues.
+// their branches (also those of steps that pushed a branch and failed before a PR), and
+// takes the run's merges out of their merge queues.
 func (m *Machine) CleanupJob(r *Run) *envelope.Job {
 	if r.Status != StFailed && r.Status != StCancelled {
 		return nil
 	}
-	var prs []any
+	var prs, branches []any
 	var connectors []string
 	seen := map[string]bool{}
 	pool, queued := "", false
@@ -70,12 +72,22 @@ func (m *Machine) CleanupJob(r *Run) *envelope.Job {
 						pr[k] = v
 					}
 				}
+				var c string
 				if pr["connector"] == nil || pr["repo"] == nil || pr["prNumber"] == nil {
-					continue // opened no PR (nothing changed), or never got that far
+					// Opened (or reported) no PR: it may still have pushed its branch before it
+					// failed, crashed or was cancelled. That branch has the step's deterministic
+					// name; the worker deletes it if it is there (and closes a PR it finds on it).
+					b := m.pushedBranch(r, si, st, ri == 1)
+					if b == nil {
+						continue // never dispatched, or its inputs no longer resolve
+					}
+					branches = append(branches, b)
+					c = fmt.Sprint(b["connector"])
+				} else {
+					pr["step"] = fmt.Sprintf("%s.%s", sr.ID, st.ID)
+					prs = append(prs, pr)
+					c = fmt.Sprint(pr["connector"])
 				}
-				pr["step"] = fmt.Sprintf("%s.%s", sr.ID, st.ID)
-				prs = append(prs, pr)
-				c := fmt.Sprint(pr["connector"])
 				if !seen[c] {
 					seen[c] = true
 					connectors = append(connectors, c)
@@ -88,7 +100,7 @@ func (m *Machine) CleanupJob(r *Run) *envelope.Job {
 			}
 		}
 	}
-	if len(prs) == 0 && !queued {
+	if len(prs) == 0 && len(branches) == 0 && !queued {
 		return nil
 	}
 	if pool == "" {
@@ -101,5 +113,37 @@ func (m *Machine) CleanupJob(r *Run) *envelope.Job {
 	}
 	return &envelope.Job{V: envelope.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: CleanupStage, Step: cleanupStep,
 		Type: steps.TypeCleanup, Pool: pool, Attempt: 1, Executor: r.Executor, Connectors: connectors,
-		Inputs: map[string]any{"prs": prs, "reason": reason, "keepFailedPRs": keep}}
+		Inputs: map[string]any{"prs": prs, "branches": branches, "reason": reason, "keepFailedPRs": keep}}
+}
+
+// pushedBranch describes the work branch a release step that reported no PR may have pushed:
+// connector, repo and base from its inputs as its job had them, the branch by the name the
+// step gives it (steps.WorkBranch). nil when the step was never dispatched.
+func (m *Machine) pushedBranch(r *Run, si int, st *StepRun, rollback bool) map[string]any {
+	if st.Attempt == 0 && st.Queued.IsZero() {
+		return nil
+	}
+	sp := m.spec(si, st, rollback)
+	if sp == nil {
+		return nil
+	}
+	branch := steps.WorkBranch(st.Type, r.Pipeline, r.ID, r.Stages[si].ID, st.ID)
+	if branch == "" {
+		return nil
+	}
+	j, err := m.job(r, si, st, sp, rollback, m.Env(r, si, rollback), time.Time{})
+	if err != nil {
+		return nil
+	}
+	connector, _ := j.Inputs["connector"].(string)
+	repo, _ := j.Inputs["repo"].(string)
+	if connector == "" || repo == "" {
+		return nil
+	}
+	base, _ := j.Inputs["baseBranch"].(string)
+	if base == "" {
+		base = "main"
+	}
+	return map[string]any{"connector": connector, "repo": repo, "branch": branch, "baseBranch": base,
+		"step": fmt.Sprintf("%s.%s", r.Stages[si].ID, st.ID)}
 }

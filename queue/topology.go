@@ -184,7 +184,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		{Name: StreamLogs, Subjects: []string{"prflow.logs.>"}, Retention: jetstream.LimitsPolicy,
 			MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30, Description: "step log lines, secrets masked"},
 		{Name: StreamSCM, Subjects: []string{"prflow.scm.>"}, Retention: jetstream.LimitsPolicy,
-			MaxAge: 7 * 24 * time.Hour, Duplicates: 24 * time.Hour, Description: "normalised forge webhooks"},
+			MaxAge: 7 * 24 * time.Hour, Duplicates: WebhookDedupWindow, Description: "normalised forge webhooks"},
 		{Name: StreamDLQ, Subjects: []string{
 			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamJobs + ".>",
 			"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + StreamJobs + ".>",
@@ -206,6 +206,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		{Bucket: BucketAgents, History: 1, TTL: LeaseTTL, Description: "live GitOps agents"},
 		mergeQueueBucketConfig(replicas),
 		notifyBucketConfig(replicas),
+		idempotencyBucketConfig(replicas),
 		{Bucket: BucketMeta, History: 1, Description: "topology schema marker"},
 	}
 	for _, kc := range buckets {
@@ -229,7 +230,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 // as missing and dropped the run's first result, leaving it queued for ever
 // (BenchmarkClusterJobs with two replicas found it). Runs, pipeline sources, leases and merge
 // queues decide things and need read-after-write; app status and registrations do not.
-var LeaderReadBuckets = []string{BucketRuns, BucketSpecs, BucketLocks, BucketMergeQueue}
+var LeaderReadBuckets = []string{BucketRuns, BucketSpecs, BucketLocks, BucketMergeQueue, BucketIdempotency}
 
 func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) error {
 	s, err := js.Stream(ctx, "KV_"+bucket)

@@ -18,6 +18,7 @@ func init() {
 	Register(Definition{Type: TypeCleanup, Internal: true, New: func() Step { return StepFunc(runCleanup) },
 		Inputs: []Input{
 			{Name: "prs", Type: InputList, Items: &Input{Type: InputObject}, Doc: "the PRs the run opened"},
+			{Name: "branches", Type: InputList, Items: &Input{Type: InputObject}, Doc: "work branches of release steps that reported no PR"},
 			{Name: "reason", Type: InputString, Doc: "why the run ended, for the PR comment"},
 			{Name: "keepFailedPRs", Type: InputBool, Doc: "leave the PRs and branches for debugging"},
 		}})
@@ -30,7 +31,8 @@ type RunQueues interface {
 
 // runCleanup takes the run's merges out of their merge queues, then, unless keepFailedPRs,
 // closes every PR in inputs.prs that is still open with a comment naming the run and why, and
-// deletes its branch (only prflow's own work branches, prflow/…). A merged PR is left alone.
+// deletes its branch (only prflow's own work branches, prflow/…), and deletes every branch in
+// inputs.branches (cleanupBranch). A merged PR is left alone.
 // A repeat finds closed PRs and missing branches and goes on; a PR it cannot clear up does
 // not stop the others.
 func runCleanup(ctx context.Context, sc *Context) (Result, error) {
@@ -43,12 +45,13 @@ func runCleanup(ctx context.Context, sc *Context) (Result, error) {
 		out["dequeued"] = n
 	}
 	list, _ := sc.Inputs["prs"].([]any)
+	branchList, _ := sc.Inputs["branches"].([]any)
 	keep, _ := BoolInput(sc.Inputs, "keepFailedPRs")
 	if keep {
-		if len(list) > 0 {
-			sc.Log.Info("keeping the PRs of this run (cleanup.keepFailedPRs)", "prs", len(list))
+		if len(list)+len(branchList) > 0 {
+			sc.Log.Info("keeping the PRs and branches of this run (cleanup.keepFailedPRs)", "prs", len(list), "branches", len(branchList))
 		}
-		out["kept"] = len(list)
+		out["kept"] = len(list) + len(branchList)
 		return Done(out), nil
 	}
 	reason, _ := StringInput(sc.Inputs, "reason")
@@ -70,7 +73,23 @@ func runCleanup(ctx context.Context, sc *Context) (Result, error) {
 			problems = append(problems, err.Error())
 		}
 	}
-	out["closed"], out["merged"] = closed, merged
+	var deleted []any
+	for _, item := range branchList {
+		m, _ := item.(map[string]any)
+		res, err := cleanupBranch(ctx, sc, m, reason)
+		switch {
+		case err == nil && res == "merged":
+			merged = append(merged, m["branch"])
+		case err == nil && res != "":
+			deleted = append(deleted, m["branch"])
+		case err != nil && IsTerminal(err):
+			problems = append(problems, err.Error())
+		case err != nil:
+			retry = err
+			problems = append(problems, err.Error())
+		}
+	}
+	out["closed"], out["merged"], out["deletedBranches"] = closed, merged, deleted
 	if retry != nil {
 		return Result{}, retry // transient: the worker retries; done work is found done
 	}
@@ -132,4 +151,43 @@ func cleanupPR(ctx context.Context, sc *Context, m map[string]any, reason string
 		}
 	}
 	return "closed", nil
+}
+
+// cleanupBranch clears up the work branch of a release step that reported no PR (it failed,
+// was killed or cancelled after pushing, or before it could report the PR it opened): a PR
+// found on the branch is cleared up like a reported one; otherwise the branch is deleted. It
+// returns "deleted", "closed", "merged" or "" when there was nothing. Only a branch under the
+// run's own prefix (RunBranchPrefix) is touched: nobody else has one there.
+func cleanupBranch(ctx context.Context, sc *Context, m map[string]any, reason string) (string, error) {
+	connector, _ := m["connector"].(string)
+	repo, _ := m["repo"].(string)
+	branch, _ := m["branch"].(string)
+	base, _ := m["baseBranch"].(string)
+	if connector == "" || repo == "" || branch == "" || base == "" {
+		return "", Terminalf("branches: entry %v needs connector, repo, branch and baseBranch", m)
+	}
+	if prefix := RunBranchPrefix(sc.Pipeline, sc.RunID); !strings.HasPrefix(branch, prefix) || len(branch) == len(prefix) {
+		return "", Terminalf("branches: %s of %s is not a work branch of run %s (%s…): not deleted", branch, repo, sc.RunID, prefix)
+	}
+	p, err := scmFor(ctx, sc, connector)
+	if err != nil {
+		return "", err
+	}
+	r := scm.Repo(repo)
+	pr, err := p.FindPR(ctx, r, branch, base)
+	switch {
+	case err == nil:
+		// The step opened a PR and died before it said so.
+		return cleanupPR(ctx, sc, map[string]any{"connector": connector, "repo": repo, "prNumber": pr.Number, "step": m["step"]}, reason)
+	case !errors.Is(err, scm.ErrNotFound) && !errors.Is(err, scm.ErrNotSupported):
+		return "", classify(err, fmt.Sprintf("find a PR from %s into %s of %s", branch, base, repo))
+	}
+	if err := p.DeleteBranch(ctx, r, branch); err != nil {
+		if errors.Is(err, scm.ErrNotFound) {
+			return "", nil
+		}
+		return "", classify(err, fmt.Sprintf("delete branch %s of %s (pushed by step %v, which opened no PR)", branch, repo, m["step"]))
+	}
+	sc.Log.Info("deleted a branch the failed run pushed and opened no PR for", "branch", branch, "repo", repo, "step", m["step"])
+	return "deleted", nil
 }

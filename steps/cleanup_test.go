@@ -3,14 +3,19 @@ package steps_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/local"
+	"github.com/prflow/prflow/scm/scmtest"
+	"github.com/prflow/prflow/steps"
 )
 
 // failing opens a PR, then fails: its MergePR names a PR that does not exist.
@@ -164,5 +169,179 @@ func TestCleanupOptionIsChecked(t *testing.T) {
 	p, err := pipelines.Load("p.yaml", []byte("name: p\ncleanup: {keepFailedPRs: true}\nstages:\n  - id: s\n    steps:\n      - {id: n, type: Noop}\n"), nil)
 	if err != nil || p.Cleanup == nil || !p.Cleanup.KeepFailedPRs {
 		t.Fatalf("keepFailedPRs not loaded: %v %+v", err, p)
+	}
+}
+
+// noPR pushes its branch and then cannot open its PR: the forge refuses it (422).
+const noPR = `
+name: nopr
+stages:
+  - id: s
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json, variables: [{name: replicas, type: Number, value: "7"}]}
+`
+
+// refusePRs makes the forge refuse every PR creation terminally. The local driver opens a PR
+// with a push of its own after the branch's: the git server refuses the first push after the
+// work branch appeared.
+func refusePRs(t *testing.T, fg forge) {
+	t.Helper()
+	if fg.f != nil {
+		if err := fg.f.InjectFault(scmtest.Fault{Method: "POST", PathPattern: `/(pulls|merge_requests|pullrequests)/?$`, Status: 422,
+			Body: `{"message":"Validation Failed: refused by the test","error":{"message":"refused by the test"}}`}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	var once sync.Once
+	cancel := fg.git.OnRefUpdate(func(u scmtest.RefUpdate) {
+		if strings.HasPrefix(u.Ref, "refs/heads/prflow/nopr/") && u.After != "" {
+			once.Do(func() {
+				_ = fg.git.InjectFault(scmtest.Fault{Method: "POST", PathPattern: `git-receive-pack$`, Status: 403, Times: 1, Body: "refused by the test"})
+			})
+		}
+	})
+	t.Cleanup(cancel)
+}
+
+// A run whose release step pushed its branch and failed before it opened a PR leaves no
+// branch behind (invariant 5), on every forge; branches prflow did not push for this run
+// (someone's feature branch, another run's work branch) stay.
+func TestFailedRunBeforePRLeavesNoBranch(t *testing.T) {
+	for _, fg := range forges(t) {
+		t.Run(fg.name, func(t *testing.T) {
+			e := env(t, fg, 1)
+			bs, err := fg.branches()
+			if err != nil {
+				t.Fatal(err)
+			}
+			main := bs["main"]
+			others := []string{"feature/keep-me", "prflow/nopr/r000000000000other/s-update"}
+			for _, b := range others {
+				if err := fg.p.CreateBranch(context.Background(), "acme/release", b, main); err != nil {
+					t.Fatalf("create %s: %v", b, err)
+				}
+			}
+			refusePRs(t, fg)
+			r := e.Wait(e.Start(noPR, nil).ID, 60*time.Second)
+			if r.Status != pipelines.StFailed {
+				t.Fatalf("run %s: %s", r.Status, r.Error)
+			}
+			branch := steps.WorkBranch("UpdateReleaseRepo", r.Pipeline, r.ID, "s", "update")
+			if !strings.Contains(r.Error, "open PR "+branch) {
+				t.Fatalf("the run failed for another reason than the refused PR: %s", r.Error)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				bs, err := fg.branches()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, present := bs[branch]; !present {
+					for _, b := range others {
+						if _, ok := bs[b]; !ok {
+							t.Fatalf("cleanup deleted %s, which this run did not push", b)
+						}
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the failed run's branch %s is still there: %v\n%s", branch, bs, tail(e.Logs.String()))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if fg.f != nil {
+				if prs, _ := fg.f.PullRequests("acme", "release"); len(prs) != 0 {
+					t.Errorf("PRs: %+v", prs)
+				}
+			}
+		})
+	}
+}
+
+// The cleanup job deletes only branches under its own run's prefix: a job naming main,
+// someone's branch or another run's work branch is refused and deletes nothing; a branch of
+// its own run is deleted, and one already gone is nothing to do.
+func TestCleanupDeletesOnlyItsRunsBranches(t *testing.T) {
+	fg := forges(t)[0]
+	ctx := context.Background()
+	bs, err := fg.branches()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := steps.WorkBranch("RevertPR", "p", "r1", "s", "revert")
+	if !strings.HasPrefix(own, steps.RunBranchPrefix("p", "r1")) || !strings.HasSuffix(own, "-revert") {
+		t.Fatalf("RevertPR work branch %q", own)
+	}
+	foreign := []string{"main", "feature/x", steps.WorkBranch("UpdateReleaseRepo", "p", "r10", "s", "u"), "prflow/p/r1", steps.RunBranchPrefix("p", "r1")}
+	for _, b := range append([]string{own}, foreign[1:3]...) {
+		if err := fg.p.CreateBranch(ctx, "acme/release", b, bs["main"]); err != nil {
+			t.Fatalf("create %s: %v", b, err)
+		}
+	}
+	def, ok := steps.Default.Lookup(steps.TypeCleanup)
+	if !ok {
+		t.Fatal("no Cleanup step")
+	}
+	run := func(branches ...string) (steps.Result, error) {
+		var list []any
+		for _, b := range branches {
+			list = append(list, map[string]any{"connector": "release", "repo": "acme/release", "branch": b, "baseBranch": "main", "step": "s.revert"})
+		}
+		sc := &steps.Context{RunID: "r1", Pipeline: "p", Stage: pipelines.CleanupStage, StepID: "cleanup", Type: steps.TypeCleanup,
+			Inputs: map[string]any{"branches": list, "reason": "failed"}, Log: slog.New(slog.DiscardHandler),
+			Services: steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"release": fg.p}})}
+		return def.New().Run(ctx, sc)
+	}
+	for _, b := range foreign {
+		res, err := run(b)
+		if err != nil || res.Status != steps.Failed || !strings.Contains(res.Message, "is not a work branch of run r1") {
+			t.Errorf("branch %q: %v %+v", b, err, res)
+		}
+	}
+	after, _ := fg.branches()
+	for _, b := range foreign[:3] {
+		if _, ok := after[b]; !ok {
+			t.Errorf("%s was deleted", b)
+		}
+	}
+	res, err := run(own)
+	if err != nil || res.Status != steps.Succeeded || fmt.Sprint(res.Outputs["deletedBranches"]) != "["+own+"]" {
+		t.Fatalf("own branch: %v %+v", err, res)
+	}
+	if after, _ := fg.branches(); after[own] != "" {
+		t.Fatalf("%s still there", own)
+	}
+	if res, err := run(own); err != nil || res.Status != steps.Succeeded || len(res.Outputs["deletedBranches"].([]any)) != 0 {
+		t.Fatalf("again: %v %+v", err, res)
+	}
+	// A step that opened its PR and died before it said so: the PR found on its branch is
+	// closed with a comment and the branch deleted.
+	opened := steps.WorkBranch("UpdateReleaseRepo", "p", "r1", "s", "u")
+	if err := fg.p.CreateBranch(ctx, "acme/release", opened, bs["main"]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fg.p.Commit(ctx, "acme/release", scm.CommitInput{Branch: opened, Parent: bs["main"], Message: "x",
+		Changes: []scm.FileChange{{Path: "envs/prod/config.json", Content: []byte("{\"replicas\": 5}\n")}}}); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := fg.p.OpenPR(ctx, "acme/release", scm.NewPR{Title: "t", Head: opened, Base: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = run(opened)
+	if err != nil || res.Status != steps.Succeeded || fmt.Sprint(res.Outputs["deletedBranches"]) != "["+opened+"]" {
+		t.Fatalf("branch with an unreported PR: %v %+v", err, res)
+	}
+	if got, _ := fg.p.GetPR(ctx, "acme/release", pr.Number); got.State != scm.PRClosed {
+		t.Errorf("PR #%d is %s", pr.Number, got.State)
+	}
+	if cs := comments(t, fg, pr.Number); len(cs) != 1 || !strings.Contains(cs[0], "prflow run r1") {
+		t.Errorf("comments %q", cs)
+	}
+	if after, _ := fg.branches(); after[opened] != "" {
+		t.Errorf("%s still there", opened)
 	}
 }

@@ -86,22 +86,45 @@ func restraint(ctx context.Context, sc *Context, connector string, parts ...stri
 // workBranch is the deterministic branch of one step of one run: a redelivered or re-run job
 // finds its own branch and PR instead of making new ones.
 func workBranch(sc *Context, kind string) string {
-	clean := func(s string) string {
-		var b strings.Builder
-		for _, r := range s {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-				b.WriteRune(r)
-			} else {
-				b.WriteByte('-')
-			}
-		}
-		return b.String()
-	}
-	b := "prflow/" + clean(sc.Pipeline) + "/" + clean(sc.RunID) + "/" + clean(sc.Stage) + "-" + clean(sc.StepID)
+	b := RunBranchPrefix(sc.Pipeline, sc.RunID) + cleanRef(sc.Stage) + "-" + cleanRef(sc.StepID)
 	if kind != "" {
 		b += "-" + kind
 	}
 	return b
+}
+
+// RunBranchPrefix starts the name of every branch the steps of one run push (workBranch). Run
+// ids are unique, so no other run, and nobody but prflow, has a branch under it.
+func RunBranchPrefix(pipeline, run string) string {
+	return "prflow/" + cleanRef(pipeline) + "/" + cleanRef(run) + "/"
+}
+
+// WorkBranch is the branch a release step (UpdateReleaseRepo, RevertPR) of a run pushes its
+// commit to, as the step names it: the cleanup of a failed run deletes it even when the step
+// failed before it opened (or reported) a PR. "" for other step types.
+func WorkBranch(stepType, pipeline, run, stage, step string) string {
+	kind := ""
+	switch stepType {
+	case "UpdateReleaseRepo":
+	case "RevertPR":
+		kind = "revert"
+	default:
+		return ""
+	}
+	return workBranch(&Context{Pipeline: pipeline, RunID: run, Stage: stage, StepID: step}, kind)
+}
+
+// cleanRef keeps letters, digits, - and _ of s and makes every other character a -.
+func cleanRef(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
 }
 
 // safePath rejects absolute paths and escapes out of the repo.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +47,12 @@ func (g *globals) client() (*client, error) {
 }
 
 func (c *client) do(ctx context.Context, method, path string, body, out any) error {
+	_, err := c.doHeader(ctx, method, path, nil, body, out)
+	return err
+}
+
+// doHeader is do with extra request headers; it returns the answer's headers.
+func (c *client) doHeader(ctx context.Context, method, path string, hdr http.Header, body, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -52,7 +60,10 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -60,17 +71,63 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return unreachable(c.base, err)
+		return nil, unreachable(c.base, err)
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, unreachable(c.base, fmt.Errorf("reading the answer to %s %s: %w", method, path, err))
+	}
 	if resp.StatusCode >= 300 {
-		return c.authHint(apiErr(method, path, resp.StatusCode, data))
+		return resp.Header, c.authHint(apiErr(method, path, resp.StatusCode, data))
 	}
 	if out != nil {
-		return json.Unmarshal(data, out)
+		return resp.Header, json.Unmarshal(data, out)
 	}
-	return nil
+	return resp.Header, nil
+}
+
+// startGiveUp bounds how long `prflow run` keeps retrying a start the server did not answer.
+var startGiveUp = 2 * time.Minute
+
+// startRun starts a run with an Idempotency-Key and retries with the same key while the
+// server is unreachable or the connection breaks (EOF, refused, reset) or it answers that it
+// is unavailable: the server starts at most one run per key, so a retry after an answer that
+// got lost returns the run the first attempt started (replayed true) instead of a second run.
+func startRun(ctx context.Context, c *client, key string, req controller.StartRequest, errw io.Writer) (run *pipelines.Run, replayed bool, err error) {
+	hdr := http.Header{controller.IdempotencyHeader: {key}}
+	backoff := 250 * time.Millisecond
+	var first time.Time
+	for {
+		run = &pipelines.Run{}
+		h, err := c.doHeader(ctx, "POST", "/api/v1/runs", hdr, req, run)
+		if err == nil {
+			return run, h.Get(controller.ReplayedHeader) == "true", nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return nil, false, err
+		}
+		if first.IsZero() {
+			first = time.Now()
+		} else if time.Since(first) > startGiveUp {
+			return nil, false, fmt.Errorf("gave up starting the run after %s (idempotency key %s; run again with --idempotency-key %s to get the run if it started): %w",
+				startGiveUp, key, key, err)
+		}
+		fmt.Fprintf(errw, "starting the run: %v; retrying with the same idempotency key\n", err)
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// newIdempotencyKey is a random key for one `prflow run`.
+func newIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "prflow-run-" + hex.EncodeToString(b[:])
 }
 
 // httpError is an error answer of the API: the status and the server's message.
@@ -153,6 +210,7 @@ func parseSets(sets []string) (map[string]any, error) {
 func newRun(g *globals) *cobra.Command {
 	var sets []string
 	var follow bool
+	var key string
 	var hf harnessFlags
 	cmd := &cobra.Command{
 		Use:   "run FILE",
@@ -176,12 +234,21 @@ func newRun(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var run pipelines.Run
+			if key == "" {
+				key = newIdempotencyKey()
+			} else if err := controller.CheckIdempotencyKey(key); err != nil {
+				return fmt.Errorf("--idempotency-key: %w", err)
+			}
 			req := controller.StartRequest{File: filepath.Base(args[0]), Source: src, Inputs: inputs}
-			if err := c.do(cmd.Context(), "POST", "/api/v1/runs", req, &run); err != nil {
+			run, replayed, err := startRun(cmd.Context(), c, key, req, cmd.ErrOrStderr())
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "run %s started\n", run.ID)
+			if replayed {
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s already started by an earlier request with idempotency key %s (%s)\n", run.ID, key, run.Status)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s started\n", run.ID)
+			}
 			if !follow {
 				return nil
 			}
@@ -190,6 +257,7 @@ func newRun(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "runtime input key=value (repeatable)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print progress until the run ends; exit non-zero unless it succeeds")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "start at most one run for this key (default: a new key per invocation); the same key again returns that run")
 	hf.add(cmd)
 	return cmd
 }

@@ -28,7 +28,7 @@ const MaxRequest = 2 << 20
 
 // Handler serves the HTTP API:
 //
-//	POST /api/v1/runs                 start a run {file, source, inputs}
+//	POST /api/v1/runs                 start a run {file, source, inputs}; Idempotency-Key header (idempotency.go)
 //	GET  /api/v1/runs                 list runs
 //	GET  /api/v1/runs/{id}            a run's state
 //	POST /api/v1/runs/{id}/cancel     cancel
@@ -163,10 +163,31 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "pipeline.yaml"
 	}
-	run, err := c.Start(r.Context(), req)
+	var run *pipelines.Run
+	var err error
+	if keys := r.Header.Values(IdempotencyHeader); len(keys) > 0 {
+		if len(keys) > 1 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%d %s headers: send one", len(keys), IdempotencyHeader))
+			return
+		}
+		if err := CheckIdempotencyKey(keys[0]); err != nil {
+			writeErr(w, http.StatusBadRequest, err)
+			return
+		}
+		var replayed bool
+		run, replayed, err = c.StartIdempotent(r.Context(), keys[0], req)
+		if err == nil && replayed {
+			// The answer the first request got (or would have): the run, as it is now.
+			w.Header().Set(ReplayedHeader, "true")
+		}
+	} else {
+		run, err = c.Start(r.Context(), req)
+	}
 	switch {
 	case errors.Is(err, ErrExists):
 		writeJSON(w, http.StatusOK, run)
+	case errors.Is(err, ErrKeyReused):
+		writeErr(w, http.StatusUnprocessableEntity, err)
 	case errors.Is(err, ErrInvalid):
 		writeErr(w, http.StatusUnprocessableEntity, err)
 	case errors.Is(err, ErrRefused):

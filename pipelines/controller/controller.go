@@ -77,6 +77,7 @@ type Controller struct {
 	webhooks atomic.Pointer[Webhooks]   // /hooks/<provider> secrets (hooks.go)
 	triggers atomic.Pointer[TriggerSet] // pipelines started by webhooks (scmevents.go)
 	feedback atomic.Pointer[Feedback]   // commit statuses and PR comments (feedback.go)
+	idem     idempotency                // Idempotency-Key of run starts (idempotency.go)
 }
 
 type parkRef struct {

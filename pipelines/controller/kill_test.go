@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 		runChildWorker(url, os.Getenv("PRFLOW_TEST_WORKER_ID"))
 		return
 	}
+	if url := os.Getenv("PRFLOW_TEST_API_URL"); url != "" {
+		runChildAPI(url) // idempotency_test.go
+		return
+	}
 	os.Exit(m.Run())
 }
 

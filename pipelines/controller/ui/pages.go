@@ -127,15 +127,31 @@ func (u *UI) runPage(w http.ResponseWriter, r *http.Request) {
 func (u *UI) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	s := sessionFrom(r.Context())
-	if err := u.ctl.Cancel(r.Context(), id, s.user.Name); err != nil {
+	var replayed bool
+	var err error
+	if key := r.PostFormValue("idem"); key != "" {
+		replayed, err = u.ctl.CancelOnce(r.Context(), id, s.user.Name, key)
+	} else {
+		err = u.ctl.Cancel(r.Context(), id, s.user.Name)
+	}
+	if err != nil {
 		code := http.StatusConflict
-		if errors.Is(err, controller.ErrNotFound) {
+		switch {
+		case errors.Is(err, controller.ErrNotFound):
 			code = http.StatusNotFound
+		case errors.Is(err, controller.ErrInvalid):
+			code = http.StatusBadRequest
+		case errors.Is(err, controller.ErrKeyReused):
+			code = http.StatusUnprocessableEntity
 		}
 		u.fail(w, r, code, "cancel run "+id+": "+err.Error())
 		return
 	}
-	http.Redirect(w, r, "/ui/runs/"+id+"?msg="+urlq("cancel requested by "+s.user.Name), http.StatusSeeOther)
+	msg := "cancel requested by " + s.user.Name
+	if replayed {
+		msg += " (this form was sent before: requested once)"
+	}
+	http.Redirect(w, r, "/ui/runs/"+id+"?msg="+urlq(msg), http.StatusSeeOther)
 }
 
 func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
@@ -148,17 +164,33 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	req := controller.SignalRequest{Stage: r.PostFormValue("stage"), Step: r.PostFormValue("step"), Rollback: r.PostFormValue("rollback") == "true",
 		Approve: dec == "approve", Comment: strings.TrimSpace(r.PostFormValue("comment"))}
-	if err := u.ctl.Decide(r.Context(), id, req, s.user); err != nil {
+	var replayed bool
+	var err error
+	if key := r.PostFormValue("idem"); key != "" {
+		replayed, err = u.ctl.DecideOnce(r.Context(), id, req, s.user, key)
+	} else {
+		err = u.ctl.Decide(r.Context(), id, req, s.user)
+	}
+	if err != nil {
 		code := http.StatusInternalServerError
 		var de *controller.DecisionError
-		if errors.As(err, &de) {
+		switch {
+		case errors.As(err, &de):
 			code = de.Code
+		case errors.Is(err, controller.ErrInvalid):
+			code = http.StatusBadRequest
+		case errors.Is(err, controller.ErrKeyReused):
+			code = http.StatusUnprocessableEntity
 		}
 		u.fail(w, r, code, fmt.Sprintf("%s step %s.%s of run %s: %v", dec, req.Stage, req.Step, id, err))
 		return
 	}
 	verb := map[string]string{"approve": "approved", "reject": "rejected"}[dec]
-	http.Redirect(w, r, "/ui/runs/"+id+"?msg="+urlq(fmt.Sprintf("%s.%s %s by %s", req.Stage, req.Step, verb, s.user.Name)), http.StatusSeeOther)
+	msg := fmt.Sprintf("%s.%s %s by %s", req.Stage, req.Step, verb, s.user.Name)
+	if replayed {
+		msg += " (this form was sent before: recorded once)"
+	}
+	http.Redirect(w, r, "/ui/runs/"+id+"?msg="+urlq(msg), http.StatusSeeOther)
 }
 
 // envRow is one environment of a pipeline: what it runs now and which run put it there.

@@ -2,6 +2,8 @@ package ui
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -26,6 +28,7 @@ type runView struct {
 	Stages   []stageView
 	CanAct   bool // signed in (or dev) and the run is active: cancel is offered
 	CSRF     string
+	Idem     string // the cancel form's idempotency key (formKey)
 }
 
 type kv struct {
@@ -47,6 +50,7 @@ type stepView struct {
 	*pipelines.StepRun
 	RunID     string
 	CSRF      string
+	Idem      string // the decide form's idempotency key (formKey)
 	Stage     string
 	IsRB      bool
 	Reason    string
@@ -86,7 +90,7 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 	now := time.Now()
 	v := runView{Run: run, Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger), CanAct: s != nil && run.Active()}
 	if s != nil {
-		v.CSRF = s.csrf
+		v.CSRF, v.Idem = s.csrf, formKey()
 	}
 	keys := make([]string, 0, len(run.Inputs))
 	for k := range run.Inputs {
@@ -122,7 +126,7 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s *session, now time.Time) stepView {
 	v := stepView{StepRun: st, RunID: run.ID, Stage: stage, IsRB: rb}
 	if s != nil {
-		v.CSRF = s.csrf
+		v.CSRF, v.Idem = s.csrf, formKey()
 	}
 	switch {
 	case st.Status == pipelines.StWaiting && st.Wait != nil && st.Wait.Reason != "":
@@ -374,4 +378,13 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
 	"lower": strings.ToLower,
+}
+
+// formKey is a new idempotency key for one rendered form: sending the form again (a double
+// click, the browser's resend after a lost answer) repeats its key, so the action happens
+// once (controller.CancelOnce, DecideOnce).
+func formKey() string {
+	var b [18]byte
+	_, _ = rand.Read(b[:])
+	return "ui-" + base64.RawURLEncoding.EncodeToString(b[:])
 }
