@@ -197,6 +197,17 @@ func (p keyPath) bracketed() string {
 	return b.String()
 }
 
+// Sibling returns path at (as in a [Creation]) with its last key replaced by key, in the
+// form to type: `image.tga` and "tag" give `image.tag`. It is for did-you-mean hints.
+func Sibling(at, key string) string {
+	p, err := parsePath(at)
+	if err != nil || len(p) == 0 {
+		return strconv.Quote(key)
+	}
+	p[len(p)-1] = segment{key: key}
+	return p.bracketed()
+}
+
 // describe renders a location for messages; the empty path is the root.
 func (p keyPath) describe() string {
 	if len(p) == 0 {
