@@ -82,7 +82,7 @@ func TestPromotionExpandsToStages(t *testing.T) {
 					t.Errorf("sync: %v %v", sync.Timeout, sync.With.Static())
 				}
 				rb := p.Stages[1].Rollback
-				if rb[0].With.Static()["commitId"] != "${{ steps.merge.outputs.commitId }}" || rb[0].When.Source() != `${{ steps.merge.status == "succeeded" }}` {
+				if rb[0].With.Static()["commitId"] != "${{ steps.merge.outputs.commitId }}" || rb[0].When.Source() != `${{ steps.merge.status == "succeeded" && steps.merge.outputs.commitId != "" }}` {
 					t.Errorf("revert: %v when %s", rb[0].With.Static(), rb[0].When.Source())
 				}
 			},

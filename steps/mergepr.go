@@ -66,7 +66,7 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 			// The values were on the base before this run: nothing merges. commitId stays
 			// empty (a rollback must not revert a commit this run did not make); revision is
 			// the base head that GitOpsSync requires the apps to contain.
-			rev, _ := prior.Outputs["commitId"].(string)
+			rev, _ := prior.Outputs["revision"].(string)
 			sc.Log.Info("already promoted: the release repo holds every value; nothing to merge", "step", prior.ID, "revision", rev)
 			return Done(map[string]any{"commitId": "", "prNumber": "", "prlink": "", "alreadyPromoted": true, "revision": rev}), nil
 		}

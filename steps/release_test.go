@@ -131,6 +131,7 @@ stages:
           connector: release
           repo: acme/release
           filePath: envs/qa/config.json
+          create: true
           variables:
             - {name: cluster.name, type: String, value: qa}
             - {name: replicas, type: Number, value: "1"}

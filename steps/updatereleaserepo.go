@@ -366,9 +366,11 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 			// Every value is already on the base (a re-run of a promotion that failed after
 			// its merge): no PR; MergePR passes the base head on and GitOpsSync still
 			// requires the apps at a revision that contains it.
+			// commitId stays empty: this run made no commit (nothing for a rollback to revert);
+			// revision is the base head, which holds the values.
 			sc.Log.Info("every value is already in the release repo: already promoted", "base", base, "commit", baseRef.SHA)
-			out := prOutputs(nil, baseRef.SHA, "", connector, repo, base, nil)
-			out["alreadyPromoted"] = true
+			out := prOutputs(nil, "", "", connector, repo, base, nil)
+			out["alreadyPromoted"], out["revision"] = true, baseRef.SHA
 			out["edits"] = editsOutput(edits, skipped)
 			return Done(out), nil
 		default:
