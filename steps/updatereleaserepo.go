@@ -74,6 +74,9 @@ func init() {
 			if in["filePath"] == nil && in["filePaths"] == nil {
 				return fmt.Errorf("filePath: required (e.g. \"envs/<+env.name>/config.json\")")
 			}
+			if err := checkFilePaths(in); err != nil {
+				return err
+			}
 			if _, err := documentInput(in["document"], "document", true); err != nil {
 				return err
 			}
@@ -83,8 +86,18 @@ func init() {
 					if !ok {
 						return fmt.Errorf("variables[%d]: want {name, type, value}", i)
 					}
-					if n, _ := m["name"].(string); n == "" {
+					n, _ := m["name"].(string)
+					if n == "" {
 						return fmt.Errorf("variables[%d].name: required", i)
+					}
+					if !template.Contains(n) {
+						if err := fileedit.CheckKey(n); err != nil {
+							var ke *fileedit.KeyError
+							if errors.As(err, &ke) {
+								err = errors.New(ke.Detail)
+							}
+							return &InputError{Field: fmt.Sprintf("variables[%d].name", i), Err: fmt.Errorf("%q: %w", n, err)}
+						}
 					}
 					if _, err := documentInput(m["document"], fmt.Sprintf("variables[%d].document", i), true); err != nil {
 						return err
@@ -103,6 +116,53 @@ func init() {
 			return nil
 		},
 	})
+}
+
+// checkFilePaths refuses at load what the run would refuse: a file the step cannot edit
+// (values.txt) or a path that leaves the repo. Expressions stand for any text, so only the
+// parts written out are judged: the extension after the last expression, and the whole
+// path when it has none.
+func checkFilePaths(in map[string]any) error {
+	check := func(field, p string) error {
+		if template.Contains(p) {
+			tail := p
+			if i := max(strings.LastIndex(p, "}}"), strings.LastIndex(p, ">")); i >= 0 {
+				tail = p[i+1:]
+			}
+			// A tail with a slash is the whole file name; one with a dot at least its extension.
+			if strings.Contains(tail, "/") || strings.Contains(tail, ".") {
+				if _, err := fileedit.FormatFor(tail); err != nil && (strings.Contains(tail, "/") || !errors.Is(err, fileedit.ErrUnsupportedFormat) || strings.Contains(err.Error(), "has extension")) {
+					return &InputError{Field: field, Err: fmt.Errorf("%q: %w", p, err)}
+				}
+			}
+			if strings.HasPrefix(p, "/") || strings.Contains("/"+p+"/", "/../") {
+				return inputErr(field, "%q: want a path relative to the repo root, without ..", p)
+			}
+			return nil
+		}
+		if _, err := safePath(p); err != nil {
+			return &InputError{Field: field, Err: err}
+		}
+		if _, err := fileedit.FormatFor(p); err != nil {
+			return &InputError{Field: field, Err: err}
+		}
+		return nil
+	}
+	if s, ok := in["filePath"].(string); ok {
+		if err := check("filePath", s); err != nil {
+			return err
+		}
+	}
+	if l, ok := in["filePaths"].([]any); ok {
+		for i, x := range l {
+			if s, ok := x.(string); ok {
+				if err := check(fmt.Sprintf("filePaths[%d]", i), s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 type fileEdit struct {
