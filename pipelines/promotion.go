@@ -100,7 +100,10 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 		l.setRefs(root, s.val, "promotion.set")
 	}
 	if f["create"].val != nil {
-		l.boolean(f["create"], "promotion.create")
+		n := len(l.errs)
+		if l.boolean(f["create"], "promotion.create"); len(l.errs) > n {
+			delete(f, "create") // reported once, here
+		}
 	}
 	people := false
 	switch by := l.str(f["mergedBy"], "promotion.mergedBy"); by {
@@ -242,8 +245,10 @@ func (l *loader) promotionEnv(n *yaml.Node, p string) promoEnv {
 		e.set = s.val
 	}
 	if c := f["create"]; c.val != nil {
-		l.boolean(c, p+".create")
-		e.create = c.val
+		n := len(l.errs)
+		if l.boolean(c, p+".create"); len(l.errs) == n {
+			e.create = c.val
+		}
 	}
 	if a := f["approval"]; a.val != nil {
 		if a.val.Kind != yaml.MappingNode {

@@ -141,7 +141,7 @@ func TestPromotionExpandsToStages(t *testing.T) {
 				if s.Steps[0].With.Static()["waitForMerge"] != true {
 					t.Errorf("update does not wait for the merge: %v", s.Steps[0].With.Static())
 				}
-				if s.Steps[2].With.Static()["expectedRevision"] != "${{ steps.update.outputs.commitId }}" {
+				if s.Steps[2].With.Static()["expectedRevision"] != "${{ steps.update.outputs.revision ?? steps.update.outputs.commitId }}" {
 					t.Errorf("sync does not wait for the merged commit: %v", s.Steps[2].With.Static())
 				}
 				if s.Rollback[0].With.Static()["commitId"] != "${{ steps.update.outputs.commitId }}" {
