@@ -159,3 +159,57 @@ func TestCreateTrueCreates(t *testing.T) {
 		t.Errorf("after merge: values.yaml\n%s\nconfig.json\n%s", v, c)
 	}
 }
+
+// Values already on main: the step succeeds as alreadyPromoted (no branch, no PR) and MergePR
+// merges nothing; allowNoFilesChanged keeps its old meaning (success, not alreadyPromoted);
+// a step whose every value is skipped (ignoreMissingValues) set nothing and still fails.
+func TestAlreadyPromotedOnTheForge(t *testing.T) {
+	fg := forges(t)[0]
+	e := env(t, fg, 1)
+	same := `          filePath: envs/dev/values.yaml
+          variables: [{name: image.tag, value: "1.4.1"}, {name: replicaCount, type: Number, value: "2"}]`
+	src := editPipeline(same) + `
+  - id: allow
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release
+          allowNoFilesChanged: true
+` + same + `
+  - id: empty
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release
+          ignoreMissingValues: true
+          filePath: envs/dev/values.yaml
+          variables: [{name: image.tag, value: ""}]
+`
+	headBefore, _ := fg.branches()
+	r := e.Wait(e.Start(src, nil).ID, 90*time.Second)
+	up, merge := ctltest.Step(r, "dev", "update"), ctltest.Step(r, "dev", "merge")
+	if up.Status != pipelines.StSucceeded || up.Outputs["alreadyPromoted"] != true || up.Outputs["prNumber"] != "" ||
+		up.Outputs["commitId"] != "" || up.Outputs["revision"] != headBefore["main"] {
+		t.Errorf("dev update: %s %q %v; want alreadyPromoted at main %s", up.Status, up.Error, up.Outputs, headBefore["main"])
+	}
+	if merge.Status != pipelines.StSucceeded || merge.Outputs["alreadyPromoted"] != true || merge.Outputs["commitId"] != "" {
+		t.Errorf("dev merge: %s %v; want no merge, alreadyPromoted passed on", merge.Status, merge.Outputs)
+	}
+	if a := ctltest.Step(r, "allow", "update"); a.Status != pipelines.StSucceeded || a.Outputs["alreadyPromoted"] != nil {
+		t.Errorf("allowNoFilesChanged: %s %v; want success without alreadyPromoted", a.Status, a.Outputs)
+	}
+	if x := ctltest.Step(r, "empty", "update"); x.Status != pipelines.StFailed || !strings.Contains(x.Error, "no files changed") {
+		t.Errorf("every value skipped: %s %q; want the no-files-changed failure", x.Status, x.Error)
+	}
+	after, _ := fg.branches()
+	if len(after) != 1 || after["main"] != headBefore["main"] {
+		t.Errorf("branches after: %v; want main unchanged and no work branch", after)
+	}
+	if prs, _ := fg.f.PullRequests("acme", "release"); len(prs) != 0 {
+		t.Errorf("%d PRs opened", len(prs))
+	}
+}
