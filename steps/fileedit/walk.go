@@ -106,17 +106,23 @@ func setPath[S any](t docTree[S], c prepared, root S) error {
 		if t.shape(s) != shapeMap {
 			return c.mismatch(p[:i], t.kindName(s), "map")
 		}
-		keys, _ := t.memberKeys(s)
-		if err := dottedLiteral(c.key, p, i, keys); err != nil {
-			return err
+		if i+1 < len(p) && !seg.quoted && !p[i+1].isIndex && !p[i+1].quoted {
+			// Only a path with an unquoted key after this one can be a dotted key split up.
+			keys, _ := t.memberKeys(s)
+			if err := dottedLiteral(c.key, p, i, keys); err != nil {
+				return err
+			}
 		}
 		mi := t.lookup(s, seg.key)
 		if mi < 0 {
 			if done, err := t.inherited(s, p, i); done || err != nil {
 				return err
 			}
-			if err := c.creates(p, i, keys); err != nil {
-				return err
+			if c.created != nil {
+				keys, _ := t.memberKeys(s)
+				if err := c.creates(p, i, keys); err != nil {
+					return err
+				}
 			}
 			v, err := build(p[i+1:], p, i+1, c.key, c.value)
 			if err != nil {
@@ -137,7 +143,7 @@ func setPath[S any](t docTree[S], c prepared, root S) error {
 // argocd.argoproj.io/sync-wave): walking it dot by dot would create nested maps next to
 // the real key and leave that key as it was.
 func dottedLiteral(key string, p keyPath, i int, keys []string) error {
-	if p[i].quoted || p[i].isIndex {
+	if p[i].quoted || p[i].isIndex || len(keys) == 0 {
 		return nil
 	}
 	joined := p[i].key
