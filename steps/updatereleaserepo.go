@@ -129,9 +129,9 @@ func checkFilePaths(in map[string]any) error {
 			if i := max(strings.LastIndex(p, "}}"), strings.LastIndex(p, ">")); i >= 0 {
 				tail = p[i+1:]
 			}
-			// A tail with a slash is the whole file name; one with a dot at least its extension.
-			if strings.Contains(tail, "/") || strings.Contains(tail, ".") {
-				if _, err := fileedit.FormatFor(tail); err != nil && (strings.Contains(tail, "/") || !errors.Is(err, fileedit.ErrUnsupportedFormat) || strings.Contains(err.Error(), "has extension")) {
+			// A tail with a slash holds the whole file name, one with a dot its extension.
+			if strings.ContainsAny(tail, "/.") {
+				if _, err := fileedit.FormatFor(tail); err != nil {
 					return &InputError{Field: field, Err: fmt.Errorf("%q: %w", p, err)}
 				}
 			}
@@ -424,10 +424,9 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 			}
 		case !branchExists && setsSomething(edits, skipped, flags["ignoreMissingValues"]):
 			// Every value is already on the base (a re-run of a promotion that failed after
-			// its merge): no PR; MergePR passes the base head on and GitOpsSync still
-			// requires the apps at a revision that contains it.
-			// commitId stays empty: this run made no commit (nothing for a rollback to revert);
-			// revision is the base head, which holds the values.
+			// its merge): no PR. commitId stays empty, as this run made no commit (nothing
+			// for a rollback to revert); revision is the base head, which holds the values:
+			// MergePR passes it on and GitOpsSync requires the apps at a revision containing it.
 			sc.Log.Info("every value is already in the release repo: already promoted", "base", base, "commit", baseRef.SHA)
 			out := prOutputs(nil, "", "", connector, repo, base, nil)
 			out["alreadyPromoted"], out["revision"] = true, baseRef.SHA
