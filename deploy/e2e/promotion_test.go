@@ -220,7 +220,7 @@ func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
 func TestPromotionRollsBackADegradedEnvironment(t *testing.T) {
 	s := newPromoStack(t, "dev", "staging", "prod")
 	// prod's change also tells the simulated agent to turn the app Degraded.
-	src := strings.NewReplacer("MERGE", "merge", "    - PROD\n", "    - {name: prod, set: {simulate: degraded}}\n").Replace(promoPipeline)
+	src := strings.NewReplacer("MERGE", "merge", "    - PROD\n", "    - {name: prod, set: {simulate: degraded}, create: true}\n").Replace(promoPipeline)
 	before := s.file("envs/prod/config.json")
 	r := s.e.Wait(s.e.Start(src, map[string]any{"tag": "1.6.0"}).ID, 2*time.Minute)
 	if r.Status != pipelines.StFailed || !strings.HasPrefix(r.Error, "stage prod: step sync:") ||
