@@ -646,11 +646,18 @@ func (l *loader) step(n *yaml.Node, path string) *Step {
 	}
 	if ok && inputsOK && def.Validate != nil {
 		if err := def.Validate(st.With.Static()); err != nil {
-			line := n
+			line, at := n, path+".with"
 			if w := f["with"]; w.val != nil {
 				line = w.val
 			}
-			l.errf(line, path+".with", "%v", err)
+			// An error about one input points at that input.
+			var ie *steps.InputError
+			if errors.As(err, &ie) {
+				if fn := nodeAt(line, ie.Field); fn != nil {
+					line, at, err = fn, at+"."+ie.Field, ie.Err
+				}
+			}
+			l.errf(line, at, "%v", err)
 		}
 	}
 	st.When = l.cond(f["when"], path+".when", template.WithStatusFunctions())
@@ -944,4 +951,39 @@ func internalHint(typ string) string {
 		return " (give the stage a gate: {condition, soak} instead)"
 	}
 	return " (the controller runs it for triggers and commit statuses)"
+}
+
+// nodeAt finds the node at field (a.b[1].c) below mapping n, or nil.
+func nodeAt(n *yaml.Node, field string) *yaml.Node {
+	for _, part := range strings.Split(field, ".") {
+		name, idx := part, []int{}
+		if i := strings.IndexByte(part, '['); i >= 0 {
+			name = part[:i]
+			for _, x := range strings.Split(strings.TrimSuffix(part[i+1:], "]"), "][") {
+				k, err := strconv.Atoi(x)
+				if err != nil {
+					return nil
+				}
+				idx = append(idx, k)
+			}
+		}
+		if n = deref(n); n == nil {
+			return nil
+		}
+		if name != "" {
+			if n.Kind != yaml.MappingNode {
+				return nil
+			}
+			if n = findKey(n, name); n == nil {
+				return nil
+			}
+		}
+		for _, k := range idx {
+			if n = deref(n); n == nil || n.Kind != yaml.SequenceNode || k >= len(n.Content) {
+				return nil
+			}
+			n = n.Content[k]
+		}
+	}
+	return n
 }

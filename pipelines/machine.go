@@ -3,6 +3,7 @@ package pipelines
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,6 +65,11 @@ func (m *Machine) Apply(r *Run, ev *envelope.Event, now time.Time) bool {
 		res, ok := takeResult(st, ev)
 		if !ok {
 			return false
+		}
+		for _, w := range res.Warnings {
+			if res.Status != steps.Failed && !slices.Contains(r.Warnings, w) {
+				r.Warnings = append(r.Warnings, w)
+			}
 		}
 		switch res.Status {
 		case steps.Succeeded:

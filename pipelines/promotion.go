@@ -24,10 +24,10 @@ import (
 // promotion entry they come from, so any error in them points into the promotion section.
 
 // Promotion field names, in the order the schema lists them.
-var promotionFields = []string{"applicationSet", "appSelector", "connector", "repo", "filePath", "set", "mergedBy",
+var promotionFields = []string{"applicationSet", "appSelector", "connector", "repo", "filePath", "set", "create", "mergedBy",
 	"mergeStrategy", "prTitle", "appWaitTimeout", "syncTimeout", "degradedTimeout", "environments"}
 
-var promotionEnvFields = []string{"name", "clusters", "set", "approval", "soak", "timeout"}
+var promotionEnvFields = []string{"name", "clusters", "set", "create", "approval", "soak", "timeout"}
 
 // Step ids of a generated stage; pipelines refer to them as stages.<env>.steps.<id>.
 const (
@@ -98,6 +98,12 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 	} else {
 		l.setMap(s.val, "promotion.set", false)
 		l.setRefs(root, s.val, "promotion.set")
+	}
+	if f["create"].val != nil {
+		n := len(l.errs)
+		if l.boolean(f["create"], "promotion.create"); len(l.errs) > n {
+			delete(f, "create") // reported once, here
+		}
 	}
 	people := false
 	switch by := l.str(f["mergedBy"], "promotion.mergedBy"); by {
@@ -199,6 +205,7 @@ type promoEnv struct {
 	approval *yaml.Node
 	soak     *yaml.Node
 	timeout  *yaml.Node
+	create   *yaml.Node // the environment's file or keys may be new
 }
 
 func (l *loader) promotionEnv(n *yaml.Node, p string) promoEnv {
@@ -236,6 +243,12 @@ func (l *loader) promotionEnv(n *yaml.Node, p string) promoEnv {
 	if s := f["set"]; s.val != nil {
 		l.setMap(s.val, p+".set", true)
 		e.set = s.val
+	}
+	if c := f["create"]; c.val != nil {
+		n := len(l.errs)
+		if l.boolean(c, p+".create"); len(l.errs) == n {
+			e.create = c.val
+		}
 	}
 	if a := f["approval"]; a.val != nil {
 		if a.val.Kind != yaml.MappingNode {
@@ -427,8 +440,12 @@ func promotionStage(f map[string]field, e promoEnv, people bool) *yaml.Node {
 			vars = append(vars, mapping(k.Line, "name", scalar(k.Line, k.Value), "type", scalar(k.Line, valueType(v)), "value", v))
 		}
 	}
+	create := opt("create")
+	if e.create != nil {
+		create = e.create
+	}
 	update := []any{"connector", opt("connector"), "repo", opt("repo"), "filePath", opt("filePath"),
-		"prTitle", opt("prTitle"), "variables", seq(ln, vars...)}
+		"prTitle", opt("prTitle"), "create", create, "variables", seq(ln, vars...)}
 	if people {
 		update = append(update, "waitForMerge", boolean(ln, true))
 	}
@@ -449,15 +466,17 @@ func promotionStage(f map[string]field, e promoEnv, people bool) *yaml.Node {
 	}
 	sync := []any{"waitTillHealthy", boolean(ln, true), "failOnTimeout", boolean(ln, true), "degradedStateTimeout", opt("degradedTimeout")}
 	if people {
-		sync = append(sync, "expectedRevision", s("${{ steps."+promoUpdate+".outputs.commitId }}"))
+		// An environment already promoted merges nothing: its apps must reach the revision
+		// that already held the values.
+		sync = append(sync, "expectedRevision", s("${{ steps."+promoUpdate+".outputs.revision ?? steps."+promoUpdate+".outputs.commitId }}"))
 	}
 	steps = append(steps, mapping(ln, "id", s(promoSync), "type", s("GitOpsSync"), "timeout", syncTimeout, "with", mapping(ln, sync...)))
 
-	// Rollback: only what was merged is reverted (an approval rejected or an update that
-	// failed before its merge leaves nothing to undo).
+	// Rollback: only what was merged is reverted (an approval rejected, an update that
+	// failed before its merge, or an environment already promoted leaves nothing to undo).
 	rollback := []*yaml.Node{
 		mapping(ln, "id", s(promoRevert), "type", s("RevertPR"),
-			"when", s(`${{ steps.`+merged+`.status == "succeeded" }}`),
+			"when", s(`${{ steps.`+merged+`.status == "succeeded" && steps.`+merged+`.outputs.commitId != "" }}`),
 			"with", mapping(ln, "connector", opt("connector"), "repo", opt("repo"), "commitId", s("${{ steps."+merged+".outputs.commitId }}"))),
 		mapping(ln, "id", s(promoMergeRevert), "type", s("MergePR"),
 			"when", s(`${{ steps.`+promoRevert+`.status == "succeeded" }}`),

@@ -51,7 +51,8 @@ func badInputs(t *testing.T, fg forge) {
 			"envs/dev/values.yaml"},
 		{"bad number", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: a.json, variables: [{name: n, type: Number, value: "${{ 'many' }}"}]}}`, // a literal is refused at load; an expression is checked when evaluated
 			"variables[0] (n)"},
-		{"absolute path", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: /etc/passwd, variables: [{name: a, value: b}]}}`,
+		// A literal absolute path is refused at load; one an expression makes, by the run.
+		{"absolute path", `{id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: "${{ '/etc/passwd' }}", variables: [{name: a, value: b}]}}`,
 			`file path "/etc/passwd" is absolute`},
 		{"unknown PR", `{id: m, type: MergePR, with: {connector: release, repo: acme/release, prNumber: 999}}`,
 			"get PR #999"},

@@ -605,6 +605,9 @@ func expectedRevision(sc *Context, cfg *syncConfig) string {
 		p := sc.Priors[i]
 		if p.Type == "MergePR" {
 			s, _ := p.Outputs["commitId"].(string)
+			if already, _ := p.Outputs["alreadyPromoted"].(bool); already {
+				s, _ = p.Outputs["revision"].(string) // nothing merged: the base head held the values
+			}
 			return s
 		}
 	}

@@ -62,6 +62,14 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		if prior == nil {
 			return Result{}, Terminalf("no PR to merge: give prNumber, or put an UpdateReleaseRepo or RevertPR step before this one in stage %s", sc.Stage)
 		}
+		if already, _ := prior.Outputs["alreadyPromoted"].(bool); already {
+			// The values were on the base before this run: nothing merges. commitId stays
+			// empty (a rollback must not revert a commit this run did not make); revision is
+			// the base head that GitOpsSync requires the apps to contain.
+			rev, _ := prior.Outputs["revision"].(string)
+			sc.Log.Info("already promoted: the release repo holds every value; nothing to merge", "step", prior.ID, "revision", rev)
+			return Done(map[string]any{"commitId": "", "prNumber": "", "prlink": "", "alreadyPromoted": true, "revision": rev}), nil
+		}
 		if prior.Outputs["prNumber"] == "" || prior.Outputs["prNumber"] == nil {
 			sc.Log.Info("the previous step opened no PR (nothing changed); nothing to merge", "step", prior.ID)
 			return Done(map[string]any{"commitId": ""}), nil

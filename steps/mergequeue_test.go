@@ -59,6 +59,7 @@ stages:
           connector: release
           repo: acme/release
           filePath: "envs/${{ inputs.key }}/config.json"
+          create: true
           variables: [{name: replicas, type: Number, value: "3"}]
       - id: merge
         type: MergePR

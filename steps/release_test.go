@@ -131,6 +131,7 @@ stages:
           connector: release
           repo: acme/release
           filePath: envs/qa/config.json
+          create: true
           variables:
             - {name: cluster.name, type: String, value: qa}
             - {name: replicas, type: Number, value: "1"}
@@ -199,7 +200,7 @@ stages:
           connector: release
           repo: acme/release
           filePath: envs/dev/values.yaml
-          variables: [{name: image.tag, value: "9.9.9"}, {name: extra.added, type: Boolean, value: "true"}]
+          variables: [{name: image.tag, value: "9.9.9"}, {name: extra.added, type: Boolean, value: "true", create: true}]
       - id: merge
         type: MergePR
         with: {mergeStrategy: "${{ inputs.strategy }}"}
@@ -215,7 +216,7 @@ stages:
     steps:
       - id: create
         type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: ../outside.json, variables: [{name: a, value: b}]}
+        with: {connector: release, repo: acme/release, filePath: "${{ '../outside.json' }}", variables: [{name: a, value: b}]}
 `
 	r := e.Wait(e.Start(src, map[string]any{"strategy": strategy}).ID, 90*time.Second)
 	if r.Status != pipelines.StFailed {
@@ -273,7 +274,7 @@ stages:
           connector: release
           repo: acme/release
           filePath: envs/prod/config.json
-          variables: [{name: "keys.${{ inputs.key }}", type: String, value: "${{ inputs.key }}"}]
+          variables: [{name: "keys.${{ inputs.key }}", type: String, value: "${{ inputs.key }}", create: true}]
       - id: merge
         type: MergePR
 `

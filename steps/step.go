@@ -45,6 +45,9 @@ type Result struct {
 	// could not see Argo CD), so the stage must fail without running its rollback steps: a
 	// rollback it cannot observe may revert a healthy change and then fail itself.
 	NoRollback bool `json:"noRollback,omitempty"`
+	// Warnings (Succeeded only) are recorded on the run: something the step did that a
+	// person should look at although it is no failure (a Harness import creating new keys).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Wait says what wakes a parked step. Any of them wakes it; it is re-run and decides again.

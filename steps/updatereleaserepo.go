@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps/fileedit"
+	"github.com/prflow/prflow/steps/spelling"
 	"github.com/prflow/prflow/steps/template"
 )
 
@@ -42,9 +46,12 @@ func init() {
 					{Name: "name", Type: InputString, Required: true, Doc: "the key, e.g. image.tag or env[0].value"},
 					{Name: "type", Type: InputString, Default: "String", Enum: []string{fileedit.TypeString, fileedit.TypeNumber, fileedit.TypeBoolean, fileedit.TypeRaw, "Object", "string", "number", "boolean", "raw", "object"}, Doc: "String keeps the value's text as written"},
 					{Name: "value", Type: InputAny, TypedBy: "type"},
+					{Name: "create", Type: InputBool, Default: false, Doc: "the key may be new: without it a key the file lacks is refused (a typo)"},
 					inDocument,
 				}}},
 			inDocument,
+			{Name: "create", Type: InputBool, Default: false, Doc: "files and keys may be new: without it a file or key that does not exist is refused (a typo)"},
+			{Name: "harnessCreate", Type: InputBool, Default: false, Doc: "set by the Harness importer: create missing files and keys as Harness does, listed in the created output and as a run warning"},
 			{Name: "commitMessage", Type: InputString},
 			{Name: "prTitle", Type: InputString},
 			{Name: "prBody", Type: InputString},
@@ -67,6 +74,9 @@ func init() {
 			if in["filePath"] == nil && in["filePaths"] == nil {
 				return fmt.Errorf("filePath: required (e.g. \"envs/<+env.name>/config.json\")")
 			}
+			if err := checkFilePaths(in); err != nil {
+				return err
+			}
 			if _, err := documentInput(in["document"], "document", true); err != nil {
 				return err
 			}
@@ -76,8 +86,18 @@ func init() {
 					if !ok {
 						return fmt.Errorf("variables[%d]: want {name, type, value}", i)
 					}
-					if n, _ := m["name"].(string); n == "" {
+					n, _ := m["name"].(string)
+					if n == "" {
 						return fmt.Errorf("variables[%d].name: required", i)
+					}
+					if !template.Contains(n) {
+						if err := fileedit.CheckKey(n); err != nil {
+							var ke *fileedit.KeyError
+							if errors.As(err, &ke) {
+								err = errors.New(ke.Detail)
+							}
+							return &InputError{Field: fmt.Sprintf("variables[%d].name", i), Err: fmt.Errorf("%q: %w", n, err)}
+						}
 					}
 					if _, err := documentInput(m["document"], fmt.Sprintf("variables[%d].document", i), true); err != nil {
 						return err
@@ -98,6 +118,53 @@ func init() {
 	})
 }
 
+// checkFilePaths refuses at load what the run would refuse: a file the step cannot edit
+// (values.txt) or a path that leaves the repo. Expressions stand for any text, so only the
+// parts written out are judged: the extension after the last expression, and the whole
+// path when it has none.
+func checkFilePaths(in map[string]any) error {
+	check := func(field, p string) error {
+		if template.Contains(p) {
+			tail := p
+			if i := max(strings.LastIndex(p, "}}"), strings.LastIndex(p, ">")); i >= 0 {
+				tail = p[i+1:]
+			}
+			// A tail with a slash holds the whole file name, one with a dot its extension.
+			if strings.ContainsAny(tail, "/.") {
+				if _, err := fileedit.FormatFor(tail); err != nil {
+					return &InputError{Field: field, Err: fmt.Errorf("%q: %w", p, err)}
+				}
+			}
+			if strings.HasPrefix(p, "/") || strings.Contains("/"+p+"/", "/../") {
+				return inputErr(field, "%q: want a path relative to the repo root, without ..", p)
+			}
+			return nil
+		}
+		if _, err := safePath(p); err != nil {
+			return &InputError{Field: field, Err: err}
+		}
+		if _, err := fileedit.FormatFor(p); err != nil {
+			return &InputError{Field: field, Err: err}
+		}
+		return nil
+	}
+	if s, ok := in["filePath"].(string); ok {
+		if err := check("filePath", s); err != nil {
+			return err
+		}
+	}
+	if l, ok := in["filePaths"].([]any); ok {
+		for i, x := range l {
+			if s, ok := x.(string); ok {
+				if err := check(fmt.Sprintf("filePaths[%d]", i), s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
 type fileEdit struct {
 	path    string
 	changes []editChange
@@ -107,7 +174,8 @@ type fileEdit struct {
 // input, or the variable's own); the zero Document is refused for multi-document files.
 type editChange struct {
 	fileedit.Change
-	doc fileedit.Document
+	doc    fileedit.Document
+	create bool // the variable's create: true (the key may be new)
 }
 
 // documentInput reads a document selector: {index: N}, {kind: K}, {name: N} or a mix
@@ -230,7 +298,7 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 	}
 	flags := map[string]bool{}
 	for _, f := range []string{"allowEmptyCommit", "allowNoFilesChanged", "ignoreMissingFiles", "ignoreMissingValues",
-		"skipPipelineVariables", "waitForMerge", "draft"} {
+		"skipPipelineVariables", "waitForMerge", "draft", "create", "harnessCreate"} {
 		b, err := BoolInput(in, f)
 		if err != nil {
 			return Result{}, Terminal(err)
@@ -269,6 +337,7 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 		commit, readRef, parent string
 		branchExists            bool
 		changedFiles, skipped   []string
+		created                 []string
 		baseRef                 scm.Ref
 	)
 	first := 0
@@ -307,7 +376,7 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 			readRef, parent = baseRef.SHA, baseRef.SHA
 		}
 		var changes []scm.FileChange
-		changes, changedFiles, skipped, err = editFiles(ctx, sc, p, r, readRef, edits, flags)
+		changes, changedFiles, skipped, created, err = editFiles(ctx, sc, p, r, readRef, edits, flags)
 		if err != nil {
 			return Result{}, err
 		}
@@ -353,6 +422,16 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 			if err != nil {
 				return Result{}, classify(err, fmt.Sprintf("empty commit to %s of %s", branch, repo))
 			}
+		case !branchExists && setsSomething(edits, skipped, flags["ignoreMissingValues"]):
+			// Every value is already on the base (a re-run of a promotion that failed after
+			// its merge): no PR. commitId stays empty, as this run made no commit (nothing
+			// for a rollback to revert); revision is the base head, which holds the values:
+			// MergePR passes it on and GitOpsSync requires the apps at a revision containing it.
+			sc.Log.Info("every value is already in the release repo: already promoted", "base", base, "commit", baseRef.SHA)
+			out := prOutputs(nil, "", "", connector, repo, base, nil)
+			out["alreadyPromoted"], out["revision"] = true, baseRef.SHA
+			out["edits"] = editsOutput(edits, skipped)
+			return Done(out), nil
 		default:
 			return Fail(fmt.Sprintf("no files changed: every value already matches in %s (set allowNoFilesChanged: true to pass)", strings.Join(pathsOf(edits), ", "))), nil
 		}
@@ -385,16 +464,31 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 	sc.Log.Info("opened PR", "pr", pr.Number, "url", pr.URL)
 	out := prOutputs(pr, commit, branch, connector, repo, base, changedFiles)
 	out["edits"] = editsOutput(edits, skipped)
-	return afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
+	if len(created) > 0 {
+		out["created"] = toAny(created)
+	}
+	res, err := afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
+	if len(created) > 0 && flags["harnessCreate"] && err == nil && res.Status != Failed {
+		// Harness creates what is missing without a word; an imported pipeline keeps that, but
+		// a mistyped key or file must not go unnoticed: the run carries a warning.
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s/%s created what %s did not have (Harness behaviour; set create: true, or fix a typo): %s",
+			sc.Stage, sc.StepID, repo, strings.Join(created, "; ")))
+	}
+	return res, err
 }
 
 // editFiles reads every file of edits at ref and applies its changes; it returns the files
-// that change, their paths, and the missing files skipped under ignoreMissingFiles.
-func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, flags map[string]bool) (changes []scm.FileChange, changed, skipped []string, err error) {
+// that change, their paths, the missing files skipped under ignoreMissingFiles, and what the
+// edits create (new files and keys). A file or key that does not exist is refused, naming
+// the closest existing one, unless create allows it (the step's, or the variable's for a
+// key), or harnessCreate (a Harness import) creates it as Harness does. Every refusal comes
+// before any commit.
+func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, flags map[string]bool) (changes []scm.FileChange, changed, skipped, created []string, err error) {
 	opts := fileedit.Options{IgnoreMissingValues: flags["ignoreMissingValues"]}
+	mayCreate := flags["create"] || flags["harnessCreate"]
 	for _, e := range edits {
 		if _, err := fileedit.FormatFor(e.path); err != nil {
-			return nil, nil, nil, Terminal(err)
+			return nil, nil, nil, nil, Terminal(err)
 		}
 		cur, err := p.ReadFile(ctx, r, ref, e.path)
 		exists := true
@@ -404,21 +498,120 @@ func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref
 				skipped = append(skipped, e.path)
 				continue
 			}
+			if !mayCreate && !allCreate(e.changes) {
+				return nil, nil, nil, nil, Terminal(missingFile(ctx, p, r, ref, e.path, edits))
+			}
 			exists = false
+			created = append(created, e.path+" (new file)")
 			sc.Log.Info("file does not exist; creating it", "file", e.path)
 		case err != nil:
-			return nil, nil, nil, classify(err, fmt.Sprintf("read %s@%s of %s", e.path, ref, r))
+			return nil, nil, nil, nil, classify(err, fmt.Sprintf("read %s@%s of %s", e.path, ref, r))
 		}
-		out, differs, err := editFile(e.path, cur, exists, e.changes, opts)
+		o := opts
+		o.Created = func(c fileedit.Creation) error {
+			if !mayCreate && !changeCreates(e.changes, c.Key) {
+				return missingKey(c)
+			}
+			created = append(created, e.path+": "+c.At)
+			return nil
+		}
+		out, differs, err := editFile(e.path, cur, exists, e.changes, o)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		if differs {
 			changes = append(changes, scm.FileChange{Path: e.path, Content: out})
 			changed = append(changed, e.path)
 		}
 	}
-	return changes, changed, skipped, nil
+	return changes, changed, skipped, created, nil
+}
+
+// allCreate reports whether every change to a file may create its key, so the file may be new.
+func allCreate(cs []editChange) bool {
+	for _, c := range cs {
+		if !c.create {
+			return false
+		}
+	}
+	return len(cs) > 0
+}
+
+func changeCreates(cs []editChange, key string) bool {
+	for _, c := range cs {
+		if c.Key == key && c.create {
+			return true
+		}
+	}
+	return false
+}
+
+// missingKey refuses a change that would add a key the file lacks: most often a typo
+// (image.tga), which would otherwise promote nothing and report success.
+func missingKey(c fileedit.Creation) error {
+	what := fmt.Sprintf("%s does not exist in the file", c.At)
+	if c.Item {
+		what = fmt.Sprintf("%s is past the end of its list", c.At)
+	}
+	hint := ""
+	if c.Missing != "" {
+		if s := spelling.Closest(c.Missing, c.Siblings); s != "" {
+			hint = fmt.Sprintf("; did you mean %s?", fileedit.Sibling(c.At, s))
+		} else if len(c.Siblings) > 0 {
+			hint = fmt.Sprintf(" (the map there has %s)", strings.Join(quoteAll(c.Siblings, 8), ", "))
+		}
+	}
+	return fmt.Errorf("%w%s; set create: true on the variable (or the step) if the key is new", &missingKeyError{c.Key, what}, hint)
+}
+
+type missingKeyError struct{ key, what string }
+
+func (e *missingKeyError) Error() string { return fmt.Sprintf("key %q: %s", e.key, e.what) }
+
+func quoteAll(s []string, limit int) []string {
+	var out []string
+	for i, x := range s {
+		if i == limit {
+			out = append(out, fmt.Sprintf("… %d more", len(s)-limit))
+			break
+		}
+		out = append(out, strconv.Quote(x))
+	}
+	return out
+}
+
+// missingFile refuses a file that does not exist at ref. The forges list no directories to
+// the steps, so the did-you-mean looks at the likely slips: the other YAML/JSON extension,
+// and the other files of this step (another environment's path with one typo in it).
+func missingFile(ctx context.Context, p scm.Provider, r scm.Repo, ref, path string, edits []fileEdit) error {
+	seen := map[string]bool{path: true}
+	var cands []string
+	add := func(c string) {
+		if !seen[c] {
+			seen[c] = true
+			cands = append(cands, c)
+		}
+	}
+	stem := strings.TrimSuffix(path, filepath.Ext(path))
+	for _, ext := range []string{".yaml", ".yml", ".json"} {
+		add(stem + ext)
+	}
+	for _, e := range edits {
+		add(e.path)
+	}
+	var exist []string
+	for _, c := range cands {
+		if spelling.Closest(path, []string{c}) != "" {
+			if _, err := p.ReadFile(ctx, r, ref, c); err == nil {
+				exist = append(exist, c)
+			}
+		}
+	}
+	hint := ""
+	if s := spelling.Closest(path, exist); s != "" {
+		hint = fmt.Sprintf("; did you mean %s?", s)
+	}
+	return fmt.Errorf("%s does not exist in %s at %s%s; set create: true on the step if the file is new (or ignoreMissingFiles: true to skip it)", path, r, short(ref), hint)
 }
 
 // editsOutput records what the step set, so MergePR can rebuild the branch on a base that
@@ -586,7 +779,11 @@ func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
 					return nil, err
 				}
 			}
-			changes = append(changes, editChange{Change: fileedit.Change{Key: name, Value: val}, doc: vdoc})
+			create, err := BoolInput(vm, "create")
+			if err != nil {
+				return nil, fmt.Errorf("variables[%d] (%s): %w", i, name, err)
+			}
+			changes = append(changes, editChange{Change: fileedit.Change{Key: name, Value: val}, doc: vdoc, create: create})
 		}
 		for _, raw := range paths {
 			pth, err := safePath(raw)
@@ -646,6 +843,33 @@ func variableValue(typ string, v any) (any, error) {
 	default:
 		return fileedit.ParseValue(typ, fmt.Sprint(x))
 	}
+}
+
+// setsSomething reports whether edits hold at least one value to set: files skipped under
+// ignoreMissingFiles and values skipped under ignoreMissingValues set nothing, and nothing to
+// set is never "already promoted".
+func setsSomething(edits []fileEdit, skipped []string, ignoreMissing bool) bool {
+	for _, e := range edits {
+		if slices.Contains(skipped, e.path) {
+			continue
+		}
+		for _, c := range e.changes {
+			if !ignoreMissing || !missingValue(c.Value) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func missingValue(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case string:
+		return strings.TrimSpace(v) == ""
+	}
+	return false
 }
 
 func pathsOf(edits []fileEdit) []string {

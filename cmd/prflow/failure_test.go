@@ -16,6 +16,13 @@ func TestDevFailedStageStopsThePromotion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	promotion, err := os.ReadFile(filepath.Join("..", "..", "examples", "pipelines", "promotion.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(promotion), "    image.tag: ") {
+		t.Fatal("promotion.yaml no longer sets image.tag; update the test")
+	}
 	// The outside tester's typo: dev's cluster names an agent that does not exist.
 	typo := strings.Replace(string(promote), "clusters: [{name: dev-eu, agent: sim}]", "clusters: [{name: dev-eu, agent: eu}]", 1)
 	if typo == string(promote) {
@@ -26,9 +33,9 @@ func TestDevFailedStageStopsThePromotion(t *testing.T) {
 		args           []string
 	}{
 		{"promote.yaml with an agent typo in dev", typo, nil},
-		// Promoting the tag dev already runs: dev fails with "no files changed"; prod's PR
-		// would set replicas: 3, so a prod that ran would change prod's file.
-		{"promotion.yaml with nothing to change in dev", "", []string{"--set", "tag=1.4.1"}},
+		// A mistyped key: dev refuses it before any write; prod's PR would set replicas: 3,
+		// so a prod that ran would change prod's file.
+		{"promotion.yaml with a mistyped key", strings.Replace(string(promotion), "    image.tag: ", "    image.tga: ", 1), nil},
 	}
 	want, err := os.ReadFile(filepath.Join("..", "..", "examples", "release-repo", "envs", "prod", "config.json"))
 	if err != nil {

@@ -139,6 +139,9 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 		if s.Status == pipelines.StNotRun {
 			status = notRunText(s.Error)
 		}
+		if s.Status == pipelines.StSucceeded && alreadyPromoted(s) {
+			status += " (already promoted: the release repo held every value; no PR, no merge)"
+		}
 		fmt.Fprintf(w, "  %s: %s", s.ID, status)
 		if !s.Started.IsZero() {
 			fmt.Fprintf(w, " in %s", span(s.Started, s.Ended, now))
@@ -151,6 +154,12 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 			o := st.Outputs
 			switch st.Type {
 			case "UpdateReleaseRepo", "RevertPR":
+				if already, _ := o["alreadyPromoted"].(bool); already {
+					for _, e := range edits(o["edits"]) {
+						fmt.Fprintf(w, "    %s %s: %s (already set at %s)\n", e.file, e.key, e.value, shortSHA(valueText(o["revision"])))
+					}
+					continue
+				}
 				for _, e := range edits(o["edits"]) {
 					old, found := lookupKey(before[e.file], e.key)
 					if !found {
@@ -160,6 +169,9 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 				}
 				if n := valueText(o["prNumber"]); n != "" {
 					fmt.Fprintf(w, "    PR #%s %s (%s)\n", n, valueText(o["prlink"]), st.ID)
+				}
+				if c, _ := o["created"].([]any); len(c) > 0 {
+					fmt.Fprintf(w, "    created (new in the release repo): %s (%s)\n", strings.Join(stringsOf(c), ", "), st.ID)
 				}
 			case "MergePR":
 				if c := valueText(o["commitId"]); c != "" {
@@ -172,4 +184,34 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 			}
 		}
 	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", warn)
+	}
+}
+
+// alreadyPromoted reports whether a stage's UpdateReleaseRepo found every value in place.
+func alreadyPromoted(s *pipelines.StageRun) bool {
+	for _, st := range s.Steps {
+		if st.Type == "UpdateReleaseRepo" && st.Status == pipelines.StSucceeded {
+			if a, _ := st.Outputs["alreadyPromoted"].(bool); a {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func stringsOf(l []any) []string {
+	out := make([]string, len(l))
+	for i, x := range l {
+		out[i] = valueText(x)
+	}
+	return out
+}
+
+func shortSHA(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
 }

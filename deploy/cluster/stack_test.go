@@ -235,6 +235,7 @@ stages:
           connector: release
           repo: %s/%s
           filePath: %q
+          create: true
           variables: [{name: %q, type: String, value: %q}]
       - id: merge
         type: MergePR

@@ -103,6 +103,7 @@ stages:
           connector: release
           repo: acme/release
           filePath: envs/` + env + `/config.json
+          create: true
           variables: [{name: image.tag, type: String, value: "` + env + `"}]
       - {id: merge, type: MergePR, with: {mergeStrategy: merge}}
       - id: sync

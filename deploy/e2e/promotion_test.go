@@ -220,7 +220,7 @@ func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
 func TestPromotionRollsBackADegradedEnvironment(t *testing.T) {
 	s := newPromoStack(t, "dev", "staging", "prod")
 	// prod's change also tells the simulated agent to turn the app Degraded.
-	src := strings.NewReplacer("MERGE", "merge", "    - PROD\n", "    - {name: prod, set: {simulate: degraded}}\n").Replace(promoPipeline)
+	src := strings.NewReplacer("MERGE", "merge", "    - PROD\n", "    - {name: prod, set: {simulate: degraded}, create: true}\n").Replace(promoPipeline)
 	before := s.file("envs/prod/config.json")
 	r := s.e.Wait(s.e.Start(src, map[string]any{"tag": "1.6.0"}).ID, 2*time.Minute)
 	if r.Status != pipelines.StFailed || !strings.HasPrefix(r.Error, "stage prod: step sync:") ||
@@ -270,6 +270,7 @@ promotion:
     - name: qa
       clusters: [{name: qa-eu, agent: sim}]
       set: {cluster.name: qa-eu}
+      create: true
 `
 	r := s.e.Wait(s.e.Start(src, map[string]any{"tag": "2.0.0"}).ID, 2*time.Minute)
 	if r.Status != pipelines.StSucceeded {
@@ -349,5 +350,50 @@ promotion:
 	syncedOn(t, r, "dev", "sync", "web-dev", merged.MergeSHA)
 	if got := s.file("envs/dev/config.json"); !strings.Contains(got, `"tag": "3.0.0"`) {
 		t.Errorf("dev config:\n%s", got)
+	}
+}
+
+// Re-running a promotion with the inputs it already promoted (a retry after a failure past
+// the merges, or a second click) used to fail in the first environment with "no files
+// changed". Each environment now finds its values on main and its app Synced and Healthy at
+// a revision containing main's head: the stage succeeds as alreadyPromoted with no PR, no
+// merge commit, and nothing for a rollback to revert.
+func TestPromotionRerunIsAlreadyPromoted(t *testing.T) {
+	s := newPromoStack(t, "dev", "staging", "prod")
+	src := strings.NewReplacer("MERGE", "merge", "PROD", "prod").Replace(promoPipeline)
+	first := s.e.Wait(s.e.Start(src, map[string]any{"tag": "1.5.0"}).ID, 2*time.Minute)
+	if first.Status != pipelines.StSucceeded {
+		t.Fatalf("first run %s: %s\n%s", first.Status, first.Error, describeRun(first))
+	}
+	head, err := s.p.Branch(context.Background(), "acme/release", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prsBefore, _ := s.gh.PullRequests("acme", "release")
+
+	r := s.e.Wait(s.e.Start(src, map[string]any{"tag": "1.5.0"}).ID, 2*time.Minute)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("re-run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	for _, env := range []string{"dev", "staging", "prod"} {
+		up := ctltest.Step(r, env, "update").Outputs
+		if up["alreadyPromoted"] != true || up["prNumber"] != "" || up["commitId"] != "" || up["revision"] != head.SHA {
+			t.Errorf("%s update outputs %v, want alreadyPromoted at %s without a PR or commit", env, up, head.SHA)
+		}
+		m := ctltest.Step(r, env, "merge").Outputs
+		if m["alreadyPromoted"] != true || m["commitId"] != "" || m["revision"] != head.SHA {
+			t.Errorf("%s merge outputs %v, want alreadyPromoted, no merge commit", env, m)
+		}
+		syncedOn(t, r, env, "sync", "web-"+env, head.SHA)
+		if rb := ctltest.Step(r, env, "revert"); rb.Status != pipelines.StPending {
+			t.Errorf("%s rolled back: %s", env, rb.Status)
+		}
+	}
+	after, err := s.p.Branch(context.Background(), "acme/release", "main")
+	if err != nil || after.SHA != head.SHA {
+		t.Errorf("main moved from %s to %s (%v): the re-run committed something", head.SHA, after.SHA, err)
+	}
+	if prs, _ := s.gh.PullRequests("acme", "release"); len(prs) != len(prsBefore) {
+		t.Errorf("%d PRs after the re-run, %d before: it opened a PR", len(prs), len(prsBefore))
 	}
 }

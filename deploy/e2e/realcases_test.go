@@ -75,7 +75,7 @@ func TestRealDegradedRollback(t *testing.T) {
 	r.waitApps(envs...)
 	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
 	before := r.file("envs/prod/config.json")
-	run := r.e.Wait(r.e.Start(r.promotion(envs, []string{"dev", "{name: prod, set: {simulate: degraded}}"}, ""), map[string]any{"tag": "1.6.0"}).ID, 5*time.Minute)
+	run := r.e.Wait(r.e.Start(r.promotion(envs, []string{"dev", "{name: prod, set: {simulate: degraded}, create: true}"}, ""), map[string]any{"tag": "1.6.0"}).ID, 5*time.Minute)
 	stageTimes(t, "degraded-rollback", run)
 	if run.Status != pipelines.StFailed || !strings.Contains(run.Error, "Degraded") {
 		t.Fatalf("run %s %q, want failed on prod's Degraded\n%s", run.Status, run.Error, describeRun(run))
@@ -211,7 +211,7 @@ func TestRealConcurrentMerges(t *testing.T) {
 // commits simulate: healthy on main and Argo CD auto-syncs it: the app is Synced/Healthy at a
 // later commit containing prflow's merge. prflow must park on the stale view instead of timing
 // out into a rollback, and pass once it sees Argo CD again.
-const progressingProd = "{name: prod, set: {simulate: progressing}}"
+const progressingProd = "{name: prod, set: {simulate: progressing}, create: true}"
 
 // The agent's token is revoked and argocd-server restarted while prod's GitOpsSync waits (the
 // issue-20 incident): the agent gets 401s, its view goes stale and the step parks saying so.

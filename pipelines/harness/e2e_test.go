@@ -396,3 +396,29 @@ func TestHarnessUpdateGitOpsAppEndToEnd(t *testing.T) {
 		t.Errorf("syncReverted: %+v", rs)
 	}
 }
+
+// An imported pipeline keeps Harness's behaviour of creating a key the file lacks (here a
+// mistyped or new image.tag), but says so: the step's created output lists it and the run
+// carries a warning naming the file and key.
+func TestHarnessImportCreatesAndWarns(t *testing.T) {
+	noTag := "# web values\nreplicaCount: 2\nimage:\n  repository: registry.example.com/web\n"
+	k := newKit(t, map[string]string{"envs/dev/values.yaml": noTag})
+	k.e.RegisterAgent("eu")
+	run := k.start(t, "testdata/approval.yaml", map[string]any{"tag": "1.5.0"})
+	k.waitStep(t, run, "dev", "approve", pipelines.StWaiting)
+	k.approve(t, run, "dev", "approve", true)
+	r := k.e.Wait(run, 60*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
+	}
+	if got := k.read(t, "envs/dev/values.yaml"); got != noTag+"  tag: 1.5.0\n" {
+		t.Errorf("values.yaml:\n%s", got)
+	}
+	up := ctltest.Step(r, "dev", "updateReleaseRepo").Outputs
+	if got := fmt.Sprint(up["created"]); got != "[envs/dev/values.yaml: image.tag]" {
+		t.Errorf("created output %s, want [envs/dev/values.yaml: image.tag]", got)
+	}
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "dev/updateReleaseRepo created") || !strings.Contains(r.Warnings[0], "envs/dev/values.yaml: image.tag") {
+		t.Errorf("run warnings %q, want one naming the step, file and key", r.Warnings)
+	}
+}

@@ -253,6 +253,8 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 						c.bad(spec, path, "release repo path of service %q in %s: %s", s.Ref, c.o.Map.File, pr)
 					}
 					put(with, "filePath", strNode(p))
+					// Harness creates missing files and keys; the import keeps that, reported.
+					put(with, "harnessCreate", boolNode(true))
 				}
 			}
 		}

@@ -17,7 +17,11 @@
 // A key is a dotted path with list indexes: "image.tag",
 // "spec.containers[0].image", "a.b[2]", "[0].name" (the document root is a
 // list). A segment that contains '.', '[', ']' or '"' is written in double
-// quotes with Go/JSON escapes: `annotations."app.kubernetes.io/name"`. For
+// quotes with Go/JSON escapes, after a dot or in brackets:
+// `annotations."app.kubernetes.io/name"` or `annotations["app.kubernetes.io/name"]`.
+// An unquoted path that would walk through such a key dot by dot is refused
+// ([ErrDottedKey]) with the quoted form to use: it would otherwise create
+// nested maps next to the key it meant. For
 // compatibility with Kargo's yaml-update, a backslash in an unquoted segment
 // escapes the next character: `annotations.app\.kubernetes\.io/name`.
 //
@@ -127,6 +131,10 @@ type Options struct {
 	// A JSON file is one document: an index must be 0, a kind or name must
 	// match its top level.
 	Document Document
+	// Created, when set, is called before a change adds a key or list item the file does not
+	// have (a missing map key, index == length, a null on the way); an error refuses the
+	// change and is returned by Apply. Create does not call it: a new file is all new.
+	Created func(Creation) error
 }
 
 // Errors to branch on with errors.Is. Key-related errors come wrapped in a
@@ -140,7 +148,22 @@ var (
 	ErrNoDocument        = errors.New("YAML document not found")
 	ErrSecretValue       = errors.New("secret values cannot be written to a release file")
 	ErrBadValue          = errors.New("value does not match its type")
+	// ErrDottedKey: an unquoted path walks, dot by dot, through a key the file holds with
+	// the dots in it (metadata.annotations.argocd.argoproj.io/sync-wave).
+	ErrDottedKey = errors.New("dotted key needs quotes")
 )
+
+// Creation is a change that adds a map key or list item the file does not have.
+type Creation struct {
+	Key string // the change's key as given
+	// At is the key path up to and including the first missing part (image.tga).
+	At string
+	// Missing is that part: the map key, or "" for a list item (Item). Siblings are the
+	// keys of the map it would be added to (none for a list item or a null on the way).
+	Missing  string
+	Item     bool
+	Siblings []string
+}
 
 // errEditCheck marks an edit that failed its own verification; it means a bug
 // in this package, and the file is left untouched.
@@ -197,9 +220,10 @@ func (e *SyntaxError) Error() string {
 
 // prepared is a validated change.
 type prepared struct {
-	key   string
-	path  keyPath
-	value any // canonical, see canonical()
+	key     string
+	path    keyPath
+	value   any // canonical, see canonical()
+	created func(Creation) error
 }
 
 func prepare(changes []Change, opts Options) ([]prepared, error) {
@@ -216,7 +240,7 @@ func prepare(changes []Change, opts Options) ([]prepared, error) {
 		if err != nil {
 			return nil, keyErr(c.Key, ErrUnsupportedValue, err.Error())
 		}
-		out = append(out, prepared{key: c.Key, path: p, value: v})
+		out = append(out, prepared{key: c.Key, path: p, value: v, created: opts.Created})
 	}
 	return out, nil
 }
@@ -275,7 +299,7 @@ func Create(f Format, changes []Change, opts Options) ([]byte, error) {
 	if sel := opts.Document; sel.Kind != "" || sel.Name != "" || (sel.Index != nil && *sel.Index != 0) {
 		return nil, fmt.Errorf("%w: the file does not exist yet, so no document has %s", ErrNoDocument, sel)
 	}
-	opts.Document = Document{}
+	opts.Document, opts.Created = Document{}, nil
 	out, _, err := Apply(f, seed, changes, opts)
 	if err != nil {
 		return nil, err

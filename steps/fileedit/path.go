@@ -12,6 +12,9 @@ type segment struct {
 	key     string
 	index   int
 	isIndex bool
+	// quoted is set for a key written in quotes ("a.b" or ["a.b"]): it names one key even
+	// when it holds dots, so the dotted-literal check leaves it alone.
+	quoted bool
 }
 
 // keyPath is a parsed key such as `spec.containers[0].image`.
@@ -36,6 +39,24 @@ func parsePath(s string) (keyPath, error) {
 		case c == '[':
 			if expectKey && i > 0 {
 				return nil, keyErr(s, ErrInvalidKey, fmt.Sprintf("'[' right after '.' at offset %d", i))
+			}
+			if i+1 < len(s) && s[i+1] == '"' {
+				// ["a.b"]: a quoted map key in brackets, as in JavaScript and yq.
+				j := closingQuote(s, i+1)
+				if j < 0 {
+					return nil, keyErr(s, ErrInvalidKey, fmt.Sprintf("unterminated quoted key at offset %d", i+1))
+				}
+				if j+1 >= len(s) || s[j+1] != ']' {
+					return nil, keyErr(s, ErrInvalidKey, fmt.Sprintf("want ']' after the quoted key at offset %d", j+1))
+				}
+				k, err := strconv.Unquote(s[i+1 : j+1])
+				if err != nil || !utf8.ValidString(k) {
+					return nil, keyErr(s, ErrInvalidKey, fmt.Sprintf("bad quoted key segment %s at offset %d", s[i+1:j+1], i+1))
+				}
+				p = append(p, segment{key: k, quoted: true})
+				i = j + 2
+				expectKey = false
+				continue
 			}
 			j := strings.IndexByte(s[i:], ']')
 			if j < 0 {
@@ -69,11 +90,12 @@ func parsePath(s string) (keyPath, error) {
 			if err != nil || !utf8.ValidString(k) {
 				return nil, keyErr(s, ErrInvalidKey, fmt.Sprintf("bad quoted key segment %s at offset %d", s[i:j+1], i))
 			}
-			p = append(p, segment{key: k})
+			p = append(p, segment{key: k, quoted: true})
 			i = j + 1
 			expectKey = false
 		default:
 			var b strings.Builder
+			escaped := false
 			for i < len(s) && s[i] != '.' && s[i] != '[' {
 				switch s[i] {
 				case ']', '"':
@@ -83,11 +105,12 @@ func parsePath(s string) (keyPath, error) {
 						return nil, keyErr(s, ErrInvalidKey, "key ends with a lone backslash")
 					}
 					i++
+					escaped = true
 				}
 				b.WriteByte(s[i])
 				i++
 			}
-			p = append(p, segment{key: b.String()})
+			p = append(p, segment{key: b.String(), quoted: escaped})
 			expectKey = false
 		}
 	}
@@ -127,6 +150,13 @@ func closingQuote(s string, start int) int {
 	return -1
 }
 
+// CheckKey reports whether key is a well-formed key path, for checks at load time; the
+// error is a *KeyError.
+func CheckKey(key string) error {
+	_, err := parsePath(key)
+	return err
+}
+
 // String formats the path in canonical key syntax; it is used in error messages.
 func (p keyPath) String() string {
 	var b strings.Builder
@@ -138,13 +168,44 @@ func (p keyPath) String() string {
 		if i > 0 {
 			b.WriteByte('.')
 		}
-		if s.key == "" || strings.ContainsAny(s.key, `.[]"\`) {
+		if s.quoted || s.key == "" || strings.ContainsAny(s.key, `.[]"\`) {
 			b.WriteString(strconv.Quote(s.key))
 		} else {
 			b.WriteString(s.key)
 		}
 	}
 	return b.String()
+}
+
+// bracketed formats the path like String but writes a key that needs quotes as ["..."],
+// the form suggested in messages.
+func (p keyPath) bracketed() string {
+	var b strings.Builder
+	for i, s := range p {
+		switch {
+		case s.isIndex:
+			fmt.Fprintf(&b, "[%d]", s.index)
+		case s.key == "" || strings.ContainsAny(s.key, `.[]"\`):
+			b.WriteString("[" + strconv.Quote(s.key) + "]")
+		default:
+			if i > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.key)
+		}
+	}
+	return b.String()
+}
+
+// Sibling returns path at (as in a [Creation]) with its last key replaced by key, in the
+// form to type: `image.tga` and "tag" give `image.tag`. It is for did-you-mean hints.
+func Sibling(at, key string) string {
+	p, err := parsePath(at)
+	if err != nil || len(p) == 0 {
+		return strconv.Quote(key)
+	}
+	p[len(p)-1] = segment{key: key}
+	return p.bracketed()
 }
 
 // describe renders a location for messages; the empty path is the root.

@@ -11,17 +11,22 @@ import (
 func TestParsePath(t *testing.T) {
 	idx := func(i int) segment { return segment{index: i, isIndex: true} }
 	key := func(k string) segment { return segment{key: k} }
+	quoted := func(k string) segment { return segment{key: k, quoted: true} }
 	for in, want := range map[string]keyPath{
 		"image.tag":                         {key("image"), key("tag")},
 		"spec.containers[0].image":          {key("spec"), key("containers"), idx(0), key("image")},
 		"a.b[2]":                            {key("a"), key("b"), idx(2)},
 		"m[1][0]":                           {key("m"), idx(1), idx(0)},
 		"[0].name":                          {idx(0), key("name")},
-		`annotations."app.kubernetes.io/n"`: {key("annotations"), key("app.kubernetes.io/n")},
-		`a."x\"y".b`:                        {key("a"), key(`x"y`), key("b")},
-		`annotations.app\.kubernetes\.io/n`: {key("annotations"), key("app.kubernetes.io/n")},
+		`annotations."app.kubernetes.io/n"`: {key("annotations"), quoted("app.kubernetes.io/n")},
+		`a."x\"y".b`:                        {key("a"), quoted(`x"y`), key("b")},
+		`annotations.app\.kubernetes\.io/n`: {key("annotations"), quoted("app.kubernetes.io/n")},
 		"with space.$x-y_z":                 {key("with space"), key("$x-y_z")},
-		`""`:                                {key("")},
+		`""`:                                {quoted("")},
+		`a["b.c"]`:                          {key("a"), quoted("b.c")},
+		`a["b.c"].d[0]`:                     {key("a"), quoted("b.c"), key("d"), idx(0)},
+		`["x"]["y.z"]`:                      {quoted("x"), quoted("y.z")},
+		`m["with \"q\""]`:                   {key("m"), quoted(`with "q"`)},
 	} {
 		got, err := parsePath(in)
 		if err != nil || !reflect.DeepEqual(got, want) {
@@ -45,6 +50,11 @@ func TestParsePath(t *testing.T) {
 		"a.[0]":        "'[' right after '.'",
 		`a."b`:         "unterminated quoted key",
 		`a."b"c`:       "want '.' or '['",
+		`a["b`:         "unterminated quoted key",
+		`a["b"`:        "want ']' after the quoted key",
+		`a["b"x]`:      "want ']' after the quoted key",
+		`a.["b"]`:      "'[' right after '.'",
+		`a["\q"]`:      "bad quoted key segment",
 		"a]":           `unexpected ']'`,
 		`a\`:           "lone backslash",
 		"a[999999999]": "index too large",

@@ -70,6 +70,9 @@ func setPath[S any](t docTree[S], c prepared, root S) error {
 			return err
 		}
 		if t.shape(s) == shapeNull {
+			if err := c.creates(p, i, nil); err != nil {
+				return err
+			}
 			v, err := build(p[i:], p, i, c.key, c.value)
 			if err != nil {
 				return err
@@ -88,6 +91,9 @@ func setPath[S any](t docTree[S], c prepared, root S) error {
 				}
 				continue
 			case seg.index == l:
+				if err := c.creates(p, i, nil); err != nil {
+					return err
+				}
 				v, err := build(p[i+1:], p, i+1, c.key, c.value)
 				if err != nil {
 					return err
@@ -100,10 +106,23 @@ func setPath[S any](t docTree[S], c prepared, root S) error {
 		if t.shape(s) != shapeMap {
 			return c.mismatch(p[:i], t.kindName(s), "map")
 		}
+		if i+1 < len(p) && !seg.quoted && !p[i+1].isIndex && !p[i+1].quoted {
+			// Only a path with an unquoted key after this one can be a dotted key split up.
+			keys, _ := t.memberKeys(s)
+			if err := dottedLiteral(c.key, p, i, keys); err != nil {
+				return err
+			}
+		}
 		mi := t.lookup(s, seg.key)
 		if mi < 0 {
 			if done, err := t.inherited(s, p, i); done || err != nil {
 				return err
+			}
+			if c.created != nil {
+				keys, _ := t.memberKeys(s)
+				if err := c.creates(p, i, keys); err != nil {
+					return err
+				}
 			}
 			v, err := build(p[i+1:], p, i+1, c.key, c.value)
 			if err != nil {
@@ -117,6 +136,39 @@ func setPath[S any](t docTree[S], c prepared, root S) error {
 		}
 	}
 	return setValue(t, c, s, c.value)
+}
+
+// dottedLiteral refuses an unquoted path whose segments from i on, joined with dots, name a
+// key that the map at p[:i] holds literally (Kubernetes annotations and labels such as
+// argocd.argoproj.io/sync-wave): walking it dot by dot would create nested maps next to
+// the real key and leave that key as it was.
+func dottedLiteral(key string, p keyPath, i int, keys []string) error {
+	if p[i].quoted || p[i].isIndex || len(keys) == 0 {
+		return nil
+	}
+	joined := p[i].key
+	for j := i + 1; j < len(p) && !p[j].isIndex && !p[j].quoted; j++ {
+		joined += "." + p[j].key
+		for _, k := range keys {
+			if k != joined {
+				continue
+			}
+			fixed := append(append(keyPath{}, p[:i]...), segment{key: k, quoted: true})
+			fixed = append(fixed, p[j+1:]...)
+			return keyErr(key, ErrDottedKey, fmt.Sprintf("%q is one key of %s, not a path; quote it: %s",
+				k, p[:i].describe(), fixed.bracketed()))
+		}
+	}
+	return nil
+}
+
+// creates asks the change's Created hook whether the key may add p[i] (and what follows it),
+// which the file lacks; siblings are the keys of the map it would go into.
+func (c prepared) creates(p keyPath, i int, siblings []string) error {
+	if c.created == nil {
+		return nil
+	}
+	return c.created(Creation{Key: c.key, At: p[:i+1].String(), Missing: p[i].key, Item: p[i].isIndex, Siblings: siblings})
 }
 
 // setValue gives the node of s the value v, touching as few bytes as it can.

@@ -283,6 +283,9 @@ func stageChange(sr *pipelines.StageRun) (values []string, commit, pr string) {
 			if s, _ := st.Outputs["prlink"].(string); s != "" {
 				pr = s
 			}
+			if a, _ := st.Outputs["alreadyPromoted"].(bool); a {
+				commit, _ = st.Outputs["revision"].(string) // nothing merged: the revision that held the values
+			}
 			if s, _ := st.Outputs["commitId"].(string); s != "" && commit == "" {
 				commit = s
 			}

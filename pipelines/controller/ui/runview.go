@@ -44,6 +44,9 @@ type stageView struct {
 	Steps    []stepView
 	Rollback []stepView
 	Apps     []appView
+	// AlreadyPromoted is the revision that already held every value of the stage's release
+	// repo edit (no PR, no merge); "" for a stage that changed something.
+	AlreadyPromoted string
 }
 
 type stepView struct {
@@ -61,6 +64,8 @@ type stepView struct {
 	// step waits for an approval the caller may not give.
 	Decide   bool
 	NoDecide string
+	// Created lists what an UpdateReleaseRepo edit added that the release repo did not have.
+	Created []string
 }
 
 type appView struct {
@@ -113,6 +118,9 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 		}
 		for _, st := range sr.Steps {
 			sv.Steps = append(sv.Steps, stepOf(run, sr.ID, st, false, s, now))
+			if a, _ := st.Outputs["alreadyPromoted"].(bool); a && sr.Status == pipelines.StSucceeded && sv.AlreadyPromoted == "" {
+				sv.AlreadyPromoted = fmt.Sprint(st.Outputs["revision"])
+			}
 		}
 		for _, st := range sr.Rollback {
 			sv.Rollback = append(sv.Rollback, stepOf(run, sr.ID, st, true, s, now))
@@ -150,6 +158,9 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 	sort.Strings(keys)
 	for _, k := range keys {
 		v.Outputs = append(v.Outputs, kv{k, value(k, st.Outputs[k])})
+	}
+	for _, c := range asList(st.Outputs["created"]) {
+		v.Created = append(v.Created, fmt.Sprint(c))
 	}
 	for _, sig := range st.Signals {
 		if sig.Kind != "" && sig.Kind != "approval" {
