@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -948,5 +949,139 @@ func TestWebhookDraftMarkedReady(t *testing.T) {
 				t.Fatalf("%d runs, want 1 started by ready_for_review", len(runs))
 			}
 		})
+	}
+}
+
+const anyBranchTrigger = `name: on-any-push
+inputs:
+  branch: {type: string, required: true}
+triggers:
+  - name: any
+    push:
+      provider: bitbucket
+      repo: acme/deploy
+      deleted: true
+    inputs:
+      branch: ${{ event.branch }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {branch: "${{ inputs.branch }}"}}}
+`
+
+// TestBitbucketPushSeveralBranches: one Bitbucket delivery whose push moves three branches
+// (and a tag) starts one run per branch, not only the first; the answer lists each event.
+// Redelivering it (same X-Request-UUID) queues nothing and starts nothing new.
+func TestBitbucketPushSeveralBranches(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(anyBranchTrigger)}, 0)
+	body, err := os.ReadFile("../../scm/bitbucket/testdata/push_several_branches.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() hookAnswer {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/bitbucket", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Event-Key", "repo:push")
+		req.Header.Set("X-Request-UUID", "6c1e2d3f-4a5b-4c6d-8e7f-901a2b3c4d5e")
+		req.Header.Set("X-Hub-Signature", "sha256="+hmacHex(hookSecret, body))
+		code, resp := e.post(req)
+		if code != http.StatusAccepted {
+			t.Fatalf("HTTP %d %s", code, resp)
+		}
+		var a hookAnswer
+		if err := json.Unmarshal([]byte(resp), &a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := send()
+	if a.Status != "queued" || len(a.Events) != 3 {
+		t.Fatalf("answer %+v, want 3 queued events", a)
+	}
+	runs := e.waitTriggered(3)
+	time.Sleep(200 * time.Millisecond) // a fourth run would be there by now
+	again := send()
+	if again.Status != "duplicate" || len(again.Events) != 3 {
+		t.Errorf("redelivery: %+v, want 3 duplicates", again)
+	}
+	time.Sleep(200 * time.Millisecond)
+	runs = e.triggeredRuns()
+	var branches []string
+	for _, r := range runs {
+		branches = append(branches, fmt.Sprint(r.Inputs["branch"]))
+	}
+	slices.Sort(branches)
+	if fmt.Sprint(branches) != "[main old-feature release/2.0]" {
+		t.Errorf("runs for branches %v, want main, old-feature and release/2.0", branches)
+	}
+	if n := e.scmCount(); n != 3 {
+		t.Errorf("PRFLOW_SCM holds %d events, want 3", n)
+	}
+}
+
+// hookAnswer is what /hooks/* answers.
+type hookAnswer struct {
+	Status string
+	Events []struct{ Kind, Branch, Action, Label, Status string }
+}
+
+const labeledTrigger = `name: on-label
+inputs:
+  what: {type: string, required: true}
+triggers:
+  - name: deploy-label
+    pullRequest:
+      repo: platform/gitops/deploy
+      actions: [labeled]
+    if: ${{ event.label == 'deploy' }}
+    inputs:
+      what: ${{ event.action + ':' + event.label }}
+  - name: pushed
+    pullRequest:
+      repo: platform/gitops/deploy
+      actions: [synchronized]
+    inputs:
+      what: ${{ event.action }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {what: "${{ inputs.what }}"}}}
+`
+
+// TestGitLabMRUpdateWithCommitsAndLabel: one GitLab update hook carries new commits, labels
+// added and removed and a title edit. A labeled trigger fires (it did not when the update
+// gave only synchronized), and so does a synchronized one; each once.
+func TestGitLabMRUpdateWithCommitsAndLabel(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"label.yaml": []byte(labeledTrigger)}, 0)
+	body, err := os.ReadFile("../../scm/gitlab/testdata/merge_request_update_several.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/gitlab", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Gitlab-Event", "Merge Request Hook")
+	req.Header.Set("X-Gitlab-Event-UUID", "3c2b1a09-8f7e-4d6c-b5a4-93827160f5e4")
+	req.Header.Set("X-Gitlab-Token", hookSecret)
+	code, resp := e.post(req)
+	var a hookAnswer
+	if code != http.StatusAccepted || json.Unmarshal([]byte(resp), &a) != nil || len(a.Events) != 5 {
+		t.Fatalf("HTTP %d %s, want 5 events", code, resp)
+	}
+	e.waitTriggered(2)
+	time.Sleep(200 * time.Millisecond) // a third run would be there by now
+	var got []string
+	for _, r := range e.triggeredRuns() {
+		got = append(got, fmt.Sprint(r.Inputs["what"]))
+	}
+	slices.Sort(got)
+	if fmt.Sprint(got) != "[labeled:deploy synchronized]" {
+		t.Errorf("runs %v, want one for the deploy label and one for the new commits", got)
 	}
 }

@@ -378,3 +378,58 @@ func one(evs []*scm.Event, err error) (*scm.Event, error) {
 	}
 	return evs[0], err
 }
+
+// TestParseWebhookMRUpdateSeveralActions: GitLab sends one update hook for a push to the
+// MR's branch that also added two labels, removed one and changed the title. Each change is an
+// event of its own (GitHub sends a delivery for each), so `actions: [labeled]` fires too; each
+// has its own dedupe key and its own copy of the PR.
+func TestParseWebhookMRUpdateSeveralActions(t *testing.T) {
+	body := readTestdata(t, "merge_request_update_several.json")
+	evs, err := fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	keys := map[string]bool{}
+	for _, ev := range evs {
+		got = append(got, string(ev.Action)+":"+ev.Label)
+		keys[ev.DedupeKey()] = true
+		if ev.PR == nil || ev.PR.Number != 8 || ev.DeliveryID != deliveryID || ev.Repo == "" {
+			t.Errorf("event %+v", ev)
+		}
+	}
+	want := "[synchronized: labeled:approved labeled:deploy unlabeled:wip edited:]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("actions %v, want %s", got, want)
+	}
+	if len(keys) != len(evs) {
+		t.Errorf("dedupe keys %v are not distinct", keys)
+	}
+	evs[0].PR.Labels[0] = "changed"
+	if evs[1].PR.Labels[0] == "changed" {
+		t.Error("events share one PR")
+	}
+}
+
+// TestParseWebhookClosedExcludesMerged: on every forge `closed` is a PR closed without being
+// merged and `merged` a merged one; a merge is never also `closed` (README, triggers).
+func TestParseWebhookClosedExcludesMerged(t *testing.T) {
+	for _, tt := range []struct{ action, state, want string }{
+		{"close", "closed", "[closed]"},
+		{"merge", "merged", "[merged]"},
+	} {
+		body := []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"},` +
+			`"object_attributes":{"iid":3,"state":"` + tt.state + `","action":"` + tt.action + `"}}`)
+		evs, err := fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ev := range evs {
+			got = append(got, string(ev.Action))
+		}
+		if fmt.Sprint(got) != tt.want {
+			t.Errorf("%s: actions %v, want %s", tt.action, got, tt.want)
+		}
+	}
+}
