@@ -60,6 +60,9 @@ type Event struct {
 	Before  string   `json:"before,omitempty"`
 	After   string   `json:"after,omitempty"`
 	Changed []string `json:"changed,omitempty"` // paths added/modified/removed, when the forge sends them
+	// ChangedIncomplete is set when Changed may miss paths the push changed: Bitbucket push
+	// webhooks list no files, GitLab's list only the newest 20 commits, GitHub's at most 2,048.
+	ChangedIncomplete bool `json:"changedIncomplete,omitempty"`
 	// Deleted is set on the push that deleted Branch (after is the zero SHA or absent).
 	Deleted bool `json:"deleted,omitempty"`
 	// Pull request

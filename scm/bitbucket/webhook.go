@@ -145,6 +145,7 @@ func parsePush(data []byte) ([]*scm.Event, error) {
 		}
 		if isBranch(c.New) {
 			ev.Branch, ev.After = c.New.Name, c.New.Target.Hash
+			ev.ChangedIncomplete = true // Bitbucket push webhooks list commits, never their files
 		} else {
 			ev.Deleted = true // Bitbucket sends new: null (and closed: true) for a deleted branch
 		}

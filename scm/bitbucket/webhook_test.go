@@ -68,9 +68,10 @@ func TestParseWebhookEvents(t *testing.T) {
 			want: &scm.Event{
 				Provider: "bitbucket", DeliveryID: deliveryID, Kind: scm.EventPush, Repo: "acme/deploy",
 				Sender: "jdoe", Branch: "main",
-				Before:   "709d658dc5b6d6afcd46049c2f332ee3f515a67d",
-				After:    "1e65c05c1d5171631d92438a13901ca7dae9618c",
-				Received: fixedTime,
+				Before:            "709d658dc5b6d6afcd46049c2f332ee3f515a67d",
+				After:             "1e65c05c1d5171631d92438a13901ca7dae9618c",
+				ChangedIncomplete: true, // Bitbucket lists no files
+				Received:          fixedTime,
 			},
 		},
 		{

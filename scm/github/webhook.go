@@ -207,6 +207,7 @@ func normPush(p *gh.PushEvent) (*scm.Event, error) {
 	for _, c := range p.Commits {
 		lists = append(lists, c.Added, c.Modified, c.Removed)
 	}
+	deleted := p.GetDeleted() || (p.After != nil && scm.IsZeroSHA(p.GetAfter()))
 	return &scm.Event{
 		Kind:    scm.EventPush,
 		Repo:    repo,
@@ -215,9 +216,14 @@ func normPush(p *gh.PushEvent) (*scm.Event, error) {
 		Before:  p.GetBefore(),
 		After:   p.GetAfter(),
 		Changed: scm.ChangedPaths(lists...),
-		Deleted: p.GetDeleted() || (p.After != nil && scm.IsZeroSHA(p.GetAfter())),
+		Deleted: deleted,
+		// GitHub lists at most maxPushCommits commits (with their files) and no total count.
+		ChangedIncomplete: !deleted && len(p.Commits) >= maxPushCommits,
 	}, nil
 }
+
+// maxPushCommits is how many commits a GitHub push webhook lists at most.
+const maxPushCommits = 2048
 
 // prActions maps GitHub's pull_request actions to prflow's; others (assigned, review_requested,
 // locked, …) are ignored.

@@ -153,6 +153,8 @@ func normPush(p *gl.PushEvent) (*scm.Event, error) {
 		After:   p.After,
 		Changed: scm.ChangedPaths(lists...),
 		Deleted: scm.IsZeroSHA(p.After), // GitLab's deletion push: after and checkout_sha are zero/null
+		// GitLab lists only the newest 20 commits; total_commits_count counts them all.
+		ChangedIncomplete: !scm.IsZeroSHA(p.After) && int(p.TotalCommitsCount) > len(p.Commits),
 	}, nil
 }
 

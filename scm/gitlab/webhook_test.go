@@ -2,6 +2,7 @@ package gitlab
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -430,6 +431,30 @@ func TestParseWebhookClosedExcludesMerged(t *testing.T) {
 		}
 		if fmt.Sprint(got) != tt.want {
 			t.Errorf("%s: actions %v, want %s", tt.action, got, tt.want)
+		}
+	}
+}
+
+// TestParseWebhookPushOverTwentyCommits: GitLab lists only the newest 20 commits of a push
+// (total_commits_count counts all): the event says its file list is incomplete; a push it
+// lists whole does not.
+func TestParseWebhookPushOverTwentyCommits(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(readTestdata(t, "push.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		total      int
+		incomplete bool
+	}{{2, false}, {25, true}} {
+		doc["total_commits_count"] = tt.total
+		body, _ := json.Marshal(doc)
+		ev, err := one(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
+		if err != nil || ev == nil {
+			t.Fatalf("%d commits: %+v, %v", tt.total, ev, err)
+		}
+		if ev.ChangedIncomplete != tt.incomplete || len(ev.Changed) == 0 {
+			t.Errorf("%d commits, 2 listed: ChangedIncomplete %v, changed %v", tt.total, ev.ChangedIncomplete, ev.Changed)
 		}
 	}
 }
