@@ -164,6 +164,18 @@ func (c *Controller) handleSCMEvent(ctx context.Context, ev *scm.Event, remote s
 					failed = append(failed, triggerFailure(p.Name, t.Name, err))
 					continue
 				}
+				if t.PathsOnPartialList(ev) {
+					// The forge listed only part of the push's files and this trigger cannot ask
+					// for the rest (no connector, or a new branch with nothing to compare with).
+					decided := "no match"
+					if m != nil {
+						decided = "matched"
+					}
+					c.log.Warn("trigger paths decided on an incomplete file list", "pipeline", p.Name, "trigger", t.Name,
+						"delivery", ev.DeliveryID, "branch", ev.Branch, "listed", len(ev.Changed), "decided", decided)
+					notes = append(notes, fmt.Sprintf("pipeline %s trigger %s: paths %s on the %d files the webhook listed, which may not be all the push changed",
+						p.Name, t.Name, decided, len(ev.Changed)))
+				}
 				if m == nil {
 					continue
 				}
@@ -211,6 +223,9 @@ func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, 
 		Paths: m.PendingPaths}
 	if ev.PR != nil {
 		info.PR = ev.PR.Number
+	}
+	if ev.Kind == scm.EventPush {
+		info.Before = ev.Before
 	}
 	// Keyed like the PRFLOW_SCM dedupe: another event reusing the delivery id starts its own run.
 	id = pipelines.TriggerRunID(ev.Provider, ev.DedupeKey(), p.Name, t.Index)
