@@ -743,6 +743,7 @@ inputs:
 triggers:
   - name: web
     push:
+      provider: github
       repo: acme/web
       branches: [main, "release/*"]
       paths: ["services/web/**"]
@@ -1083,5 +1084,126 @@ func TestGitLabMRUpdateWithCommitsAndLabel(t *testing.T) {
 	slices.Sort(got)
 	if fmt.Sprint(got) != "[labeled:deploy synchronized]" {
 		t.Errorf("runs %v, want one for the deploy label and one for the new commits", got)
+	}
+}
+
+const pushPathsTrigger = `name: on-web-push
+inputs:
+  sha: {type: string, required: true}
+triggers:
+  - name: web
+    connector: app
+    push:
+      repo: acme/web
+      branches: [main]
+      paths: ["services/web/**"]
+    inputs:
+      sha: ${{ event.after }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {sha: "${{ inputs.sha }}"}}}
+`
+
+// TestPushPathsIncompletePayload: a Bitbucket push lists no files and a GitLab push of 25
+// commits lists the newest 20 only; the one commit that touches services/web is the oldest.
+// Before, the path trigger never fired on Bitbucket and missed the GitLab push. Now the run's
+// first job compares before..after through the connector on a worker (the forge fake's
+// compare API): it matches and the run succeeds; a push touching only docs ends skipped.
+func TestPushPathsIncompletePayload(t *testing.T) {
+	for _, kind := range []string{"gitlab", "bitbucket"} {
+		t.Run(kind, func(t *testing.T) {
+			var p scm.Provider
+			var err error
+			var build func(ctx context.Context, url, secret string, ev scmtest.WebhookEvent) (*http.Request, error)
+			switch kind {
+			case "gitlab":
+				gl := scmtest.NewGitLab(t)
+				build = scmtest.GitLabWebhookRequest
+				if _, err = gl.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err == nil {
+					p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
+				}
+			case "bitbucket":
+				bb := scmtest.NewBitbucket(t)
+				build = scmtest.BitbucketWebhookRequest
+				if _, err = bb.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err == nil {
+					p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": p}}, []string{scmtest.DefaultToken},
+				map[string][]byte{"push.yaml": []byte(pushPathsTrigger)}, 0)
+			ctx := context.Background()
+			main, err := p.Branch(ctx, "acme/web", "main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 25 commits on a side branch; only the first touches services/web.
+			var commits []scmtest.PushCommit
+			parent := main.SHA
+			for i := range 25 {
+				path := fmt.Sprintf("docs/page%02d.md", i)
+				if i == 0 {
+					path = "services/web/app.go"
+				}
+				sha, err := p.Commit(ctx, "acme/web", scm.CommitInput{Branch: "feature", Parent: parent, Message: "change " + path,
+					Changes: []scm.FileChange{{Path: path, Content: []byte("x\n")}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				commits = append(commits, scmtest.PushCommit{Commit: scmtest.Commit{SHA: sha, Message: "change " + path}, Added: []string{path}})
+				parent = sha
+			}
+			docsOnly, err := p.Commit(ctx, "acme/web", scm.CommitInput{Branch: "docs", Parent: main.SHA, Message: "docs",
+				Changes: []scm.FileChange{{Path: "docs/only.md", Content: []byte("x\n")}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := e.srv.URL + "/hooks/" + kind
+			send := func(after string, commits []scmtest.PushCommit) {
+				t.Helper()
+				req, err := build(ctx, url, hookSecret, scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/main",
+					Before: main.SHA, After: after, Commits: commits, TotalCommits: len(commits), Pusher: "jdoe"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if code, body := e.post(req); code != http.StatusAccepted || !strings.Contains(body, `"queued"`) {
+					t.Fatalf("push: HTTP %d %s", code, body)
+				}
+			}
+			send(parent, commits)
+			runs := e.waitTriggered(1)
+			r := e.Wait(runs[0].ID, 60*time.Second)
+			pc := r.Trigger.PathCheck
+			if r.Status != pipelines.StSucceeded || pc == nil || pc.Outputs["matched"] != true || fmt.Sprint(pc.Outputs["files"]) != "[services/web/app.go]" {
+				t.Fatalf("run: %s %q, path check %+v\n%s", r.Status, r.Error, pc, e.Logs.String())
+			}
+			if n := e.jobsOfType(steps.TypeTriggerPaths); n != 1 {
+				t.Errorf("%d path check jobs, want 1", n)
+			}
+
+			send(docsOnly, []scmtest.PushCommit{{Commit: scmtest.Commit{SHA: docsOnly, Message: "docs"}, Added: []string{"docs/only.md"}}})
+			if kind == "gitlab" {
+				// GitLab listed this push whole: decided at once, no run.
+				time.Sleep(500 * time.Millisecond)
+				if n := len(e.triggeredRuns()); n != 1 {
+					t.Fatalf("%d runs, want none for a push listing only docs", n-1)
+				}
+			} else {
+				var skipped *pipelines.Run
+				for _, x := range e.waitTriggered(2) {
+					if x.ID != r.ID {
+						skipped = e.Wait(x.ID, 60*time.Second)
+					}
+				}
+				want := "no changed file of the push " + main.SHA[:12] + ".." + docsOnly[:12] + " matches paths [services/web/**]"
+				if skipped.Status != pipelines.StSkipped || skipped.Error != want {
+					t.Errorf("docs-only push: %s %q, want skipped %q", skipped.Status, skipped.Error, want)
+				}
+			}
+			e.noSecrets(hookSecret, scmtest.DefaultToken)
+		})
 	}
 }

@@ -54,8 +54,8 @@ type PushEvent struct {
 	Commits       []PushCommit
 	// TotalCommits is how many commits the push added when Commits lists only the newest
 	// (0: len(Commits)); GitLab's total_commits_count.
-	TotalCommits int
-	Pusher       string
+	TotalCommits  int
+	Pusher        string
 	BaseURL       string
 	WebBase       string
 	CloneURL      string
