@@ -2,8 +2,8 @@ package pipelines
 
 import (
 	"context"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
