@@ -314,6 +314,8 @@ func FuzzParseWebhook(f *testing.F) {
 	f.Add("pull_request", []byte(`{"action":"closed","pull_request":{"number":1,"merged":true,"merge_commit_sha":null}}`), true)
 	f.Add("push", []byte(`{"ref":"refs/heads/"}`), false)
 	f.Add("check_run", []byte(`{"action":"completed","check_run":{"head_sha":"ab12","name":"t","status":"completed","conclusion":"success"},"repository":{"full_name":"a/b"}}`), true)
+	// A field prflow does not read, malformed (octokit's check_run rerequested example).
+	f.Add("check_run", []byte(`{"action":"rerequested","check_run":{"head_sha":"ab12","app":{"created_at":"2018-04-25 20:42:10"}},"repository":{"full_name":"a/b"}}`), true)
 	p := &WebhookParser{MaxBody: 64 << 10}
 	f.Fuzz(func(t *testing.T, event string, body []byte, signed bool) {
 		sig := "sha256=00"
