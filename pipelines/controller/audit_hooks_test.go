@@ -251,3 +251,31 @@ func TestAuditTriggerExpressionFailed(t *testing.T) {
 	}
 	e.noSecrets(hookSecret)
 }
+
+// TestAuditPathsOnPartialList: a new Bitbucket branch has no before commit to compare with
+// and its webhook lists no files, so the push trigger's paths are decided on that (empty)
+// list: no run, and the event's webhook.accepted entry and the log say the decision was made
+// without the full list.
+func TestAuditPathsOnPartialList(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(pushPathsTrigger)}, 0, func(o *ctltest.Options) { o.Audit = true })
+	log := &audit.Log{JS: e.Conn.JS}
+	req, err := scmtest.BitbucketWebhookRequest(context.Background(), e.srv.URL+"/hooks/bitbucket", hookSecret,
+		scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/main", After: strings.Repeat("4", 40), Pusher: "jdoe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.post(req); code != http.StatusAccepted {
+		t.Fatalf("HTTP %d %s", code, body)
+	}
+	got := waitEntries(t, log, audit.Filter{Actions: []string{audit.WebhookAccepted}}, 1)
+	const want = "no trigger matched; pipeline on-web-push trigger web: paths no match on the 0 files the webhook listed, which may not be all the push changed"
+	if len(got) != 1 || !strings.HasSuffix(got[0].Detail, want) {
+		t.Fatalf("entries %+v, want detail ending %q", got, want)
+	}
+	if !strings.Contains(e.Logs.String(), "trigger paths decided on an incomplete file list") {
+		t.Error("not logged")
+	}
+	if n := len(e.triggeredRuns()); n != 0 {
+		t.Errorf("%d runs", n)
+	}
+}
