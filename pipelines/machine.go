@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/envelope"
 	"github.com/prflow/prflow/steps/template"
@@ -917,6 +918,9 @@ func (m *Machine) pathCheckJob(r *Run) *envelope.Job {
 	j := &envelope.Job{V: envelope.Version, Run: r.ID, Pipeline: r.Pipeline, Stage: PathCheckStage, Step: PathCheckStep,
 		Type: steps.TypeTriggerPaths, Pool: pool, Attempt: st.Attempt, Wake: st.Wake, Executor: r.Executor,
 		Inputs: map[string]any{"connector": tr.Connector, "repo": tr.Repo, "prNumber": tr.PR, "paths": paths}}
+	if tr.PR == 0 && tr.Event == string(scm.EventPush) {
+		j.Inputs = map[string]any{"connector": tr.Connector, "repo": tr.Repo, "before": tr.Before, "after": tr.SHA, "paths": paths}
+	}
 	if tr.Connector != "" {
 		j.Connectors = []string{tr.Connector}
 	}
@@ -961,7 +965,11 @@ func (m *Machine) applyPathCheck(r *Run, ev *envelope.Event, now time.Time) bool
 	case steps.Succeeded:
 		st.Status, st.Outputs = StSucceeded, res.Outputs
 		if matched, _ := res.Outputs["matched"].(bool); !matched {
-			m.skipRun(r, fmt.Sprintf("no changed file of PR #%d matches paths %v", tr.PR, tr.Paths), now)
+			what := fmt.Sprintf("PR #%d", tr.PR)
+			if tr.PR == 0 && tr.Event == string(scm.EventPush) {
+				what = fmt.Sprintf("the push %s..%s", shortSHA(tr.Before), shortSHA(tr.SHA))
+			}
+			m.skipRun(r, fmt.Sprintf("no changed file of %s matches paths %v", what, tr.Paths), now)
 		}
 	case steps.Waiting:
 		st.Status, st.Error = StFailed, "unexpected wait"
@@ -973,6 +981,9 @@ func (m *Machine) applyPathCheck(r *Run, ev *envelope.Event, now time.Time) bool
 	}
 	return true
 }
+
+// shortSHA is a commit id's usual 12-character prefix.
+func shortSHA(sha string) string { return sha[:min(len(sha), 12)] }
 
 // skipRun ends a run that has nothing to do: every stage and step is skipped.
 func (m *Machine) skipRun(r *Run, msg string, now time.Time) {

@@ -80,9 +80,12 @@ type TriggerInfo struct {
 	SHA       string `json:"sha,omitempty"`       // the triggering commit (statuses go here)
 	PR        int    `json:"pr,omitempty"`        // the triggering PR number
 	Connector string `json:"connector,omitempty"` // worker connector of that repo
-	// Paths are a pullRequest trigger's changed-path globs that the webhook could not settle
-	// (PR webhooks list no files): before any stage starts, a TriggerPaths job reads the PR's
-	// files through Connector. PathCheck is that check's state (ids PathCheckStage/PathCheckStep).
+	// Before is a push's previous head: a push's path check compares Before..SHA.
+	Before string `json:"before,omitempty"`
+	// Paths are a trigger's changed-path globs that the webhook could not settle (PR webhooks
+	// list no files; a push's may list only some): before any stage starts, a TriggerPaths job
+	// reads the PR's files, or the push's Before..SHA comparison, through Connector. PathCheck
+	// is that check's state (ids PathCheckStage/PathCheckStep).
 	Paths     []string `json:"paths,omitempty"`
 	PathCheck *StepRun `json:"pathCheck,omitempty"`
 }

@@ -129,6 +129,13 @@ func (l *loader) trigger(n *yaml.Node, i int, p *Pipeline) *Trigger {
 				l.errf(d.val, path+".push.deleted", "want true or false, got %q", d.val.Value)
 			}
 		}
+		if len(t.Paths) > 0 && t.Connector == "" && t.Provider != "github" {
+			// Bitbucket push webhooks list no files and GitLab's only the newest 20 commits: a
+			// worker asks the forge's compare API through the connector. GitHub lists the files
+			// of up to 2,048 commits, so there the webhook is enough.
+			l.errf(ff["paths"].key, path+".push.paths",
+				"a push trigger with paths needs a connector unless provider is github (Bitbucket push webhooks list no files, GitLab's only the newest 20 commits; a worker reads the changed files through the connector): set triggers[%d].connector", i)
+		}
 	default:
 		l.errf(n, path, "required: pullRequest or push")
 		return nil
@@ -339,6 +346,10 @@ func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (*Trigg
 		// Forges send changed paths with pushes; PR webhooks carry none. The match is
 		// provisional: the run checks the PR's files through a worker before it starts a stage.
 		pending = slices.Clone(t.Paths)
+	} else if len(t.Paths) > 0 && t.PushPathsPending(ev) {
+		// The push's payload does not list every file: the run compares before..after through
+		// a worker (the connector's token) before it starts a stage.
+		pending = slices.Clone(t.Paths)
 	} else if len(t.Paths) > 0 {
 		hit := false
 		for _, c := range ev.Changed {
@@ -372,6 +383,22 @@ func (t *Trigger) Match(ctx context.Context, file string, ev *scm.Event) (*Trigg
 		in[ti.Name] = v
 	}
 	return &TriggerMatch{Inputs: in, PendingPaths: pending}, nil
+}
+
+// PushPathsPending reports whether t's paths are checked on ev by a worker: ev is a push whose
+// payload may not list every changed file, t can ask the forge (it names a connector), and the
+// push has a before commit to compare with (not a new branch).
+func (t *Trigger) PushPathsPending(ev *scm.Event) bool {
+	return t.Kind == scm.EventPush && len(t.Paths) > 0 && ev.Kind == scm.EventPush && ev.ChangedIncomplete &&
+		t.Connector != "" && !ev.Deleted && !scm.IsZeroSHA(ev.Before) && !scm.IsZeroSHA(ev.After)
+}
+
+// PathsOnPartialList reports whether t's paths are decided on ev from a file list the forge
+// sent incomplete (no connector to ask, or a new branch with nothing to compare with): such a
+// decision is logged and recorded on the event.
+func (t *Trigger) PathsOnPartialList(ev *scm.Event) bool {
+	return t.Kind == scm.EventPush && len(t.Paths) > 0 && ev.Kind == scm.EventPush && ev.ChangedIncomplete &&
+		!ev.Deleted && !t.PushPathsPending(ev)
 }
 
 func anyGlob(globs []string, s string) bool { return glob.Any(globs, s) }

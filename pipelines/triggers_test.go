@@ -3,6 +3,7 @@ package pipelines
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -36,6 +37,7 @@ triggers:
       tag: pr-${{ event.pr.number }}
   - name: pushed
     push:
+      provider: github
       repo: acme/web
       branches: [main]
       paths: ["services/web/**", "*.md"]
@@ -125,14 +127,14 @@ func TestTriggerMatch(t *testing.T) {
 			return e
 		}, `{"labeled":{"tag":"pr-7"}}`},
 		{"push touching the service", func() *scm.Event {
-			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff00",
+			return &scm.Event{Provider: "github", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff00",
 				Changed: []string{"go.mod", "services/web/cmd/main.go"}}
 		}, `{"pushed":{"tag":"ff00"}}`},
 		{"push of a top-level doc", func() *scm.Event {
-			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff01", Changed: []string{"README.md"}}
+			return &scm.Event{Provider: "github", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff01", Changed: []string{"README.md"}}
 		}, `{"pushed":{"tag":"ff01"}}`},
 		{"push elsewhere", func() *scm.Event {
-			return &scm.Event{Provider: "gitlab", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff02",
+			return &scm.Event{Provider: "github", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", After: "ff02",
 				Changed: []string{"services/api/main.go", "docs/x.md"}}
 		}, `{}`},
 		{"PR opened, webhook lists no files: provisional", func() *scm.Event {
@@ -264,6 +266,10 @@ func TestTriggerLoadErrors(t *testing.T) {
 		{"unknown field", "  - pullRequest: {branch: main}\n    inputs: {tag: x}\n", "p.yaml:6:19: triggers[0].pullRequest.branch: unknown field"},
 		{"bad provider", "  - push: {provider: gitea}\n    inputs: {tag: x}\n", `triggers[0].push.provider: unknown provider "gitea"`},
 		{"bad glob", "  - push: {paths: [\"a/[\"]}\n    inputs: {tag: x}\n", `triggers[0].push.paths[0]: bad glob "a/["`},
+		{"push paths without connector", "  - push: {provider: bitbucket, paths: [x/**]}\n    inputs: {tag: x}\n",
+			"p.yaml:6:33: triggers[0].push.paths: a push trigger with paths needs a connector unless provider is github (Bitbucket push webhooks list no files"},
+		{"push paths, any forge, without connector", "  - push: {paths: [x/**]}\n    inputs: {tag: x}\n",
+			"p.yaml:6:12: triggers[0].push.paths: a push trigger with paths needs a connector unless provider is github"},
 		{"bad if", "  - push: {}\n    if: ${{ event.sha == }}\n    inputs: {tag: x}\n", "p.yaml:7:9: triggers[0].if"},
 		{"if reads inputs", "  - push: {}\n    if: ${{ inputs.tag == 'x' }}\n    inputs: {tag: x}\n", "triggers[0].if: inputs.tag: a trigger expression can only read event.*"},
 		{"unknown input", "  - push: {}\n    inputs: {tag: x, nope: y}\n", `p.yaml:7:22: triggers[0].inputs.nope: the pipeline has no input "nope"`},
@@ -371,4 +377,52 @@ func FuzzTriggerMatch(f *testing.F) {
 		}
 		_, _ = path2Match(changed, repo)
 	})
+}
+
+// TestTriggerPushPathsIncomplete: a push whose payload may not list every file (Bitbucket:
+// none; GitLab: 20 commits) is a provisional match for a push trigger with paths and a
+// connector: the run checks before..after through a worker. Without a connector (GitHub only)
+// or without a before commit (a new branch) the paths are decided on the list sent, and the
+// trigger says so (the controller logs and records it).
+func TestTriggerPushPathsIncomplete(t *testing.T) {
+	src := `name: p
+inputs:
+  sha: {type: string, required: true}
+triggers:
+  - name: checked
+    connector: app
+    push: {paths: ["services/web/**"]}
+    inputs: {sha: "${{ event.after }}"}
+  - name: github-only
+    push: {provider: github, paths: ["services/web/**"]}
+    inputs: {sha: "${{ event.after }}"}
+stages:
+  - id: s
+    steps: [{id: a, type: Noop}]
+`
+	p, err := Load("p.yaml", []byte(src), steps.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, ghOnly := p.Triggers[0], p.Triggers[1]
+	bb := &scm.Event{Provider: "bitbucket", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", Before: "aa11", After: "bb22", ChangedIncomplete: true}
+	m, err := checked.Match(context.Background(), p.File, bb)
+	if err != nil || m == nil || fmt.Sprint(m.PendingPaths) != "[services/web/**]" || checked.PathsOnPartialList(bb) {
+		t.Errorf("bitbucket push, connector: %+v, %v (partial %v); want a provisional match", m, err, checked.PathsOnPartialList(bb))
+	}
+	created := *bb
+	created.Before = scm.ZeroSHA
+	if m, err := checked.Match(context.Background(), p.File, &created); err != nil || m != nil || !checked.PathsOnPartialList(&created) {
+		t.Errorf("new bitbucket branch: %+v, %v; want no match decided on the (empty) list, flagged", m, err)
+	}
+	gh := &scm.Event{Provider: "github", Kind: scm.EventPush, Repo: "acme/web", Branch: "main", Before: "aa11", After: "cc33",
+		Changed: []string{"services/web/a.go"}, ChangedIncomplete: true}
+	if m, err := ghOnly.Match(context.Background(), p.File, gh); err != nil || m == nil || len(m.PendingPaths) != 0 || !ghOnly.PathsOnPartialList(gh) {
+		t.Errorf("github push of 2,048+ commits, no connector: %+v, %v; want a match on the list, flagged", m, err)
+	}
+	complete := *gh
+	complete.ChangedIncomplete = false
+	if m, err := checked.Match(context.Background(), p.File, &complete); err != nil || m == nil || len(m.PendingPaths) != 0 || checked.PathsOnPartialList(&complete) {
+		t.Errorf("complete list: %+v, %v; want decided at once", m, err)
+	}
 }

@@ -16,6 +16,9 @@ var (
 	ErrRateLimited  = errors.New("rate limited")
 	ErrNotMergeable = errors.New("not mergeable")
 	ErrNotSupported = errors.New("not supported")
+	// ErrTruncated: the forge answered with part of a list only (GitHub's compare lists at
+	// most 300 files); what it listed comes with the error.
+	ErrTruncated = errors.New("list cut short by the forge")
 )
 
 // Error is the error every driver returns: it names the provider, the call and the repo.

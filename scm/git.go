@@ -62,3 +62,12 @@ type Git interface {
 	// cache answers per (repo, ancestor, descendant): an answer about two SHAs never changes.
 	IsAncestor(ctx context.Context, repo Repo, ancestor, descendant string) (bool, error)
 }
+
+// Comparer lists what changed between two commits. Every forge driver implements it; a
+// push's path check (the TriggerPaths step) uses it when the webhook did not list every file.
+type Comparer interface {
+	// ChangedBetween lists the paths changed from base to head, as `git diff base...head`
+	// (from their merge base; a rename lists both names). A list the forge cut short comes
+	// with an error matching ErrTruncated: deciding "no match" on part of it would miss files.
+	ChangedBetween(ctx context.Context, repo Repo, base, head string) ([]string, error)
+}

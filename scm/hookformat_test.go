@@ -30,13 +30,15 @@ func testFormat(parsed *[]string) *HookFormat {
 		DeliveryHeaders: []string{"X-Retry-Key", "X-Delivery"},
 		SignatureHeader: "X-Sig",
 		Verify:          VerifyHMACSHA256,
-		Parse: func(r *http.Request, h *Hook) (*Event, error) {
+		Parse: func(r *http.Request, h *Hook) ([]*Event, error) {
 			if parsed != nil {
 				*parsed = append(*parsed, h.Kind+":"+string(h.Body))
 			}
 			switch h.Kind {
 			case "thing":
-				return &Event{Kind: EventPush, Repo: "o/r", Branch: "main"}, nil
+				return []*Event{{Kind: EventPush, Repo: "o/r", Branch: "main"}}, nil
+			case "two":
+				return []*Event{{Kind: EventPush, Repo: "o/r", Branch: "main"}, {Kind: EventPush, Repo: "o/r", Branch: "dev"}}, nil
 			case "broken":
 				return nil, fmt.Errorf("payload has no %s", r.Header.Get("X-Missing"))
 			}
@@ -63,7 +65,7 @@ func TestWebhookSettingsParse(t *testing.T) {
 	s := WebhookSettings{Now: func() time.Time { return at }}
 
 	var parsed []string
-	ev, err := s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": "d-1"}), secret, testFormat(&parsed))
+	ev, err := one(s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": "d-1"}), secret, testFormat(&parsed)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,24 +77,24 @@ func TestWebhookSettingsParse(t *testing.T) {
 	}
 
 	// The first delivery header the request carries names the delivery.
-	ev, err = s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": "d-2", "X-Retry-Key": "k-2"}), secret, testFormat(nil))
+	ev, err = one(s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": "d-2", "X-Retry-Key": "k-2"}), secret, testFormat(nil)))
 	if err != nil || ev.DeliveryID != "k-2" {
 		t.Errorf("with both delivery headers: %+v, %v", ev, err)
 	}
 	// None: a digest of the body, so that a redelivery still deduplicates.
-	ev, err = s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret)}), secret, testFormat(nil))
+	ev, err = one(s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret)}), secret, testFormat(nil)))
 	if err != nil || !strings.HasPrefix(ev.DeliveryID, "sha256:") {
 		t.Errorf("without a delivery header: %+v, %v", ev, err)
 	}
 
 	// Kinds the forge's parser does not use are (nil, nil).
-	ev, err = s.Parse(hookReq("other", body, map[string]string{"X-Sig": sign(body, secret)}), secret, testFormat(nil))
+	ev, err = one(s.Parse(hookReq("other", body, map[string]string{"X-Sig": sign(body, secret)}), secret, testFormat(nil)))
 	if ev != nil || err != nil {
 		t.Errorf("ignored kind: %+v, %v", ev, err)
 	}
 
 	// Parser errors name the forge, event and delivery.
-	_, err = s.Parse(hookReq("broken", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": "d-9", "X-Missing": "repository"}), secret, testFormat(nil))
+	_, err = one(s.Parse(hookReq("broken", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": "d-9", "X-Missing": "repository"}), secret, testFormat(nil)))
 	if err == nil || err.Error() != "testforge webhook broken (delivery d-9): payload has no repository" {
 		t.Errorf("parser error = %v", err)
 	}
@@ -123,7 +125,7 @@ func TestWebhookSettingsParseRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var parsed []string
-			ev, err := tt.s.Parse(hookReq(tt.kind, body, map[string]string{"X-Sig": tt.sig}), tt.secret, testFormat(&parsed))
+			ev, err := one(tt.s.Parse(hookReq(tt.kind, body, map[string]string{"X-Sig": tt.sig}), tt.secret, testFormat(&parsed)))
 			if err == nil || ev != nil {
 				t.Fatalf("accepted: %+v", ev)
 			}
@@ -146,16 +148,16 @@ func TestWebhookSettingsParseRefusals(t *testing.T) {
 func TestWebhookSettingsAllowUnsigned(t *testing.T) {
 	body := []byte(`{}`)
 	s := WebhookSettings{AllowUnsigned: true}
-	ev, err := s.Parse(hookReq("thing", body, nil), nil, testFormat(nil))
+	ev, err := one(s.Parse(hookReq("thing", body, nil), nil, testFormat(nil)))
 	if err != nil || ev == nil {
 		t.Fatalf("unsigned delivery with no secret: %+v, %v", ev, err)
 	}
 	// A configured secret is always enforced.
-	_, err = s.Parse(hookReq("thing", body, nil), []byte("s"), testFormat(nil))
+	_, err = one(s.Parse(hookReq("thing", body, nil), []byte("s"), testFormat(nil)))
 	if !errors.Is(err, ErrBadSignature) {
 		t.Errorf("missing signature with a secret set: %v", err)
 	}
-	_, err = s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, []byte("x"))}), []byte("s"), testFormat(nil))
+	_, err = one(s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, []byte("x"))}), []byte("s"), testFormat(nil)))
 	if !errors.Is(err, ErrBadSignature) {
 		t.Errorf("wrong signature with a secret set: %v", err)
 	}
@@ -173,7 +175,7 @@ func TestWebhookSettingsParseConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			body := []byte(fmt.Sprintf(`{"n":%d}`, i))
-			ev, err := s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": fmt.Sprint(i)}), secret, f)
+			ev, err := one(s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": fmt.Sprint(i)}), secret, f))
 			if err != nil {
 				errs <- err
 				return
@@ -204,5 +206,37 @@ func TestVerifyHookSecretRunsCheckOnlyWithSecretAndHeader(t *testing.T) {
 	}
 	if err := VerifyHookSecret("X-Sig", "v", nil, []byte("s"), false, check); err != nil || calls != 1 {
 		t.Errorf("secret and header: %v, %d checks", err, calls)
+	}
+}
+
+// one is the parse result of a delivery that carries at most one change.
+func one(evs []*Event, err error) (*Event, error) {
+	switch {
+	case len(evs) > 1:
+		return nil, fmt.Errorf("%d events, want at most one", len(evs))
+	case len(evs) == 0:
+		return nil, err
+	}
+	return evs[0], err
+}
+
+// TestWebhookSettingsParseSeveral: every event of a delivery that carries several changes is
+// stamped with the forge, the delivery and the receive time, and each has its own dedupe key.
+func TestWebhookSettingsParseSeveral(t *testing.T) {
+	secret := []byte("s3cret-value")
+	body := []byte(`{"ok":true}`)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := WebhookSettings{Now: func() time.Time { return at }}
+	evs, err := s.Parse(hookReq("two", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": "d-7"}), secret, testFormat(nil))
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("%+v, %v", evs, err)
+	}
+	for _, ev := range evs {
+		if ev.Provider != "testforge" || ev.DeliveryID != "d-7" || !ev.Received.Equal(at) {
+			t.Errorf("event %+v", ev)
+		}
+	}
+	if evs[0].DedupeKey() == evs[1].DedupeKey() {
+		t.Errorf("both events have the dedupe key %s", evs[0].DedupeKey())
 	}
 }

@@ -60,6 +60,9 @@ type Event struct {
 	Before  string   `json:"before,omitempty"`
 	After   string   `json:"after,omitempty"`
 	Changed []string `json:"changed,omitempty"` // paths added/modified/removed, when the forge sends them
+	// ChangedIncomplete is set when Changed may miss paths the push changed: Bitbucket push
+	// webhooks list no files, GitLab's list only the newest 20 commits, GitHub's at most 2,048.
+	ChangedIncomplete bool `json:"changedIncomplete,omitempty"`
 	// Deleted is set on the push that deleted Branch (after is the zero SHA or absent).
 	Deleted bool `json:"deleted,omitempty"`
 	// Pull request
@@ -85,9 +88,12 @@ var ErrBadSignature = errors.New("webhook signature missing or invalid")
 // ErrTooLarge is returned when a webhook body exceeds the size limit.
 var ErrTooLarge = errors.New("webhook body too large")
 
-// WebhookParser verifies and parses one forge's webhooks. Ignored event kinds return (nil, nil).
+// WebhookParser verifies and parses one forge's webhooks. Ignored event kinds return no event
+// (nil, nil). One delivery may carry several changes (a Bitbucket push that moves several
+// branches, a GitLab merge request update with new commits and a label): each is its own event,
+// in the order the payload lists them, all with the delivery's id (DedupeKey tells them apart).
 type WebhookParser interface {
-	ParseWebhook(r *http.Request, secret []byte) (*Event, error)
+	ParseWebhook(r *http.Request, secret []byte) ([]*Event, error)
 }
 
 // ReadWebhookBody reads a webhook body of at most limit bytes; a larger one is ErrTooLarge.
@@ -132,14 +138,15 @@ type HookFormat struct {
 	SignatureHeader string
 	// Verify checks a present signature against the body and a configured secret.
 	Verify func(headerName, signature string, body, secret []byte) error
-	// Parse normalises a verified hook that names its event; (nil, nil) ignores the kind.
-	Parse func(r *http.Request, h *Hook) (*Event, error)
+	// Parse normalises a verified hook that names its event into one event per change it
+	// carries; none (nil, nil) ignores it.
+	Parse func(r *http.Request, h *Hook) ([]*Event, error)
 }
 
 // Parse reads, verifies and normalises one webhook in format f: the body within MaxBody, the
 // signature before anything in the body is looked at, then the forge's payload. Errors name
 // the forge, event and delivery.
-func (s WebhookSettings) Parse(r *http.Request, secret []byte, f *HookFormat) (*Event, error) {
+func (s WebhookSettings) Parse(r *http.Request, secret []byte, f *HookFormat) ([]*Event, error) {
 	delivery := f.DeliveryHeaders[len(f.DeliveryHeaders)-1]
 	for _, name := range f.DeliveryHeaders {
 		if r.Header.Get(name) != "" {
@@ -157,8 +164,8 @@ func (s WebhookSettings) Parse(r *http.Request, secret []byte, f *HookFormat) (*
 	if h.Kind == "" {
 		return nil, h.Errorf("missing %s header", f.EventHeader)
 	}
-	ev, err := f.Parse(r, h)
-	return h.Finish(ev, err, s.Now)
+	evs, err := f.Parse(r, h)
+	return h.Finish(evs, err, s.Now)
 }
 
 // VerifyHookSecret is the check every forge starts with: without a secret a delivery is
@@ -288,22 +295,33 @@ func (h *Hook) Errorf(format string, args ...any) error {
 	return fmt.Errorf(h.where+": "+format, args...)
 }
 
-// Finish stamps a parsed event with the forge, delivery id and receive time; a nil event
-// (ignored kind) or an error is passed through, the error wrapped with where it came from.
-func (h *Hook) Finish(ev *Event, err error, now func() time.Time) (*Event, error) {
+// Finish stamps parsed events with the forge, delivery id and receive time; no event (ignored
+// kind) or an error is passed through, the error wrapped with where it came from.
+func (h *Hook) Finish(evs []*Event, err error, now func() time.Time) ([]*Event, error) {
 	if err != nil {
 		return nil, h.Errorf("%w", err)
 	}
-	if ev == nil {
+	if len(evs) == 0 {
 		return nil, nil
 	}
-	ev.Provider = h.Provider
-	ev.DeliveryID = h.Delivery
 	if now == nil {
 		now = time.Now
 	}
-	ev.Received = now()
-	return ev, nil
+	at := now()
+	for _, ev := range evs {
+		ev.Provider = h.Provider
+		ev.DeliveryID = h.Delivery
+		ev.Received = at
+	}
+	return evs, nil
+}
+
+// OneEvent is a driver's parse result for a payload that carries at most one change.
+func OneEvent(ev *Event, err error) ([]*Event, error) {
+	if err != nil || ev == nil {
+		return nil, err
+	}
+	return []*Event{ev}, nil
 }
 
 // ChangedPaths merges the added, modified and removed lists of a push's commits, first seen

@@ -84,3 +84,53 @@ func TestTriggerPathsStep(t *testing.T) {
 		}
 	}
 }
+
+// TestTriggerPathsStepPush: a push's check compares before..after through the connector.
+// GitHub's compare lists at most 300 files: a match among them is a match, no match in them
+// is a terminal error naming the cut (deciding "no match" on part of a push would miss files
+// silently). Only one of before and after is a mistaken input.
+func TestTriggerPathsStepPush(t *testing.T) {
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	main, err := p.Branch(ctx, "acme/web", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []scm.FileChange
+	for i := range 320 { // sorted after the first 300: services/web/ comes last
+		changes = append(changes, scm.FileChange{Path: fmt.Sprintf("docs/f%03d.md", i), Content: []byte("x\n")})
+	}
+	changes = append(changes, scm.FileChange{Path: "services/web/app.go", Content: []byte("package web\n")})
+	after, err := p.Commit(ctx, "acme/web", scm.CommitInput{Branch: "main", Parent: main.SHA, Message: "x", Changes: changes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := steps.Default.Lookup(steps.TypeTriggerPaths)
+	run := func(in map[string]any) (steps.Result, error) {
+		sc := &steps.Context{RunID: "r1", Stage: "_trigger", StepID: "_paths", Type: steps.TypeTriggerPaths, Attempt: 1, Inputs: in,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"web": p}})}
+		return def.New().Run(ctx, sc)
+	}
+	in := func(paths ...any) map[string]any {
+		return map[string]any{"connector": "web", "repo": "acme/web", "before": main.SHA, "after": after, "paths": paths}
+	}
+	if res, err := run(in("docs/f001.md")); err != nil || res.Outputs["matched"] != true || fmt.Sprint(res.Outputs["files"]) != "[docs/f001.md]" {
+		t.Fatalf("match in the listed part: %v %+v", err, res)
+	}
+	_, err = run(in("services/web/**"))
+	if err == nil || !steps.IsTerminal(err) || !strings.Contains(err.Error(), "at most 300 files") ||
+		!strings.Contains(err.Error(), "none of the 300 listed matches paths [services/web/**]") {
+		t.Fatalf("no match in a cut list: %v, want a terminal error naming the cut", err)
+	}
+	if _, err := run(map[string]any{"connector": "web", "repo": "acme/web", "after": after, "paths": []any{"**"}}); err == nil || !steps.IsTerminal(err) ||
+		!strings.Contains(err.Error(), "before and after: set both") {
+		t.Errorf("after without before: %v", err)
+	}
+}

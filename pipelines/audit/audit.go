@@ -62,6 +62,9 @@ type Entry struct {
 	Remote   string    `json:"remote,omitempty"`   // where the request came from (host:port)
 	Delivery string    `json:"delivery,omitempty"` // a webhook's delivery id
 	Detail   string    `json:"detail,omitempty"`   // what was decided, for people
+	// Errors are what failed while the action was handled, for people: a trigger whose if or
+	// input expression failed on a webhook's event (so it started no run).
+	Errors []string `json:"errors,omitempty"`
 
 	// ID, when set, deduplicates the append (Nats-Msg-Id): an action that may be processed
 	// twice (a redelivered webhook event, two controller replicas) is recorded once.

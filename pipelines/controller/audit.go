@@ -236,7 +236,7 @@ func deliveryHeader(r *http.Request, provider string) string {
 // recordHookAccepted records a verified forge event once it was processed (webhook.accepted):
 // the forge and sender, the delivery, where it came from, what it was about and the runs it
 // started, or that no trigger matched. Keyed by the event so a redelivery records nothing new.
-func (c *Controller) recordHookAccepted(ctx context.Context, ev *scm.Event, remote string, runs, notes []string) {
+func (c *Controller) recordHookAccepted(ctx context.Context, ev *scm.Event, remote string, runs, notes, failed []string) {
 	actor := "webhook:" + ev.Provider
 	if ev.Sender != "" {
 		actor += ":" + ev.Sender
@@ -248,8 +248,26 @@ func (c *Controller) recordHookAccepted(ctx context.Context, ev *scm.Event, remo
 	if len(notes) > 0 {
 		outcome += "; " + strings.Join(notes, "; ")
 	}
+	if len(failed) > 0 {
+		outcome += fmt.Sprintf("; %d trigger(s) failed", len(failed))
+	}
 	c.record(ctx, audit.Entry{Actor: actor, Action: audit.WebhookAccepted, Runs: runs, Remote: remote, Delivery: ev.DeliveryID,
-		Detail: describeEvent(ev) + ": " + outcome, ID: audit.WebhookAccepted + "/" + ev.Provider + "/" + ev.DedupeKey()})
+		Detail: describeEvent(ev) + ": " + outcome, Errors: failed, ID: audit.WebhookAccepted + "/" + ev.Provider + "/" + ev.DedupeKey()})
+}
+
+// WebhookEvents lists the newest webhook entries of the audit log (accepted and rejected
+// deliveries, with the runs they started and the triggers that failed), newest first; the
+// UI's event list shows them. Without an audit log it is an error saying so.
+func (c *Controller) WebhookEvents(ctx context.Context, limit int) ([]audit.Entry, error) {
+	if c.audit == nil {
+		return nil, errors.New("the audit log is off on this server: webhook events are not recorded")
+	}
+	list, err := c.audit.Query(ctx, audit.Filter{Actions: []string{"webhook.*"}, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(list)
+	return list, nil
 }
 
 // describeEvent says what an event is about: kind, repo, ref.

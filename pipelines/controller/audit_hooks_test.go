@@ -187,3 +187,95 @@ func firstSCMEvent(t *testing.T, e *hookEnv) scm.Event {
 	}
 	return ev
 }
+
+const failingTrigger = `name: labels
+inputs:
+  label: {type: string, required: true}
+triggers:
+  - name: first-label
+    pullRequest:
+      repo: acme/web
+      actions: [opened]
+    inputs:
+      label: ${{ event.pr.labels[0] }}
+  - name: any
+    pullRequest:
+      repo: acme/web
+      actions: [opened]
+    inputs:
+      label: none
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {label: "${{ inputs.label }}"}}}
+`
+
+// TestAuditTriggerExpressionFailed: a trigger whose input expression fails on the event (the
+// PR has no label) starts no run; that is recorded on the event's webhook.accepted entry with
+// the pipeline, trigger, file:line and the error, next to the run the other trigger started.
+// The event is not retried (the error would be the same) and no secret is recorded.
+func TestAuditTriggerExpressionFailed(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"labels.yaml": []byte(failingTrigger)}, 0, func(o *ctltest.Options) { o.Audit = true })
+	log := &audit.Log{JS: e.Conn.JS}
+	ctx := context.Background()
+	pr := scmtest.PullRequest{Number: 12, Title: "t", Head: "feat", Base: "main", HeadSHA: strings.Repeat("a", 40), State: scmtest.PROpen}
+	req, err := scmtest.GitHubWebhookRequest(ctx, e.srv.URL+"/hooks/github", hookSecret, scmtest.PREvent{Action: "opened", Owner: "acme", Name: "web", PR: pr, Sender: "octocat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.post(req); code != http.StatusAccepted {
+		t.Fatalf("HTTP %d %s", code, body)
+	}
+	runs := e.waitTriggered(1)
+	got := waitEntries(t, log, audit.Filter{Actions: []string{audit.WebhookAccepted}}, 1)
+	if len(got) != 1 {
+		t.Fatalf("entries %+v", got)
+	}
+	a := got[0]
+	const wantErr = "pipeline labels trigger first-label started no run: labels.yaml:10: triggers[0].inputs.label: ${{ event.pr.labels[0] }} (offset 0): event.pr.labels[0]: index 0 out of range (length 0)"
+	if len(a.Errors) != 1 || a.Errors[0] != wantErr {
+		t.Errorf("errors %q\nwant [%q]", a.Errors, wantErr)
+	}
+	if !strings.Contains(a.Detail, "started "+runs[0].ID) || !strings.Contains(a.Detail, "1 trigger(s) failed") || len(a.Runs) != 1 {
+		t.Errorf("detail %q, runs %v", a.Detail, a.Runs)
+	}
+	time.Sleep(300 * time.Millisecond) // a retry of the event would start or record more by now
+	if n := len(e.triggeredRuns()); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+	if again, _ := log.Query(ctx, audit.Filter{Actions: []string{audit.WebhookAccepted}}); len(again) != 1 {
+		t.Errorf("%d webhook.accepted entries, want 1", len(again))
+	}
+	if !strings.Contains(e.Logs.String(), "trigger expression failed") {
+		t.Error("the failure is not logged")
+	}
+	e.noSecrets(hookSecret)
+}
+
+// TestAuditPathsOnPartialList: a new Bitbucket branch has no before commit to compare with
+// and its webhook lists no files, so the push trigger's paths are decided on that (empty)
+// list: no run, and the event's webhook.accepted entry and the log say the decision was made
+// without the full list.
+func TestAuditPathsOnPartialList(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(pushPathsTrigger)}, 0, func(o *ctltest.Options) { o.Audit = true })
+	log := &audit.Log{JS: e.Conn.JS}
+	req, err := scmtest.BitbucketWebhookRequest(context.Background(), e.srv.URL+"/hooks/bitbucket", hookSecret,
+		scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/main", After: strings.Repeat("4", 40), Pusher: "jdoe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.post(req); code != http.StatusAccepted {
+		t.Fatalf("HTTP %d %s", code, body)
+	}
+	got := waitEntries(t, log, audit.Filter{Actions: []string{audit.WebhookAccepted}}, 1)
+	const want = "no trigger matched; pipeline on-web-push trigger web: paths no match on the 0 files the webhook listed, which may not be all the push changed"
+	if len(got) != 1 || !strings.HasSuffix(got[0].Detail, want) {
+		t.Fatalf("entries %+v, want detail ending %q", got, want)
+	}
+	if !strings.Contains(e.Logs.String(), "trigger paths decided on an incomplete file list") {
+		t.Error("not logged")
+	}
+	if n := len(e.triggeredRuns()); n != 0 {
+		t.Errorf("%d runs", n)
+	}
+}

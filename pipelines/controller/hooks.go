@@ -134,9 +134,21 @@ const hookRemoteHeader = "Prflow-Remote"
 
 // hookResponse is what /hooks/* answers.
 type hookResponse struct {
-	Status     string `json:"status"` // queued, duplicate, ignored
+	Status     string `json:"status"` // queued (one event or more was new), duplicate, ignored
 	DeliveryID string `json:"deliveryId,omitempty"`
 	Subject    string `json:"subject,omitempty"`
+	// Events are the events the delivery carried (one per branch of a push, per action of a
+	// GitLab merge request update) and whether each was queued or a duplicate.
+	Events []hookEventStatus `json:"events,omitempty"`
+}
+
+// hookEventStatus is one event of a delivery in the /hooks/* answer.
+type hookEventStatus struct {
+	Kind   string `json:"kind"`
+	Branch string `json:"branch,omitempty"`
+	Action string `json:"action,omitempty"`
+	Label  string `json:"label,omitempty"`
+	Status string `json:"status"` // queued, duplicate
 }
 
 // serveHook verifies a forge webhook, normalises it and publishes it to PRFLOW_SCM with the
@@ -167,7 +179,7 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 	case "bitbucket":
 		parser = &bitbucket.WebhookParser{MaxBody: limit}
 	}
-	ev, err := parser.ParseWebhook(r, []byte(secret.Value()))
+	evs, err := parser.ParseWebhook(r, []byte(secret.Value()))
 	if err != nil {
 		code := http.StatusBadRequest
 		switch {
@@ -184,31 +196,45 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, code, err)
 		return
 	}
-	if ev == nil {
+	if len(evs) == 0 {
 		writeJSON(w, http.StatusAccepted, hookResponse{Status: "ignored"})
 		return
 	}
-	subj := queue.SCMSubject(provider, string(ev.Kind))
-	data, err := c.eventMessage(r.Context(), ev)
-	var ack *jetstream.PubAck
-	if err == nil {
-		// The dedupe key is the delivery with what the event is about: a redelivery is a
-		// duplicate, another event reusing a delivery id (GitLab) is not.
-		// The remote address travels with the event for its audit entry (webhook.accepted),
-		// written once the consumer knows which runs the event started.
-		msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{hookRemoteHeader: []string{r.RemoteAddr}}}
-		ack, err = c.conn.JS.PublishMsg(r.Context(), msg, jetstream.WithMsgID(ev.DedupeKey()))
+	// One delivery may carry several changes (a Bitbucket push of several branches): each is
+	// published on its own, so each starts its runs. If one cannot be queued the forge is told
+	// to redeliver; the events already queued are then duplicates.
+	resp := hookResponse{Status: "duplicate", DeliveryID: evs[0].DeliveryID}
+	for _, ev := range evs {
+		subj := queue.SCMSubject(provider, string(ev.Kind))
+		data, err := c.eventMessage(r.Context(), ev)
+		var ack *jetstream.PubAck
+		if err == nil {
+			// The dedupe key is the delivery with what the event is about: a redelivery is a
+			// duplicate, another event of the same delivery (GitLab reuses delivery ids, a
+			// Bitbucket push names several branches) is not.
+			// The remote address travels with the event for its audit entry (webhook.accepted),
+			// written once the consumer knows which runs the event started.
+			msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{hookRemoteHeader: []string{r.RemoteAddr}}}
+			ack, err = c.conn.JS.PublishMsg(r.Context(), msg, jetstream.WithMsgID(ev.DedupeKey()))
+		}
+		if err != nil {
+			c.log.Error("webhook not queued", "provider", provider, "delivery", ev.DeliveryID, "event", ev.DedupeKey(), "err", err)
+			writeErr(w, http.StatusServiceUnavailable, errors.New("could not queue the event: redeliver it from the forge's webhook settings"))
+			return
+		}
+		status := "queued"
+		if ack.Duplicate {
+			status = "duplicate"
+		} else {
+			resp.Status = "queued"
+		}
+		if resp.Subject == "" {
+			resp.Subject = subj
+		}
+		resp.Events = append(resp.Events, hookEventStatus{Kind: string(ev.Kind), Branch: ev.Branch, Action: string(ev.Action), Label: ev.Label, Status: status})
+		c.log.Info("webhook", "provider", provider, "kind", ev.Kind, "repo", ev.Repo, "branch", ev.Branch, "action", ev.Action,
+			"delivery", ev.DeliveryID, "status", status)
 	}
-	if err != nil {
-		c.log.Error("webhook not queued", "provider", provider, "delivery", ev.DeliveryID, "err", err)
-		writeErr(w, http.StatusServiceUnavailable, errors.New("could not queue the event: redeliver it from the forge's webhook settings"))
-		return
-	}
-	resp := hookResponse{Status: "queued", DeliveryID: ev.DeliveryID, Subject: subj}
-	if ack.Duplicate {
-		resp.Status = "duplicate"
-	}
-	c.log.Info("webhook", "provider", provider, "kind", ev.Kind, "repo", ev.Repo, "delivery", ev.DeliveryID, "status", resp.Status)
 	writeJSON(w, http.StatusAccepted, resp)
 }
 

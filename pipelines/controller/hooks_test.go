@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -742,6 +743,7 @@ inputs:
 triggers:
   - name: web
     push:
+      provider: github
       repo: acme/web
       branches: [main, "release/*"]
       paths: ["services/web/**"]
@@ -947,6 +949,261 @@ func TestWebhookDraftMarkedReady(t *testing.T) {
 				}
 				t.Fatalf("%d runs, want 1 started by ready_for_review", len(runs))
 			}
+		})
+	}
+}
+
+const anyBranchTrigger = `name: on-any-push
+inputs:
+  branch: {type: string, required: true}
+triggers:
+  - name: any
+    push:
+      provider: bitbucket
+      repo: acme/deploy
+      deleted: true
+    inputs:
+      branch: ${{ event.branch }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {branch: "${{ inputs.branch }}"}}}
+`
+
+// TestBitbucketPushSeveralBranches: one Bitbucket delivery whose push moves three branches
+// (and a tag) starts one run per branch, not only the first; the answer lists each event.
+// Redelivering it (same X-Request-UUID) queues nothing and starts nothing new.
+func TestBitbucketPushSeveralBranches(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(anyBranchTrigger)}, 0)
+	body, err := os.ReadFile("../../scm/bitbucket/testdata/push_several_branches.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() hookAnswer {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/bitbucket", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Event-Key", "repo:push")
+		req.Header.Set("X-Request-UUID", "6c1e2d3f-4a5b-4c6d-8e7f-901a2b3c4d5e")
+		req.Header.Set("X-Hub-Signature", "sha256="+hmacHex(hookSecret, body))
+		code, resp := e.post(req)
+		if code != http.StatusAccepted {
+			t.Fatalf("HTTP %d %s", code, resp)
+		}
+		var a hookAnswer
+		if err := json.Unmarshal([]byte(resp), &a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := send()
+	if a.Status != "queued" || len(a.Events) != 3 {
+		t.Fatalf("answer %+v, want 3 queued events", a)
+	}
+	runs := e.waitTriggered(3)
+	time.Sleep(200 * time.Millisecond) // a fourth run would be there by now
+	again := send()
+	if again.Status != "duplicate" || len(again.Events) != 3 {
+		t.Errorf("redelivery: %+v, want 3 duplicates", again)
+	}
+	time.Sleep(200 * time.Millisecond)
+	runs = e.triggeredRuns()
+	var branches []string
+	for _, r := range runs {
+		branches = append(branches, fmt.Sprint(r.Inputs["branch"]))
+	}
+	slices.Sort(branches)
+	if fmt.Sprint(branches) != "[main old-feature release/2.0]" {
+		t.Errorf("runs for branches %v, want main, old-feature and release/2.0", branches)
+	}
+	if n := e.scmCount(); n != 3 {
+		t.Errorf("PRFLOW_SCM holds %d events, want 3", n)
+	}
+}
+
+// hookAnswer is what /hooks/* answers.
+type hookAnswer struct {
+	Status string
+	Events []struct{ Kind, Branch, Action, Label, Status string }
+}
+
+const labeledTrigger = `name: on-label
+inputs:
+  what: {type: string, required: true}
+triggers:
+  - name: deploy-label
+    pullRequest:
+      repo: platform/gitops/deploy
+      actions: [labeled]
+    if: ${{ event.label == 'deploy' }}
+    inputs:
+      what: ${{ event.action + ':' + event.label }}
+  - name: pushed
+    pullRequest:
+      repo: platform/gitops/deploy
+      actions: [synchronized]
+    inputs:
+      what: ${{ event.action }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {what: "${{ inputs.what }}"}}}
+`
+
+// TestGitLabMRUpdateWithCommitsAndLabel: one GitLab update hook carries new commits, labels
+// added and removed and a title edit. A labeled trigger fires (it did not when the update
+// gave only synchronized), and so does a synchronized one; each once.
+func TestGitLabMRUpdateWithCommitsAndLabel(t *testing.T) {
+	e := newHookEnv(t, nil, nil, map[string][]byte{"label.yaml": []byte(labeledTrigger)}, 0)
+	body, err := os.ReadFile("../../scm/gitlab/testdata/merge_request_update_several.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/gitlab", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Gitlab-Event", "Merge Request Hook")
+	req.Header.Set("X-Gitlab-Event-UUID", "3c2b1a09-8f7e-4d6c-b5a4-93827160f5e4")
+	req.Header.Set("X-Gitlab-Token", hookSecret)
+	code, resp := e.post(req)
+	var a hookAnswer
+	if code != http.StatusAccepted || json.Unmarshal([]byte(resp), &a) != nil || len(a.Events) != 5 {
+		t.Fatalf("HTTP %d %s, want 5 events", code, resp)
+	}
+	e.waitTriggered(2)
+	time.Sleep(200 * time.Millisecond) // a third run would be there by now
+	var got []string
+	for _, r := range e.triggeredRuns() {
+		got = append(got, fmt.Sprint(r.Inputs["what"]))
+	}
+	slices.Sort(got)
+	if fmt.Sprint(got) != "[labeled:deploy synchronized]" {
+		t.Errorf("runs %v, want one for the deploy label and one for the new commits", got)
+	}
+}
+
+const pushPathsTrigger = `name: on-web-push
+inputs:
+  sha: {type: string, required: true}
+triggers:
+  - name: web
+    connector: app
+    push:
+      repo: acme/web
+      branches: [main]
+      paths: ["services/web/**"]
+    inputs:
+      sha: ${{ event.after }}
+stages:
+  - id: build
+    steps:
+      - {id: say, type: Noop, with: {outputs: {sha: "${{ inputs.sha }}"}}}
+`
+
+// TestPushPathsIncompletePayload: a Bitbucket push lists no files and a GitLab push of 25
+// commits lists the newest 20 only; the one commit that touches services/web is the oldest.
+// Before, the path trigger never fired on Bitbucket and missed the GitLab push. Now the run's
+// first job compares before..after through the connector on a worker (the forge fake's
+// compare API): it matches and the run succeeds; a push touching only docs ends skipped.
+func TestPushPathsIncompletePayload(t *testing.T) {
+	for _, kind := range []string{"gitlab", "bitbucket"} {
+		t.Run(kind, func(t *testing.T) {
+			var p scm.Provider
+			var err error
+			var build func(ctx context.Context, url, secret string, ev scmtest.WebhookEvent) (*http.Request, error)
+			switch kind {
+			case "gitlab":
+				gl := scmtest.NewGitLab(t)
+				build = scmtest.GitLabWebhookRequest
+				if _, err = gl.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err == nil {
+					p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
+				}
+			case "bitbucket":
+				bb := scmtest.NewBitbucket(t)
+				build = scmtest.BitbucketWebhookRequest
+				if _, err = bb.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err == nil {
+					p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": p}}, []string{scmtest.DefaultToken},
+				map[string][]byte{"push.yaml": []byte(pushPathsTrigger)}, 0)
+			ctx := context.Background()
+			main, err := p.Branch(ctx, "acme/web", "main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 25 commits on a side branch; only the first touches services/web.
+			var commits []scmtest.PushCommit
+			parent := main.SHA
+			for i := range 25 {
+				path := fmt.Sprintf("docs/page%02d.md", i)
+				if i == 0 {
+					path = "services/web/app.go"
+				}
+				sha, err := p.Commit(ctx, "acme/web", scm.CommitInput{Branch: "feature", Parent: parent, Message: "change " + path,
+					Changes: []scm.FileChange{{Path: path, Content: []byte("x\n")}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				commits = append(commits, scmtest.PushCommit{Commit: scmtest.Commit{SHA: sha, Message: "change " + path}, Added: []string{path}})
+				parent = sha
+			}
+			docsOnly, err := p.Commit(ctx, "acme/web", scm.CommitInput{Branch: "docs", Parent: main.SHA, Message: "docs",
+				Changes: []scm.FileChange{{Path: "docs/only.md", Content: []byte("x\n")}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := e.srv.URL + "/hooks/" + kind
+			send := func(after string, commits []scmtest.PushCommit) {
+				t.Helper()
+				req, err := build(ctx, url, hookSecret, scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/main",
+					Before: main.SHA, After: after, Commits: commits, TotalCommits: len(commits), Pusher: "jdoe"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if code, body := e.post(req); code != http.StatusAccepted || !strings.Contains(body, `"queued"`) {
+					t.Fatalf("push: HTTP %d %s", code, body)
+				}
+			}
+			send(parent, commits)
+			runs := e.waitTriggered(1)
+			r := e.Wait(runs[0].ID, 60*time.Second)
+			pc := r.Trigger.PathCheck
+			if r.Status != pipelines.StSucceeded || pc == nil || pc.Outputs["matched"] != true || fmt.Sprint(pc.Outputs["files"]) != "[services/web/app.go]" {
+				t.Fatalf("run: %s %q, path check %+v\n%s", r.Status, r.Error, pc, e.Logs.String())
+			}
+			if n := e.jobsOfType(steps.TypeTriggerPaths); n != 1 {
+				t.Errorf("%d path check jobs, want 1", n)
+			}
+
+			send(docsOnly, []scmtest.PushCommit{{Commit: scmtest.Commit{SHA: docsOnly, Message: "docs"}, Added: []string{"docs/only.md"}}})
+			if kind == "gitlab" {
+				// GitLab listed this push whole: decided at once, no run.
+				time.Sleep(500 * time.Millisecond)
+				if n := len(e.triggeredRuns()); n != 1 {
+					t.Fatalf("%d runs, want none for a push listing only docs", n-1)
+				}
+			} else {
+				var skipped *pipelines.Run
+				for _, x := range e.waitTriggered(2) {
+					if x.ID != r.ID {
+						skipped = e.Wait(x.ID, 60*time.Second)
+					}
+				}
+				want := "no changed file of the push " + main.SHA[:12] + ".." + docsOnly[:12] + " matches paths [services/web/**]"
+				if skipped.Status != pipelines.StSkipped || skipped.Error != want {
+					t.Errorf("docs-only push: %s %q, want skipped %q", skipped.Status, skipped.Error, want)
+				}
+			}
+			e.noSecrets(hookSecret, scmtest.DefaultToken)
 		})
 	}
 }

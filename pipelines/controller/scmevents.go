@@ -151,16 +151,30 @@ func (c *Controller) handleSCMEvent(ctx context.Context, ev *scm.Event, remote s
 		}
 	}
 	var first error
-	var runs, notes []string
+	var runs, notes, failed []string
 	if ts := c.triggers.Load(); ts != nil {
 		for _, p := range ts.Pipelines {
 			for _, t := range p.Triggers {
 				m, err := t.Match(ctx, p.File, ev)
 				if err != nil {
-					// A bad expression result is the pipeline author's problem; retrying will not help.
+					// A bad expression result is the pipeline author's problem; retrying will not
+					// help. It is recorded with the event (webhook.accepted, the UI's event list):
+					// expressions read only the event, so the error holds no secret.
 					c.log.Error("trigger expression failed", "pipeline", p.Name, "trigger", t.Name, "delivery", ev.DeliveryID, "err", err)
-					notes = append(notes, fmt.Sprintf("pipeline %s trigger %s: expression failed", p.Name, t.Name))
+					failed = append(failed, triggerFailure(p.Name, t.Name, err))
 					continue
+				}
+				if t.PathsOnPartialList(ev) {
+					// The forge listed only part of the push's files and this trigger cannot ask
+					// for the rest (no connector, or a new branch with nothing to compare with).
+					decided := "no match"
+					if m != nil {
+						decided = "matched"
+					}
+					c.log.Warn("trigger paths decided on an incomplete file list", "pipeline", p.Name, "trigger", t.Name,
+						"delivery", ev.DeliveryID, "branch", ev.Branch, "listed", len(ev.Changed), "decided", decided)
+					notes = append(notes, fmt.Sprintf("pipeline %s trigger %s: paths %s on the %d files the webhook listed, which may not be all the push changed",
+						p.Name, t.Name, decided, len(ev.Changed)))
 				}
 				if m == nil {
 					continue
@@ -180,8 +194,22 @@ func (c *Controller) handleSCMEvent(ctx context.Context, ev *scm.Event, remote s
 	if first != nil {
 		return first // retried: the entry waits for the outcome
 	}
-	c.recordHookAccepted(ctx, ev, remote, runs, notes) // audit.go
+	c.recordHookAccepted(ctx, ev, remote, runs, notes, failed) // audit.go
 	return nil
+}
+
+// maxFailureText bounds one recorded trigger failure (an expression error quotes the
+// expression and what it read).
+const maxFailureText = 1000
+
+// triggerFailure words a trigger whose expression failed: the pipeline, the trigger and the
+// error (file:line: triggers[i].inputs.NAME: …).
+func triggerFailure(pipeline, trigger string, err error) string {
+	msg := fmt.Sprintf("pipeline %s trigger %s started no run: %v", pipeline, trigger, err)
+	if len(msg) > maxFailureText {
+		msg = strings.ToValidUTF8(msg[:maxFailureText], "") + "…"
+	}
+	return msg
 }
 
 // startTriggered starts the run of a matched trigger and returns its id (also when an earlier
@@ -195,6 +223,9 @@ func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, 
 		Paths: m.PendingPaths}
 	if ev.PR != nil {
 		info.PR = ev.PR.Number
+	}
+	if ev.Kind == scm.EventPush {
+		info.Before = ev.Before
 	}
 	// Keyed like the PRFLOW_SCM dedupe: another event reusing the delivery id starts its own run.
 	id = pipelines.TriggerRunID(ev.Provider, ev.DedupeKey(), p.Name, t.Index)

@@ -315,3 +315,15 @@ func checkCommitInput(in scm.CommitInput) error {
 	}
 	return scm.CheckCommitInput(in)
 }
+
+// ChangedBetween lists the paths changed from base to head: the diffstat of head against its
+// merge base with base ("head..base", topic diff); a rename lists both names.
+func (d *Driver) ChangedBetween(ctx context.Context, repo scm.Repo, base, head string) ([]string, error) {
+	ws, slug, err := splitRepo(repo)
+	if err != nil {
+		return nil, d.wrap(fmt.Sprintf("compare %.12s...%.12s", base, head), repo, nil, err)
+	}
+	return d.diffPaths(ctx, repo, ws, slug, head+".."+base, topic)
+}
+
+var _ scm.Comparer = (*Driver)(nil)

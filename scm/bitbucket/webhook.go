@@ -35,26 +35,27 @@ var hookFormat = &scm.HookFormat{
 }
 
 // ParseWebhook verifies X-Hub-Signature (HMAC-SHA256) in constant time and returns the
-// normalised event. A push carrying several branch updates yields the first branch update;
-// tag pushes and other event keys return (nil, nil).
+// normalised events. A push carrying several branch updates (one git push of several refs)
+// yields one event per branch, in the payload's order; tag pushes and other event keys
+// return (nil, nil).
 //
 // go-bitbucket has no webhook types, so the payloads are decoded here. Bitbucket Cloud has no
 // labels and no draft-ready event: pullrequest:updated (pushes and edits alike) is
 // "synchronized", and no labeled, unlabeled, edited, ready_for_review or converted_to_draft
 // action is ever sent.
-func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event, error) {
+func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) ([]*scm.Event, error) {
 	return scm.WebhookSettings(*p).Parse(r, secret, hookFormat)
 }
 
-func parseHook(_ *http.Request, h *scm.Hook) (*scm.Event, error) {
+func parseHook(_ *http.Request, h *scm.Hook) ([]*scm.Event, error) {
 	switch h.Kind {
 	case "repo:push":
 		return parsePush(h.Body)
 	case "repo:commit_status_created", "repo:commit_status_updated":
-		return parseCommitStatusEvent(h.Body)
+		return scm.OneEvent(parseCommitStatusEvent(h.Body))
 	}
 	if _, ok := prActions[h.Kind]; ok {
-		return parsePullRequestEvent(h.Kind, h.Body)
+		return scm.OneEvent(parsePullRequestEvent(h.Kind, h.Body))
 	}
 	return nil, nil
 }
@@ -126,29 +127,36 @@ func isBranch(s *hookRefState) bool {
 	return s != nil && (s.Type == "branch" || s.Type == "named_branch") && s.Name != ""
 }
 
-func parsePush(data []byte) (*scm.Event, error) {
+func parsePush(data []byte) ([]*scm.Event, error) {
 	var p hookPush
 	base, err := decodeHook(data, &p)
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range p.Push.Changes {
+	var out []*scm.Event
+	seen := map[string]int{}
+	for i, c := range p.Push.Changes {
 		if !isBranch(c.New) && !isBranch(c.Old) {
 			continue // tag or bookmark
 		}
-		ev := base
-		ev.Kind = scm.EventPush
+		ev := &scm.Event{Repo: base.Repo, Sender: base.Sender, Kind: scm.EventPush}
 		if c.Old != nil {
 			ev.Branch, ev.Before = c.Old.Name, c.Old.Target.Hash
 		}
 		if isBranch(c.New) {
 			ev.Branch, ev.After = c.New.Name, c.New.Target.Hash
+			ev.ChangedIncomplete = true // Bitbucket push webhooks list commits, never their files
 		} else {
 			ev.Deleted = true // Bitbucket sends new: null (and closed: true) for a deleted branch
 		}
-		return ev, nil
+		if j, dup := seen[ev.Branch]; dup {
+			// One git push moves a ref once; two changes of one branch cannot both be right.
+			return nil, fmt.Errorf("push.changes[%d] changes branch %q again (after push.changes[%d])", i, ev.Branch, j)
+		}
+		seen[ev.Branch] = i
+		out = append(out, ev)
 	}
-	return nil, nil
+	return out, nil
 }
 
 // prActions maps the pullrequest:* event keys prflow uses to its actions. Bitbucket sends

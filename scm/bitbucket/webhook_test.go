@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -67,9 +68,10 @@ func TestParseWebhookEvents(t *testing.T) {
 			want: &scm.Event{
 				Provider: "bitbucket", DeliveryID: deliveryID, Kind: scm.EventPush, Repo: "acme/deploy",
 				Sender: "jdoe", Branch: "main",
-				Before:   "709d658dc5b6d6afcd46049c2f332ee3f515a67d",
-				After:    "1e65c05c1d5171631d92438a13901ca7dae9618c",
-				Received: fixedTime,
+				Before:            "709d658dc5b6d6afcd46049c2f332ee3f515a67d",
+				After:             "1e65c05c1d5171631d92438a13901ca7dae9618c",
+				ChangedIncomplete: true, // Bitbucket lists no files
+				Received:          fixedTime,
 			},
 		},
 		{
@@ -89,7 +91,7 @@ func TestParseWebhookEvents(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body := readTestdata(t, tt.file)
-			got, err := fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret)
+			got, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,7 +122,7 @@ func TestParseWebhookPRKeys(t *testing.T) {
 			body := []byte(`{"pullrequest":{"id":5,"state":"` + tt.state + `","merge_commit":{"hash":"mc"},` +
 				`"source":{"branch":{"name":"f"},"commit":{"hash":"h"}},"destination":{"branch":{"name":"main"}}},` +
 				`"repository":{"full_name":"ws/r"}}`)
-			ev, err := fixedParser().ParseWebhook(hookRequest(tt.key, body, sign(hookSecret, body)), hookSecret)
+			ev, err := one(fixedParser().ParseWebhook(hookRequest(tt.key, body, sign(hookSecret, body)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +158,7 @@ func TestParseWebhookPushShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body := []byte(`{"push":{"changes":` + tt.changes + `},"repository":{"full_name":"ws/r"},"actor":{"display_name":"Only Display"}}`)
-			ev, err := fixedParser().ParseWebhook(hookRequest("repo:push", body, sign(hookSecret, body)), hookSecret)
+			ev, err := one(fixedParser().ParseWebhook(hookRequest("repo:push", body, sign(hookSecret, body)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,7 +193,7 @@ func TestParseWebhookSignature(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := (&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("repo:push", body, tt.sig), tt.secret)
+			_, err := one((&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("repo:push", body, tt.sig), tt.secret))
 			if !errors.Is(err, scm.ErrBadSignature) {
 				t.Fatalf("err = %v, want ErrBadSignature", err)
 			}
@@ -202,13 +204,13 @@ func TestParseWebhookSignature(t *testing.T) {
 	}
 	t.Run("tampered", func(t *testing.T) {
 		tampered := bytes.Replace(body, []byte(`"main"`), []byte(`"prod"`), 1)
-		_, err := fixedParser().ParseWebhook(hookRequest("repo:push", tampered, good), hookSecret)
+		_, err := one(fixedParser().ParseWebhook(hookRequest("repo:push", tampered, good), hookSecret))
 		if !errors.Is(err, scm.ErrBadSignature) {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("unsigned allowed without secret", func(t *testing.T) {
-		ev, err := (&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("repo:push", body, ""), nil)
+		ev, err := one((&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("repo:push", body, ""), nil))
 		if err != nil || ev == nil || ev.Branch != "main" {
 			t.Fatalf("got %+v, %v", ev, err)
 		}
@@ -240,7 +242,7 @@ func TestParseWebhookErrors(t *testing.T) {
 			if tt.chunked {
 				r.ContentLength = -1
 			}
-			_, err := (&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret)
+			_, err := one((&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret))
 			if err == nil {
 				t.Fatal("want error")
 			}
@@ -268,34 +270,112 @@ func FuzzParseWebhook(f *testing.F) {
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 		r.Header.Set(headerEvent, event)
 		r.Header.Set(headerSignature, sig)
-		ev, err := p.ParseWebhook(r, hookSecret)
+		evs, err := p.ParseWebhook(r, hookSecret)
 		if !signed {
 			if len(body) <= 64<<10 && !errors.Is(err, scm.ErrBadSignature) {
 				t.Fatalf("unsigned body accepted: %v", err)
 			}
 			return
 		}
-		if err != nil || ev == nil {
+		if err != nil {
 			return
 		}
-		if ev.Repo == "" || ev.DeliveryID == "" || ev.Provider != Name {
-			t.Fatalf("event without repo/delivery: %+v", ev)
-		}
-		switch ev.Kind {
-		case scm.EventPush:
-			if ev.Branch == "" {
-				t.Fatalf("push without branch: %+v", ev)
+		keys := map[string]bool{}
+		for _, ev := range evs {
+			if keys[ev.DedupeKey()] {
+				t.Fatalf("two events of one delivery share the dedupe key %s", ev.DedupeKey())
 			}
-		case scm.EventPullRequest:
-			if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
-				t.Fatalf("PR event without PR: %+v", ev)
+			keys[ev.DedupeKey()] = true
+			if ev.Repo == "" || ev.DeliveryID == "" || ev.Provider != Name {
+				t.Fatalf("event without repo/delivery: %+v", ev)
 			}
-		case scm.EventStatus:
-			if ev.SHA == "" || ev.State == "" {
-				t.Fatalf("status event without sha/state: %+v", ev)
+			switch ev.Kind {
+			case scm.EventPush:
+				if ev.Branch == "" {
+					t.Fatalf("push without branch: %+v", ev)
+				}
+			case scm.EventPullRequest:
+				if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
+					t.Fatalf("PR event without PR: %+v", ev)
+				}
+			case scm.EventStatus:
+				if ev.SHA == "" || ev.State == "" {
+					t.Fatalf("status event without sha/state: %+v", ev)
+				}
+			default:
+				t.Fatalf("unexpected kind %q", ev.Kind)
 			}
-		default:
-			t.Fatalf("unexpected kind %q", ev.Kind)
 		}
 	})
+}
+
+// one is the parse result of a delivery that carries at most one change.
+func one(evs []*scm.Event, err error) (*scm.Event, error) {
+	switch {
+	case len(evs) > 1:
+		return nil, fmt.Errorf("%d events, want at most one: %+v", len(evs), evs)
+	case len(evs) == 0:
+		return nil, err
+	}
+	return evs[0], err
+}
+
+// TestParseWebhookPushSeveralBranches: one git push that updates main, pushes a tag, creates
+// release/2.0 and deletes old-feature is one Bitbucket delivery with four push.changes. Every
+// branch change is its own event (the tag is not one), in the payload's order, all with the
+// delivery's id and each with its own dedupe key, so JetStream keeps all three and a
+// redelivery of the same body gives the same keys again.
+func TestParseWebhookPushSeveralBranches(t *testing.T) {
+	body := readTestdata(t, "push_several_branches.json")
+	parse := func() []*scm.Event {
+		t.Helper()
+		evs, err := fixedParser().ParseWebhook(hookRequest("repo:push", body, sign(hookSecret, body)), hookSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs
+	}
+	evs := parse()
+	type change struct {
+		branch, before, after string
+		deleted               bool
+	}
+	want := []change{
+		{"main", "709d658dc5b6d6afcd46049c2f332ee3f515a67d", "1e65c05c1d5171631d92438a13901ca7dae9618c", false},
+		{"release/2.0", "", "2a1b8c4d5e6f708192a3b4c5d6e7f8091a2b3c4d", false},
+		{"old-feature", "5c6d7e8f9012a3b4c5d6e7f8091a2b3c4d5e6f70", "", true},
+	}
+	if len(evs) != len(want) {
+		t.Fatalf("%d events, want %d: %+v", len(evs), len(want), evs)
+	}
+	keys := map[string]bool{}
+	for i, ev := range evs {
+		got := change{ev.Branch, ev.Before, ev.After, ev.Deleted}
+		if got != want[i] || ev.Kind != scm.EventPush || ev.Repo != "acme/deploy" || ev.Sender != "jdoe" ||
+			ev.Provider != Name || ev.DeliveryID != deliveryID {
+			t.Errorf("event %d: %+v, want %+v", i, ev, want[i])
+		}
+		keys[ev.DedupeKey()] = true
+	}
+	if len(keys) != len(want) {
+		t.Errorf("dedupe keys %v: want %d distinct", keys, len(want))
+	}
+	for i, ev := range parse() {
+		if !keys[ev.DedupeKey()] {
+			t.Errorf("redelivery event %d has the new dedupe key %s", i, ev.DedupeKey())
+		}
+	}
+}
+
+// TestParseWebhookPushSameBranchTwice: a payload that moves one branch twice is refused (400)
+// with the changes it names; it is not two runs of one branch.
+func TestParseWebhookPushSameBranchTwice(t *testing.T) {
+	body := []byte(`{"repository":{"full_name":"acme/deploy"},"push":{"changes":[
+		{"new":{"type":"branch","name":"main","target":{"hash":"aa"}},"old":null},
+		{"new":{"type":"tag","name":"v1","target":{"hash":"aa"}},"old":null},
+		{"new":{"type":"branch","name":"main","target":{"hash":"bb"}},"old":null}]}}`)
+	evs, err := fixedParser().ParseWebhook(hookRequest("repo:push", body, sign(hookSecret, body)), hookSecret)
+	if err == nil || !strings.Contains(err.Error(), `push.changes[2] changes branch "main" again (after push.changes[0])`) {
+		t.Fatalf("got %+v, %v; want the duplicate branch refused", evs, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -634,5 +635,30 @@ func TestNoTokenInErrorsOrLogs(t *testing.T) {
 	}
 	if !strings.Contains(errs[0].Error(), "[REDACTED]") {
 		t.Errorf("echoed token was not redacted: %v", errs[0])
+	}
+}
+
+// TestChangedBetweenTruncated: GitHub's compare lists at most 300 files and says nothing when
+// it cuts; a comparison listing 300 comes with scm.ErrTruncated (and the files it listed), so
+// a path check does not decide "no match" on part of a push. 299 files are a whole list.
+func TestChangedBetweenTruncated(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	for _, n := range []int{299, 301} {
+		var changes []scm.FileChange
+		for i := range n {
+			changes = append(changes, scm.FileChange{Path: fmt.Sprintf("many%d/f%03d.txt", n, i), Content: []byte("x\n")})
+		}
+		head, err := f.d.Commit(ctx, testRepo, scm.CommitInput{Branch: fmt.Sprintf("many%d", n), Parent: f.head, Message: "many", Changes: changes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, err := f.d.ChangedBetween(ctx, testRepo, f.head, head)
+		switch {
+		case n < maxCompareFiles && (err != nil || len(files) != n):
+			t.Errorf("%d files: got %d, %v", n, len(files), err)
+		case n > maxCompareFiles && (!errors.Is(err, scm.ErrTruncated) || len(files) != maxCompareFiles || !strings.Contains(err.Error(), "at most 300 files")):
+			t.Errorf("%d files: got %d, %v; want the first 300 and ErrTruncated", n, len(files), err)
+		}
 	}
 }

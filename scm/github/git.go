@@ -283,3 +283,35 @@ func alreadyExists(resp *gh.Response, err error) bool {
 	return resp != nil && resp.StatusCode == http.StatusUnprocessableEntity &&
 		strings.Contains(strings.ToLower(err.Error()), "already exists")
 }
+
+// maxCompareFiles is how many files GitHub's compare API lists at most (it says nothing when
+// it cuts the list; per_page pages the commits, not the files).
+const maxCompareFiles = 300
+
+// ChangedBetween lists the paths changed from base to head (GitHub's compare base...head);
+// a rename lists both names. A comparison of maxCompareFiles files or more comes with an
+// error matching scm.ErrTruncated.
+func (d *Driver) ChangedBetween(ctx context.Context, repo scm.Repo, base, head string) ([]string, error) {
+	op := fmt.Sprintf("compare %.12s...%.12s", base, head)
+	owner, name, err := splitRepo(repo)
+	if err != nil {
+		return nil, d.wrap(op, repo, nil, err)
+	}
+	cmp, resp, err := d.client.Repositories.CompareCommits(ctx, owner, name, base, head, &gh.ListOptions{PerPage: 1})
+	if err != nil {
+		return nil, d.wrap(op, repo, resp, err)
+	}
+	var out []string
+	for _, f := range cmp.Files {
+		if p := f.GetPreviousFilename(); p != "" {
+			out = append(out, p)
+		}
+		out = append(out, f.GetFilename())
+	}
+	if len(cmp.Files) >= maxCompareFiles {
+		return out, d.wrapPlain(op, repo, fmt.Errorf("GitHub lists at most %d files of a comparison: %w", maxCompareFiles, scm.ErrTruncated))
+	}
+	return out, nil
+}
+
+var _ scm.Comparer = (*Driver)(nil)

@@ -1,6 +1,8 @@
 package github
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -37,7 +39,8 @@ var hookFormat = &scm.HookFormat{
 	DeliveryHeaders: []string{headerDelivery},
 	SignatureHeader: headerSignature,
 	Verify:          scm.VerifyHMACSHA256,
-	Parse:           parseHook,
+	// GitHub sends one delivery per pushed ref and per PR action: never more than one event.
+	Parse: func(r *http.Request, h *scm.Hook) ([]*scm.Event, error) { return scm.OneEvent(parseHook(r, h)) },
 }
 
 // ParseWebhook verifies X-Hub-Signature-256 (HMAC-SHA256) in constant time and returns the
@@ -48,7 +51,7 @@ var hookFormat = &scm.HookFormat{
 // BenchmarkParseWebhook* on a loaded 2-core machine: about 2× the time and 2-6× the
 // allocations, ≈0.5 ms for a PR event and ≈0.1 s for a 2,048-commit push). That is far below
 // the rate forges deliver at, so one maintained decoder wins over a second one.
-func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event, error) {
+func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) ([]*scm.Event, error) {
 	return scm.WebhookSettings(*p).Parse(r, secret, hookFormat)
 }
 
@@ -64,8 +67,16 @@ func parseHook(r *http.Request, h *scm.Hook) (*scm.Event, error) {
 	}
 	parsed, err := gh.ParseWebHook(h.Kind, payload)
 	if err != nil {
-		return nil, scm.WebhookJSONError(err)
+		parsed, err = parseRead(h.Kind, payload, err)
+		if err != nil {
+			return nil, err
+		}
 	}
+	return normalise(parsed)
+}
+
+// normalise turns a payload decoded by go-github into prflow's event.
+func normalise(parsed any) (*scm.Event, error) {
 	switch e := parsed.(type) {
 	case *gh.PushEvent:
 		return normPush(e)
@@ -79,6 +90,82 @@ func parseHook(r *http.Request, h *scm.Hook) (*scm.Event, error) {
 		return normCheckSuite(e)
 	}
 	return nil, nil
+}
+
+// readFields are the payload fields prflow reads, per event kind: a nested key means "keep
+// this object, with only these fields"; nil keeps the value whole. Arrays apply the element's
+// fields to each element. TestParseWebhookOctokitExamples checks that dropping everything else
+// changes no event.
+var readFields = func() map[string]fields {
+	common := fields{"action": nil, "repository": {"full_name": nil}, "sender": {"login": nil}}
+	with := func(more fields) fields {
+		out := fields{}
+		for k, v := range common {
+			out[k] = v
+		}
+		for k, v := range more {
+			out[k] = v
+		}
+		return out
+	}
+	return map[string]fields{
+		"push": with(fields{"ref": nil, "before": nil, "after": nil, "deleted": nil,
+			"commits": {"added": nil, "modified": nil, "removed": nil}}),
+		"pull_request": with(fields{"label": {"name": nil}, "pull_request": {"number": nil, "title": nil, "body": nil,
+			"state": nil, "merged": nil, "draft": nil, "head": {"ref": nil, "sha": nil}, "base": {"ref": nil},
+			"mergeable": nil, "mergeable_state": nil, "html_url": nil, "merge_commit_sha": nil, "labels": {"name": nil}}}),
+		"status":      with(fields{"sha": nil, "context": nil, "state": nil}),
+		"check_run":   with(fields{"check_run": {"head_sha": nil, "name": nil, "status": nil, "conclusion": nil}}),
+		"check_suite": with(fields{"check_suite": {"head_sha": nil, "status": nil, "conclusion": nil}}),
+	}
+}()
+
+type fields map[string]fields
+
+// parseRead decodes a payload go-github refused (strictErr) again with only the fields prflow
+// reads: GitHub does not redeliver a refused delivery, so a malformed field prflow never looks
+// at (an odd app.created_at in a check_run) must not lose the event. A malformed field prflow
+// does read is still an error.
+func parseRead(kind string, payload []byte, strictErr error) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, scm.WebhookJSONError(strictErr) // not JSON at all: say what go-github said
+	}
+	slim, err := json.Marshal(keepFields(doc, readFields[kind]))
+	if err != nil {
+		return nil, scm.WebhookJSONError(strictErr)
+	}
+	parsed, err := gh.ParseWebHook(kind, slim)
+	if err != nil {
+		return nil, scm.WebhookJSONError(err)
+	}
+	return parsed, nil
+}
+
+// keepFields returns v with only the fields f names (f nil: all of v).
+func keepFields(v any, f fields) any {
+	if f == nil {
+		return v
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(f))
+		for k, sub := range f {
+			if fv, ok := x[k]; ok {
+				out[k] = keepFields(fv, sub)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = keepFields(e, f)
+		}
+		return out
+	}
+	return v // a scalar where an object was expected: go-github will say so
 }
 
 // jsonPayload returns the JSON document; GitHub hooks may be configured to send it as the
@@ -120,6 +207,7 @@ func normPush(p *gh.PushEvent) (*scm.Event, error) {
 	for _, c := range p.Commits {
 		lists = append(lists, c.Added, c.Modified, c.Removed)
 	}
+	deleted := p.GetDeleted() || (p.After != nil && scm.IsZeroSHA(p.GetAfter()))
 	return &scm.Event{
 		Kind:    scm.EventPush,
 		Repo:    repo,
@@ -128,9 +216,14 @@ func normPush(p *gh.PushEvent) (*scm.Event, error) {
 		Before:  p.GetBefore(),
 		After:   p.GetAfter(),
 		Changed: scm.ChangedPaths(lists...),
-		Deleted: p.GetDeleted() || (p.After != nil && scm.IsZeroSHA(p.GetAfter())),
+		Deleted: deleted,
+		// GitHub lists at most maxPushCommits commits (with their files) and no total count.
+		ChangedIncomplete: !deleted && len(p.Commits) >= maxPushCommits,
 	}, nil
 }
+
+// maxPushCommits is how many commits a GitHub push webhook lists at most.
+const maxPushCommits = 2048
 
 // prActions maps GitHub's pull_request actions to prflow's; others (assigned, review_requested,
 // locked, …) are ignored.

@@ -323,3 +323,30 @@ func (d *Driver) errText(err error) string {
 	}
 	return d.redactString(err.Error())
 }
+
+// ChangedBetween lists the paths changed from base to head (GitLab's compare from the merge
+// base, straight=false); a rename lists both names.
+func (d *Driver) ChangedBetween(ctx context.Context, repo scm.Repo, base, head string) ([]string, error) {
+	op := fmt.Sprintf("compare %.12s...%.12s", base, head)
+	pid, err := projectID(repo)
+	if err != nil {
+		return nil, d.wrap(op, repo, nil, err)
+	}
+	cmp, resp, err := d.client.Repositories.Compare(pid, &gl.CompareOptions{From: gl.Ptr(base), To: gl.Ptr(head), Straight: gl.Ptr(false)}, gl.WithContext(ctx))
+	if err != nil {
+		return nil, d.wrap(op, repo, resp, err)
+	}
+	if cmp.CompareTimeout {
+		return nil, d.wrap(op, repo, resp, fmt.Errorf("GitLab timed out comparing the commits: %w", scm.ErrTruncated))
+	}
+	var out []string
+	for _, df := range cmp.Diffs {
+		if df.OldPath != "" && df.OldPath != df.NewPath {
+			out = append(out, df.OldPath)
+		}
+		out = append(out, df.NewPath)
+	}
+	return out, nil
+}
+
+var _ scm.Comparer = (*Driver)(nil)

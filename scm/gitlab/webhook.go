@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	gl "gitlab.com/gitlab-org/api/client-go"
 
@@ -57,11 +58,11 @@ var hookFormat = &scm.HookFormat{
 // The client's decoding costs more than the hand-written structs it replaced (measured with
 // BenchmarkParseWebhook* on a loaded 2-core machine: well under a millisecond for an MR event),
 // far below the rate GitLab delivers at, so one maintained decoder wins over a second one.
-func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) (*scm.Event, error) {
+func (p *WebhookParser) ParseWebhook(r *http.Request, secret []byte) ([]*scm.Event, error) {
 	return scm.WebhookSettings(*p).Parse(r, secret, hookFormat)
 }
 
-func parseHook(_ *http.Request, h *scm.Hook) (*scm.Event, error) {
+func parseHook(_ *http.Request, h *scm.Hook) ([]*scm.Event, error) {
 	kind := gl.EventType(h.Kind)
 	want, known := hookKinds[kind]
 	if !known && kind != gl.EventTypeSystemHook {
@@ -99,13 +100,15 @@ func parseHook(_ *http.Request, h *scm.Hook) (*scm.Event, error) {
 	if err != nil {
 		return nil, scm.WebhookJSONError(err)
 	}
+	// GitLab sends one push hook per pushed ref (and none at all for a push of more refs than
+	// its push_event_hooks_limit), so only a merge request update fans out.
 	switch e := parsed.(type) {
 	case *gl.PushEvent:
-		return normPush(e)
+		return scm.OneEvent(normPush(e))
 	case *gl.MergeEvent:
 		return normMergeRequest(e)
 	case *gl.PipelineEvent:
-		return normPipeline(e)
+		return scm.OneEvent(normPipeline(e))
 	}
 	return nil, nil
 }
@@ -150,10 +153,12 @@ func normPush(p *gl.PushEvent) (*scm.Event, error) {
 		After:   p.After,
 		Changed: scm.ChangedPaths(lists...),
 		Deleted: scm.IsZeroSHA(p.After), // GitLab's deletion push: after and checkout_sha are zero/null
+		// GitLab lists only the newest 20 commits; total_commits_count counts them all.
+		ChangedIncomplete: !scm.IsZeroSHA(p.After) && int(p.TotalCommitsCount) > len(p.Commits),
 	}, nil
 }
 
-func normMergeRequest(p *gl.MergeEvent) (*scm.Event, error) {
+func normMergeRequest(p *gl.MergeEvent) ([]*scm.Event, error) {
 	repo, err := projectName(p.Project.PathWithNamespace)
 	if err != nil {
 		return nil, err
@@ -162,8 +167,8 @@ func normMergeRequest(p *gl.MergeEvent) (*scm.Event, error) {
 	if a.IID <= 0 {
 		return nil, fmt.Errorf("payload has an invalid object_attributes.iid %d", a.IID)
 	}
-	action, label := mrAction(p)
-	if action == "" {
+	actions := mrActions(p)
+	if len(actions) == 0 {
 		return nil, nil
 	}
 	labels := p.Labels
@@ -188,47 +193,67 @@ func normMergeRequest(p *gl.MergeEvent) (*scm.Event, error) {
 	for _, l := range labels {
 		pr.Labels = append(pr.Labels, l.Title)
 	}
-	ev := &scm.Event{Kind: scm.EventPullRequest, Repo: repo, Action: action, Label: label, PR: pr}
+	sender := ""
 	if p.User != nil {
-		ev.Sender = p.User.Username
+		sender = p.User.Username
 	}
-	return ev, nil
+	out := make([]*scm.Event, 0, len(actions))
+	for _, act := range actions {
+		// Each event gets its own copy of the PR: consumers may change one without the others.
+		prc := *pr
+		prc.Labels = slices.Clone(pr.Labels)
+		out = append(out, &scm.Event{Kind: scm.EventPullRequest, Repo: repo, Sender: sender, Action: act.action, Label: act.label, PR: &prc})
+	}
+	return out, nil
 }
 
-// mrAction maps a merge request hook to a PR action. GitLab sends one "update" for any change:
-// one delivery carries one action, new commits (oldrev set) first, then the draft flag, then
-// labels, then title, description or target branch edits. Other actions (approved, …) and
-// other updates (assignees, reviewers, …) give "".
-func mrAction(p *gl.MergeEvent) (scm.PRAction, string) {
+// mrChange is one PR action a merge request hook carries (label: the label added or removed).
+type mrChange struct {
+	action scm.PRAction
+	label  string
+}
+
+// mrActions maps a merge request hook to the PR actions it carries. GitLab sends one "update"
+// for everything that changed at once (a push with a label added, a draft marked ready and
+// retitled), so an update gives every action it carries, in this order: new commits (oldrev
+// set), the draft flag, each label added, each label removed, a title, description or target
+// branch edit; GitHub would have sent one delivery for each. Other actions (approved, …) and
+// other updates (assignees, reviewers, …) give none.
+func mrActions(p *gl.MergeEvent) []mrChange {
 	a, c := &p.ObjectAttributes, &p.Changes
 	switch a.Action {
 	case "open", "reopen":
-		return scm.PROpened, ""
+		return []mrChange{{action: scm.PROpened}}
 	case "close":
-		return scm.PRClosedOnly, ""
+		return []mrChange{{action: scm.PRClosedOnly}}
 	case "merge":
-		return scm.PRMergedEvt, ""
+		return []mrChange{{action: scm.PRMergedEvt}}
 	case "update":
 	default:
-		return "", ""
+		return nil
+	}
+	var out []mrChange
+	if a.OldRev != "" {
+		out = append(out, mrChange{action: scm.PRSynchronize})
+	}
+	switch {
+	case c.Draft.Previous && !c.Draft.Current:
+		out = append(out, mrChange{action: scm.PRReady})
+	case !c.Draft.Previous && c.Draft.Current:
+		out = append(out, mrChange{action: scm.PRToDraft})
 	}
 	added, removed := labelDiff(c.Labels)
-	switch {
-	case a.OldRev != "":
-		return scm.PRSynchronize, ""
-	case c.Draft.Previous && !c.Draft.Current:
-		return scm.PRReady, ""
-	case !c.Draft.Previous && c.Draft.Current:
-		return scm.PRToDraft, ""
-	case len(added) > 0:
-		return scm.PRLabeled, added[0]
-	case len(removed) > 0:
-		return scm.PRUnlabeled, removed[0]
-	case c.Title.Previous != c.Title.Current, c.Description.Previous != c.Description.Current,
-		c.TargetBranch.Previous != c.TargetBranch.Current:
-		return scm.PREdited, ""
+	for _, l := range added {
+		out = append(out, mrChange{action: scm.PRLabeled, label: l})
 	}
-	return "", ""
+	for _, l := range removed {
+		out = append(out, mrChange{action: scm.PRUnlabeled, label: l})
+	}
+	if c.Title.Previous != c.Title.Current || c.Description.Previous != c.Description.Current ||
+		c.TargetBranch.Previous != c.TargetBranch.Current {
+		out = append(out, mrChange{action: scm.PREdited})
+	}
+	return out
 }
 
 // labelDiff lists the labels added to and removed from changes.labels.
@@ -244,12 +269,12 @@ func labelDiff(c gl.EventChangesLabels) (added, removed []string) {
 	}
 	prev, cur := titles(c.Previous), titles(c.Current)
 	for _, l := range c.Current {
-		if l != nil && l.Title != "" && !prev[l.Title] {
+		if l != nil && l.Title != "" && !prev[l.Title] && !slices.Contains(added, l.Title) {
 			added = append(added, l.Title)
 		}
 	}
 	for _, l := range c.Previous {
-		if l != nil && l.Title != "" && !cur[l.Title] {
+		if l != nil && l.Title != "" && !cur[l.Title] && !slices.Contains(removed, l.Title) {
 			removed = append(removed, l.Title)
 		}
 	}

@@ -2,7 +2,9 @@ package gitlab
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -109,7 +111,7 @@ func TestParseWebhookEvents(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body := readTestdata(t, tt.file)
-			got, err := fixedParser().ParseWebhook(hookRequest(tt.event, body, string(hookSecret)), hookSecret)
+			got, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, body, string(hookSecret)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +149,7 @@ func TestParseWebhookMRActions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			body := []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"},` +
 				`"object_attributes":{"iid":3,"state":"` + tt.state + `","action":"` + tt.action + `","merge_commit_sha":"m1"` + tt.extra + `}}`)
-			ev, err := fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret)
+			ev, err := one(fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,7 +189,7 @@ func TestParseWebhookToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := (&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("Push Hook", body, tt.token), tt.secret)
+			_, err := one((&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("Push Hook", body, tt.token), tt.secret))
 			if !errors.Is(err, scm.ErrBadSignature) {
 				t.Fatalf("err = %v, want ErrBadSignature", err)
 			}
@@ -197,7 +199,7 @@ func TestParseWebhookToken(t *testing.T) {
 		})
 	}
 	t.Run("unsigned allowed without secret", func(t *testing.T) {
-		ev, err := (&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("Push Hook", body, ""), nil)
+		ev, err := one((&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("Push Hook", body, ""), nil))
 		if err != nil || ev == nil || ev.Repo != "platform/gitops/deploy" {
 			t.Fatalf("got %+v, %v", ev, err)
 		}
@@ -232,7 +234,7 @@ func TestParseWebhookErrors(t *testing.T) {
 			if tt.chunked {
 				r.ContentLength = -1
 			}
-			_, err := (&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret)
+			_, err := one((&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret))
 			if err == nil {
 				t.Fatal("want error")
 			}
@@ -256,7 +258,7 @@ func TestParseWebhookIgnored(t *testing.T) {
 		{"System Hook", `{"object_kind":"repository_update"}`},
 		{"Push Hook", `{"object_kind":"push","ref":"refs/tags/v1","project":{"path_with_namespace":"g/p"}}`},
 	} {
-		ev, err := fixedParser().ParseWebhook(hookRequest(tt.event, []byte(tt.body), string(hookSecret)), hookSecret)
+		ev, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, []byte(tt.body), string(hookSecret)), hookSecret))
 		if ev != nil || err != nil {
 			t.Errorf("%s: got %+v, %v; want ignored", tt.event, ev, err)
 		}
@@ -278,44 +280,51 @@ func FuzzParseWebhook(f *testing.F) {
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 		r.Header.Set(headerEvent, event)
 		r.Header.Set(headerToken, token)
-		ev, err := p.ParseWebhook(r, hookSecret)
+		evs, err := p.ParseWebhook(r, hookSecret)
 		if !withToken {
 			if len(body) <= 64<<10 && !errors.Is(err, scm.ErrBadSignature) {
 				t.Fatalf("bad token accepted: %v", err)
 			}
 			return
 		}
-		if err != nil || ev == nil {
+		if err != nil {
 			return
 		}
-		if ev.Repo == "" || ev.DeliveryID == "" || ev.Provider != Name {
-			t.Fatalf("event without repo/delivery: %+v", ev)
-		}
-		switch ev.Kind {
-		case scm.EventPush:
-			if ev.Branch == "" {
-				t.Fatalf("push without branch: %+v", ev)
+		keys := map[string]bool{}
+		for _, ev := range evs {
+			if keys[ev.DedupeKey()] {
+				t.Fatalf("two events of one delivery share the dedupe key %s", ev.DedupeKey())
 			}
-		case scm.EventPullRequest:
-			if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
-				t.Fatalf("MR event without MR: %+v", ev)
+			keys[ev.DedupeKey()] = true
+			if ev.Repo == "" || ev.DeliveryID == "" || ev.Provider != Name {
+				t.Fatalf("event without repo/delivery: %+v", ev)
 			}
-			if ev.Action == scm.PRLabeled && ev.Label == "" {
-				t.Fatalf("labeled without label: %+v", ev)
+			switch ev.Kind {
+			case scm.EventPush:
+				if ev.Branch == "" {
+					t.Fatalf("push without branch: %+v", ev)
+				}
+			case scm.EventPullRequest:
+				if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
+					t.Fatalf("MR event without MR: %+v", ev)
+				}
+				if ev.Action == scm.PRLabeled && ev.Label == "" {
+					t.Fatalf("labeled without label: %+v", ev)
+				}
+			case scm.EventStatus:
+				if ev.SHA == "" || ev.State == "" {
+					t.Fatalf("status event without sha/state: %+v", ev)
+				}
+			default:
+				t.Fatalf("unexpected kind %q", ev.Kind)
 			}
-		case scm.EventStatus:
-			if ev.SHA == "" || ev.State == "" {
-				t.Fatalf("status event without sha/state: %+v", ev)
-			}
-		default:
-			t.Fatalf("unexpected kind %q", ev.Kind)
 		}
 	})
 }
 
 func TestParseWebhookBranchDeleted(t *testing.T) {
 	body := readTestdata(t, "push_branch_deleted.json")
-	ev, err := fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret)
+	ev, err := one(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,12 +339,12 @@ func TestParseWebhookBranchDeleted(t *testing.T) {
 // A system hook's X-Gitlab-Event names no kind: the body's object_kind does.
 func TestParseWebhookSystemHook(t *testing.T) {
 	body := readTestdata(t, "push.json")
-	ev, err := fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret)
+	ev, err := one(fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret))
 	if err != nil || ev == nil || ev.Kind != scm.EventPush || ev.Branch != "main" {
 		t.Fatalf("got %+v, %v", ev, err)
 	}
 	body = readTestdata(t, "merge_request_merge.json")
-	ev, err = fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret)
+	ev, err = one(fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret))
 	if err != nil || ev == nil || ev.Kind != scm.EventPullRequest || ev.Action != scm.PRMergedEvt {
 		t.Fatalf("got %+v, %v", ev, err)
 	}
@@ -347,15 +356,105 @@ func TestParseWebhookIdempotencyKey(t *testing.T) {
 	body := readTestdata(t, "push.json")
 	r := hookRequest("Push Hook", body, string(hookSecret))
 	r.Header.Set("Idempotency-Key", "908a6d9e-45fd-46c8-97e6-c4f350f219dd")
-	ev, err := fixedParser().ParseWebhook(r, hookSecret)
+	ev, err := one(fixedParser().ParseWebhook(r, hookSecret))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ev.DeliveryID != "908a6d9e-45fd-46c8-97e6-c4f350f219dd" {
 		t.Errorf("DeliveryID = %q, want the Idempotency-Key", ev.DeliveryID)
 	}
-	ev, err = fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret)
+	ev, err = one(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
 	if err != nil || ev.DeliveryID != deliveryID {
 		t.Errorf("without Idempotency-Key: DeliveryID = %q, %v; want the event UUID", ev.DeliveryID, err)
+	}
+}
+
+// one is the parse result of a delivery that carries at most one change.
+func one(evs []*scm.Event, err error) (*scm.Event, error) {
+	switch {
+	case len(evs) > 1:
+		return nil, fmt.Errorf("%d events, want at most one: %+v", len(evs), evs)
+	case len(evs) == 0:
+		return nil, err
+	}
+	return evs[0], err
+}
+
+// TestParseWebhookMRUpdateSeveralActions: GitLab sends one update hook for a push to the
+// MR's branch that also added two labels, removed one and changed the title. Each change is an
+// event of its own (GitHub sends a delivery for each), so `actions: [labeled]` fires too; each
+// has its own dedupe key and its own copy of the PR.
+func TestParseWebhookMRUpdateSeveralActions(t *testing.T) {
+	body := readTestdata(t, "merge_request_update_several.json")
+	evs, err := fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	keys := map[string]bool{}
+	for _, ev := range evs {
+		got = append(got, string(ev.Action)+":"+ev.Label)
+		keys[ev.DedupeKey()] = true
+		if ev.PR == nil || ev.PR.Number != 8 || ev.DeliveryID != deliveryID || ev.Repo == "" {
+			t.Errorf("event %+v", ev)
+		}
+	}
+	want := "[synchronized: labeled:approved labeled:deploy unlabeled:wip edited:]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("actions %v, want %s", got, want)
+	}
+	if len(keys) != len(evs) {
+		t.Errorf("dedupe keys %v are not distinct", keys)
+	}
+	evs[0].PR.Labels[0] = "changed"
+	if evs[1].PR.Labels[0] == "changed" {
+		t.Error("events share one PR")
+	}
+}
+
+// TestParseWebhookClosedExcludesMerged: on every forge `closed` is a PR closed without being
+// merged and `merged` a merged one; a merge is never also `closed` (README, triggers).
+func TestParseWebhookClosedExcludesMerged(t *testing.T) {
+	for _, tt := range []struct{ action, state, want string }{
+		{"close", "closed", "[closed]"},
+		{"merge", "merged", "[merged]"},
+	} {
+		body := []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"},` +
+			`"object_attributes":{"iid":3,"state":"` + tt.state + `","action":"` + tt.action + `"}}`)
+		evs, err := fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ev := range evs {
+			got = append(got, string(ev.Action))
+		}
+		if fmt.Sprint(got) != tt.want {
+			t.Errorf("%s: actions %v, want %s", tt.action, got, tt.want)
+		}
+	}
+}
+
+// TestParseWebhookPushOverTwentyCommits: GitLab lists only the newest 20 commits of a push
+// (total_commits_count counts all): the event says its file list is incomplete; a push it
+// lists whole does not.
+func TestParseWebhookPushOverTwentyCommits(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(readTestdata(t, "push.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		total      int
+		incomplete bool
+	}{{2, false}, {25, true}} {
+		doc["total_commits_count"] = tt.total
+		body, _ := json.Marshal(doc)
+		ev, err := one(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
+		if err != nil || ev == nil {
+			t.Fatalf("%d commits: %+v, %v", tt.total, ev, err)
+		}
+		if ev.ChangedIncomplete != tt.incomplete || len(ev.Changed) == 0 {
+			t.Errorf("%d commits, 2 listed: ChangedIncomplete %v, changed %v", tt.total, ev.ChangedIncomplete, ev.Changed)
+		}
 	}
 }

@@ -52,3 +52,34 @@ func (p *Provider) IsAncestor(ctx context.Context, repo scm.Repo, ancestor, desc
 	})
 	return yes, p.fail(repo, op, err)
 }
+
+// ChangedBetween lists the paths changed from base to head, from their merge base.
+func (p *Provider) ChangedBetween(ctx context.Context, repo scm.Repo, base, head string) ([]string, error) {
+	op := fmt.Sprintf("compare %.12s...%.12s", base, head)
+	w, refs, err := p.openRemote(ctx, repo)
+	if err != nil {
+		return nil, p.fail(repo, op, err)
+	}
+	defer w.Close()
+	for _, sha := range []string{base, head} {
+		if err := w.FetchCommit(ctx, refs, sha); err != nil {
+			return nil, p.fail(repo, op, err)
+		}
+	}
+	var mb string
+	err = w.FetchHistory(ctx, []string{"refs/heads/*"}, func() (bool, error) {
+		var err error
+		mb, err = w.MergeBase(base, head)
+		if errors.Is(err, gitengine.ErrShallow) {
+			return false, nil
+		}
+		return true, err
+	})
+	if err != nil {
+		return nil, p.fail(repo, op, err)
+	}
+	files, err := w.ChangedPaths(mb, head)
+	return files, p.fail(repo, op, err)
+}
+
+var _ scm.Comparer = (*Provider)(nil)

@@ -92,6 +92,7 @@ var cases = []testCase{
 	{"CommentOnce", testCommentOnce},
 	{"Status", testStatus},
 	{"ChangedFiles", testChangedFiles},
+	{"ChangedBetween", testChangedBetween},
 	{"ConcurrentCommits", testConcurrentCommits},
 	{"IsAncestor", testIsAncestor},
 	{"IsAncestorMergeCommit", testIsAncestorMergeCommit},
@@ -758,6 +759,32 @@ func testStatus(t *testing.T, s *suite) {
 		if found == nil || found.State != scm.StatusSuccess || found.Description != "done" || found.TargetURL != st.TargetURL {
 			t.Fatalf("statuses = %+v, want the latest %+v", got, st)
 		}
+	}
+}
+
+// testChangedBetween: what a push changed, from its before to its after commit (over two
+// commits), as the TriggerPaths step asks when a push webhook did not list every file.
+func testChangedBetween(t *testing.T, s *suite) {
+	cmp, ok := s.Provider.(scm.Comparer)
+	if !ok {
+		t.Fatalf("%s driver does not implement scm.Comparer", s.Provider.Name())
+	}
+	before := s.branch(t, "conformance/between")
+	s.commit(t, "conformance/between", "one", change(s.f1, "between\n"))
+	after := s.commit(t, "conformance/between", "two", del(s.f2), change("conformance/between/new.txt", "new\n"))
+	got, err := cmp.ChangedBetween(s.ctx, s.Repo, before, after)
+	if err != nil {
+		t.Fatalf("ChangedBetween: %v", err)
+	}
+	want := []string{"conformance/between/new.txt", s.f1, s.f2}
+	sort.Strings(want)
+	sorted := append([]string(nil), got...)
+	sort.Strings(sorted)
+	if fmt.Sprint(sorted) != fmt.Sprint(want) {
+		t.Fatalf("ChangedBetween = %v, want %v", got, want)
+	}
+	if _, err := cmp.ChangedBetween(s.ctx, s.Repo, before, strings.Repeat("0", 39)+"1"); err == nil {
+		t.Error("ChangedBetween to an unknown commit: no error")
 	}
 }
 

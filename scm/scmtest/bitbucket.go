@@ -1381,13 +1381,15 @@ func bbPushJSON(e PushEvent) map[string]any {
 				"links": bbLinks("self", v.API+"/2.0/repositories/"+v.full()+"/commit/"+sha)},
 			"links": bbLinks("self", v.API+"/2.0/repositories/"+v.full()+"/refs/branches/"+branch)}
 	}
-	commits := make([]map[string]any, 0, len(e.Commits))
-	for i := len(e.Commits) - 1; i >= 0; i-- {
+	// Bitbucket lists the newest 5 commits, newest first, with truncated when there were more.
+	commits := make([]map[string]any, 0, min(len(e.Commits), 5))
+	for i := len(e.Commits) - 1; i >= 0 && len(commits) < 5; i-- {
 		commits = append(commits, bbCommitJSON(v, e.Commits[i].Commit))
 	}
+	truncated := max(e.TotalCommits, len(e.Commits)) > len(commits)
 	before, after := e.ids()
 	change := map[string]any{"new": state(e.After), "old": state(e.Before), "created": before == zeroOID,
-		"closed": after == zeroOID, "forced": false, "truncated": false, "commits": commits,
+		"closed": after == zeroOID, "forced": false, "truncated": truncated, "commits": commits,
 		"links": bbLinks("html", v.Web+"/"+v.full()+"/branches/compare/"+e.After+".."+e.Before)}
 	return map[string]any{"actor": bbUserJSON(v.API, senderOr(e.Pusher, "")), "repository": bbRepoJSON(v),
 		"push": map[string]any{"changes": []any{change}}}

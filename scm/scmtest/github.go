@@ -1259,8 +1259,9 @@ func (g *GitHub) compare(c *ghCall) {
 		ghError(c.w, 500, err.Error(), doc)
 		return
 	}
-	fl := make([]map[string]any, 0, len(files))
-	for _, f := range files {
+	// GitHub lists at most 300 files of a comparison, silently, on every page.
+	fl := make([]map[string]any, 0, min(len(files), 300))
+	for _, f := range files[:min(len(files), 300)] {
 		fl = append(fl, ghFileJSON(c.rv, head, f, true))
 	}
 	baseC, _ := c.rs.repo.commit(c.ctx, base)

@@ -248,6 +248,7 @@ func (g *GitLab) routes() {
 	g.handle("GET /projects/{id}/repository/commits/{sha}", g.getCommit)
 	g.handle("GET /projects/{id}/repository/commits/{sha}/diff", g.commitDiff)
 	g.handle("GET /projects/{id}/repository/merge_base", g.mergeBase)
+	g.handle("GET /projects/{id}/repository/compare", g.compare)
 	g.handle("POST /projects/{id}/repository/commits/{sha}/revert", g.revertCommit)
 	g.handle("GET /projects/{id}/repository/commits/{sha}/statuses", g.listStatuses)
 	g.handle("POST /projects/{id}/statuses/{sha}", g.createStatus)
@@ -617,6 +618,53 @@ func (g *GitLab) mergeBase(c *glCall) {
 		return
 	}
 	writeJSON(c.w, 200, glCommitJSON(c.rv, commit, nil))
+}
+
+// compare answers GET /repository/compare?from=&to=&straight=: the commits and diffs from
+// the merge base of from and to (straight=true: from itself) to to.
+func (g *GitLab) compare(c *glCall) {
+	q := c.r.URL.Query()
+	from, err1 := c.rs.repo.resolve(c.ctx, q.Get("from"))
+	to, err2 := c.rs.repo.resolve(c.ctx, q.Get("to"))
+	if q.Get("from") == "" || q.Get("to") == "" {
+		glMessage(c.w, 400, "400 Bad request - from, to are missing")
+		return
+	}
+	if err1 != nil || err2 != nil {
+		glMessage(c.w, 404, "404 Ref Not Found")
+		return
+	}
+	base := from
+	if q.Get("straight") != "true" {
+		mb, err := c.rs.repo.mergeBase(c.ctx, from, to)
+		if err != nil || mb == "" {
+			glMessage(c.w, 404, "404 Not found")
+			return
+		}
+		base = mb
+	}
+	shas, _ := c.rs.repo.revList(c.ctx, "--reverse", base+".."+to)
+	commits := make([]map[string]any, 0, len(shas))
+	for _, sha := range shas {
+		if cm, err := c.rs.repo.commit(c.ctx, sha); err == nil {
+			commits = append(commits, glCommitJSON(c.rv, cm, nil))
+		}
+	}
+	files, err := c.rs.repo.diff(c.ctx, base, to, true)
+	if err != nil {
+		glMessage(c.w, 500, err.Error())
+		return
+	}
+	diffs := make([]map[string]any, 0, len(files))
+	for _, f := range files {
+		diffs = append(diffs, glDiffJSON(f))
+	}
+	var last any
+	if len(commits) > 0 {
+		last = commits[len(commits)-1]
+	}
+	writeJSON(c.w, 200, map[string]any{"commit": last, "commits": commits, "diffs": diffs, "compare_timeout": false,
+		"compare_same_ref": from == to, "web_url": c.rv.Web + "/" + c.rv.full() + "/-/compare/" + from + "..." + to})
 }
 
 func (g *GitLab) commitDiff(c *glCall) {
@@ -1471,8 +1519,11 @@ func glMRHookJSON(e PREvent) map[string]any {
 func glPushHookJSON(e PushEvent) map[string]any {
 	v := e.view()
 	before, after := e.ids()
-	commits := make([]map[string]any, 0, len(e.Commits))
-	for _, c := range e.Commits {
+	// GitLab lists the newest 20 commits; total_commits_count counts all of them.
+	listed := e.Commits[max(0, len(e.Commits)-20):]
+	total := max(e.TotalCommits, len(e.Commits))
+	commits := make([]map[string]any, 0, len(listed))
+	for _, c := range listed {
 		commits = append(commits, map[string]any{"id": c.SHA, "message": c.Message, "title": c.Title(),
 			"timestamp": c.Committer.When.Format(time.RFC3339), "url": v.Web + "/" + v.full() + "/-/commit/" + c.SHA,
 			"author": map[string]string{"name": c.Author.Name, "email": c.Author.Email},
@@ -1487,7 +1538,7 @@ func glPushHookJSON(e PushEvent) map[string]any {
 		"object_kind": "push", "event_name": "push", "before": before, "after": after, "ref": e.Ref, "ref_protected": false,
 		"checkout_sha": checkout, "message": nil, "user_id": stableID("user:" + pusher), "user_name": pusher,
 		"user_username": pusher, "user_email": "", "user_avatar": "", "project_id": v.ID, "project": glHookProject(v),
-		"commits": commits, "total_commits_count": len(commits), "push_options": map[string]any{},
+		"commits": commits, "total_commits_count": total, "push_options": map[string]any{},
 		"repository": glHookRepository(v),
 	}
 }

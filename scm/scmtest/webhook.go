@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,9 @@ type PushEvent struct {
 	Ref           string // refs/heads/<branch>
 	Before, After string
 	Commits       []PushCommit
+	// TotalCommits is how many commits the push added when Commits lists only the newest
+	// (0: len(Commits)); GitLab's total_commits_count.
+	TotalCommits  int
 	Pusher        string
 	BaseURL       string
 	WebBase       string
@@ -332,7 +336,9 @@ func (f *Forge) webhookEvents(ev hookEvent) []WebhookEvent {
 		pe := PushEvent{Owner: rs.owner, Name: rs.name, RepoID: rs.id, Ref: u.Ref, Before: u.Before, After: u.After,
 			Pusher: ev.sender, BaseURL: base, WebBase: web, CloneURL: clone, DefaultBranch: def}
 		if u.After != "" {
-			args := []string{"--reverse", "--max-count=20", u.After}
+			// GitHub lists up to 2,048 commits; each forge's payload cuts this list to its own
+			// limit (GitLab 20, Bitbucket 5) and says how many there were.
+			args := []string{"--reverse", "--max-count=2048", u.After}
 			if u.Before != "" {
 				args = append(args, "^"+u.Before)
 			} else {
@@ -340,6 +346,9 @@ func (f *Forge) webhookEvents(ev hookEvent) []WebhookEvent {
 				args = append(args, "--not", "--exclude="+strings.TrimPrefix(u.Ref, "refs/heads/"), "--branches")
 			}
 			shas, _ := rs.repo.revList(ctx, args...)
+			if all, err := rs.repo.revList(ctx, append([]string{"--count"}, args[2:]...)...); err == nil && len(all) == 1 {
+				pe.TotalCommits, _ = strconv.Atoi(all[0])
+			}
 			for _, sha := range shas {
 				c, err := rs.repo.commit(ctx, sha)
 				if err != nil {

@@ -357,3 +357,17 @@ func eachKV(ctx context.Context, kv jetstream.KeyValue, problems *[]string, fn f
 		fn(e.Value())
 	}
 }
+
+// maxEvents is how many webhook events the events page lists.
+const maxEvents = 200
+
+// eventsPage lists the newest webhook events from the audit log: what each was about, the
+// runs it started and the triggers whose expression failed on it (they started no run).
+func (u *UI) eventsPage(w http.ResponseWriter, r *http.Request) {
+	var problems []string
+	events, err := u.ctl.WebhookEvents(r.Context(), maxEvents)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	u.render(w, r, http.StatusOK, "events", map[string]any{"Title": "Webhook events", "Nav": "events", "Events": events, "Problems": problems})
+}

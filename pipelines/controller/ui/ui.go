@@ -11,6 +11,7 @@
 //	POST /ui/runs/{id}/decide        approve or reject a parked approval
 //	GET  /ui/environments            what each environment runs now and which run put it there
 //	GET  /ui/workers                 workers and agents
+//	GET  /ui/events                  the newest webhook events: runs started, triggers that failed
 //	GET  /ui/login, POST /ui/login   the API bearer token → session cookie; POST /ui/logout
 //
 // The only script is static/app.js (EventSource and copy buttons); no Node build, no library.
@@ -82,6 +83,7 @@ func (u *UI) Handler() http.Handler {
 	mux.Handle("POST /ui/runs/{id}/decide", u.action(u.decide))
 	mux.Handle("GET /ui/environments", u.page(u.envPage))
 	mux.Handle("GET /ui/workers", u.page(u.workersPage))
+	mux.Handle("GET /ui/events", u.page(u.eventsPage))
 	return securityHeaders(mux)
 }
 
