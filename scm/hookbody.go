@@ -28,6 +28,10 @@ const DefaultWebhookReadBudget = 64 << 20
 // the body was not read and the forge should retry later (HTTP 503 with Retry-After).
 var ErrBusy = errors.New("too many webhook bytes being read at once")
 
+// ErrSpill is returned when the part of a body past the in-memory threshold could not be
+// written to (or read back from) its temporary file: the server's fault, not the sender's.
+var ErrSpill = errors.New("could not spill the webhook body")
+
 // ReadBudget bounds the webhook body bytes being read and parsed at once across requests. A
 // request reserves its Content-Length (or the body limit when it sends none) before the first
 // body byte is read and gives it back when its parse is done; one that does not fit is refused
@@ -202,13 +206,13 @@ func (sp *spool) Write(p []byte) (int, error) {
 		if sp.file == nil {
 			f, err := os.CreateTemp(sp.dir, "prflow-webhook-*")
 			if err != nil {
-				sp.werr = fmt.Errorf("spill webhook body past %d bytes to a temporary file: %w", sp.memMax, err)
+				sp.werr = fmt.Errorf("%w past %d bytes to a temporary file: %w", ErrSpill, sp.memMax, err)
 				return 0, sp.werr
 			}
 			sp.file = f
 		}
 		if _, err := sp.file.Write(p); err != nil {
-			sp.werr = fmt.Errorf("spill webhook body to %s: %w", sp.file.Name(), err)
+			sp.werr = fmt.Errorf("%w to %s: %w", ErrSpill, sp.file.Name(), err)
 			return 0, sp.werr
 		}
 	}
@@ -224,7 +228,7 @@ func (sp *spool) bytes() ([]byte, error) {
 	out := make([]byte, sp.size)
 	k := copy(out, sp.mem)
 	if _, err := sp.file.ReadAt(out[k:], 0); err != nil {
-		return nil, fmt.Errorf("read back the spilled webhook body from %s: %w", sp.file.Name(), err)
+		return nil, fmt.Errorf("%w: read it back from %s: %w", ErrSpill, sp.file.Name(), err)
 	}
 	return out, nil
 }

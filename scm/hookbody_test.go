@@ -196,7 +196,7 @@ func TestWebhookSpillFailure(t *testing.T) {
 	budget := NewReadBudget(0)
 	s := WebhookSettings{MemBody: 1024, TempDir: filepath.Join(t.TempDir(), "missing"), Budget: budget}
 	_, err := s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret)}), secret, testFormat(nil))
-	if err == nil || !strings.Contains(err.Error(), "spill webhook body past 1024 bytes to a temporary file") || errors.Is(err, ErrBadSignature) {
+	if err == nil || !errors.Is(err, ErrSpill) || !strings.Contains(err.Error(), "could not spill the webhook body past 1024 bytes to a temporary file") || errors.Is(err, ErrBadSignature) {
 		t.Fatalf("err = %v", err)
 	}
 	if budget.InUse() != 0 {
