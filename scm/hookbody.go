@@ -60,9 +60,9 @@ func (b *ReadBudget) InUse() int64 {
 	return b.used
 }
 
-// reserve takes n bytes of the budget; release gives them back and may be called more than
-// once.
-func (b *ReadBudget) reserve(n int64) (release func(), err error) {
+// Reserve takes n bytes of the budget, or fails with ErrBusy when they do not fit; release
+// gives them back and may be called more than once.
+func (b *ReadBudget) Reserve(n int64) (release func(), err error) {
 	if b == nil {
 		return func() {}, nil
 	}
@@ -130,7 +130,7 @@ func (s WebhookSettings) readVerified(r *http.Request, h *Hook, f *HookFormat, s
 	if reserve < 0 { // chunked: the most it may be
 		reserve = limit
 	}
-	if release, err = s.Budget.reserve(reserve); err != nil {
+	if release, err = s.Budget.Reserve(reserve); err != nil {
 		return func() {}, err
 	}
 	var mac hash.Hash

@@ -60,7 +60,7 @@ func TestWebhookRefusedBeforeReading(t *testing.T) {
 	secret := []byte("s3cret-value")
 	body := bytes.Repeat([]byte("x"), 4096)
 	full := NewReadBudget(1024)
-	hold, err := full.reserve(1000)
+	hold, err := full.Reserve(1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestWebhookBudgetConcurrent(t *testing.T) {
 
 func TestReadBudgetReleaseOnce(t *testing.T) {
 	b := NewReadBudget(10)
-	rel, err := b.reserve(10)
+	rel, err := b.Reserve(10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,11 +292,11 @@ func TestReadBudgetReleaseOnce(t *testing.T) {
 	if b.InUse() != 0 {
 		t.Errorf("a double release gave back twice: %d", b.InUse())
 	}
-	if _, err := b.reserve(11); !errors.Is(err, ErrBusy) {
+	if _, err := b.Reserve(11); !errors.Is(err, ErrBusy) {
 		t.Errorf("a request over the whole budget: %v", err)
 	}
 	var nilBudget *ReadBudget
-	if rel, err := nilBudget.reserve(1 << 40); err != nil {
+	if rel, err := nilBudget.Reserve(1 << 40); err != nil {
 		t.Errorf("nil budget: %v", err)
 	} else {
 		rel()

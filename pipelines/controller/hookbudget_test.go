@@ -159,3 +159,49 @@ func TestLoadWebhooksReadBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookRefusalReachesSender: a sender still writing a large body that is refused before
+// being read (no signature, or over the read budget) gets the answer, not a connection reset.
+func TestWebhookRefusalReachesSender(t *testing.T) {
+	e := newHookEnv(t, nil, nil, nil, 0)
+	cfg := controller.NewWebhooks(0, map[string]string{"github": hookSecret})
+	cfg.SetReadBudget(controller.DefaultMaxWebhookBody)
+	e.Ctl.SetWebhooks(cfg)
+	hold, err := cfg.ReadBudget().Reserve(controller.DefaultMaxWebhookBody) // the budget is full
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold()
+	body := bytes.Repeat([]byte(" "), controller.DefaultMaxWebhookBody)
+	var wg sync.WaitGroup
+	answers := make([]string, 16)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // as forges post: one delivery, one connection
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/github", bytes.NewReader(body))
+			req.Header.Set("X-GitHub-Event", "push")
+			if i%2 == 1 { // signed: refused by the full budget instead
+				req.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(hookSecret, body))
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				answers[i] = err.Error()
+				return
+			}
+			resp.Body.Close()
+			answers[i] = resp.Status + " " + resp.Header.Get("Retry-After")
+		}()
+	}
+	wg.Wait()
+	for i, a := range answers {
+		want := "401 Unauthorized "
+		if i%2 == 1 {
+			want = "503 Service Unavailable 10"
+		}
+		if a != want {
+			t.Errorf("sender %d: %q, want %q", i, a, want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -225,6 +226,7 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 			err = errors.New("webhook signature missing or invalid")
 		}
 		writeErr(w, code, err)
+		drainRefused(w, r, limit)
 		return
 	}
 	if ev == nil {
@@ -253,6 +255,19 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("webhook", "provider", provider, "kind", ev.Kind, "repo", ev.Repo, "delivery", ev.DeliveryID, "status", resp.Status)
 	writeJSON(w, http.StatusAccepted, resp)
+}
+
+// drainRefused discards what is left of a refused delivery's body once the answer is out, so
+// that a sender still writing it reads the 401 or 503 (and its Retry-After) rather than a
+// connection reset: net/http discards only 256 KiB of an unread body before closing. Nothing
+// is kept, the server's body deadline bounds how long it takes, and a body declared over the
+// limit is not drained.
+func drainRefused(w http.ResponseWriter, r *http.Request, limit int64) {
+	if r.Body == nil || r.ContentLength > limit {
+		return
+	}
+	_ = http.NewResponseController(w).Flush()
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, limit+1))
 }
 
 // eventMessage encodes ev for PRFLOW_SCM. An event larger than the connection's max payload
