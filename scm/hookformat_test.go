@@ -29,7 +29,6 @@ func testFormat(parsed *[]string) *HookFormat {
 		EventHeader:     "X-Event",
 		DeliveryHeaders: []string{"X-Retry-Key", "X-Delivery"},
 		SignatureHeader: "X-Sig",
-		Verify:          VerifyHMACSHA256,
 		Parse: func(r *http.Request, h *Hook) ([]*Event, error) {
 			if parsed != nil {
 				*parsed = append(*parsed, h.Kind+":"+string(h.Body))
@@ -192,20 +191,36 @@ func TestWebhookSettingsParseConcurrent(t *testing.T) {
 	}
 }
 
-func TestVerifyHookSecretRunsCheckOnlyWithSecretAndHeader(t *testing.T) {
+// A token format (GitLab) is checked from the header alone: Token runs only with a secret and
+// a header, and a wrong token is refused before the body is read.
+func TestWebhookSettingsTokenFormat(t *testing.T) {
 	calls := 0
-	check := func(string, string, []byte, []byte) error { calls++; return nil }
-	if err := VerifyHookSecret("X-Sig", "", nil, nil, true, check); err != nil || calls != 0 {
+	f := testFormat(nil)
+	f.Token = func(name, token string, secret []byte) error {
+		calls++
+		if token != string(secret) {
+			return fmt.Errorf("%s does not match: %w", name, ErrBadSignature)
+		}
+		return nil
+	}
+	body := []byte(`{}`)
+	if _, err := (WebhookSettings{AllowUnsigned: true}).Parse(hookReq("thing", body, nil), nil, f); err != nil || calls != 0 {
 		t.Errorf("allowUnsigned without secret: %v, %d checks", err, calls)
 	}
-	if err := VerifyHookSecret("X-Sig", "v", nil, nil, false, check); !errors.Is(err, ErrBadSignature) || calls != 0 {
+	if _, err := (WebhookSettings{}).Parse(hookReq("thing", body, map[string]string{"X-Sig": "v"}), nil, f); !errors.Is(err, ErrBadSignature) || calls != 0 {
 		t.Errorf("no secret: %v, %d checks", err, calls)
 	}
-	if err := VerifyHookSecret("X-Sig", "", nil, []byte("s"), true, check); !errors.Is(err, ErrBadSignature) || calls != 0 {
+	if _, err := (WebhookSettings{AllowUnsigned: true}).Parse(hookReq("thing", body, nil), []byte("s"), f); !errors.Is(err, ErrBadSignature) || calls != 0 {
 		t.Errorf("secret but no header: %v, %d checks", err, calls)
 	}
-	if err := VerifyHookSecret("X-Sig", "v", nil, []byte("s"), false, check); err != nil || calls != 1 {
-		t.Errorf("secret and header: %v, %d checks", err, calls)
+	if _, err := (WebhookSettings{}).Parse(hookReq("thing", body, map[string]string{"X-Sig": "s"}), []byte("s"), f); err != nil || calls != 1 {
+		t.Errorf("secret and the right token: %v, %d checks", err, calls)
+	}
+	r := hookReq("thing", body, map[string]string{"X-Sig": "wrong"})
+	cr := &countingReader{r: r.Body}
+	r.Body = cr
+	if _, err := (WebhookSettings{}).Parse(r, []byte("s"), f); !errors.Is(err, ErrBadSignature) || calls != 2 || cr.n.Load() != 0 {
+		t.Errorf("wrong token: %v, %d checks, %d body bytes read", err, calls, cr.n.Load())
 	}
 }
 

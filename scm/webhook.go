@@ -1,13 +1,9 @@
 package scm
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -96,25 +92,6 @@ type WebhookParser interface {
 	ParseWebhook(r *http.Request, secret []byte) ([]*Event, error)
 }
 
-// ReadWebhookBody reads a webhook body of at most limit bytes; a larger one is ErrTooLarge.
-func ReadWebhookBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.Body == nil {
-		return nil, errors.New("empty body")
-	}
-	if r.ContentLength > limit {
-		return nil, fmt.Errorf("body of %d bytes exceeds the %d byte limit: %w", r.ContentLength, limit, ErrTooLarge)
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, fmt.Errorf("body exceeds the %d byte limit: %w", limit, ErrTooLarge)
-		}
-		return nil, fmt.Errorf("read body: %w", err)
-	}
-	return b, nil
-}
-
 // WebhookSettings are the settings every forge's webhook parser takes. Each driver's
 // WebhookParser is this type with the forge's ParseWebhook, so the zero value is ready to use
 // and refuses unsigned deliveries.
@@ -126,6 +103,14 @@ type WebhookSettings struct {
 	AllowUnsigned bool
 	// Now stamps Event.Received; nil means time.Now.
 	Now func() time.Time
+	// MemBody is how much of a body is held in memory while it is read and verified; the rest
+	// is spilled to a temporary file in TempDir ("" means os.TempDir()) and only loaded once
+	// the signature matched. 0 means DefaultWebhookMemBody.
+	MemBody int64
+	TempDir string
+	// Budget, when set, bounds the body bytes read and parsed at once across requests (one
+	// budget shared by every parser of a server): a request over it is ErrBusy, unread.
+	Budget *ReadBudget
 }
 
 // HookFormat is what one forge's webhooks differ in: headers, signature scheme and payloads.
@@ -134,18 +119,24 @@ type HookFormat struct {
 	EventHeader string
 	// DeliveryHeaders name the delivery id; the first one the request carries is used.
 	DeliveryHeaders []string
-	// SignatureHeader carries the signature or token Verify checks.
+	// SignatureHeader carries the signature or token.
 	SignatureHeader string
-	// Verify checks a present signature against the body and a configured secret.
-	Verify func(headerName, signature string, body, secret []byte) error
+	// Token, when set, makes SignatureHeader a shared token (GitLab's X-Gitlab-Token) that
+	// Token compares with the secret before any body byte is read. Without it the header is
+	// "sha256=<hex HMAC-SHA256 of the body>" (GitHub, Bitbucket Cloud): its form is checked
+	// before the body is read and the HMAC while it is read.
+	Token func(headerName, token string, secret []byte) error
 	// Parse normalises a verified hook that names its event into one event per change it
 	// carries; none (nil, nil) ignores it.
 	Parse func(r *http.Request, h *Hook) ([]*Event, error)
 }
 
-// Parse reads, verifies and normalises one webhook in format f: the body within MaxBody, the
-// signature before anything in the body is looked at, then the forge's payload. Errors name
-// the forge, event and delivery.
+// Parse reads, verifies and normalises one webhook in format f. Everything that can be
+// refused without the body is, before a byte of it is read: no secret, a missing or malformed
+// signature header, a wrong GitLab token, a Content-Length over MaxBody, a full Budget. The
+// body is then read with its HMAC computed as it arrives (past MemBody into a temporary file,
+// removed before Parse returns) and handed to the forge's parser only once the HMAC matched.
+// Errors name the forge, event and delivery.
 func (s WebhookSettings) Parse(r *http.Request, secret []byte, f *HookFormat) ([]*Event, error) {
 	delivery := f.DeliveryHeaders[len(f.DeliveryHeaders)-1]
 	for _, name := range f.DeliveryHeaders {
@@ -154,11 +145,14 @@ func (s WebhookSettings) Parse(r *http.Request, secret []byte, f *HookFormat) ([
 			break
 		}
 	}
-	h, err := ReadHook(r, f.Provider, f.EventHeader, delivery, s.MaxBody)
+	h := newHook(r, f.Provider, f.EventHeader, delivery)
+	want, err := s.expectedMAC(r, secret, f)
 	if err != nil {
-		return nil, err
+		return nil, h.Errorf("%w", err)
 	}
-	if err := VerifyHookSecret(f.SignatureHeader, r.Header.Get(f.SignatureHeader), h.Body, secret, s.AllowUnsigned, f.Verify); err != nil {
+	release, err := s.readVerified(r, h, f, secret, want)
+	defer release() // held through the parse: the decoded payload is the larger part
+	if err != nil {
 		return nil, h.Errorf("%w", err)
 	}
 	if h.Kind == "" {
@@ -166,42 +160,6 @@ func (s WebhookSettings) Parse(r *http.Request, secret []byte, f *HookFormat) ([
 	}
 	evs, err := f.Parse(r, h)
 	return h.Finish(evs, err, s.Now)
-}
-
-// VerifyHookSecret is the check every forge starts with: without a secret a delivery is
-// refused unless allowUnsigned (dev setups); with one, a missing header is refused and a
-// present one goes to check.
-func VerifyHookSecret(headerName, header string, body, secret []byte, allowUnsigned bool, check func(headerName, header string, body, secret []byte) error) error {
-	if len(secret) == 0 {
-		if allowUnsigned {
-			return nil
-		}
-		return fmt.Errorf("no webhook secret configured: %w", ErrBadSignature)
-	}
-	if header == "" {
-		return fmt.Errorf("missing %s header: %w", headerName, ErrBadSignature)
-	}
-	return check(headerName, header, body, secret)
-}
-
-// VerifyHMACSHA256 checks a "sha256=<hex HMAC-SHA256(body)>" signature (GitHub's
-// X-Hub-Signature-256, Bitbucket Cloud's X-Hub-Signature) in constant time. It is a
-// HookFormat.Verify: VerifyHookSecret has already refused an empty secret or header.
-func VerifyHMACSHA256(headerName, header string, body, secret []byte) error {
-	hexSig, ok := strings.CutPrefix(header, "sha256=")
-	if !ok {
-		return fmt.Errorf("%s is not of the form sha256=<hex>: %w", headerName, ErrBadSignature)
-	}
-	got, err := hex.DecodeString(hexSig)
-	if err != nil {
-		return fmt.Errorf("%s is not hex: %w", headerName, ErrBadSignature)
-	}
-	mac := hmac.New(sha256.New, secret)
-	mac.Write(body)
-	if !hmac.Equal(got, mac.Sum(nil)) {
-		return fmt.Errorf("%s does not match the body: %w", headerName, ErrBadSignature)
-	}
-	return nil
 }
 
 // DecodeWebhookJSON decodes a webhook payload; errors say where the payload is malformed.
@@ -264,8 +222,19 @@ type Hook struct {
 }
 
 // ReadHook reads r's event name and delivery headers and its body (at most maxBody bytes; 0
-// means DefaultMaxWebhookBody). Errors name the forge, event and delivery.
+// means DefaultMaxWebhookBody) without verifying anything. Errors name the forge, event and
+// delivery.
 func ReadHook(r *http.Request, provider, eventHeader, deliveryHeader string, maxBody int64) (*Hook, error) {
+	h := newHook(r, provider, eventHeader, deliveryHeader)
+	release, err := WebhookSettings{MaxBody: maxBody}.readVerified(r, h, nil, nil, nil)
+	release()
+	if err != nil {
+		return nil, h.Errorf("%w", err)
+	}
+	return h, nil
+}
+
+func newHook(r *http.Request, provider, eventHeader, deliveryHeader string) *Hook {
 	h := &Hook{Provider: provider, Kind: r.Header.Get(eventHeader), Delivery: r.Header.Get(deliveryHeader)}
 	h.where = provider + " webhook"
 	if h.Kind != "" {
@@ -274,20 +243,7 @@ func ReadHook(r *http.Request, provider, eventHeader, deliveryHeader string, max
 	if h.Delivery != "" {
 		h.where += " (delivery " + h.Delivery + ")"
 	}
-	if maxBody <= 0 {
-		maxBody = DefaultMaxWebhookBody
-	}
-	body, err := ReadWebhookBody(r, maxBody)
-	if err != nil {
-		return nil, h.Errorf("%w", err)
-	}
-	h.Body = body
-	if h.Delivery == "" {
-		// Redeliveries of the same body must still deduplicate downstream.
-		sum := sha256.Sum256(body)
-		h.Delivery = "sha256:" + hex.EncodeToString(sum[:])
-	}
-	return h, nil
+	return h
 }
 
 // Errorf wraps an error with the webhook it is about (forge, event, delivery).

@@ -151,7 +151,7 @@ on loopback, without authentication.`,
 					return fmt.Errorf("--listen %s: dev serves without authentication, so only on loopback", listen)
 				}
 				anon := &controller.Auth{Anonymous: &controller.User{Name: user, Groups: groups}}
-				go func() { _ = serveAPI(runCtx, log, ctl, listen, anon) }()
+				go func() { _ = serveAPI(runCtx, log, ctl, listen, anon, defaultHTTPTimeouts) }()
 			}
 			<-ctl.Ready()
 			// Runs are checked against live workers and agents at start: wait for ours.

@@ -52,7 +52,7 @@ func listenOps(listen string, reg *prometheus.Registry, ready func() error) (*op
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	return &opsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln}, nil
+	return &opsServer{srv: newHTTPServer(mux, defaultHTTPTimeouts), ln: ln}, nil
 }
 
 // run serves until ctx ends. A nil server (no --listen) does nothing.

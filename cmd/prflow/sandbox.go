@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -39,7 +38,7 @@ func startSandbox(ctx context.Context, dir string, conn *queue.Conn, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: gs, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(gs, defaultHTTPTimeouts)
 	go func() { _ = srv.Serve(ln) }()
 	gs.SetBaseURL("http://" + ln.Addr().String())
 	if _, err := gs.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {

@@ -23,6 +23,7 @@ func newServer(g *globals) *cobra.Command {
 	var retention audit.Retention
 	var prComments bool
 	var hf harnessFlags
+	timeouts := defaultHTTPTimeouts
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the controller and its HTTP API",
@@ -98,7 +99,7 @@ func newServer(g *globals) *cobra.Command {
 			}
 			errc := make(chan error, 1)
 			go func() { errc <- ctl.Run(ctx) }()
-			if err := serveAPI(ctx, log, ctl, listen, auth); err != nil {
+			if err := serveAPI(ctx, log, ctl, listen, auth, timeouts); err != nil {
 				return err
 			}
 			return <-errc
@@ -113,19 +114,22 @@ func newServer(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&webhooks, "webhooks", "", "webhooks file: provider → secret (env:NAME or file:PATH); serves POST /hooks/<provider>")
 	cmd.Flags().StringVar(&pipelineDir, "pipelines", "", "directory of pipeline files; those with triggers: start runs on matching webhooks")
 	cmd.Flags().StringVar(&externalURL, "external-url", "", "URL people reach this server at; commit statuses and PR comments link to runs there")
+	cmd.Flags().DurationVar(&timeouts.Header, "read-header-timeout", defaultHTTPTimeouts.Header, "HTTP: time a client has to send a request's headers")
+	cmd.Flags().DurationVar(&timeouts.Body, "read-body-timeout", defaultHTTPTimeouts.Body, "HTTP: time a client has to send a request's body (webhooks, API calls), from the end of its headers")
+	cmd.Flags().DurationVar(&timeouts.Idle, "idle-timeout", defaultHTTPTimeouts.Idle, "HTTP: how long an idle keep-alive connection stays open")
 	cmd.Flags().BoolVar(&prComments, "pr-comments", true, "comment a summary on the PRs that UpdateReleaseRepo and RevertPR open")
 	return cmd
 }
 
 // serveAPI serves a controller's HTTP API until ctx ends.
-func serveAPI(ctx context.Context, log *slog.Logger, ctl *controller.Controller, listen string, auth *controller.Auth) error {
+func serveAPI(ctx context.Context, log *slog.Logger, ctl *controller.Controller, listen string, auth *controller.Auth, timeouts httpTimeouts) error {
 	errc := make(chan error, 1)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
 	// The web UI (/ui/) in front of the API; it signs people in with the API's tokens.
-	srv := &http.Server{Handler: ui.Wrap(ctl.Handler(auth), ui.New(ctl, auth, log)), ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(ui.Wrap(ctl.Handler(auth), ui.New(ctl, auth, log)), timeouts)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("API and web UI listening", "addr", ln.Addr().String(), "ui", "http://"+ln.Addr().String()+"/ui/")
 	select {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,6 +22,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm"
 )
 
 // object is one rendered manifest: its identity, its YAML and the typed value it decoded into.
@@ -419,6 +421,13 @@ func checkIngress(t *testing.T, byKind map[string][]object) {
 	t.Helper()
 	for _, o := range byKind["Ingress"] {
 		ing := o.Value.(*networkingv1.Ingress)
+		if ing.Spec.IngressClassName != nil && *ing.Spec.IngressClassName == "nginx" {
+			// ingress-nginx's default body cap (1m) would refuse large pushes before prflow sees them.
+			v := ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"]
+			if n, ok := nginxSize(v); !ok || n != scm.DefaultMaxWebhookBody {
+				t.Errorf("%s: proxy-body-size %q, want the server's webhook body limit (%d bytes, 25m)", o, v, scm.DefaultMaxWebhookBody)
+			}
+		}
 		for _, r := range ing.Spec.Rules {
 			for _, p := range r.HTTP.Paths {
 				b := p.Backend.Service
@@ -432,6 +441,27 @@ func checkIngress(t *testing.T, byKind map[string][]object) {
 			}
 		}
 	}
+}
+
+// nginxSize reads an nginx size ("512", "8k", "25m", "1g"; k, m and g are powers of 1024).
+func nginxSize(v string) (int64, bool) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(strings.ToLower(v), "k"):
+		mult = 1 << 10
+	case strings.HasSuffix(strings.ToLower(v), "m"):
+		mult = 1 << 20
+	case strings.HasSuffix(strings.ToLower(v), "g"):
+		mult = 1 << 30
+	}
+	if mult > 1 {
+		v = v[:len(v)-1]
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n * mult, true
 }
 
 // The strict decoding really refuses what the API server would refuse: each case breaks one

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,21 +42,37 @@ const WebhookStore = "PRFLOW_SCM_EVENTS"
 //	    secret: env:GITHUB_WEBHOOK_SECRET   # or file:PATH; GitLab: the X-Gitlab-Token value
 //	maxBody: 26214400               # optional: the body limit as a number of bytes; 0 or
 //	                                # unset means 25 MiB (GitHub's cap)
+//	readBudget: 67108864            # optional: body bytes read at once across requests; 0 or
+//	                                # unset means 64 MiB; at least maxBody
 //
 // Secrets are held as connector.Secret: they print as [redacted] and never reach a log or error.
 type Webhooks struct {
 	MaxBody int64
 	secrets map[string]connector.Secret
+	budget  *scm.ReadBudget
 }
 
-// NewWebhooks builds a configuration in code (tests, `prflow dev`): provider → secret.
+// DefaultWebhookReadBudget bounds the webhook body bytes read and parsed at once when the
+// config sets no readBudget: two bodies at the default limit.
+const DefaultWebhookReadBudget = scm.DefaultWebhookReadBudget
+
+// NewWebhooks builds a configuration in code (tests, `prflow dev`): provider → secret, with
+// the default read budget (SetReadBudget changes it).
 func NewWebhooks(maxBody int64, secrets map[string]string) *Webhooks {
-	w := &Webhooks{MaxBody: maxBody, secrets: map[string]connector.Secret{}}
+	w := &Webhooks{MaxBody: maxBody, secrets: map[string]connector.Secret{}, budget: scm.NewReadBudget(0)}
 	for p, s := range secrets {
 		w.secrets[p] = connector.NewSecret(s)
 	}
 	return w
 }
+
+// SetReadBudget replaces the read budget with one of n bytes (0: the default). Call it
+// before the configuration serves requests.
+func (w *Webhooks) SetReadBudget(n int64) { w.budget = scm.NewReadBudget(n) }
+
+// ReadBudget is the budget the configuration's webhooks share: how many body bytes are being
+// read and parsed right now, out of how many.
+func (w *Webhooks) ReadBudget() *scm.ReadBudget { return w.budget }
 
 // Providers lists the configured providers.
 func (w *Webhooks) Providers() []string {
@@ -79,7 +96,8 @@ func LoadWebhooks(path string) (*Webhooks, error) {
 			Provider yaml.Node `yaml:"provider"`
 			Secret   yaml.Node `yaml:"secret"`
 		} `yaml:"webhooks"`
-		MaxBody int64 `yaml:"maxBody"`
+		MaxBody    int64 `yaml:"maxBody"`
+		ReadBudget int64 `yaml:"readBudget"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -92,7 +110,17 @@ func LoadWebhooks(path string) (*Webhooks, error) {
 	if doc.MaxBody < 0 {
 		return nil, fmt.Errorf("webhooks file %s: maxBody: must be ≥ 0", path)
 	}
-	w := &Webhooks{MaxBody: doc.MaxBody, secrets: map[string]connector.Secret{}}
+	maxBody := doc.MaxBody
+	if maxBody == 0 {
+		maxBody = DefaultMaxWebhookBody
+	}
+	switch {
+	case doc.ReadBudget < 0:
+		return nil, fmt.Errorf("webhooks file %s: readBudget: must be ≥ 0", path)
+	case doc.ReadBudget > 0 && doc.ReadBudget < maxBody:
+		return nil, fmt.Errorf("webhooks file %s: readBudget: %d is less than the %d byte body limit (maxBody): no delivery at the limit could ever be read", path, doc.ReadBudget, maxBody)
+	}
+	w := &Webhooks{MaxBody: doc.MaxBody, secrets: map[string]connector.Secret{}, budget: scm.NewReadBudget(doc.ReadBudget)}
 	var errs []error
 	for i, h := range doc.Webhooks {
 		at := func(n *yaml.Node, field string) string {
@@ -151,9 +179,16 @@ type hookEventStatus struct {
 	Status string `json:"status"` // queued, duplicate
 }
 
+// hookRetryAfter is the Retry-After (seconds) of a webhook refused because the read budget
+// is full: long enough for the bodies being read to finish.
+const hookRetryAfter = "10"
+
 // serveHook verifies a forge webhook, normalises it and publishes it to PRFLOW_SCM with the
 // delivery id as Nats-Msg-Id, then answers at once; the SCM consumer does the rest. A bad or
-// missing signature is 401, a malformed body 400, an oversized one 413: nothing is published.
+// missing signature is 401, a malformed body 400, an oversized one 413, one that would take
+// the server over its read budget 503 with Retry-After, a body not sent within the server's
+// read timeout 408: nothing is published. Unsigned, oversized and over-budget requests are
+// refused before their body is read.
 func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 	provider := r.PathValue("provider")
 	cfg := c.webhooks.Load()
@@ -170,14 +205,18 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 	if limit <= 0 {
 		limit = DefaultMaxWebhookBody
 	}
+	settings := scm.WebhookSettings{MaxBody: limit, Budget: cfg.budget}
 	var parser scm.WebhookParser
 	switch provider {
 	case "github":
-		parser = &github.WebhookParser{MaxBody: limit}
+		p := github.WebhookParser(settings)
+		parser = &p
 	case "gitlab":
-		parser = &gitlab.WebhookParser{MaxBody: limit}
+		p := gitlab.WebhookParser(settings)
+		parser = &p
 	case "bitbucket":
-		parser = &bitbucket.WebhookParser{MaxBody: limit}
+		p := bitbucket.WebhookParser(settings)
+		parser = &p
 	}
 	evs, err := parser.ParseWebhook(r, []byte(secret.Value()))
 	if err != nil {
@@ -187,6 +226,11 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusUnauthorized
 		case errors.Is(err, scm.ErrTooLarge):
 			code = http.StatusRequestEntityTooLarge
+		case errors.Is(err, scm.ErrBusy), errors.Is(err, scm.ErrSpill):
+			code = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", hookRetryAfter)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			code = http.StatusRequestTimeout
 		}
 		c.log.Warn("webhook rejected", "provider", provider, "status", code, "err", err, "remote", r.RemoteAddr)
 		c.recordHookRejected(r, provider, code) // audit.go
@@ -194,6 +238,7 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 			err = errors.New("webhook signature missing or invalid")
 		}
 		writeErr(w, code, err)
+		drainRefused(w, r, limit)
 		return
 	}
 	if len(evs) == 0 {
@@ -236,6 +281,19 @@ func (c *Controller) serveHook(w http.ResponseWriter, r *http.Request) {
 			"delivery", ev.DeliveryID, "status", status)
 	}
 	writeJSON(w, http.StatusAccepted, resp)
+}
+
+// drainRefused discards what is left of a refused delivery's body once the answer is out, so
+// that a sender still writing it reads the 401 or 503 (and its Retry-After) rather than a
+// connection reset: net/http discards only 256 KiB of an unread body before closing. Nothing
+// is kept, the server's body deadline bounds how long it takes, and a body declared over the
+// limit is not drained.
+func drainRefused(w http.ResponseWriter, r *http.Request, limit int64) {
+	if r.Body == nil || r.ContentLength > limit {
+		return
+	}
+	_ = http.NewResponseController(w).Flush()
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, limit+1))
 }
 
 // eventMessage encodes ev for PRFLOW_SCM. An event larger than the connection's max payload

@@ -30,7 +30,6 @@ var hookFormat = &scm.HookFormat{
 	EventHeader:     headerEvent,
 	DeliveryHeaders: []string{headerDelivery},
 	SignatureHeader: headerSignature,
-	Verify:          scm.VerifyHMACSHA256,
 	Parse:           parseHook,
 }
 

@@ -38,7 +38,6 @@ var hookFormat = &scm.HookFormat{
 	EventHeader:     headerEvent,
 	DeliveryHeaders: []string{headerDelivery},
 	SignatureHeader: headerSignature,
-	Verify:          scm.VerifyHMACSHA256,
 	// GitHub sends one delivery per pushed ref and per PR action: never more than one event.
 	Parse: func(r *http.Request, h *scm.Hook) ([]*scm.Event, error) { return scm.OneEvent(parseHook(r, h)) },
 }

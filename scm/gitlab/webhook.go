@@ -46,7 +46,7 @@ var hookFormat = &scm.HookFormat{
 	EventHeader:     headerEvent,
 	DeliveryHeaders: []string{headerIdempotency, headerDelivery},
 	SignatureHeader: headerToken,
-	Verify:          verifyToken,
+	Token:           verifyToken,
 	Parse:           parseHook,
 }
 
@@ -115,7 +115,7 @@ func parseHook(_ *http.Request, h *scm.Hook) ([]*scm.Event, error) {
 
 // verifyToken compares digests of the token and the secret so that neither the content nor
 // the length of the secret leaks through timing.
-func verifyToken(headerName, token string, _, secret []byte) error {
+func verifyToken(headerName, token string, secret []byte) error {
 	got := sha256.Sum256([]byte(token))
 	want := sha256.Sum256(secret)
 	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
