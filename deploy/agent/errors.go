@@ -15,6 +15,11 @@ const (
 	CodeUnauthorized Code = "unauthorized"
 	// CodeUnreachable: the agent cannot reach its GitOps backend.
 	CodeUnreachable Code = "unreachable"
+	// CodeUnavailable: the GitOps backend answered but cannot work right now: one of its
+	// own parts is down or slow (Argo CD's repo-server or redis: gRPC Unavailable or
+	// DeadlineExceeded), or it failed with a 5xx. Retrying later may succeed; a step must
+	// not read it as a verdict on the change (no rollback on it).
+	CodeUnavailable Code = "backend_unavailable"
 	// CodeOperationInProgress: another operation (not the caller's) is running on the app.
 	CodeOperationInProgress Code = "operation_in_progress"
 	// CodeInvalid: the request is malformed (bad selector, regex, empty app list…).
@@ -74,6 +79,7 @@ var (
 	ErrNotFound            = &Error{Code: CodeNotFound}
 	ErrUnauthorized        = &Error{Code: CodeUnauthorized}
 	ErrUnreachable         = &Error{Code: CodeUnreachable}
+	ErrUnavailable         = &Error{Code: CodeUnavailable}
 	ErrOperationInProgress = &Error{Code: CodeOperationInProgress}
 	ErrInvalid             = &Error{Code: CodeInvalid}
 	ErrRejected            = &Error{Code: CodeRejected}
@@ -91,9 +97,9 @@ func Errorf(code Code, format string, a ...any) *Error {
 }
 
 // Transient reports whether retrying later may succeed: the agent or its backend was offline,
-// slow or failed internally, or another operation was running.
+// slow, unavailable or failed internally, or another operation was running.
 func Transient(err error) bool {
-	for _, s := range []error{ErrOffline, ErrTimeout, ErrUnreachable, ErrInternal, ErrOperationInProgress} {
+	for _, s := range []error{ErrOffline, ErrTimeout, ErrUnreachable, ErrUnavailable, ErrInternal, ErrOperationInProgress} {
 		if errors.Is(err, s) {
 			return true
 		}

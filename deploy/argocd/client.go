@@ -364,6 +364,43 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
+// gRPC codes Argo CD puts into its error bodies (grpc-gateway's "code").
+const (
+	grpcDeadlineExceeded = 4
+	grpcUnavailable      = 14
+)
+
+// unavailableText are the parts of Argo CD error messages that say one of its own parts is
+// down or slow rather than that the request is wrong. Argo CD often wraps such a failure in
+// another code — a sync while the repo-server is down is HTTP 400 (FailedPrecondition)
+// "error resolving repo revision: rpc error: code = Unavailable desc = connection error: …
+// connection refused" — so the text decides, not the HTTP status.
+var unavailableText = []string{
+	"code = Unavailable",        // an inner gRPC call (repo-server, …) could not connect
+	"code = DeadlineExceeded",   // … or timed out
+	"context deadline exceeded", // an inner call timed out without a gRPC status
+	"redis: ",                   // go-redis failures (pool timeout, closed client)
+}
+
+// Unavailable reports whether an Argo CD error answer (HTTP status, the gRPC code of its body,
+// its message) means Argo CD cannot work right now — its repo-server or redis is down or slow,
+// or Argo CD itself answered with a 5xx of its own — so the request may succeed unchanged
+// later. This is the one place such answers are classified (agent.CodeUnavailable); a proxy
+// in front of Argo CD answering 502/503/504 without Argo CD's error body is CodeUnreachable.
+func Unavailable(status, grpcCode int, msg string) bool {
+	if grpcCode == grpcUnavailable || grpcCode == grpcDeadlineExceeded {
+		return true
+	}
+	for _, t := range unavailableText {
+		if strings.Contains(msg, t) {
+			return true
+		}
+	}
+	// A 5xx in Argo CD's own error shape (gRPC Internal or Unknown) is a failure inside Argo
+	// CD, not a verdict on the request.
+	return status >= 500 && grpcCode != 0 && status != http.StatusNotImplemented
+}
+
 // do sends one request. app is set for calls on one application (a 403 then means "not found").
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any, app string) error {
 	var rd io.Reader
@@ -457,6 +494,8 @@ func (c *Client) statusError(status int, data []byte, call, app string) error {
 		return &agent.Error{Code: agent.CodeNotFound, App: app, Message: where + ": " + msg}
 	case strings.Contains(msg, "another operation is already in progress"):
 		return &agent.Error{Code: agent.CodeOperationInProgress, App: app, Message: where + ": " + msg}
+	case Unavailable(status, eb.Code, msg):
+		return &agent.Error{Code: agent.CodeUnavailable, App: app, Message: where + ": Argo CD cannot work right now: " + msg}
 	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
 		return &agent.Error{Code: agent.CodeUnreachable, App: app, Message: where + ": " + msg}
 	case strings.Contains(msg, "error parsing") && strings.Contains(msg, "selector"):
