@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code classifies an agent error so callers can branch on it.
@@ -101,6 +102,30 @@ func Errorf(code Code, format string, a ...any) *Error {
 func Transient(err error) bool {
 	for _, s := range []error{ErrOffline, ErrTimeout, ErrUnreachable, ErrUnavailable, ErrInternal, ErrOperationInProgress} {
 		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// unavailableText are the parts of Argo CD error messages that say one of its own parts is
+// down or slow rather than that the request is wrong. Argo CD often wraps such a failure in
+// another code — a sync while the repo-server is down is HTTP 400 (FailedPrecondition)
+// "error resolving repo revision: rpc error: code = Unavailable desc = connection error: …
+// connection refused" — so the text decides, not the HTTP status.
+var unavailableText = []string{
+	"code = Unavailable",        // an inner gRPC call (repo-server, …) could not connect
+	"code = DeadlineExceeded",   // … or timed out
+	"context deadline exceeded", // an inner call timed out without a gRPC status
+	"redis: ",                   // go-redis failures (pool timeout, closed client)
+}
+
+// UnavailableText reports whether a GitOps backend's message (an error answer, or the message
+// of an operation that ended in error) says the backend cannot work right now rather than
+// that the request or the change is wrong.
+func UnavailableText(msg string) bool {
+	for _, t := range unavailableText {
+		if strings.Contains(msg, t) {
 			return true
 		}
 	}

@@ -370,18 +370,6 @@ const (
 	grpcUnavailable      = 14
 )
 
-// unavailableText are the parts of Argo CD error messages that say one of its own parts is
-// down or slow rather than that the request is wrong. Argo CD often wraps such a failure in
-// another code — a sync while the repo-server is down is HTTP 400 (FailedPrecondition)
-// "error resolving repo revision: rpc error: code = Unavailable desc = connection error: …
-// connection refused" — so the text decides, not the HTTP status.
-var unavailableText = []string{
-	"code = Unavailable",        // an inner gRPC call (repo-server, …) could not connect
-	"code = DeadlineExceeded",   // … or timed out
-	"context deadline exceeded", // an inner call timed out without a gRPC status
-	"redis: ",                   // go-redis failures (pool timeout, closed client)
-}
-
 // Unavailable reports whether an Argo CD error answer (HTTP status, the gRPC code of its body,
 // its message) means Argo CD cannot work right now — its repo-server or redis is down or slow,
 // or Argo CD itself answered with a 5xx of its own — so the request may succeed unchanged
@@ -391,10 +379,8 @@ func Unavailable(status, grpcCode int, msg string) bool {
 	if grpcCode == grpcUnavailable || grpcCode == grpcDeadlineExceeded {
 		return true
 	}
-	for _, t := range unavailableText {
-		if strings.Contains(msg, t) {
-			return true
-		}
+	if agent.UnavailableText(msg) {
+		return true
 	}
 	// A 5xx in Argo CD's own error shape (gRPC Internal or Unknown) is a failure inside Argo
 	// CD, not a verdict on the request.
