@@ -104,3 +104,51 @@ func TestFaultWithGRPCCode(t *testing.T) {
 		t.Fatalf("err = %v, want CodeUnavailable", err)
 	}
 }
+
+// While the repo-server is down a refreshed ApplicationSet cannot regenerate: Argo CD keeps the
+// refresh annotation and reports the failure in an ErrorOccurred condition. The agent stops
+// waiting once that condition says Argo CD cannot work (instead of for its whole bound, 20 s by
+// default, paid by FetchLinkedApps and by every rollback), and says why. Once the repo-server
+// is back a refresh completes again.
+func TestAppSetRefreshStopsWaitingWhenRepoServerDown(t *testing.T) {
+	w := newWorld(t)
+	set := argocdtest.ApplicationSet{
+		Metadata: argocdtest.ObjectMeta{Name: "apps"},
+		Spec: argocdtest.ApplicationSetSpec{
+			Generators: []argocdtest.ApplicationSetGenerator{{Git: &argocdtest.GitGenerator{RepoURL: repoURL, Revision: "main",
+				Files: []argocdtest.GitFileGeneratorItem{{Path: "apps/*/cm.yaml"}}}}},
+			Template: argocdtest.ApplicationSetTemplate{
+				Metadata: argocdtest.ApplicationSetTemplateMeta{Name: "set-{{path.basename}}"},
+				Spec: argocdtest.ApplicationSpec{Project: "default",
+					Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "{{path}}", TargetRevision: "main"},
+					Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "shop"}},
+			},
+		},
+	}
+	if err := w.argo.AddApplicationSet(set); err != nil {
+		t.Fatal(err)
+	}
+	// A bound the test would notice: without the early stop the reply says only "not done".
+	w.start("eu", "r1", func(o *Options, _ *Client) { o.AppSetRefresh.Wait = 15 * time.Second })
+	w.argo.SetRepoServerDown(true)
+	req := agent.RefreshRequest{ApplicationSet: "apps", Wait: true}
+	rep, err := w.client.RefreshAppSets(context.Background(), "eu", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Done || !strings.Contains(rep.Unavailable, "ApplicationSet argocd/apps") || !strings.Contains(rep.Unavailable, "code = Unavailable") {
+		t.Fatalf("refresh while the repo-server is down: %+v", rep)
+	}
+	if as, _ := w.argo.ApplicationSet("apps"); as.Metadata.Annotations[argocdtest.AppSetRefreshAnnotation] == "" {
+		t.Fatal("the fake dropped the refresh annotation after a failed generation (Argo CD keeps it)")
+	}
+	w.argo.SetRepoServerDown(false)
+	w.eventually(10*time.Second, "the set generated again", func() bool {
+		as, _ := w.argo.ApplicationSet("apps")
+		return as.Metadata.Annotations[argocdtest.AppSetRefreshAnnotation] == ""
+	})
+	rep, err = w.client.RefreshAppSets(context.Background(), "eu", req)
+	if err != nil || !rep.Done || rep.Unavailable != "" {
+		t.Fatalf("refresh after the repo-server is back: %+v %v", rep, err)
+	}
+}
