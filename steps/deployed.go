@@ -10,11 +10,13 @@ import (
 // asks (issue 32 D): syncing again costs a second operation per stage for nothing. An app is
 // taken as already deployed — and judged (sync, health) instead of synced — only on the
 // evidence of Argo CD's last operation, so an old operation is never mistaken for a new one:
-// it finished Succeeded (not a dry run) at a revision that contains the merge (safety
-// invariant 3: ancestry, exact SHA for pinned apps), and the app is Synced at a revision that
-// contains it too. Anything less (no operation, one still running, one that failed, one on an
-// older revision, OutOfSync, no known merge commit) and the step syncs as before. dryRun and
-// forceApply always sync: they ask for an operation of their own.
+// it was Argo CD's automated sync (a person's sync may have been partial or had other
+// options: GitOpsSync waits for it, then syncs as before), it finished Succeeded (not a dry
+// run) at a revision that contains the merge (safety invariant 3: ancestry, exact SHA for
+// pinned apps), and the app is Synced at a revision that contains it too. Anything less (no
+// operation, one still running, one that failed, one on an older revision, OutOfSync, no
+// known merge commit) and the step syncs as before. dryRun and forceApply always sync: they
+// ask for an operation of their own.
 
 // mayBeDeployed is the cheap part of the check, before ancestry is looked up.
 func (r *syncRun) mayBeDeployed(a *syncApp, st *agent.AppStatus) bool {
@@ -22,7 +24,7 @@ func (r *syncRun) mayBeDeployed(a *syncApp, st *agent.AppStatus) bool {
 		return false
 	}
 	op := st.Operation
-	return op != nil && op.Finished() && op.Phase == agent.PhaseSucceeded && !op.DryRun && op.SyncedRevision != "" &&
+	return op != nil && op.Automated && op.Finished() && op.Phase == agent.PhaseSucceeded && !op.DryRun && op.SyncedRevision != "" &&
 		st.Sync == agent.SyncSynced && st.Stale == nil
 }
 
