@@ -480,12 +480,17 @@ func (c *Client) statusError(status int, data []byte, call, app string) error {
 		return &agent.Error{Code: agent.CodeNotFound, App: app, Message: where + ": " + msg}
 	case strings.Contains(msg, "another operation is already in progress"):
 		return &agent.Error{Code: agent.CodeOperationInProgress, App: app, Message: where + ": " + msg}
+	case strings.Contains(msg, "error parsing") && strings.Contains(msg, "selector"):
+		// A 500 on Argo CD, but the caller's mistake.
+		return &agent.Error{Code: agent.CodeInvalid, App: app, Message: where + ": " + msg}
 	case Unavailable(status, eb.Code, msg):
+		if !Unavailable(0, eb.Code, msg) {
+			// Only a 5xx: say what Argo CD said, no more (a conflict inside Argo CD is a 500 too).
+			return &agent.Error{Code: agent.CodeUnavailable, App: app, Message: where + ": " + msg}
+		}
 		return &agent.Error{Code: agent.CodeUnavailable, App: app, Message: where + ": Argo CD cannot work right now: " + msg}
 	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
 		return &agent.Error{Code: agent.CodeUnreachable, App: app, Message: where + ": " + msg}
-	case strings.Contains(msg, "error parsing") && strings.Contains(msg, "selector"):
-		return &agent.Error{Code: agent.CodeInvalid, App: app, Message: where + ": " + msg}
 	case status >= 500:
 		return &agent.Error{Code: agent.CodeInternal, App: app, Message: where + ": " + msg}
 	}

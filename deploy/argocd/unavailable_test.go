@@ -62,6 +62,7 @@ func TestStatusErrorClassification(t *testing.T) {
 		{"proxy 502 without Argo CD's body", 502, `<html>Bad Gateway</html>`, agent.ErrUnreachable},
 		{"bad revision stays refused", 400, `{"code":9,"message":"error resolving repo revision: rpc error: code = Unknown desc = Unable to resolve 'nope' to a commit SHA"}`, agent.ErrRejected},
 		{"operation in progress", 400, `{"code":9,"message":"error setting app operation: another operation is already in progress"}`, agent.ErrOperationInProgress},
+		{"bad selector stays the caller's mistake (a 500 on Argo CD)", 500, `{"code":2,"message":"error parsing the selector: invalid label selector"}`, agent.ErrInvalid},
 		{"not implemented", 501, `{"code":12,"message":"method not implemented"}`, agent.ErrInternal},
 	}
 	for _, c := range cases {
