@@ -1022,7 +1022,7 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 			a.Revision = firstNonEmptyStr(m.Expected, res.Revision)
 			r.sc.Log.Info("sync started", "app", a.App, "agent", agentID, "revision", res.Revision, "alreadyRunning", res.AlreadyRunning)
 		case errors.Is(res.Error, agent.ErrOperationInProgress):
-			a.Waiting = "waiting for another operation to finish: " + res.Error.Message
+			a.Waiting, a.Unavailable = "waiting for another operation to finish: "+res.Error.Message, ""
 			retry = true
 		case errors.Is(res.Error, agent.ErrSyncWindow) && !r.cfg.override:
 			// The record did not show the window yet (the agent reads windows shortly
