@@ -350,6 +350,11 @@ func refreshAppSets(ctx context.Context, sc *Context, g GitOps, appSet string, a
 			sc.Log.Warn("could not refresh ApplicationSets yet: the agent is not available; asking again when it is", "agent", a, "err", err)
 		case err != nil:
 			sc.Log.Warn("could not refresh ApplicationSets; waiting for Argo CD's own poll (every 3 minutes by default)", "agent", a, "err", err)
+		case rep.Unavailable != "":
+			// Argo CD cannot regenerate now (repo-server down); the agent stopped waiting
+			// early instead of for its whole bound. Its controller retries by itself.
+			sc.Log.Warn("Argo CD cannot regenerate the ApplicationSets right now; going on without waiting", "agent", a,
+				"appsets", strings.Join(rep.Refreshed, ", "), "why", rep.Unavailable, "took", time.Since(start).Round(time.Millisecond))
 		case len(rep.Refreshed) == 0:
 			sc.Log.Info("no ApplicationSet reads the merged repo", "agent", a, "repo", req.RepoURL)
 		default:

@@ -501,6 +501,10 @@ type syncApp struct {
 	// DriftSince: since when the app is OutOfSync at a good revision after our sync finished.
 	DriftSince time.Time `json:"driftSince,omitzero"`
 	Note       string    `json:"note,omitempty"`
+
+	// Unavailable: the last sync request failed because Argo CD cannot work right now (its
+	// message); cleared once a sync is accepted (unavailable.go).
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 const (
@@ -812,6 +816,12 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			a.Waiting = fmt.Sprintf("waiting for an operation started by %s (phase %s) to finish before syncing", who(st.Operation), st.Operation.Phase)
 			continue
 		}
+		if r.alreadyDeployed(a, st) {
+			if v := r.evaluate(a, st); v.fail != "" {
+				return r.failed(ctx, status, []string{fmt.Sprintf("%s (agent %s): %s", a.App, a.Agent, v.fail)}), nil
+			}
+			continue
+		}
 		if w := windowsOf(st); w != nil && w.Blocked {
 			if !r.cfg.override {
 				// Park: the agent rewrites the record when the window opens.
@@ -889,6 +899,11 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		} else {
 			poll = min(poll, wp)
 		}
+	}
+	if n := r.unavailableApps(); n > 0 {
+		// Argo CD coming back changes no record: ask again soon, not on the quiet backoff.
+		poll = min(poll, syncRetryPoll)
+		reason = fmt.Sprintf("Argo CD cannot sync %d application(s) right now (retrying until the step's deadline; no rollback on it): ", n) + reason
 	}
 	if out.any() {
 		// Recovery may change no record (only the registration): look again soon.
@@ -982,6 +997,9 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 			for _, i := range idx {
 				m.Apps[i].Tries++
 				m.Apps[i].Waiting = "could not ask the agent yet: " + err.Error()
+				if cannotWork(err) {
+					m.Apps[i].Unavailable = err.Error()
+				}
 			}
 			r.sc.Log.Warn("sync request failed; will retry", "agent", agentID, "err", err)
 			return nil, true
@@ -999,7 +1017,7 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 		res := rep.Results[j]
 		switch {
 		case res.Error == nil:
-			a.State, a.Waiting = appSyncing, "sync requested"
+			a.State, a.Waiting, a.Unavailable = appSyncing, "sync requested", ""
 			a.Requested = res.At
 			if a.Requested.IsZero() {
 				a.Requested = r.now
@@ -1007,7 +1025,7 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 			a.Revision = firstNonEmptyStr(m.Expected, res.Revision)
 			r.sc.Log.Info("sync started", "app", a.App, "agent", agentID, "revision", res.Revision, "alreadyRunning", res.AlreadyRunning)
 		case errors.Is(res.Error, agent.ErrOperationInProgress):
-			a.Waiting = "waiting for another operation to finish: " + res.Error.Message
+			a.Waiting, a.Unavailable = "waiting for another operation to finish: "+res.Error.Message, ""
 			retry = true
 		case errors.Is(res.Error, agent.ErrSyncWindow) && !r.cfg.override:
 			// The record did not show the window yet (the agent reads windows shortly
@@ -1018,6 +1036,13 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 				until = w.Until
 			}
 			windows.add(until)
+		case cannotWork(res.Error):
+			// Argo CD cannot work right now (repo-server or redis down, a 5xx): no verdict on
+			// the change. Ask again until the step's deadline; never roll back on it.
+			a.Tries++
+			a.Unavailable = res.Error.Message
+			a.Waiting = "Argo CD cannot sync right now, retrying until the step's deadline: " + res.Error.Message
+			retry = true
 		case agent.Transient(res.Error) || errors.Is(res.Error, agent.ErrUnauthorized):
 			a.Tries++
 			a.Waiting = "could not sync yet: " + res.Error.Error()
@@ -1158,6 +1183,9 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 // timedOut is the verdict at the step's deadline. As Harness documents: a sync still running
 // fails the step; a finished sync whose app is not healthy fails only with failOnTimeout.
 func (r *syncRun) timedOut(ctx context.Context, status []*agent.AppStatus) Result {
+	if res, ok := r.unavailableAtDeadline(ctx, status); ok {
+		return res
+	}
 	var running, unhealthy []string
 	for i, a := range r.m.Apps {
 		if a.State == appDone {

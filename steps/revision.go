@@ -115,7 +115,7 @@ func (r *syncRun) prepareRevisions(ctx context.Context, status []*agent.AppStatu
 			continue
 		}
 		ours := st.Operation.Tagged(r.sc.RunID, r.appTag(a))
-		if a.State == appTodo && !ours {
+		if a.State == appTodo && !ours && !r.mayBeDeployed(a, st) {
 			continue // not judged before its sync is requested: nothing to ask yet
 		}
 		want := firstNonEmptyStr(a.Revision, r.m.Expected)

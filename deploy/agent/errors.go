@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code classifies an agent error so callers can branch on it.
@@ -15,6 +16,11 @@ const (
 	CodeUnauthorized Code = "unauthorized"
 	// CodeUnreachable: the agent cannot reach its GitOps backend.
 	CodeUnreachable Code = "unreachable"
+	// CodeUnavailable: the GitOps backend answered but cannot work right now: one of its
+	// own parts is down or slow (Argo CD's repo-server or redis: gRPC Unavailable or
+	// DeadlineExceeded), or it failed with a 5xx. Retrying later may succeed; a step must
+	// not read it as a verdict on the change (no rollback on it).
+	CodeUnavailable Code = "backend_unavailable"
 	// CodeOperationInProgress: another operation (not the caller's) is running on the app.
 	CodeOperationInProgress Code = "operation_in_progress"
 	// CodeInvalid: the request is malformed (bad selector, regex, empty app list…).
@@ -74,6 +80,7 @@ var (
 	ErrNotFound            = &Error{Code: CodeNotFound}
 	ErrUnauthorized        = &Error{Code: CodeUnauthorized}
 	ErrUnreachable         = &Error{Code: CodeUnreachable}
+	ErrUnavailable         = &Error{Code: CodeUnavailable}
 	ErrOperationInProgress = &Error{Code: CodeOperationInProgress}
 	ErrInvalid             = &Error{Code: CodeInvalid}
 	ErrRejected            = &Error{Code: CodeRejected}
@@ -91,10 +98,34 @@ func Errorf(code Code, format string, a ...any) *Error {
 }
 
 // Transient reports whether retrying later may succeed: the agent or its backend was offline,
-// slow or failed internally, or another operation was running.
+// slow, unavailable or failed internally, or another operation was running.
 func Transient(err error) bool {
-	for _, s := range []error{ErrOffline, ErrTimeout, ErrUnreachable, ErrInternal, ErrOperationInProgress} {
+	for _, s := range []error{ErrOffline, ErrTimeout, ErrUnreachable, ErrUnavailable, ErrInternal, ErrOperationInProgress} {
 		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// unavailableText are the parts of Argo CD error messages that say one of its own parts is
+// down or slow rather than that the request is wrong. Argo CD often wraps such a failure in
+// another code — a sync while the repo-server is down is HTTP 400 (FailedPrecondition)
+// "error resolving repo revision: rpc error: code = Unavailable desc = connection error: …
+// connection refused" — so the text decides, not the HTTP status.
+var unavailableText = []string{
+	"code = Unavailable",        // an inner gRPC call (repo-server, …) could not connect
+	"code = DeadlineExceeded",   // … or timed out
+	"context deadline exceeded", // an inner call timed out without a gRPC status
+	"redis: ",                   // go-redis failures (pool timeout, closed client)
+}
+
+// UnavailableText reports whether a GitOps backend's message (an error answer, or the message
+// of an operation that ended in error) says the backend cannot work right now rather than
+// that the request or the change is wrong.
+func UnavailableText(msg string) bool {
+	for _, t := range unavailableText {
+		if strings.Contains(msg, t) {
 			return true
 		}
 	}

@@ -334,8 +334,11 @@ type RefreshReply struct {
 	// Refreshed are the ApplicationSets asked to refresh ("namespace/name").
 	Refreshed []string `json:"refreshed,omitempty"`
 	// Done: every refreshed ApplicationSet has finished regenerating its apps.
-	Done  bool   `json:"done,omitempty"`
-	Error *Error `json:"error,omitempty"`
+	Done bool `json:"done,omitempty"`
+	// Unavailable (not Done): the backend cannot regenerate right now (why: e.g. Argo CD's
+	// repo-server is down); the agent stopped waiting early rather than for its whole bound.
+	Unavailable string `json:"unavailable,omitempty"`
+	Error       *Error `json:"error,omitempty"`
 }
 
 // Registration is what each agent replica keeps in prflow-agents under

@@ -121,37 +121,61 @@ func (a *Agent) RefreshAppSets(ctx context.Context, req agent.RefreshRequest) (*
 			}
 		}
 		if req.Wait {
-			rep.Done = a.waitRefreshed(ctx, picked, o.Wait)
+			rep.Done, rep.Unavailable = a.waitRefreshed(ctx, picked, o.Wait)
 		}
 	}
 	a.o.Log.Info("asked Argo CD to refresh ApplicationSets", "mode", o.Mode, "appsets", strings.Join(rep.Refreshed, ","),
-		"repo", req.RepoURL, "branch", req.Branch, "done", rep.Done)
+		"repo", req.RepoURL, "branch", req.Branch, "done", rep.Done, "unavailable", rep.Unavailable)
 	return rep, nil
 }
 
-// waitRefreshed polls until the controller removed the refresh annotation from every set, or
-// until wait passed (false).
-func (a *Agent) waitRefreshed(ctx context.Context, sets []AppSet, wait time.Duration) bool {
+// unavailableGrace is how long after asking for a refresh an ApplicationSet's "cannot work"
+// error condition is believed: a condition left from an earlier failure is replaced once the
+// controller has tried again, which it does at once on the annotation.
+const unavailableGrace = 2 * time.Second
+
+// waitRefreshed polls until the controller removed the refresh annotation from every set
+// (true), until wait passed, or — after unavailableGrace — until a set still waiting reports
+// that Argo CD cannot regenerate it right now (its repo-server is down: a failed generation
+// keeps the annotation, so waiting longer only burns the caller's time); then it returns the
+// set's error.
+func (a *Agent) waitRefreshed(ctx context.Context, sets []AppSet, wait time.Duration) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	start := time.Now()
 	pending := append([]AppSet(nil), sets...)
 	for delay := 50 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
 		var still []AppSet
 		for _, s := range pending {
 			cur, err := a.argo.GetAppSet(ctx, s.Metadata.Name, s.Metadata.Namespace)
 			if err != nil || cur.Metadata.Annotations[RefreshAnnotation] != "" {
+				if err == nil && time.Since(start) >= unavailableGrace {
+					if why := cur.unavailable(); why != "" {
+						return false, "ApplicationSet " + s.ref() + ": " + why
+					}
+				}
 				still = append(still, s)
 			}
 		}
 		if pending = still; len(pending) == 0 {
-			return true
+			return true, ""
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return false, ""
 		case <-time.After(delay):
 		}
 	}
+}
+
+// unavailable is the set's generation error when it says Argo CD cannot work right now.
+func (s *AppSet) unavailable() string {
+	for _, c := range s.Status.Conditions {
+		if c.Type == "ErrorOccurred" && c.Status == "True" && agent.UnavailableText(c.Message) {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 // pushEvents sends one push event per (repo, revision) the sets' git generators read.
@@ -254,6 +278,13 @@ type AppSet struct {
 	Spec struct {
 		Generators []json.RawMessage `json:"generators"`
 	} `json:"spec"`
+	Status struct {
+		Conditions []struct {
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+			Message string `json:"message"`
+		} `json:"conditions"`
+	} `json:"status"`
 	raw json.RawMessage
 }
 

@@ -364,6 +364,29 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
+// gRPC codes Argo CD puts into its error bodies (grpc-gateway's "code").
+const (
+	grpcDeadlineExceeded = 4
+	grpcUnavailable      = 14
+)
+
+// Unavailable reports whether an Argo CD error answer (HTTP status, the gRPC code of its body,
+// its message) means Argo CD cannot work right now — its repo-server or redis is down or slow,
+// or Argo CD itself answered with a 5xx of its own — so the request may succeed unchanged
+// later. This is the one place such answers are classified (agent.CodeUnavailable); a proxy
+// in front of Argo CD answering 502/503/504 without Argo CD's error body is CodeUnreachable.
+func Unavailable(status, grpcCode int, msg string) bool {
+	if grpcCode == grpcUnavailable || grpcCode == grpcDeadlineExceeded {
+		return true
+	}
+	if agent.UnavailableText(msg) {
+		return true
+	}
+	// A 5xx in Argo CD's own error shape (gRPC Internal or Unknown) is a failure inside Argo
+	// CD, not a verdict on the request.
+	return status >= 500 && grpcCode != 0 && status != http.StatusNotImplemented
+}
+
 // do sends one request. app is set for calls on one application (a 403 then means "not found").
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any, app string) error {
 	var rd io.Reader
@@ -457,10 +480,17 @@ func (c *Client) statusError(status int, data []byte, call, app string) error {
 		return &agent.Error{Code: agent.CodeNotFound, App: app, Message: where + ": " + msg}
 	case strings.Contains(msg, "another operation is already in progress"):
 		return &agent.Error{Code: agent.CodeOperationInProgress, App: app, Message: where + ": " + msg}
+	case strings.Contains(msg, "error parsing") && strings.Contains(msg, "selector"):
+		// A 500 on Argo CD, but the caller's mistake.
+		return &agent.Error{Code: agent.CodeInvalid, App: app, Message: where + ": " + msg}
+	case Unavailable(status, eb.Code, msg):
+		if !Unavailable(0, eb.Code, msg) {
+			// Only a 5xx: say what Argo CD said, no more (a conflict inside Argo CD is a 500 too).
+			return &agent.Error{Code: agent.CodeUnavailable, App: app, Message: where + ": " + msg}
+		}
+		return &agent.Error{Code: agent.CodeUnavailable, App: app, Message: where + ": Argo CD cannot work right now: " + msg}
 	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
 		return &agent.Error{Code: agent.CodeUnreachable, App: app, Message: where + ": " + msg}
-	case strings.Contains(msg, "error parsing") && strings.Contains(msg, "selector"):
-		return &agent.Error{Code: agent.CodeInvalid, App: app, Message: where + ": " + msg}
 	case status >= 500:
 		return &agent.Error{Code: agent.CodeInternal, App: app, Message: where + ": " + msg}
 	}

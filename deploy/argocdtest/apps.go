@@ -379,6 +379,10 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request, p []string) 
 	if req.Manifests == nil {
 		ambiguous := firstNonEmpty(req.Revision, src.TargetRevision)
 		sha, err := s.resolve(r.Context(), src.RepoURL, ambiguous, nil)
+		if isRepoServerDown(err) {
+			writeAPIError(w, errf(codeFailedPrecondition, "error resolving repo revision: %v", err))
+			return
+		}
 		if err != nil {
 			writeAPIError(w, errf(codeFailedPrecondition, "error resolving repo revision: rpc error: code = Unknown desc = Unable to resolve '%s' to a commit SHA: %v",
 				firstNonEmpty(ambiguous, "HEAD"), err))

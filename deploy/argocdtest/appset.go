@@ -19,6 +19,8 @@ type appsetState struct {
 	as   ApplicationSet
 	rv   int64
 	genM sync.Mutex // serialises generations of this appset
+	// genFailed: the last generation failed (the refresh annotation then stays).
+	genFailed bool
 }
 
 // ownerRef is the controller reference a generated Application carries.
@@ -65,6 +67,7 @@ func (s *Server) reconcileAppSet(ctx context.Context, key string, rc *revCache) 
 		return nil
 	}
 	now := s.now()
+	ast.genFailed = genErr != nil
 	if genErr != nil {
 		ast.as.Status.Conditions = appsetConditions(NewTime(now), genErr)
 		s.bumpAppSet(ast)

@@ -70,7 +70,9 @@ func (s *Server) regenerate(key string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ast := s.appsets[key]; ast != nil {
+	if ast := s.appsets[key]; ast != nil && !ast.genFailed {
+		// A failed generation returns before the annotation is removed (v3.2.11), so it
+		// stays until a later generation succeeds.
 		if _, ok := ast.as.Metadata.Annotations[AppSetRefreshAnnotation]; ok {
 			delete(ast.as.Metadata.Annotations, AppSetRefreshAnnotation)
 			s.bumpAppSet(ast)

@@ -194,6 +194,9 @@ func (s *Server) loadTarget(ctx context.Context, spec ApplicationSpec, revision 
 		return target{err: errors.New("spec.source.repoURL is required")}
 	}
 	sha, err := s.resolve(ctx, src.RepoURL, revision, rc)
+	if isRepoServerDown(err) {
+		return target{err: err}
+	}
 	if err != nil {
 		return target{err: fmt.Errorf("Unable to resolve '%s' to a commit SHA: %v", firstNonEmpty(revision, "HEAD"), err)}
 	}
@@ -243,6 +246,9 @@ func sourceOverrides(src ApplicationSource) string {
 }
 
 func comparisonMessage(err error) string {
+	if isRepoServerDown(err) {
+		return "Failed to load target state: failed to generate manifest for source 1 of 1: " + err.Error()
+	}
 	return "Failed to load target state: failed to generate manifest for source 1 of 1: rpc error: code = Unknown desc = " + err.Error()
 }
 

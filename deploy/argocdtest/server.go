@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -72,6 +73,7 @@ type Server struct {
 	streamDelay time.Duration
 	revoked     map[string]bool // tokens refused (RevokeToken)
 	down        bool            // connections are closed unanswered (SetDown, Restart)
+	repoDown    atomic.Bool     // the repo-server is stopped (SetRepoServerDown)
 	hang        chan struct{}   // non-nil while unresponsive; closed when answering again
 
 	appsetRefreshes int // generations asked for by the refresh annotation
@@ -228,6 +230,7 @@ func New(opts ...Option) *Server {
 			s.git, s.ownGit = g, g
 		}
 	}
+	s.git = repoServer{GitReader: s.git, down: &s.repoDown}
 	signer, err := newTokenSigner()
 	if err != nil {
 		s.log.Error("argocdtest: token signer", "err", err)
@@ -375,6 +378,7 @@ type Fault struct {
 	Path    string        // exact URL path, or a prefix when it ends in "*"
 	Status  int           // HTTP status to answer with; 0 = answer normally (after Delay)
 	Message string        // error message in the body (default: the status text)
+	Code    int           // gRPC code in the body (default: the one grpc-gateway maps Status from)
 	Delay   time.Duration // wait before answering
 	Times   int           // how many requests it applies to; 0 means 1, negative means until ClearFaults
 }
@@ -504,7 +508,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			if msg == "" {
 				msg = http.StatusText(f.Status)
 			}
-			writeJSON(rec, f.Status, ErrorBody{Error: msg, Code: grpcCodeForHTTP(f.Status), Message: msg})
+			code := f.Code
+			if code == 0 {
+				code = grpcCodeForHTTP(f.Status)
+			}
+			writeJSON(rec, f.Status, ErrorBody{Error: msg, Code: code, Message: msg})
 			return
 		}
 	}

@@ -79,6 +79,7 @@ type simApp struct {
 	deployedCfg map[string]any
 	deployedRaw string
 	op          *agent.Operation // current operation (nil: none ever)
+	compErr     string           // the app's config file does not parse at the head (ComparisonError)
 	running     bool
 	epoch       int
 	lastAuto    string
@@ -134,30 +135,52 @@ func New(o Options) (*Agent, error) {
 		return nil, fmt.Errorf("simagent: %w", err)
 	}
 	a := &Agent{o: o, repo: repo, apps: map[string]*simApp{}, kick: make(chan struct{}, 1)}
-	if _, _, err := a.read(ctx); err != nil {
+	if _, _, _, err := a.read(ctx); err != nil {
 		repo.close()
 		return nil, fmt.Errorf("simagent: %w", err)
 	}
 	return a, nil
 }
 
-// read returns the branch head and the apps the ApplicationSet generates there.
-func (a *Agent) read(ctx context.Context) (string, []genApp, error) {
+// read returns the branch head, the apps the ApplicationSet generates there, and the config
+// files that do not parse (path → why): they generate no app, and the apps they generated
+// before show a ComparisonError, as on Argo CD — a broken file is the change's fault, not the
+// agent failing to see.
+func (a *Agent) read(ctx context.Context) (string, []genApp, map[string]string, error) {
 	head, err := a.repo.head(ctx)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	files, err := a.repo.files(head, func(p string) bool { return isManifest(p) })
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	_, as, err := findAppSet(files, a.o.AppSetPath)
+	asPath, as, err := findAppSet(files, a.o.AppSetPath)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	gen, err := as.generate(files)
+	var broken map[string]string
 	if err != nil {
-		return "", nil, err
+		// Leave out the config files that do not parse and generate again: the others'
+		// apps stay current.
+		rest := map[string][]byte{}
+		for p, b := range files {
+			if _, perr := parseConfig(b); perr != nil && p != asPath {
+				if broken == nil {
+					broken = map[string]string{}
+				}
+				broken[p] = perr.Error()
+				continue
+			}
+			rest[p] = b
+		}
+		if broken == nil {
+			return "", nil, nil, err
+		}
+		if gen, err = as.generate(rest); err != nil {
+			return "", nil, nil, err
+		}
 	}
 	for i := range gen {
 		gen[i].tmpl.Metadata.Labels = withDefault(gen[i].tmpl.Metadata.Labels)
@@ -167,7 +190,7 @@ func (a *Agent) read(ctx context.Context) (string, []genApp, error) {
 			gen[i].tmpl.Spec.Project = "default"
 		}
 	}
-	return head, gen, nil
+	return head, gen, broken, nil
 }
 
 func withDefault(m map[string]string) map[string]string {
@@ -241,7 +264,7 @@ func (a *Agent) registration() agent.Registration {
 // refresh reads the branch; new apps appear, removed ones go, moved ones turn OutOfSync and,
 // unless ManualSync, start deploying.
 func (a *Agent) refresh(ctx context.Context) {
-	head, gen, err := a.read(ctx)
+	head, gen, broken, err := a.read(ctx)
 	a.mu.Lock()
 	if err != nil {
 		if a.problem != err.Error() {
@@ -255,6 +278,18 @@ func (a *Agent) refresh(ctx context.Context) {
 	a.head = head
 	seen := map[string]bool{}
 	var gone []string
+	for name, app := range a.apps {
+		// An app whose config file stopped parsing stays, with the error.
+		if why, ok := broken[app.gen.file]; ok {
+			seen[name] = true
+			msg := "ComparisonError: Failed to load target state: " + app.gen.file + " at " + short(head) + ": " + why
+			if app.compErr != msg {
+				a.o.Log.Warn("simagent: config file does not parse", "app", name, "file", app.gen.file, "err", why)
+			}
+			app.compErr = msg
+			a.compareLocked(app)
+		}
+	}
 	for _, g := range gen {
 		name := g.tmpl.Metadata.Name
 		seen[name] = true
@@ -263,7 +298,7 @@ func (a *Agent) refresh(ctx context.Context) {
 			app = &simApp{}
 			a.apps[name] = app
 		}
-		app.gen = g
+		app.gen, app.compErr = g, ""
 		a.compareLocked(app)
 		if !a.o.ManualSync && !app.running && app.st.Sync == agent.SyncOutOfSync && app.lastAuto != head &&
 			(app.st.SyncWindows == nil || !app.st.SyncWindows.Blocked) {
@@ -324,6 +359,11 @@ func (a *Agent) compareLocked(app *simApp) {
 	st.Resources = agent.ResourceSummary{Total: 1}
 	if st.Sync == agent.SyncOutOfSync {
 		st.Resources.OutOfSync = 1
+	}
+	st.Message = ""
+	if app.compErr != "" {
+		// As Argo CD: the desired state cannot be computed, so the sync status is Unknown.
+		st.Sync, st.Message = agent.SyncUnknown, app.compErr
 	}
 	st.Operation = nil
 	if app.op != nil {

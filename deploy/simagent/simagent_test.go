@@ -423,3 +423,42 @@ func TestNewRefusesABadSyncWindow(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// Issue 32 #14: a merged config file that does not parse is the change's fault, not the agent
+// losing Argo CD. The app shows what Argo CD would — sync Unknown with a ComparisonError — the
+// agent's view stays fresh (so a gate judges it instead of waiting out an outage), a sync of
+// it fails with the error, and the other apps carry on.
+func TestUnparsableConfigIsComparisonErrorNotOutage(t *testing.T) {
+	w := startSim(t, true)
+	w.repo.merge("qa", map[string]string{"envs/qa/config.yaml": "env: qa\ncluster:\n  name: qa-eu\n"})
+	w.waitRecord("web-qa", "the qa app", func(s *agent.AppStatus) bool { return s != nil })
+	bad := w.repo.merge("broken", map[string]string{"envs/dev/config.yaml": "env: dev\ncluster: [name: dev-eu\n",
+		"envs/qa/config.yaml": "env: qa\ncluster:\n  name: qa-eu\nimage: web:2\n"})
+	st := w.waitRecord("web-dev", "ComparisonError at the broken commit", func(s *agent.AppStatus) bool {
+		return s != nil && s.Sync == agent.SyncUnknown && s.Revision == bad
+	})
+	if !strings.Contains(st.Message, "ComparisonError") || !strings.Contains(st.Message, "envs/dev/config.yaml") {
+		t.Fatalf("message: %q", st.Message)
+	}
+	w.waitRecord("web-qa", "qa current at the same commit", func(s *agent.AppStatus) bool {
+		return s.Revision == bad && s.Sync == agent.SyncOutOfSync && s.Message == ""
+	})
+	if v := w.client.View(context.Background(), "sim"); !v.Fresh {
+		t.Fatalf("the agent's view must stay fresh on a broken config file: %+v", v)
+	}
+	rep, err := w.client.Sync(context.Background(), "sim", agent.SyncRequest{Apps: []string{"web-dev"}, RunID: "run-1", Step: "dev/sync/1"})
+	if err != nil || rep.Results[0].Error != nil {
+		t.Fatalf("sync: %v %+v", err, rep)
+	}
+	st = w.waitRecord("web-dev", "the sync failing on the broken file", func(s *agent.AppStatus) bool {
+		return s.Operation != nil && s.Operation.Phase == agent.PhaseFailed
+	})
+	if !strings.Contains(st.Operation.Message, "ComparisonError") || !strings.Contains(st.Operation.Message, "envs/dev/config.yaml") {
+		t.Fatalf("operation message: %q", st.Operation.Message)
+	}
+	// Fixed: the error goes.
+	w.repo.merge("fix", map[string]string{"envs/dev/config.yaml": "env: dev\ncluster:\n  name: dev-eu\nimage: web:3\n"})
+	w.waitRecord("web-dev", "the ComparisonError gone", func(s *agent.AppStatus) bool {
+		return s.Sync == agent.SyncOutOfSync && s.Message == ""
+	})
+}
