@@ -832,7 +832,8 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	}
 
 	// Apps deleted since the step chose them, or deleted and created again: fail, wait for
-	// the ApplicationSet, follow it to the app's new name, or sync the new app.
+	// the ApplicationSet (held like a blind app: not judged), follow it to the app's new
+	// name, or sync the new app.
 	if f := r.replaced(ctx, status, gone, blind); len(f) > 0 {
 		return r.failed(ctx, status, f), nil
 	}

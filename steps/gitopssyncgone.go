@@ -34,18 +34,20 @@ func (a *syncApp) remember(st *agent.AppStatus) {
 
 // replaced handles the apps that were deleted (gone[i]) or deleted and created again. It
 // returns failure messages; status[i] is replaced when the step follows an app to its new
-// name.
-func (r *syncRun) replaced(ctx context.Context, status []*agent.AppStatus, gone []*agent.Error, blind []bool) []string {
+// name, and hold[i] set for an app waited for (not to be judged or synced on this wake).
+func (r *syncRun) replaced(ctx context.Context, status []*agent.AppStatus, gone []*agent.Error, hold []bool) []string {
 	var failures []string
 	for i := range r.m.Apps {
 		a := &r.m.Apps[i]
-		if a.State == appDone || blind[i] {
+		if a.State == appDone || hold[i] {
 			continue
 		}
 		if gone[i] != nil {
 			if f := r.gone(ctx, i, gone[i], status); f != "" {
 				failures = append(failures, fmt.Sprintf("%s (agent %s): %s", a.App, a.Agent, f))
 			}
+			// Still gone, waiting for its ApplicationSet: nothing to judge or sync yet.
+			hold[i] = !a.GoneSince.IsZero()
 			continue
 		}
 		a.GoneSince = time.Time{}
