@@ -17,7 +17,8 @@ import (
 //     its apps by that ApplicationSet, follows the ApplicationSet's app under its new name;
 //   - an app deleted and created again (another uid) is synced again and judged anew: the
 //     operation the step started went with the old app;
-//   - a rollback skips an app that no longer exists, and says so.
+//   - a rollback follows a renamed app likewise, and skips an app that no longer exists, saying
+//     so.
 
 // remember keeps what identifies the app beyond its name: its owner and destination.
 func (a *syncApp) remember(st *agent.AppStatus) {
@@ -73,17 +74,15 @@ func (r *syncRun) replaced(ctx context.Context, status []*agent.AppStatus, gone 
 // its ApplicationSet, after following it to its new name, or when a rollback skips it.
 func (r *syncRun) gone(ctx context.Context, i int, e *agent.Error, status []*agent.AppStatus) string {
 	a := &r.m.Apps[i]
-	if r.sc.Rollback {
-		r.skip(a, e.Message)
-		return ""
-	}
-	if a.AppSet == "" {
+	if a.AppSet == "" && !r.sc.Rollback {
 		return e.Message
 	}
 	if a.GoneSince.IsZero() {
 		a.GoneSince = r.now
 	}
-	if set := linkedAppSet(r.sc); set != "" && (set == a.AppSet || strings.HasSuffix(set, "/"+a.AppSet)) {
+	// Renamed through the ApplicationSet the stage links its apps by: follow it (a rollback
+	// too: the change went to the app under its new name).
+	if set := linkedAppSet(r.sc); a.AppSet != "" && set != "" && (set == a.AppSet || strings.HasSuffix(set, "/"+a.AppSet)) {
 		next, fail := r.renamed(ctx, a)
 		if fail != "" {
 			return e.Message + "; " + fail
@@ -100,6 +99,10 @@ func (r *syncRun) gone(ctx context.Context, i int, e *agent.Error, status []*age
 			r.sc.Log.Warn("app was deleted; following its ApplicationSet's new app", "app", old, "new", a.App, "applicationSet", a.AppSet, "agent", a.Agent)
 			return ""
 		}
+	}
+	if r.sc.Rollback {
+		r.skip(a, e.Message)
+		return ""
 	}
 	if r.now.Sub(a.GoneSince) < syncGoneGrace {
 		a.Waiting = fmt.Sprintf("%s; waiting up to %s for its ApplicationSet %s to create it again", e.Message, syncGoneGrace, a.AppSet)
@@ -164,7 +167,7 @@ func (r *syncRun) restart(a *syncApp, note string) string {
 
 // skip leaves an app that no longer exists out of a rollback.
 func (r *syncRun) skip(a *syncApp, why string) {
-	a.State, a.Waiting, a.Skipped = appDone, "", why+": nothing to roll back there"
+	a.State, a.Waiting, a.Skipped, a.GoneSince = appDone, "", why+": nothing to roll back there", time.Time{}
 	r.sc.Log.Warn("app no longer exists; the rollback skips it", "app", a.App, "agent", a.Agent, "why", why)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -246,5 +247,46 @@ func (s *stack) upsertAppSet(as argocdtest.ApplicationSet) {
 	if res.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(res.Body)
 		s.t.Fatalf("upsert ApplicationSet %s: %d %s", as.Metadata.Name, res.StatusCode, b)
+	}
+}
+
+// The rollback follows a renamed app too: the stage's change went to the app under its new
+// name, so the rollback's resync (whose apps come from FetchLinkedApps, under the old name)
+// syncs the new app rather than skipping the old one.
+func TestRollbackFollowsAppRenamedByItsAppSet(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
+		t.Fatal(err)
+	}
+	s.waitRecord("web-dev")
+	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
+		t.Fatal(err)
+	}
+	src := pipeline(linkedSync+`      - {id: boom, type: GitOpsSync, timeout: 60s, with: {applicationsList: [{agentId: eu, applicationName: ghost}]}}
+`, true) + `    rollbackSteps:
+      - {id: resync, type: GitOpsSync, timeout: 60s}
+`
+	run := s.start(src, map[string]any{"commit": s.sha})
+	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
+	})
+	s.upsertAppSet(colorsAppSet("web-{{env}}-v2"))
+	r := s.wait(run.ID, 60*time.Second)
+	if st := step(r, "dev", "sync"); st.Status != pipelines.StSucceeded {
+		t.Fatalf("sync: %s %q", st.Status, st.Error)
+	}
+	rb := r.Find("dev").Step("resync", true)
+	if r.Status != pipelines.StFailed || rb == nil || rb.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s; rollback %+v\n%s", r.Status, rb, describeRun(r))
+	}
+	apps := appsOut(rb)
+	if len(apps) != 1 || apps[0]["name"] != "web-dev-v2" || apps[0]["state"] != "done" || !strings.Contains(fmt.Sprint(apps[0]["note"]), "following web-dev-v2") {
+		t.Fatalf("rollback outputs: %v", apps)
+	}
+	// GitOpsSync syncs the stage's linked apps besides its own list, so "boom" syncs the
+	// renamed app too; the rollback's resync is the last.
+	reqs := s.syncRequests("web-dev-v2")
+	if len(reqs) == 0 || !strings.Contains(fmt.Sprint(reqs[len(reqs)-1]["infos"]), "dev/resync/1") {
+		t.Fatalf("the rollback did not sync web-dev-v2: %v", reqs)
 	}
 }
