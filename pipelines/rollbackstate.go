@@ -50,6 +50,10 @@ func rollbackState(sr *StageRun) string {
 			}
 			for _, a := range apps {
 				m, _ := a.(map[string]any)
+				if skipped, ok := m["skipped"].(string); ok && skipped != "" {
+					cluster = append(cluster, fmt.Sprintf("%v skipped (%s)", m["name"], skipped))
+					continue
+				}
 				s := fmt.Sprintf("%v %v/%v at %v", m["name"], orDash(m["sync"]), orDash(m["health"]), short(fmt.Sprint(orDash(m["revision"]))))
 				if stale, ok := m["stale"].(string); ok && stale != "" {
 					s += " (stale view: " + stale + ")"

@@ -80,6 +80,12 @@ func TestRollbackStateNamesGitAndCluster(t *testing.T) {
 	if !strings.Contains(got, "the revert is merged as bbbbbbbbbbbb") || !strings.Contains(got, "web OutOfSync/Degraded at aaaaaaaaaaaa (stale view: since T: 401)") {
 		t.Fatalf("got %q", got)
 	}
+	// An app the rollback skipped because it no longer exists says so, not "?/? at ?".
+	sr.Rollback[2].Outputs = map[string]any{"applications": []any{
+		map[string]any{"name": "web", "state": "skipped", "skipped": "app web was deleted at T: nothing to roll back there"}}}
+	if got := rollbackState(sr); !strings.Contains(got, "cluster: web skipped (app web was deleted at T: nothing to roll back there)") {
+		t.Fatalf("got %q", got)
+	}
 	if got := rollbackState(&StageRun{ID: "x"}); got != "git: unknown (no merge recorded); cluster: unknown (no sync recorded)" {
 		t.Fatalf("empty: %q", got)
 	}

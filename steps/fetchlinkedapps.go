@@ -255,7 +255,12 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		if len(out) == 0 {
 			sc.Log.Info("No linked apps found", "selection", how)
 		}
-		return Done(map[string]any{"apps": orEmpty(out)}), nil
+		res := map[string]any{"apps": orEmpty(out)}
+		if cfg.appSet != "" {
+			// GitOpsSync follows this ApplicationSet's app when one is renamed.
+			res["applicationSet"] = cfg.appSet
+		}
+		return Done(res), nil
 	}
 	// Some cluster has no app yet: an ApplicationSet may be about to generate it.
 	if m.Until.IsZero() {

@@ -99,6 +99,12 @@ const (
 	// finished before it is synced again (Argo CD compares again within a few seconds).
 	syncDriftGrace = 5 * time.Second
 	syncMaxApps    = 1000
+	// syncGoneGrace: how long an app its ApplicationSet owns may stay deleted before the
+	// step fails: the ApplicationSet controller creates a deleted app again, or the app
+	// under its new name, within seconds.
+	syncGoneGrace = 30 * time.Second
+	// syncMaxReplaced bounds how often an app may be created again or renamed under a step.
+	syncMaxReplaced = 3
 	// syncWindowPoll bounds the poll fallback while a sync window blocks: the agent
 	// rewrites the record when the window opens (or is edited), which wakes the step at
 	// once; a long block costs a wake a quarter of an hour, not one every 30s.
@@ -505,6 +511,18 @@ type syncApp struct {
 	// Unavailable: the last sync request failed because Argo CD cannot work right now (its
 	// message); cleared once a sync is accepted (unavailable.go).
 	Unavailable string `json:"unavailable,omitempty"`
+	// UID is the uid of the app our sync went to: a record under the same name with another
+	// uid is the app created again (by its ApplicationSet), which is synced and judged anew.
+	UID string `json:"uid,omitempty"`
+	// AppSet, Cluster and Namespace are the app's owner and destination as last seen, to
+	// wait for the ApplicationSet to create a deleted app again or find it under a new name.
+	AppSet    string `json:"appSet,omitempty"`
+	Cluster   string `json:"cluster,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	// GoneSince: since when the app is deleted (waiting for its ApplicationSet).
+	GoneSince time.Time `json:"goneSince,omitzero"`
+	Replaced  int       `json:"replaced,omitempty"` // how often it was created again or renamed
+	Skipped   string    `json:"skipped,omitempty"`  // a rollback skipped it: why
 }
 
 const (
@@ -565,8 +583,9 @@ func runGitOpsSync(ctx context.Context, sc *Context) (Result, error) {
 			return Done(map[string]any{"applications": []any{}}), nil
 		}
 		var agents []string
+		owners := linkedOwners(sc)
 		for _, t := range targets {
-			m.Apps = append(m.Apps, syncApp{Agent: t.Agent, App: t.App, State: appTodo})
+			m.Apps = append(m.Apps, syncApp{Agent: t.Agent, App: t.App, State: appTodo, AppSet: owners[t]})
 			agents = append(agents, t.Agent)
 		}
 		if mergedWithoutRefresh(sc) {
@@ -684,6 +703,43 @@ func linkedApps(sc *Context) []appTarget {
 	return nil
 }
 
+// linkedOwners is the owning ApplicationSet of each app of this stage's latest FetchLinkedApps.
+func linkedOwners(sc *Context) map[appTarget]string {
+	out := map[appTarget]string{}
+	for i := len(sc.Priors) - 1; i >= 0; i-- {
+		p := sc.Priors[i]
+		if p.Type != "FetchLinkedApps" {
+			continue
+		}
+		list, _ := p.Outputs["apps"].([]any)
+		for _, e := range list {
+			m, _ := e.(map[string]any)
+			a, _ := m["agent"].(string)
+			n, _ := m["name"].(string)
+			if ns, _ := m["appNamespace"].(string); ns != "" {
+				n = ns + "/" + n
+			}
+			if set, _ := m["applicationSet"].(string); set != "" {
+				out[appTarget{Agent: a, App: n}] = set
+			}
+		}
+		return out
+	}
+	return out
+}
+
+// linkedAppSet is the ApplicationSet this stage's latest FetchLinkedApps selected its apps
+// by ("" when it selected them otherwise): the stage follows that ApplicationSet's apps.
+func linkedAppSet(sc *Context) string {
+	for i := len(sc.Priors) - 1; i >= 0; i-- {
+		if p := sc.Priors[i]; p.Type == "FetchLinkedApps" {
+			s, _ := p.Outputs["applicationSet"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
 // stageAgents are the agents to ask: the explicit one, else those of the stage's clusters.
 func stageAgents(sc *Context, explicit string) []string {
 	if explicit != "" {
@@ -739,11 +795,16 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	m := r.m
 	before := m.fingerprint()
 	status := make([]*agent.AppStatus, len(m.Apps))
+	gone := make([]*agent.Error, len(m.Apps)) // the app was deleted: the agent's tombstone
 	for i, a := range m.Apps {
 		if a.State == appDone {
 			continue
 		}
 		st, err := r.g.Status(ctx, a.Agent, a.App)
+		var ae *agent.Error
+		if errors.Is(err, agent.ErrDeleted) && errors.As(err, &ae) {
+			gone[i] = ae
+		}
 		if err != nil && !errors.Is(err, agent.ErrNotFound) {
 			if final {
 				continue
@@ -751,6 +812,7 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			return Result{}, fmt.Errorf("read status of %s on agent %s: %w", a.App, a.Agent, err)
 		}
 		status[i] = st
+		m.Apps[i].remember(st)
 	}
 	if err := r.prepareRevisions(ctx, status); err != nil {
 		return Result{}, err
@@ -774,6 +836,13 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	}
 	if out.track(&m.OutageSince, r.now, r.cfg.outageTimeout, final) {
 		return r.blind(ctx, status, &out, final), nil
+	}
+
+	// Apps deleted since the step chose them, or deleted and created again: fail, wait for
+	// the ApplicationSet (held like a blind app: not judged), follow it to the app's new
+	// name, or sync the new app.
+	if f := r.replaced(ctx, status, gone, blind); len(f) > 0 {
+		return r.failed(ctx, status, f), nil
 	}
 
 	// Apps whose sync was requested: done, failed, or still going.
@@ -805,7 +874,7 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			// An earlier delivery of this step already started it (and it may have ended):
 			// judge that operation instead of starting another.
 			a.State, a.Waiting = appSyncing, "sync requested by an earlier attempt"
-			a.Requested = firstTime(st.Operation.StartedAt, r.now)
+			a.Requested, a.UID = firstTime(st.Operation.StartedAt, r.now), st.UID
 			a.Revision = firstNonEmptyStr(r.m.Expected, st.Operation.Revision)
 			if v := r.evaluate(a, st); v.fail != "" {
 				return r.failed(ctx, status, []string{fmt.Sprintf("%s (agent %s): %s", a.App, a.Agent, v.fail)}), nil
@@ -858,14 +927,25 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 
 	pending := 0
 	var keys []string
+	goneWait := time.Duration(0)
 	for i := range m.Apps {
-		if m.Apps[i].State != appDone {
+		if a := &m.Apps[i]; a.State != appDone {
 			pending++
-			keys = append(keys, agent.StatusKey(m.Apps[i].Agent, m.Apps[i].App))
+			keys = append(keys, agent.StatusKey(a.Agent, a.App))
+			if !a.GoneSince.IsZero() {
+				// A new app of its ApplicationSet changes the agent's inventory.
+				keys = append(keys, agent.InventoryKey(a.Agent))
+				left := max(a.GoneSince.Add(syncGoneGrace).Sub(r.now), 0) + time.Second
+				if goneWait == 0 || left < goneWait {
+					goneWait = left
+				}
+			}
 		}
 	}
 	if pending == 0 {
-		return Done(map[string]any{"applications": r.outputs(ctx, status)}), nil
+		res := Done(map[string]any{"applications": r.outputs(ctx, status)})
+		res.Message = r.skippedSummary()
+		return res, nil
 	}
 	if final {
 		return r.timedOut(ctx, status), nil
@@ -904,6 +984,9 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		// Argo CD coming back changes no record: ask again soon, not on the quiet backoff.
 		poll = min(poll, syncRetryPoll)
 		reason = fmt.Sprintf("Argo CD cannot sync %d application(s) right now (retrying until the step's deadline; no rollback on it): ", n) + reason
+	}
+	if goneWait > 0 {
+		poll = min(poll, goneWait)
 	}
 	if out.any() {
 		// Recovery may change no record (only the registration): look again soon.
@@ -1022,11 +1105,18 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 			if a.Requested.IsZero() {
 				a.Requested = r.now
 			}
+			a.UID = res.UID
+			if a.UID == "" && status[i] != nil {
+				a.UID = status[i].UID
+			}
 			a.Revision = firstNonEmptyStr(m.Expected, res.Revision)
 			r.sc.Log.Info("sync started", "app", a.App, "agent", agentID, "revision", res.Revision, "alreadyRunning", res.AlreadyRunning)
 		case errors.Is(res.Error, agent.ErrOperationInProgress):
 			a.Waiting, a.Unavailable = "waiting for another operation to finish: "+res.Error.Message, ""
 			retry = true
+		case errors.Is(res.Error, agent.ErrNotFound) && r.sc.Rollback:
+			// Deleted since (or Argo CD's 403 for a missing app): nothing to roll back there.
+			r.skip(a, "no longer exists in Argo CD ("+res.Error.Message+")")
 		case errors.Is(res.Error, agent.ErrSyncWindow) && !r.cfg.override:
 			// The record did not show the window yet (the agent reads windows shortly
 			// after it first sees an app): park like for a window it shows.
@@ -1248,6 +1338,9 @@ func (r *syncRun) outputs(ctx context.Context, status []*agent.AppStatus) []any 
 			status[i], _ = r.g.Status(ctx, a.Agent, a.App)
 		}
 		o := map[string]any{"name": a.App, "agent": a.Agent, "state": a.State, "expectedRevision": a.Revision}
+		if a.Skipped != "" {
+			o["state"], o["skipped"] = "skipped", a.Skipped
+		}
 		if a.Waiting != "" {
 			o["waiting"] = a.Waiting
 		}

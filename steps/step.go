@@ -158,6 +158,7 @@ type Context struct {
 	Wake       int    // how many times this parked step has been woken (0 on first run)
 	WakeReason string // "key prflow-apps/x.y changed", "poll", "deadline", "signal"
 	Executor   string // user who started the run
+	Rollback   bool   // a rollback step of its stage
 	Inputs     map[string]any
 	Env        *Environment
 	Priors     []Prior

@@ -178,14 +178,14 @@ func TestWriterWritesChangesOnlyAndKeepsNewest(t *testing.T) {
 	if err := w.FlushInventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Delete(ctx, "web", "30"); err != nil {
+	if err := w.Delete(ctx, "web", "30", "test deletion"); err != nil {
 		t.Fatal(err)
 	}
 	if wrote, _ := w.Put(ctx, with(st, func(s *AppStatus) { s.ResourceVersion = "25" })); wrote {
 		t.Fatal("an app deleted at rv 30 came back from an rv 25 view")
 	}
-	if _, err := kv.Get(ctx, StatusKey("eu", "web")); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("record not deleted: %v", err)
+	if e, err := kv.Get(ctx, StatusKey("eu", "web")); err != nil || !strings.Contains(string(e.Value()), `"deleted"`) {
+		t.Fatalf("record not replaced by a tombstone: %v", err)
 	}
 	if err := w.FlushInventory(ctx); err != nil {
 		t.Fatal(err)

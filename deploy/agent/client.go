@@ -101,7 +101,8 @@ func (c *Client) RefreshAppSets(ctx context.Context, agentID string, req Refresh
 }
 
 // Status reads an app's record from prflow-apps (no request to the agent). A missing record
-// is ErrNotFound.
+// is ErrNotFound; a tombstone (the agent saw the app deleted) is ErrDeleted, which also
+// matches ErrNotFound and says when (see DeletedErr).
 func (c *Client) Status(ctx context.Context, agentID, app string) (*AppStatus, error) {
 	e, err := c.apps.Get(ctx, StatusKey(agentID, app))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -114,7 +115,22 @@ func (c *Client) Status(ctx context.Context, agentID, app string) (*AppStatus, e
 	if err := DecodeStatus(e.Value(), &s); err != nil {
 		return nil, fmt.Errorf("status of %s/%s: %w", agentID, app, err)
 	}
+	if s.Gone() {
+		return nil, DeletedErr(&s)
+	}
 	return &s, nil
+}
+
+// DeletedErr is the ErrDeleted of a tombstone: "app X was deleted at T (reason)".
+func DeletedErr(s *AppStatus) *Error {
+	msg := "app " + s.Ref() + " was deleted"
+	if d := s.Deleted; d != nil {
+		msg += " at " + d.At.UTC().Format(time.RFC3339)
+		if d.Reason != "" {
+			msg += " (" + d.Reason + ")"
+		}
+	}
+	return &Error{Code: CodeDeleted, Agent: s.Agent, App: s.Ref(), Message: msg}
 }
 
 // DecodeStatus parses a prflow-apps record and checks its version.

@@ -12,6 +12,9 @@ type Code string
 const (
 	// CodeNotFound: the app does not exist (or the agent's token may not see it).
 	CodeNotFound Code = "not_found"
+	// CodeDeleted: the app was deleted; the message says when. It also matches ErrNotFound,
+	// so callers that only ask "does the app exist" need not know it.
+	CodeDeleted Code = "deleted"
 	// CodeUnauthorized: the GitOps backend rejected the agent's credentials.
 	CodeUnauthorized Code = "unauthorized"
 	// CodeUnreachable: the agent cannot reach its GitOps backend.
@@ -69,15 +72,20 @@ func (e *Error) Error() string {
 	return where + msg
 }
 
-// Is matches another *Error by code, so errors.Is(err, agent.ErrNotFound) works.
+// Is matches another *Error by code, so errors.Is(err, agent.ErrNotFound) works. An
+// ErrDeleted is also an ErrNotFound.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code && t.Message == "" && t.Agent == "" && t.App == ""
+	if !ok || t.Message != "" || t.Agent != "" || t.App != "" {
+		return false
+	}
+	return t.Code == e.Code || (t.Code == CodeNotFound && e.Code == CodeDeleted)
 }
 
 // Sentinels for errors.Is.
 var (
 	ErrNotFound            = &Error{Code: CodeNotFound}
+	ErrDeleted             = &Error{Code: CodeDeleted}
 	ErrUnauthorized        = &Error{Code: CodeUnauthorized}
 	ErrUnreachable         = &Error{Code: CodeUnreachable}
 	ErrUnavailable         = &Error{Code: CodeUnavailable}

@@ -98,6 +98,35 @@ type AppStatus struct {
 	// applies to the app. It changes only when a window opens or closes, or the windows are
 	// edited, so it does not rewrite the record as time passes.
 	SyncWindows *SyncWindows `json:"syncWindows,omitempty"`
+	// UID and CreatedAt are Argo CD's metadata.uid and creationTimestamp: an app deleted and
+	// created again under the same name (by its ApplicationSet) has a new UID.
+	UID       string    `json:"uid,omitempty"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	// Deleted makes the record a tombstone: the app no longer exists. The record keeps the
+	// app's identity (UID, ApplicationSet, destination) and nothing of its status; readers
+	// must treat it as no app (Client.Status answers ErrDeleted). The agent removes it
+	// TombstoneTTL after the deletion, or when the app appears again.
+	Deleted *Deletion `json:"deleted,omitempty"`
+}
+
+// Deletion says when and why an agent saw an app go.
+type Deletion struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+}
+
+// TombstoneTTL is how long a tombstone stays in prflow-apps: long enough for every waiting
+// step to wake and read it (a parked step polls at least every few minutes).
+const TombstoneTTL = time.Hour
+
+// Gone reports whether the record is a tombstone.
+func (s *AppStatus) Gone() bool { return s != nil && s.Deleted != nil }
+
+// Tombstone reports whether a prflow-apps record decoded as a generic JSON object (the
+// controller's policy readers) is a tombstone, so it is left out like a missing record.
+func Tombstone(m map[string]any) bool {
+	d, ok := m["deleted"]
+	return ok && d != nil
 }
 
 // SyncWindows is the state of the Argo CD sync windows assigned to an app (AppProject
@@ -270,8 +299,11 @@ type SyncResult struct {
 	// Revision is the commit the operation will deploy, as Argo CD resolved it.
 	Revision string `json:"revision,omitempty"`
 	// At is when the agent asked Argo CD (its clock).
-	At    time.Time `json:"at,omitzero"`
-	Error *Error    `json:"error,omitempty"`
+	At time.Time `json:"at,omitzero"`
+	// UID is the uid of the app the sync went to (Argo CD's metadata.uid), so the caller
+	// can tell the app it synced from one created later under the same name.
+	UID   string `json:"uid,omitempty"`
+	Error *Error `json:"error,omitempty"`
 }
 
 // AppsQuery lists apps (subject prflow.agent.<agent>.apps). All given filters must match.

@@ -28,7 +28,7 @@ type Writer struct {
 
 	mu        sync.Mutex
 	known     map[string]*written // by KV key
-	tombs     map[string]int64    // deleted key → resourceVersion of the deletion
+	tombs     map[string]*tomb    // deleted key → the deletion
 	invDirty  bool
 	writes    atomic.Int64
 	inventory atomic.Int64
@@ -42,12 +42,21 @@ type written struct {
 	identity string // what FetchLinkedApps selects on: labels, owner, destination
 }
 
+// tomb is an app the writer saw deleted: rv guards against an older view bringing it back;
+// rev is the KV revision of its tombstone record (0: none stored) and at when it was written,
+// for Sweep.
+type tomb struct {
+	rv  int64
+	rev uint64
+	at  time.Time
+}
+
 // NewWriter returns a writer for agentID's records in kv (the prflow-apps bucket).
 func NewWriter(kv jetstream.KeyValue, agentID string, log *slog.Logger) *Writer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Writer{kv: kv, agent: agentID, log: log, known: map[string]*written{}, tombs: map[string]int64{}}
+	return &Writer{kv: kv, agent: agentID, log: log, known: map[string]*written{}, tombs: map[string]*tomb{}}
 }
 
 // Writes is the number of records written (puts and deletes), for tests and metrics.
@@ -78,6 +87,10 @@ func (w *Writer) Seed(ctx context.Context) error {
 		if DecodeStatus(e.Value(), &s) != nil {
 			continue
 		}
+		if s.Gone() {
+			w.tombs[k] = &tomb{rv: parseRV(s.ResourceVersion), rev: e.Revision(), at: s.Deleted.At}
+			continue
+		}
 		w.known[k] = &written{ref: s.Ref(), cmp: comparable(s), rev: e.Revision(), rv: parseRV(s.ResourceVersion), identity: identity(s)}
 	}
 	return nil
@@ -101,10 +114,10 @@ func (w *Writer) Put(ctx context.Context, s AppStatus) (bool, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if t, ok := w.tombs[key]; ok && rv != 0 && rv <= t {
+	t := w.tombs[key]
+	if t != nil && rv != 0 && rv <= t.rv {
 		return false, nil // an older view of an app we already saw deleted
 	}
-	delete(w.tombs, key)
 	prev := w.known[key]
 	if prev != nil && rv != 0 && prev.rv > rv {
 		return false, nil // older than what we have
@@ -114,9 +127,13 @@ func (w *Writer) Put(ctx context.Context, s AppStatus) (bool, error) {
 		return false, nil
 	}
 	var rev uint64
-	if prev != nil {
+	switch {
+	case prev != nil:
 		rev, err = w.kv.Update(ctx, key, body, prev.rev)
-	} else {
+	case t != nil && t.rev != 0:
+		// The app is back (created again under the same name): replace its tombstone.
+		rev, err = w.kv.Update(ctx, key, body, t.rev)
+	default:
 		rev, err = w.kv.Create(ctx, key, body)
 	}
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
@@ -130,6 +147,11 @@ func (w *Writer) Put(ctx context.Context, s AppStatus) (bool, error) {
 		default:
 			var cur AppStatus
 			if DecodeStatus(e.Value(), &cur) == nil && rv != 0 && parseRV(cur.ResourceVersion) > rv {
+				if cur.Gone() {
+					delete(w.known, key)
+					w.tombs[key] = &tomb{rv: parseRV(cur.ResourceVersion), rev: e.Revision(), at: cur.Deleted.At}
+					return false, nil
+				}
 				w.known[key] = &written{ref: cur.Ref(), cmp: comparable(cur), rev: e.Revision(), rv: parseRV(cur.ResourceVersion), identity: identity(cur)}
 				return false, nil
 			}
@@ -139,6 +161,7 @@ func (w *Writer) Put(ctx context.Context, s AppStatus) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("write status of %s to prflow-apps: %w", s.Ref(), err)
 	}
+	delete(w.tombs, key)
 	id := identity(s)
 	if prev == nil || prev.identity != id {
 		w.invDirty = true
@@ -175,7 +198,7 @@ func (w *Writer) MarkStale(ctx context.Context, st Staleness) (int, error) {
 				break
 			}
 			var s AppStatus
-			if DecodeStatus(e.Value(), &s) != nil || s.Agent != w.agent {
+			if DecodeStatus(e.Value(), &s) != nil || s.Agent != w.agent || s.Gone() {
 				break
 			}
 			if s.Stale != nil {
@@ -217,27 +240,112 @@ func (w *Writer) refresh(key string, s AppStatus, rev uint64) {
 	p.cmp, p.rev = comparable(s), rev
 }
 
-// Delete removes an app's record (the app was deleted). rv is the resourceVersion of the
-// deletion ("" when unknown); an older Put for the app is ignored afterwards.
-func (w *Writer) Delete(ctx context.Context, ref, rv string) error {
+// Delete replaces an app's record with a tombstone (the app was deleted; why says how the
+// agent knows), which keeps the app's identity and says when, so a step waiting on the app
+// learns it is gone instead of finding no record. rv is the resourceVersion of the deletion
+// ("" when unknown); an older Put for the app is ignored afterwards. Sweep removes the
+// tombstone after TombstoneTTL.
+func (w *Writer) Delete(ctx context.Context, ref, rv, why string) error {
 	key := StatusKey(w.agent, ref)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := parseRV(rv)
-	if prev := w.known[key]; prev != nil && n != 0 && prev.rv > n {
+	prev := w.known[key]
+	if prev != nil && n != 0 && prev.rv > n {
 		return nil
 	}
-	w.tombs[key] = n
-	if _, ok := w.known[key]; !ok {
+	if prev == nil {
+		if w.tombs[key] == nil {
+			w.tombs[key] = &tomb{rv: n, at: time.Now()}
+		}
 		return nil
 	}
-	if err := w.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("delete status of %s from prflow-apps: %w", ref, err)
+	var last AppStatus
+	_ = json.Unmarshal(prev.cmp, &last)
+	now := time.Now().UTC()
+	ts := AppStatus{V: Version, Agent: w.agent, Name: last.Name, AppNamespace: last.AppNamespace, Project: last.Project,
+		Namespace: last.Namespace, Cluster: last.Cluster, ClusterServer: last.ClusterServer, ApplicationSet: last.ApplicationSet,
+		URL: last.URL, UID: last.UID, CreatedAt: last.CreatedAt, ResourceVersion: rv, ObservedAt: now, ConfirmedAt: now,
+		Deleted: &Deletion{At: now, Reason: why}}
+	if n == 0 {
+		ts.ResourceVersion = strconv.FormatInt(prev.rv, 10)
+		if prev.rv == 0 {
+			ts.ResourceVersion = ""
+		}
+	}
+	body, err := json.Marshal(ts)
+	if err != nil {
+		return fmt.Errorf("encode tombstone of %s: %w", ref, err)
+	}
+	rev, err := w.kv.Update(ctx, key, body, prev.rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Someone else wrote meanwhile: unless it is a newer view of the app, the app is gone.
+		e, gerr := w.kv.Get(ctx, key)
+		switch {
+		case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
+			rev, err = w.kv.Create(ctx, key, body)
+		case gerr != nil:
+			return fmt.Errorf("tombstone of %s: %w", ref, gerr)
+		default:
+			var cur AppStatus
+			if DecodeStatus(e.Value(), &cur) == nil && n != 0 && parseRV(cur.ResourceVersion) > n {
+				return nil
+			}
+			rev, err = w.kv.Update(ctx, key, body, e.Revision())
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write tombstone of %s to prflow-apps: %w", ref, err)
 	}
 	delete(w.known, key)
+	w.tombs[key] = &tomb{rv: max(n, prev.rv), rev: rev, at: now}
 	w.invDirty = true
 	w.writes.Add(1)
 	return nil
+}
+
+// Sweep removes the tombstones written more than ttl ago, and forgets them. It returns how
+// many it removed.
+func (w *Writer) Sweep(ctx context.Context, ttl time.Duration) (int, error) {
+	now := time.Now()
+	type old struct {
+		key string
+		rev uint64
+	}
+	var due []old
+	w.mu.Lock()
+	for _, k := range sortedKeys(w.tombs) {
+		t := w.tombs[k]
+		if t.rev != 0 && now.Sub(t.at) >= ttl {
+			due = append(due, old{k, t.rev})
+		} else if t.rev == 0 && !t.at.IsZero() && now.Sub(t.at) >= ttl {
+			delete(w.tombs, k)
+		}
+	}
+	w.mu.Unlock()
+	n := 0
+	var first error
+	for _, d := range due {
+		// Only the tombstone itself: a record written since (the app is back) stays.
+		err := w.kv.Delete(ctx, d.key, jetstream.LastRevision(d.rev))
+		if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongLastSequence(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			if first == nil {
+				first = fmt.Errorf("remove tombstone %s from prflow-apps: %w", d.key, err)
+			}
+			continue
+		}
+		w.mu.Lock()
+		if t := w.tombs[d.key]; t != nil && t.rev == d.rev {
+			if err == nil {
+				n++
+				w.writes.Add(1)
+			}
+			// Keep guarding against an older view for a while, without a record.
+			t.rev, t.at = 0, now
+		}
+		w.mu.Unlock()
+	}
+	return n, first
 }
 
 // Retain deletes every known app that is not in present, unless the writer saw it at a
@@ -256,7 +364,7 @@ func (w *Writer) Retain(ctx context.Context, present map[string]bool, listRV str
 	w.mu.Unlock()
 	var first error
 	for _, ref := range gone {
-		if err := w.Delete(ctx, ref, listRV); err != nil && first == nil {
+		if err := w.Delete(ctx, ref, listRV, "missing from a full list of the apps (deleted while the agent was not watching)"); err != nil && first == nil {
 			first = err
 		}
 	}

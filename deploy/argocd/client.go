@@ -105,8 +105,10 @@ type Application struct {
 	Metadata struct {
 		Name              string            `json:"name"`
 		Namespace         string            `json:"namespace"`
+		UID               string            `json:"uid"`
 		ResourceVersion   string            `json:"resourceVersion"`
 		Labels            map[string]string `json:"labels"`
+		CreationTimestamp *time.Time        `json:"creationTimestamp"`
 		DeletionTimestamp *time.Time        `json:"deletionTimestamp"`
 		OwnerReferences   []struct {
 			Kind string `json:"kind"`

@@ -49,7 +49,7 @@ func (a *Agent) syncOne(ctx context.Context, req agent.SyncRequest, ref string) 
 	}
 	if op := pending(app); op != nil {
 		if tagged(op, req.RunID, req.Step) {
-			res.AlreadyRunning, res.Revision = true, opRevision(op)
+			res.AlreadyRunning, res.Revision, res.UID = true, opRevision(op), app.Metadata.UID
 			return res
 		}
 		return fail(busy(app, op, ref))
@@ -101,7 +101,7 @@ func (a *Agent) syncOne(ctx context.Context, req agent.SyncRequest, ref string) 
 		if gerr == nil {
 			if op := pending(cur); op != nil {
 				if tagged(op, req.RunID, req.Step) {
-					res.AlreadyRunning, res.Revision = true, opRevision(op)
+					res.AlreadyRunning, res.Revision, res.UID = true, opRevision(op), cur.Metadata.UID
 					return res
 				}
 				return fail(busy(cur, op, ref))
@@ -115,6 +115,7 @@ func (a *Agent) syncOne(ctx context.Context, req agent.SyncRequest, ref string) 
 	if started.Operation != nil {
 		res.Revision = opRevision(started.Operation)
 	}
+	res.UID = firstNonEmpty(started.Metadata.UID, app.Metadata.UID)
 	a.o.Log.Info("sync started", "app", ref, "run", req.RunID, "step", req.Step, "revision", res.Revision)
 	return res
 }

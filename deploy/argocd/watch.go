@@ -37,6 +37,7 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 		defer bg.Done()
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
+		swept := time.Now()
 		for {
 			select {
 			case <-ctx.Done():
@@ -44,6 +45,13 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 			case <-t.C:
 				if err := w.FlushInventory(ctx); err != nil && ctx.Err() == nil {
 					a.o.Log.Warn("agent: inventory", "err", err)
+				}
+				// Tombstones of deleted apps end after TombstoneTTL.
+				if time.Since(swept) >= time.Minute {
+					swept = time.Now()
+					if _, err := w.Sweep(ctx, agent.TombstoneTTL); err != nil && ctx.Err() == nil {
+						a.o.Log.Warn("agent: removing old tombstones", "err", err)
+					}
 				}
 			}
 		}
@@ -164,7 +172,7 @@ func (a *Agent) apply(ctx context.Context, w *agent.Writer, ev WatchEvent) {
 	var err error
 	if ev.Type == "DELETED" {
 		a.win.forget(st.Ref())
-		err = w.Delete(ctx, st.Ref(), st.ResourceVersion)
+		err = w.Delete(ctx, st.Ref(), st.ResourceVersion, "Argo CD's watch stream reported it DELETED")
 	} else {
 		_, err = a.win.write(ctx, w, st)
 	}
@@ -181,6 +189,10 @@ func (a *Agent) status(app *Application) agent.AppStatus {
 		Namespace: sp.Destination.Namespace, ClusterServer: sp.Destination.Server,
 		Labels: m.Labels, Sync: s.Sync.Status, Revision: s.Sync.Revision,
 		Health: s.Health.Status, HealthMessage: s.Health.Message, ResourceVersion: m.ResourceVersion,
+		UID: m.UID,
+	}
+	if m.CreationTimestamp != nil {
+		st.CreatedAt = m.CreationTimestamp.UTC()
 	}
 	ctrlNS := firstNonEmpty(s.ControllerNamespace, a.o.Namespace)
 	if m.Namespace != "" && m.Namespace != ctrlNS {

@@ -264,3 +264,70 @@ func TestAppSetListAndGoTemplate(t *testing.T) {
 		t.Fatalf("clash conditions %+v", got.Status.Conditions)
 	}
 }
+
+// Like Argo CD's ApplicationSet controller, which watches the Applications it owns: an app
+// deleted by hand comes back at once as a new object (new uid, later creationTimestamp), the
+// stream shows DELETED then ADDED, and while it is away GET answers 403. An app the set no
+// longer generates (renamed in the template) is replaced by the new name and deleted.
+func TestAppSetRecreatesADeletedAppAndRenames(t *testing.T) {
+	mg := NewMemGit()
+	repo := "https://git.example/release.git"
+	mg.Commit(repo, "main", map[string]string{"apps/blue/cm.yaml": configMap("x", "healthy")})
+	s := New(WithGitReader(mg), WithTimeline(3*time.Millisecond, 1), WithAppSetPollInterval(-1))
+	t.Cleanup(s.Close)
+	set := ApplicationSet{
+		Metadata: ObjectMeta{Name: "colors"},
+		Spec: ApplicationSetSpec{
+			Generators: []ApplicationSetGenerator{{List: &ListGenerator{Elements: []json.RawMessage{json.RawMessage(`{"color":"blue"}`)}}}},
+			Template: ApplicationSetTemplate{
+				Metadata: ApplicationSetTemplateMeta{Name: "{{color}}"},
+				Spec: ApplicationSpec{Project: "default", Source: &ApplicationSource{RepoURL: repo, Path: "apps/{{color}}"},
+					Destination: ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "colors"}},
+			},
+		},
+	}
+	if err := s.AddApplicationSet(set); err != nil {
+		t.Fatal(err)
+	}
+	old := getApp(t, s, "blue")
+	if old.Metadata.UID == "" || old.Metadata.CreationTimestamp.IsZero() {
+		t.Fatalf("app without uid or creationTimestamp: %+v", old.Metadata)
+	}
+	st := openStream(t, s, "", "")
+	st.until(func(ev ApplicationWatchEvent) bool { return ev.Application.Metadata.Name == "blue" })
+	if r := call(t, s, "DELETE", "/api/v1/applications/blue?cascade=false", nil); r.status != 200 {
+		t.Fatalf("DELETE: %d %s", r.status, r.body)
+	}
+	evs := st.until(func(ev ApplicationWatchEvent) bool {
+		return ev.Type == EventAdded && ev.Application.Metadata.Name == "blue"
+	})
+	sawDeleted := false
+	for _, ev := range evs {
+		if ev.Type == EventDeleted && ev.Application.Metadata.UID == old.Metadata.UID {
+			sawDeleted = true
+		}
+	}
+	back := evs[len(evs)-1].Application
+	if !sawDeleted || back.Metadata.UID == old.Metadata.UID || back.Metadata.UID == "" ||
+		back.Metadata.CreationTimestamp.Time.Before(old.Metadata.CreationTimestamp.Time) {
+		t.Fatalf("deleted=%v; recreated app uid %q (old %q), created %v (old %v)", sawDeleted, back.Metadata.UID, old.Metadata.UID,
+			back.Metadata.CreationTimestamp, old.Metadata.CreationTimestamp)
+	}
+	// Rename through the template: the new app appears, the old one goes, GET of it is 403.
+	set.Spec.Template.Metadata.Name = "{{color}}-v2"
+	if r := call(t, s, "POST", "/api/v1/applicationsets?upsert=true", set); r.status != 200 {
+		t.Fatalf("upsert: %d %s", r.status, r.body)
+	}
+	var added, deleted bool
+	st.until(func(ev ApplicationWatchEvent) bool {
+		added = added || (ev.Type == EventAdded && ev.Application.Metadata.Name == "blue-v2")
+		deleted = deleted || (ev.Type == EventDeleted && ev.Application.Metadata.Name == "blue")
+		return added && deleted
+	})
+	if r := call(t, s, "GET", "/api/v1/applications/blue", nil); r.status != 403 {
+		t.Fatalf("GET of the renamed-away app: %d %s, want 403", r.status, r.body)
+	}
+	if a := getApp(t, s, "blue-v2"); a.Spec.Destination.Namespace != "colors" {
+		t.Fatalf("renamed app %+v", a.Spec.Destination)
+	}
+}

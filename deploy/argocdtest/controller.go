@@ -988,4 +988,16 @@ func (s *Server) removeApp(st *appState) {
 		st.op.terminate()
 	}
 	s.commit(st, EventDeleted)
+	// The ApplicationSet controller watches the Applications it owns: a deleted one makes
+	// it regenerate the set, which creates the app again (with a new uid) while the set
+	// still generates it.
+	for _, o := range st.app.Metadata.OwnerReferences {
+		if o.Kind != "ApplicationSet" {
+			continue
+		}
+		key := st.app.Metadata.Namespace + "/" + o.Name
+		if ast := s.appsets[key]; ast != nil && ownedBy(&st.app, &ast.as) {
+			s.queueRegenerate(key)
+		}
+	}
 }

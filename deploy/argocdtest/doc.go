@@ -31,7 +31,10 @@
 //     and annotations) or by a GitHub push to the controller's own webhook
 //     (AppSetWebhookURL, X-Hub-Signature-256 with WithWebhookSecret) — and removes the
 //     annotation when done; the application controller's periodic pass
-//     (WithReconcileInterval) does not regenerate sets.
+//     (WithReconcileInterval) does not regenerate sets. Deleting an app a set owns makes
+//     the controller regenerate the set at once, so a generated app comes back as a new
+//     object (new uid and creationTimestamp); a renamed template creates the new app, then
+//     deletes the old one.
 //   - PATCH /api/v1/applications/{name} applies a JSON patch (default) or a
 //     merge patch to the app as stored, resourceVersion included, so a "test"
 //     of it fails ("error applying patch: testing value ... failed", HTTP 500)

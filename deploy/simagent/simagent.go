@@ -250,6 +250,9 @@ func (a *Agent) Run(ctx context.Context, conn *queue.Conn) error {
 		}
 		a.refresh(ctx)
 		_ = a.writer.FlushInventory(ctx)
+		if _, err := a.writer.Sweep(ctx, agent.TombstoneTTL); err != nil && ctx.Err() == nil {
+			a.o.Log.Warn("simagent: removing old tombstones", "err", err)
+		}
 	}
 }
 
@@ -295,7 +298,11 @@ func (a *Agent) refresh(ctx context.Context) {
 		seen[name] = true
 		app := a.apps[name]
 		if app == nil {
+			// Like Argo CD, an app created (again) under a name gets a new uid.
+			a.rv++
 			app = &simApp{}
+			app.st.UID = fmt.Sprintf("sim-%s-%d-%d", a.o.AgentID, a.started.UnixNano(), a.rv)
+			app.st.CreatedAt = time.Now().UTC()
 			a.apps[name] = app
 		}
 		app.gen, app.compErr = g, ""
@@ -314,7 +321,7 @@ func (a *Agent) refresh(ctx context.Context) {
 	}
 	a.mu.Unlock()
 	for _, n := range gone {
-		if err := a.writer.Delete(ctx, n, ""); err != nil && ctx.Err() == nil {
+		if err := a.writer.Delete(ctx, n, "", "its ApplicationSet no longer generates it"); err != nil && ctx.Err() == nil {
 			a.o.Log.Warn("simagent: delete record", "app", n, "err", err)
 		}
 	}
@@ -544,7 +551,7 @@ func (a *Agent) Sync(ctx context.Context, req agent.SyncRequest) ([]agent.SyncRe
 		case app == nil:
 			res.Error = &agent.Error{Code: agent.CodeNotFound, App: ref, Message: "application not found (the ApplicationSet generates no app of that name)"}
 		case app.running && app.op.Tagged(req.RunID, req.Step):
-			res.AlreadyRunning, res.Revision = true, app.op.Revision
+			res.AlreadyRunning, res.Revision, res.UID = true, app.op.Revision, app.st.UID
 		case win != nil && win.Blocked && (!req.Manual || !win.ManualSync):
 			msg := win.Describe()
 			if req.Manual {
@@ -568,7 +575,7 @@ func (a *Agent) Sync(ctx context.Context, req agent.SyncRequest) ([]agent.SyncRe
 				break
 			}
 			a.startLocked(app, rev, req.RunID, req.Step, false)
-			res.Revision = rev
+			res.Revision, res.UID = rev, app.st.UID
 		}
 		out[i] = res
 	}

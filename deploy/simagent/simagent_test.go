@@ -224,9 +224,22 @@ func TestSyncRequestDeploysTaggedWithRun(t *testing.T) {
 	if err != nil || len(apps) != 1 || apps[0].Name != "web-qa" {
 		t.Fatalf("apps: %v %v", apps, err)
 	}
-	// The environment is removed: its app and record go.
+	qaUID := apps[0].UID
+	if qaUID == "" || apps[0].CreatedAt.IsZero() {
+		t.Fatalf("app without uid or creation time: %+v", apps[0])
+	}
+	// The environment is removed: its app goes, and its record becomes a tombstone that says so.
 	w.repo.merge("drop-qa", map[string]string{"envs/qa/config.yaml": ""})
 	w.waitRecord("web-qa", "record deleted", func(s *agent.AppStatus) bool { return s == nil })
+	if _, err := w.client.Status(ctx, "sim", "web-qa"); !errors.Is(err, agent.ErrDeleted) || !strings.Contains(err.Error(), "app web-qa was deleted at") {
+		t.Fatalf("Status of the removed app: %v, want ErrDeleted", err)
+	}
+	// Added again: a new app (new uid) replaces the tombstone.
+	w.repo.merge("readd-qa", map[string]string{"envs/qa/config.yaml": `{"env": "qa", "cluster": {"name": "qa-eu"}}`})
+	back := w.waitRecord("web-qa", "the app added again", func(s *agent.AppStatus) bool { return s != nil })
+	if back.UID == "" || back.UID == qaUID {
+		t.Fatalf("the app added again has uid %q (was %q)", back.UID, qaUID)
+	}
 }
 
 func TestNewReportsBadRepos(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines/policy"
 )
 
@@ -245,6 +246,10 @@ func (a *appWatch) apply(recs map[string]any, e jetstream.KeyValueEntry) {
 		// An agent writes JSON objects; anything else is left out, as a direct read does.
 		a.log.Warn("stage policies: app status record is not a JSON object; left out", "key", e.Key(), "revision", e.Revision(), "err", err)
 		delete(recs, e.Key())
+		return
+	}
+	if agent.Tombstone(m) {
+		delete(recs, e.Key()) // a deleted app: no app, as when its record is gone
 		return
 	}
 	m["key"] = e.Key()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/policy"
 )
@@ -134,7 +135,7 @@ func (c *Controller) appStatuses(ctx context.Context) (any, error) {
 			continue
 		}
 		var m map[string]any
-		if err := json.Unmarshal(e.Value(), &m); err != nil || m == nil { // "null" is no record either
+		if err := json.Unmarshal(e.Value(), &m); err != nil || m == nil || agent.Tombstone(m) { // "null" is no record either, nor is a deleted app's tombstone
 			revs = revs[:len(revs)-1]
 			continue
 		}

@@ -60,4 +60,26 @@ func TestAppStatusesFollowChanges(t *testing.T) {
 	if h := health(v); len(h) != 2 || h["sim.web-dev"] != "Progressing" || h["sim.web-prod"] != "" {
 		t.Fatalf("after a delete and an add: %v", h)
 	}
+	// A deleted app's tombstone is no app, read directly or through the watcher.
+	tomb, _ := json.Marshal(map[string]any{"v": 1, "name": "web-dev", "deleted": map[string]any{"at": "2026-11-28T01:00:00Z", "reason": "DELETED"}})
+	if _, err := e.ctl.b.Apps.Put(ctx, "sim.web-dev", tomb); err != nil {
+		t.Fatal(err)
+	}
+	v, _ = e.ctl.appStatuses(ctx)
+	if h := health(v); len(h) != 1 || h["sim.web-staging"] != "Degraded" {
+		t.Fatalf("a tombstone counted as an app: %v", h)
+	}
+	recs := map[string]any{}
+	aw := newAppWatch()
+	aw.log = e.ctl.log
+	for _, k := range []string{"sim.web-staging", "sim.web-dev"} {
+		ent, err := e.ctl.b.Apps.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		aw.apply(recs, ent)
+	}
+	if h := health(appRecords(recs)); len(h) != 1 || h["sim.web-staging"] != "Degraded" {
+		t.Fatalf("the watcher counted a tombstone as an app: %v", h)
+	}
 }

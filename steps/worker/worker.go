@@ -381,7 +381,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		attrs: []slog.Attr{slog.String("run", job.Run), slog.String("stage", job.Stage), slog.String("step", job.Step)}})
 	sc := &steps.Context{
 		RunID: job.Run, Pipeline: job.Pipeline, Stage: job.Stage, StepID: job.Step, Type: job.Type,
-		Attempt: job.Attempt, Delivery: delivered, Wake: job.Wake, WakeReason: job.WakeReason, Executor: job.Executor,
+		Attempt: job.Attempt, Delivery: delivered, Wake: job.Wake, WakeReason: job.WakeReason, Executor: job.Executor, Rollback: job.Rollback,
 		Inputs: job.Inputs, Env: job.Env, Priors: job.Priors, Memo: job.Memo, Signals: job.Signals,
 		Deadline: job.Deadline, Log: stepLog, Services: w.Services,
 	}

@@ -204,6 +204,11 @@ func (u *UI) stageApps(ctx context.Context, sr *pipelines.StageRun) []appView {
 			out = append(out, av)
 			continue
 		}
+		if as.Gone() {
+			av.Problem = agent.DeletedErr(&as).Message
+			out = append(out, av)
+			continue
+		}
 		av.Sync, av.Health, av.Revision, av.SyncedRevision, av.Message = as.Sync, as.Health, as.Revision, as.SyncedRevision, as.Message
 		if as.URL != "" {
 			av.URL = as.URL
