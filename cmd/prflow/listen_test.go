@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +66,13 @@ func TestServerTakenPort(t *testing.T) {
 	}
 	if strings.Contains(out, "listening") {
 		t.Errorf("logged a listener that is not there:\n%s", out)
+	}
+	// A relative --external-url would make relative links: refused before anything starts.
+	for _, bad := range []string{"prflow.example.com", "/prflow", "ftp://prflow.example.com"} {
+		_, err := runFor(t, 60*time.Second, "server", "--listen", freeAddr(t), "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"), "--external-url", bad)
+		if err == nil || !strings.Contains(err.Error(), "--external-url") || !strings.Contains(err.Error(), bad) {
+			t.Errorf("--external-url %s: want an error naming it, got %v", bad, err)
+		}
 	}
 	// A worker opens its --listen (metrics, health) the same way, before joining NATS.
 	if _, err := runFor(t, 60*time.Second, "worker", "--listen", addr, "--nats", "nats://"+holdPort(t)); err == nil ||
