@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -99,6 +100,19 @@ on loopback, without authentication.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{code: 1, msg: name + ": cannot be converted"}
 			}
+			// Listen before anything starts, so a taken port fails at once and no URL is printed
+			// that nothing serves.
+			var ln net.Listener
+			if serve {
+				if h, _, err := splitLoopback(listen); err != nil || h == "" {
+					return fmt.Errorf("--listen %s: dev serves without authentication, so only on loopback", listen)
+				}
+				if ln, err = listenAPI(listen); err != nil {
+					return err
+				}
+				defer ln.Close()
+				listen = ln.Addr().String() // the port served, also for --listen 127.0.0.1:0
+			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			conn, err := g.connect(ctx, log, "prflow-dev")
@@ -147,11 +161,14 @@ on loopback, without authentication.`,
 			defer func() { cancel(); <-done; <-done; sb.stop() }()
 
 			if serve {
-				if h, _, err := splitLoopback(listen); err != nil || h == "" {
-					return fmt.Errorf("--listen %s: dev serves without authentication, so only on loopback", listen)
-				}
+				// Notifications link to runs on this loopback server (links are never relative).
+				ctl.SetFeedback(&controller.Feedback{ExternalURL: "http://" + listen})
 				anon := &controller.Auth{Anonymous: &controller.User{Name: user, Groups: groups}}
-				go func() { _ = serveAPI(runCtx, log, ctl, listen, anon, defaultHTTPTimeouts) }()
+				go func() {
+					if err := serveAPI(runCtx, log, ctl, ln, anon, defaultHTTPTimeouts); err != nil {
+						log.Error("API listener stopped", "addr", listen, "err", err)
+					}
+				}()
 			}
 			<-ctl.Ready()
 			// Runs are checked against live workers and agents at start: wait for ours.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,6 +52,14 @@ func newServer(g *globals) *cobra.Command {
 					return err
 				}
 			}
+			if u, err := url.Parse(externalURL); externalURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+				return fmt.Errorf("--external-url %q: want an absolute http(s) URL such as https://prflow.example.com (links in statuses, comments and notifications)", externalURL)
+			}
+			ln, err := listenAPI(listen)
+			if err != nil {
+				return err
+			}
+			defer ln.Close()
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			g.nats.Listen = natsListen
@@ -89,6 +98,10 @@ func newServer(g *globals) *cobra.Command {
 			ctl.SetWebhooks(hooks)
 			ctl.SetTriggers(triggers)
 			ctl.SetFeedback(&controller.Feedback{ExternalURL: externalURL, Statuses: true, Comments: prComments})
+			if externalURL == "" {
+				// Links are never relative, so without it statuses, comments and notifications carry none.
+				log.Warn("--external-url is unset: commit statuses, PR comments and notifications will not link to runs")
+			}
 			if hooks != nil {
 				log.Info("webhooks enabled", "providers", hooks.Providers())
 			}
@@ -99,7 +112,7 @@ func newServer(g *globals) *cobra.Command {
 			}
 			errc := make(chan error, 1)
 			go func() { errc <- ctl.Run(ctx) }()
-			if err := serveAPI(ctx, log, ctl, listen, auth, timeouts); err != nil {
+			if err := serveAPI(ctx, log, ctl, ln, auth, timeouts); err != nil {
 				return err
 			}
 			return <-errc
@@ -121,13 +134,19 @@ func newServer(g *globals) *cobra.Command {
 	return cmd
 }
 
-// serveAPI serves a controller's HTTP API until ctx ends.
-func serveAPI(ctx context.Context, log *slog.Logger, ctl *controller.Controller, listen string, auth *controller.Auth, timeouts httpTimeouts) error {
-	errc := make(chan error, 1)
+// listenAPI opens --listen for the API and web UI. Commands call it before they start
+// anything or print a URL, so a taken port fails at once, naming the address.
+func listenAPI(listen string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", listen, err)
+		return nil, fmt.Errorf("--listen %s: %w", listen, err)
 	}
+	return ln, nil
+}
+
+// serveAPI serves a controller's HTTP API on ln (from listenAPI) until ctx ends.
+func serveAPI(ctx context.Context, log *slog.Logger, ctl *controller.Controller, ln net.Listener, auth *controller.Auth, timeouts httpTimeouts) error {
+	errc := make(chan error, 1)
 	// The web UI (/ui/) in front of the API; it signs people in with the API's tokens.
 	srv := newHTTPServer(ui.Wrap(ctl.Handler(auth), ui.New(ctl, auth, log)), timeouts)
 	go func() { errc <- srv.Serve(ln) }()

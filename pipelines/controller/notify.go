@@ -1,19 +1,15 @@
 package controller
 
 import (
-	"strings"
 	"time"
 
 	"github.com/prflow/prflow/queue"
 )
 
 // runURL is the link notifications carry to a run's page: under --external-url when the
-// server has one, else the path alone.
+// server has one, else none (a path alone is useless in an e-mail or a chat message).
 func (c *Controller) runURL(run string) string {
-	if f := c.feedback.Load(); f != nil && f.ExternalURL != "" {
-		return strings.TrimRight(f.ExternalURL, "/") + "/ui/runs/" + run
-	}
-	return "/ui/runs/" + run
+	return c.feedback.Load().RunURL(run)
 }
 
 // notifySince bounds the events a controller republishes after a redelivery or a restart
