@@ -55,11 +55,12 @@ var forgeCases = []forgeCase{
 		parser: func(s scm.WebhookSettings) scm.WebhookParser { p := bitbucket.WebhookParser(s); return &p }},
 }
 
-// largePush is a push whose payload is far past the 4 KiB in-memory part the tests allow.
+// largePush is a push whose payload is far past the 4 KiB in-memory part the tests allow,
+// also where a forge lists only its newest commits (Bitbucket 5, GitLab 20).
 func largePush() scmtest.PushEvent {
 	ev := scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/main", Before: strings.Repeat("1", 40), After: strings.Repeat("2", 40)}
 	for i := range 200 {
-		ev.Commits = append(ev.Commits, scmtest.PushCommit{Commit: scmtest.Commit{SHA: fmt.Sprintf("%040x", i+1), Message: strings.Repeat("m", 200)},
+		ev.Commits = append(ev.Commits, scmtest.PushCommit{Commit: scmtest.Commit{SHA: fmt.Sprintf("%040x", i+1), Message: strings.Repeat("m", 1500)},
 			Modified: []string{fmt.Sprintf("dir/file-%03d.yaml", i)}})
 	}
 	return ev
