@@ -79,7 +79,8 @@ type approvalView struct {
 	Edits []editView
 }
 
-type editView struct{ File, Key, Value string }
+// editView is one key set; File is set on the first key of each file (its heading row).
+type editView struct{ File, Path, Key, Value string }
 
 type appView struct {
 	Name           string
@@ -226,7 +227,12 @@ func approvalOf(sr *pipelines.StageRun, env string, st stepView) approvalView {
 			for _, c := range chs {
 				cm, _ := c.(map[string]any)
 				key, _ := cm["key"].(string)
-				a.Edits = append(a.Edits, editView{File: file, Key: key, Value: fmt.Sprint(cm["value"])})
+				ev := editView{Key: key, Value: fmt.Sprint(cm["value"])}
+				if len(a.Edits) == 0 || a.Edits[len(a.Edits)-1].Path != file {
+					ev.File = file // a heading row per file: two columns fit a phone
+				}
+				ev.Path = file
+				a.Edits = append(a.Edits, ev)
 			}
 		}
 	}
