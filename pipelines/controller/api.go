@@ -183,6 +183,9 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 	} else {
 		run, err = c.Start(r.Context(), req)
 	}
+	if run != nil {
+		run.Status = run.Shown() // a replayed start answers with the run as it is now
+	}
 	switch {
 	case errors.Is(err, ErrExists):
 		writeJSON(w, http.StatusOK, run)
