@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,11 @@ const (
 	// back). Unlike StSkipped (its own when was false) it propagates: what follows it does not
 	// run either, unless its when calls failure() or always().
 	StNotRun Status = "notRun"
+	// StWaitingApproval is never stored: the API, CLI and UI show it in place of a run's
+	// stored status while one of its steps is parked on an approval (see Run.Shown). Derived
+	// on read so it cannot go stale when the approval is decided, the run is cancelled or the
+	// step times out; the list reads whole runs from KV anyway, so the filter costs nothing.
+	StWaitingApproval Status = "waitingApproval"
 )
 
 // Terminal reports whether s is final.
@@ -65,6 +71,43 @@ type Run struct {
 	// Warnings are what run policies warned about when it started (prflow.pipeline and
 	// prflow.run warn rules), and notifications that could not be sent (they never fail a run).
 	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Parked reports whether a step of the unfinished run r is parked (waits for something and
+// holds no worker): an approval, a PR merge, an Argo CD sync.
+func (r *Run) Parked() bool {
+	return !r.Status.Terminal() && r.parkedOn("")
+}
+
+// WaitingApproval reports whether a step of the unfinished run r waits for an approval.
+func (r *Run) WaitingApproval() bool {
+	return !r.Status.Terminal() && r.parkedOn("approval")
+}
+
+// parkedOn reports whether some step is parked; with a topic, on that wait topic.
+func (r *Run) parkedOn(topic string) bool {
+	for _, s := range r.Stages {
+		for _, list := range [][]*StepRun{s.Steps, s.Rollback} {
+			for _, st := range list {
+				if st.Status != StWaiting {
+					continue
+				}
+				if topic == "" || st.Wait != nil && slices.Contains(st.Wait.Topics, topic) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Shown is the status to show for r: StWaitingApproval while it waits for an approval, else
+// the stored status.
+func (r *Run) Shown() Status {
+	if r.WaitingApproval() {
+		return StWaitingApproval
+	}
+	return r.Status
 }
 
 // TriggerInfo records what started a run (a webhook delivery, the CLI).

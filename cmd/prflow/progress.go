@@ -23,6 +23,14 @@ func newProgress(w io.Writer) *progress {
 
 func (p *progress) update(r *pipelines.Run) {
 	stamp := func() string { return fmt.Sprintf("[%6.2fs]", time.Since(p.start).Seconds()) }
+	// The run's own waitingApproval (shown by the API, never stored) and its return to running:
+	// a watcher sees at once that the run waits for a person, not for a worker.
+	if shown := r.Status; shown == pipelines.StWaitingApproval || p.seen["run"] == pipelines.StWaitingApproval {
+		if p.seen["run"] != shown {
+			p.seen["run"] = shown
+			fmt.Fprintf(p.w, "%s run %s: %s\n", stamp(), r.ID, shown)
+		}
+	}
 	for _, s := range r.Stages {
 		key := "stage/" + s.ID
 		if p.seen[key] != s.Status && s.Status != pipelines.StPending {

@@ -183,6 +183,9 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 	} else {
 		run, err = c.Start(r.Context(), req)
 	}
+	if run != nil {
+		run.Status = run.Shown() // a replayed start answers with the run as it is now
+	}
 	switch {
 	case errors.Is(err, ErrExists):
 		writeJSON(w, http.StatusOK, run)
@@ -253,7 +256,22 @@ func (c *Controller) apiList(w http.ResponseWriter, r *http.Request) {
 	if runs == nil {
 		runs = []*pipelines.Run{}
 	}
+	for _, run := range runs {
+		run.Status = run.Shown() // waitingApproval: derived, never stored (pipelines.StWaitingApproval)
+	}
+	// Runs waiting for a person come first: they are what a reader has to act on.
+	slices.SortStableFunc(runs, func(a, b *pipelines.Run) int {
+		return waitingFirst(a) - waitingFirst(b)
+	})
 	writeJSON(w, http.StatusOK, runs)
+}
+
+// waitingFirst orders runs waiting for an approval before the others.
+func waitingFirst(r *pipelines.Run) int {
+	if r.Status == pipelines.StWaitingApproval {
+		return 0
+	}
+	return 1
 }
 
 func (c *Controller) apiGet(w http.ResponseWriter, r *http.Request) {
@@ -267,6 +285,7 @@ func (c *Controller) apiGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.explainQueued(r.Context(), run)
+	run.Status = run.Shown()
 	writeJSON(w, http.StatusOK, run)
 }
 

@@ -260,14 +260,14 @@ func TestBrowserRunPageLive(t *testing.T) {
 	ctx := browser(t)
 	url := e.URL + "/ui/runs/" + r.ID
 	signIn(t, ctx, url, bobToken)
-	if got := text(t, ctx, `.runhead .st`); got != "running" {
-		t.Fatalf("run status on the page: %q, want running", got)
+	if got := text(t, ctx, `.runhead .st`); got != "waitingApproval" {
+		t.Fatalf("run status on the page: %q, want waitingApproval", got)
 	}
 	if got := text(t, ctx, `[data-step="prod.approve"] .reason`); !strings.Contains(got, "Promote to prod?") {
 		t.Errorf("wait reason: %q", got)
 	}
 	// bob is not an approver: no buttons, and the page says why.
-	if got := text(t, ctx, `[data-step="prod.approve"]`); !strings.Contains(got, "bob is not an approver") {
+	if got := text(t, ctx, `[data-approval="prod.approve"]`); !strings.Contains(got, "bob is not an approver") {
 		t.Errorf("bob's view of the approval: %q", got)
 	}
 	shot(t, ctx, "run-waiting")
@@ -306,7 +306,7 @@ func TestBrowserApproveFromPage(t *testing.T) {
 	ctx := browser(t)
 	url := e.URL + "/ui/runs/" + r.ID
 	signIn(t, ctx, url, aliceToken)
-	form := `[data-step="prod.approve"] form.decide`
+	form := `[data-approval="prod.approve"] form.decide`
 	// body[data-live] says the live stream has delivered the run (which re-renders the body);
 	// what is typed before or after that stays.
 	run(t, ctx, "approve", chromedp.WaitVisible(form, chromedp.ByQuery), chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery),

@@ -97,7 +97,7 @@ func TestBrowserFormResentActsOnce(t *testing.T) {
 	waitParked(t, e, r.ID, "prod", "approve")
 	ctx := browser(t)
 	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, aliceToken)
-	form := `[data-step="prod.approve"] form.decide`
+	form := `[data-approval="prod.approve"] form.decide`
 	var key string
 	// The form as the browser sends it, kept (across the page change) to send again.
 	keep := `(function(){var f=document.querySelector('` + form + `');var d=new URLSearchParams(new FormData(f));d.set("decision","approve");` +

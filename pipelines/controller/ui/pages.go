@@ -41,6 +41,7 @@ func (u *UI) allRuns(ctx context.Context) ([]*pipelines.Run, error) {
 
 type runRow struct {
 	*pipelines.Run
+	Status   pipelines.Status // shown: waitingApproval while an approval is pending
 	Duration string
 	Trigger  triggerView
 }
@@ -68,18 +69,22 @@ func (u *UI) runsPage(w http.ResponseWriter, r *http.Request) {
 		if pipeline != "" && run.Pipeline != pipeline {
 			continue
 		}
-		if status != "" && !statusMatches(run.Status, status) {
+		if status != "" && !statusMatches(run, status) {
 			continue
 		}
 		match = append(match, run)
 	}
 	slices.Sort(names)
+	// Runs waiting for an approval first: they are what someone has to act on.
+	slices.SortStableFunc(match, func(a, b *pipelines.Run) int {
+		return cmpBool(b.WaitingApproval(), a.WaitingApproval())
+	})
 	from := min((page-1)*PageSize, len(match))
 	to := min(from+PageSize, len(match))
 	rows := make([]runRow, 0, to-from)
 	now := time.Now()
 	for _, run := range match[from:to] {
-		rows = append(rows, runRow{Run: run, Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger)})
+		rows = append(rows, runRow{Run: run, Status: run.Shown(), Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger)})
 	}
 	link := func(p int) string {
 		v := q
@@ -97,14 +102,31 @@ func (u *UI) runsPage(w http.ResponseWriter, r *http.Request) {
 	u.render(w, r, http.StatusOK, "runs", data)
 }
 
-// statusFilters are the runs page's status choices; "active" is every run not finished.
-var statusFilters = []string{"active", "succeeded", "failed", "cancelled", "rolledBack", "waiting"}
+// statusFilters are the runs page's status choices; "active" is every run not finished,
+// "waiting" every run with a parked step (an approval, a PR merge, a sync), "waitingApproval"
+// those waiting for an approval. A run's stored status is never "waiting" (only steps park).
+var statusFilters = []string{"active", "waitingApproval", "waiting", "succeeded", "failed", "cancelled", "rolledBack"}
 
-func statusMatches(s pipelines.Status, f string) bool {
-	if f == "active" {
-		return !s.Terminal()
+func statusMatches(r *pipelines.Run, f string) bool {
+	switch f {
+	case "active":
+		return !r.Status.Terminal()
+	case "waiting":
+		return r.Parked()
+	case "waitingApproval":
+		return r.WaitingApproval()
 	}
-	return string(s) == f
+	return string(r.Status) == f
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func (u *UI) runPage(w http.ResponseWriter, r *http.Request) {

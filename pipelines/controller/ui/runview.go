@@ -22,13 +22,17 @@ import (
 // runView is everything the run page's live body shows.
 type runView struct {
 	*pipelines.Run
+	Status   pipelines.Status // shown: waitingApproval while an approval is pending
 	Duration string
 	Trigger  triggerView
 	Inputs   []kv
 	Stages   []stageView
-	CanAct   bool // signed in (or dev) and the run is active: cancel is offered
-	CSRF     string
-	Idem     string // the cancel form's idempotency key (formKey)
+	// Approvals are the pending approvals, shown first on the page (the card with what is
+	// being approved and the buttons) so that a phone shows them without scrolling.
+	Approvals []approvalView
+	CanAct    bool // signed in (or dev) and the run is active: cancel is offered
+	CSRF      string
+	Idem      string // the cancel form's idempotency key (formKey)
 }
 
 type kv struct {
@@ -60,6 +64,8 @@ type stepView struct {
 	Timing    string
 	Outputs   []kv
 	Decisions []string
+	// Pending: the step waits for an approval (the card at the top of the page decides it).
+	Pending bool
 	// Decide: the caller may approve or reject this step now; NoDecide says why not when the
 	// step waits for an approval the caller may not give.
 	Decide   bool
@@ -67,6 +73,19 @@ type stepView struct {
 	// Created lists what an UpdateReleaseRepo edit added that the release repo did not have.
 	Created []string
 }
+
+// approvalView is an approval card: which environment, what the stage changed before it
+// (UpdateReleaseRepo's edits), the PR, and the decide form (the step's).
+type approvalView struct {
+	Step  stepView
+	Env   string
+	PRURL string
+	PR    string
+	Edits []editView
+}
+
+// editView is one key set; File is set on the first key of each file (its heading row).
+type editView struct{ File, Path, Key, Value string }
 
 type appView struct {
 	Name           string
@@ -93,7 +112,7 @@ type triggerView struct {
 
 func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runView {
 	now := time.Now()
-	v := runView{Run: run, Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger), CanAct: s != nil && run.Active()}
+	v := runView{Run: run, Status: run.Shown(), Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger), CanAct: s != nil && run.Active()}
 	if s != nil {
 		v.CSRF, v.Idem = s.csrf, formKey()
 	}
@@ -124,6 +143,13 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 		}
 		for _, st := range sr.Rollback {
 			sv.Rollback = append(sv.Rollback, stepOf(run, sr.ID, st, true, s, now))
+		}
+		for _, list := range [][]stepView{sv.Steps, sv.Rollback} {
+			for _, st := range list {
+				if st.Pending {
+					v.Approvals = append(v.Approvals, approvalOf(sr, sv.Env, st))
+				}
+			}
 		}
 		sv.Apps = u.stageApps(ctx, sr)
 		v.Stages = append(v.Stages, sv)
@@ -176,6 +202,7 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 		}
 		v.Decisions = append(v.Decisions, line)
 	}
+	v.Pending = st.Status == pipelines.StWaiting && st.Wait != nil && slices.Contains(st.Wait.Topics, "approval")
 	if s != nil && st.Wait != nil && slices.Contains(st.Wait.Topics, "approval") && !st.Status.Terminal() {
 		if err := controller.MayDecide(run, stage, st, s.user); err != nil {
 			v.NoDecide = err.Error()
@@ -184,6 +211,43 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 		}
 	}
 	return v
+}
+
+// approvalOf builds the card of approval step st of stage sr: the release-repo edits and the
+// PR of the stage's finished steps (UpdateReleaseRepo's edits and prlink outputs).
+func approvalOf(sr *pipelines.StageRun, env string, st stepView) approvalView {
+	a := approvalView{Step: st, Env: env}
+	for _, o := range sr.Steps {
+		if o.Status != pipelines.StSucceeded {
+			continue
+		}
+		if link, _ := o.Outputs["prlink"].(string); link != "" {
+			a.PR = link
+			if (strings.HasPrefix(link, "https://") || strings.HasPrefix(link, "http://")) && isURL(link) {
+				a.PRURL = link // anything else stays text, never a link
+			}
+			if n := o.Outputs["prNumber"]; n != nil && n != "" {
+				a.PR = fmt.Sprintf("PR #%v", n)
+			}
+		}
+		files, _ := o.Outputs["edits"].([]any)
+		for _, f := range files {
+			fm, _ := f.(map[string]any)
+			file, _ := fm["file"].(string)
+			chs, _ := fm["changes"].([]any)
+			for _, c := range chs {
+				cm, _ := c.(map[string]any)
+				key, _ := cm["key"].(string)
+				ev := editView{Key: key, Value: fmt.Sprint(cm["value"])}
+				if len(a.Edits) == 0 || a.Edits[len(a.Edits)-1].Path != file {
+					ev.File = file // a heading row per file: two columns fit a phone
+				}
+				ev.Path = file
+				a.Edits = append(a.Edits, ev)
+			}
+		}
+	}
+	return a
 }
 
 // stageApps lists the apps a stage's steps found (FetchLinkedApps' apps, GitOpsSync's
