@@ -214,6 +214,13 @@ func TestRealAppRenamedMidWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(as, "status")
+	// Argo CD's upsert creates first: a create carrying the read object's resourceVersion (or
+	// uid) is refused by the kube-apiserver.
+	if meta, ok := as["metadata"].(map[string]any); ok {
+		for _, k := range []string{"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"} {
+			delete(meta, k)
+		}
+	}
 	tmeta := as["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)
 	tmeta["name"] = r.id + "-{{path.basename}}-v2"
 	t0 := time.Now()
