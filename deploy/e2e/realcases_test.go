@@ -149,7 +149,7 @@ func TestRealNewEnvironment(t *testing.T) {
 				o.WebhookURL = "http://127.0.0.1:" + envOr("APPSET_WEBHOOK_PORT", "18087") + "/api/webhook"
 			}
 			r.startAgent(r.vars["ARGOCD_TOKEN"], o)
-			src := r.promotion([]string{"qa"}, []string{"qa"}, "  appWaitTimeout: 60s\n")
+			src := r.promotion([]string{"qa"}, []string{"qa"}, "  appWaitTimeout: 60s\n  create: true # qa is a new environment: its config file does not exist yet\n")
 			src = strings.Replace(src, "    image.tag:", "    env: qa\n    replicas: 1\n    image.repository: registry.example.com/shop/web\n    image.tag:", 1)
 			start := time.Now()
 			run := r.e.Wait(r.e.Start(src, map[string]any{"tag": "2.0.0"}).ID, 3*time.Minute)
