@@ -94,15 +94,65 @@ func (w *Workspace) MergeBase(a, b string) (string, error) {
 		}
 		return "", fmt.Errorf("gitengine: %s and %s have no common ancestor: %w", short(a), short(b), scm.ErrNotFound)
 	}
-	// Ancestors of a found base are marked stale before they are reached, so results holds
-	// only independent bases; keep the newest.
+	// Ancestors of a found base are usually marked stale before they are reached, but commits
+	// with equal dates (made within one second) come off the queue in no set order, so the
+	// walk can meet an ancestor of a base before the base itself. Keep only the bases no other
+	// base contains (git's remove_redundant), then the newest.
+	results = w.independent(results)
 	best := results[0]
 	for _, r := range results[1:] {
-		if r.Committer.When.After(best.Committer.When) {
+		if r.Committer.When.After(best.Committer.When) ||
+			r.Committer.When.Equal(best.Committer.When) && r.Hash.String() < best.Hash.String() {
 			best = r
 		}
 	}
 	return best.Hash.String(), nil
+}
+
+// independent drops every commit of cs that another one of cs contains. It walks the fetched
+// history only, and only when the merge-base walk found more than one base.
+func (w *Workspace) independent(cs []*object.Commit) []*object.Commit {
+	if len(cs) < 2 {
+		return cs
+	}
+	redundant := map[plumbing.Hash]bool{}
+	for _, from := range cs {
+		if redundant[from.Hash] {
+			continue
+		}
+		want := map[plumbing.Hash]bool{}
+		for _, c := range cs {
+			if c.Hash != from.Hash && !redundant[c.Hash] {
+				want[c.Hash] = true
+			}
+		}
+		seen := map[plumbing.Hash]bool{from.Hash: true}
+		stack := append([]plumbing.Hash(nil), from.ParentHashes...)
+		for len(stack) > 0 && len(want) > 0 {
+			h := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if seen[h] {
+				continue
+			}
+			seen[h] = true
+			if want[h] {
+				redundant[h] = true
+				delete(want, h)
+			}
+			c, err := w.repo.CommitObject(h)
+			if err != nil {
+				continue // past the fetched history
+			}
+			stack = append(stack, c.ParentHashes...)
+		}
+	}
+	out := cs[:0:0]
+	for _, c := range cs {
+		if !redundant[c.Hash] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // walkedShallow reports whether any walked commit is a shallow boundary of this repository.
