@@ -639,6 +639,30 @@ func editsOutput(edits []fileEdit, skipped []string) []any {
 	return out
 }
 
+// EditedKey is one key an UpdateReleaseRepo or RevertPR step set, as its edits output lists it.
+type EditedKey struct {
+	File, Key string
+	Value     any
+}
+
+// EditedKeys reads a step's edits output for display (the dev summary, the approval card), in
+// the order the step wrote it; anything not in that shape is left out.
+func EditedKeys(v any) []EditedKey {
+	list, _ := v.([]any)
+	var out []EditedKey
+	for _, f := range list {
+		fm, _ := f.(map[string]any)
+		file, _ := fm["file"].(string)
+		chs, _ := fm["changes"].([]any)
+		for _, c := range chs {
+			cm, _ := c.(map[string]any)
+			key, _ := cm["key"].(string)
+			out = append(out, EditedKey{File: file, Key: key, Value: cm["value"]})
+		}
+	}
+	return out
+}
+
 // editsFrom reads editsOutput back.
 func editsFrom(v any) ([]fileEdit, bool) {
 	list, ok := v.([]any)

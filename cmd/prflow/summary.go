@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/steps"
 )
 
 // outputLines renders a step's outputs as "key: value" lines, values whole (URLs included):
@@ -78,17 +79,9 @@ func appTexts(v any) []string {
 type edit struct{ file, key, value string }
 
 func edits(v any) []edit {
-	list, _ := v.([]any)
 	var out []edit
-	for _, f := range list {
-		fm, _ := f.(map[string]any)
-		file, _ := fm["file"].(string)
-		chs, _ := fm["changes"].([]any)
-		for _, c := range chs {
-			cm, _ := c.(map[string]any)
-			key, _ := cm["key"].(string)
-			out = append(out, edit{file: file, key: key, value: valueText(cm["value"])})
-		}
+	for _, e := range steps.EditedKeys(v) {
+		out = append(out, edit{file: e.File, key: e.Key, value: valueText(e.Value)})
 	}
 	return out
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/steps"
 )
 
 // runView is everything the run page's live body shows.
@@ -230,21 +231,12 @@ func approvalOf(sr *pipelines.StageRun, env string, st stepView) approvalView {
 				a.PR = fmt.Sprintf("PR #%v", n)
 			}
 		}
-		files, _ := o.Outputs["edits"].([]any)
-		for _, f := range files {
-			fm, _ := f.(map[string]any)
-			file, _ := fm["file"].(string)
-			chs, _ := fm["changes"].([]any)
-			for _, c := range chs {
-				cm, _ := c.(map[string]any)
-				key, _ := cm["key"].(string)
-				ev := editView{Key: key, Value: fmt.Sprint(cm["value"])}
-				if len(a.Edits) == 0 || a.Edits[len(a.Edits)-1].Path != file {
-					ev.File = file // a heading row per file: two columns fit a phone
-				}
-				ev.Path = file
-				a.Edits = append(a.Edits, ev)
+		for _, e := range steps.EditedKeys(o.Outputs["edits"]) {
+			ev := editView{Key: e.Key, Value: fmt.Sprint(e.Value), Path: e.File}
+			if len(a.Edits) == 0 || a.Edits[len(a.Edits)-1].Path != e.File {
+				ev.File = e.File // a heading row per file: two columns fit a phone
 			}
+			a.Edits = append(a.Edits, ev)
 		}
 	}
 	return a
