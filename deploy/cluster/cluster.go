@@ -50,12 +50,15 @@ type Cluster struct {
 func Start(t testing.TB, n int, configure func(*server.Options), log server.Logger) *Cluster {
 	t.Helper()
 	c := &Cluster{T: t, Configure: configure, Log: log}
+	// The stores' directory is made before Stop is registered: cleanups run last-in first-out,
+	// so the nodes stop before their stores are removed (a running node keeps writing files).
+	root := t.TempDir()
 	t.Cleanup(c.Stop)
 	// Free ports are found by listening and closing, so another process may take one before
 	// a node binds it (a node then never becomes ready): start again on new ports.
 	var err error
 	for try := 1; try <= 3; try++ {
-		if err = c.startAll(n); err == nil {
+		if err = c.startAll(filepath.Join(root, fmt.Sprintf("try%d", try)), n); err == nil {
 			break
 		}
 		t.Logf("cluster start %d: %v; trying again on other ports", try, err)
@@ -68,8 +71,7 @@ func Start(t testing.TB, n int, configure func(*server.Options), log server.Logg
 	return c
 }
 
-func (c *Cluster) startAll(n int) error {
-	root := c.T.TempDir()
+func (c *Cluster) startAll(root string, n int) error {
 	c.Nodes = nil
 	for i := range n {
 		c.Nodes = append(c.Nodes, &Node{Name: fmt.Sprintf("n%d", i+1), Dir: filepath.Join(root, fmt.Sprintf("n%d", i+1)),
