@@ -178,8 +178,10 @@ func dispatch(ctx context.Context, h Handler, kind string, data []byte, agentID 
 		return rep
 	case "update":
 		return dispatchUpdate(ctx, h, data, fail)
+	case "diff":
+		return dispatchDiff(ctx, h, data, fail)
 	}
-	return map[string]any{"v": Version, "error": fail(Errorf(CodeInvalid, "unknown request kind %q (want sync, apps, get, refresh or update)", kind))}
+	return map[string]any{"v": Version, "error": fail(Errorf(CodeInvalid, "unknown request kind %q (want sync, apps, get, refresh, update or diff)", kind))}
 }
 
 // Heartbeat registers reg in prflow-agents (kv) under RegistrationKey before it returns, then
