@@ -190,3 +190,56 @@ func CommentOnce(ctx context.Context, p PullRequests, repo Repo, number int, key
 	}
 	return true, nil
 }
+
+// CommentEditor is implemented by drivers that can replace the body of a PR comment they
+// listed (ListComments' ID).
+type CommentEditor interface {
+	EditComment(ctx context.Context, repo Repo, number int, id, body string) error
+}
+
+// Comment upsert outcomes.
+const (
+	CommentPosted    = "posted"    // a new comment
+	CommentUpdated   = "updated"   // the earlier comment with the key's marker was edited
+	CommentUnchanged = "unchanged" // the earlier comment already says body
+)
+
+// UpsertComment keeps one comment per key on the PR: the first call posts body with key's
+// marker, later calls edit that comment in place (no comment storm on re-pushes), and an
+// identical body is left alone. Where the driver cannot edit (no CommentEditor, or
+// ErrNotSupported) a changed body is posted as a new comment. Where the forge cannot list
+// comments it posts.
+func UpsertComment(ctx context.Context, p PullRequests, repo Repo, number int, key, body string) (string, error) {
+	marker := CommentMarker(key)
+	full := strings.TrimRight(body, "\n") + "\n\n" + marker + "\n"
+	existing, err := p.ListComments(ctx, repo, number)
+	switch {
+	case errors.Is(err, ErrNotSupported):
+	case err != nil:
+		return "", fmt.Errorf("look for an earlier comment %s: %w", marker, err)
+	}
+	var found *PRComment
+	for i := range existing {
+		if strings.Contains(existing[i].Body, marker) {
+			found = &existing[i] // the newest one carrying the marker
+		}
+	}
+	if found != nil {
+		if strings.TrimSpace(found.Body) == strings.TrimSpace(full) {
+			return CommentUnchanged, nil
+		}
+		if ed, ok := p.(CommentEditor); ok {
+			err := ed.EditComment(ctx, repo, number, found.ID, full)
+			if err == nil {
+				return CommentUpdated, nil
+			}
+			if !errors.Is(err, ErrNotSupported) {
+				return "", err
+			}
+		}
+	}
+	if err := p.Comment(ctx, repo, number, full); err != nil {
+		return "", err
+	}
+	return CommentPosted, nil
+}
