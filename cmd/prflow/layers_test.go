@@ -119,7 +119,7 @@ func TestLayerViolationsCatchesUpwardImports(t *testing.T) {
 	in := `{"ImportPath": "github.com/prflow/prflow/queue", "Imports": ["encoding/json", "github.com/prflow/prflow/steps"]}
 {"ImportPath": "github.com/prflow/prflow/steps", "Imports": ["github.com/prflow/prflow/pipelines/template", "github.com/prflow/prflow/steps/template", "github.com/prflow/prflow/queue"]}
 {"ImportPath": "github.com/prflow/prflow/deploy/chaos", "Imports": ["github.com/prflow/prflow/scm/local", "github.com/prflow/prflow/pipelines/controller"]}
-{"ImportPath": "github.com/prflow/prflow/cmd/prflow/chaos", "Imports": ["github.com/prflow/prflow/scm/local", "github.com/prflow/prflow/pipelines/controller"]}
+{"ImportPath": "github.com/prflow/prflow/pipelines/chaos", "Imports": ["github.com/prflow/prflow/scm/local", "github.com/prflow/prflow/pipelines/controller"]}
 {"ImportPath": "github.com/prflow/prflow/pipelines", "Imports": ["github.com/prflow/prflow/steps", "github.com/prflow/prflow/queue"]}
 {"ImportPath": "github.com/prflow/prflow/scm", "Imports": ["github.com/prflow/prflow/deploy/agent"]}
 {"ImportPath": "github.com/prflow/prflow/tools/gen", "Imports": []}

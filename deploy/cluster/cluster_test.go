@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/prflow/prflow/cmd/prflow/chaos"
+	"github.com/prflow/prflow/pipelines/chaos"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/queue"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/cmd/prflow/chaos"
+	"github.com/prflow/prflow/pipelines/chaos"
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/examples"

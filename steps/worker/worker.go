@@ -385,7 +385,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		Inputs: job.Inputs, Env: job.Env, Priors: job.Priors, Memo: job.Memo, Signals: job.Signals,
 		Deadline: job.Deadline, Log: stepLog, Services: w.Services,
 	}
-	// Debug lines bracketing the step's execution let a test (cmd/prflow/chaos) prove from the
+	// Debug lines bracketing the step's execution let a test (pipelines/chaos) prove from the
 	// logs of several workers that no job ran twice at the same time.
 	debug := w.Log.Enabled(ctx, slog.LevelDebug)
 	if debug {

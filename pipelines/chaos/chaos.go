@@ -6,9 +6,9 @@
 // and no job executed twice at the same time. `task chaos` runs the full suite
 // (TestChaosFull); CI runs a short seeded one (TestChaosShort).
 //
-// It lives under cmd/prflow, the top layer, because it drives the prflow binary and reads
-// runs with the controller's own types (pipelines, pipelines/controller); a package lower
-// down (deploy) may not import those. deploy/cluster's tests reuse its checks.
+// It lives in the pipelines layer because it reads runs with the controller's own types
+// (pipelines, pipelines/controller), which a package lower down (deploy) may not import; a
+// command folder holds only commands. deploy/cluster's tests reuse its checks.
 package chaos
 
 import (
