@@ -32,7 +32,12 @@ func newEnv(t *testing.T, overHTTP bool) scmconformance.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return scmconformance.Env{
+	// other comments on the same repositories as another user.
+	other, err := local.New(base, local.WithEngine(eng), local.WithIdentity(scm.Signature{Name: "someone-else", Email: "else@example.com"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := scmconformance.Env{
 		Provider: p, Repo: "acme/release", Base: "main", Files: seedFiles,
 		CommitDirect: func(t *testing.T, branch string, files map[string]string, deletes []string) string {
 			t.Helper()
@@ -70,7 +75,27 @@ func newEnv(t *testing.T, overHTTP bool) scmconformance.Env {
 			}
 			return st
 		},
+		CommentAs: func(t *testing.T, n int, body string) string {
+			t.Helper()
+			if err := other.Comment(t.Context(), "acme/release", n, body); err != nil {
+				t.Fatal(err)
+			}
+			cs, err := other.ListComments(t.Context(), "acme/release", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cs[len(cs)-1].ID
+		},
 	}
+	if overHTTP {
+		// The record of every PR is pushed; a failing push fails the edit.
+		env.FailEdits = func(t *testing.T) {
+			if err := srv.InjectFault(scmtest.Fault{Method: "POST", PathPattern: `/git-receive-pack$`, Status: 500}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return env
 }
 
 func TestConformanceOverHTTP(t *testing.T) {

@@ -985,6 +985,21 @@ func (rs *repoState) commentPR(id int64) *prState {
 	return nil
 }
 
+// AddComment posts body on PR number as user, as someone else commenting on the forge would.
+func (f *Forge) AddComment(owner, name string, number int, user, body string) (Comment, error) {
+	rs, err := f.repoState(owner, name)
+	if err != nil {
+		return Comment{}, err
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	pr := rs.pr(number)
+	if pr == nil {
+		return Comment{}, fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
+	}
+	return f.addComment(pr, body, user), nil
+}
+
 // LockConversation locks (or unlocks) a PR's conversation: the fake then refuses new
 // comments and edits with the forge's 403, as GitHub and GitLab answer a user who may not
 // comment on a locked conversation (the fakes have no roles, so it applies to every token).
