@@ -439,6 +439,11 @@ func TestConformance(t *testing.T) {
 				}
 				return strconv.FormatInt(c.ID, 10)
 			},
+			RefuseComments: func(t *testing.T, n int) {
+				if err := b.LockConversation("acme", "release", n, true); err != nil {
+					t.Fatal(err)
+				}
+			},
 			FailEdits: func(t *testing.T) {
 				if err := b.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/comments/\d+$`, Status: 400,
 					Body: `{"type":"error","error":{"message":"comment could not be saved"}}`}); err != nil {

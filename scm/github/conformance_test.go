@@ -63,6 +63,11 @@ func TestConformance(t *testing.T) {
 				}
 				return strconv.FormatInt(c.ID, 10)
 			},
+			RefuseComments: func(t *testing.T, n int) {
+				if err := g.LockConversation("acme", "release", n, true); err != nil {
+					t.Fatal(err)
+				}
+			},
 			FailEdits: func(t *testing.T) {
 				if err := g.InjectFault(scmtest.Fault{Method: "PATCH", PathPattern: `/issues/comments/\d+$`, Status: 422,
 					Body: `{"message":"Validation Failed","errors":[{"resource":"IssueComment","code":"custom","message":"body could not be saved"}]}`}); err != nil {

@@ -431,6 +431,11 @@ func TestConformance(t *testing.T) {
 				}
 				return strconv.FormatInt(c.ID, 10)
 			},
+			RefuseComments: func(t *testing.T, n int) {
+				if err := g.LockConversation("acme", "release", n, true); err != nil {
+					t.Fatal(err)
+				}
+			},
 			FailEdits: func(t *testing.T) {
 				if err := g.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/notes/\d+$`, Status: 400,
 					Body: `{"message":"400 Bad request - note could not be saved"}`}); err != nil {

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prflow/prflow/scm"
 )
@@ -55,6 +56,10 @@ type Env struct {
 	// with a plain, non-permission failure, as a forge outage or a bad answer would. Required
 	// by UpsertComment.
 	FailEdits func(t *testing.T)
+	// RefuseComments makes the forge refuse new comments and edits on PR number as it does
+	// for a locked conversation or a user without the permission to comment. Required by
+	// CommentRefused (which drivers without permissions, like local, leave out).
+	RefuseComments func(t *testing.T, number int)
 	// NoLabels says the forge has no PR labels (Bitbucket Cloud): OpenPR may drop them and
 	// the suite does not check them.
 	NoLabels bool
@@ -100,6 +105,8 @@ var cases = []testCase{
 	{"EditComment", testEditComment},
 	{"UpsertComment", testUpsertComment},
 	{"UpsertCommentConcurrent", testUpsertCommentConcurrent},
+	{"CommentRefused", testCommentRefused},
+	{"CommentSizeCap", testCommentSizeCap},
 	{"Status", testStatus},
 	{"ChangedFiles", testChangedFiles},
 	{"ChangedBetween", testChangedBetween},
@@ -893,6 +900,78 @@ func testUpsertCommentConcurrent(t *testing.T, s *suite) {
 	}
 	if body, _, _ := strings.Cut(got[0].Body, "\n"); !slices.Contains([]string{"v1", "v2", "v3", "v4"}, body) {
 		t.Fatalf("comment = %q, want one of the racing bodies", got[0].Body)
+	}
+}
+
+// testCommentRefused: a forge that refuses comments (locked conversation, no permission)
+// answers Comment, EditComment and UpsertComment with an error matching ErrForbidden that
+// names the repo, so a step can tell it apart, record a warning and go on; nothing is posted.
+func testCommentRefused(t *testing.T, s *suite) {
+	if s.RefuseComments == nil {
+		t.Fatal("scmconformance: Env.RefuseComments is required by CommentRefused")
+	}
+	pr := s.pr(t, "conformance/comment-refused", change("conformance/comment-refused.txt", "x\n"))
+	if _, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, "run-1/dev/diff", "before the lock"); err != nil {
+		t.Fatalf("UpsertComment: %v", err)
+	}
+	before := s.comments(t, pr.Number)
+	s.RefuseComments(t, pr.Number)
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, scm.ErrForbidden) || errors.Is(err, scm.ErrRateLimited) || scm.Transient(err) ||
+			!strings.Contains(err.Error(), string(s.Repo)) {
+			t.Fatalf("%s on a forge refusing comments: %v, want ErrForbidden naming %s", what, err, s.Repo)
+		}
+	}
+	check("Comment", s.Provider.Comment(s.ctx, s.Repo, pr.Number, "refused"))
+	check("EditComment", s.editor(t).EditComment(s.ctx, s.Repo, pr.Number, before[0].ID, "refused"))
+	_, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, "run-1/dev/diff", "after the lock")
+	check("UpsertComment (edit)", err)
+	_, err = scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, "run-1/prod/diff", "a new key")
+	check("UpsertComment (post)", err)
+	if got := s.comments(t, pr.Number); !slices.Equal(got, before) {
+		t.Fatalf("comments after refusals = %+v, want %+v", got, before)
+	}
+}
+
+// testCommentSizeCap: the driver's CommentLimit is one the forge holds to (a longer comment is
+// refused), UpsertComment cuts an over-long body to fit instead of failing, and a body capped
+// with CapComment and CommentBudget keeps its link; multi-byte text stays valid UTF-8.
+func testCommentSizeCap(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/comment-cap", change("conformance/comment-cap.txt", "x\n"))
+	const key = "run-1/dev/diff"
+	lim := scm.CommentLimit(s.Provider)
+	line := "+  image: web:1.1 — déployé ✅\n" // 34 bytes, 28 characters
+	size := max(lim, 100_000) + 5000
+	long := strings.Repeat(line, size/len(line)+1)
+	if lim > 0 {
+		if err := s.Provider.Comment(s.ctx, s.Repo, pr.Number, strings.Repeat("x", lim+1)); err == nil || errors.Is(err, scm.ErrForbidden) {
+			t.Fatalf("a comment of %d characters (limit %d): %v, want the forge's refusal", lim+1, lim, err)
+		}
+	}
+	if got, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, key, long); err != nil || got != scm.CommentPosted {
+		t.Fatalf("UpsertComment of %d bytes = %q, %v", len(long), got, err)
+	}
+	cs := s.comments(t, pr.Number)
+	body := cs[len(cs)-1].Body
+	if !utf8.ValidString(body) || !strings.Contains(body, scm.CommentMarker(key)) || (lim > 0 && len(body) > lim) {
+		t.Fatalf("posted %d bytes (limit %d), valid UTF-8 %v", len(body), lim, utf8.ValidString(body))
+	}
+	if lim == 0 && !strings.HasPrefix(body, strings.TrimRight(long, "\n")) {
+		t.Fatal("a driver without a limit cut the body")
+	}
+	if lim > 0 && !strings.Contains(body, "cut to fit") {
+		t.Fatalf("an over-long body was cut without saying so: ...%q", body[max(len(body)-200, 0):])
+	}
+	const link = "[Full diff](https://prflow.example/runs/r1/stages/dev/diff)"
+	capped := scm.CapComment(strings.Repeat("é", len(long)/2), scm.CommentBudget(s.Provider, key), link)
+	if got, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, key, capped); err != nil || got != scm.CommentUpdated {
+		t.Fatalf("UpsertComment of a capped body = %q, %v", got, err)
+	}
+	cs = s.comments(t, pr.Number)
+	body = cs[len(cs)-1].Body
+	if len(cs) != 1 || !utf8.ValidString(body) || (lim > 0 && (len(body) > lim || !strings.Contains(body, link))) {
+		t.Fatalf("after a capped edit: %d comments, %d bytes (limit %d)", len(cs), len(body), lim)
 	}
 }
 
