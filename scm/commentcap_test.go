@@ -141,3 +141,25 @@ func TestUpsertCommentRefused(t *testing.T) {
 		t.Fatalf("err = %v, comments = %+v; want ErrForbidden and nothing posted", err, l.comments)
 	}
 }
+
+// noEdit is a PR API whose driver cannot edit comments.
+type noEdit struct{ limited }
+
+func (n *noEdit) EditComment(context.Context, Repo, int, string, string) error {
+	return &Error{Op: "edit comment", Err: ErrNotSupported}
+}
+
+// TestUpsertCommentWithoutEdits: where the driver cannot edit, a changed body is posted anew
+// and an unchanged one is still left alone.
+func TestUpsertCommentWithoutEdits(t *testing.T) {
+	n := &noEdit{limited{limit: 1 << 16}}
+	ctx := context.Background()
+	for i, tc := range []struct{ body, want string }{{"v1", CommentPosted}, {"v1", CommentUnchanged}, {"v2", CommentPosted}} {
+		if got, err := UpsertComment(ctx, n, "acme/web", 1, "k", tc.body); err != nil || got != tc.want {
+			t.Fatalf("#%d UpsertComment(%q) = %q, %v; want %q", i+1, tc.body, got, err, tc.want)
+		}
+	}
+	if len(n.comments) != 2 {
+		t.Fatalf("comments = %+v", n.comments)
+	}
+}

@@ -19,7 +19,7 @@ import (
 type commentAPI struct {
 	name        string
 	forge       *Forge
-	create      func(n int) string           // POST URL
+	create      func(n int) string            // POST URL
 	edit        func(n int, id string) string // edit URL
 	method      string                        // edit method
 	wrap        func(body string) any         // request body
@@ -38,7 +38,9 @@ func commentAPIs(t *testing.T) []commentAPI {
 		read:   func(m map[string]any) string { s, _ := m["body"].(string); return s },
 	}, {
 		name: "gitlab", forge: gl.Forge, method: http.MethodPut, limit: GitLabMaxComment, invalidCode: 400,
-		create: func(n int) string { return gl.APIURL() + "/projects/acme%2Frelease/merge_requests/" + strconv.Itoa(n) + "/notes" },
+		create: func(n int) string {
+			return gl.APIURL() + "/projects/acme%2Frelease/merge_requests/" + strconv.Itoa(n) + "/notes"
+		},
 		edit: func(n int, id string) string {
 			return gl.APIURL() + "/projects/acme%2Frelease/merge_requests/" + strconv.Itoa(n) + "/notes/" + id
 		},
