@@ -12,6 +12,9 @@ import (
 var (
 	ErrNotFound     = errors.New("not found")
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: the forge knows who is asking and refuses the call (HTTP 403): no
+	// permission, a locked conversation, another user's comment.
+	ErrForbidden    = errors.New("forbidden")
 	ErrConflict     = errors.New("conflict")
 	ErrRateLimited  = errors.New("rate limited")
 	ErrNotMergeable = errors.New("not mergeable")

@@ -14,13 +14,15 @@ import (
 // secondary limits) stays in the driver.
 
 // HTTPError is the error a forge's non-2xx answer means: ErrUnauthorized for 401,
-// ErrNotFound for 404, a *ConflictError for 409, a *RateLimitError for 429 (RetryAfter reads
+// ErrForbidden for 403 (GitHub's 403 rate limits are its driver's own case), ErrNotFound for 404, a *ConflictError for 409, a *RateLimitError for 429 (RetryAfter reads
 // the wait from h, with resetHeader naming the forge's reset-time header, "" for none), and
 // msg as it is for any other status.
 func HTTPError(code int, h http.Header, msg, resetHeader string) error {
 	switch code {
 	case http.StatusUnauthorized:
 		return fmt.Errorf("%w: %s", ErrUnauthorized, msg)
+	case http.StatusForbidden:
+		return fmt.Errorf("%w: %s", ErrForbidden, msg)
 	case http.StatusNotFound:
 		return fmt.Errorf("%w: %s", ErrNotFound, msg)
 	case http.StatusConflict:

@@ -23,7 +23,7 @@ func TestHTTPErrorMapsForgeAnswers(t *testing.T) {
 		{404, nil, ErrNotFound, "not found: Bad credentials"},
 		{409, nil, ErrConflict, "conflict: Bad credentials"},
 		{429, retry, ErrRateLimited, "rate limited, retry after 7s: Bad credentials"},
-		{403, retry, nil, "Bad credentials"}, // GitHub's 403 rate limit is the driver's own case
+		{403, retry, ErrForbidden, "forbidden: Bad credentials"}, // GitHub's 403 rate limit is the driver's own case
 		{422, nil, nil, "Bad credentials"},
 		{500, nil, nil, "Bad credentials"},
 	}
@@ -32,7 +32,7 @@ func TestHTTPErrorMapsForgeAnswers(t *testing.T) {
 		if err.Error() != c.msg {
 			t.Errorf("%d: %q, want %q", c.code, err, c.msg)
 		}
-		for _, s := range []error{ErrUnauthorized, ErrNotFound, ErrConflict, ErrRateLimited} {
+		for _, s := range []error{ErrUnauthorized, ErrForbidden, ErrNotFound, ErrConflict, ErrRateLimited} {
 			if errors.Is(err, s) != (s == c.sentinel) {
 				t.Errorf("%d: errors.Is(%v) = %v", c.code, s, !(s == c.sentinel))
 			}

@@ -208,20 +208,33 @@ const (
 // marker, later calls edit that comment in place (no comment storm on re-pushes), and an
 // identical body is left alone. Where the driver cannot edit (no CommentEditor, or
 // ErrNotSupported) a changed body is posted as a new comment. Where the forge cannot list
-// comments it posts.
+// comments it posts. A body over the driver's CommentLimit is cut to fit with a note saying
+// so (callers with a link to the full text cap it first: CapComment with CommentBudget).
+// A forge that refuses the comment (no permission, a locked conversation) returns an error
+// matching ErrForbidden.
 func UpsertComment(ctx context.Context, p PullRequests, repo Repo, number int, key, body string) (string, error) {
 	marker := CommentMarker(key)
-	full := strings.TrimRight(body, "\n") + "\n\n" + marker + "\n"
+	body = strings.TrimRight(body, "\n")
+	if b := CommentBudget(p, key); b > 0 && len(body) > b {
+		body = CapComment(body, b, "_(cut to fit the forge's comment size limit)_")
+	}
+	full := body + markerSuffix(key)
 	existing, err := p.ListComments(ctx, repo, number)
 	switch {
 	case errors.Is(err, ErrNotSupported):
 	case err != nil:
 		return "", fmt.Errorf("look for an earlier comment %s: %w", marker, err)
 	}
+	// The first comment carrying the marker is prflow's own (it posts before anyone can quote
+	// it); the newest of its author's is the one to keep up to date, so a person who pasted
+	// the marker into a comment of theirs does not make prflow edit, or fail to edit, theirs.
 	var found *PRComment
 	for i := range existing {
-		if strings.Contains(existing[i].Body, marker) {
-			found = &existing[i] // the newest one carrying the marker
+		if !strings.Contains(existing[i].Body, marker) {
+			continue
+		}
+		if found == nil || existing[i].Author == found.Author {
+			found = &existing[i]
 		}
 	}
 	if found != nil {

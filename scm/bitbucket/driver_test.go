@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -430,6 +431,24 @@ func TestConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 				return sha
+			},
+			CommentAs: func(t *testing.T, n int, body string) string {
+				c, err := b.AddComment("acme", "release", n, "someone-else", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strconv.FormatInt(c.ID, 10)
+			},
+			RefuseComments: func(t *testing.T, n int) {
+				if err := b.LockConversation("acme", "release", n, true); err != nil {
+					t.Fatal(err)
+				}
+			},
+			FailEdits: func(t *testing.T) {
+				if err := b.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/comments/\d+$`, Status: 400,
+					Body: `{"type":"error","error":{"message":"comment could not be saved"}}`}); err != nil {
+					t.Fatal(err)
+				}
 			},
 			Comments: func(t *testing.T, n int) []string {
 				pr, err := b.PullRequest("acme", "release", n)

@@ -1,6 +1,7 @@
 package bitbucket
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -433,6 +434,28 @@ func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body st
 	})
 	return d.wrap(op, repo, cl, err)
 }
+
+// EditComment replaces the raw content of comment id (ListComments' ID) of PR number.
+func (d *Driver) EditComment(ctx context.Context, repo scm.Repo, number int, id, body string) error {
+	op := fmt.Sprintf("edit comment %s on PR #%d", id, number)
+	cid, idErr := scm.ParseCommentID(id)
+	ws, slug, err := splitRepo(repo, idErr, scm.CheckComment(body))
+	if err != nil {
+		return d.wrap(op, repo, nil, err)
+	}
+	data, err := json.Marshal(map[string]any{"content": map[string]string{"raw": body}})
+	if err != nil {
+		return d.wrap(op, repo, nil, err)
+	}
+	path := "/repositories/" + url.PathEscape(ws) + "/" + url.PathEscape(slug) + "/pullrequests/" + strconv.Itoa(number) +
+		"/comments/" + strconv.FormatInt(cid, 10)
+	_, _, err = d.send(ctx, http.MethodPut, path, nil, bytes.NewReader(data), "application/json")
+	return d.wrap(op, repo, nil, err)
+}
+
+// MaxCommentBytes is Bitbucket's limit on a comment (fewer than 32,768 characters; bytes
+// never count fewer).
+func (d *Driver) MaxCommentBytes() int { return scm.BitbucketMaxComment }
 
 // ListComments lists a PR's comments, oldest first, deleted ones left out.
 func (d *Driver) ListComments(ctx context.Context, repo scm.Repo, number int) ([]scm.PRComment, error) {

@@ -2,6 +2,7 @@ package github
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -54,6 +55,24 @@ func TestConformance(t *testing.T) {
 					}
 				}
 				t.Fatalf("PR #%d mergeability stayed unknown", n)
+			},
+			CommentAs: func(t *testing.T, n int, body string) string {
+				c, err := g.AddComment("acme", "release", n, "someone-else", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strconv.FormatInt(c.ID, 10)
+			},
+			RefuseComments: func(t *testing.T, n int) {
+				if err := g.LockConversation("acme", "release", n, true); err != nil {
+					t.Fatal(err)
+				}
+			},
+			FailEdits: func(t *testing.T) {
+				if err := g.InjectFault(scmtest.Fault{Method: "PATCH", PathPattern: `/issues/comments/\d+$`, Status: 422,
+					Body: `{"message":"Validation Failed","errors":[{"resource":"IssueComment","code":"custom","message":"body could not be saved"}]}`}); err != nil {
+					t.Fatal(err)
+				}
 			},
 			Comments: func(t *testing.T, n int) []string {
 				pr, err := g.PullRequest("acme", "release", n)

@@ -662,3 +662,39 @@ func TestChangedBetweenTruncated(t *testing.T) {
 		}
 	}
 }
+
+// TestCommentRefusalIsNotARateLimit: GitHub answers 403 both to a token that may not comment
+// and to a spent rate limit; the first is ErrForbidden (the step warns and goes on), the
+// second a RateLimitError (the job waits and retries), never the other way round.
+func TestCommentRefusalIsNotARateLimit(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if _, err := f.fake.Git().Commit("acme", "release", "feature", map[string]string{"x.txt": "x\n"}, nil, "x"); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := f.d.OpenPR(ctx, testRepo, scm.NewPR{Title: "t", Head: "feature", Base: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.fake.InjectFault(scmtest.Fault{Method: "POST", PathPattern: `/issues/\d+/comments$`, Status: 403, Times: 1,
+		Body: `{"message":"Resource not accessible by integration","documentation_url":"https://docs.github.com/rest/issues/comments#create-an-issue-comment","status":"403"}`}); err != nil {
+		t.Fatal(err)
+	}
+	err = f.d.Comment(ctx, testRepo, pr.Number, "hello")
+	if !errors.Is(err, scm.ErrForbidden) || errors.Is(err, scm.ErrRateLimited) || scm.Transient(err) ||
+		!strings.Contains(err.Error(), "Resource not accessible by integration") || !strings.Contains(err.Error(), "comment on PR #") {
+		t.Fatalf("403 without rate-limit headers: %v, want ErrForbidden naming the call", err)
+	}
+	// No transport (it would wait the limit out): the driver itself must classify the answer.
+	bare, err := New(WithBaseURL(f.fake.APIURL()), WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.fake.RateLimitNext(1, scmtest.PrimaryRateLimit, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err = scm.UpsertComment(ctx, bare, testRepo, pr.Number, "k", "hello")
+	if !errors.Is(err, scm.ErrRateLimited) || errors.Is(err, scm.ErrForbidden) {
+		t.Fatalf("403 of a spent rate limit: %v, want ErrRateLimited", err)
+	}
+}

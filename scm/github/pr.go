@@ -273,6 +273,22 @@ func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body st
 	return d.wrap(op, repo, resp, err)
 }
 
+// EditComment replaces the body of comment id (ListComments' ID) of PR number. GitHub
+// addresses issue comments by repo and id, so the PR number only names the call.
+func (d *Driver) EditComment(ctx context.Context, repo scm.Repo, number int, id, body string) error {
+	op := fmt.Sprintf("edit comment %s on PR #%d", id, number)
+	cid, idErr := scm.ParseCommentID(id)
+	owner, name, err := splitRepo(repo, idErr, scm.CheckComment(body))
+	if err != nil {
+		return d.wrap(op, repo, nil, err)
+	}
+	_, resp, err := d.client.Issues.EditComment(ctx, owner, name, cid, &gh.IssueComment{Body: str(body)})
+	return d.wrap(op, repo, resp, err)
+}
+
+// MaxCommentBytes is GitHub's limit on a comment (65,536 characters; bytes never count fewer).
+func (d *Driver) MaxCommentBytes() int { return scm.GitHubMaxComment }
+
 // ListComments lists a PR's conversation comments (the issue comments API), oldest first.
 func (d *Driver) ListComments(ctx context.Context, repo scm.Repo, number int) ([]scm.PRComment, error) {
 	op := fmt.Sprintf("list comments of PR #%d", number)

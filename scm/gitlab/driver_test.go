@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -422,6 +423,24 @@ func TestConformance(t *testing.T) {
 					}
 				}
 				t.Fatalf("MR !%d mergeability stayed unknown", n)
+			},
+			CommentAs: func(t *testing.T, n int, body string) string {
+				c, err := g.AddComment("acme", "release", n, "someone-else", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strconv.FormatInt(c.ID, 10)
+			},
+			RefuseComments: func(t *testing.T, n int) {
+				if err := g.LockConversation("acme", "release", n, true); err != nil {
+					t.Fatal(err)
+				}
+			},
+			FailEdits: func(t *testing.T) {
+				if err := g.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/notes/\d+$`, Status: 400,
+					Body: `{"message":"400 Bad request - note could not be saved"}`}); err != nil {
+					t.Fatal(err)
+				}
 			},
 			Comments: func(t *testing.T, n int) []string {
 				pr, err := g.PullRequest("acme", "release", n)

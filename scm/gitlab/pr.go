@@ -264,6 +264,21 @@ func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body st
 	return d.wrap(op, repo, resp, err)
 }
 
+// EditComment replaces the body of note id (ListComments' ID) of MR number.
+func (d *Driver) EditComment(ctx context.Context, repo scm.Repo, number int, id, body string) error {
+	op := fmt.Sprintf("edit note %s on MR !%d", id, number)
+	nid, idErr := scm.ParseCommentID(id)
+	pid, err := projectID(repo, idErr, scm.CheckComment(body))
+	if err != nil {
+		return d.wrap(op, repo, nil, err)
+	}
+	_, resp, err := d.client.Notes.UpdateMergeRequestNote(pid, int64(number), nid, &gl.UpdateMergeRequestNoteOptions{Body: ptr(body)}, gl.WithContext(ctx))
+	return d.wrap(op, repo, resp, err)
+}
+
+// MaxCommentBytes is GitLab's limit on a note (1,000,000 characters; bytes never count fewer).
+func (d *Driver) MaxCommentBytes() int { return scm.GitLabMaxComment }
+
 // ListComments lists an MR's notes, oldest first, without GitLab's system notes ("added 1
 // commit", "merged").
 func (d *Driver) ListComments(ctx context.Context, repo scm.Repo, number int) ([]scm.PRComment, error) {

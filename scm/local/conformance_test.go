@@ -1,6 +1,7 @@
 package local_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/prflow/prflow/scm"
@@ -32,7 +33,12 @@ func newEnv(t *testing.T, overHTTP bool) scmconformance.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return scmconformance.Env{
+	// other comments on the same repositories as another user.
+	other, err := local.New(base, local.WithEngine(eng), local.WithIdentity(scm.Signature{Name: "someone-else", Email: "else@example.com"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := scmconformance.Env{
 		Provider: p, Repo: "acme/release", Base: "main", Files: seedFiles,
 		CommitDirect: func(t *testing.T, branch string, files map[string]string, deletes []string) string {
 			t.Helper()
@@ -70,11 +76,34 @@ func newEnv(t *testing.T, overHTTP bool) scmconformance.Env {
 			}
 			return st
 		},
+		CommentAs: func(t *testing.T, n int, body string) string {
+			t.Helper()
+			if err := other.Comment(t.Context(), "acme/release", n, body); err != nil {
+				t.Fatal(err)
+			}
+			cs, err := other.ListComments(t.Context(), "acme/release", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cs[len(cs)-1].ID
+		},
 	}
+	if overHTTP {
+		// The record of every PR is pushed; a failing push fails the edit.
+		env.FailEdits = func(t *testing.T) {
+			if err := srv.InjectFault(scmtest.Fault{Method: "POST", PathPattern: `/git-receive-pack$`, Status: 500}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return env
 }
 
+// TestConformanceOverHTTP runs the full suite but CommentRefused: the local driver keeps no
+// permissions, so nothing refuses a comment.
 func TestConformanceOverHTTP(t *testing.T) {
-	scmconformance.Run(t, func(t *testing.T) scmconformance.Env { return newEnv(t, true) })
+	cases := slices.DeleteFunc(scmconformance.Cases(), func(c string) bool { return c == "CommentRefused" })
+	scmconformance.RunCases(t, func(t *testing.T) scmconformance.Env { return newEnv(t, true) }, cases...)
 }
 
 // TestConformanceOnDisk runs representative cases against the bare repositories as a

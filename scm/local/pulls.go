@@ -396,6 +396,35 @@ func (p *Provider) Comment(ctx context.Context, repo scm.Repo, number int, body 
 	return p.fail(repo, op, err)
 }
 
+// EditComment replaces the body of comment id (ListComments' ID: its place in the record,
+// from 1) of PR number. Only its author may, as on the forges; an identical body writes
+// nothing.
+func (p *Provider) EditComment(ctx context.Context, repo scm.Repo, number int, id, body string) error {
+	op := fmt.Sprintf("edit comment %s on PR #%d", id, number)
+	n, err := scm.ParseCommentID(id)
+	if err == nil {
+		err = scm.CheckComment(body)
+	}
+	if err != nil {
+		return p.fail(repo, op, err)
+	}
+	_, err = p.updateRecord(ctx, repo, number, op,
+		func(_ *gitengine.Workspace, _ map[string]string, rec *record) ([]gitengine.RefUpdate, error) {
+			switch {
+			case n > int64(len(rec.Comments)):
+				return nil, fmt.Errorf("%w: PR #%d has no comment %s", scm.ErrNotFound, number, id)
+			case rec.Comments[n-1].Author != p.login:
+				return nil, fmt.Errorf("%w: comment %s is %s's, not %s's", scm.ErrForbidden, id, rec.Comments[n-1].Author, p.login)
+			case rec.Comments[n-1].Body == body:
+				return nil, errUnchanged
+			}
+			rec.Comments[n-1].Body = body
+			rec.Comments[n-1].Edited = p.now().UTC()
+			return nil, nil
+		})
+	return p.fail(repo, op, err)
+}
+
 // Comments returns a PR's comments, oldest first (the local driver's own read API).
 func (p *Provider) Comments(ctx context.Context, repo scm.Repo, number int) ([]Comment, error) {
 	op := fmt.Sprintf("list comments of PR #%d", number)

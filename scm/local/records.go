@@ -53,6 +53,7 @@ type Comment struct {
 	Author string    `json:"author"`
 	Body   string    `json:"body"`
 	At     time.Time `json:"at"`
+	Edited time.Time `json:"edited,omitzero"` // last EditComment
 }
 
 // stored is a record and the commit holding it (the value its ref must have to update it).

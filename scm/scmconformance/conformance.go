@@ -21,6 +21,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prflow/prflow/scm"
 )
@@ -48,6 +49,17 @@ type Env struct {
 	// Comments and Statuses, when set, read back what Comment and SetStatus stored.
 	Comments func(t *testing.T, number int) []string
 	Statuses func(t *testing.T, sha string) []scm.Status
+	// CommentAs posts body on PR number as another user than the provider's, behind its back,
+	// and returns the comment's id as ListComments shows it. Required by EditComment.
+	CommentAs func(t *testing.T, number int, body string) string
+	// FailEdits makes the forge refuse every comment edit from now on (until the case ends)
+	// with a plain, non-permission failure, as a forge outage or a bad answer would. Required
+	// by UpsertComment.
+	FailEdits func(t *testing.T)
+	// RefuseComments makes the forge refuse new comments and edits on PR number as it does
+	// for a locked conversation or a user without the permission to comment. Required by
+	// CommentRefused (which drivers without permissions, like local, leave out).
+	RefuseComments func(t *testing.T, number int)
 	// NoLabels says the forge has no PR labels (Bitbucket Cloud): OpenPR may drop them and
 	// the suite does not check them.
 	NoLabels bool
@@ -90,6 +102,11 @@ var cases = []testCase{
 	{"Comment", testComment},
 	{"ListComments", testListComments},
 	{"CommentOnce", testCommentOnce},
+	{"EditComment", testEditComment},
+	{"UpsertComment", testUpsertComment},
+	{"UpsertCommentConcurrent", testUpsertCommentConcurrent},
+	{"CommentRefused", testCommentRefused},
+	{"CommentSizeCap", testCommentSizeCap},
 	{"Status", testStatus},
 	{"ChangedFiles", testChangedFiles},
 	{"ChangedBetween", testChangedBetween},
@@ -735,6 +752,226 @@ func testCommentOnce(t *testing.T, s *suite) {
 	}
 	if !strings.Contains(got[0].Body, scm.CommentMarker("run-1/dev/comment")) {
 		t.Fatalf("comment %q carries no marker", got[0].Body)
+	}
+}
+
+// editor is the provider as a CommentEditor: every driver must edit comments.
+func (s *suite) editor(t *testing.T) scm.CommentEditor {
+	t.Helper()
+	ed, ok := s.Provider.(scm.CommentEditor)
+	if !ok {
+		t.Fatalf("%T does not implement scm.CommentEditor", s.Provider)
+	}
+	return ed
+}
+
+// comments lists the PR's comments through the provider.
+func (s *suite) comments(t *testing.T, n int) []scm.PRComment {
+	t.Helper()
+	got, err := s.Provider.ListComments(s.ctx, s.Repo, n)
+	if err != nil {
+		t.Fatalf("ListComments: %v", err)
+	}
+	return got
+}
+
+// testEditComment: EditComment replaces one comment's body and keeps its id; a missing
+// comment is ErrNotFound, another user's comment ErrForbidden (left as it was), and a bad id
+// or an empty body is refused naming what is wrong.
+func testEditComment(t *testing.T, s *suite) {
+	if s.CommentAs == nil {
+		t.Fatal("scmconformance: Env.CommentAs is required by EditComment")
+	}
+	ed := s.editor(t)
+	pr := s.pr(t, "conformance/edit-comment", change("conformance/edit-comment.txt", "x\n"))
+	for _, b := range []string{"first", "second"} {
+		if err := s.Provider.Comment(s.ctx, s.Repo, pr.Number, b); err != nil {
+			t.Fatalf("Comment: %v", err)
+		}
+	}
+	before := s.comments(t, pr.Number)
+	const edited = "second, edited ✅ — naïve"
+	if err := ed.EditComment(s.ctx, s.Repo, pr.Number, before[1].ID, edited); err != nil {
+		t.Fatalf("EditComment: %v", err)
+	}
+	after := s.comments(t, pr.Number)
+	if len(after) != 2 || after[0] != before[0] || after[1].ID != before[1].ID || after[1].Body != edited {
+		t.Fatalf("after EditComment: %+v, want %q edited in place (was %+v)", after, edited, before)
+	}
+	if s.Comments != nil {
+		if got := s.Comments(t, pr.Number); !slices.Equal(got, []string{"first", edited}) {
+			t.Fatalf("the forge holds %q, want [first %q]", got, edited)
+		}
+	}
+
+	if err := ed.EditComment(s.ctx, s.Repo, pr.Number, "999999", "x"); !errors.Is(err, scm.ErrNotFound) || !strings.Contains(err.Error(), "999999") {
+		t.Fatalf("EditComment of a missing comment: %v, want ErrNotFound naming it", err)
+	}
+	theirs := s.CommentAs(t, pr.Number, "someone else's")
+	err := ed.EditComment(s.ctx, s.Repo, pr.Number, theirs, "hijacked")
+	if !errors.Is(err, scm.ErrForbidden) || !strings.Contains(err.Error(), string(s.Repo)) {
+		t.Fatalf("EditComment of another user's comment: %v, want ErrForbidden naming %s", err, s.Repo)
+	}
+	if got := s.comments(t, pr.Number); len(got) != 3 || got[2].Body != "someone else's" {
+		t.Fatalf("another user's comment changed: %+v", got)
+	}
+	if err := ed.EditComment(s.ctx, s.Repo, pr.Number, "12abc", "x"); err == nil || !strings.Contains(err.Error(), `"12abc"`) {
+		t.Fatalf("EditComment with a malformed id: %v, want an error naming it", err)
+	}
+	if err := ed.EditComment(s.ctx, s.Repo, pr.Number, before[0].ID, " \n"); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("EditComment with an empty body: %v, want refused", err)
+	}
+	if got := s.comments(t, pr.Number); got[0] != before[0] {
+		t.Fatalf("a refused edit changed the comment: %+v", got[0])
+	}
+}
+
+// testUpsertComment: UpsertComment posts once, then edits that comment in place (same id, one
+// comment), leaves an identical body alone, keeps another key's comment apart, and returns a
+// failed edit without posting a second comment.
+func testUpsertComment(t *testing.T, s *suite) {
+	if s.FailEdits == nil {
+		t.Fatal("scmconformance: Env.FailEdits is required by UpsertComment")
+	}
+	s.editor(t)
+	pr := s.pr(t, "conformance/upsert-comment", change("conformance/upsert-comment.txt", "x\n"))
+	const key = "run-1/dev/diff"
+	upsert := func(key, body, want string) {
+		t.Helper()
+		got, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, key, body)
+		if err != nil || got != want {
+			t.Fatalf("UpsertComment(%q) = %q, %v; want %q", body, got, err, want)
+		}
+	}
+	upsert(key, "diff: 1 resource changed", scm.CommentPosted)
+	first := s.comments(t, pr.Number)
+	if len(first) != 1 || !strings.HasPrefix(first[0].Body, "diff: 1 resource changed") || !strings.Contains(first[0].Body, scm.CommentMarker(key)) {
+		t.Fatalf("after the first upsert: %+v", first)
+	}
+	upsert(key, "diff: 2 resources changed ✅", scm.CommentUpdated)
+	upsert(key, "diff: 2 resources changed ✅\n", scm.CommentUnchanged)
+	got := s.comments(t, pr.Number)
+	if len(got) != 1 || got[0].ID != first[0].ID || !strings.HasPrefix(got[0].Body, "diff: 2 resources changed ✅") ||
+		!strings.Contains(got[0].Body, scm.CommentMarker(key)) {
+		t.Fatalf("after re-pushes: %+v, want comment %s edited in place", got, first[0].ID)
+	}
+	if s.Comments != nil {
+		if held := s.Comments(t, pr.Number); len(held) != 1 || !strings.HasPrefix(held[0], "diff: 2 resources changed ✅") {
+			t.Fatalf("the forge holds %q", held)
+		}
+	}
+	upsert("run-1/prod/diff", "prod diff", scm.CommentPosted)
+
+	s.FailEdits(t)
+	_, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, key, "diff: 3 resources changed")
+	if err == nil || !strings.Contains(err.Error(), "edit") || errors.Is(err, scm.ErrForbidden) {
+		t.Fatalf("UpsertComment with edits failing: %v, want the edit's error", err)
+	}
+	got = s.comments(t, pr.Number)
+	if len(got) != 2 || !strings.HasPrefix(got[0].Body, "diff: 2 resources changed ✅") {
+		t.Fatalf("after a failed edit: %+v, want both comments as they were and no new one", got)
+	}
+}
+
+// testUpsertCommentConcurrent: re-pushes racing to update the same comment all succeed and
+// leave one comment holding one of their bodies.
+func testUpsertCommentConcurrent(t *testing.T, s *suite) {
+	s.editor(t)
+	pr := s.pr(t, "conformance/upsert-concurrent", change("conformance/upsert-concurrent.txt", "x\n"))
+	const key = "run-7/dev/diff"
+	if _, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, key, "v0"); err != nil {
+		t.Fatalf("UpsertComment: %v", err)
+	}
+	const n = 4
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, key, fmt.Sprintf("v%d", i+1))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent UpsertComment: %v", err)
+	}
+	got := s.comments(t, pr.Number)
+	if len(got) != 1 {
+		t.Fatalf("concurrent upserts left %d comments: %+v", len(got), got)
+	}
+	if body, _, _ := strings.Cut(got[0].Body, "\n"); !slices.Contains([]string{"v1", "v2", "v3", "v4"}, body) {
+		t.Fatalf("comment = %q, want one of the racing bodies", got[0].Body)
+	}
+}
+
+// testCommentRefused: a forge that refuses comments (locked conversation, no permission)
+// answers Comment, EditComment and UpsertComment with an error matching ErrForbidden that
+// names the repo, so a step can tell it apart, record a warning and go on; nothing is posted.
+func testCommentRefused(t *testing.T, s *suite) {
+	if s.RefuseComments == nil {
+		t.Fatal("scmconformance: Env.RefuseComments is required by CommentRefused")
+	}
+	pr := s.pr(t, "conformance/comment-refused", change("conformance/comment-refused.txt", "x\n"))
+	if _, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, "run-1/dev/diff", "before the lock"); err != nil {
+		t.Fatalf("UpsertComment: %v", err)
+	}
+	before := s.comments(t, pr.Number)
+	s.RefuseComments(t, pr.Number)
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, scm.ErrForbidden) || errors.Is(err, scm.ErrRateLimited) || scm.Transient(err) ||
+			!strings.Contains(err.Error(), string(s.Repo)) {
+			t.Fatalf("%s on a forge refusing comments: %v, want ErrForbidden naming %s", what, err, s.Repo)
+		}
+	}
+	check("Comment", s.Provider.Comment(s.ctx, s.Repo, pr.Number, "refused"))
+	check("EditComment", s.editor(t).EditComment(s.ctx, s.Repo, pr.Number, before[0].ID, "refused"))
+	_, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, "run-1/dev/diff", "after the lock")
+	check("UpsertComment (edit)", err)
+	_, err = scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, "run-1/prod/diff", "a new key")
+	check("UpsertComment (post)", err)
+	if got := s.comments(t, pr.Number); !slices.Equal(got, before) {
+		t.Fatalf("comments after refusals = %+v, want %+v", got, before)
+	}
+}
+
+// testCommentSizeCap: the driver's CommentLimit is one the forge holds to (a longer comment is
+// refused), UpsertComment cuts an over-long body to fit instead of failing, and a body capped
+// with CapComment and CommentBudget keeps its link; multi-byte text stays valid UTF-8.
+func testCommentSizeCap(t *testing.T, s *suite) {
+	pr := s.pr(t, "conformance/comment-cap", change("conformance/comment-cap.txt", "x\n"))
+	const key = "run-1/dev/diff"
+	lim := scm.CommentLimit(s.Provider)
+	line := "+  image: web:1.1 — déployé ✅\n" // 34 bytes, 28 characters
+	size := max(lim, 100_000) + 5000
+	long := strings.Repeat(line, size/len(line)+1)
+	if lim > 0 {
+		if err := s.Provider.Comment(s.ctx, s.Repo, pr.Number, strings.Repeat("x", lim+1)); err == nil || errors.Is(err, scm.ErrForbidden) {
+			t.Fatalf("a comment of %d characters (limit %d): %v, want the forge's refusal", lim+1, lim, err)
+		}
+	}
+	if got, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, key, long); err != nil || got != scm.CommentPosted {
+		t.Fatalf("UpsertComment of %d bytes = %q, %v", len(long), got, err)
+	}
+	cs := s.comments(t, pr.Number)
+	body := cs[len(cs)-1].Body
+	if !utf8.ValidString(body) || !strings.Contains(body, scm.CommentMarker(key)) || (lim > 0 && len(body) > lim) {
+		t.Fatalf("posted %d bytes (limit %d), valid UTF-8 %v", len(body), lim, utf8.ValidString(body))
+	}
+	if lim == 0 && !strings.HasPrefix(body, strings.TrimRight(long, "\n")) {
+		t.Fatal("a driver without a limit cut the body")
+	}
+	if lim > 0 && !strings.Contains(body, "cut to fit") {
+		t.Fatalf("an over-long body was cut without saying so: ...%q", body[max(len(body)-200, 0):])
+	}
+	const link = "[Full diff](https://prflow.example/runs/r1/stages/dev/diff)"
+	capped := scm.CapComment(strings.Repeat("é", len(long)/2), scm.CommentBudget(s.Provider, key), link)
+	if got, err := scm.UpsertComment(s.ctx, s.Provider, s.Repo, pr.Number, key, capped); err != nil || got != scm.CommentUpdated {
+		t.Fatalf("UpsertComment of a capped body = %q, %v", got, err)
+	}
+	cs = s.comments(t, pr.Number)
+	body = cs[len(cs)-1].Body
+	if len(cs) != 1 || !utf8.ValidString(body) || (lim > 0 && (len(body) > lim || !strings.Contains(body, link))) {
+		t.Fatalf("after a capped edit: %d comments, %d bytes (limit %d)", len(cs), len(body), lim)
 	}
 }
 

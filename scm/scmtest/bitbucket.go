@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Bitbucket is a fake Bitbucket Cloud REST API (2.0) served under /2.0, for go-bitbucket.
@@ -181,6 +182,7 @@ func (b *Bitbucket) routes() {
 	b.handle("GET "+repo+"/pullrequests/{id}/comments/{$}", b.listComments)
 	b.handle("POST "+repo+"/pullrequests/{id}/comments", b.createComment)
 	b.handle("POST "+repo+"/pullrequests/{id}/comments/{$}", b.createComment)
+	b.handle("PUT "+repo+"/pullrequests/{id}/comments/{comment}", b.updateComment)
 	b.handle("GET "+repo+"/pullrequests/{id}/statuses", b.prStatuses)
 	b.handle("GET "+repo+"/pullrequests/{id}/commits", b.prCommits)
 	b.handle("GET "+repo+"/pullrequests/{id}/commits/{$}", b.prCommits)
@@ -1226,7 +1228,7 @@ func (b *Bitbucket) declinePR(c *bbCall) {
 func bbCommentJSON(v repoView, pr PullRequest, cm Comment) map[string]any {
 	api := v.API + "/2.0/repositories/" + v.full() + "/pullrequests/" + strconv.Itoa(pr.Number)
 	return map[string]any{"id": cm.ID, "type": "pullrequest_comment", "created_on": bbTime(cm.CreatedAt),
-		"updated_on": bbTime(cm.CreatedAt), "deleted": false, "pending": false, "user": bbUserJSON(v.API, cm.User),
+		"updated_on": bbTime(cm.UpdatedAt), "deleted": false, "pending": false, "user": bbUserJSON(v.API, cm.User),
 		"content":     map[string]any{"type": "rendered", "raw": cm.Body, "markup": "markdown", "html": "<p>" + htmlEscape(cm.Body) + "</p>"},
 		"pullrequest": map[string]any{"type": "pullrequest", "id": pr.Number, "title": pr.Title, "links": bbLinks("self", api)},
 		"links":       bbLinks("self", api+"/comments/"+strconv.FormatInt(cm.ID, 10), "html", v.Web+"/"+v.full()+"/pull-requests/"+strconv.Itoa(pr.Number)+"#comment-"+strconv.FormatInt(cm.ID, 10))}
@@ -1256,8 +1258,7 @@ func (b *Bitbucket) createComment(c *bbCall) {
 		bbError(c.w, 400, "Invalid JSON")
 		return
 	}
-	if strings.TrimSpace(body.Content.Raw) == "" {
-		bbFieldError(c.w, "content", "This field is required.")
+	if !bbCommentBodyOK(c, body.Content.Raw) {
 		return
 	}
 	pr := b.lockPR(c)
@@ -1265,8 +1266,65 @@ func (b *Bitbucket) createComment(c *bbCall) {
 		return
 	}
 	defer c.rs.mu.Unlock()
+	if pr.Locked {
+		bbError(c.w, http.StatusForbidden, "Forbidden")
+		return
+	}
 	cm := b.addComment(pr, body.Content.Raw, c.user)
 	writeJSON(c.w, 201, bbCommentJSON(c.rv, pr.snapshot(), cm))
+}
+
+// BitbucketMaxComment is the longest comment Bitbucket accepts, in characters (it wants
+// fewer than 32768).
+const BitbucketMaxComment = 32767
+
+// bbCommentBodyOK answers Bitbucket's 400 for a missing or too long comment.
+func bbCommentBodyOK(c *bbCall, raw string) bool {
+	switch {
+	case strings.TrimSpace(raw) == "":
+		bbFieldError(c.w, "content", "This field is required.")
+		return false
+	case utf8.RuneCountInString(raw) > BitbucketMaxComment:
+		bbFieldError(c.w, "content", fmt.Sprintf("Please enter a value less than %d characters.", BitbucketMaxComment+1))
+		return false
+	}
+	return true
+}
+
+// updateComment is PUT .../pullrequests/{id}/comments/{comment_id} with {"content":{"raw"}}:
+// the comment must be one of this PR's.
+func (b *Bitbucket) updateComment(c *bbCall) {
+	var body struct {
+		Content struct {
+			Raw string `json:"raw"`
+		} `json:"content"`
+	}
+	if err := readJSON(c.r, &body); err != nil {
+		bbError(c.w, 400, "Invalid JSON")
+		return
+	}
+	if !bbCommentBodyOK(c, body.Content.Raw) {
+		return
+	}
+	id, err := strconv.ParseInt(c.r.PathValue("comment"), 10, 64)
+	if err != nil {
+		bbError(c.w, 404, "Comment not found")
+		return
+	}
+	pr := b.lockPR(c)
+	if pr == nil {
+		return
+	}
+	defer c.rs.mu.Unlock()
+	cm, err := b.Forge.editComment(pr, id, body.Content.Raw, c.user)
+	switch {
+	case errors.Is(err, errNoComment):
+		bbError(c.w, 404, "Comment not found")
+	case err != nil:
+		bbError(c.w, http.StatusForbidden, "Forbidden")
+	default:
+		writeJSON(c.w, 200, bbCommentJSON(c.rv, pr.snapshot(), cm))
+	}
 }
 
 // prHeads returns the PR's live base and head SHAs.

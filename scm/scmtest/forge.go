@@ -47,6 +47,7 @@ type PullRequest struct {
 	HeadSHA, BaseSHA   string // live while open, frozen when merged or closed
 	State              PRState
 	Draft              bool
+	Locked             bool // conversation locked: comments and edits refused (LockConversation)
 	Labels             []string
 	Reviewers          []string
 	Comments           []Comment
@@ -69,6 +70,7 @@ type Comment struct {
 	Body      string
 	User      string
 	CreatedAt time.Time
+	UpdatedAt time.Time // CreatedAt until the comment is edited
 }
 
 // Status is a commit status. State is normalised to pending, success, failure or error;
@@ -941,9 +943,81 @@ func (f *Forge) removeLabel(pr *prState, label string) bool {
 
 // addComment appends a comment. Callers hold rs.mu.
 func (f *Forge) addComment(pr *prState, body, user string) Comment {
-	c := Comment{ID: f.newID(), Body: body, User: user, CreatedAt: time.Now().UTC()}
+	now := time.Now().UTC()
+	c := Comment{ID: f.newID(), Body: body, User: user, CreatedAt: now, UpdatedAt: now}
 	pr.Comments = append(pr.Comments, c)
 	return c
+}
+
+// Why a comment edit is refused; each fake answers with its forge's status and message.
+var (
+	errNoComment    = errors.New("no such comment")
+	errNotAuthor    = errors.New("not the comment's author")
+	errLockedThread = errors.New("conversation locked")
+)
+
+// editComment replaces the body of comment id on pr as user: only the comment's author may
+// (the fakes have no roles, so nobody edits another user's comment), and not while the
+// conversation is locked. Callers hold rs.mu.
+func (f *Forge) editComment(pr *prState, id int64, body, user string) (Comment, error) {
+	i := slices.IndexFunc(pr.Comments, func(c Comment) bool { return c.ID == id })
+	switch {
+	case i < 0:
+		return Comment{}, errNoComment
+	case pr.Comments[i].User != user:
+		return Comment{}, errNotAuthor
+	case pr.Locked:
+		return Comment{}, errLockedThread
+	}
+	pr.Comments[i].Body = body
+	pr.Comments[i].UpdatedAt = time.Now().UTC()
+	return pr.Comments[i], nil
+}
+
+// commentPR finds the PR of rs holding comment id (GitHub addresses comments by repo, not PR).
+// Callers hold rs.mu.
+func (rs *repoState) commentPR(id int64) *prState {
+	for _, pr := range rs.prs {
+		if slices.ContainsFunc(pr.Comments, func(c Comment) bool { return c.ID == id }) {
+			return pr
+		}
+	}
+	return nil
+}
+
+// AddComment posts body on PR number as user, as someone else commenting on the forge would.
+func (f *Forge) AddComment(owner, name string, number int, user, body string) (Comment, error) {
+	rs, err := f.repoState(owner, name)
+	if err != nil {
+		return Comment{}, err
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	pr := rs.pr(number)
+	if pr == nil {
+		return Comment{}, fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
+	}
+	return f.addComment(pr, body, user), nil
+}
+
+// LockConversation locks (or unlocks) a PR's conversation: the fake then refuses new
+// comments and edits with the forge's 403, as GitHub and GitLab answer a user who may not
+// comment on a locked conversation (the fakes have no roles, so it applies to every token).
+// Bitbucket Cloud cannot lock a PR; its fake answers as Bitbucket does a user without the
+// permission to comment.
+func (f *Forge) LockConversation(owner, name string, number int, locked bool) error {
+	rs, err := f.repoState(owner, name)
+	if err != nil {
+		return err
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	pr := rs.pr(number)
+	if pr == nil {
+		return fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
+	}
+	pr.Locked = locked
+	return nil
 }
 
 // setStatus records a commit status; an existing status with the same context is replaced in

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // GitHub is a fake GitHub REST API (v3) served under /api/v3/, for go-github v62.
@@ -222,6 +223,7 @@ func (g *GitHub) routes() {
 	g.handle("DELETE /repos/{owner}/{repo}/issues/{number}/labels/{name}", g.removeLabel)
 	g.handle("GET /repos/{owner}/{repo}/issues/{number}/comments", g.listComments)
 	g.handle("POST /repos/{owner}/{repo}/issues/{number}/comments", g.createComment)
+	g.handle("PATCH /repos/{owner}/{repo}/issues/comments/{id}", g.editComment)
 	g.mux.HandleFunc("GET /raw/{owner}/{repo}/{sha}/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		g.dispatch(w, r, g.raw)
 	})
@@ -391,7 +393,7 @@ func ghPullJSON(v repoView, pr PullRequest, m *ghMerge) map[string]any {
 		"html_url": v.Web + "/" + v.full() + "/pull/" + n, "diff_url": v.Web + "/" + v.full() + "/pull/" + n + ".diff",
 		"patch_url": v.Web + "/" + v.full() + "/pull/" + n + ".patch", "issue_url": api + "/issues/" + n,
 		"commits_url": api + "/pulls/" + n + "/commits", "statuses_url": api + "/statuses/" + pr.HeadSHA,
-		"number": pr.Number, "state": state, "locked": false, "title": pr.Title, "user": ghUserJSON(v.API, v.Web, pr.Author),
+		"number": pr.Number, "state": state, "locked": pr.Locked, "title": pr.Title, "user": ghUserJSON(v.API, v.Web, pr.Author),
 		"body": nilIfEmpty(pr.Body), "labels": labels, "milestone": nil, "active_lock_reason": nil,
 		"created_at": isoTime(pr.CreatedAt), "updated_at": isoTime(pr.UpdatedAt), "closed_at": isoTime(pr.ClosedAt),
 		"merged_at": isoTime(pr.MergedAt), "merge_commit_sha": mergeSHA, "assignee": nil, "assignees": []any{},
@@ -443,7 +445,7 @@ func ghCommentJSON(v repoView, number int, c Comment) map[string]any {
 		"id": c.ID, "node_id": ghNodeID("IC", c.ID), "url": api + "/issues/comments/" + strconv.FormatInt(c.ID, 10),
 		"html_url":  v.Web + "/" + v.full() + "/pull/" + strconv.Itoa(number) + "#issuecomment-" + strconv.FormatInt(c.ID, 10),
 		"issue_url": api + "/issues/" + strconv.Itoa(number), "body": c.Body, "user": ghUserJSON(v.API, v.Web, c.User),
-		"created_at": isoTime(c.CreatedAt), "updated_at": isoTime(c.CreatedAt), "author_association": "OWNER",
+		"created_at": isoTime(c.CreatedAt), "updated_at": isoTime(c.UpdatedAt), "author_association": "OWNER",
 	}
 }
 
@@ -1843,8 +1845,7 @@ func (g *GitHub) createComment(c *ghCall) {
 		ghError(c.w, 400, "Problems parsing JSON", doc)
 		return
 	}
-	if body.Body == "" {
-		ghValidation(c.w, doc, map[string]any{"resource": "IssueComment", "field": "body", "code": "missing_field"})
+	if !ghCommentBodyOK(c, doc, body.Body) {
 		return
 	}
 	pr := g.lockPull(c, doc)
@@ -1852,8 +1853,68 @@ func (g *GitHub) createComment(c *ghCall) {
 		return
 	}
 	defer c.rs.mu.Unlock()
+	if pr.Locked {
+		ghError(c.w, http.StatusForbidden, "Unable to create comment because issue is locked.", doc)
+		return
+	}
 	cm := g.addComment(pr, body.Body, c.user)
 	writeJSON(c.w, 201, ghCommentJSON(c.rv, pr.Number, cm))
+}
+
+// GitHubMaxComment is the longest comment body GitHub accepts, in characters.
+const GitHubMaxComment = 65536
+
+// ghCommentBodyOK answers GitHub's 422 for a missing or too long comment body.
+func ghCommentBodyOK(c *ghCall, doc, body string) bool {
+	switch {
+	case body == "":
+		ghValidation(c.w, doc, map[string]any{"resource": "IssueComment", "field": "body", "code": "missing_field"})
+		return false
+	case utf8.RuneCountInString(body) > GitHubMaxComment:
+		ghValidation(c.w, doc, map[string]any{"resource": "IssueComment", "field": "data", "code": "unprocessable",
+			"message": fmt.Sprintf("Body is too long (maximum is %d characters)", GitHubMaxComment)})
+		return false
+	}
+	return true
+}
+
+// editComment is PATCH /repos/{owner}/{repo}/issues/comments/{id}: comments are addressed by
+// repo and id, whatever PR holds them.
+func (g *GitHub) editComment(c *ghCall) {
+	const doc = "issues/comments#update-an-issue-comment"
+	var body struct {
+		Body string `json:"body"`
+	}
+	if err := readJSON(c.r, &body); err != nil {
+		ghError(c.w, 400, "Problems parsing JSON", doc)
+		return
+	}
+	id, err := strconv.ParseInt(c.r.PathValue("id"), 10, 64)
+	if err != nil {
+		ghError(c.w, http.StatusNotFound, "Not Found", doc)
+		return
+	}
+	if !ghCommentBodyOK(c, doc, body.Body) {
+		return
+	}
+	c.rs.mu.Lock()
+	defer c.rs.mu.Unlock()
+	pr := c.rs.commentPR(id)
+	if pr == nil {
+		ghError(c.w, http.StatusNotFound, "Not Found", doc)
+		return
+	}
+	cm, err := g.Forge.editComment(pr, id, body.Body, c.user)
+	switch {
+	case errors.Is(err, errLockedThread):
+		ghError(c.w, http.StatusForbidden, "Unable to update comment because issue is locked.", doc)
+	case err != nil:
+		// GitHub also lets collaborators with write access edit others' comments; the fake
+		// has no roles and answers as GitHub does a user without that access.
+		ghError(c.w, http.StatusForbidden, "Resource not accessible by integration", doc)
+	default:
+		writeJSON(c.w, 200, ghCommentJSON(c.rv, pr.Number, cm))
+	}
 }
 
 // --- webhooks ---------------------------------------------------------------------------------

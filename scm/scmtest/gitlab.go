@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // GitLab is a fake GitLab REST API (v4) served under /api/v4, for gitlab.com/gitlab-org/api/client-go.
@@ -262,6 +263,7 @@ func (g *GitLab) routes() {
 	g.handle("GET /projects/{id}/merge_requests/{iid}/commits", g.mrCommits)
 	g.handle("GET /projects/{id}/merge_requests/{iid}/notes", g.listNotes)
 	g.handle("POST /projects/{id}/merge_requests/{iid}/notes", g.createNote)
+	g.handle("PUT /projects/{id}/merge_requests/{iid}/notes/{note}", g.updateNote)
 }
 
 // --- JSON shapes -------------------------------------------------------------------------------
@@ -1361,7 +1363,7 @@ func (g *GitLab) mrCommits(c *glCall) {
 
 func glNoteJSON(v repoView, pr PullRequest, cm Comment) map[string]any {
 	return map[string]any{"id": cm.ID, "type": nil, "body": cm.Body, "attachment": nil, "author": glUserJSON(v.Web, cm.User),
-		"created_at": milliTime(cm.CreatedAt), "updated_at": milliTime(cm.CreatedAt), "system": false, "noteable_id": pr.ID,
+		"created_at": milliTime(cm.CreatedAt), "updated_at": milliTime(cm.UpdatedAt), "system": false, "noteable_id": pr.ID,
 		"noteable_type": "MergeRequest", "project_id": v.ID, "noteable_iid": pr.Number, "resolvable": false,
 		"confidential": false, "internal": false}
 }
@@ -1373,8 +1375,7 @@ func (g *GitLab) listNotes(c *glCall) {
 	}
 	snap := pr.snapshot()
 	c.rs.mu.Unlock()
-	// Newest first unless sort=asc, as GitLab (created_at and updated_at order alike here:
-	// notes are never edited).
+	// Newest first unless sort=asc, as GitLab (by creation: the order prflow asks for).
 	out := []map[string]any{}
 	for i := range snap.Comments {
 		out = append(out, glNoteJSON(c.rv, snap, snap.Comments[i]))
@@ -1387,8 +1388,7 @@ func (g *GitLab) listNotes(c *glCall) {
 
 func (g *GitLab) createNote(c *glCall) {
 	body := c.str("body")
-	if body == "" {
-		glErr(c.w, 400, "body is missing")
+	if !glNoteBodyOK(c, body) {
 		return
 	}
 	pr := g.lockMR(c)
@@ -1396,8 +1396,56 @@ func (g *GitLab) createNote(c *glCall) {
 		return
 	}
 	defer c.rs.mu.Unlock()
+	if pr.Locked {
+		glMessage(c.w, http.StatusForbidden, "403 Forbidden")
+		return
+	}
 	cm := g.addComment(pr, body, c.user)
 	writeJSON(c.w, 201, glNoteJSON(c.rv, pr.snapshot(), cm))
+}
+
+// GitLabMaxComment is the longest note body GitLab accepts, in characters.
+const GitLabMaxComment = 1_000_000
+
+// glNoteBodyOK answers GitLab's 400 for a missing or too long note body.
+func glNoteBodyOK(c *glCall, body string) bool {
+	switch {
+	case body == "":
+		glErr(c.w, 400, "body is missing")
+		return false
+	case utf8.RuneCountInString(body) > GitLabMaxComment:
+		glMessage(c.w, 400, map[string]any{"note": []string{fmt.Sprintf("is too long (maximum is %d characters)", GitLabMaxComment)}})
+		return false
+	}
+	return true
+}
+
+// updateNote is PUT /projects/:id/merge_requests/:iid/notes/:note_id: the note must be one
+// of this MR's.
+func (g *GitLab) updateNote(c *glCall) {
+	body := c.str("body")
+	if !glNoteBodyOK(c, body) {
+		return
+	}
+	id, err := strconv.ParseInt(c.r.PathValue("note"), 10, 64)
+	if err != nil {
+		glMessage(c.w, 404, "404 Not found")
+		return
+	}
+	pr := g.lockMR(c)
+	if pr == nil {
+		return
+	}
+	defer c.rs.mu.Unlock()
+	cm, err := g.Forge.editComment(pr, id, body, c.user)
+	switch {
+	case errors.Is(err, errNoComment):
+		glMessage(c.w, 404, "404 Not found")
+	case err != nil:
+		glMessage(c.w, http.StatusForbidden, "403 Forbidden")
+	default:
+		writeJSON(c.w, 200, glNoteJSON(c.rv, pr.snapshot(), cm))
+	}
 }
 
 // --- webhooks ---------------------------------------------------------------------------------
