@@ -23,7 +23,7 @@ func TestEditedKeysReadsEditsOutput(t *testing.T) {
 		{File: "envs/dev/values.yaml", Key: "image.tag", Value: "1.5.0", Old: "1.4.1", HasOld: true},
 		{File: "envs/dev/values.yaml", Key: "replicas", Value: 3, Created: true},
 		{File: "envs/dev/values.yaml", Key: "debug", Value: true, Old: nil, HasOld: true}, // the key held null
-		{File: "envs/dev/values.yaml", Key: "legacy", Value: "x"},                          // not recorded: neither
+		{File: "envs/dev/values.yaml", Key: "legacy", Value: "x"},                         // not recorded: neither
 	}
 	if got := EditedKeys(any(out)); !reflect.DeepEqual(got, want) {
 		t.Fatalf("EditedKeys = %#v, want %#v", got, want)

@@ -27,7 +27,7 @@ const oldSecret = "hunter2-committed-token"
 func TestUpdateReleaseRepoRecordsOldValues(t *testing.T) {
 	gh := scmtest.NewGitHub(t)
 	files := map[string]string{
-		"envs/dev/values.yaml": valuesYAML + "defaults: &d\n  timeout: 30\nworker:\n  <<: *d\napiKey: " + oldSecret + "\nannotations:\n  argocd.argoproj.io/sync-wave: \"1\"\n",
+		"envs/dev/values.yaml":  valuesYAML + "defaults: &d\n  timeout: 30\nworker:\n  <<: *d\napiKey: " + oldSecret + "\nannotations:\n  argocd.argoproj.io/sync-wave: \"1\"\n",
 		"envs/prod/config.json": "{\n  \"replicas\": 2,\n  \"image\": {\"tag\": \"1.4.1\"}\n}\n",
 		"envs/dev/app.yaml":     manifestsYAML,
 	}
