@@ -22,8 +22,14 @@
         typed[key] = i.value;
         if (document.activeElement === i) focus = key;
       });
+      // Keep which diffs and collapsed lists someone opened or closed.
+      var opened = {};
+      live.querySelectorAll("details[id]").forEach(function (d) { opened[d.id] = d.open; });
       live.innerHTML = e.data;
       last = e.data;
+      live.querySelectorAll("details[id]").forEach(function (d) {
+        if (d.id in opened) d.open = opened[d.id];
+      });
       live.querySelectorAll("form.decide input[name=comment]").forEach(function (i) {
         var key = i.form.dataset.key;
         if (typed[key]) i.value = typed[key];
