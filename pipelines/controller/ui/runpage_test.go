@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/examples"
@@ -45,7 +44,7 @@ func devDiff(t *testing.T) string {
 		agent.AppDiff{App: "web-dev", Agent: "sim", Unchanged: 4, Resources: []agent.ResourceDiff{
 			{Group: "apps", Kind: "Deployment", Namespace: "shop", Name: "web", Change: agent.ChangeChanged,
 				Paths: []string{"spec.replicas", "spec.template.spec.containers[0].image"},
-				Diff: "--- a/Deployment/shop/web\n+++ b/Deployment/shop/web\n@@ -5,7 +5,7 @@\n spec:\n-  replicas: 2\n+  replicas: 3\n   template:\n     spec:\n       containers:\n-      - image: registry.example.com/shop/web:1.4.1\n+      - image: registry.example.com/shop/web:1.5.0\n"},
+				Diff:  "--- a/Deployment/shop/web\n+++ b/Deployment/shop/web\n@@ -5,7 +5,7 @@\n spec:\n-  replicas: 2\n+  replicas: 3\n   template:\n     spec:\n       containers:\n-      - image: registry.example.com/shop/web:1.4.1\n+      - image: registry.example.com/shop/web:1.5.0\n"},
 			{Kind: "Secret", Namespace: "shop", Name: "web-env", Change: agent.ChangeChanged, Paths: []string{"data.API_KEY"}, Masked: true,
 				Diff: "--- a/Secret/shop/web-env\n+++ b/Secret/shop/web-env\n@@ -3,1 +3,1 @@\n-  API_KEY: (changed)\n+  API_KEY: (changed)\n"},
 			{Kind: "ConfigMap", Namespace: "shop", Name: hostileName, Change: agent.ChangeAdded,
