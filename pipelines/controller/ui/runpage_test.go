@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/examples"
@@ -327,4 +329,147 @@ func TestRunPageSummaryApprovalAndDiff(t *testing.T) {
 	if strings.Contains(page, `<section class="approval"`) {
 		t.Error("the approval card is still shown after the approval")
 	}
+}
+
+// viewport sets the tab's window to w×h CSS pixels (400 is a phone).
+func viewport(t *testing.T, ctx context.Context, w, h int64) {
+	t.Helper()
+	run(t, ctx, "viewport", chromedp.EmulateViewport(w, h), chromedp.Evaluate(`window.scrollTo(0, 0)`, nil))
+}
+
+// TestBrowserRunSummaryAndDiff: in Chromium, the run page of a promotion waiting for prod's
+// approval has the Approve button on the first screen at 400 px, the card saying old → new;
+// a collapsed app diff opens on a click with its added and removed lines coloured; a hostile
+// resource name runs no script; approving from the card updates the page live, keeps the
+// opened diff open, and the summary then shows prod merged and healthy with the rollbacks
+// "not needed".
+func TestBrowserRunSummaryAndDiff(t *testing.T) {
+	e := previewEnv(t)
+	r := e.Start(promoteWithPreview(t), nil)
+	waitParked(t, e, r.ID, "prod", "approve")
+	ctx := browser(t)
+	url := e.URL + "/ui/runs/" + r.ID
+	signIn(t, ctx, url, aliceToken)
+	run(t, ctx, "live", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery))
+	card := `[data-approval="prod.approve"]`
+	if got := text(t, ctx, card+` table.edits`); !strings.Contains(got, "image.tag 1.4.1 → 1.5.0") || !strings.Contains(got, "region new → eu-west-1") {
+		t.Errorf("approval card edits: %q", got)
+	}
+
+	// A phone: the Approve button is on the first screen, without scrolling.
+	viewport(t, ctx, 400, 800)
+	var onScreen bool
+	run(t, ctx, "approve button position", chromedp.Evaluate(`(function(){var b=document.querySelector('`+card+` button.approve');
+		if(!b) return false; var r=b.getBoundingClientRect(); return r.top>=0 && r.bottom<=window.innerHeight && r.right<=window.innerWidth})()`, &onScreen))
+	if !onScreen {
+		var at string
+		run(t, ctx, "where", chromedp.Evaluate(`JSON.stringify(document.querySelector('`+card+` button.approve').getBoundingClientRect())+" in "+window.innerWidth+"x"+window.innerHeight`, &at))
+		t.Errorf("at 400 px the Approve button is not on the first screen: %s", at)
+	}
+	var wide bool
+	run(t, ctx, "no sideways scroll", chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth + 1`, &wide))
+	if wide {
+		t.Error("at 400 px the page scrolls sideways")
+	}
+	shot(t, ctx, "run-approval-400")
+	viewport(t, ctx, 1400, 900)
+	shot(t, ctx, "run-approval-1400")
+
+	// The dev diff: collapsed, opens on a click; + and - lines coloured differently.
+	app := `#diff-dev-preview-sim-web-dev`
+	var open bool
+	run(t, ctx, "collapsed", chromedp.Evaluate(`document.querySelector('`+app+`').open`, &open))
+	if open {
+		t.Error("the app diff starts open")
+	}
+	run(t, ctx, "open the diff", chromedp.Click(app+` > summary`, chromedp.ByQuery), chromedp.WaitVisible(app+` pre.udiff span.add`, chromedp.ByQuery))
+	var add, del, ctxLine string
+	run(t, ctx, "colours", chromedp.Evaluate(`getComputedStyle(document.querySelector('`+app+` pre.udiff span.add')).backgroundColor`, &add),
+		chromedp.Evaluate(`getComputedStyle(document.querySelector('`+app+` pre.udiff span.del')).backgroundColor`, &del),
+		chromedp.Evaluate(`getComputedStyle(document.querySelector('`+app+` pre.udiff span.ctx')).backgroundColor`, &ctxLine))
+	if add == del || add == ctxLine || del == ctxLine {
+		t.Errorf("diff lines not coloured apart: add %s, del %s, context %s", add, del, ctxLine)
+	}
+	if got := text(t, ctx, app+` .res.ch-changed`); !strings.Contains(got, "Deployment shop/web") || !strings.Contains(got, "spec.replicas") {
+		t.Errorf("first resource: %q", got)
+	}
+	var pwned string
+	run(t, ctx, "no script ran", chromedp.Evaluate(`document.body.dataset.pwned || ""`, &pwned))
+	if pwned != "" {
+		t.Fatal("a resource name from the diff ran a script")
+	}
+	run(t, ctx, "scroll to the diff", chromedp.ScrollIntoView(app, chromedp.ByQuery))
+	shot(t, ctx, "run-diff-1400")
+
+	// Approve from the card: the page updates live, the opened diff stays open.
+	run(t, ctx, "approve", chromedp.Click(card+` button.approve`, chromedp.ByQuery), chromedp.WaitVisible(`#flash`, chromedp.ByID))
+	final := e.Wait(r.ID, 90*time.Second)
+	if final.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s", final.Status, final.Error)
+	}
+	run(t, ctx, "succeeded", chromedp.WaitVisible(`.runhead .st-succeeded`, chromedp.ByQuery),
+		chromedp.WaitVisible(`[data-summary="prod"] code.sha`, chromedp.ByQuery))
+	if got := text(t, ctx, `[data-summary="prod"]`); !strings.Contains(got, "merged "+ctltest.Step(final, "prod", "merge").Outputs["commitId"].(string)[:8]) ||
+		!strings.Contains(got, "web-prod Synced Healthy") {
+		t.Errorf("prod's summary after the run: %q", got)
+	}
+	run(t, ctx, "still open", chromedp.Evaluate(`document.querySelector('`+app+`').open`, &open))
+	if !open {
+		t.Error("a live update closed the diff someone opened")
+	}
+	if got := text(t, ctx, `#rb-dev > summary`); got != "rollback: not needed (1 step)" {
+		t.Errorf("dev's rollback: %q", got)
+	}
+	var rbShown bool
+	run(t, ctx, "rollback hidden", chromedp.Evaluate(`document.querySelector('#rb-dev').open || document.querySelector('[data-step="dev.undo"]').checkVisibility()`, &rbShown))
+	if rbShown {
+		t.Error("the rollback step that will not run is shown")
+	}
+	run(t, ctx, "top", chromedp.Evaluate(`document.querySelector('`+app+`').open = false; window.scrollTo(0, 0)`, nil))
+	shot(t, ctx, "run-summary-1400")
+	viewport(t, ctx, 400, 800)
+	shot(t, ctx, "run-summary-400")
+}
+
+// TestBrowserRollbackShownWhenRun: a stage whose rollback ran shows its rollback steps (not
+// collapsed), with their status.
+func TestBrowserRollbackShownWhenRun(t *testing.T) {
+	e := previewEnv(t)
+	r := e.Start(`
+name: rolls-back
+stages:
+  - id: dev
+    onFailure: rollbackStage
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: envs/dev/config.json, variables: [{name: image.tga, type: String, value: "1.5.0"}]}
+    rollbackSteps:
+      - {id: undo, type: Noop, with: {outputs: {reverted: true}}}
+`, nil)
+	final := e.Wait(r.ID, 60*time.Second)
+	if st := ctltest.Step(final, "dev", "update"); st.Status != pipelines.StFailed || !strings.Contains(st.Error, "image.tga") {
+		t.Fatalf("update: %s %s", st.Status, st.Error)
+	}
+	if rb := final.Stages[0].Rollback[0]; rb.Status != pipelines.StSucceeded {
+		t.Fatalf("the rollback step did not run: %s", rb.Status)
+	}
+	ctx := browser(t)
+	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, bobToken)
+	run(t, ctx, "rollback shown", chromedp.WaitVisible(`[data-step="dev.undo"]`, chromedp.ByQuery))
+	if got := text(t, ctx, `[data-step="dev.undo"]`); !strings.Contains(got, "succeeded") {
+		t.Errorf("rollback step: %q", got)
+	}
+	if k, v := text(t, ctx, `[data-step="dev.undo"] dl.outputs dt`), text(t, ctx, `[data-step="dev.undo"] dl.outputs dd`); k != "reverted" || v != "true" {
+		t.Errorf("rollback step's output: %q: %q", k, v)
+	}
+	var collapsed int
+	run(t, ctx, "not collapsed", chromedp.Evaluate(`document.querySelectorAll('details.rollback').length`, &collapsed))
+	if collapsed != 0 {
+		t.Error("a rollback that ran is collapsed")
+	}
+	if got := text(t, ctx, `[data-summary="dev"]`); !strings.Contains(got, "failed") || !strings.Contains(got, "no release-repo change") {
+		t.Errorf("dev's summary: %q", got)
+	}
+	shot(t, ctx, "run-rolled-back")
 }

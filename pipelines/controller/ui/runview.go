@@ -351,6 +351,10 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 		v.Edits = editViews(edits)
 		shown["edits"] = true
 	}
+	for _, c := range asList(st.Outputs["created"]) {
+		v.Created = append(v.Created, fmt.Sprint(c))
+	}
+	shown["created"] = len(v.Created) > 0 // the step's warning line lists them
 	keys := make([]string, 0, len(st.Outputs))
 	for k := range st.Outputs {
 		if !shown[k] {
@@ -359,10 +363,7 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v.Outputs = append(v.Outputs, kv{k, value(k, st.Outputs[k])})
-	}
-	for _, c := range asList(st.Outputs["created"]) {
-		v.Created = append(v.Created, fmt.Sprint(c))
+		v.Outputs = append(v.Outputs, kv{k, valueIn("out-"+stage+"-"+st.ID+"-"+k, k, st.Outputs[k])})
 	}
 	for _, sig := range st.Signals {
 		if sig.Kind != "" && sig.Kind != "approval" {
@@ -516,16 +517,21 @@ var shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 // value renders an output or input as a person reads it: URLs as links, commit SHAs short with
 // a copy button, lists as lists, maps as key: value rows (nested as deep as they go, to a
 // limit), never Go's map[...] or a JSON blob.
-func value(key string, v any) template.HTML {
+func value(key string, v any) template.HTML { return valueIn("", key, v) }
+
+// valueIn is value with an id prefix for the <details> it makes (a list of named objects,
+// such as a sync's applications, shows one line per object and the rest on a click; the ids
+// keep them open across live updates).
+func valueIn(id, key string, v any) template.HTML {
 	var b strings.Builder
-	writeValue(&b, key, v, 0)
+	writeValue(&b, id, key, v, 0)
 	return template.HTML(b.String())
 }
 
 // maxDepth bounds the nesting shown; deeper values say how much they hold.
 const maxDepth = 8
 
-func writeValue(b *strings.Builder, key string, v any, depth int) {
+func writeValue(b *strings.Builder, id, key string, v any, depth int) {
 	esc := template.HTMLEscapeString
 	switch x := v.(type) {
 	case string:
@@ -547,9 +553,19 @@ func writeValue(b *strings.Builder, key string, v any, depth int) {
 			fmt.Fprintf(b, `<span class="muted">(%d items)</span>`, len(x))
 		default:
 			b.WriteString(`<ul class="val">`)
-			for _, e := range x {
+			for i, e := range x {
 				b.WriteString("<li>")
-				writeValue(b, key, e, depth+1)
+				if m, ok := e.(map[string]any); ok && itemTitle(m) != "" && depth+1 < maxDepth {
+					idAttr := ""
+					if id != "" {
+						idAttr = fmt.Sprintf(` id="%s-%d"`, esc(id), i)
+					}
+					fmt.Fprintf(b, `<details class="item"%s><summary>%s</summary>`, idAttr, itemTitle(m))
+					writeValue(b, fmt.Sprintf("%s-%d", id, i), key, e, depth+1)
+					b.WriteString("</details></li>")
+					continue
+				}
+				writeValue(b, fmt.Sprintf("%s-%d", id, i), key, e, depth+1)
 				b.WriteString("</li>")
 			}
 			b.WriteString("</ul>")
@@ -569,7 +585,11 @@ func writeValue(b *strings.Builder, key string, v any, depth int) {
 			b.WriteString(`<dl class="obj">`)
 			for _, k := range keys {
 				fmt.Fprintf(b, `<dt>%s</dt><dd>`, esc(k))
-				writeValue(b, k, x[k], depth+1)
+				sub := id
+				if id != "" {
+					sub = id + "-" + k
+				}
+				writeValue(b, sub, k, x[k], depth+1)
 				b.WriteString("</dd>")
 			}
 			b.WriteString("</dl>")
@@ -579,6 +599,31 @@ func writeValue(b *strings.Builder, key string, v any, depth int) {
 	default:
 		b.WriteString(esc(runsummary.Text(x)))
 	}
+}
+
+// itemTitle is the one-line title of an object in a list: its name and its state (an app's
+// sync and health), as HTML; "" when it has no name to show.
+func itemTitle(m map[string]any) string {
+	var name string
+	for _, k := range []string{"name", "app", "id", "key"} {
+		if s, ok := m[k].(string); ok && s != "" {
+			name = s
+			break
+		}
+	}
+	if name == "" {
+		return ""
+	}
+	out := "<b>" + template.HTMLEscapeString(name) + "</b>"
+	if a, ok := m["agent"].(string); ok && a != "" {
+		out += ` <span class="muted">@` + template.HTMLEscapeString(a) + `</span>`
+	}
+	for _, k := range []string{"sync", "health", "status", "phase"} {
+		if s, ok := m[k].(string); ok && s != "" {
+			out += fmt.Sprintf(` <span class="h-%s">%s</span>`, template.HTMLEscapeString(s), template.HTMLEscapeString(s))
+		}
+	}
+	return out
 }
 
 func isURL(s string) bool {
