@@ -102,11 +102,13 @@ func appDiffText(name string, m map[string]any) string {
 	case m["error"] != nil && m["error"] != "":
 		return name + " (not rendered: " + valueText(m["error"]) + ")"
 	case m["created"] == true:
-		return fmt.Sprintf("%s (new app, %d resources)", name, len(res))
+		return fmt.Sprintf("%s (new app, %d resource(s))", name, len(res))
 	case m["deleted"] == true:
 		return name + " (deleted)"
 	case len(res) == 0:
 		return name + " (no change)"
+	case len(res) == 1:
+		return name + " (1 resource changed)"
 	}
 	return fmt.Sprintf("%s (%d resources changed)", name, len(res))
 }

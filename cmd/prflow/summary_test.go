@@ -91,7 +91,7 @@ func TestSummaryPrintsRecordedOldValues(t *testing.T) {
 		t.Errorf("summary shows the repo's start instead of the recorded old value, or a failed sync's apps:\n%s", out)
 	}
 	lines := strings.Join(outputLines(map[string]any{"edits": edits, "apps": apps}), "\n")
-	for _, want := range []string{"envs/prod/config.json image.tag=1.5.0 → 1.6.0", "cluster.zone=(unset) → b", "legacy=x", "apps: web-prod (1 resources changed)"} {
+	for _, want := range []string{"envs/prod/config.json image.tag=1.5.0 → 1.6.0", "cluster.zone=(unset) → b", "legacy=x", "apps: web-prod (1 resource changed)"} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("output lines lack %q:\n%s", want, lines)
 		}

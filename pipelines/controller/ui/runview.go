@@ -141,8 +141,10 @@ type resourceView struct {
 	Lines []diffLine
 }
 
-// diffLine is one line of a unified diff with its class: add, del, hunk, file or ctx.
-type diffLine struct{ Class, Text string }
+// diffLine is one line of a unified diff with its class: add, del, hunk, file or ctx. A YAML
+// line is split for highlighting: Mark (+, -, space), Lead (indent and list dash), Key (with
+// its colon, "" when the line has none) and Rest; other lines are all Rest.
+type diffLine struct{ Class, Mark, Lead, Key, Rest string }
 
 type appView struct {
 	Name           string
@@ -312,10 +314,20 @@ func diffLines(diff string) []diffLine {
 		case strings.HasPrefix(l, "-"):
 			c = "del"
 		}
-		out = append(out, diffLine{Class: c, Text: l})
+		dl := diffLine{Class: c, Rest: l}
+		if (c == "add" || c == "del" || c == "ctx") && l != "" {
+			dl.Mark, dl.Rest = l[:1], l[1:]
+			if m := yamlKeyRE.FindStringSubmatch(dl.Rest); m != nil {
+				dl.Lead, dl.Key, dl.Rest = m[1], m[2], m[3]
+			}
+		}
+		out = append(out, dl)
 	}
 	return out
 }
+
+// yamlKeyRE splits a YAML line into indent (with a list dash), key with its colon, and value.
+var yamlKeyRE = regexp.MustCompile(`^(\s*(?:- )?)([^\s#'"{\[-][^:#]*:)(\s.*|)$`)
 
 func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s *session, now time.Time) stepView {
 	v := stepView{StepRun: st, RunID: run.ID, Stage: stage, IsRB: rb}
