@@ -476,3 +476,76 @@ stages:
 	}
 	shot(t, ctx, "run-rolled-back")
 }
+
+// TestBrowserApprovalCardManyKeysOnPhone: a stage that set twelve keys in three files, one a
+// 300-character value and one holding markup, still has the Approve button on a phone's first
+// screen: the card lists four keys and collapses the rest as "8 more keys"; nothing scrolls
+// sideways and the markup is text.
+func TestBrowserApprovalCardManyKeysOnPhone(t *testing.T) {
+	e := newUIEnv(t, ctltest.Options{}, nil)
+	e.RegisterAgent("sim")
+	var files []string
+	for f, file := range []string{"envs/prod/values.yaml", "envs/prod/worker.yaml", "envs/prod/config.json"} {
+		var ch []string
+		for k := 0; k < 4; k++ {
+			v := `"1.5.` + string(rune('0'+k)) + `"`
+			switch {
+			case f == 0 && k == 1:
+				v = `"` + strings.Repeat("x", 300) + `"`
+			case f == 0 && k == 2:
+				v = `"<script>document.body.dataset.pwned=1</script>"`
+			}
+			ch = append(ch, `{key: key`+string(rune('a'+f))+string(rune('0'+k))+`, value: `+v+`, old: "1.4.0"}`)
+		}
+		files = append(files, `{file: `+file+`, changes: [`+strings.Join(ch, ", ")+`]}`)
+	}
+	r := e.Start(`
+name: wide
+environments:
+  - {name: prod, clusters: [{name: prod-eu, agent: sim}]}
+stages:
+  - id: prod
+    environment: prod
+    steps:
+      - id: update
+        type: Noop
+        with: {outputs: {prNumber: 7, prlink: "https://forge.example/acme/release/pull/7", edits: [`+strings.Join(files, ", ")+`]}}
+      - id: approve
+        type: Approval
+        timeout: 5m
+        with: {approvers: {groups: [release], minimumCount: 1}, message: "Promote?"}
+`, nil)
+	waitParked(t, e, r.ID, "prod", "approve")
+	ctx := browser(t)
+	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, aliceToken)
+	viewport(t, ctx, 400, 800)
+	card := `[data-approval="prod.approve"]`
+	run(t, ctx, "card", chromedp.WaitVisible(card+` button.approve`, chromedp.ByQuery))
+	var onScreen, wide bool
+	run(t, ctx, "approve button position", chromedp.Evaluate(`(function(){var r=document.querySelector('`+card+` button.approve').getBoundingClientRect();
+		return r.top>=0 && r.bottom<=window.innerHeight && r.right<=window.innerWidth})()`, &onScreen),
+		chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth + 1`, &wide))
+	if !onScreen {
+		t.Error("with twelve keys the Approve button is not on a phone's first screen")
+	}
+	if wide {
+		t.Error("a long value makes the page scroll sideways at 400 px")
+	}
+	if got := text(t, ctx, card+` details.more-edits > summary`); got != "8 more keys" {
+		t.Errorf("collapsed keys: %q", got)
+	}
+	var rows int
+	run(t, ctx, "rows", chromedp.Evaluate(`document.querySelectorAll('`+card+` details.more-edits tr:not(.file)').length`, &rows))
+	if rows != 8 {
+		t.Errorf("%d keys behind '8 more keys'", rows)
+	}
+	if got := text(t, ctx, card); !strings.Contains(got, "<script>document.body.dataset.pwned=1</script>") {
+		t.Errorf("the markup value is not shown as text: %q", got)
+	}
+	var pwned string
+	run(t, ctx, "no script ran", chromedp.Evaluate(`document.body.dataset.pwned || ""`, &pwned))
+	if pwned != "" {
+		t.Fatal("a value from the edits output ran a script")
+	}
+	shot(t, ctx, "run-approval-many-keys-400")
+}

@@ -96,8 +96,14 @@ type approvalView struct {
 	PRURL string
 	PR    string
 	Edits []editView
-	Diffs []diffView
+	// MoreEdits are the keys past the first cardEdits, collapsed so that the decide form stays
+	// on a phone's first screen.
+	MoreEdits []editView
+	Diffs     []diffView
 }
+
+// cardEdits is how many keys the approval card lists before "N more keys".
+const cardEdits = 4
 
 // editView is one key set; File is set on the first key of each file (its heading row).
 // Old is the value it replaced; Created marks a key that was new; neither when the step did
@@ -427,7 +433,11 @@ func approvalOf(sr *pipelines.StageRun, env string, st stepView) approvalView {
 			edits = append(edits, runsummary.Edit{File: e.File, Key: e.Key, Old: e.Old, New: e.Value, HasOld: e.HasOld, Created: e.Created})
 		}
 	}
-	a.Edits = editViews(edits)
+	if len(edits) > cardEdits+1 { // collapsing a single key saves nothing
+		a.Edits, a.MoreEdits = editViews(edits[:cardEdits]), editViews(edits[cardEdits:])
+	} else {
+		a.Edits = editViews(edits)
+	}
 	return a
 }
 
