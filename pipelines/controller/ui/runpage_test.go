@@ -278,10 +278,10 @@ func TestRunPageSummaryApprovalAndDiff(t *testing.T) {
 	}
 	web := section(t, devDiffHTML, `data-app="web-dev"`, `data-app="web-dev-worker"`)
 	for _, want := range []string{
-		`<span class="del"><i class="m">-</i>  <b class="yk">replicas:</b> 2</span>`, `<span class="add"><i class="m">&#43;</i>  <b class="yk">replicas:</b> 3</span>`,
-		`<span class="add"><i class="m">&#43;</i>      - <b class="yk">image:</b> registry.example.com/shop/web:1.5.0</span>`,
-		`<span class="ctx"><i class="m"> </i>    <b class="yk">spec:</b></span>`, `<span class="hunk">@@ -5,7 &#43;5,7 @@</span>`,
-		`<span class="file">&#43;&#43;&#43; b/Deployment/shop/web</span>`,
+		`<span class="del"><i class="m">-</i>  <b class="yk">replicas:</b> 2</span>`, `<span class="add"><i class="m">+</i>  <b class="yk">replicas:</b> 3</span>`,
+		`<span class="add"><i class="m">+</i>      - <b class="yk">image:</b> registry.example.com/shop/web:1.5.0</span>`,
+		`<span class="ctx"><i class="m"> </i>    <b class="yk">spec:</b></span>`, `<span class="hunk">@@ -5,7 +5,7 @@</span>`,
+		`<span class="file">+++ b/Deployment/shop/web</span>`,
 		`<code>Deployment shop/web</code>`, `<code>spec.replicas</code>`, `+1 added`, `~2 changed`, `4 unchanged`,
 		`<code>Secret shop/web-env</code> <span class="badge warn" title="Secret values never leave the agent">masked</span>`,
 		`&lt;img src=x onerror=&#34;document.body.dataset.pwned=1&#34;&gt;`, `&lt;b&gt;hi&lt;/b&gt;`,

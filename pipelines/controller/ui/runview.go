@@ -144,7 +144,9 @@ type appDiffView struct {
 type resourceView struct {
 	agent.ResourceDiff
 	Title string // Kind namespace/name
-	Lines []diffLine
+	// Diff is the unified diff as HTML, escaped here once: a diff can have thousands of lines
+	// and the live page re-renders it on every change of the run.
+	Diff template.HTML
 }
 
 // diffLine is one line of a unified diff with its class: add, del, hunk, file or ctx. A YAML
@@ -231,8 +233,8 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 				sum.Apps = append(sum.Apps, appView{Name: a.Name, Agent: a.Agent, URL: a.URL, Sync: a.Sync, Health: a.Health})
 			}
 		}
-		for _, d := range st.Diffs {
-			sum.Diffs = append(sum.Diffs, diffViewOf(st.ID, d, "diff"))
+		for _, d := range st.Diffs { // the summary line and the link to the stage's diff
+			sum.Diffs = append(sum.Diffs, diffView{Diff: d, Stage: st.ID, ID: "diff-" + st.ID + "-" + d.Step})
 		}
 		v.Summary = append(v.Summary, sum)
 	}
@@ -295,7 +297,7 @@ func diffViewOf(stage string, d runsummary.Diff, prefix string) diffView {
 			if r.Namespace != "" {
 				title += r.Namespace + "/"
 			}
-			av.Resources = append(av.Resources, resourceView{ResourceDiff: r, Title: title + r.Name, Lines: diffLines(r.Diff)})
+			av.Resources = append(av.Resources, resourceView{ResourceDiff: r, Title: title + r.Name, Diff: diffHTML(diffLines(r.Diff))})
 		}
 		v.Apps = append(v.Apps, av)
 	}
@@ -323,17 +325,57 @@ func diffLines(diff string) []diffLine {
 		dl := diffLine{Class: c, Rest: l}
 		if (c == "add" || c == "del" || c == "ctx") && l != "" {
 			dl.Mark, dl.Rest = l[:1], l[1:]
-			if m := yamlKeyRE.FindStringSubmatch(dl.Rest); m != nil {
-				dl.Lead, dl.Key, dl.Rest = m[1], m[2], m[3]
-			}
+			dl.Lead, dl.Key, dl.Rest = yamlKey(dl.Rest)
 		}
 		out = append(out, dl)
 	}
 	return out
 }
 
-// yamlKeyRE splits a YAML line into indent (with a list dash), key with its colon, and value.
-var yamlKeyRE = regexp.MustCompile(`^(\s*(?:- )?)([^\s#'"{\[-][^:#]*:)(\s.*|)$`)
+// yamlKey splits a YAML line into its indent (with a list dash), its key with the colon, and
+// the rest; a line that holds no plain key is all rest.
+func yamlKey(l string) (lead, key, rest string) {
+	i := 0
+	for i < len(l) && l[i] == ' ' {
+		i++
+	}
+	if strings.HasPrefix(l[i:], "- ") {
+		i += 2
+	}
+	if i == len(l) || strings.IndexByte("#'\"{[-", l[i]) >= 0 {
+		return "", "", l
+	}
+	for j := i; j < len(l); j++ {
+		switch l[j] {
+		case '#':
+			return "", "", l
+		case ':':
+			if j+1 == len(l) || l[j+1] == ' ' {
+				return l[:i], l[i : j+1], l[j+1:]
+			}
+		}
+	}
+	return "", "", l
+}
+
+// diffHTML renders diff lines as the spans of a <pre>, the key of a YAML line highlighted.
+func diffHTML(lines []diffLine) template.HTML {
+	esc := template.HTMLEscapeString
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(`<span class="` + l.Class + `">`) // Class is one of diffLines' own words
+		if l.Mark != "" {
+			b.WriteString(`<i class="m">` + esc(l.Mark) + `</i>`)
+		}
+		b.WriteString(esc(l.Lead))
+		if l.Key != "" {
+			b.WriteString(`<b class="yk">` + esc(l.Key) + `</b>`)
+		}
+		b.WriteString(esc(l.Rest))
+		b.WriteString("</span>")
+	}
+	return template.HTML(b.String())
+}
 
 func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s *session, now time.Time) stepView {
 	v := stepView{StepRun: st, RunID: run.ID, Stage: stage, IsRB: rb}
