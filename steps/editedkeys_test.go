@@ -11,10 +11,20 @@ import (
 // and leaves out what is not in that shape instead of failing on it.
 func TestEditedKeysReadsEditsOutput(t *testing.T) {
 	out := editsOutput([]fileEdit{
-		{path: "envs/dev/values.yaml", changes: []editChange{{Change: fileedit.Change{Key: "image.tag", Value: "1.5.0"}}, {Change: fileedit.Change{Key: "replicas", Value: 3}}}},
+		{path: "envs/dev/values.yaml", changes: []editChange{
+			{Change: fileedit.Change{Key: "image.tag", Value: "1.5.0"}, was: priorValue{known: true, found: true, value: "1.4.1"}},
+			{Change: fileedit.Change{Key: "replicas", Value: 3}, was: priorValue{known: true}},
+			{Change: fileedit.Change{Key: "debug", Value: true}, was: priorValue{known: true, found: true}},
+			{Change: fileedit.Change{Key: "legacy", Value: "x"}},
+		}},
 		{path: "envs/qa/values.yaml", changes: []editChange{{Change: fileedit.Change{Key: "image.tag", Value: "1.5.0"}}}},
 	}, []string{"envs/qa/values.yaml"})
-	want := []EditedKey{{"envs/dev/values.yaml", "image.tag", "1.5.0"}, {"envs/dev/values.yaml", "replicas", 3}}
+	want := []EditedKey{
+		{File: "envs/dev/values.yaml", Key: "image.tag", Value: "1.5.0", Old: "1.4.1", HasOld: true},
+		{File: "envs/dev/values.yaml", Key: "replicas", Value: 3, Created: true},
+		{File: "envs/dev/values.yaml", Key: "debug", Value: true, Old: nil, HasOld: true}, // the key held null
+		{File: "envs/dev/values.yaml", Key: "legacy", Value: "x"},                         // not recorded: neither
+	}
 	if got := EditedKeys(any(out)); !reflect.DeepEqual(got, want) {
 		t.Fatalf("EditedKeys = %#v, want %#v", got, want)
 	}

@@ -176,6 +176,16 @@ type editChange struct {
 	fileedit.Change
 	doc    fileedit.Document
 	create bool // the variable's create: true (the key may be new)
+	// was is what the file held at the key before the step (the edits output's old), read
+	// by editFiles; its zero value (not looked up) records neither old nor created.
+	was priorValue
+}
+
+// priorValue is what a change replaced: known once the file was read; found false when the
+// change created the key (or the file).
+type priorValue struct {
+	known, found bool
+	value        any
 }
 
 // documentInput reads a document selector: {index: N}, {kind: K}, {name: N} or a mix
@@ -357,6 +367,7 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 					sc.Log.Info("found the PR an earlier attempt opened", "pr", found.Number, "url", found.URL)
 					files, _ := p.ChangedFiles(ctx, r, found.Number)
 					out := prOutputs(found, found.HeadSHA, branch, connector, repo, base, files)
+					lookupPrior(ctx, p, r, base, edits, flags["ignoreMissingValues"])
 					out["edits"] = editsOutput(edits, nil)
 					return afterPR(ctx, sc, p, connector, r, found, out, flags["waitForMerge"])
 				} else if !errors.Is(err, scm.ErrNotFound) {
@@ -519,12 +530,53 @@ func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
+		recordPrior(e.path, cur, exists, e.changes, opts)
 		if differs {
 			changes = append(changes, scm.FileChange{Path: e.path, Content: out})
 			changed = append(changed, e.path)
 		}
 	}
 	return changes, changed, skipped, created, nil
+}
+
+// recordPrior notes in each change what the file held at its key before the step (cur, the
+// file as read; exists false for a new file). changes shares its backing array with the
+// step's edits, which the edits output is written from. A change Apply skips (a missing
+// value under ignoreMissingValues) replaces nothing and records nothing.
+func recordPrior(path string, cur []byte, exists bool, changes []editChange, opts fileedit.Options) {
+	f, err := fileedit.FormatFor(path)
+	if err != nil {
+		return
+	}
+	for i := range changes {
+		c := &changes[i]
+		if opts.IgnoreMissingValues && missingValue(c.Value) {
+			continue
+		}
+		if !exists {
+			c.was = priorValue{known: true}
+			continue
+		}
+		v, found, err := fileedit.Lookup(f, cur, c.Key, c.doc)
+		if err != nil {
+			continue // editFile applied the change, so this does not happen; record nothing
+		}
+		c.was = priorValue{known: true, found: found, value: v}
+	}
+}
+
+// lookupPrior records the prior values of edits as the files hold them at ref, for a step
+// that found the PR of an earlier attempt and so did not read the files itself. A file it
+// cannot read leaves its changes without old values rather than failing the step.
+func lookupPrior(ctx context.Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, ignoreMissing bool) {
+	for _, e := range edits {
+		cur, err := p.ReadFile(ctx, r, ref, e.path)
+		exists := err == nil
+		if err != nil && !errors.Is(err, scm.ErrNotFound) {
+			continue
+		}
+		recordPrior(e.path, cur, exists, e.changes, fileedit.Options{IgnoreMissingValues: ignoreMissing})
+	}
 }
 
 // allCreate reports whether every change to a file may create its key, so the file may be new.
@@ -632,6 +684,12 @@ func editsOutput(edits []fileEdit, skipped []string) []any {
 			if d := documentOutput(c.doc); d != nil {
 				m["document"] = d
 			}
+			switch {
+			case c.was.known && c.was.found:
+				m["old"] = c.was.value
+			case c.was.known:
+				m["created"] = true
+			}
 			ch = append(ch, m)
 		}
 		out = append(out, map[string]any{"file": e.path, "changes": ch})
@@ -643,6 +701,11 @@ func editsOutput(edits []fileEdit, skipped []string) []any {
 type EditedKey struct {
 	File, Key string
 	Value     any
+	// Old is the value the key held before (HasOld); Created: the key (or its file) did not
+	// exist. Neither is set when the step did not record it (runs from before old values).
+	Old     any
+	HasOld  bool
+	Created bool
 }
 
 // EditedKeys reads a step's edits output for display (the dev summary, the approval card), in
@@ -657,7 +720,9 @@ func EditedKeys(v any) []EditedKey {
 		for _, c := range chs {
 			cm, _ := c.(map[string]any)
 			key, _ := cm["key"].(string)
-			out = append(out, EditedKey{File: file, Key: key, Value: cm["value"]})
+			old, hasOld := cm["old"]
+			created, _ := cm["created"].(bool)
+			out = append(out, EditedKey{File: file, Key: key, Value: cm["value"], Old: old, HasOld: hasOld, Created: created && !hasOld})
 		}
 	}
 	return out

@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/runsummary"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -60,6 +61,10 @@ func appTexts(v any) []string {
 			out = append(out, valueText(a))
 			continue
 		}
+		if name, ok := m["app"].(string); ok && m["name"] == nil {
+			out = append(out, appDiffText(name, m)) // a diff preview's app
+			continue
+		}
 		s := fmt.Sprint(m["name"])
 		var st []string
 		for _, k := range []string{"sync", "health"} {
@@ -75,23 +80,37 @@ func appTexts(v any) []string {
 	return out
 }
 
-// edit is one key an UpdateReleaseRepo step set.
-type edit struct{ file, key, value string }
-
-func edits(v any) []edit {
-	var out []edit
+// editTexts shows an edits output as file key=value, with the value replaced (old → new)
+// when the step recorded it.
+func editTexts(v any) []string {
+	var out []string
 	for _, e := range steps.EditedKeys(v) {
-		out = append(out, edit{file: e.File, key: e.Key, value: valueText(e.Value)})
+		re := runsummary.Edit{Old: e.Old, HasOld: e.HasOld, Created: e.Created}
+		val := valueText(e.Value)
+		if old := re.OldText(); old != "" {
+			val = old + " → " + val
+		}
+		out = append(out, e.File+" "+e.Key+"="+val)
 	}
 	return out
 }
 
-func editTexts(v any) []string {
-	var out []string
-	for _, e := range edits(v) {
-		out = append(out, e.file+" "+e.key+"="+e.value)
+// appDiffText is one app of a diff preview: what it would change.
+func appDiffText(name string, m map[string]any) string {
+	res, _ := m["resources"].([]any)
+	switch {
+	case m["error"] != nil && m["error"] != "":
+		return name + " (not rendered: " + valueText(m["error"]) + ")"
+	case m["created"] == true:
+		return fmt.Sprintf("%s (new app, %d resource(s))", name, len(res))
+	case m["deleted"] == true:
+		return name + " (deleted)"
+	case len(res) == 0:
+		return name + " (no change)"
+	case len(res) == 1:
+		return name + " (1 resource changed)"
 	}
-	return out
+	return fmt.Sprintf("%s (%d resources changed)", name, len(res))
 }
 
 // lookupKey reads a dotted key (list indexes as numbers) from a JSON or YAML document; ok is
@@ -123,16 +142,17 @@ func lookupKey(doc, key string) (string, bool) {
 }
 
 // printSummary ends `prflow dev`: for each stage, what changed in the release repo (old → new
-// value, with before read from the files the repo started with), the PR, the merge commit,
-// the apps' health and how long it took.
+// value, as the step recorded it; before, the files the repo started with, only for edits
+// recorded without their old value), the PR, the merge commit, the diff preview, the apps'
+// health and how long it took. runsummary holds what it says; the run page shows the same.
 func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now time.Time) {
 	fmt.Fprintf(w, "\nsummary: run %s %s in %s\n", r.ID, r.Status, span(runStart(r), r.Ended, now))
-	for _, s := range r.Stages {
+	for _, s := range runsummary.Of(r) {
 		status := string(s.Status)
 		if s.Status == pipelines.StNotRun {
 			status = notRunText(s.Error)
 		}
-		if s.Status == pipelines.StSucceeded && alreadyPromoted(s) {
+		if s.AlreadyPromoted {
 			status += " (already promoted: the release repo held every value; no PR, no merge)"
 		}
 		fmt.Fprintf(w, "  %s: %s", s.ID, status)
@@ -140,58 +160,55 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 			fmt.Fprintf(w, " in %s", span(s.Started, s.Ended, now))
 		}
 		fmt.Fprintln(w)
-		for _, st := range append(append([]*pipelines.StepRun{}, s.Steps...), s.Rollback...) {
-			if st.Status != pipelines.StSucceeded {
+		for _, e := range s.Edits {
+			if e.Already {
+				fmt.Fprintf(w, "    %s %s: %s (already set at %s)\n", e.File, e.Key, valueText(e.New), shortSHA(s.Revision))
 				continue
 			}
-			o := st.Outputs
-			switch st.Type {
-			case "UpdateReleaseRepo", "RevertPR":
-				if already, _ := o["alreadyPromoted"].(bool); already {
-					for _, e := range edits(o["edits"]) {
-						fmt.Fprintf(w, "    %s %s: %s (already set at %s)\n", e.file, e.key, e.value, shortSHA(valueText(o["revision"])))
-					}
-					continue
-				}
-				for _, e := range edits(o["edits"]) {
-					old, found := lookupKey(before[e.file], e.key)
-					if !found {
-						old = "(unset)"
-					}
-					fmt.Fprintf(w, "    %s %s: %s → %s\n", e.file, e.key, old, e.value)
-				}
-				if n := valueText(o["prNumber"]); n != "" {
-					fmt.Fprintf(w, "    PR #%s %s (%s)\n", n, valueText(o["prlink"]), st.ID)
-				}
-				if c, _ := o["created"].([]any); len(c) > 0 {
-					fmt.Fprintf(w, "    created (new in the release repo): %s (%s)\n", strings.Join(stringsOf(c), ", "), st.ID)
-				}
-			case "MergePR":
-				if c := valueText(o["commitId"]); c != "" {
-					fmt.Fprintf(w, "    merged as commit %s (%s)\n", c, st.ID)
-				}
-			case "GitOpsSync":
-				if apps := appTexts(o["applications"]); len(apps) > 0 {
-					fmt.Fprintf(w, "    apps: %s (%s)\n", strings.Join(apps, ", "), st.ID)
+			old := e.OldText()
+			if !e.HasOld && !e.Created {
+				if v, found := lookupKey(before[e.File], e.Key); found {
+					old = v
+				} else {
+					old = "(unset)"
 				}
 			}
+			line := fmt.Sprintf("    %s %s: %s → %s", e.File, e.Key, old, valueText(e.New))
+			if e.Rollback {
+				line += " (rollback " + e.Step + ")"
+			}
+			fmt.Fprintln(w, line)
+		}
+		for _, pr := range s.PRs {
+			fmt.Fprintf(w, "    PR #%s %s (%s)\n", pr.Number, pr.Link, pr.Step)
+		}
+		for _, c := range s.Created {
+			fmt.Fprintf(w, "    created (new in the release repo): %s (%s)\n", strings.Join(c.What, ", "), c.Step)
+		}
+		for _, d := range s.Diffs {
+			if d.Summary != "" {
+				fmt.Fprintf(w, "    diff: %s (%s)\n", d.Summary, d.Step)
+			}
+		}
+		for _, m := range s.Merges {
+			fmt.Fprintf(w, "    merged as commit %s (%s)\n", m.Commit, m.Step)
+		}
+		for i := 0; i < len(s.Apps); {
+			j, texts := i, []string{}
+			for ; j < len(s.Apps) && s.Apps[j].Step == s.Apps[i].Step; j++ {
+				t := s.Apps[j].Name
+				if st := strings.Trim(s.Apps[j].Sync+"/"+s.Apps[j].Health, "/"); st != "" {
+					t += " " + st
+				}
+				texts = append(texts, t)
+			}
+			fmt.Fprintf(w, "    apps: %s (%s)\n", strings.Join(texts, ", "), s.Apps[i].Step)
+			i = j
 		}
 	}
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
-}
-
-// alreadyPromoted reports whether a stage's UpdateReleaseRepo found every value in place.
-func alreadyPromoted(s *pipelines.StageRun) bool {
-	for _, st := range s.Steps {
-		if st.Type == "UpdateReleaseRepo" && st.Status == pipelines.StSucceeded {
-			if a, _ := st.Outputs["alreadyPromoted"].(bool); a {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func stringsOf(l []any) []string {

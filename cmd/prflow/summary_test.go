@@ -44,3 +44,56 @@ func TestSummaryMarksAlreadyPromotedAndCreated(t *testing.T) {
 		t.Errorf("summary claims a merge or an already-promoted qa:\n%s", out)
 	}
 }
+
+// The summary's old value is the one the step recorded (the repo's start, `before`, is only a
+// fallback for edits without one): a promotion after another shows the value it replaced,
+// a created key shows (unset), a rollback's edit is marked, and a diff preview's summary is
+// printed. The progress lines show old → new in the edits output too.
+func TestSummaryPrintsRecordedOldValues(t *testing.T) {
+	now := time.Now()
+	edits := []any{map[string]any{"file": "envs/prod/config.json", "changes": []any{
+		map[string]any{"key": "image.tag", "value": "1.6.0", "old": "1.5.0"},
+		map[string]any{"key": "replicas", "value": float64(3), "old": float64(2)},
+		map[string]any{"key": "cluster.zone", "value": "b", "created": true},
+		map[string]any{"key": "legacy", "value": "x"},
+	}}}
+	revert := []any{map[string]any{"file": "envs/prod/config.json", "changes": []any{map[string]any{"key": "image.tag", "value": "1.5.0", "old": "1.6.0"}}}}
+	apps := []any{map[string]any{"app": "web-prod", "agent": "sim", "resources": []any{map[string]any{"kind": "Deployment", "name": "web", "change": "changed"}}}}
+	r := &pipelines.Run{ID: "r2", Status: pipelines.StFailed, Started: now, Ended: now, Stages: []*pipelines.StageRun{
+		{ID: "prod", Status: pipelines.StFailed, Started: now, Ended: now, Steps: []*pipelines.StepRun{
+			{ID: "update", Type: "UpdateReleaseRepo", Status: pipelines.StSucceeded, Outputs: map[string]any{"prNumber": 9, "prlink": "https://forge/pr/9", "edits": edits}},
+			{ID: "preview", Type: "DiffPreview", Status: pipelines.StSucceeded, Outputs: map[string]any{"apps": apps, "summary": "web-prod: 1 changed", "changed": true}},
+			{ID: "merge", Type: "MergePR", Status: pipelines.StSucceeded, Outputs: map[string]any{"commitId": "abc123"}},
+			{ID: "sync", Type: "GitOpsSync", Status: pipelines.StFailed, Outputs: map[string]any{"applications": []any{map[string]any{"name": "web-prod", "health": "Degraded"}}}},
+		}, Rollback: []*pipelines.StepRun{
+			{ID: "revert", Type: "RevertPR", Status: pipelines.StSucceeded, Outputs: map[string]any{"edits": revert}},
+			{ID: "never", Type: "UpdateReleaseRepo", Status: pipelines.StPending},
+		}},
+	}}
+	var b strings.Builder
+	printSummary(&b, r, map[string]string{"envs/prod/config.json": `{"image": {"tag": "1.4.1"}, "legacy": "w"}`}, now)
+	out := b.String()
+	for _, want := range []string{
+		"    envs/prod/config.json image.tag: 1.5.0 → 1.6.0\n",
+		"    envs/prod/config.json replicas: 2 → 3\n",
+		"    envs/prod/config.json cluster.zone: (unset) → b\n",
+		"    envs/prod/config.json legacy: w → x\n", // not recorded: read from the start
+		"    envs/prod/config.json image.tag: 1.6.0 → 1.5.0 (rollback revert)\n",
+		"    PR #9 https://forge/pr/9 (update)\n",
+		"    diff: web-prod: 1 changed (preview)\n",
+		"    merged as commit abc123 (merge)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "1.4.1") || strings.Contains(out, "Degraded") {
+		t.Errorf("summary shows the repo's start instead of the recorded old value, or a failed sync's apps:\n%s", out)
+	}
+	lines := strings.Join(outputLines(map[string]any{"edits": edits, "apps": apps}), "\n")
+	for _, want := range []string{"envs/prod/config.json image.tag=1.5.0 → 1.6.0", "cluster.zone=(unset) → b", "legacy=x", "apps: web-prod (1 resource changed)"} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("output lines lack %q:\n%s", want, lines)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/runsummary"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -31,9 +32,14 @@ type runView struct {
 	// Approvals are the pending approvals, shown first on the page (the card with what is
 	// being approved and the buttons) so that a phone shows them without scrolling.
 	Approvals []approvalView
-	CanAct    bool // signed in (or dev) and the run is active: cancel is offered
-	CSRF      string
-	Idem      string // the cancel form's idempotency key (formKey)
+	// Summary leads the page: per stage what changed (old → new), the PR, the merge commit,
+	// the diff preview, the apps' health and how long it took (runsummary, as `prflow dev`).
+	Summary []summaryView
+	// Diffs are the diff previews of the run, shown full width below the stages.
+	Diffs  []diffView
+	CanAct bool // signed in (or dev) and the run is active: cancel is offered
+	CSRF   string
+	Idem   string // the cancel form's idempotency key (formKey)
 }
 
 type kv struct {
@@ -48,7 +54,10 @@ type stageView struct {
 	Duration string
 	Steps    []stepView
 	Rollback []stepView
-	Apps     []appView
+	// RollbackNote is set when no rollback step has run: the rollback list is collapsed under
+	// it ("not needed" once the stage succeeded and the run ended).
+	RollbackNote string
+	Apps         []appView
 	// AlreadyPromoted is the revision that already held every value of the stage's release
 	// repo edit (no PR, no merge); "" for a stage that changed something.
 	AlreadyPromoted string
@@ -73,6 +82,10 @@ type stepView struct {
 	NoDecide string
 	// Created lists what an UpdateReleaseRepo edit added that the release repo did not have.
 	Created []string
+	// Edits are the edits output as rows (file, key, old → new), shown instead of the raw
+	// output; Diff is a diff preview's outputs, shown in full below the stages.
+	Edits []editView
+	Diff  *diffView
 }
 
 // approvalView is an approval card: which environment, what the stage changed before it
@@ -83,10 +96,63 @@ type approvalView struct {
 	PRURL string
 	PR    string
 	Edits []editView
+	// MoreEdits are the keys past the first cardEdits, collapsed so that the decide form stays
+	// on a phone's first screen.
+	MoreEdits []editView
+	Diffs     []diffView
 }
 
+// cardEdits is how many keys the approval card lists before "N more keys".
+const cardEdits = 4
+
 // editView is one key set; File is set on the first key of each file (its heading row).
-type editView struct{ File, Path, Key, Value string }
+// Old is the value it replaced; Created marks a key that was new; neither when the step did
+// not record it.
+type editView struct {
+	File, Path, Key, Value string
+	Old                    string
+	HasOld, Created        bool
+	Rollback               bool
+	Step                   string
+}
+
+// summaryView is one stage of the summary at the top of the run page.
+type summaryView struct {
+	runsummary.Stage
+	Env      string
+	Duration string
+	Edits    []editView
+	Apps     []appView
+	Diffs    []diffView
+}
+
+// diffView is a diff preview (runsummary.Diff) laid out for the page.
+type diffView struct {
+	runsummary.Diff
+	Stage string
+	ID    string // anchor: diff-<stage>-<step>
+	Apps  []appDiffView
+}
+
+type appDiffView struct {
+	agent.AppDiff
+	ID                      string // the <details> id, so a live update keeps it open
+	Added, Changed, Removed int
+	Resources               []resourceView
+}
+
+type resourceView struct {
+	agent.ResourceDiff
+	Title string // Kind namespace/name
+	// Diff is the unified diff as HTML, escaped here once: a diff can have thousands of lines
+	// and the live page re-renders it on every change of the run.
+	Diff template.HTML
+}
+
+// diffLine is one line of a unified diff with its class: add, del, hunk, file or ctx. A YAML
+// line is split for highlighting: Mark (+, -, space), Lead (indent and list dash), Key (with
+// its colon, "" when the line has none) and Rest; other lines are all Rest.
+type diffLine struct{ Class, Mark, Lead, Key, Rest string }
 
 type appView struct {
 	Name           string
@@ -145,17 +211,170 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 		for _, st := range sr.Rollback {
 			sv.Rollback = append(sv.Rollback, stepOf(run, sr.ID, st, true, s, now))
 		}
+		sv.RollbackNote = rollbackNote(run, sr)
 		for _, list := range [][]stepView{sv.Steps, sv.Rollback} {
 			for _, st := range list {
 				if st.Pending {
 					v.Approvals = append(v.Approvals, approvalOf(sr, sv.Env, st))
+				}
+				if st.Diff != nil {
+					v.Diffs = append(v.Diffs, *st.Diff)
 				}
 			}
 		}
 		sv.Apps = u.stageApps(ctx, sr)
 		v.Stages = append(v.Stages, sv)
 	}
+	for i, st := range runsummary.Of(run) {
+		sv := v.Stages[i]
+		sum := summaryView{Stage: st, Env: sv.Env, Duration: sv.Duration, Edits: editViews(st.Edits), Apps: sv.Apps}
+		if len(sum.Apps) == 0 {
+			for _, a := range st.Apps { // no live status: as the sync step reported them
+				sum.Apps = append(sum.Apps, appView{Name: a.Name, Agent: a.Agent, URL: a.URL, Sync: a.Sync, Health: a.Health})
+			}
+		}
+		for _, d := range st.Diffs { // the summary line and the link to the stage's diff
+			sum.Diffs = append(sum.Diffs, diffView{Diff: d, Stage: st.ID, ID: "diff-" + st.ID + "-" + d.Step})
+		}
+		v.Summary = append(v.Summary, sum)
+	}
 	return v
+}
+
+// rollbackNote says why a stage's rollback steps are collapsed: none of them has run ("" when
+// one has, and the list is shown). Rollback steps start pending and stay so unless the
+// stage, or a pipeline rollback, needs them.
+func rollbackNote(run *pipelines.Run, sr *pipelines.StageRun) string {
+	if len(sr.Rollback) == 0 {
+		return ""
+	}
+	for _, st := range sr.Rollback {
+		if st.Status != pipelines.StPending && st.Status != pipelines.StNotRun {
+			return ""
+		}
+	}
+	switch {
+	case run.Status.Terminal() && sr.Status == pipelines.StSucceeded:
+		return "not needed"
+	case run.Status.Terminal():
+		return "not run"
+	}
+	return "not run (only if the stage is rolled back)"
+}
+
+// editViews lays out a stage's edits: a heading row per file, then key, old → new.
+func editViews(es []runsummary.Edit) []editView {
+	var out []editView
+	for _, e := range es {
+		ev := editView{Path: e.File, Key: e.Key, Value: runsummary.Text(e.New), HasOld: e.HasOld, Created: e.Created, Rollback: e.Rollback, Step: e.Step}
+		if e.HasOld {
+			ev.Old = runsummary.Text(e.Old)
+		}
+		if len(out) == 0 || out[len(out)-1].Path != e.File {
+			ev.File = e.File // a heading row per file: the rows fit a phone
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// diffViewOf lays out a diff preview of stage; prefix keeps the ids of the approval card's
+// copy apart from the page's.
+func diffViewOf(stage string, d runsummary.Diff, prefix string) diffView {
+	v := diffView{Diff: d, Stage: stage, ID: "diff-" + stage + "-" + d.Step}
+	for _, a := range d.Apps {
+		av := appDiffView{AppDiff: a, ID: prefix + "-" + stage + "-" + d.Step + "-" + a.Agent + "-" + a.App}
+		for _, r := range a.Resources {
+			switch r.Change {
+			case agent.ChangeAdded:
+				av.Added++
+			case agent.ChangeRemoved:
+				av.Removed++
+			default:
+				av.Changed++
+			}
+			title := r.Kind + " "
+			if r.Namespace != "" {
+				title += r.Namespace + "/"
+			}
+			av.Resources = append(av.Resources, resourceView{ResourceDiff: r, Title: title + r.Name, Diff: diffHTML(diffLines(r.Diff))})
+		}
+		v.Apps = append(v.Apps, av)
+	}
+	return v
+}
+
+// diffLines classes each line of a unified diff for colouring.
+func diffLines(diff string) []diffLine {
+	if diff == "" {
+		return nil
+	}
+	var out []diffLine
+	for _, l := range strings.Split(strings.TrimSuffix(diff, "\n"), "\n") {
+		c := "ctx"
+		switch {
+		case strings.HasPrefix(l, "+++ "), strings.HasPrefix(l, "--- "):
+			c = "file"
+		case strings.HasPrefix(l, "@@"):
+			c = "hunk"
+		case strings.HasPrefix(l, "+"):
+			c = "add"
+		case strings.HasPrefix(l, "-"):
+			c = "del"
+		}
+		dl := diffLine{Class: c, Rest: l}
+		if (c == "add" || c == "del" || c == "ctx") && l != "" {
+			dl.Mark, dl.Rest = l[:1], l[1:]
+			dl.Lead, dl.Key, dl.Rest = yamlKey(dl.Rest)
+		}
+		out = append(out, dl)
+	}
+	return out
+}
+
+// yamlKey splits a YAML line into its indent (with a list dash), its key with the colon, and
+// the rest; a line that holds no plain key is all rest.
+func yamlKey(l string) (lead, key, rest string) {
+	i := 0
+	for i < len(l) && l[i] == ' ' {
+		i++
+	}
+	if strings.HasPrefix(l[i:], "- ") {
+		i += 2
+	}
+	if i == len(l) || strings.IndexByte("#'\"{[-", l[i]) >= 0 {
+		return "", "", l
+	}
+	for j := i; j < len(l); j++ {
+		switch l[j] {
+		case '#':
+			return "", "", l
+		case ':':
+			if j+1 == len(l) || l[j+1] == ' ' {
+				return l[:i], l[i : j+1], l[j+1:]
+			}
+		}
+	}
+	return "", "", l
+}
+
+// diffHTML renders diff lines as the spans of a <pre>, the key of a YAML line highlighted.
+func diffHTML(lines []diffLine) template.HTML {
+	esc := template.HTMLEscapeString
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(`<span class="` + l.Class + `">`) // Class is one of diffLines' own words
+		if l.Mark != "" {
+			b.WriteString(`<i class="m">` + esc(l.Mark) + `</i>`)
+		}
+		b.WriteString(esc(l.Lead))
+		if l.Key != "" {
+			b.WriteString(`<b class="yk">` + esc(l.Key) + `</b>`)
+		}
+		b.WriteString(esc(l.Rest))
+		b.WriteString("</span>")
+	}
+	return template.HTML(b.String())
 }
 
 func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s *session, now time.Time) stepView {
@@ -178,16 +397,33 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 	if st.Status == pipelines.StWaiting && !st.WaitSince.IsZero() {
 		v.Timing += " · waiting " + duration(st.WaitSince, time.Time{}, now)
 	}
-	keys := make([]string, 0, len(st.Outputs))
-	for k := range st.Outputs {
-		keys = append(keys, k)
+	shown := map[string]bool{} // outputs laid out on their own, left out of the list
+	if d, ok := runsummary.DiffOf(st); ok {
+		dv := diffViewOf(stage, d, "diff")
+		v.Diff = &dv
+		shown["apps"], shown["summary"], shown["changed"] = true, true, true
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v.Outputs = append(v.Outputs, kv{k, value(k, st.Outputs[k])})
+	if es := steps.EditedKeys(st.Outputs["edits"]); len(es) > 0 {
+		edits := make([]runsummary.Edit, len(es))
+		for i, e := range es {
+			edits[i] = runsummary.Edit{File: e.File, Key: e.Key, Old: e.Old, New: e.Value, HasOld: e.HasOld, Created: e.Created}
+		}
+		v.Edits = editViews(edits)
+		shown["edits"] = true
 	}
 	for _, c := range asList(st.Outputs["created"]) {
 		v.Created = append(v.Created, fmt.Sprint(c))
+	}
+	shown["created"] = len(v.Created) > 0 // the step's warning line lists them
+	keys := make([]string, 0, len(st.Outputs))
+	for k := range st.Outputs {
+		if !shown[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v.Outputs = append(v.Outputs, kv{k, valueIn("out-"+stage+"-"+st.ID+"-"+k, k, st.Outputs[k])})
 	}
 	for _, sig := range st.Signals {
 		if sig.Kind != "" && sig.Kind != "approval" {
@@ -218,13 +454,17 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 // PR of the stage's finished steps (UpdateReleaseRepo's edits and prlink outputs).
 func approvalOf(sr *pipelines.StageRun, env string, st stepView) approvalView {
 	a := approvalView{Step: st, Env: env}
+	var edits []runsummary.Edit
 	for _, o := range sr.Steps {
+		if d, ok := runsummary.DiffOf(o); ok && (o.Status == pipelines.StSucceeded || o.Status == pipelines.StFailed) {
+			a.Diffs = append(a.Diffs, diffViewOf(sr.ID, d, "appr"))
+		}
 		if o.Status != pipelines.StSucceeded {
 			continue
 		}
 		if link, _ := o.Outputs["prlink"].(string); link != "" {
 			a.PR = link
-			if (strings.HasPrefix(link, "https://") || strings.HasPrefix(link, "http://")) && isURL(link) {
+			if runsummary.IsURL(link) {
 				a.PRURL = link // anything else stays text, never a link
 			}
 			if n := o.Outputs["prNumber"]; n != nil && n != "" {
@@ -232,12 +472,13 @@ func approvalOf(sr *pipelines.StageRun, env string, st stepView) approvalView {
 			}
 		}
 		for _, e := range steps.EditedKeys(o.Outputs["edits"]) {
-			ev := editView{Key: e.Key, Value: fmt.Sprint(e.Value), Path: e.File}
-			if len(a.Edits) == 0 || a.Edits[len(a.Edits)-1].Path != e.File {
-				ev.File = e.File // a heading row per file: two columns fit a phone
-			}
-			a.Edits = append(a.Edits, ev)
+			edits = append(edits, runsummary.Edit{File: e.File, Key: e.Key, Old: e.Old, New: e.Value, HasOld: e.HasOld, Created: e.Created})
 		}
+	}
+	if len(edits) > cardEdits+1 { // collapsing a single key saves nothing
+		a.Edits, a.MoreEdits = editViews(edits[:cardEdits]), editViews(edits[cardEdits:])
+	} else {
+		a.Edits = editViews(edits)
 	}
 	return a
 }
@@ -337,68 +578,116 @@ func cmpOr(a, b string) string {
 
 var shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 
-// value renders an output or input: URLs as links, commit SHAs short with a copy button,
-// lists and objects nested.
-func value(key string, v any) template.HTML {
+// value renders an output or input as a person reads it: URLs as links, commit SHAs short with
+// a copy button, lists as lists, maps as key: value rows (nested as deep as they go, to a
+// limit), never Go's map[...] or a JSON blob.
+func value(key string, v any) template.HTML { return valueIn("", key, v) }
+
+// valueIn is value with an id prefix for the <details> it makes (a list of named objects,
+// such as a sync's applications, shows one line per object and the rest on a click; the ids
+// keep them open across live updates).
+func valueIn(id, key string, v any) template.HTML {
 	var b strings.Builder
-	writeValue(&b, key, v, 0)
+	writeValue(&b, id, key, v, 0)
 	return template.HTML(b.String())
 }
 
-func writeValue(b *strings.Builder, key string, v any, depth int) {
+// maxDepth bounds the nesting shown; deeper values say how much they hold.
+const maxDepth = 8
+
+func writeValue(b *strings.Builder, id, key string, v any, depth int) {
 	esc := template.HTMLEscapeString
 	switch x := v.(type) {
 	case string:
 		switch {
-		case (strings.HasPrefix(x, "https://") || strings.HasPrefix(x, "http://")) && isURL(x):
+		case runsummary.IsURL(x):
 			fmt.Fprintf(b, `<a href="%s" rel="noreferrer">%s</a>`, esc(x), esc(x))
 		case shaRE.MatchString(x):
 			fmt.Fprintf(b, `<code class="sha" title="%s">%s</code><button type="button" class="copy" data-copy="%s" title="copy %s">copy</button>`, esc(x), esc(x[:8]), esc(x), esc(key))
+		case x == "":
+			b.WriteString(`<span class="muted">(empty)</span>`)
 		default:
 			b.WriteString(esc(x))
 		}
 	case []any:
-		if len(x) == 0 {
-			b.WriteString("[]")
-			return
+		switch {
+		case len(x) == 0:
+			b.WriteString(`<span class="muted">none</span>`)
+		case depth >= maxDepth:
+			fmt.Fprintf(b, `<span class="muted">(%d items)</span>`, len(x))
+		default:
+			b.WriteString(`<ul class="val">`)
+			for i, e := range x {
+				b.WriteString("<li>")
+				if m, ok := e.(map[string]any); ok && itemTitle(m) != "" && depth+1 < maxDepth {
+					idAttr := ""
+					if id != "" {
+						idAttr = fmt.Sprintf(` id="%s-%d"`, esc(id), i)
+					}
+					fmt.Fprintf(b, `<details class="item"%s><summary>%s</summary>`, idAttr, itemTitle(m))
+					writeValue(b, fmt.Sprintf("%s-%d", id, i), key, e, depth+1)
+					b.WriteString("</details></li>")
+					continue
+				}
+				writeValue(b, fmt.Sprintf("%s-%d", id, i), key, e, depth+1)
+				b.WriteString("</li>")
+			}
+			b.WriteString("</ul>")
 		}
-		b.WriteString(`<ul class="val">`)
-		for _, e := range x {
-			b.WriteString("<li>")
-			writeValue(b, key, e, depth+1)
-			b.WriteString("</li>")
-		}
-		b.WriteString("</ul>")
 	case map[string]any:
 		keys := make([]string, 0, len(x))
 		for k := range x {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		b.WriteString(`<span class="obj">`)
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteString(" · ")
+		switch {
+		case len(x) == 0:
+			b.WriteString(`<span class="muted">none</span>`)
+		case depth >= maxDepth:
+			fmt.Fprintf(b, `<span class="muted">(%d keys)</span>`, len(x))
+		default:
+			b.WriteString(`<dl class="obj">`)
+			for _, k := range keys {
+				fmt.Fprintf(b, `<dt>%s</dt><dd>`, esc(k))
+				sub := id
+				if id != "" {
+					sub = id + "-" + k
+				}
+				writeValue(b, sub, k, x[k], depth+1)
+				b.WriteString("</dd>")
 			}
-			fmt.Fprintf(b, `<span class="k">%s:</span> `, esc(k))
-			if depth > 4 {
-				raw, _ := json.Marshal(x[k])
-				b.WriteString(esc(string(raw)))
-				continue
-			}
-			writeValue(b, k, x[k], depth+1)
+			b.WriteString("</dl>")
 		}
-		b.WriteString("</span>")
 	case nil:
-		b.WriteString("null")
+		b.WriteString(`<span class="muted">null</span>`)
 	default:
-		raw, err := json.Marshal(x)
-		if err != nil {
-			b.WriteString(esc(fmt.Sprint(x)))
-			return
-		}
-		b.WriteString(esc(string(raw)))
+		b.WriteString(esc(runsummary.Text(x)))
 	}
+}
+
+// itemTitle is the one-line title of an object in a list: its name and its state (an app's
+// sync and health), as HTML; "" when it has no name to show.
+func itemTitle(m map[string]any) string {
+	var name string
+	for _, k := range []string{"name", "app", "id", "key"} {
+		if s, ok := m[k].(string); ok && s != "" {
+			name = s
+			break
+		}
+	}
+	if name == "" {
+		return ""
+	}
+	out := "<b>" + template.HTMLEscapeString(name) + "</b>"
+	if a, ok := m["agent"].(string); ok && a != "" {
+		out += ` <span class="muted">@` + template.HTMLEscapeString(a) + `</span>`
+	}
+	for _, k := range []string{"sync", "health", "status", "phase"} {
+		if s, ok := m[k].(string); ok && s != "" {
+			out += fmt.Sprintf(` <span class="h-%s">%s</span>`, template.HTMLEscapeString(s), template.HTMLEscapeString(s))
+		}
+	}
+	return out
 }
 
 func isURL(s string) bool {

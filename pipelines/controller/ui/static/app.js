@@ -8,6 +8,26 @@
     p.textContent = text;
     p.hidden = false;
   }
+  // Which diffs and collapsed lists someone opened or closed on this page, kept across live
+  // updates and reloads (an approval posts and comes back) for the browser tab's session.
+  var openedKey = "prflow-open:" + location.pathname;
+  function opened() {
+    try { return JSON.parse(sessionStorage.getItem(openedKey)) || {}; } catch (err) { return {}; }
+  }
+  function restoreOpened() {
+    var o = opened();
+    document.querySelectorAll("details[id]").forEach(function (d) {
+      if (d.id in o) d.open = o[d.id];
+    });
+  }
+  document.addEventListener("toggle", function (e) {
+    var d = e.target;
+    if (!d.id || d.tagName !== "DETAILS") return;
+    var o = opened();
+    o[d.id] = d.open;
+    try { sessionStorage.setItem(openedKey, JSON.stringify(o)); } catch (err) { /* storage full or off: only this view keeps it */ }
+  }, true);
+  restoreOpened();
   var live = document.getElementById("live");
   if (live && live.dataset.events) {
     var runES = new EventSource(live.dataset.events);
@@ -24,6 +44,7 @@
       });
       live.innerHTML = e.data;
       last = e.data;
+      restoreOpened();
       live.querySelectorAll("form.decide input[name=comment]").forEach(function (i) {
         var key = i.form.dataset.key;
         if (typed[key]) i.value = typed[key];
