@@ -1,0 +1,296 @@
+package argocd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/deploy/argocdtest"
+)
+
+// burstApps are n apps named burst-00000… on the world's healthy path.
+func burstApps(n int) []argocdtest.Application {
+	apps := make([]argocdtest.Application, n)
+	for i := range apps {
+		apps[i] = app(fmt.Sprintf("burst-%05d", i), "apps/web", map[string]string{"burst": "yes"})
+	}
+	return apps
+}
+
+// liveRecords counts the agent's records in prflow-apps that are not tombstones.
+func (w *world) liveRecords(id string) int {
+	w.t.Helper()
+	ctx := context.Background()
+	lister, err := w.b.Apps.ListKeysFiltered(ctx, agent.Token(id)+".*")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	n := 0
+	for k := range lister.Keys() {
+		if k == agent.InventoryKey(id) {
+			continue
+		}
+		e, err := w.b.Apps.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var s agent.AppStatus
+		if agent.DecodeStatus(e.Value(), &s) == nil && !s.Gone() {
+			n++
+		}
+	}
+	return n
+}
+
+// rawRecord reads an app's record as stored, tombstones included (nil: none).
+func (w *world) rawRecord(id, name string) *agent.AppStatus {
+	w.t.Helper()
+	e, err := w.b.Apps.Get(context.Background(), agent.StatusKey(id, name))
+	if err != nil {
+		return nil
+	}
+	var s agent.AppStatus
+	if err := agent.DecodeStatus(e.Value(), &s); err != nil {
+		w.t.Fatal(err)
+	}
+	return &s
+}
+
+// burst creates n apps at once while the agent's stream is held, so all but the first
+// buffer+1 events are dropped, deterministically.
+func (w *world) burst(n int) {
+	w.t.Helper()
+	before := w.argo.DroppedEvents()
+	start := time.Now()
+	release := w.argo.HoldStreams()
+	if err := w.argo.AddApps(burstApps(n)); err != nil {
+		release()
+		w.t.Fatal(err)
+	}
+	release()
+	w.t.Logf("created %d apps in %s; %d events dropped", n, time.Since(start).Round(time.Millisecond), w.argo.DroppedEvents()-before)
+	if w.argo.DroppedEvents()-before < int64(n)/2 {
+		w.t.Fatalf("the burst of %d apps dropped only %d events: the test does not test drops", n, w.argo.DroppedEvents()-before)
+	}
+}
+
+// A burst of apps overflows the stream's buffer; the periodic re-list records every app
+// within the resync interval, without the stream being cut.
+func TestBurstDroppedEventsRepairedByPeriodicResync(t *testing.T) {
+	w := newWorld(t)
+	w.argo.SetWatchBuffer(50)
+	resync := 3 * time.Second
+	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = resync; o.WatchBuffer = -1 })
+	w.eventually(10*time.Second, "the first re-list", func() bool { r := w.leaderReg("eu"); return r != nil && !r.Stale })
+	const n = 2000
+	start := time.Now()
+	w.burst(n)
+	// The resync interval plus a margin for writing 2,000 records on a loaded machine.
+	w.eventually(resync+60*time.Second, fmt.Sprintf("%d records", n), func() bool { return w.liveRecords("eu") == n })
+	t.Logf("%d records %s after the burst (resync every %s)", n, time.Since(start).Round(time.Millisecond), resync)
+	if c := a.Connects(); c != 1 {
+		t.Fatalf("the stream was reconnected (%d connects): the repair must not need a cut", c)
+	}
+	r := w.leaderReg("eu")
+	if r == nil || r.LastResync.IsZero() || r.Repaired < int64(n)/2 || r.Resyncs < 1 {
+		t.Fatalf("registration does not show the repair: %+v", r)
+	}
+	if rs := a.Resyncs(); rs.Early != 0 {
+		t.Fatalf("early re-lists with detection off: %+v", rs)
+	}
+}
+
+// The same burst with drop detection on: the agent sees a buffer's worth of events back to
+// back, suspects drops and re-lists long before the (hour-long) resync interval.
+func TestBurstDroppedEventsDetectedAndRelistedEarly(t *testing.T) {
+	w := newWorld(t)
+	w.argo.SetWatchBuffer(100)
+	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = time.Hour; o.WatchBuffer = 100 })
+	w.eventually(10*time.Second, "the first re-list", func() bool { r := w.leaderReg("eu"); return r != nil && !r.Stale })
+	const n = 2000
+	start := time.Now()
+	w.burst(n)
+	w.eventually(60*time.Second, fmt.Sprintf("%d records", n), func() bool { return w.liveRecords("eu") == n })
+	t.Logf("%d records %s after the burst (early re-list)", n, time.Since(start).Round(time.Millisecond))
+	if c := a.Connects(); c != 1 {
+		t.Fatalf("the stream was reconnected (%d connects)", c)
+	}
+	if r := w.leaderReg("eu"); r == nil || r.Repaired < int64(n)/2 || r.LastResync.IsZero() {
+		t.Fatalf("registration does not show the repair: %+v", r)
+	}
+	if rs := a.Resyncs(); rs.Early < 1 {
+		t.Fatalf("no early re-list: %+v", rs)
+	}
+}
+
+// Without a burst the detector stays quiet: a few events do not re-list.
+func TestNoEarlyRelistWithoutBurst(t *testing.T) {
+	w := newWorld(t)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = time.Hour; o.WatchBuffer = 100 })
+	w.waitRecord("eu", "web", "a record", func(s *agent.AppStatus) bool { return s != nil && s.Stale == nil })
+	before := w.leaderReg("eu").Resyncs
+	for i := 0; i < 20; i++ {
+		if err := w.argo.SetHealth("web", argocdtest.HealthDegraded, fmt.Sprintf("change %d", i)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.waitRecord("eu", "web", "the last change", func(s *agent.AppStatus) bool { return s != nil && s.HealthMessage == "change 19" })
+	time.Sleep(time.Second)
+	if r := w.leaderReg("eu"); r.Resyncs != before {
+		t.Fatalf("%d re-lists without any burst", r.Resyncs-before)
+	}
+}
+
+// dropNext makes the stream lose the last of three changes: the first is taken and held
+// by the stream, the second fills its one-event buffer, the third (last) is dropped.
+func (w *world) dropLast(changes ...func()) {
+	w.t.Helper()
+	before := w.argo.DroppedEvents()
+	release := w.argo.HoldStreams()
+	for _, c := range changes {
+		c()
+	}
+	release()
+	if w.argo.DroppedEvents() == before {
+		w.t.Fatal("no event was dropped: the test does not test a drop")
+	}
+}
+
+func TestDroppedModifiedRepairedByResync(t *testing.T) {
+	w := newWorld(t)
+	w.argo.SetWatchBuffer(1)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	w.addApp(app("api", "apps/api", nil), argocdtest.Deployed())
+	resync := 2 * time.Second
+	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = resync })
+	w.waitRecord("eu", "api", "a healthy record", func(s *agent.AppStatus) bool { return s != nil && s.Health == agent.HealthHealthy })
+	health := func(name, msg string) func() {
+		return func() {
+			if err := w.argo.SetHealth(name, argocdtest.HealthDegraded, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	w.dropLast(health("web", "one"), health("web", "two"), health("api", "lost on the stream"))
+	time.Sleep(300 * time.Millisecond)
+	if st := w.record("eu", "api"); st.Health != agent.HealthHealthy {
+		t.Fatalf("the dropped change arrived anyway (%s): the test does not test a drop", describe(st))
+	}
+	start := time.Now()
+	st := w.waitRecord("eu", "api", "the dropped health change", func(s *agent.AppStatus) bool {
+		return s.Health == agent.HealthDegraded && s.HealthMessage == "lost on the stream"
+	})
+	if d := time.Since(start); d > resync+10*time.Second {
+		t.Fatalf("repaired after %s, resync is %s", d, resync)
+	}
+	if a.Connects() != 1 {
+		t.Fatalf("%d connects: the repair must not need a cut", a.Connects())
+	}
+	if st.Stale != nil {
+		t.Fatalf("repaired record is marked stale: %+v", st.Stale)
+	}
+	if r := w.leaderReg("eu"); r == nil || r.Repaired < 1 || r.LastResync.IsZero() {
+		t.Fatalf("registration does not show the repair: %+v", r)
+	}
+}
+
+func TestDroppedDeletedBecomesTombstoneAfterResync(t *testing.T) {
+	w := newWorld(t)
+	w.argo.SetWatchBuffer(1)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	w.addApp(app("api", "apps/api", nil), argocdtest.Deployed())
+	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = 2 * time.Second })
+	w.waitRecord("eu", "api", "a record", func(s *agent.AppStatus) bool { return s != nil && s.Health == agent.HealthHealthy })
+	w.dropLast(func() { _ = w.argo.SetHealth("web", argocdtest.HealthDegraded, "one") },
+		func() { _ = w.argo.SetHealth("web", argocdtest.HealthDegraded, "two") },
+		func() {
+			if err := w.argo.DeleteApp("api"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	time.Sleep(300 * time.Millisecond)
+	if st := w.rawRecord("eu", "api"); st == nil || st.Gone() {
+		t.Fatal("the dropped deletion arrived anyway: the test does not test a drop")
+	}
+	var st *agent.AppStatus
+	w.eventually(15*time.Second, "a tombstone", func() bool { st = w.rawRecord("eu", "api"); return st != nil && st.Gone() })
+	if !strings.Contains(st.Deleted.Reason, "missing from a full list") {
+		t.Fatalf("tombstone reason %q", st.Deleted.Reason)
+	}
+	if st := w.record("eu", "web"); st == nil || st.Gone() {
+		t.Fatalf("the app still in Argo CD lost its record: %s", describe(st))
+	}
+	if a.Connects() != 1 {
+		t.Fatalf("%d connects", a.Connects())
+	}
+}
+
+// slowLists delays the answers of GET /api/v1/applications after Argo CD answered them, so
+// a re-list's snapshot is older than the stream's events by the time the agent writes it.
+type slowLists struct {
+	rt    http.RoundTripper
+	delay time.Duration
+}
+
+func (s *slowLists) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := s.rt.RoundTrip(r)
+	if err == nil && r.Method == http.MethodGet && r.URL.Path == "/api/v1/applications" {
+		time.Sleep(s.delay)
+	}
+	return res, err
+}
+
+// Re-lists every 100ms, each answered 300ms late, race a stream of health changes: the
+// record never goes back to an older resourceVersion and ends on Argo CD's last state.
+func TestConcurrentResyncNeverWritesOlderState(t *testing.T) {
+	w := newWorld(t)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	writes := w.countWrites()
+	a := w.start("eu", "r1", func(o *Options, c *Client) {
+		o.Resync = 100 * time.Millisecond
+		c.hc.Transport = &slowLists{rt: http.DefaultTransport, delay: 300 * time.Millisecond}
+	})
+	w.waitRecord("eu", "web", "a record", func(s *agent.AppStatus) bool { return s != nil })
+	for i := 0; i < 60; i++ {
+		if err := w.argo.SetHealth("web", []string{argocdtest.HealthDegraded, argocdtest.HealthHealthy}[i%2], fmt.Sprintf("change %02d", i)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	want, _ := w.argo.App("web")
+	st := w.waitRecord("eu", "web", "Argo CD's last state", func(s *agent.AppStatus) bool {
+		return s.ResourceVersion == want.Metadata.ResourceVersion
+	})
+	if st.HealthMessage != "change 59" || st.Health != agent.HealthHealthy {
+		t.Fatalf("final record %s %q, want Healthy \"change 59\"", describe(st), st.HealthMessage)
+	}
+	// Let a few more late re-lists land, then check the whole history of the key.
+	r0 := w.leaderReg("eu").Resyncs
+	w.eventually(20*time.Second, "more re-lists", func() bool { return w.leaderReg("eu").Resyncs >= r0+3 })
+	var last int64
+	for i, v := range writes.values(agent.StatusKey("eu", "web")) {
+		var s agent.AppStatus
+		if err := json.Unmarshal([]byte(v), &s); err != nil {
+			t.Fatal(err)
+		}
+		rv, _ := strconv.ParseInt(s.ResourceVersion, 10, 64)
+		if rv < last {
+			t.Fatalf("write %d went back from resourceVersion %d to %d (%s %q)", i, last, rv, s.Health, s.HealthMessage)
+		}
+		last = rv
+	}
+	if got := w.record("eu", "web"); got.ResourceVersion != want.Metadata.ResourceVersion {
+		t.Fatalf("after more re-lists the record is at %s, want %s", got.ResourceVersion, want.Metadata.ResourceVersion)
+	}
+	if a.Connects() != 1 {
+		t.Fatalf("%d connects", a.Connects())
+	}
+}
