@@ -34,12 +34,17 @@ const (
 	// re-list, so the list does not compete with the burst it repairs.
 	calmQuiet = 250 * time.Millisecond
 	calmMax   = 2 * time.Second
+	// earlyBackoff is the first wait after an early re-list that repaired nothing (doubling
+	// up to Resync while they keep finding nothing).
+	earlyBackoff = 10 * time.Second
 )
 
 // dropDetector watches one stream for runs of back-to-back events. With events arriving at
 // random at rate r per second, a pause of backToBack or more comes with probability
 // exp(-r·backToBack): at r = 55/s (10,000 apps reconciled every 3 minutes) that is one event in
-// sixteen, each taking back a tenth of the threshold, so the run stays far below it.
+// sixteen, each taking back a twentieth of the threshold, so the run stays far below it. Much
+// busier streams can set it off without a drop; an early re-list that repaired nothing makes
+// the next one wait (earlyBackoff), so such false alarms cost little.
 type dropDetector struct {
 	threshold int           // events in a run that suggest an overflow (0: off)
 	kick      chan struct{} // an early re-list is due (capacity 1)
@@ -67,14 +72,14 @@ func (d *dropDetector) observe(arrived, done time.Time, counts bool) {
 	if e := d.epoch.Load(); e != d.seen {
 		d.seen, d.run = e, 0
 	}
-	// A stream that went quiet ends the run. A shorter pause only sets it back a tenth of the
-	// threshold: on a loaded machine the agent itself stalls now and then in the middle of a
-	// backlog, while a steady trickle of events (many short pauses) never builds a run.
+	// A stream that went quiet ends the run. A shorter pause only sets it back a twentieth of
+	// the threshold: on a loaded machine the agent itself stalls now and then in the middle
+	// of a backlog, while a steady trickle of events (many short pauses) never builds a run.
 	switch gap := arrived.Sub(d.doneAt); {
 	case d.doneAt.IsZero() || gap >= calmQuiet:
 		d.run = 0
 	case gap >= backToBack:
-		d.run = max(d.run-max(d.threshold/10, 1), 0)
+		d.run = max(d.run-max(d.threshold/20, 1), 0)
 	}
 	d.doneAt = done
 	if !counts {
@@ -134,6 +139,8 @@ func (a *Agent) resynced(repaired int) {
 // the stream is up, after the re-list that follows connecting.
 func (a *Agent) resyncLoop(ctx context.Context, w *agent.Writer, d *dropDetector) {
 	retry := time.Duration(0)
+	var lastEarly time.Time
+	earlyGap := time.Duration(0) // grows while early re-lists find nothing to repair
 	for ctx.Err() == nil {
 		wait := a.o.Resync - rand.N(a.o.Resync/5+1)
 		if retry > 0 {
@@ -148,6 +155,9 @@ func (a *Agent) resyncLoop(ctx context.Context, w *agent.Writer, d *dropDetector
 		case <-t.C:
 		case <-d.kick:
 			t.Stop()
+			if time.Since(lastEarly) < earlyGap {
+				continue // recent early re-lists found nothing: wait for the periodic one
+			}
 			early = true
 			d.calm(ctx, calmQuiet, calmMax)
 		}
@@ -172,6 +182,14 @@ func (a *Agent) resyncLoop(ctx context.Context, w *agent.Writer, d *dropDetector
 			continue
 		}
 		retry = 0
+		if early {
+			lastEarly = time.Now()
+			if repaired == 0 {
+				earlyGap = min(max(2*earlyGap, earlyBackoff), a.o.Resync)
+			} else {
+				earlyGap = 0
+			}
+		}
 		a.resynced(repaired)
 		if repaired > 0 {
 			a.o.Log.Warn("agent: a re-list repaired records the watch stream had not updated", "why", why, "repaired", repaired, "apps", n,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -292,5 +293,76 @@ func TestConcurrentResyncNeverWritesOlderState(t *testing.T) {
 	}
 	if a.Connects() != 1 {
 		t.Fatalf("%d connects", a.Connects())
+	}
+}
+
+// feed runs events through a detector: gaps[i] is the pause before event i (each takes 1ms to
+// process). It returns how many early re-lists the detector asked for.
+func feed(d *dropDetector, gaps []time.Duration, counts func(i int) bool) int {
+	kicks := 0
+	now := time.Unix(1000, 0)
+	for i, g := range gaps {
+		now = now.Add(g)
+		d.observe(now, now.Add(time.Millisecond), counts(i))
+		now = now.Add(time.Millisecond)
+		select {
+		case <-d.kick:
+			kicks++
+		default:
+		}
+	}
+	return kicks
+}
+
+func always(int) bool { return true }
+
+func TestDropDetector(t *testing.T) {
+	const threshold = 500
+	backlog := func(n int) []time.Duration { return make([]time.Duration, n) } // no pause at all
+	if k := feed(newDropDetector(threshold), backlog(1000), always); k != 2 {
+		t.Errorf("a full buffer back to back: %d re-lists asked, want 2 (one per half buffer)", k)
+	}
+	if k := feed(newDropDetector(threshold), backlog(threshold-1), always); k != 0 {
+		t.Errorf("just under the threshold: %d re-lists asked", k)
+	}
+	if k := feed(newDropDetector(0), backlog(5000), always); k != 0 {
+		t.Errorf("detection off: %d re-lists asked", k)
+	}
+	// Replayed ADDED of unchanged apps (counts false) do not build a run.
+	if k := feed(newDropDetector(threshold), backlog(5000), func(int) bool { return false }); k != 0 {
+		t.Errorf("a replay of unchanged apps: %d re-lists asked", k)
+	}
+	// A full buffer in which the agent stalls 100ms every 100 events is still a backlog.
+	stalls := backlog(1000)
+	for i := 100; i < len(stalls); i += 100 {
+		stalls[i] = 100 * time.Millisecond
+	}
+	if k := feed(newDropDetector(threshold), stalls, always); k == 0 {
+		t.Error("a backlog with stalls of the agent: no re-list asked")
+	}
+	// A quiet stream ends the run.
+	quiet := backlog(2 * threshold)
+	for i := threshold / 2; i < len(quiet); i += threshold / 2 {
+		quiet[i] = time.Second
+	}
+	if k := feed(newDropDetector(threshold), quiet, always); k != 0 {
+		t.Errorf("bursts smaller than the threshold with quiet between: %d re-lists asked", k)
+	}
+	// Steady traffic of a big Argo CD: 10,000 apps reconciled every 3 minutes (~55 events/s,
+	// random arrivals) for an hour never asks.
+	rng := rand.New(rand.NewPCG(1, 2))
+	steady := make([]time.Duration, 55*3600)
+	for i := range steady {
+		steady[i] = time.Duration(rng.ExpFloat64() / 55 * float64(time.Second))
+	}
+	if k := feed(newDropDetector(threshold), steady, always); k != 0 {
+		t.Errorf("steady traffic at 55 events/s: %d re-lists asked in an hour", k)
+	}
+	// A re-list that started covers what came before: the run starts again.
+	d := newDropDetector(threshold)
+	feed(d, backlog(threshold-10), always)
+	d.epoch.Add(1)
+	if k := feed(d, backlog(threshold-10), always); k != 0 {
+		t.Errorf("after a re-list started: %d re-lists asked for events it covers", k)
 	}
 }
