@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -134,9 +135,8 @@ func TestBurstDroppedEventsDetectedAndRelistedEarly(t *testing.T) {
 func TestNoEarlyRelistWithoutBurst(t *testing.T) {
 	w := newWorld(t)
 	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
-	w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = time.Hour; o.WatchBuffer = 100 })
+	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = time.Hour; o.WatchBuffer = 100 })
 	w.waitRecord("eu", "web", "a record", func(s *agent.AppStatus) bool { return s != nil && s.Stale == nil })
-	before := w.leaderReg("eu").Resyncs
 	for i := 0; i < 20; i++ {
 		if err := w.argo.SetHealth("web", argocdtest.HealthDegraded, fmt.Sprintf("change %d", i)); err != nil {
 			t.Fatal(err)
@@ -145,8 +145,8 @@ func TestNoEarlyRelistWithoutBurst(t *testing.T) {
 	}
 	w.waitRecord("eu", "web", "the last change", func(s *agent.AppStatus) bool { return s != nil && s.HealthMessage == "change 19" })
 	time.Sleep(time.Second)
-	if r := w.leaderReg("eu"); r.Resyncs != before {
-		t.Fatalf("%d re-lists without any burst", r.Resyncs-before)
+	if rs := a.Resyncs(); rs.Early != 0 || rs.Resyncs != 1 {
+		t.Fatalf("re-lists without any burst: %+v (want only the one after connecting)", rs)
 	}
 }
 
@@ -364,5 +364,44 @@ func TestDropDetector(t *testing.T) {
 	d.epoch.Add(1)
 	if k := feed(d, backlog(threshold-10), always); k != 0 {
 		t.Errorf("after a re-list started: %d re-lists asked for events it covers", k)
+	}
+}
+
+// A periodic re-list that fails (Argo CD answers the list with 503 while the stream works) is
+// retried with backoff; it neither marks records stale nor claims a re-list happened, and the
+// dropped change is repaired once the list works again.
+func TestFailedResyncRetriesWithoutClaimingSuccess(t *testing.T) {
+	w := newWorld(t)
+	w.argo.SetWatchBuffer(1)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	w.addApp(app("api", "apps/api", nil), argocdtest.Deployed())
+	logs := &lockedBuf{}
+	w.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = time.Second })
+	w.waitRecord("eu", "api", "a healthy record", func(s *agent.AppStatus) bool { return s != nil && s.Health == agent.HealthHealthy })
+	w.eventually(10*time.Second, "the re-list after connecting", func() bool { return a.Resyncs().Resyncs >= 1 })
+	w.argo.InjectFault(argocdtest.Fault{Method: http.MethodGet, Path: "/api/v1/applications", Status: http.StatusServiceUnavailable, Times: -1})
+	before := a.Resyncs()
+	w.dropLast(func() { _ = w.argo.SetHealth("web", argocdtest.HealthDegraded, "one") },
+		func() { _ = w.argo.SetHealth("web", argocdtest.HealthDegraded, "two") },
+		func() { _ = w.argo.SetHealth("api", argocdtest.HealthDegraded, "lost on the stream") })
+	w.eventually(20*time.Second, "two failed re-lists", func() bool { return a.Resyncs().Failed >= before.Failed+2 })
+	rs := a.Resyncs()
+	if rs.Resyncs != before.Resyncs || !rs.Last.Equal(before.Last) {
+		t.Fatalf("a failed re-list counted as done: before %+v, now %+v", before, rs)
+	}
+	if st := w.record("eu", "api"); st.Health != agent.HealthHealthy || st.Stale != nil {
+		t.Fatalf("record while re-lists fail: %s stale=%v (want the last seen state, not stale: the stream works)", describe(st), st.Stale)
+	}
+	if r := w.leaderReg("eu"); r == nil || r.Stale || !r.Healthy {
+		t.Fatalf("registration while only re-lists fail: %+v", r)
+	}
+	if !strings.Contains(logs.String(), "re-listing applications failed") || !strings.Contains(logs.String(), "503") {
+		t.Fatalf("the failed re-list was not logged with its cause:\n%s", logs.String())
+	}
+	w.argo.ClearFaults()
+	w.waitRecord("eu", "api", "the dropped change, once the list works", func(s *agent.AppStatus) bool { return s.Health == agent.HealthDegraded })
+	if a.Connects() != 1 {
+		t.Fatalf("%d connects", a.Connects())
 	}
 }
