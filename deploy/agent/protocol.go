@@ -391,9 +391,9 @@ type Registration struct {
 	Stale      bool      `json:"stale,omitempty"`
 	StaleSince time.Time `json:"staleSince,omitzero"`
 	// LastResync (leader only) is when the agent last finished reading every app from its
-	// backend (after connecting, and periodically while watching); Resyncs counts those
-	// reads and Repaired the records they found behind the backend (a change the watch
-	// stream never delivered), since the replica started.
+	// backend (after connecting, and periodically or early while watching); Resyncs counts
+	// those reads, and Repaired the records that the reads made while watching found behind
+	// the backend (a change the watch stream did not deliver), since the replica started.
 	LastResync time.Time `json:"lastResync,omitzero"`
 	Resyncs    int64     `json:"resyncs,omitempty"`
 	Repaired   int64     `json:"repaired,omitempty"`
