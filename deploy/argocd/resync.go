@@ -34,9 +34,10 @@ const (
 	// re-list, so the list does not compete with the burst it repairs.
 	calmQuiet = 250 * time.Millisecond
 	calmMax   = 2 * time.Second
-	// earlyBackoff is the first wait after an early re-list that repaired nothing (doubling
-	// up to Resync while they keep finding nothing).
-	earlyBackoff = 10 * time.Second
+	// earlyBackoff is the first wait after an early re-list that repaired nothing, doubling up
+	// to maxEarlyBackoff while they keep finding nothing. The periodic re-list is not delayed.
+	earlyBackoff    = 10 * time.Second
+	maxEarlyBackoff = 5 * time.Minute
 )
 
 // dropDetector watches one stream for runs of back-to-back events. With events arriving at
@@ -141,12 +142,10 @@ func (a *Agent) resyncLoop(ctx context.Context, w *agent.Writer, d *dropDetector
 	retry := time.Duration(0)
 	var lastEarly time.Time
 	earlyGap := time.Duration(0) // grows while early re-lists find nothing to repair
+	// next is when the periodic re-list is due; an ignored early signal does not move it.
+	next := time.Now().Add(a.resyncWait())
 	for ctx.Err() == nil {
-		wait := a.o.Resync - rand.N(a.o.Resync/5+1)
-		if retry > 0 {
-			wait = retry
-		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(time.Until(next))
 		early := false
 		select {
 		case <-ctx.Done():
@@ -178,14 +177,16 @@ func (a *Agent) resyncLoop(ctx context.Context, w *agent.Writer, d *dropDetector
 			}
 			a.failedResyncs.Add(1)
 			retry = min(max(2*retry, a.o.MinBackoff), a.o.Resync)
+			next = time.Now().Add(retry)
 			a.o.Log.Warn("agent: re-listing applications failed; records may stay behind Argo CD until it works", "why", why, "err", err, "retry in", retry.String())
 			continue
 		}
 		retry = 0
+		next = time.Now().Add(a.resyncWait())
 		if early {
 			lastEarly = time.Now()
 			if repaired == 0 {
-				earlyGap = min(max(2*earlyGap, earlyBackoff), a.o.Resync)
+				earlyGap = min(max(2*earlyGap, earlyBackoff), maxEarlyBackoff)
 			} else {
 				earlyGap = 0
 			}
@@ -198,6 +199,12 @@ func (a *Agent) resyncLoop(ctx context.Context, w *agent.Writer, d *dropDetector
 			a.o.Log.Debug("agent: re-listed applications; all records were current", "why", why, "apps", n)
 		}
 	}
+}
+
+// resyncWait is the time to the next periodic re-list: Resync, jittered down by up to a fifth
+// so that replicas of many agents do not list in step, and never longer than Resync.
+func (a *Agent) resyncWait() time.Duration {
+	return a.o.Resync - rand.N(a.o.Resync/5+1)
 }
 
 // listAndWrite lists every app, writes the records that differ and turns apps missing from

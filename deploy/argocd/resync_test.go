@@ -399,3 +399,46 @@ func TestFailedResyncRetriesWithoutClaimingSuccess(t *testing.T) {
 		t.Fatalf("%d connects", a.Connects())
 	}
 }
+
+// Early signals the agent ignores (its early re-lists found nothing to repair, so it backs off)
+// must not postpone the periodic re-list: with a signal every 600ms for 12s, re-lists still
+// come about every Resync (2s), never 10s apart (the back-off).
+func TestIgnoredEarlySignalsDoNotPostponeResync(t *testing.T) {
+	w := newWorld(t)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	// WatchBuffer 4: two back-to-back events are an early signal.
+	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = 2 * time.Second; o.WatchBuffer = 4 })
+	w.eventually(10*time.Second, "the re-list after connecting", func() bool { return a.Resyncs().Resyncs >= 1 })
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(600 * time.Millisecond):
+			}
+			_ = w.argo.SetHealth("web", argocdtest.HealthDegraded, fmt.Sprintf("a%d", i))
+			_ = w.argo.SetHealth("web", argocdtest.HealthHealthy, fmt.Sprintf("b%d", i))
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	last, longest := a.Resyncs().Last, time.Duration(0)
+	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		rs := a.Resyncs()
+		if !rs.Last.Equal(last) {
+			longest = max(longest, rs.Last.Sub(last))
+			last = rs.Last
+		}
+	}
+	longest = max(longest, time.Since(last))
+	rs := a.Resyncs()
+	t.Logf("re-lists: %+v; longest gap %s", rs, longest)
+	if rs.Early == 0 {
+		t.Fatal("no early re-list: the test sends no early signal")
+	}
+	if longest > 6*time.Second {
+		t.Fatalf("%s without a re-list (resync 2s): ignored early signals postponed the periodic re-list", longest)
+	}
+}
