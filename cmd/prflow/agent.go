@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/prflow/prflow/deploy/argocd"
@@ -31,6 +32,8 @@ func newAgent(g *globals) *cobra.Command {
 		listen                                         string
 		refreshMode, hookURL, hookSecretFile           string
 		hookSecretEnv                                  string
+		resync                                         time.Duration
+		watchBuffer                                    int
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -48,8 +51,12 @@ func newAgent(g *globals) *cobra.Command {
 			if id == "" {
 				return errors.New("--agent-id is required (the agent name pipelines use in environments → clusters → agent)")
 			}
+			if resync <= 0 {
+				return fmt.Errorf("--resync %s: want a positive duration, e.g. 5m", resync)
+			}
 			var nc atomic.Pointer[queue.Conn]
-			ops, err := listenOps(listen, processRegistry(), natsReady(&nc))
+			reg := processRegistry()
+			ops, err := listenOps(listen, reg, natsReady(&nc))
 			if err != nil {
 				return err
 			}
@@ -106,10 +113,11 @@ func newAgent(g *globals) *cobra.Command {
 				return err
 			}
 			a, err := argocd.New(argocd.Options{AgentID: id, Replica: replica, Client: client, UIURL: ui, Namespace: namespace,
-				AppSetRefresh: refresh, Version: version, Log: log})
+				AppSetRefresh: refresh, Resync: resync, WatchBuffer: watchBuffer, Version: version, Log: log})
 			if err != nil {
 				return err
 			}
+			registerResyncMetrics(reg, a)
 			conn, err := connect()
 			if err != nil {
 				return err
@@ -136,6 +144,8 @@ func newAgent(g *globals) *cobra.Command {
 	f.StringVar(&hookURL, "appset-webhook-url", "", "--appset-refresh webhook: the ApplicationSet controller's webhook, e.g. http://argocd-applicationset-controller:7000/api/webhook")
 	f.StringVar(&hookSecretFile, "appset-webhook-secret-file", "", "--appset-refresh webhook: file holding the GitHub webhook secret (argocd-secret's webhook.github.secret)")
 	f.StringVar(&hookSecretEnv, "appset-webhook-secret-env", "", "--appset-refresh webhook: name of the environment variable holding that secret")
+	f.DurationVar(&resync, "resync", 5*time.Minute, "re-list every Argo CD app this often while watching (jittered), repairing records whose events Argo CD's watch stream dropped")
+	f.IntVar(&watchBuffer, "argocd-watch-buffer", 1000, "Argo CD's ARGOCD_WATCH_API_BUFFER_SIZE: after half this many events back to back the agent re-lists early (negative: never)")
 	f.StringVar(&simRepo, "sim-repo", "", "run the simulated agent on this release repo (path or git URL) instead of Argo CD")
 	f.StringVar(&simBranch, "sim-branch", "", "simulated agent: branch to deploy (default the repo's HEAD branch)")
 	f.StringVar(&simAppSet, "sim-appset", "", "simulated agent: path of the ApplicationSet manifest in the repo (default: search)")
@@ -195,4 +205,23 @@ func simSyncWindows(vals []string) ([]syncwindow.Window, error) {
 		out = append(out, w)
 	}
 	return out, nil
+}
+
+// registerResyncMetrics exposes the agent's re-lists on /metrics.
+func registerResyncMetrics(reg prometheus.Registerer, a *argocd.Agent) {
+	counter := func(name, help string, v func(argocd.ResyncStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(a.Resyncs())) })
+	}
+	reg.MustRegister(
+		counter("prflow_agent_resyncs_total", "Full re-lists of Argo CD's apps finished (after connecting, periodic, early).", func(s argocd.ResyncStats) int64 { return s.Resyncs }),
+		counter("prflow_agent_resyncs_early_total", "Re-lists started early because events arrived back to back (Argo CD's watch buffer may have overflowed).", func(s argocd.ResyncStats) int64 { return s.Early }),
+		counter("prflow_agent_resyncs_failed_total", "Re-lists that failed while the watch stream was up.", func(s argocd.ResyncStats) int64 { return s.Failed }),
+		counter("prflow_agent_resync_repaired_total", "App records re-lists found behind Argo CD while the watch stream was up (events the stream did not deliver).", func(s argocd.ResyncStats) int64 { return s.Repaired }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "prflow_agent_last_resync_timestamp_seconds", Help: "When the last full re-list finished (0: none yet)."}, func() float64 {
+			if t := a.Resyncs().Last; !t.IsZero() {
+				return float64(t.UnixNano()) / 1e9
+			}
+			return 0
+		}),
+	)
 }

@@ -88,6 +88,18 @@ func TestWorkerAndAgentServeMetricsAndHealth(t *testing.T) {
 			t.Errorf("server /metrics lacks its own series:\n%s", m)
 		}
 	}
+	// The agent's re-lists: the one after connecting counts, with when it finished.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		m := getUntil(t, "http://"+aAddr+"/metrics", 200)
+		if regexp.MustCompile(`(?m)^prflow_agent_resyncs_total [1-9]`).MatchString(m) &&
+			regexp.MustCompile(`(?m)^prflow_agent_last_resync_timestamp_seconds [1-9]`).MatchString(m) &&
+			regexp.MustCompile(`(?m)^prflow_agent_resync_repaired_total 0$`).MatchString(m) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent /metrics lacks its re-list:\n%s", grepLines(m, "prflow_agent"))
+		}
+	}
 	// A run whose step calls the forge: the worker's transport metrics count the calls.
 	p := filepath.Join(dir, "p.yaml")
 	_ = os.WriteFile(p, []byte("name: m\nstages:\n  - id: s\n    steps:\n      - {id: u, type: UpdateReleaseRepo, with: {connector: gh, repo: acme/release, filePath: config.json, variables: [{name: tag, value: \"2.0\"}]}}\n"), 0o644)

@@ -390,6 +390,13 @@ type Registration struct {
 	// is down, or the re-list after taking the lead or reconnecting has not finished).
 	Stale      bool      `json:"stale,omitempty"`
 	StaleSince time.Time `json:"staleSince,omitzero"`
+	// LastResync (leader only) is when the agent last finished reading every app from its
+	// backend (after connecting, and periodically or early while watching); Resyncs counts
+	// those reads, and Repaired the records that the reads made while watching found behind
+	// the backend (a change the watch stream did not deliver), since the replica started.
+	LastResync time.Time `json:"lastResync,omitzero"`
+	Resyncs    int64     `json:"resyncs,omitempty"`
+	Repaired   int64     `json:"repaired,omitempty"`
 	Started    time.Time `json:"started"`
 	Seen       time.Time `json:"seen"`
 	// Expires is when readers stop trusting this registration if it is not renewed (a few

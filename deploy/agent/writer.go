@@ -246,19 +246,25 @@ func (w *Writer) refresh(key string, s AppStatus, rev uint64) {
 // ("" when unknown); an older Put for the app is ignored afterwards. Sweep removes the
 // tombstone after TombstoneTTL.
 func (w *Writer) Delete(ctx context.Context, ref, rv, why string) error {
+	_, err := w.delete(ctx, ref, rv, why)
+	return err
+}
+
+// delete is Delete, reporting whether it wrote a tombstone.
+func (w *Writer) delete(ctx context.Context, ref, rv, why string) (bool, error) {
 	key := StatusKey(w.agent, ref)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := parseRV(rv)
 	prev := w.known[key]
 	if prev != nil && n != 0 && prev.rv > n {
-		return nil
+		return false, nil
 	}
 	if prev == nil {
 		if w.tombs[key] == nil {
 			w.tombs[key] = &tomb{rv: n, at: time.Now()}
 		}
-		return nil
+		return false, nil
 	}
 	var last AppStatus
 	_ = json.Unmarshal(prev.cmp, &last)
@@ -275,7 +281,7 @@ func (w *Writer) Delete(ctx context.Context, ref, rv, why string) error {
 	}
 	body, err := json.Marshal(ts)
 	if err != nil {
-		return fmt.Errorf("encode tombstone of %s: %w", ref, err)
+		return false, fmt.Errorf("encode tombstone of %s: %w", ref, err)
 	}
 	rev, err := w.kv.Update(ctx, key, body, prev.rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -285,23 +291,23 @@ func (w *Writer) Delete(ctx context.Context, ref, rv, why string) error {
 		case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
 			rev, err = w.kv.Create(ctx, key, body)
 		case gerr != nil:
-			return fmt.Errorf("tombstone of %s: %w", ref, gerr)
+			return false, fmt.Errorf("tombstone of %s: %w", ref, gerr)
 		default:
 			var cur AppStatus
 			if DecodeStatus(e.Value(), &cur) == nil && n != 0 && parseRV(cur.ResourceVersion) > n {
-				return nil
+				return false, nil
 			}
 			rev, err = w.kv.Update(ctx, key, body, e.Revision())
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("write tombstone of %s to prflow-apps: %w", ref, err)
+		return false, fmt.Errorf("write tombstone of %s to prflow-apps: %w", ref, err)
 	}
 	delete(w.known, key)
 	w.tombs[key] = &tomb{rv: max(n, prev.rv), rev: rev, at: now}
 	w.invDirty = true
 	w.writes.Add(1)
-	return nil
+	return true, nil
 }
 
 // Sweep removes the tombstones written more than ttl ago, and forgets them. It returns how
@@ -352,6 +358,16 @@ func (w *Writer) Sweep(ctx context.Context, ttl time.Duration) (int, error) {
 // resourceVersion newer than listRV (created after the list was taken). Use it after a full
 // list of the backend.
 func (w *Writer) Retain(ctx context.Context, present map[string]bool, listRV string) error {
+	_, err := w.RetainCount(ctx, present, listRV, "")
+	return err
+}
+
+// RetainCount is Retain, also reporting how many tombstones it wrote; why is the tombstones'
+// reason ("" for Retain's).
+func (w *Writer) RetainCount(ctx context.Context, present map[string]bool, listRV, why string) (int, error) {
+	if why == "" {
+		why = "missing from a full list of the apps (deleted while the agent was not watching)"
+	}
 	lrv := parseRV(listRV)
 	w.mu.Lock()
 	var gone []string
@@ -363,12 +379,17 @@ func (w *Writer) Retain(ctx context.Context, present map[string]bool, listRV str
 	}
 	w.mu.Unlock()
 	var first error
+	n := 0
 	for _, ref := range gone {
-		if err := w.Delete(ctx, ref, listRV, "missing from a full list of the apps (deleted while the agent was not watching)"); err != nil && first == nil {
+		wrote, err := w.delete(ctx, ref, listRV, why)
+		if err != nil && first == nil {
 			first = err
 		}
+		if wrote {
+			n++
+		}
 	}
-	return first
+	return n, first
 }
 
 // Known returns the refs of the apps the writer currently has records for, sorted.

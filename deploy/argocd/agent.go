@@ -56,6 +56,16 @@ type Options struct {
 	// windows (default 1m); SyncWindowTick is how often the agent looks for windows that
 	// opened or closed and for apps whose windows it has not read yet (default 5s).
 	SyncWindowRefresh, SyncWindowTick time.Duration
+	// Resync is how often the leader re-lists every app while the watch stream is up (default
+	// 5m; each wait is jittered down by up to a fifth), like an informer's resync: Argo CD's
+	// stream drops events silently when its buffer is full, so no record stays wrong longer
+	// than this. Only records that differ from the list are written.
+	Resync time.Duration
+	// WatchBuffer is Argo CD's watch buffer (its ARGOCD_WATCH_API_BUFFER_SIZE, default 1000).
+	// When the agent receives half that many events back to back, Argo CD's buffer may have
+	// overflowed, and the agent re-lists as soon as the stream calms down instead of waiting
+	// for Resync. Negative: no early re-list.
+	WatchBuffer int
 	// Now is the clock sync windows are evaluated with (default time.Now; tests move it).
 	Now     func() time.Time
 	Version string
@@ -84,6 +94,10 @@ type Agent struct {
 	pastWrites int64         // writes of earlier leaderships
 	connects   atomic.Int64  // watch stream connections
 	served     atomic.Int64  // requests handled
+
+	// Re-lists (resync.go).
+	resyncs, earlyResyncs, failedResyncs, repaired atomic.Int64
+	lastResync                                     atomic.Value // time.Time
 
 	// updating serialises this replica's updates of one app (app ref → *sync.Mutex);
 	// updateLeases (prflow-locks) serialise them across replicas. Set by Run.
@@ -136,6 +150,12 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.SyncWindowTick <= 0 {
 		o.SyncWindowTick = 5 * time.Second
+	}
+	if o.Resync <= 0 {
+		o.Resync = 5 * time.Minute
+	}
+	if o.WatchBuffer == 0 {
+		o.WatchBuffer = 1000
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -220,6 +240,10 @@ func (a *Agent) registration() agent.Registration {
 	if r.Leader && a.stale.Load() {
 		r.Stale = true
 		r.StaleSince, _ = a.staleSince.Load().(time.Time)
+	}
+	if r.Leader {
+		rs := a.Resyncs()
+		r.LastResync, r.Resyncs, r.Repaired = rs.Last, rs.Resyncs, rs.Repaired
 	}
 	return r
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -94,7 +95,10 @@ func (w *windows) write(ctx context.Context, wr *agent.Writer, st agent.AppStatu
 	defer w.put.Unlock()
 	st.SyncWindows = nil
 	w.mu.Lock()
-	w.last[st.Ref()] = st
+	// A re-list's snapshot can land after a newer stream event: keep the newer for rewrite.
+	if prev, ok := w.last[st.Ref()]; !ok || !olderRV(st.ResourceVersion, prev.ResourceVersion) {
+		w.last[st.Ref()] = st
+	}
 	w.mu.Unlock()
 	st.SyncWindows, _ = w.current(&st, w.a.now())
 	wrote, err := wr.Put(ctx, st)
@@ -362,4 +366,11 @@ func hasActiveDeny(s *agent.SyncWindows) bool {
 		}
 	}
 	return false
+}
+
+// olderRV reports whether resourceVersion a is known to be older than b.
+func olderRV(a, b string) bool {
+	x, errA := strconv.ParseInt(a, 10, 64)
+	y, errB := strconv.ParseInt(b, 10, 64)
+	return errA == nil && errB == nil && x < y
 }

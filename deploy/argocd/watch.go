@@ -69,17 +69,22 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 		events := 0
 		var relist sync.WaitGroup
 		sctx, cancel := context.WithCancel(ctx)
+		drops := newDropDetector(a.dropThreshold())
 		err := a.argo.Watch(sctx, func() {
 			opened = time.Now()
 			a.connects.Add(1)
 			relist.Add(1)
 			go func() {
 				defer relist.Done()
-				a.relist(sctx, w)
+				if a.relist(sctx, w, drops) {
+					a.resyncLoop(sctx, w, drops)
+				}
 			}()
 		}, func(ev WatchEvent) {
 			events++
-			a.apply(sctx, w, ev)
+			arrived := time.Now()
+			wrote := a.apply(sctx, w, ev)
+			drops.observe(arrived, time.Now(), wrote || ev.Type != "ADDED")
 		})
 		cancel()
 		relist.Wait()
@@ -112,6 +117,14 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 	}
 }
 
+// dropThreshold is how many back-to-back events make the agent suspect drops (0: never).
+func (a *Agent) dropThreshold() int {
+	if a.o.WatchBuffer <= 0 {
+		return 0
+	}
+	return max(a.o.WatchBuffer/2, 1)
+}
+
 // markRecordsStale marks every record stale, once per outage.
 func (a *Agent) markRecordsStale(ctx context.Context, w *agent.Writer, since time.Time, cause error) {
 	n, err := w.MarkStale(ctx, agent.Staleness{Since: since, Reason: cause.Error()})
@@ -123,33 +136,22 @@ func (a *Agent) markRecordsStale(ctx context.Context, w *agent.Writer, since tim
 	}
 }
 
-// relist writes every app Argo CD lists and deletes the records of apps it no longer has. It
-// retries while the stream is up, since a missed deletion would otherwise wait for the next
-// reconnect.
-func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
+// relist writes every app Argo CD lists and deletes the records of apps it no longer has,
+// after the stream (re)connected. It retries while the stream is up, since a missed deletion
+// would otherwise wait for the next reconnect. It reports whether it finished.
+func (a *Agent) relist(ctx context.Context, w *agent.Writer, drops *dropDetector) bool {
 	wait := a.o.MinBackoff
 	for ctx.Err() == nil {
-		apps, rv, err := a.argo.List(ctx, "")
+		drops.epoch.Add(1)
+		_, apps, err := a.listAndWrite(ctx, w, "")
 		if err == nil {
-			present := map[string]bool{}
-			for i := range apps {
-				st := a.status(&apps[i])
-				present[st.Ref()] = true
-				if _, err := a.win.write(ctx, w, st); err != nil && ctx.Err() == nil {
-					a.o.Log.Warn("agent: write status", "app", st.Ref(), "err", err)
-				}
-			}
-			a.win.retain(present)
-			if err := w.Retain(ctx, present, rv); err != nil && ctx.Err() == nil {
-				a.o.Log.Warn("agent: delete stale status", "err", err)
-			}
-			a.apps.Store(int64(len(apps)))
 			a.markFresh()
-			a.o.Log.Debug("agent: re-listed applications", "apps", len(apps))
-			return
+			a.resynced(0)
+			a.o.Log.Debug("agent: re-listed applications", "apps", apps)
+			return true
 		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		a.setProblem(err)
 		a.markRecordsStale(ctx, w, a.markStale("listing applications: "+err.Error()), err)
@@ -160,25 +162,29 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, a.o.MaxBackoff)
 	}
+	return false
 }
 
-func (a *Agent) apply(ctx context.Context, w *agent.Writer, ev WatchEvent) {
+// apply writes one event's app; it reports whether the record changed.
+func (a *Agent) apply(ctx context.Context, w *agent.Writer, ev WatchEvent) bool {
 	st := a.status(&ev.Application)
 	var err error
+	wrote := true
 	if ev.Type == "DELETED" {
 		a.win.forget(st.Ref())
 		err = w.Delete(ctx, st.Ref(), st.ResourceVersion, "Argo CD's watch stream reported it DELETED")
 	} else {
-		_, err = a.win.write(ctx, w, st)
+		wrote, err = a.win.write(ctx, w, st)
 	}
 	if err != nil && ctx.Err() == nil {
 		a.o.Log.Warn("agent: write status", "app", st.Ref(), "event", ev.Type, "err", err)
 	}
+	return wrote
 }
 
 // status turns an Argo CD Application into prflow's record.

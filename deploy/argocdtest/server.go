@@ -71,6 +71,7 @@ type Server struct {
 	reqs        []Request
 	faults      []*Fault
 	streamDelay time.Duration
+	watch       watchTuning     // buffer size, held streams and dropped events (stream.go)
 	revoked     map[string]bool // tokens refused (RevokeToken)
 	down        bool            // connections are closed unanswered (SetDown, Restart)
 	repoDown    atomic.Bool     // the repo-server is stopped (SetRepoServerDown)

@@ -2,12 +2,14 @@ package argocdtest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,9 +65,19 @@ type subscriber struct {
 // watchBuffer matches Argo CD's default ARGOCD_WATCH_API_BUFFER_SIZE.
 const watchBuffer = 1000
 
-// publish hands ev to every matching stream. Like Argo CD's broadcaster it
-// never blocks the controller: a stream whose buffer is full loses the
-// event. Callers hold s.mu.
+// watchTuning lets tests make the broadcaster's drops happen on purpose.
+// Guarded by Server.mu, except dropped.
+type watchTuning struct {
+	buffer  int           // buffer of streams opened from now on (0: watchBuffer)
+	held    chan struct{} // non-nil while HoldStreams holds the streams; closed on release
+	dropped atomic.Int64  // events lost to a full buffer
+}
+
+// publish hands ev to every matching stream. Like Argo CD's broadcaster
+// (server/application/broadcaster.go, notify) it never blocks the
+// controller: a stream whose buffer is full loses the event, silently for
+// the client. The stream is not cut and nothing on it says an event was lost;
+// the server only logs a warning. Callers hold s.mu.
 func (s *Server) publish(ev *event) {
 	for sub := range s.subs {
 		if !sub.filter.match(ev) {
@@ -74,9 +86,55 @@ func (s *Server) publish(ev *event) {
 		select {
 		case sub.ch <- ev:
 		default:
+			s.watch.dropped.Add(1)
 			s.log.Warn("argocdtest: watch stream buffer full, event dropped", "app", ev.name, "resourceVersion", ev.rv)
 		}
 	}
+}
+
+// SetWatchBuffer sets the event buffer of watch streams opened from now on
+// (Argo CD's ARGOCD_WATCH_API_BUFFER_SIZE, default 1000); n <= 0 restores the
+// default. A small buffer makes a burst overflow it.
+func (s *Server) SetWatchBuffer(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watch.buffer = max(n, 0)
+}
+
+// HoldStreams stops every watch stream from writing until release is called,
+// as a slow client or a congested network would: an idle stream takes the
+// next event and waits with it, the events after it fill the buffer, and once
+// the buffer is full the rest are dropped. So of a burst published while held,
+// an idle stream delivers exactly the first buffer+1 events and loses the
+// rest. Streams stay open.
+func (s *Server) HoldStreams() (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watch.held == nil {
+		s.watch.held = make(chan struct{})
+	}
+	h := s.watch.held
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.watch.held == h {
+				s.watch.held = nil
+			}
+			close(h)
+		})
+	}
+}
+
+// DroppedEvents is how many events watch streams lost to a full buffer.
+func (s *Server) DroppedEvents() int64 { return s.watch.dropped.Load() }
+
+// heldStreams is the channel closed when HoldStreams' hold ends (nil: not held).
+func (s *Server) heldStreams() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watch.held
 }
 
 // DropStreams abruptly closes every open watch stream (the TCP connection is
@@ -169,10 +227,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 		}
 	}
 	fields, exclude, hasFields := fieldsParam(r)
-	sub := &subscriber{ch: make(chan *event, watchBuffer), drop: make(chan struct{}), revoke: make(chan struct{}),
+	sub := &subscriber{drop: make(chan struct{}), revoke: make(chan struct{}),
 		token: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}
 
 	s.mu.Lock()
+	sub.ch = make(chan *event, cmp.Or(s.watch.buffer, watchBuffer))
 	if s.closed {
 		s.mu.Unlock()
 		writeStreamError(w, r, errf(codeUnavailable, "server is shutting down"))
@@ -273,6 +332,20 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 	for {
 		select {
 		case ev := <-sub.ch:
+			// While held (HoldStreams), the stream writes nothing: it keeps the event it
+			// took, its buffer fills behind it.
+			if held := s.heldStreams(); held != nil {
+				select {
+				case <-held:
+				case <-sub.drop:
+					hangUp(rc)
+					return
+				case <-r.Context().Done():
+					return
+				case <-s.ctx.Done():
+					return
+				}
+			}
 			if !send(ev) {
 				return
 			}

@@ -2,6 +2,7 @@ package argocdtest
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -218,4 +219,72 @@ func TestStreamDelay(t *testing.T) {
 		got = *st.next().Result
 	}
 	s.SetStreamDelay(0)
+}
+
+// A burst larger than a stream's buffer loses events the way Argo CD's
+// broadcaster does: silently, with the stream left open.
+func TestWatchBufferOverflowDropsSilently(t *testing.T) {
+	s, _, _ := newFake(t)
+	s.SetWatchBuffer(5)
+	st := openStream(t, s, "", "")
+	release := s.HoldStreams()
+	apps := make([]Application, 20)
+	for i := range apps {
+		apps[i] = demoApp(fmt.Sprintf("app-%02d", i), demoRepo, "apps/demo")
+	}
+	if err := s.AddApps(apps); err != nil {
+		t.Fatal(err)
+	}
+	// 20 ADDED (and the reconciliations' MODIFIED) were published; the one
+	// the stream holds and 5 in its buffer survive.
+	if d := s.DroppedEvents(); d < 14 {
+		t.Fatalf("DroppedEvents = %d, want >= 14", d)
+	}
+	release()
+	for i := 0; i < 6; i++ {
+		m := st.next()
+		if want := fmt.Sprintf("app-%02d", i); m.Result == nil || m.Result.Type != EventAdded || m.Result.Application.Metadata.Name != want {
+			t.Fatalf("event %d: %s, want ADDED %s (the buffer keeps the oldest)", i, m.raw, want)
+		}
+	}
+	select {
+	case m := <-st.msgs:
+		t.Fatalf("a dropped event was delivered: %s", m.raw)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// The stream was not cut and follows later changes.
+	if n := s.StreamCount(); n != 1 {
+		t.Fatalf("StreamCount = %d after the overflow, want 1", n)
+	}
+	if err := s.DeleteApp("app-07"); err != nil {
+		t.Fatal(err)
+	}
+	if m := st.next(); m.Result == nil || m.Result.Type != EventDeleted || m.Result.Application.Metadata.Name != "app-07" {
+		t.Fatalf("after the overflow: %s, want DELETED app-07", m.raw)
+	}
+	// A second release is harmless; a new hold works again.
+	release()
+	release2 := s.HoldStreams()
+	release2()
+}
+
+func TestAddAppsRejectsBadInputAtomically(t *testing.T) {
+	s, _, _ := newFake(t)
+	addDemo(t, s)
+	for _, tc := range []struct {
+		apps []Application
+		want string
+	}{
+		{[]Application{demoApp("x", demoRepo, "apps/demo"), demoApp("", demoRepo, "apps/demo")}, "app #2: metadata.name is empty"},
+		{[]Application{demoApp("y", demoRepo, "apps/demo"), demoApp("y", demoRepo, "apps/demo")}, "app #2: argocd/y is listed twice"},
+		{[]Application{demoApp("z", demoRepo, "apps/demo"), demoApp("demo", demoRepo, "apps/demo")}, "argocd/demo"},
+	} {
+		err := s.AddApps(tc.apps)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("AddApps: %v, want an error naming %q", err, tc.want)
+		}
+	}
+	if n := len(s.Apps()); n != 1 {
+		t.Fatalf("%d apps after rejected bursts, want 1 (nothing created)", n)
+	}
 }
