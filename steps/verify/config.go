@@ -211,7 +211,11 @@ func (p *parser) fields(n *yaml.Node, path string, known ...string) map[string]*
 		field := strings.TrimPrefix(path+"."+k.Value, ".")
 		switch {
 		case !slices.Contains(known, k.Value):
-			p.errf(k, field, "unknown field; known fields: %s", strings.Join(known, ", "))
+			hint := ""
+			if i := slices.IndexFunc(known, func(kn string) bool { return strings.EqualFold(kn, k.Value) }); i >= 0 {
+				hint = fmt.Sprintf(" (did you mean %q?)", known[i])
+			}
+			p.errf(k, field, "unknown field%s; known fields: %s", hint, strings.Join(known, ", "))
 		case out[k.Value] != nil:
 			p.errf(k, field, "set twice")
 		default:
