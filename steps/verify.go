@@ -52,7 +52,7 @@ func init() {
 					{Name: "failureLimit", Type: InputInt, Default: 0, Doc: "failed measurements allowed before the metric fails"},
 					{Name: "inconclusiveLimit", Type: InputInt, Default: 0, Doc: "inconclusive measurements allowed before the metric is inconclusive"},
 					{Name: "consecutiveSuccessLimit", Type: InputInt, Default: 0, Doc: "succeed once this many measurements in a row were good (0: run all)"},
-					{Name: "baseline", Type: InputString, Enum: []string{"", "none", "last"}, Doc: "last: also query the same window length before the promotion, as baseline"},
+					{Name: "baseline", Type: InputString, Doc: "last (or LAST): also query the same window length before the promotion, as baseline; none: no baseline"},
 					{Name: "failOnNoAnalysis", Type: InputString, Default: noDataInconclusive,
 						Doc: "when a query returns no data: fail, pass or inconclusive (true = fail, false = pass)"},
 				}}},
