@@ -28,11 +28,20 @@ type App struct {
 	ok     float64
 	errors float64
 	rps    float64
+	labels string // extra labels of every series, e.g. app="web-prod"
 }
 
 // NewApp starts a target serving /metrics with the given error ratio and 100 requests/s.
 func NewApp(ratio float64) *App {
 	a := &App{ratio: ratio, last: time.Now(), rps: 100}
+	a.Server = httptest.NewServer(http.HandlerFunc(a.serve))
+	return a
+}
+
+// NewAppLabelled is NewApp whose series also carry labels (Prometheus label syntax without
+// braces, e.g. `app="web-prod"`), for queries that select an app by name.
+func NewAppLabelled(ratio float64, labels string) *App {
+	a := &App{ratio: ratio, last: time.Now(), rps: 100, labels: labels + ","}
 	a.Server = httptest.NewServer(http.HandlerFunc(a.serve))
 	return a
 }
@@ -64,7 +73,7 @@ func (a *App) serve(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	fmt.Fprintf(w, "# HELP http_requests_total Requests served.\n# TYPE http_requests_total counter\n")
-	fmt.Fprintf(w, "http_requests_total{code=\"200\"} %g\nhttp_requests_total{code=\"500\"} %g\n", ok, bad)
+	fmt.Fprintf(w, "http_requests_total{%scode=\"200\"} %g\nhttp_requests_total{%scode=\"500\"} %g\n", a.labels, ok, a.labels, bad)
 }
 
 // Prometheus is a real Prometheus server (the Debian package's binary) on loopback.
