@@ -19,6 +19,13 @@ import (
 // with --metrics).
 const ServiceMetrics = "metrics"
 
+// MetricsRoutePrefix marks a worker's route (worker Info.Connectors) as a metrics connector it
+// holds, so that a run naming one no live worker holds is refused at start.
+const MetricsRoutePrefix = "metrics:"
+
+// MetricsRoute is the route a worker holding metrics connector name advertises.
+func MetricsRoute(name string) string { return MetricsRoutePrefix + name }
+
 // MetricsConnectors resolves a metrics connector name to its backend; *verify.Set and
 // verify.Static implement it.
 type MetricsConnectors interface {

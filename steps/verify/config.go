@@ -97,17 +97,22 @@ type Set struct {
 // Static serves fixed providers by connector name (tests, the dev sandbox).
 type Static map[string]Provider
 
-// Provider returns the provider of connector name.
-func (s Static) Provider(_ context.Context, name string) (Provider, error) {
-	if p, ok := s[name]; ok {
-		return p, nil
-	}
+// Names lists the connector names, sorted.
+func (s Static) Names() []string {
 	names := make([]string, 0, len(s))
 	for n := range s {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	return nil, fmt.Errorf("no metrics connector %q (have: %v)", name, names)
+	return names
+}
+
+// Provider returns the provider of connector name.
+func (s Static) Provider(_ context.Context, name string) (Provider, error) {
+	if p, ok := s[name]; ok {
+		return p, nil
+	}
+	return nil, fmt.Errorf("no metrics connector %q (have: %v)", name, s.Names())
 }
 
 // Names lists the connectors in file order.
