@@ -423,6 +423,20 @@ func runVerify(ctx context.Context, sc *Context) (Result, error) {
 			memo.Start = cfg.start.UTC()
 		}
 	}
+	if !sc.Deadline.IsZero() && sc.Wake == 0 {
+		// A timeout shorter than the measurements would end the step half-way as "timed
+		// out"; say so now, with what the timeout must be.
+		var last time.Time
+		for _, spec := range cfg.metrics {
+			if end := memo.Start.Add(time.Duration(spec.Count) * spec.Interval); end.After(last) {
+				last = end
+			}
+		}
+		if sc.Deadline.Before(last) {
+			return Result{}, Terminalf("the step's timeout ends at %s, before its last measurement at %s: set the step's timeout to at least %s",
+				sc.Deadline.UTC().Format(time.TimeOnly), last.UTC().Format(time.TimeOnly), last.Sub(memo.Start).Round(time.Second)+time.Minute)
+		}
+	}
 	providers := map[string]verify.Provider{}
 	for _, spec := range cfg.metrics {
 		if memo.Metrics[spec.Name] == nil {

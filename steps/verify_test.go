@@ -457,3 +457,14 @@ func TestVerifyChartEscapes(t *testing.T) {
 		}
 	}
 }
+
+// A step timeout shorter than its measurements is named at once, not discovered half-way.
+func TestVerifyTimeoutShorterThanMeasurements(t *testing.T) {
+	in := map[string]any{"metrics": []any{map[string]any{"name": "errors", "provider": "dd", "query": "avg:x{a:b}", "interval": "1m", "count": 10, "failureCondition": "result > 1"}}}
+	sc := &Context{StepID: "verify", Inputs: jobInputs(t, in), Deadline: time.Now().Add(5 * time.Minute),
+		Services: NewServices(map[string]any{ServiceMetrics: verify.Static{}}), Log: slog.New(slog.DiscardHandler)}
+	_, err := runVerify(context.Background(), sc)
+	if !IsTerminal(err) || !strings.Contains(err.Error(), "set the step's timeout to at least 11m0s") {
+		t.Fatalf("err = %v", err)
+	}
+}
