@@ -151,6 +151,9 @@ func verifyChart(spec metricSpec, st *metricState, start time.Time) string {
 			fmt.Fprintf(&b, `<polyline fill="none" %s points="%s"/>`, attrs, strings.Join(pts, " "))
 		}
 	}
+	if spec.Baseline {
+		fmt.Fprintf(&b, `<text x="%s" y="18" text-anchor="end" fill="#57606a">%s</text>`, f(chartLeft+chartPlotW), esc("dotted: baseline (same window before the promotion)"))
+	}
 	line(func(m Measurement) *float64 { return m.Baseline }, `stroke="#8c959f" stroke-dasharray="3 3"`)
 	line(func(m Measurement) *float64 { return m.Value }, `stroke="#24292f" stroke-width="1.5"`)
 	for _, m := range st.Measurements {
