@@ -14,14 +14,19 @@ import (
 	"github.com/prflow/prflow/scm/transport"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/notify"
+	"github.com/prflow/prflow/steps/verify"
 	"github.com/prflow/prflow/steps/worker"
+
+	// Metrics backends of the Verify step register themselves.
+	_ "github.com/prflow/prflow/steps/verify/datadog"
+	_ "github.com/prflow/prflow/steps/verify/prometheus"
 )
 
 func newWorker(g *globals) *cobra.Command {
 	w := &worker.Worker{}
 	var ackWait time.Duration
 	var maxDeliver int
-	var connectorsFile, notifiersFile string
+	var connectorsFile, notifiersFile, metricsFile string
 	var embedded bool
 	var listen string
 	cmd := &cobra.Command{
@@ -87,6 +92,14 @@ func newWorker(g *globals) *cobra.Command {
 				svc[steps.ServiceNotify], svc[steps.ServiceNotifyMarks] = set, marks
 				w.Secrets = append(w.Secrets, set.Secrets()...)
 			}
+			if metricsFile != "" {
+				set, err := verify.Load(metricsFile, nil)
+				if err != nil {
+					return err
+				}
+				svc[steps.ServiceMetrics] = set
+				w.Secrets = append(w.Secrets, set.Secrets()...)
+			}
 			b, err := queue.OpenBuckets(ctx, conn.JS)
 			if err != nil {
 				return err
@@ -105,6 +118,7 @@ func newWorker(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&connectorsFile, "connectors", "", "connectors file: forges this worker can reach and their credentials")
 	f.StringVar(&notifiersFile, "notifiers", "", "notifiers file: the notification channels (Slack, webhook, email) this worker sends to, with their secrets")
+	f.StringVar(&metricsFile, "metrics", "", "metrics connectors file: the Prometheus and Datadog servers the Verify step queries, with their credentials")
 	f.StringVar(&listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9090; empty: none)")
 	f.BoolVar(&embedded, "embedded", false, "without --nats, run on a private embedded NATS server (tests and demos only: no controller reaches it)")
 	f.StringSliceVar(&w.Pools, "pool", []string{"default"}, "worker pools to take jobs from (repeatable)")

@@ -87,6 +87,16 @@ func pipelineNeeds(p *pipelines.Pipeline, reg *steps.Registry, trig *pipelines.T
 			for _, k := range []string{"agentId", "agent"} {
 				addAgent(literal(sp.With.Map[k]))
 			}
+			// Verify's metrics connectors are on the workers too (advertised as routes).
+			if def, ok := reg.Lookup(sp.Type); ok && def.Type == "Verify" && sp.With.Map["metrics"] != nil {
+				for _, e := range sp.With.Map["metrics"].List {
+					if e != nil && e.Map != nil {
+						if name := literal(e.Map["provider"]); name != "" {
+							addConn(pool, steps.MetricsRoute(name))
+						}
+					}
+				}
+			}
 			if list := sp.With.Map["applicationsList"]; list != nil {
 				for _, e := range list.List {
 					if e == nil || e.Map == nil {

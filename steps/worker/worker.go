@@ -114,6 +114,9 @@ func (w *Worker) Run(ctx context.Context, conn *queue.Conn) error {
 	w.Tuning = withDefaults(w.Tuning)
 	if w.Connectors == nil {
 		w.Connectors = connectorNames(w.Services.Get(steps.ServiceSCM))
+		for _, n := range connectorNames(w.Services.Get(steps.ServiceMetrics)) {
+			w.Connectors = append(w.Connectors, steps.MetricsRoute(n)) // checked at run start
+		}
 	}
 	w.Connectors = slices.Sorted(slices.Values(w.Connectors))
 	if w.Channels == nil {
