@@ -99,9 +99,17 @@ func build(in *inputs, mk *marks, now time.Time) *built {
 	}
 	// Apps the agents report for an environment no pipeline declares (labelled with it and
 	// owned by an ApplicationSet) make that environment known too.
+	appSets := map[string]string{}
 	for _, st := range in.apps {
-		if env := st.Labels[labelEnvRef]; env != "" && st.ApplicationSet != "" && accs[env] == nil {
-			acc(env).appSet = st.ApplicationSet
+		if env := st.Labels[labelEnvRef]; env != "" && st.ApplicationSet != "" {
+			if cur, ok := appSets[env]; !ok || st.ApplicationSet < cur {
+				appSets[env] = st.ApplicationSet
+			}
+		}
+	}
+	for env, set := range appSets {
+		if a := acc(env); a.appSet == "" {
+			a.appSet = set
 		}
 	}
 	parents := map[string]string{} // repo@branch/commit → its push's before
