@@ -64,15 +64,15 @@ func envErr(w http.ResponseWriter, err error) {
 func (c *Controller) apiEnvironments(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), envWait)
 	defer cancel()
-	envs, err := c.envs.List(ctx)
+	// Encoded once per change of the model: 200 environments of 5 apps are about 1 MB.
+	data, err := c.envs.ListJSON(ctx)
 	if err != nil {
 		envErr(w, err)
 		return
 	}
-	if envs == nil {
-		envs = []environments.Environment{}
-	}
-	writeJSON(w, http.StatusOK, envs)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
 }
 
 func (c *Controller) apiEnvironment(w http.ResponseWriter, r *http.Request) {

@@ -54,6 +54,7 @@ type built struct {
 	envs    []Environment
 	byName  map[string]int
 	history map[string][]Promotion // computed from the runs, newest first
+	json    []byte                 // envs as JSON, encoded once per build (ListJSON)
 }
 
 // envAcc gathers one environment's facts during a build.
@@ -378,7 +379,9 @@ func (a *envAcc) liveApps(in *inputs, mk *marks, desired string, earlier []strin
 		if env != "" && !strings.EqualFold(env, a.name) {
 			continue // another environment's app on a shared cluster
 		}
-		mine := env != "" && st.ApplicationSet != "" && (a.appSet == "" || st.ApplicationSet == a.appSet)
+		// An app labelled with the environment belongs to it, whatever ApplicationSet owns
+		// it (several services' pipelines promote one dev).
+		mine := env != ""
 		if !mine && a.appSet != "" && st.ApplicationSet == a.appSet {
 			ag, ok := clusters[st.Cluster]
 			if !ok {

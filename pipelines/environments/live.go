@@ -390,6 +390,10 @@ func (m *Model) rebuild(ctx context.Context) {
 	}
 
 	enc, _ := json.Marshal(b.envs)
+	if b.envs == nil {
+		enc = []byte("[]")
+	}
+	b.json = enc
 	m.snap.Store(b)
 	m.mu.Lock()
 	same := string(enc) == string(m.lastJSON)
@@ -441,6 +445,16 @@ func (m *Model) List(ctx context.Context) ([]Environment, error) {
 		return nil, err
 	}
 	return slices.Clone(b.envs), nil
+}
+
+// ListJSON is List as a JSON array, encoded once per change rather than once per request.
+// The bytes are shared: callers must not change them.
+func (m *Model) ListJSON(ctx context.Context) ([]byte, error) {
+	b, err := m.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return b.json, nil
 }
 
 // Get implements Reader.
