@@ -113,16 +113,27 @@ func build(in *inputs, mk *marks, now time.Time) *built {
 			a.appSet = set
 		}
 	}
-	parents := map[string]string{} // repo@branch/commit → its push's before
-	for _, p := range in.pushes {
+	ix := &index{parents: map[string]string{}, pushes: map[string][]int{}, byEnv: map[string][]string{}, bySet: map[string][]string{}}
+	for i, p := range in.pushes {
+		bk := branchKey(p.repo, p.branch)
 		if p.before != "" && p.after != "" {
-			parents[branchKey(p.repo, p.branch)+"/"+p.after] = p.before
+			ix.parents[bk+"/"+p.after] = p.before
+		}
+		for _, f := range p.files {
+			ix.pushes[bk+"|"+f] = append(ix.pushes[bk+"|"+f], i)
+		}
+	}
+	for key, st := range in.apps {
+		if env := st.Labels[labelEnvRef]; env != "" {
+			ix.byEnv[strings.ToLower(env)] = append(ix.byEnv[strings.ToLower(env)], key)
+		} else if st.ApplicationSet != "" {
+			ix.bySet[st.ApplicationSet] = append(ix.bySet[st.ApplicationSet], key)
 		}
 	}
 
 	out := &built{byName: map[string]int{}, history: map[string][]Promotion{}}
 	for _, a := range accs {
-		e, hist := a.environment(in, mk, ours, parents, now)
+		e, hist := a.environment(in, mk, ours, ix, now)
 		out.envs = append(out.envs, e)
 		if len(hist) > 0 {
 			out.history[a.name] = hist
@@ -142,6 +153,14 @@ func build(in *inputs, mk *marks, now time.Time) *built {
 	return out
 }
 
+// index finds what belongs to an environment without going through everything.
+type index struct {
+	parents map[string]string   // repo@branch/commit → its push's before
+	pushes  map[string][]int    // repo@branch|file → the pushes (in.pushes) that touched it
+	byEnv   map[string][]string // lower-case envRef label → prflow-apps keys
+	bySet   map[string][]string // ApplicationSet → keys of its apps without the label
+}
+
 // labelEnvRef is the label Harness (and FetchLinkedApps) tie an app to its environment with.
 const labelEnvRef = "harness.io/envRef"
 
@@ -155,7 +174,7 @@ type timed struct {
 	p      *pushEvent // a change made outside prflow
 }
 
-func (a *envAcc) environment(in *inputs, mk *marks, ours map[string]bool, parents map[string]string, now time.Time) (Environment, []Promotion) {
+func (a *envAcc) environment(in *inputs, mk *marks, ours map[string]bool, ix *index, now time.Time) (Environment, []Promotion) {
 	e := Environment{Name: a.name, ApplicationSet: a.appSet, Order: 1 << 20}
 	var files []string
 	addFile := func(f string) {
@@ -215,13 +234,15 @@ func (a *envAcc) environment(in *inputs, mk *marks, ours map[string]bool, parent
 	e.Desired.Files = files
 	bk := branchKey(e.Desired.Repo, e.Desired.Branch)
 	if e.Desired.Repo != "" && e.Desired.Branch != "" {
-		for i := range in.pushes {
-			p := &in.pushes[i]
-			if branchKey(p.repo, p.branch) != bk || ours[p.after] {
-				continue
-			}
-			if touched := intersect(p.files, files); len(touched) > 0 {
-				events = append(events, timed{at: p.at, p: &pushEvent{repo: p.repo, branch: p.branch, before: p.before, after: p.after, sender: p.sender, at: p.at, files: touched}})
+		seen := map[int]bool{}
+		for _, f := range files {
+			for _, i := range ix.pushes[bk+"|"+f] {
+				p := &in.pushes[i]
+				if seen[i] || ours[p.after] {
+					continue
+				}
+				seen[i] = true
+				events = append(events, timed{at: p.at, p: &pushEvent{repo: p.repo, branch: p.branch, before: p.before, after: p.after, sender: p.sender, at: p.at, files: intersect(p.files, files)}})
 			}
 		}
 	}
@@ -318,7 +339,7 @@ func (a *envAcc) environment(in *inputs, mk *marks, ours map[string]bool, parent
 	}
 	sortHistory(hist)
 
-	e.Apps = a.liveApps(in, mk, d.Commit, earlier, parents, bk, now)
+	e.Apps = a.liveApps(in, mk, ix, d.Commit, earlier, bk, now)
 	e.State, e.Drift = state(&e, active, mk, now)
 	return e, hist
 }
@@ -359,7 +380,7 @@ func intersect(a, b []string) []string {
 
 // liveApps is what the agents report for the environment's apps: those its newest stage
 // linked, those of its ApplicationSet on its clusters, and those labelled with its name.
-func (a *envAcc) liveApps(in *inputs, mk *marks, desired string, earlier []string, parents map[string]string, bk string, now time.Time) []App {
+func (a *envAcc) liveApps(in *inputs, mk *marks, ix *index, desired string, earlier []string, bk string, now time.Time) []App {
 	for i := len(a.facts) - 1; i >= 0; i-- {
 		if len(a.facts[i].apps) > 0 {
 			for _, r := range a.facts[i].apps {
@@ -374,28 +395,28 @@ func (a *envAcc) liveApps(in *inputs, mk *marks, desired string, earlier []strin
 			clusters[c.Name] = c.Agent
 		}
 	}
-	for key, st := range in.apps {
-		env := st.Labels[labelEnvRef]
-		if env != "" && !strings.EqualFold(env, a.name) {
-			continue // another environment's app on a shared cluster
-		}
-		// An app labelled with the environment belongs to it, whatever ApplicationSet owns
-		// it (several services' pipelines promote one dev).
-		mine := env != ""
-		if !mine && a.appSet != "" && st.ApplicationSet == a.appSet {
+	// An app labelled with the environment belongs to it, whatever ApplicationSet owns it
+	// (several services' pipelines promote one dev); an unlabelled app of its ApplicationSet
+	// belongs to it when it runs on one of its clusters, through that cluster's agent.
+	for _, key := range ix.byEnv[strings.ToLower(a.name)] {
+		st := in.apps[key]
+		a.apps[key] = appRef{agent: st.Agent, ref: st.Ref()}
+	}
+	if a.appSet != "" {
+		for _, key := range ix.bySet[a.appSet] {
+			st := in.apps[key]
 			ag, ok := clusters[st.Cluster]
 			if !ok {
 				ag, ok = clusters[st.ClusterServer]
 			}
-			mine = ok && ag == st.Agent
-		}
-		if mine {
-			a.apps[key] = appRef{agent: st.Agent, ref: st.Ref()}
+			if ok && ag == st.Agent {
+				a.apps[key] = appRef{agent: st.Agent, ref: st.Ref()}
+			}
 		}
 	}
 	out := make([]App, 0, len(a.apps))
 	for key, r := range a.apps {
-		out = append(out, liveApp(in, mk, key, r, desired, earlier, parents, bk, now))
+		out = append(out, liveApp(in, mk, key, r, desired, earlier, ix.parents, bk, now))
 	}
 	slices.SortFunc(out, func(x, y App) int { return cmp.Or(cmp.Compare(x.Agent, y.Agent), cmp.Compare(x.Name, y.Name)) })
 	return out

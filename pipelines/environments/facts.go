@@ -1,7 +1,6 @@
 package environments
 
 import (
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -210,14 +209,10 @@ func runFacts(r *pipelines.Run, p *pipelines.Pipeline) []stageFacts {
 	return out
 }
 
+// str is v when it is a string; anything else (a malformed output) is no value.
 func str(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case nil:
-		return ""
-	}
-	return fmt.Sprint(v)
+	s, _ := v.(string)
+	return s
 }
 
 // editsOf reads the edits output (steps.EditedKeys) and the replaced values some versions
