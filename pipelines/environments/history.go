@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,12 +31,15 @@ type storedHistory struct {
 	Promotions  []Promotion `json:"promotions"`
 }
 
-// store puts p into its environment's history, replacing an entry of the same run and stage.
-func (m *Model) store(ctx context.Context, p Promotion) error {
-	if b, _ := json.Marshal(p.Inputs); len(b) > maxInputBytes {
-		p.Inputs = nil
+// store puts ps into env's history, replacing entries of the same run and stage.
+func (m *Model) store(ctx context.Context, env string, ps []Promotion) error {
+	ps = slices.Clone(ps)
+	for i := range ps {
+		if b, _ := json.Marshal(ps[i].Inputs); len(b) > maxInputBytes {
+			ps[i].Inputs = nil
+		}
 	}
-	key := queue.EnvHistoryKey(p.Environment)
+	key := queue.EnvHistoryKey(env)
 	for range 20 {
 		var h storedHistory
 		var rev uint64
@@ -50,14 +54,14 @@ func (m *Model) store(ctx context.Context, p Promotion) error {
 				return fmt.Errorf("%s/%s: %w", queue.BucketEnvs, key, err)
 			}
 		}
-		next := merge(h.Promotions, []Promotion{p})
+		next := merge(h.Promotions, ps)
 		if len(next) > MaxHistory {
 			next = next[:MaxHistory]
 		}
 		if reflect.DeepEqual(roundTrip(next), roundTrip(h.Promotions)) {
 			return nil // stored already (by another replica), or older than the last kept
 		}
-		data, err := json.Marshal(storedHistory{Environment: p.Environment, Promotions: next})
+		data, err := json.Marshal(storedHistory{Environment: env, Promotions: next})
 		if err != nil {
 			return err
 		}
@@ -106,10 +110,10 @@ func merge(base, add []Promotion) []Promotion {
 	return out
 }
 
-func (m *Model) applyHistory(_ context.Context, e jetstream.KeyValueEntry) {
+func (m *Model) applyHistory(_ context.Context, e jetstream.KeyValueEntry) bool {
 	var h storedHistory
 	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &h) != nil || h.Environment == "" {
-		return
+		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -119,4 +123,5 @@ func (m *Model) applyHistory(_ context.Context, e jetstream.KeyValueEntry) {
 		enc, _ := json.Marshal(p)
 		m.written[p.Run+"/"+p.Stage] = string(enc)
 	}
+	return true
 }

@@ -51,6 +51,7 @@ type Model struct {
 	mu       sync.Mutex // guards what the watchers fill in
 	runs     map[string]runEntry
 	specs    map[string][]envDecl // spec hash → environments
+	pipeEnvs map[string]bool      // pipeline → whether its last run seen has environments
 	apps     map[string]*agent.AppStatus
 	views    map[string]agent.View
 	pushes   []pushEvent
@@ -83,7 +84,7 @@ func New(src Sources) *Model {
 		src.Log = slog.Default()
 	}
 	return &Model{src: src, ready: make(chan struct{}), nudge: make(chan struct{}, 1), subs: map[chan struct{}]struct{}{},
-		runs: map[string]runEntry{}, specs: map[string][]envDecl{}, apps: map[string]*agent.AppStatus{}, views: map[string]agent.View{},
+		runs: map[string]runEntry{}, specs: map[string][]envDecl{}, pipeEnvs: map[string]bool{}, apps: map[string]*agent.AppStatus{}, views: map[string]agent.View{},
 		stored: map[string][]Promotion{}, marks: newMarks(), written: map[string]string{}}
 }
 
@@ -92,6 +93,9 @@ func (m *Model) Ready() <-chan struct{} { return m.ready }
 
 // Nudge asks for a rebuild (the server's pipelines changed).
 func (m *Model) Nudge() {
+	if m == nil {
+		return
+	}
 	select {
 	case m.nudge <- struct{}{}:
 	default:
@@ -102,7 +106,7 @@ func (m *Model) Nudge() {
 func (m *Model) Run(ctx context.Context) error {
 	type watch struct {
 		kv    jetstream.KeyValue
-		apply func(context.Context, jetstream.KeyValueEntry)
+		apply func(context.Context, jetstream.KeyValueEntry) bool // whether it may change the environments
 	}
 	watches := []watch{{m.src.Runs, m.applyRun}, {m.src.Apps, m.applyApp}, {m.src.Agents, m.applyAgent}, {m.src.History, m.applyHistory}}
 	var wg sync.WaitGroup
@@ -126,8 +130,7 @@ func (m *Model) Run(ctx context.Context) error {
 					}
 					continue
 				}
-				w.apply(ctx, e)
-				if replayed {
+				if w.apply(ctx, e) && replayed {
 					m.Nudge()
 				}
 			}
@@ -176,13 +179,14 @@ func (m *Model) Run(ctx context.Context) error {
 	}
 }
 
-func (m *Model) applyRun(ctx context.Context, e jetstream.KeyValueEntry) {
+func (m *Model) applyRun(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	id := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		m.mu.Lock()
+		_, had := m.runs[id]
 		delete(m.runs, id)
 		m.mu.Unlock()
-		return
+		return had
 	}
 	var head struct {
 		Spec     string    `json:"spec"`
@@ -190,25 +194,31 @@ func (m *Model) applyRun(ctx context.Context, e jetstream.KeyValueEntry) {
 		Created  time.Time `json:"created"`
 	}
 	if err := json.Unmarshal(e.Value(), &head); err != nil || head.Spec == "" {
-		return
+		return false
 	}
 	decls, p, err := m.declsOf(ctx, head.Spec)
 	if err != nil {
 		m.src.Log.Warn("environments: pipeline of run not readable", "run", id, "spec", head.Spec, "err", err)
-		return
+		return false
 	}
 	re := runEntry{pipeline: head.Pipeline, spec: head.Spec, created: head.Created}
 	if len(decls) > 0 {
 		var r pipelines.Run
 		if err := json.Unmarshal(e.Value(), &r); err != nil {
 			m.src.Log.Warn("environments: run state not readable", "run", id, "err", err)
-			return
+			return false
 		}
 		re.facts = runFacts(&r, p)
 	}
 	m.mu.Lock()
+	prev := m.runs[id]
 	m.runs[id] = re
+	hadEnvs := m.pipeEnvs[head.Pipeline]
+	m.pipeEnvs[head.Pipeline] = len(decls) > 0
 	m.mu.Unlock()
+	// A run of a pipeline without environments changes nothing here (most runs, under load),
+	// unless its pipeline had environments before (they may be gone now).
+	return len(decls) > 0 || len(prev.facts) > 0 || hadEnvs
 }
 
 // declsOf returns the environments of a stored pipeline (read once per spec hash).
@@ -229,26 +239,30 @@ func (m *Model) declsOf(ctx context.Context, spec string) ([]envDecl, *pipelines
 	return d, p, nil
 }
 
-func (m *Model) applyApp(_ context.Context, e jetstream.KeyValueEntry) {
+func (m *Model) applyApp(_ context.Context, e jetstream.KeyValueEntry) bool {
 	var st agent.AppStatus
 	gone := e.Operation() != jetstream.KeyValuePut || agent.DecodeStatus(e.Value(), &st) != nil || st.Gone()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if gone {
 		delete(m.apps, e.Key())
-		return
+		return true
 	}
 	m.apps[e.Key()] = &st
+	return true
 }
 
-func (m *Model) applyAgent(ctx context.Context, e jetstream.KeyValueEntry) {
+func (m *Model) applyAgent(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	var r agent.Registration
-	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &r) == nil && r.Agent != "" {
-		v := m.src.View(ctx, r.Agent)
-		m.mu.Lock()
-		m.views[r.Agent] = v
-		m.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &r) != nil || r.Agent == "" {
+		return false // a removed registration: the next view refresh tells
 	}
+	v := m.src.View(ctx, r.Agent)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, ok := m.views[r.Agent]
+	m.views[r.Agent] = v
+	return !ok || old != v
 }
 
 // refreshViews reads the view of every agent an app record or a pipeline names.
@@ -319,6 +333,14 @@ func (m *Model) consumePushes(ctx context.Context, caughtUp func()) {
 		if err != nil {
 			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
 				once()
+				continue
+			}
+			if ctx.Err() == nil {
+				m.src.Log.Warn("environments: read push events", "err", err)
+				select { // not a busy loop while NATS is away
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
 			}
 			continue
 		}
@@ -365,42 +387,43 @@ func (m *Model) rebuild(ctx context.Context) {
 		in.decls[p.Name] = declared(p) // the server's version of a pipeline wins over old runs'
 	}
 	b := build(in, m.marks, time.Now())
-	var dirty []Promotion
-	for _, h := range b.history {
+	dirty := map[string][]Promotion{}
+	for env, h := range b.history {
 		for _, p := range h {
 			enc, _ := json.Marshal(p)
 			if m.written[p.Run+"/"+p.Stage] != string(enc) {
-				dirty = append(dirty, p)
+				dirty[env] = append(dirty[env], p)
 			}
 		}
 	}
-	m.mu.Unlock()
-
-	for _, p := range dirty {
-		if err := m.store(ctx, p); err != nil {
-			if ctx.Err() == nil {
-				m.src.Log.Warn("environments: history not stored; will try again on the next change", "environment", p.Environment, "run", p.Run, "stage", p.Stage, "err", err)
-			}
-			continue
-		}
-		enc, _ := json.Marshal(p)
-		m.mu.Lock()
-		m.written[p.Run+"/"+p.Stage] = string(enc)
-		m.mu.Unlock()
-	}
-
 	enc, _ := json.Marshal(b.envs)
 	if b.envs == nil {
 		enc = []byte("[]")
 	}
 	b.json = enc
-	m.snap.Store(b)
-	m.mu.Lock()
 	same := string(enc) == string(m.lastJSON)
 	m.lastJSON = enc
 	m.mu.Unlock()
+
+	// Readers get the new state first; the history is stored after (it is served from the
+	// build meanwhile, see History).
+	m.snap.Store(b)
 	if !same || len(dirty) > 0 {
 		m.notify()
+	}
+	for env, ps := range dirty {
+		if err := m.store(ctx, env, ps); err != nil {
+			if ctx.Err() == nil {
+				m.src.Log.Warn("environments: history not stored; will try again on the next change", "environment", env, "err", err)
+			}
+			continue
+		}
+		m.mu.Lock()
+		for _, p := range ps {
+			enc, _ := json.Marshal(p)
+			m.written[p.Run+"/"+p.Stage] = string(enc)
+		}
+		m.mu.Unlock()
 	}
 }
 
