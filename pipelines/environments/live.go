@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/deploy/agent"
@@ -331,7 +332,7 @@ func (m *Model) consumePushes(ctx context.Context, caughtUp func()) {
 	for ctx.Err() == nil {
 		msg, err := oc.Next(jetstream.FetchMaxWait(time.Second))
 		if err != nil {
-			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
+			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 				once()
 				continue
 			}
