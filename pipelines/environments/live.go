@@ -165,7 +165,8 @@ func (m *Model) Run(ctx context.Context) error {
 			wg.Wait()
 			return nil
 		case <-views.C:
-			m.refreshViews(ctx)
+			m.refreshViews(ctx) // nudges when a view changed
+			continue
 		case <-m.nudge:
 		}
 		if wait := coalesce - time.Since(last); wait > 0 {
