@@ -131,3 +131,41 @@ func BenchmarkBuild(b *testing.B) {
 		}
 	}
 }
+
+// TestHistoryResults: every ended environment stage is one entry with its result; a stage
+// that never started, or was skipped, is none; an already-promoted stage keeps the commit that
+// held the values as the desired one.
+func TestHistoryResults(t *testing.T) {
+	now := time.Now()
+	f := func(run string, st pipelines.Status, started bool) stageFacts {
+		x := stageFacts{run: run, pipeline: "p", stage: "dev", env: "dev", status: st, ended: now}
+		if started {
+			x.started = now.Add(-time.Minute)
+		}
+		return x
+	}
+	already := f("r-already", pipelines.StSucceeded, true)
+	already.already, already.revision = true, "c0ffee"
+	already.edits = []edit{{File: "envs/dev/config.json", Key: "image.tag", Value: "1.0"}}
+	in := &inputs{decls: map[string][]envDecl{"p": {{name: "dev", pipeline: "p"}}}, facts: map[string][]stageFacts{
+		"r-already": {already}, "r-cancel": {f("r-cancel", pipelines.StCancelled, true)}, "r-failed": {f("r-failed", pipelines.StFailed, true)},
+		"r-rb": {f("r-rb", pipelines.StRolledBack, true)}, "r-skip": {f("r-skip", pipelines.StSkipped, true)},
+		"r-notrun": {f("r-notrun", pipelines.StNotRun, false)}, "r-running": {f("r-running", pipelines.StRunning, true)},
+	}, apps: map[string]*agent.AppStatus{}, views: map[string]agent.View{}}
+	b := build(in, newMarks(), now)
+	got := map[string]string{}
+	for _, p := range b.history["dev"] {
+		got[p.Run] = p.Result
+		if p.Run == "r-rb" && !p.RolledBack {
+			t.Errorf("rolled back stage not marked: %+v", p)
+		}
+	}
+	want := map[string]string{"r-already": "alreadyPromoted", "r-cancel": "cancelled", "r-failed": "failed", "r-rb": "rolledBack"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("results %v, want %v", got, want)
+	}
+	dev := b.envs[b.byName["dev"]]
+	if dev.Desired.Commit != "c0ffee" || len(dev.Desired.Values) != 1 || dev.State != "unknown" {
+		t.Errorf("already promoted: %+v state %s", dev.Desired, dev.State)
+	}
+}
