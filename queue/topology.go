@@ -207,6 +207,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 		mergeQueueBucketConfig(replicas),
 		notifyBucketConfig(replicas),
 		idempotencyBucketConfig(replicas),
+		envsBucketConfig(replicas),
 		{Bucket: BucketMeta, History: 1, Description: "topology schema marker"},
 	}
 	for _, kc := range buckets {

@@ -38,6 +38,7 @@ const MaxRequest = 2 << 20
 //	GET  /api/v1/schema               the pipeline JSON Schema (no token needed)
 //	POST /api/v1/pipelines/check      check a pipeline {file, source, inputs} as a start would, start nothing
 //	GET  /api/v1/openapi.json         this list as an OpenAPI document (no token needed)
+//	GET  /api/v1/environments[/{name}[/history]]  what runs where (environments.go)
 //	GET  /healthz /readyz /metrics
 func (c *Controller) Handler(auth *Auth) http.Handler {
 	mux := http.NewServeMux()
@@ -96,6 +97,9 @@ func (c *Controller) routes() []route {
 		{pattern: "GET /api/v1/schema", handler: c.apiSchema, public: true}, // public, like the schema file itself
 		{pattern: "POST /api/v1/pipelines/check", handler: c.apiCheck},
 		{pattern: "GET /api/v1/openapi.json", handler: c.apiOpenAPI, public: true},
+		{pattern: "GET /api/v1/environments", handler: c.apiEnvironments}, // environments.go
+		{pattern: "GET /api/v1/environments/{name}", handler: c.apiEnvironment},
+		{pattern: "GET /api/v1/environments/{name}/history", handler: c.apiEnvHistory},
 	}
 }
 

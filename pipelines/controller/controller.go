@@ -23,6 +23,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/audit"
+	"github.com/prflow/prflow/pipelines/environments"
 	"github.com/prflow/prflow/pipelines/policy"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
@@ -78,6 +79,7 @@ type Controller struct {
 	triggers atomic.Pointer[TriggerSet] // pipelines started by webhooks (scmevents.go)
 	feedback atomic.Pointer[Feedback]   // commit statuses and PR comments (feedback.go)
 	idem     idempotency                // Idempotency-Key of run starts (idempotency.go)
+	envs     *environments.Model        // what runs where (environments.go)
 }
 
 type parkRef struct {
@@ -151,6 +153,9 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 		return nil, err
 	}
 	c.metrics.gauges(c.queueDepth, c.liveWorkers)
+	if err := c.newEnvironments(ctx); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -257,7 +262,13 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("watch merge queues: %w", err)
 	}
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
+	go func() {
+		defer wg.Done()
+		if err := c.envs.Run(ctx); err != nil {
+			c.log.Error("environments model stopped", "err", err)
+		}
+	}()
 	go func() { defer wg.Done(); c.watchMergeQueue(ctx, mqW) }()
 	go func() { defer wg.Done(); c.consumeSCM(ctx, scmCons) }()
 	go func() { defer wg.Done(); c.watchRuns(ctx, runsW) }()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/audit"
+	"github.com/prflow/prflow/pipelines/environments"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -83,6 +84,13 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		"Signal": reflect.TypeFor[steps.Signal](), "Worker": reflect.TypeFor[worker.Info](), "LogLine": reflect.TypeFor[worker.LogLine](),
 		"StartRequest": reflect.TypeFor[StartRequest](), "CheckRequest": reflect.TypeFor[CheckRequest](), "CheckResult": reflect.TypeFor[CheckResult](),
 		"SignalRequest": reflect.TypeFor[SignalRequest](), "Error": reflect.TypeFor[apiError](), "AuditEntry": reflect.TypeFor[audit.Entry](), "HookResponse": reflect.TypeFor[hookResponse](),
+	}
+	for name, typ := range map[string]reflect.Type{ // environments.go
+		"Environment": reflect.TypeFor[environments.Environment](), "Desired": reflect.TypeFor[environments.Desired](), "EnvValue": reflect.TypeFor[environments.Value](),
+		"OutsideChange": reflect.TypeFor[environments.OutsideChange](), "App": reflect.TypeFor[environments.App](), "Drift": reflect.TypeFor[environments.Drift](),
+		"Promotion": reflect.TypeFor[environments.Promotion](), "Change": reflect.TypeFor[environments.Change](),
+	} {
+		types[name] = typ
 	}
 	for name, typ := range types {
 		s, ok := doc.Components.Schemas[name]

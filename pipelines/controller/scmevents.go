@@ -79,7 +79,10 @@ func NewTriggerSet(reg *steps.Registry, files map[string][]byte) (*TriggerSet, e
 }
 
 // SetTriggers replaces the pipelines started by webhooks (nil: none).
-func (c *Controller) SetTriggers(ts *TriggerSet) { c.triggers.Store(ts) }
+func (c *Controller) SetTriggers(ts *TriggerSet) {
+	c.triggers.Store(ts)
+	c.envs.Nudge() // their environments are listed even before a run
+}
 
 func (c *Controller) scmConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	return c.conn.JS.CreateOrUpdateConsumer(ctx, queue.StreamSCM, jetstream.ConsumerConfig{

@@ -47,6 +47,9 @@ type Desired struct {
 	Branch string   `json:"branch,omitempty"`
 	Files  []string `json:"files,omitempty"`
 	Values []Value  `json:"values,omitempty"`
+	// ValuesUnknown: the files were changed outside prflow since, and the model does not read
+	// the release repo, so it cannot say what they hold now (Values is then empty).
+	ValuesUnknown bool `json:"valuesUnknown,omitempty"`
 	// Commit is the release-branch commit that last changed the environment's files.
 	Commit string    `json:"commit,omitempty"`
 	At     time.Time `json:"at,omitzero"`

@@ -326,8 +326,8 @@ func TestBrowserApproveFromPage(t *testing.T) {
 		t.Errorf("decision line %q", got)
 	}
 	// The environments view names the run that put prod where it is.
-	run(t, ctx, "environments", chromedp.Navigate(e.URL+"/ui/environments"), chromedp.WaitVisible(`tr[data-env="prod"]`, chromedp.ByQuery))
-	if got := text(t, ctx, `tr[data-env="prod"]`); !strings.Contains(got, r.ID) {
+	run(t, ctx, "environments", chromedp.Navigate(e.URL+"/ui/environments"), chromedp.WaitVisible(`article[data-env="prod"]`, chromedp.ByQuery))
+	if got := text(t, ctx, `article[data-env="prod"]`); !strings.Contains(got, r.ID) {
 		t.Errorf("environments: prod row %q does not name run %s", got, r.ID)
 	}
 	shot(t, ctx, "environments")

@@ -53,8 +53,9 @@ stages:
         with: {mergeStrategy: squash}
 `
 
-// TestEnvironmentsView: each environment shows the value and merge commit of the newest run
-// whose stage for it succeeded, and that run; a run whose stage failed does not count.
+// TestEnvironmentsView: each environment's card shows the value and merge commit of the
+// newest run that merged a change of it, and that run; a stage that merged nothing (its
+// approval rejected) does not count.
 func TestEnvironmentsView(t *testing.T) {
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
@@ -102,21 +103,25 @@ func TestEnvironmentsView(t *testing.T) {
 		t.Fatalf("environments: %d\n%s", code, page)
 	}
 	row := func(env string) string {
-		m := regexp.MustCompile(`(?s)<tr data-env="` + env + `">(.*?)</tr>`).FindStringSubmatch(page)
-		if m == nil {
-			t.Fatalf("no row for %s:\n%s", env, page)
+		m := regexp.MustCompile(`(?s)<article class="env[^"]*" id="env-` + env + `" data-env="` + env + `".*?</article>`).FindString(page)
+		if m == "" {
+			t.Fatalf("no card for %s:\n%s", env, page)
 		}
-		return m[1]
+		return m
 	}
 	for _, tc := range []struct{ env, value, commit, run string }{
-		{"dev", "envs/dev/config.json: image.tag = 2.0", devCommit, r2.ID},
-		{"staging", "envs/staging/config.json: image.tag = 1.0", stagingCommit, r1.ID},
+		{"dev", `<code data-value="image.tag">2.0</code>`, devCommit, r2.ID},
+		{"staging", `<code data-value="image.tag">1.0</code>`, stagingCommit, r1.ID},
 	} {
 		got := row(tc.env)
-		for _, want := range []string{tc.value, `data-copy="` + tc.commit + `"`, `href="/ui/runs/` + tc.run + `"`} {
+		for _, want := range []string{tc.value, `data-commit="` + tc.commit + `"`, `by run <a href="/ui/runs/` + tc.run + `"`, "<code>envs/" + tc.env + "/config.json</code>"} {
 			if !strings.Contains(got, want) {
-				t.Errorf("%s row lacks %s:\n%s", tc.env, want, got)
+				t.Errorf("%s card lacks %s:\n%s", tc.env, want, got)
 			}
 		}
+	}
+	// Both environments belong to one promotion: one group, dev before staging.
+	if n := strings.Count(page, `<section class="envgroup"`); n != 1 || strings.Index(page, `data-env="dev"`) > strings.Index(page, `data-env="staging"`) {
+		t.Errorf("%d groups, or staging before dev:\n%s", n, page)
 	}
 }

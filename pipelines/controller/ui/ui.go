@@ -9,12 +9,15 @@
 //	GET  /ui/runs/{id}/logs          the run's step log lines, live (SSE)
 //	POST /ui/runs/{id}/cancel        cancel
 //	POST /ui/runs/{id}/decide        approve or reject a parked approval
-//	GET  /ui/environments            what each environment runs now and which run put it there
+//	GET  /ui/environments            every environment: desired beside live, drift, history
+//	GET  /ui/environments/{name}     one environment with its whole history
+//	GET  /ui/live/environments       the environments page's body on every model change (SSE; ?env=NAME: one)
 //	GET  /ui/workers                 workers and agents
 //	GET  /ui/events                  the newest webhook events: runs started, triggers that failed
 //	GET  /ui/login, POST /ui/login   the API bearer token → session cookie; POST /ui/logout
 //
-// The only script is static/app.js (EventSource and copy buttons); no Node build, no library.
+// The scripts are static/app.js (EventSource and copy buttons) and static/envs.js (the
+// environments page's EventSource); no Node build, no library.
 package ui
 
 import (
@@ -81,7 +84,9 @@ func (u *UI) Handler() http.Handler {
 	mux.Handle("GET /ui/runs/{id}/logs", u.page(u.runLogs))
 	mux.Handle("POST /ui/runs/{id}/cancel", u.action(u.cancel))
 	mux.Handle("POST /ui/runs/{id}/decide", u.action(u.decide))
-	mux.Handle("GET /ui/environments", u.page(u.envPage))
+	mux.Handle("GET /ui/environments", u.page(u.envPage)) // envs.go
+	mux.Handle("GET /ui/environments/{name}", u.page(u.envDetailPage))
+	mux.Handle("GET /ui/live/environments", u.page(u.envEvents))
 	mux.Handle("GET /ui/workers", u.page(u.workersPage))
 	mux.Handle("GET /ui/events", u.page(u.eventsPage))
 	return securityHeaders(mux)

@@ -1,0 +1,197 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prflow/prflow/pipelines/environments"
+)
+
+// The Environments page: one card per environment, grouped by ApplicationSet (or promotion),
+// desired (git) beside live (the agents), drift, and the history on click. It reads the
+// controller's environments model (memory only) and is pushed again over server-sent events
+// whenever the model changes.
+
+// historyShown is how many promotions a card's history lists; the environment's own page
+// lists them all (environments.MaxHistory).
+const historyShown = 10
+
+type envGroup struct {
+	Name  string // appset:web → "ApplicationSet web"
+	Key   string
+	Cards []envCard
+}
+
+type envCard struct {
+	environments.Environment
+	DriftSince string
+	DesiredAt  string
+	Outside    string // "changed outside prflow by … in …"
+	Apps       []envApp
+	History    []envHistory
+	More       bool // the history has more entries than shown
+	Open       bool // the history is shown open (the environment's own page)
+}
+
+type envApp struct {
+	environments.App
+	Since string
+}
+
+type envHistory struct {
+	environments.Promotion
+	Age     string
+	Changes []string // "image.tag: 1.5.0 → 1.6.0"
+}
+
+func groupLabel(g string) string {
+	switch {
+	case strings.HasPrefix(g, "appset:"):
+		return "ApplicationSet " + strings.TrimPrefix(g, "appset:")
+	case strings.HasPrefix(g, "promotion:"):
+		return "Promotion " + strings.TrimPrefix(g, "promotion:")
+	}
+	return g
+}
+
+// envTimeout bounds how long a page waits for a model still reading its buckets.
+const envTimeout = 10 * time.Second
+
+func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limit int, now time.Time) []envGroup {
+	var out []envGroup
+	for _, e := range envs {
+		if len(out) == 0 || out[len(out)-1].Key != e.Group {
+			out = append(out, envGroup{Name: groupLabel(e.Group), Key: e.Group})
+		}
+		c := envCard{Environment: e, DesiredAt: ago(e.Desired.At, now)}
+		if e.Drift != nil {
+			c.DriftSince = ago(e.Drift.Since, now)
+		}
+		if o := e.Desired.Outside; o != nil {
+			c.Outside = fmt.Sprintf("changed outside prflow by %s in %s, %s", o.Author, shortSHA(o.Commit), ago(o.At, now))
+		}
+		for _, a := range e.Apps {
+			c.Apps = append(c.Apps, envApp{App: a, Since: ago(a.Since, now)})
+		}
+		h, err := u.ctl.Environments().History(ctx, e.Name, limit+1)
+		if err == nil {
+			if len(h) > limit {
+				h, c.More = h[:limit], true
+			}
+			for _, p := range h {
+				hv := envHistory{Promotion: p, Age: ago(p.At, now)}
+				for _, ch := range p.Changes {
+					old := "?"
+					if ch.Old != nil {
+						old = fmt.Sprint(ch.Old)
+					}
+					hv.Changes = append(hv.Changes, fmt.Sprintf("%s: %s → %v", ch.Key, old, ch.New))
+				}
+				c.History = append(c.History, hv)
+			}
+		}
+		g := &out[len(out)-1]
+		g.Cards = append(g.Cards, c)
+	}
+	return out
+}
+
+func shortSHA(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return s
+}
+
+func (u *UI) envPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), envTimeout)
+	defer cancel()
+	envs, err := u.ctl.Environments().List(ctx)
+	if err != nil {
+		u.fail(w, r, http.StatusServiceUnavailable, "environments: "+err.Error())
+		return
+	}
+	u.render(w, r, http.StatusOK, "environments", map[string]any{"Title": "Environments", "Nav": "environments",
+		"Events": "/ui/live/environments", "Groups": u.envCards(ctx, envs, historyShown, time.Now())})
+}
+
+func (u *UI) envDetailPage(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	ctx, cancel := context.WithTimeout(r.Context(), envTimeout)
+	defer cancel()
+	e, err := u.ctl.Environments().Get(ctx, name)
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, environments.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		u.fail(w, r, code, err.Error())
+		return
+	}
+	groups := u.envCards(ctx, []environments.Environment{*e}, environments.MaxHistory, time.Now())
+	groups[0].Cards[0].Open = true
+	u.render(w, r, http.StatusOK, "environments", map[string]any{"Title": "Environment " + name, "Nav": "environments",
+		"Events": "/ui/live/environments?env=" + urlq(name), "Groups": groups, "One": name})
+}
+
+// envEvents pushes the page's body again whenever the model changes (?env=NAME: one
+// environment's). The model's notices are coalesced; nothing here polls.
+func (u *UI) envEvents(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	one := r.URL.Query().Get("env")
+	changed, stop := u.ctl.Environments().Changed()
+	defer stop()
+	out, ok := startSSE(w)
+	if !ok {
+		return
+	}
+	push := func() bool {
+		rctx, cancel := context.WithTimeout(ctx, envTimeout)
+		defer cancel()
+		var groups []envGroup
+		limit := historyShown
+		if one != "" {
+			e, err := u.ctl.Environments().Get(rctx, one)
+			if err != nil {
+				return out.send("problem", err.Error()) == nil
+			}
+			groups, limit = u.envCards(rctx, []environments.Environment{*e}, environments.MaxHistory, time.Now()), environments.MaxHistory
+			groups[0].Cards[0].Open = true
+		} else {
+			envs, err := u.ctl.Environments().List(rctx)
+			if err != nil {
+				return out.send("problem", "environments: "+err.Error()) == nil
+			}
+			groups = u.envCards(rctx, envs, limit, time.Now())
+		}
+		var b strings.Builder
+		if err := u.tmpl.ExecuteTemplate(&b, "envsbody", map[string]any{"Groups": groups, "One": one}); err != nil {
+			return out.send("problem", "rendering environments: "+err.Error()) == nil
+		}
+		return out.send("envs", b.String()) == nil
+	}
+	if !push() { // the state as of now: the page may have been rendered before a change
+		return
+	}
+	keepalive := time.NewTicker(25 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-keepalive.C:
+			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+				return
+			}
+			out.f.Flush()
+		case <-changed:
+			if !push() {
+				return
+			}
+		}
+	}
+}
