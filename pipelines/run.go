@@ -71,6 +71,11 @@ type Run struct {
 	// Warnings are what run policies warned about when it started (prflow.pipeline and
 	// prflow.run warn rules), and notifications that could not be sent (they never fail a run).
 	Warnings []string `json:"warnings,omitempty"`
+
+	// RerunOf is the run this one re-runs (same pipeline source and inputs, every stage again);
+	// RetryOf the failed or cancelled run it retries from its failed stages (see CarryOver).
+	RerunOf string `json:"rerunOf,omitempty"`
+	RetryOf string `json:"retryOf,omitempty"`
 }
 
 // Parked reports whether a step of the unfinished run r is parked (waits for something and
@@ -163,6 +168,9 @@ type StageRun struct {
 	Rollback []*StepRun `json:"rollback,omitempty"`
 	// RollbackOrder is when a pipeline rollback reached this stage (later stages first).
 	Finished int `json:"finished,omitempty"` // completion order, for pipeline rollback
+	// CarriedFrom is the run whose result of this stage a retry took over instead of running
+	// it again (its steps' outputs are that run's); "" for a stage this run ran.
+	CarriedFrom string `json:"carriedFrom,omitempty"`
 }
 
 // StepRun is one step's state.
