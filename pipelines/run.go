@@ -266,9 +266,26 @@ func (p *Pipeline) CheckInputs(given map[string]any) (map[string]any, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%s", strings.Join(problems, "; "))
+		return nil, &InputError{Problems: problems}
 	}
 	return out, nil
+}
+
+// InputError is what is wrong with a run's inputs: one sentence per problem, each naming its
+// input as input "NAME" (a form shows it next to that field: Field).
+type InputError struct{ Problems []string }
+
+func (e *InputError) Error() string { return strings.Join(e.Problems, "; ") }
+
+// Field returns the problems about input name.
+func (e *InputError) Field(name string) []string {
+	var out []string
+	for _, p := range e.Problems {
+		if strings.Contains(p, fmt.Sprintf("input %q", name)) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func inputNames(p *Pipeline) string {
