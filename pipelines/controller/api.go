@@ -93,9 +93,9 @@ func (c *Controller) routes() []route {
 		{pattern: "GET /api/v1/runs", handler: c.apiList},
 		{pattern: "GET /api/v1/runs/{id}", handler: c.apiGet},
 		{pattern: "POST /api/v1/runs/{id}/cancel", handler: c.apiCancel, changes: true},
-		{pattern: "POST /api/v1/runs/{id}/rerun", handler: c.apiRerun, changes: true},            // rerun.go
-		{pattern: "POST /api/v1/runs/{id}/retry", handler: c.apiRetry, changes: true},            // rerun.go
-		{pattern: "GET /api/v1/pipelines", handler: c.apiPipelines},                              // catalog.go
+		{pattern: "POST /api/v1/runs/{id}/rerun", handler: c.apiRerun, changes: true},               // rerun.go
+		{pattern: "POST /api/v1/runs/{id}/retry", handler: c.apiRetry, changes: true},               // rerun.go
+		{pattern: "GET /api/v1/pipelines", handler: c.apiPipelines},                                 // catalog.go
 		{pattern: "POST /api/v1/pipelines/{name}/runs", handler: c.apiStartPipeline, changes: true}, // catalog.go
 		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal, changes: true},
 		{pattern: "GET /api/v1/runs/{id}/logs", handler: c.apiLogs},
