@@ -223,14 +223,14 @@ func TestRerunAndRetryAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.e.ctl.policy = set
-		before := len(runsOf(t, a.e.ctl))
+		before := countRuns(t, a.e.ctl)
 		for _, action := range []string{"rerun", "retry"} {
 			code, body := a.call(auditToken, "POST", "/api/v1/runs/"+first.ID+"/"+action, nil)
 			if code != http.StatusForbidden || !strings.Contains(body, "need a change ticket") {
 				t.Errorf("%s under a denying policy: %d %s", action, code, body)
 			}
 		}
-		if after := len(runsOf(t, a.e.ctl)); after != before {
+		if after := countRuns(t, a.e.ctl); after != before {
 			t.Fatalf("a denied re-run or retry stored a run: %d runs, were %d", after, before)
 		}
 		denied := a.entries("?action=" + audit.PolicyDenied)
@@ -256,7 +256,7 @@ func TestRetryWithChangedSource(t *testing.T) {
 	if first.Status != pipelines.StFailed {
 		t.Fatalf("first run %s", first.Status)
 	}
-	before := len(runsOf(t, a.e.ctl))
+	before := countRuns(t, a.e.ctl)
 	for name, src := range map[string]string{
 		"stage gone":    strings.Replace(strings.Replace(promoSource(""), "id: dev", "id: staging", 1), "stages.dev.", "stages.staging.", 1),
 		"steps changed": strings.Replace(promoSource(""), "{id: update, type: Record}", "{id: render, type: Record}", 1),
@@ -266,7 +266,7 @@ func TestRetryWithChangedSource(t *testing.T) {
 			t.Errorf("%s: %d %s", name, code, body)
 		}
 	}
-	if after := len(runsOf(t, a.e.ctl)); after != before {
+	if after := countRuns(t, a.e.ctl); after != before {
 		t.Fatalf("a refused retry stored a run")
 	}
 	// The fix: prod no longer fails; dev is carried over.
@@ -337,4 +337,14 @@ func readAll(resp *http.Response) string {
 			return b.String()
 		}
 	}
+}
+
+// countRuns is how many runs are stored.
+func countRuns(t *testing.T, c *Controller) int {
+	t.Helper()
+	list, err := c.List(context.Background(), 0)
+	if err != nil && !strings.Contains(err.Error(), "no keys found") {
+		t.Fatal(err)
+	}
+	return len(list)
 }
