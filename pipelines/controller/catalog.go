@@ -179,10 +179,21 @@ func (c *Controller) apiStartPipeline(w http.ResponseWriter, r *http.Request) {
 	if req.Inputs == nil {
 		req.Inputs = map[string]any{}
 	}
-	// The key stands for this pipeline name and these inputs (the source a name resolves to
-	// may change between two sends; the first start's run is the answer).
-	digest := requestDigest(StartRequest{File: "name:" + name, Inputs: req.Inputs})
-	c.serveStart(w, r, req, digest, func(ctx context.Context, req StartRequest) (*pipelines.Run, error) {
+	c.serveStart(w, r, req, byNameDigest(name, req.Inputs), func(ctx context.Context, req StartRequest) (*pipelines.Run, error) {
+		return c.StartPipeline(ctx, name, req)
+	})
+}
+
+// byNameDigest names a start by name for its idempotency key: the pipeline name and the
+// inputs (the source a name resolves to may change between two sends; the first start's run
+// is the answer).
+func byNameDigest(name string, inputs map[string]any) string {
+	return requestDigest(StartRequest{File: "name:" + name, Inputs: inputs})
+}
+
+// StartPipelineOnce is StartPipeline under an idempotency key (the UI's promote form).
+func (c *Controller) StartPipelineOnce(ctx context.Context, key, name string, req StartRequest) (*pipelines.Run, bool, error) {
+	return c.startOnce(ctx, key, req, byNameDigest(name, req.Inputs), func(ctx context.Context, req StartRequest) (*pipelines.Run, error) {
 		return c.StartPipeline(ctx, name, req)
 	})
 }

@@ -257,3 +257,18 @@ func digestOf(parts ...string) string {
 	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
 	return hex.EncodeToString(sum[:])
 }
+
+// RerunOnce is Rerun under an idempotency key (the UI's form, the API's Idempotency-Key): the
+// same key again returns the run the first request started (replayed true).
+func (c *Controller) RerunOnce(ctx context.Context, key, id string, req StartRequest) (*pipelines.Run, bool, error) {
+	return c.startOnce(ctx, key, req, digestOf("rerun", id), func(ctx context.Context, req StartRequest) (*pipelines.Run, error) {
+		return c.Rerun(ctx, id, req)
+	})
+}
+
+// RetryOnce is Retry under an idempotency key (see RerunOnce).
+func (c *Controller) RetryOnce(ctx context.Context, key, id string, req StartRequest) (*pipelines.Run, bool, error) {
+	return c.startOnce(ctx, key, req, digestOf("retry", id, req.File, string(req.Source)), func(ctx context.Context, req StartRequest) (*pipelines.Run, error) {
+		return c.Retry(ctx, id, req)
+	})
+}
