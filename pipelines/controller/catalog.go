@@ -48,7 +48,7 @@ type catalogEntry struct {
 }
 
 // Catalog lists the pipelines a run can be started of by name, sorted by name: those the
-// server loaded (SetTriggers), then the newest source of every other pipeline name its runs
+// server loaded (SetTriggers: every file of --pipelines, with triggers or not), then the newest source of every other pipeline name its runs
 // show. A name the server loaded is the server's file, whatever runs ran.
 func (c *Controller) Catalog(ctx context.Context) ([]PipelineInfo, error) {
 	entries, err := c.catalog(ctx)
@@ -66,7 +66,11 @@ func (c *Controller) catalog(ctx context.Context) ([]catalogEntry, error) {
 	var out []catalogEntry
 	seen := map[string]bool{}
 	if ts := c.triggers.Load(); ts != nil {
-		for _, p := range ts.Pipelines {
+		list := ts.All
+		if list == nil {
+			list = ts.Pipelines
+		}
+		for _, p := range list {
 			if !seen[p.Name] {
 				seen[p.Name] = true
 				out = append(out, catalogEntry{info: describe(p, "server"), p: p})

@@ -1,8 +1,11 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +143,51 @@ func TestPipelineCatalogAndStartByName(t *testing.T) {
 	}
 	if got := countRuns(t, a.e.ctl); got != 3 {
 		t.Fatalf("%d runs, want 3", got)
+	}
+}
+
+// TestCatalogListsEveryServerPipeline: the catalog offers every pipeline of the server's
+// --pipelines directory, also those without triggers (which webhooks never start), and a
+// directory file that does not load is an error naming it.
+func TestCatalogListsEveryServerPipeline(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 1})
+	dir := t.TempDir()
+	files := map[string]string{
+		"release.yaml": catalogServerPipeline,
+		"manual.yml":   "name: manual\ninputs: {env: {type: string, allowed: [dev, prod], required: true}}\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n",
+		"notes.txt":    "not a pipeline",
+	}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts, err := LoadTriggerDir(dir, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts.Pipelines) != 1 || ts.Pipelines[0].Name != "release" {
+		t.Fatalf("webhook pipelines: %d", len(ts.Pipelines))
+	}
+	e.ctl.SetTriggers(ts)
+	list, err := e.ctl.Catalog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Name != "manual" || list[0].From != "server" || list[1].Name != "release" {
+		t.Fatalf("catalog %+v", list)
+	}
+	r, err := e.ctl.StartPipeline(context.Background(), "manual", StartRequest{Inputs: map[string]any{"env": "prod"}, Executor: "tester"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done := e.wait(r.ID, time.Minute); done.Status != pipelines.StSucceeded {
+		t.Fatalf("manual run %s", done.Status)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("name: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTriggerDir(dir, e.reg); err == nil || !strings.Contains(err.Error(), "broken.yaml") {
+		t.Fatalf("a broken file in the directory: %v", err)
 	}
 }
