@@ -26,8 +26,8 @@ import (
 
 // pullRequest is what the GitHub fake lists of a PR.
 type pullRequest struct {
-	Number int       `json:"number"`
-	State  string    `json:"state"`
+	Number int     `json:"number"`
+	State  string  `json:"state"`
 	Merged *string `json:"merged_at"`
 	Head   struct {
 		Ref string `json:"ref"`
