@@ -1,6 +1,8 @@
 package pipelines
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -401,4 +403,87 @@ stages:
 	if got[1].Inputs["message"] != "c-dev" {
 		t.Fatalf("rollback of the carried dev reverts %v, want c-dev", got[1].Inputs["message"])
 	}
+}
+
+// TestModelRetry drives random pipelines (the model test's) to a failed or cancelled end, then
+// retries them from the failed stage with random outcomes again, checking the model's
+// invariants on the retry plus: no carried stage's step is dispatched (only its rollback steps,
+// by a pipeline rollback), every carried stage follows only carried stages, and a carried stage
+// ends as it was carried unless a pipeline rollback undid it.
+func TestModelRetry(t *testing.T) {
+	retried := 0
+	for c := 0; c < *modelCases; c++ {
+		seed := *modelSeed + uint64(c)
+		rng := rand.New(rand.NewPCG(seed, 0xfa11))
+		model, src := genModel(rng)
+		p, err := Load("model.yaml", []byte(src), steps.Default)
+		if err != nil {
+			t.Fatalf("seed %d: load: %v", seed, err)
+		}
+		m := &Machine{P: p}
+		old, _ := NewRun(p, "r1", nil, "model", testNow)
+		if msg := runModelRun(rng, m, model, old, nil); msg != "" {
+			t.Fatalf("seed %d: first run: %s\n%s", seed, msg, src)
+		}
+		r, _ := NewRun(p, "r2", nil, "model", testNow)
+		carried, err := CarryOver(p, r, old)
+		if old.Status != StFailed && old.Status != StCancelled {
+			if err == nil {
+				t.Fatalf("seed %d: a %s run was retried", seed, old.Status)
+			}
+			continue
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), "no failed stage to retry from") {
+				t.Fatalf("seed %d: CarryOver: %v", seed, err)
+			}
+			continue
+		}
+		retried++
+		was := map[string]string{}
+		for si, s := range r.Stages {
+			if s.CarriedFrom == "" {
+				continue
+			}
+			was[s.ID] = dumpStage(s)
+			for _, d := range p.Deps(si) {
+				if r.Stages[d].CarriedFrom == "" {
+					t.Fatalf("seed %d: %s carried but %s, which it follows, is not", seed, s.ID, r.Stages[d].ID)
+				}
+			}
+			if o := old.Find(s.ID); o.Status != StSucceeded && o.Status != StSkipped {
+				t.Fatalf("seed %d: carried %s which ended %s", seed, s.ID, o.Status)
+			}
+		}
+		if len(was) != len(carried) {
+			t.Fatalf("seed %d: carried %v, marked %v", seed, carried, was)
+		}
+		extra := func(j *envelope.Job) string {
+			if _, ok := was[j.Stage]; ok && !j.Rollback {
+				return fmt.Sprintf("job %s dispatched for a stage carried over", j.ID())
+			}
+			return ""
+		}
+		if msg := runModelRun(rng, m, model, r, extra); msg != "" {
+			t.Fatalf("seed %d: retry: %s\nfirst run: %s\npipeline:\n%s", seed, msg, dumpRun(old), src)
+		}
+		for _, s := range r.Stages {
+			if w, ok := was[s.ID]; ok && dumpStage(s) != w && !r.RollingBack {
+				t.Fatalf("seed %d: carried stage changed: %s → %s", seed, w, dumpStage(s))
+			}
+		}
+	}
+	if retried < *modelCases/10 {
+		t.Fatalf("only %d of %d cases had something to retry: the model does not exercise retries", retried, *modelCases)
+	}
+	t.Logf("%d of %d random runs retried", retried, *modelCases)
+}
+
+func dumpStage(s *StageRun) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s=%s[", s.ID, s.Status)
+	for _, st := range s.Steps {
+		fmt.Fprintf(&b, "%s:%s ", st.ID, st.Status)
+	}
+	return b.String() + "]"
 }
