@@ -76,6 +76,10 @@ stages:
 	if r.RetryOf != first || r.Find("dev").CarriedFrom != first || !newDev.Started.Equal(oldDev.Started) || newDev.Outputs["commitId"] != "dev-1.2" {
 		t.Fatalf("retry's dev: carried from %q, started %v (first run's %v), outputs %v", r.Find("dev").CarriedFrom, newDev.Started, oldDev.Started, newDev.Outputs)
 	}
+	if out, err := run(t, append([]string{"status", retry}, e.cli...)...); err != nil || !strings.Contains(out, "retry of "+first+" from its failed stage") ||
+		!strings.Contains(out, "carried over from "+first+", not run again") {
+		t.Fatalf("status of the retry: %v\n%s", err, out)
+	}
 	if out, err := run(t, append([]string{"approve", retry, "prod.ok"}, e.alice...)...); err != nil {
 		t.Fatalf("approve: %v %s", err, out)
 	}

@@ -244,7 +244,7 @@ func StartErrorStatus(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrKeyReused), errors.Is(err, ErrInvalid):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, ErrRefused), errors.Is(err, ErrStillRunning), errors.Is(err, ErrCannotRetry):
+	case errors.Is(err, ErrRefused), errors.Is(err, ErrStillRunning), errors.Is(err, ErrCannotRetry), errors.Is(err, ErrUnknownSpec):
 		return http.StatusConflict
 	case errors.Is(err, policy.ErrDenied):
 		return http.StatusForbidden

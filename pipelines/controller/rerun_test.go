@@ -276,6 +276,13 @@ func TestRetryWithChangedSource(t *testing.T) {
 		t.Fatalf("retry with the fixed source: %d %s", code, body)
 	}
 	r := a.e.wait(decodeRun(t, body).ID, time.Minute)
+	// A run whose stored source is gone cannot be started again: said so, nothing started.
+	if err := a.e.ctl.b.Specs.Delete(context.Background(), first.Spec); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := a.call(auditToken, "POST", "/api/v1/runs/"+first.ID+"/rerun", nil); code != http.StatusConflict || !strings.Contains(body, "its pipeline source "+first.Spec) {
+		t.Errorf("rerun without a stored source: %d %s", code, body)
+	}
 	if r.Status != pipelines.StSucceeded || r.Spec == first.Spec || r.Find("dev").CarriedFrom != first.ID || strings.Join(rl.ran(r.ID), ",") != "prod.update,prod.merge" {
 		t.Fatalf("retry with a fixed source: %s spec %s, dev from %q, ran %v", r.Status, r.Spec, r.Find("dev").CarriedFrom, rl.ran(r.ID))
 	}
