@@ -9,13 +9,13 @@
 //	GET  /ui/runs/{id}/logs          the run's step log lines, live (SSE)
 //	POST /ui/runs/{id}/cancel        cancel
 //	POST /ui/runs/{id}/decide        approve or reject a parked approval
+//	GET  /ui/environments            what each environment runs now and which run put it there
+//	GET  /ui/workers                 workers and agents
+//	GET  /ui/events                  the newest webhook events: runs started, triggers that failed
 //	POST /ui/runs/{id}/rerun         start the finished run again (same source and inputs)
 //	POST /ui/runs/{id}/retry         retry the failed run from its failed stage
 //	GET  /ui/promote                 start a run of a pipeline from a form of its typed inputs
 //	                                 (?pipeline=NAME&env=ENV&in.NAME=VALUE prefill); POST starts it
-//	GET  /ui/environments            what each environment runs now and which run put it there
-//	GET  /ui/workers                 workers and agents
-//	GET  /ui/events                  the newest webhook events: runs started, triggers that failed
 //	GET  /ui/login, POST /ui/login   the API bearer token → session cookie; POST /ui/logout
 //
 // The only script is static/app.js (EventSource and copy buttons); no Node build, no library.
@@ -85,13 +85,13 @@ func (u *UI) Handler() http.Handler {
 	mux.Handle("GET /ui/runs/{id}/logs", u.page(u.runLogs))
 	mux.Handle("POST /ui/runs/{id}/cancel", u.action(u.cancel))
 	mux.Handle("POST /ui/runs/{id}/decide", u.action(u.decide))
+	mux.Handle("GET /ui/environments", u.page(u.envPage))
+	mux.Handle("GET /ui/workers", u.page(u.workersPage))
+	mux.Handle("GET /ui/events", u.page(u.eventsPage))
 	mux.Handle("POST /ui/runs/{id}/rerun", u.action(u.rerun)) // actions.go
 	mux.Handle("POST /ui/runs/{id}/retry", u.action(u.retry)) // actions.go
 	mux.Handle("GET /ui/promote", u.page(u.promotePage))      // actions.go
 	mux.Handle("POST /ui/promote", u.action(u.promote))       // actions.go
-	mux.Handle("GET /ui/environments", u.page(u.envPage))
-	mux.Handle("GET /ui/workers", u.page(u.workersPage))
-	mux.Handle("GET /ui/events", u.page(u.eventsPage))
 	return securityHeaders(mux)
 }
 
