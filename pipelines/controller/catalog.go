@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,7 +134,7 @@ func describe(p *pipelines.Pipeline, from string) PipelineInfo {
 	info := PipelineInfo{Name: p.Name, Description: p.Description, File: p.File, Spec: p.Hash, From: from,
 		Inputs: []InputInfo{}, Environments: []string{}, Stages: []string{}}
 	for _, in := range p.Inputs {
-		info.Inputs = append(info.Inputs, InputInfo{Name: in.Name, Type: orString(in.Type, "string"), Description: in.Description,
+		info.Inputs = append(info.Inputs, InputInfo{Name: in.Name, Type: cmp.Or(in.Type, "string"), Description: in.Description,
 			Default: in.Default, Required: in.Required, Enum: in.Allowed})
 	}
 	for _, s := range p.Stages {
@@ -148,13 +149,6 @@ func describe(p *pipelines.Pipeline, from string) PipelineInfo {
 		}
 	}
 	return info
-}
-
-func orString(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }
 
 // StartByName is the body of POST /api/v1/pipelines/{name}/runs.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -60,7 +61,7 @@ func (c *Controller) Retry(ctx context.Context, id string, req StartRequest) (*p
 		return nil, err
 	}
 	if len(src) > 0 {
-		req.Source, req.File = src, cmpOr(file, req.File)
+		req.Source, req.File = src, cmp.Or(file, req.File)
 	}
 	return c.start(ctx, req, func(p *pipelines.Pipeline, r *pipelines.Run) error {
 		if _, err := pipelines.CarryOver(p, r, old); err != nil {
@@ -69,13 +70,6 @@ func (c *Controller) Retry(ctx context.Context, id string, req StartRequest) (*p
 		r.RetryOf = old.ID
 		return nil
 	})
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // finishedRun reads the run to re-run or retry; it must have ended.
@@ -140,7 +134,7 @@ func origin(r *pipelines.Run) string {
 				carried = append(carried, s.ID)
 			}
 		}
-		return fmt.Sprintf(" (retry of %s from its failed stage; carried over: %s)", r.RetryOf, cmpOr(strings.Join(carried, ", "), "none"))
+		return fmt.Sprintf(" (retry of %s from its failed stage; carried over: %s)", r.RetryOf, cmp.Or(strings.Join(carried, ", "), "none"))
 	}
 	return ""
 }
