@@ -58,8 +58,8 @@ func setValue(sel, v string) chromedp.Action {
 	return chromedp.Evaluate(`document.querySelector(`+string(q)+`).value = `+string(val), nil)
 }
 
-// viewport sets the tab's width (the page reflows as on a phone at 400).
-func viewport(w int64) chromedp.Action { return chromedp.EmulateViewport(w, 900) }
+// actionViewport sets the tab's width (the page reflows as on a phone at 400).
+func actionViewport(w int64) chromedp.Action { return chromedp.EmulateViewport(w, 900) }
 
 // TestBrowserRetryFromFailedStage: a run whose staging approval was rejected shows "Retry from
 // failed stage"; clicking it starts a new run in which dev is carried over — no second PR or
@@ -139,9 +139,9 @@ func TestBrowserRetryFromFailedStage(t *testing.T) {
 	}
 	run(t, ctx, "succeeded", chromedp.WaitVisible(`.runhead .st-succeeded`, chromedp.ByQuery))
 	shot(t, ctx, "actions-retry-succeeded")
-	run(t, ctx, "phone", viewport(400), chromedp.Reload(), chromedp.WaitVisible(`#origin`, chromedp.ByID))
+	run(t, ctx, "phone", actionViewport(400), chromedp.Reload(), chromedp.WaitVisible(`#origin`, chromedp.ByID))
 	shot(t, ctx, "actions-retry-succeeded-400")
-	run(t, ctx, "desktop", viewport(1400))
+	run(t, ctx, "desktop", actionViewport(1400))
 	// A run that succeeded offers a re-run, not a retry.
 	var retries int
 	run(t, ctx, "no retry", chromedp.WaitVisible(`#rerun button`, chromedp.ByQuery), chromedp.Evaluate(`document.querySelectorAll('#retry').length`, &retries))
@@ -269,9 +269,9 @@ func TestBrowserPromoteForm(t *testing.T) {
 	if got := text(t, ctx, `[data-input="replicas"] .field-error`); got != `input "replicas": want a number, got "three"` {
 		t.Errorf("replicas error %q", got)
 	}
-	run(t, ctx, "phone", viewport(400))
+	run(t, ctx, "phone", actionViewport(400))
 	shot(t, ctx, "promote-errors-400")
-	run(t, ctx, "desktop", viewport(1400))
+	run(t, ctx, "desktop", actionViewport(1400))
 
 	run(t, ctx, "start", setValue(`[data-input="tag"] input`, "1.5.0"), setValue(`[data-input="replicas"] input`, "3"),
 		setValue(`[data-input="region"] select`, "us"), chromedp.Click(`[data-input="canary"] input`, chromedp.ByQuery),
