@@ -49,6 +49,9 @@ func (m *Machine) CleanupJob(r *Run) *envelope.Job {
 	seen := map[string]bool{}
 	pool, queued := "", false
 	for si, sr := range r.Stages {
+		if sr.CarriedFrom != "" {
+			continue // a retry took it over: its PRs and branches are the run's that ran it
+		}
 		for ri, list := range [][]*StepRun{sr.Steps, sr.Rollback} {
 			for _, st := range list {
 				if st.Type == "MergePR" && st.Status != StPending && st.Status != StSkipped {

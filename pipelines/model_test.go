@@ -125,6 +125,11 @@ func runModel(rng *rand.Rand, m *Machine, model []modelStage) string {
 	if err != nil {
 		return "new run: " + err.Error()
 	}
+	return runModelRun(rng, m, model, r, nil)
+}
+
+// runModelRun runs r to its end with random outcomes; extra, when set, checks every job too.
+func runModelRun(rng *rand.Rand, m *Machine, model []modelStage, r *Run, extra func(*envelope.Job) string) string {
 	now := testNow
 	byID := map[string]int{}
 	for i, s := range model {
@@ -142,6 +147,11 @@ func runModel(rng *rand.Rand, m *Machine, model []modelStage) string {
 		for _, j := range pending {
 			if msg := checkDispatch(m, r, j, model, byID); msg != "" {
 				return msg
+			}
+			if extra != nil {
+				if msg := extra(j); msg != "" {
+					return msg
+				}
 			}
 		}
 		if r.Status.Terminal() {

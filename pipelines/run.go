@@ -71,6 +71,11 @@ type Run struct {
 	// Warnings are what run policies warned about when it started (prflow.pipeline and
 	// prflow.run warn rules), and notifications that could not be sent (they never fail a run).
 	Warnings []string `json:"warnings,omitempty"`
+
+	// RerunOf is the run this one re-runs (same pipeline source and inputs, every stage again);
+	// RetryOf the failed or cancelled run it retries from its failed stages (see CarryOver).
+	RerunOf string `json:"rerunOf,omitempty"`
+	RetryOf string `json:"retryOf,omitempty"`
 }
 
 // Parked reports whether a step of the unfinished run r is parked (waits for something and
@@ -163,6 +168,9 @@ type StageRun struct {
 	Rollback []*StepRun `json:"rollback,omitempty"`
 	// RollbackOrder is when a pipeline rollback reached this stage (later stages first).
 	Finished int `json:"finished,omitempty"` // completion order, for pipeline rollback
+	// CarriedFrom is the run whose result of this stage a retry took over instead of running
+	// it again (its steps' outputs are that run's); "" for a stage this run ran.
+	CarriedFrom string `json:"carriedFrom,omitempty"`
 }
 
 // StepRun is one step's state.
@@ -258,9 +266,26 @@ func (p *Pipeline) CheckInputs(given map[string]any) (map[string]any, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%s", strings.Join(problems, "; "))
+		return nil, &InputError{Problems: problems}
 	}
 	return out, nil
+}
+
+// InputError is what is wrong with a run's inputs: one sentence per problem, each naming its
+// input as input "NAME" (a form shows it next to that field: Field).
+type InputError struct{ Problems []string }
+
+func (e *InputError) Error() string { return strings.Join(e.Problems, "; ") }
+
+// Field returns the problems about input name.
+func (e *InputError) Field(name string) []string {
+	var out []string
+	for _, p := range e.Problems {
+		if strings.Contains(p, fmt.Sprintf("input %q", name)) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func inputNames(p *Pipeline) string {

@@ -93,6 +93,14 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 		b = appendString(b, r.RollbackFailed)
 	}
 	b = appendStrings(b, `,"warnings":`, r.Warnings)
+	if r.RerunOf != "" {
+		b = append(b, `,"rerunOf":`...)
+		b = appendString(b, r.RerunOf)
+	}
+	if r.RetryOf != "" {
+		b = append(b, `,"retryOf":`...)
+		b = appendString(b, r.RetryOf)
+	}
 	return append(b, '}'), nil
 }
 
@@ -141,6 +149,10 @@ func (s *StageRun) appendJSON(b []byte) ([]byte, error) {
 	if s.Finished != 0 {
 		b = append(b, `,"finished":`...)
 		b = strconv.AppendInt(b, int64(s.Finished), 10)
+	}
+	if s.CarriedFrom != "" {
+		b = append(b, `,"carriedFrom":`...)
+		b = appendString(b, s.CarriedFrom)
 	}
 	return append(b, '}'), nil
 }

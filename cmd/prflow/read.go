@@ -232,6 +232,12 @@ func printRun(w io.Writer, r *pipelines.Run, wide bool, now time.Time) error {
 	if r.RollbackFailed != "" {
 		fmt.Fprintf(w, "ROLLBACK FAILED, finish it by hand: %s\n", r.RollbackFailed)
 	}
+	if r.RerunOf != "" {
+		fmt.Fprintf(w, "re-run of %s\n", r.RerunOf)
+	}
+	if r.RetryOf != "" {
+		fmt.Fprintf(w, "retry of %s from its failed stage\n", r.RetryOf)
+	}
 	h := []string{"STAGE", "STEP", "TYPE", "STATUS", "AGE", "DURATION", "DETAIL"}
 	if wide {
 		h = []string{"STAGE", "STEP", "TYPE", "STATUS", "STARTED", "DURATION", "ATTEMPT", "WORKER", "DETAIL"}
@@ -248,6 +254,9 @@ func printRun(w io.Writer, r *pipelines.Run, wide bool, now time.Time) error {
 		}
 		if s.RollingBack {
 			detail = strings.TrimSpace("rolling back " + detail)
+		}
+		if s.CarriedFrom != "" {
+			detail = strings.TrimSpace("carried over from " + s.CarriedFrom + ", not run again " + detail)
 		}
 		if wide {
 			t.row(s.ID, "", "", status, stamp(s.Started), span(s.Started, s.Ended, now), "", "", detail)

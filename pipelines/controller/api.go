@@ -32,6 +32,10 @@ const MaxRequest = 2 << 20
 //	GET  /api/v1/runs                 list runs
 //	GET  /api/v1/runs/{id}            a run's state
 //	POST /api/v1/runs/{id}/cancel     cancel
+//	POST /api/v1/runs/{id}/rerun      start a finished run again: same source and inputs (rerun.go)
+//	POST /api/v1/runs/{id}/retry      retry a failed run from its failed stage (rerun.go)
+//	GET  /api/v1/pipelines            the pipelines a run can be started of by name (catalog.go)
+//	POST /api/v1/pipelines/{name}/runs start a run of a pipeline by name {inputs}
 //	POST /api/v1/runs/{id}/signals    approve/reject a parked step {stage, step, approve, comment}
 //	GET  /api/v1/runs/{id}/logs       step logs (?step=stage.step&follow=1), NDJSON
 //	GET  /api/v1/workers              live workers
@@ -90,6 +94,10 @@ func (c *Controller) routes() []route {
 		{pattern: "GET /api/v1/runs", handler: c.apiList},
 		{pattern: "GET /api/v1/runs/{id}", handler: c.apiGet},
 		{pattern: "POST /api/v1/runs/{id}/cancel", handler: c.apiCancel, changes: true},
+		{pattern: "POST /api/v1/runs/{id}/rerun", handler: c.apiRerun, changes: true},               // rerun.go
+		{pattern: "POST /api/v1/runs/{id}/retry", handler: c.apiRetry, changes: true},               // rerun.go
+		{pattern: "GET /api/v1/pipelines", handler: c.apiPipelines},                                 // catalog.go
+		{pattern: "POST /api/v1/pipelines/{name}/runs", handler: c.apiStartPipeline, changes: true}, // catalog.go
 		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal, changes: true},
 		{pattern: "GET /api/v1/runs/{id}/logs", handler: c.apiLogs},
 		{pattern: "GET /api/v1/workers", handler: c.apiWorkers},
@@ -167,45 +175,7 @@ func (c *Controller) apiStart(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "pipeline.yaml"
 	}
-	var run *pipelines.Run
-	var err error
-	if keys := r.Header.Values(IdempotencyHeader); len(keys) > 0 {
-		if len(keys) > 1 {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("%d %s headers: send one", len(keys), IdempotencyHeader))
-			return
-		}
-		if err := CheckIdempotencyKey(keys[0]); err != nil {
-			writeErr(w, http.StatusBadRequest, err)
-			return
-		}
-		var replayed bool
-		run, replayed, err = c.StartIdempotent(r.Context(), keys[0], req)
-		if err == nil && replayed {
-			// The answer the first request got (or would have): the run, as it is now.
-			w.Header().Set(ReplayedHeader, "true")
-		}
-	} else {
-		run, err = c.Start(r.Context(), req)
-	}
-	if run != nil {
-		run.Status = run.Shown() // a replayed start answers with the run as it is now
-	}
-	switch {
-	case errors.Is(err, ErrExists):
-		writeJSON(w, http.StatusOK, run)
-	case errors.Is(err, ErrKeyReused):
-		writeErr(w, http.StatusUnprocessableEntity, err)
-	case errors.Is(err, ErrInvalid):
-		writeErr(w, http.StatusUnprocessableEntity, err)
-	case errors.Is(err, ErrRefused):
-		writeErr(w, http.StatusConflict, err)
-	case errors.Is(err, policy.ErrDenied):
-		writeErr(w, http.StatusForbidden, err)
-	case err != nil:
-		writeErr(w, http.StatusInternalServerError, err)
-	default:
-		writeJSON(w, http.StatusCreated, run)
-	}
+	c.serveStart(w, r, req, requestDigest(req), c.Start)
 }
 
 // CheckRequest is a pipeline to check against the running system without starting it.

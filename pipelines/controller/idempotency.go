@@ -188,18 +188,24 @@ func (c *Controller) claimRun(ctx context.Context, k, digest, id string) (idemCl
 // returns the run and whether an earlier request with the key had started it already. The
 // same key with another request is ErrKeyReused.
 func (c *Controller) StartIdempotent(ctx context.Context, key string, req StartRequest) (*pipelines.Run, bool, error) {
+	return c.startOnce(ctx, key, req, requestDigest(req), c.Start)
+}
+
+// startOnce runs start at most once per executor and key for the request with digest (see
+// StartIdempotent); Rerun and Retry go through it with their own digests.
+func (c *Controller) startOnce(ctx context.Context, key string, req StartRequest, digest string, start func(context.Context, StartRequest) (*pipelines.Run, error)) (*pipelines.Run, bool, error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	k := idemKey(req.Executor, key)
 	unlock := c.idem.lock(k)
 	defer unlock()
-	claim, err := c.claimRun(ctx, k, requestDigest(req), req.ID)
+	claim, err := c.claimRun(ctx, k, digest, req.ID)
 	if err != nil {
 		return nil, false, err
 	}
 	req.ID = claim.Run
-	run, err := c.Start(ctx, req)
+	run, err := start(ctx, req)
 	if errors.Is(err, ErrExists) {
 		return run, true, nil
 	}

@@ -84,6 +84,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		"Signal": reflect.TypeFor[steps.Signal](), "Worker": reflect.TypeFor[worker.Info](), "LogLine": reflect.TypeFor[worker.LogLine](),
 		"StartRequest": reflect.TypeFor[StartRequest](), "CheckRequest": reflect.TypeFor[CheckRequest](), "CheckResult": reflect.TypeFor[CheckResult](),
 		"SignalRequest": reflect.TypeFor[SignalRequest](), "Error": reflect.TypeFor[apiError](), "AuditEntry": reflect.TypeFor[audit.Entry](), "HookResponse": reflect.TypeFor[hookResponse](),
+		"PipelineInfo": reflect.TypeFor[PipelineInfo](), "InputInfo": reflect.TypeFor[InputInfo](), "RetryRequest": reflect.TypeFor[RetryRequest](), "StartByName": reflect.TypeFor[StartByName](),
 	}
 	for name, typ := range map[string]reflect.Type{ // environments.go
 		"Environment": reflect.TypeFor[environments.Environment](), "Desired": reflect.TypeFor[environments.Desired](), "EnvValue": reflect.TypeFor[environments.Value](),

@@ -41,6 +41,13 @@ var ErrInvalid = errors.New("invalid run request")
 // Start validates the pipeline and inputs, stores them and the run's initial state, and kicks
 // the run. A bad pipeline or input stores and dispatches nothing.
 func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Run, error) {
+	return c.start(ctx, req, nil)
+}
+
+// start is Start with prepare, which may change the new run (or refuse it) after its inputs
+// are checked and before anything else: the checks, policies, storing and dispatch that follow
+// are those of every run (Rerun and Retry use it).
+func (c *Controller) start(ctx context.Context, req StartRequest, prepare func(*pipelines.Pipeline, *pipelines.Run) error) (*pipelines.Run, error) {
 	if c.convert != nil {
 		src, err := c.convert(req.File, req.Source, req.Inputs)
 		if err != nil {
@@ -61,6 +68,11 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, req.File, err)
 	}
 	r.Trigger = req.Trigger
+	if prepare != nil {
+		if err := prepare(p, r); err != nil {
+			return nil, err
+		}
+	}
 	// Before anything is stored or sent: a connector or agent nothing live serves would only
 	// show after earlier stages changed the release repo.
 	if !c.noChecks {
@@ -110,7 +122,7 @@ func (c *Controller) Start(ctx context.Context, req StartRequest) (*pipelines.Ru
 	// The first result finds the run cached instead of reading it back; not r itself, which
 	// the caller keeps.
 	c.stored(r, m, rev, data, nil)
-	c.record(ctx, audit.Entry{Actor: req.Executor, Action: audit.RunStarted, Run: r.ID, Remote: req.Remote, Detail: "pipeline " + p.Name})
+	c.record(ctx, audit.Entry{Actor: req.Executor, Action: audit.RunStarted, Run: r.ID, Remote: req.Remote, Detail: "pipeline " + p.Name + origin(r)})
 	if err := c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...)); err != nil {
 		// Stored with its steps queued: the jobs go out again when a controller restarts.
 		c.log.Error("run stored but its first jobs not dispatched", "run", r.ID, "err", err)

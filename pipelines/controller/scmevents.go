@@ -26,6 +26,9 @@ const SCMConsumer = "controller-scm"
 // TriggerSet is the pipelines a server starts on webhooks (--pipelines DIR).
 type TriggerSet struct {
 	Pipelines []*pipelines.Pipeline
+	// All is every pipeline the directory holds, with triggers or not: what the catalog offers
+	// to start by name (catalog.go). Nil: Pipelines.
+	All []*pipelines.Pipeline
 }
 
 // LoadTriggerDir loads every *.yaml / *.yml file of dir and keeps those with triggers. Any file
@@ -46,6 +49,7 @@ func LoadTriggerDir(dir string, reg *steps.Registry) (*TriggerSet, error) {
 			errs = append(errs, err)
 			continue
 		}
+		ts.All = append(ts.All, p)
 		if len(p.Triggers) > 0 {
 			ts.Pipelines = append(ts.Pipelines, p)
 		}
@@ -54,6 +58,7 @@ func LoadTriggerDir(dir string, reg *steps.Registry) (*TriggerSet, error) {
 		return nil, errors.Join(errs...)
 	}
 	sort.Slice(ts.Pipelines, func(i, j int) bool { return ts.Pipelines[i].File < ts.Pipelines[j].File })
+	sort.Slice(ts.All, func(i, j int) bool { return ts.All[i].File < ts.All[j].File })
 	return ts, nil
 }
 

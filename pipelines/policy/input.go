@@ -72,6 +72,19 @@ func RunInput(r *pipelines.Run) map[string]any {
 	}
 	out := map[string]any{"id": r.ID, "pipeline": r.Pipeline, "executor": r.Executor, "status": string(r.Status),
 		"inputs": jsonish(r.Inputs), "stages": stages}
+	// A re-run or a retry says of which run, so a policy can decide on them apart; a retry's
+	// stages say which it carried over (from which run).
+	if r.RerunOf != "" {
+		out["rerunOf"] = r.RerunOf
+	}
+	if r.RetryOf != "" {
+		out["retryOf"] = r.RetryOf
+		for i, s := range r.Stages {
+			if s.CarriedFrom != "" {
+				stages[i].(map[string]any)["carriedFrom"] = s.CarriedFrom
+			}
+		}
+	}
 	if t := r.Trigger; t != nil {
 		out["trigger"] = map[string]any{"kind": t.Kind, "trigger": t.Trigger, "provider": t.Provider, "deliveryId": t.DeliveryID}
 	}

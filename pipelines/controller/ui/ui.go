@@ -14,6 +14,10 @@
 //	GET  /ui/live/environments       the environments page's body on every model change (SSE; ?env=NAME: one)
 //	GET  /ui/workers                 workers and agents
 //	GET  /ui/events                  the newest webhook events: runs started, triggers that failed
+//	POST /ui/runs/{id}/rerun         start the finished run again (same source and inputs)
+//	POST /ui/runs/{id}/retry         retry the failed run from its failed stage
+//	GET  /ui/promote                 start a run of a pipeline from a form of its typed inputs
+//	                                 (?pipeline=NAME&env=ENV&in.NAME=VALUE prefill); POST starts it
 //	GET  /ui/login, POST /ui/login   the API bearer token → session cookie; POST /ui/logout
 //
 // The scripts are static/app.js (EventSource and copy buttons) and static/envs.js (the
@@ -89,6 +93,10 @@ func (u *UI) Handler() http.Handler {
 	mux.Handle("GET /ui/live/environments", u.page(u.envEvents))
 	mux.Handle("GET /ui/workers", u.page(u.workersPage))
 	mux.Handle("GET /ui/events", u.page(u.eventsPage))
+	mux.Handle("POST /ui/runs/{id}/rerun", u.action(u.rerun)) // actions.go
+	mux.Handle("POST /ui/runs/{id}/retry", u.action(u.retry)) // actions.go
+	mux.Handle("GET /ui/promote", u.page(u.promotePage))      // actions.go
+	mux.Handle("POST /ui/promote", u.action(u.promote))       // actions.go
 	return securityHeaders(mux)
 }
 
