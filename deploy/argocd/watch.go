@@ -23,6 +23,7 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 	a.mu.Lock()
 	a.writer = w
 	a.mu.Unlock()
+	defer a.known.Clear() // what the watch saw is not followed any more
 	defer func() {
 		a.mu.Lock()
 		a.pastWrites += w.Writes()
@@ -133,6 +134,7 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
 		if err == nil {
 			present := map[string]bool{}
 			for i := range apps {
+				a.remember(&apps[i], false)
 				st := a.status(&apps[i])
 				present[st.Ref()] = true
 				if _, err := a.win.write(ctx, w, st); err != nil && ctx.Err() == nil {
@@ -140,6 +142,12 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
 				}
 			}
 			a.win.retain(present)
+			a.known.Range(func(k, _ any) bool {
+				if !present[k.(string)] {
+					a.known.Delete(k)
+				}
+				return true
+			})
 			if err := w.Retain(ctx, present, rv); err != nil && ctx.Err() == nil {
 				a.o.Log.Warn("agent: delete stale status", "err", err)
 			}
@@ -168,6 +176,7 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer) {
 }
 
 func (a *Agent) apply(ctx context.Context, w *agent.Writer, ev WatchEvent) {
+	a.remember(&ev.Application, ev.Type == "DELETED")
 	st := a.status(&ev.Application)
 	var err error
 	if ev.Type == "DELETED" {
