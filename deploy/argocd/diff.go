@@ -440,8 +440,14 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 	if err != nil {
 		e := agent.AsError(err)
 		e.Message = fmt.Sprintf("ApplicationSet %s at %s: %s", req.ApplicationSet, short(req.Revision), e.Message)
-		if e.Code == agent.CodeUnauthorized {
+		switch {
+		case e.Code == agent.CodeUnauthorized:
 			e.Message += " (previewing an ApplicationSet needs applicationsets create permission for the agent's token)"
+		case e.Code == agent.CodeUnavailable && !agent.UnavailableText(e.Message):
+			// Argo CD answers a generator that fails at this revision (a config file that
+			// does not parse, a revision it cannot resolve) with a 500: the revision's
+			// problem, which retrying does not cure.
+			e.Code = agent.CodeRejected
 		}
 		return nil, nil, e
 	}

@@ -422,6 +422,19 @@ func TestDiffApplicationSetSpecChanges(t *testing.T) {
 		t.Fatalf("missing set: %v", err)
 	}
 
+	// A head whose config does not parse cannot be generated: the revision's problem.
+	bad := w.git.Commit(repoURL, "pr-bad", map[string]string{"manifests/web/cm.yaml": healthyCM, "envs/dev/config.json": `{"image": `})
+	if _, err := w.client.Diff(context.Background(), "eu", agent.DiffRequest{ApplicationSet: "web", Revision: bad}); !errors.Is(err, agent.ErrRejected) ||
+		!strings.Contains(err.Error(), "ApplicationSet web at") || !strings.Contains(err.Error(), "config.json") {
+		t.Fatalf("config that does not parse: %v", err)
+	}
+	// Repo-server down: Argo CD cannot work now, the caller retries.
+	w.argo.SetRepoServerDown(true)
+	if _, err := w.client.Diff(context.Background(), "eu", req); !errors.Is(err, agent.ErrUnavailable) {
+		t.Fatalf("repo-server down: %v", err)
+	}
+	w.argo.SetRepoServerDown(false)
+
 	w.argo.Deny("applicationsets", "create")
 	_, err = w.client.Diff(context.Background(), "eu", req)
 	if !errors.Is(err, agent.ErrUnauthorized) || !strings.Contains(err.Error(), "applicationsets create permission") {

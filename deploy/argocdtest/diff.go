@@ -9,19 +9,23 @@ import (
 	"strings"
 )
 
-// The endpoints a diff preview reads, as Argo CD v3.2 answers them:
+// The endpoints a diff preview reads, as Argo CD v3.2.11 answers them (checked on realenv):
 //
 //   - GET /api/v1/applications/{name}/manifests?revision= renders the app's stored spec at the
-//     revision with the repo-server (a render failure is HTTP 500, gRPC Unknown, "error
-//     generating manifests: …"; repo-server down is the same with "code = Unavailable" inside);
-//     the repo-server adds the tracking annotation; Secret data is masked ("++++++++") before
-//     it leaves the server;
+//     revision with the repo-server and answers {"manifests": [JSON strings]} only; the
+//     manifests carry the tracking annotation but no namespace unless they set one; Secret data
+//     (stringData folded in) is masked "++++++++" before it leaves the server. A manifest that
+//     does not parse is HTTP 400, code 9, the repo-server's text; a revision that does not
+//     resolve HTTP 500, code 2 "unable to resolve 'x' to a commit SHA"; repo-server down an
+//     error with "code = Unavailable" inside;
 //   - GET /api/v1/applications/{name}/managed-resources is the controller's last comparison:
-//     per object targetState, liveState, normalizedLiveState (JSON strings, "null" when absent),
-//     Secret values masked jointly so that equal values get equal masks;
+//     per object targetState (namespace filled in), liveState (with the API server's
+//     metadata), normalizedLiveState (the same without creationTimestamp), JSON strings, "null"
+//     when absent; Secret values masked jointly, so equal values get equal masks;
 //   - POST /api/v1/applicationsets/generate renders an ApplicationSet object given in the body
-//     (its generators read git as written there) without storing anything; it needs
-//     applicationsets create permission and an existing template project.
+//     (its generators read git as written there) without storing anything and answers the apps
+//     without metadata.namespace; it needs applicationsets create permission (403) and an
+//     existing template project (400, code 3); a generator failure is HTTP 500, code 13.
 //
 // Deny takes a permission away from every token, for RBAC failure tests.
 
@@ -46,6 +50,12 @@ const trackingAnnotation = "argocd.argoproj.io/tracking-id"
 // trackedJSON is an object's manifest as Argo CD hands it out: with the annotation tracking
 // id of the app, Secret data masked by masks (nil: no masking needed).
 func trackedJSON(o object, appName string, masks map[string]string) string {
+	return objectJSON(o, appName, masks, true)
+}
+
+// objectJSON is trackedJSON; withNS false leaves metadata.namespace as the manifest has it (the
+// repo-server's output: the controller fills it in later).
+func objectJSON(o object, appName string, masks map[string]string, withNS bool) string {
 	var m map[string]any
 	if json.Unmarshal([]byte(o.canon), &m) != nil {
 		return o.canon
@@ -55,7 +65,7 @@ func trackedJSON(o object, appName string, masks map[string]string) string {
 		md = map[string]any{}
 		m["metadata"] = md
 	}
-	if o.Namespace != "" {
+	if withNS && o.Namespace != "" {
 		md["namespace"] = o.Namespace
 	}
 	ann, _ := md["annotations"].(map[string]any)
@@ -162,12 +172,18 @@ func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request, p []str
 	src := spec.primarySource()
 	rev := firstNonEmpty(q.Get("revision"), src.TargetRevision)
 	tg := s.loadTarget(r.Context(), spec, rev, nil)
-	if tg.err != nil {
-		msg := "error generating manifests: rpc error: code = Unknown desc = Manifest generation error (cached): " + tg.err.Error()
-		if isRepoServerDown(tg.err) {
-			msg = "error generating manifests: " + tg.err.Error()
-		}
-		writeAPIError(w, errf(codeUnknown, "%s", msg))
+	switch {
+	case tg.err == nil:
+	case isRepoServerDown(tg.err):
+		writeAPIError(w, errf(codeUnknown, "error generating manifests: %v", tg.err))
+		return
+	case tg.revision == "":
+		// v3.2.11: HTTP 500, code 2.
+		writeAPIError(w, errf(codeUnknown, "unable to resolve '%s' to a commit SHA", rev))
+		return
+	default:
+		// v3.2.11: a manifest that does not parse is HTTP 400, code 9, the repo-server's text.
+		writeAPIError(w, errf(codeFailedPrecondition, "%v", tg.err))
 		return
 	}
 	manifests := []string{}
@@ -177,12 +193,10 @@ func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request, p []str
 		if o.Group == "" && o.Kind == "Secret" {
 			masks = secretMasks(&o)[0]
 		}
-		manifests = append(manifests, trackedJSON(o, name, masks))
+		manifests = append(manifests, objectJSON(o, name, masks, false))
 	}
-	reply(w, r, map[string]any{
-		"manifests": manifests, "namespace": spec.Destination.Namespace, "server": spec.Destination.Server,
-		"revision": tg.revision, "sourceType": sourceType(src),
-	})
+	// v3.2.11 answers with the manifests only.
+	reply(w, r, map[string]any{"manifests": manifests})
 }
 
 // managedResource is v1alpha1ResourceDiff.
@@ -267,7 +281,16 @@ func (s *Server) handleManagedResources(w http.ResponseWriter, r *http.Request, 
 		}
 		if l != nil {
 			mr.LiveState = liveJSON(*l, name, masks[1], rv, i)
-			mr.NormalizedLiveState = trackedJSON(*l, name, masks[1])
+			mr.NormalizedLiveState = liveJSON(*l, name, masks[1], rv, i)
+			var n map[string]any
+			if json.Unmarshal([]byte(mr.NormalizedLiveState), &n) == nil {
+				// Normalisation drops creationTimestamp, keeps the rest of the server's metadata.
+				if md, ok := n["metadata"].(map[string]any); ok {
+					delete(md, "creationTimestamp")
+				}
+				b, _ := json.Marshal(n)
+				mr.NormalizedLiveState = string(b)
+			}
 			mr.PredictedLiveState = mr.NormalizedLiveState
 			if t != nil {
 				mr.PredictedLiveState = mr.TargetState
@@ -329,16 +352,18 @@ func (s *Server) handleGenerateAppSet(w http.ResponseWriter, r *http.Request, _ 
 		writeAPIError(w, errf(codePermissionDenied, "error checking create permissions for ApplicationSets %s : permission denied", as.Metadata.Name))
 		return
 	case !projOK:
-		writeAPIError(w, errf(codeInvalidArgument, "error checking create permissions for ApplicationSets %s : ApplicationSet references project %s which does not exist", as.Metadata.Name, project))
+		writeAPIError(w, errf(codeInvalidArgument, "ApplicationSet references project %s which does not exist", project))
 		return
 	}
 	apps, err := s.generate(r.Context(), *as, newRevCache())
 	if err != nil {
-		writeAPIError(w, errf(codeUnknown, "unable to generate Applications of ApplicationSet: %v", err))
+		// v3.2.11: HTTP 500, code 13, the generator's error.
+		writeAPIError(w, errf(codeInternal, "%v", err))
 		return
 	}
 	for i := range apps {
-		apps[i].Metadata.Namespace = firstNonEmpty(apps[i].Metadata.Namespace, ns)
+		// v3.2.11 leaves the namespace out of generated apps.
+		apps[i].Metadata.Namespace = ""
 		if apps[i].Spec.Project == "" {
 			apps[i].Spec.Project = "default"
 		}
