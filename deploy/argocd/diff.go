@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prflow/prflow/deploy/agent"
 )
@@ -171,6 +172,7 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 		}
 	}
 	results := make([]*agent.AppDiff, len(todo))
+	var cached atomic.Int64
 	errs := make([]error, len(todo))
 	sem := make(chan struct{}, a.o.SyncConcurrency)
 	var wg sync.WaitGroup
@@ -180,7 +182,11 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i], errs[i] = a.diffApp(ctx, ref, req)
+			var hit bool
+			results[i], hit, errs[i] = a.diffApp(ctx, ref, req)
+			if hit {
+				cached.Add(1)
+			}
 		}()
 	}
 	wg.Wait()
@@ -197,12 +203,30 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 			d.Error = r.Error
 		}
 	}
+	for _, d := range out {
+		if d.Deleted {
+			if err := a.diffDeleted(ctx, d, req.MaxDiffBytes); err != nil {
+				return nil, err
+			}
+		}
+	}
 	list := make([]agent.AppDiff, 0, len(out))
+	changed, failed := 0, 0
 	for _, d := range out {
 		d.Agent = a.o.AgentID
 		list = append(list, *d)
+		if d.Changed() {
+			changed++
+		}
+		if d.Error != "" {
+			failed++
+		}
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].App < list[j].App })
+	// Counts only: what changed stays in the reply (a Secret's keys are names, but a log is
+	// read by more people than a PR).
+	a.o.Log.Info("previewed revision", "revision", short(req.Revision), "applicationSet", req.ApplicationSet,
+		"apps", len(list), "changed", changed, "failed", failed, "rendered", len(todo), "cached", int(cached.Load()))
 	return list, nil
 }
 
@@ -240,18 +264,18 @@ func renderFailure(err error) bool {
 }
 
 // diffApp previews one app; the answer for the same app state and revision comes from memory.
-func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) (*agent.AppDiff, error) {
+func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) (*agent.AppDiff, bool, error) {
 	name, ns := a.split(ref)
 	app, err := a.appForDiff(ctx, ref, name, ns)
 	if err != nil {
 		if transient(err) {
-			return nil, err
+			return nil, false, err
 		}
-		return &agent.AppDiff{App: ref, Error: agent.AsError(err).Message}, nil
+		return &agent.AppDiff{App: ref, Error: agent.AsError(err).Message}, false, nil
 	}
 	key := diffKey{ref: ref, revision: req.Revision, rv: app.Metadata.ResourceVersion, max: req.MaxDiffBytes}
 	if d, ok := a.diffs.get(key); ok {
-		return d, nil
+		return d, true, nil
 	}
 	d := &agent.AppDiff{App: ref, URL: a.status(app).URL}
 	for _, c := range app.Status.Conditions {
@@ -260,36 +284,57 @@ func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) 
 			// show the whole app as added.
 			d.Error = fmt.Sprintf("Argo CD cannot compare the app's current state (ComparisonError: %s)", c.Message)
 			if agent.UnavailableText(c.Message) {
-				return nil, &agent.Error{Code: agent.CodeUnavailable, App: ref, Message: d.Error}
+				return nil, false, &agent.Error{Code: agent.CodeUnavailable, App: ref, Message: d.Error}
 			}
-			return d, nil
+			return d, false, nil
 		}
 	}
 	man, err := a.argo.Manifests(ctx, name, ns, req.Revision)
 	if err != nil {
 		if transient(err) && !renderFailure(err) {
-			return nil, err
+			return nil, false, err
 		}
 		d.Error = fmt.Sprintf("Argo CD cannot render the app at %s: %s", short(req.Revision), agent.AsError(err).Message)
-		return d, nil
+		return d, false, nil
 	}
 	cur, err := a.argo.ManagedResources(ctx, name, ns)
 	if err != nil {
 		if transient(err) {
-			return nil, err
+			return nil, false, err
 		}
 		d.Error = "reading the app's current resources: " + agent.AsError(err).Message
-		return d, nil
+		return d, false, nil
 	}
 	destNS := firstNonEmpty(man.Namespace, app.Spec.Destination.Namespace)
 	if err := compareApp(d, man.Manifests, cur, destNS, app.Metadata.Name, req.MaxDiffBytes); err != nil {
 		d.Error = err.Error()
-		return d, nil
+		return d, false, nil
 	}
 	if shaRe.MatchString(req.Revision) {
 		a.diffs.put(key, d)
 	}
-	return d, nil
+	return d, false, nil
+}
+
+// diffDeleted lists the objects an app the ApplicationSet would no longer generate deploys
+// now: Argo CD deletes them with the app (the resources finalizer generated apps carry).
+func (a *Agent) diffDeleted(ctx context.Context, d *agent.AppDiff, maxBytes int) error {
+	name, ns := a.split(d.App)
+	app, err := a.appForDiff(ctx, d.App, name, ns)
+	if err == nil {
+		d.URL = a.status(app).URL
+		var cur []ManagedResource
+		if cur, err = a.argo.ManagedResources(ctx, name, ns); err == nil {
+			err = compareApp(d, nil, cur, app.Spec.Destination.Namespace, app.Metadata.Name, maxBytes)
+		}
+	}
+	if err != nil {
+		if transient(err) {
+			return err
+		}
+		d.Error = "reading the resources of the app to be deleted: " + agent.AsError(err).Message
+	}
+	return nil
 }
 
 // appForDiff is the app as the watch last saw it when this replica leads and its view is

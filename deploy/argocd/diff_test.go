@@ -391,7 +391,7 @@ func TestDiffApplicationSetSpecChanges(t *testing.T) {
 	if d := byApp["web-prod"]; !d.Created || d.Deleted || len(d.Resources) != 0 {
 		t.Fatalf("web-prod: %+v", d)
 	}
-	if d := byApp["web-staging"]; !d.Deleted || d.Created {
+	if d := byApp["web-staging"]; !d.Deleted || d.Created || len(d.Resources) != 1 || d.Resources[0].Change != agent.ChangeRemoved || d.Resources[0].Namespace != "web-staging" {
 		t.Fatalf("web-staging: %+v", d)
 	}
 	// The generate call read the head, not main: Argo CD was asked with the pinned revision.

@@ -166,6 +166,9 @@ func TestRealDiffPreview(t *testing.T) {
 	head := r.branch("pr-config", func(dir string) {
 		putFile(t, dir, "envs/dev/config.json", strings.Replace(realConfig("dev"), `"tag": "1.4.1"`, `"tag": "1.5.0"`, 1))
 		putFile(t, dir, "envs/prod/config.json", realConfig("prod"))
+		if err := os.RemoveAll(filepath.Join(dir, "envs", "staging")); err != nil {
+			t.Fatal(err)
+		}
 	})
 	got, err := c.Diff(ctx, "real", agent.DiffRequest{ApplicationSet: r.set, RepoURL: r.url, Revision: head})
 	if err != nil {
@@ -176,7 +179,7 @@ func TestRealDiffPreview(t *testing.T) {
 	if strings.Join(dev.SpecChanges, ";") != "source.directory.jsonnet.tlas.image: "+realImage+"1.4.1 → "+realImage+"1.5.0" || dev.Error != "" {
 		t.Fatalf("dev: %+v", dev)
 	}
-	if st := by[r.id+"-staging"]; st.Changed() || st.Error != "" || st.Unchanged != 1 {
+	if st := by[r.id+"-staging"]; !st.Deleted || st.Error != "" || len(st.Resources) != 1 || st.Resources[0].Change != agent.ChangeRemoved {
 		t.Fatalf("staging: %+v", st)
 	}
 	if prod := by[r.id+"-prod"]; !prod.Created {
