@@ -118,8 +118,9 @@ func (c *Client) listSpecs(ctx context.Context) ([]appSpec, error) {
 	var l struct {
 		Items []appSpec `json:"items"`
 	}
-	q := url.Values{"fields": {"items.metadata.name,items.metadata.namespace,items.metadata.resourceVersion,items.metadata.ownerReferences,items.spec"}}
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications", q, nil, &l, ""); err != nil {
+	// No ?fields=: v3.2.11 drops metadata.ownerReferences and resourceVersion from a list
+	// filtered with them (checked on realenv), as it drops a plain items.metadata.
+	if err := c.do(ctx, http.MethodGet, "/api/v1/applications", nil, nil, &l, ""); err != nil {
 		return nil, err
 	}
 	return l.Items, nil
