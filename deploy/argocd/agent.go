@@ -92,8 +92,9 @@ type Agent struct {
 
 	// known is the apps as the watch last reported them (app ref → *Application, leader
 	// only), diffs the previews already answered (diff.go).
-	known sync.Map
-	diffs diffCache
+	known       sync.Map
+	diffs       diffCache
+	setPreviews setCache
 }
 
 // New checks opts; it does not contact Argo CD or NATS.

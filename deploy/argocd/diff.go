@@ -322,7 +322,13 @@ func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) 
 func (a *Agent) diffDeleted(ctx context.Context, d *agent.AppDiff, maxBytes int) error {
 	name, ns := a.split(d.App)
 	app, err := a.appForDiff(ctx, d.App, name, ns)
+	var key diffKey
 	if err == nil {
+		key = diffKey{ref: d.App, revision: "\x00deleted", rv: app.Metadata.ResourceVersion, max: maxBytes}
+		if c, ok := a.diffs.get(key); ok {
+			d.URL, d.Resources, d.Truncated, d.Error = c.URL, c.Resources, c.Truncated, c.Error
+			return nil
+		}
 		d.URL = a.status(app).URL
 		var cur []ManagedResource
 		if cur, err = a.argo.ManagedResources(ctx, name, ns); err == nil {
@@ -334,7 +340,9 @@ func (a *Agent) diffDeleted(ctx context.Context, d *agent.AppDiff, maxBytes int)
 			return err
 		}
 		d.Error = "reading the resources of the app to be deleted: " + agent.AsError(err).Message
+		return nil
 	}
+	a.diffs.put(key, d)
 	return nil
 }
 
@@ -466,6 +474,10 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 		e.Message = "ApplicationSet " + req.ApplicationSet + ": " + e.Message
 		return nil, nil, e
 	}
+	key := setKey{set: set.ref(), rv: set.Metadata.ResourceVersion, revision: req.Revision, repo: req.RepoURL}
+	if out, render, ok := a.setPreviews.get(key, a.currentRV, func() []string { return a.ownedBy(name) }); ok {
+		return out, render, nil
+	}
 	var obj map[string]any
 	if err := json.Unmarshal(set.raw, &obj); err != nil {
 		return nil, nil, &agent.Error{Code: agent.CodeInternal, Message: fmt.Sprintf("ApplicationSet %s: %v", req.ApplicationSet, err)}
@@ -528,7 +540,118 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 	for ref := range owned {
 		out[ref] = &agent.AppDiff{App: ref, Deleted: true}
 	}
+	if shaRe.MatchString(req.Revision) && set.Metadata.ResourceVersion != "" {
+		seen := map[string]string{}
+		for ref := range out {
+			if s, ok := existing[ref]; ok {
+				seen[ref] = s.Metadata.ResourceVersion
+			}
+		}
+		a.setPreviews.put(key, out, render, seen)
+	}
 	return out, render, nil
+}
+
+// currentRV is an app's resourceVersion as the watch last saw it ("" when this replica does
+// not lead, its view is stale, or the app is unknown).
+func (a *Agent) currentRV(ref string) (string, bool) {
+	if !a.leader.Load() || a.stale.Load() {
+		return "", false
+	}
+	v, ok := a.known.Load(ref)
+	if !ok {
+		return "", true
+	}
+	return v.(*Application).Metadata.ResourceVersion, true
+}
+
+// ownedBy are the apps the watch last saw owned by ApplicationSet name.
+func (a *Agent) ownedBy(name string) []string {
+	var out []string
+	a.known.Range(func(k, v any) bool {
+		for _, o := range v.(*Application).Metadata.OwnerReferences {
+			if o.Kind == "ApplicationSet" && o.Name == name {
+				out = append(out, k.(string))
+			}
+		}
+		return true
+	})
+	return out
+}
+
+type setKey struct{ set, rv, revision, repo string }
+
+type setPreview struct {
+	out    map[string]*agent.AppDiff
+	render []string
+	apps   map[string]string // every app's resourceVersion when the preview was made
+}
+
+// setCache keeps ApplicationSet previews: the same set (resourceVersion) generated at the same
+// commit generates the same apps; the comparison with the existing apps holds while none of
+// them changed, which only a leader with a current view can tell without asking Argo CD.
+type setCache struct {
+	mu    sync.Mutex
+	m     map[setKey]*setPreview
+	order []setKey
+}
+
+func (c *setCache) get(k setKey, rv func(string) (string, bool), owned func() []string) (map[string]*agent.AppDiff, []string, bool) {
+	c.mu.Lock()
+	p, ok := c.m[k]
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil, false
+	}
+	// The apps now must be the apps then: none changed, none added (a new app of the same
+	// name would decide Created), none gone.
+	for ref, want := range p.apps {
+		if got, fresh := rv(ref); !fresh || got != want {
+			return nil, nil, false
+		}
+	}
+	for ref := range p.out {
+		if _, had := p.apps[ref]; !had {
+			if got, fresh := rv(ref); !fresh || got != "" {
+				return nil, nil, false
+			}
+		}
+	}
+	for _, ref := range owned() {
+		if _, ok := p.out[ref]; !ok {
+			return nil, nil, false // a new app of the set: it would be reported deleted
+		}
+	}
+	out := make(map[string]*agent.AppDiff, len(p.out))
+	for ref, d := range p.out {
+		cp := *d
+		cp.SpecChanges = append([]string(nil), d.SpecChanges...)
+		cp.Resources = nil
+		out[ref] = &cp
+	}
+	return out, append([]string(nil), p.render...), true
+}
+
+func (c *setCache) put(k setKey, out map[string]*agent.AppDiff, render []string, apps map[string]string) {
+	cp := make(map[string]*agent.AppDiff, len(out))
+	for ref, d := range out {
+		x := *d
+		x.SpecChanges = append([]string(nil), d.SpecChanges...)
+		cp[ref] = &x
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[setKey]*setPreview{}
+	}
+	if _, ok := c.m[k]; !ok {
+		c.order = append(c.order, k)
+	}
+	c.m[k] = &setPreview{out: cp, render: append([]string(nil), render...), apps: apps}
+	for len(c.order) > diffCacheSize/8 {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
 }
 
 // refOf is an app's ref: its name, "namespace/name" outside Argo CD's own namespace.

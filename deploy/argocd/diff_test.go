@@ -394,6 +394,20 @@ func TestDiffApplicationSetSpecChanges(t *testing.T) {
 	if d := byApp["web-staging"]; !d.Deleted || d.Created || len(d.Resources) != 1 || d.Resources[0].Change != agent.ChangeRemoved || d.Resources[0].Namespace != "web-staging" {
 		t.Fatalf("web-staging: %+v", d)
 	}
+	// The same head again: one call (the set itself, to see that its spec did not change;
+	// v3.2 has no ApplicationSet watch), the same answer.
+	before := len(w.argo.Requests())
+	again, err := w.client.Diff(context.Background(), "eu", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(again) != fmt.Sprint(got) {
+		t.Fatalf("repeated ApplicationSet preview differs:\n%+v\n%+v", again, got)
+	}
+	if reqs := w.argo.Requests()[before:]; len(reqs) != 1 || reqs[0].Path != "/api/v1/applicationsets/web" {
+		t.Fatalf("a repeated ApplicationSet preview called Argo CD: %+v", reqs)
+	}
+
 	// The generate call read the head, not main: Argo CD was asked with the pinned revision.
 	var body string
 	for _, r := range w.argo.Requests() {
@@ -412,6 +426,23 @@ func TestDiffApplicationSetSpecChanges(t *testing.T) {
 		t.Fatal("the preview created web-prod")
 	}
 
+	// prod is merged to main and generated: the remembered preview no longer holds (a new app
+	// of the set), and the head now creates nothing.
+	w.git.Commit(repoURL, "main", map[string]string{"envs/prod/config.json": cfg("web:1.0")})
+	if _, err := w.client.RefreshAppSets(context.Background(), "eu", agent.RefreshRequest{ApplicationSet: "web", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitRecord("eu", "web-prod", "generated", func(st *agent.AppStatus) bool { return st != nil })
+	got, err = w.client.Diff(context.Background(), "eu", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range got {
+		if d.App == "web-prod" && (d.Created || d.Changed()) {
+			t.Fatalf("web-prod after it was generated: %+v", d)
+		}
+	}
+
 	// A repo the set does not read, and a set that does not exist, are the caller's mistakes.
 	if _, err := w.client.Diff(context.Background(), "eu", agent.DiffRequest{ApplicationSet: "web", RepoURL: "acme/other", Revision: head}); !errors.Is(err, agent.ErrInvalid) ||
 		!strings.Contains(err.Error(), "no git generator reading repo") {
@@ -428,15 +459,17 @@ func TestDiffApplicationSetSpecChanges(t *testing.T) {
 		!strings.Contains(err.Error(), "ApplicationSet web at") || !strings.Contains(err.Error(), "config.json") {
 		t.Fatalf("config that does not parse: %v", err)
 	}
-	// Repo-server down: Argo CD cannot work now, the caller retries.
+	// Repo-server down: Argo CD cannot work now, the caller retries (a new head: the one
+	// previewed before is answered from memory).
+	head2 := w.git.Commit(repoURL, "pr-2", map[string]string{"envs/dev/config.json": cfg("web:1.2")})
 	w.argo.SetRepoServerDown(true)
-	if _, err := w.client.Diff(context.Background(), "eu", req); !errors.Is(err, agent.ErrUnavailable) {
+	if _, err := w.client.Diff(context.Background(), "eu", agent.DiffRequest{ApplicationSet: "web", Revision: head2}); !errors.Is(err, agent.ErrUnavailable) {
 		t.Fatalf("repo-server down: %v", err)
 	}
 	w.argo.SetRepoServerDown(false)
 
 	w.argo.Deny("applicationsets", "create")
-	_, err = w.client.Diff(context.Background(), "eu", req)
+	_, err = w.client.Diff(context.Background(), "eu", agent.DiffRequest{ApplicationSet: "web", Revision: head2})
 	if !errors.Is(err, agent.ErrUnauthorized) || !strings.Contains(err.Error(), "applicationsets create permission") {
 		t.Fatalf("without applicationsets create: %v", err)
 	}
