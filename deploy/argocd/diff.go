@@ -61,8 +61,9 @@ type ManagedResource struct {
 }
 
 // ManagedResources reads the controller's last comparison of an app (GET
-// /api/v1/applications/{name}/managed-resources): targetState is normalised with the app's
-// ignoreDifferences.
+// /api/v1/applications/{name}/managed-resources). v3.2.11 normalises the live states with the
+// app's ignoreDifferences, not targetState (checked on realenv), so targetState compares with
+// freshly rendered manifests as they are.
 func (c *Client) ManagedResources(ctx context.Context, name, appNamespace string) ([]ManagedResource, error) {
 	q := url.Values{}
 	if appNamespace != "" {
@@ -136,8 +137,8 @@ var shaRe = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 const defaultMaxDiffBytes = 64 << 10
 
 // Diff implements agent.Differ: for each app, the manifests Argo CD renders at req.Revision
-// compared with those the app deploys now (the controller's normalised target state), and for
-// an ApplicationSet the changes of the apps it would generate at req.Revision.
+// compared with the target the controller compares the app with now, and for an
+// ApplicationSet the changes of the apps it would generate at req.Revision.
 func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDiff, error) {
 	a.served.Add(1)
 	if !revisionRe.MatchString(req.Revision) || strings.Contains(req.Revision, "..") {
@@ -414,9 +415,17 @@ func compareApp(d *agent.AppDiff, rendered []string, cur []ManagedResource, dest
 		if err != nil {
 			return fmt.Errorf("rendered manifest %d: %v", i+1, err)
 		}
-		if o != nil {
-			after[o.key()] = o
+		if o == nil {
+			continue
 		}
+		if o.defaultedNS && before[o.key()] == nil {
+			// Argo CD knows the kind as cluster-scoped (its target has no namespace).
+			if b := before[o.group+"/"+o.kind+"//"+o.name]; b != nil {
+				o.namespace = ""
+				delete(o.obj["metadata"].(map[string]any), "namespace")
+			}
+		}
+		after[o.key()] = o
 	}
 	keys := map[string]bool{}
 	for k := range before {

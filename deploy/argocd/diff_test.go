@@ -474,3 +474,57 @@ func TestDiffApplicationSetSpecChanges(t *testing.T) {
 		t.Fatalf("without applicationsets create: %v", err)
 	}
 }
+
+// The comparison itself: a kind the agent does not know as cluster-scoped (a CRD's) matches
+// Argo CD's namespace-less target; list paths are indexed; the diff cap truncates diffs but
+// keeps every object and path; a manifest that is not an object is an error naming it.
+func TestCompareAppEdgeCases(t *testing.T) {
+	deploy := func(image string) string {
+		return mustJSON(t, map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web"},
+			"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "web", "image": image}}}}}})
+	}
+	issuer := mustJSON(t, map[string]any{"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer", "metadata": map[string]any{"name": "le"}, "spec": map[string]any{"acme": map[string]any{}}})
+	cur := []ManagedResource{
+		{Group: "cert-manager.io", Kind: "ClusterIssuer", Name: "le", TargetState: issuer},
+		{Group: "apps", Kind: "Deployment", Namespace: "shop", Name: "web", TargetState: deploy("web:1")},
+	}
+	d := &agent.AppDiff{}
+	if err := compareApp(d, []string{issuer, deploy("web:2")}, cur, "shop", "web", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if d.Unchanged != 1 || len(d.Resources) != 1 || strings.Join(d.Resources[0].Paths, ",") != "spec.template.spec.containers[0].image" {
+		t.Fatalf("diff: %+v", d)
+	}
+
+	var many []string
+	var manyCur []ManagedResource
+	for i := 0; i < 20; i++ {
+		o := func(v string) string {
+			return mustJSON(t, map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": fmt.Sprintf("c%02d", i)},
+				"data": map[string]any{"v": v, "pad": strings.Repeat("x", 200)}})
+		}
+		manyCur = append(manyCur, ManagedResource{Kind: "ConfigMap", Namespace: "shop", Name: fmt.Sprintf("c%02d", i), TargetState: o("1")})
+		many = append(many, o("2"))
+	}
+	d = &agent.AppDiff{}
+	if err := compareApp(d, many, manyCur, "shop", "web", 2000); err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for _, r := range d.Resources {
+		size += len(r.Diff)
+		if strings.Join(r.Paths, ",") != "data.v" {
+			t.Fatalf("paths of %s: %v", r.Name, r.Paths)
+		}
+	}
+	if !d.Truncated || len(d.Resources) != 20 || size > 2000 || d.Resources[0].Diff == "" || d.Resources[19].Diff != "" {
+		t.Fatalf("capped diff: truncated %v, %d resources, %d bytes", d.Truncated, len(d.Resources), size)
+	}
+
+	for _, bad := range []string{`[1,2]`, `{"kind": "ConfigMap"}`, `{not json`} {
+		err := compareApp(&agent.AppDiff{}, []string{bad}, nil, "shop", "web", 1<<20)
+		if err == nil || !strings.Contains(err.Error(), "rendered manifest 1") {
+			t.Errorf("manifest %s: err = %v", bad, err)
+		}
+	}
+}

@@ -22,6 +22,9 @@ type kobj struct {
 	group, kind, namespace, name string
 	obj                          map[string]any
 	secret                       bool
+	// defaultedNS: the manifest named no namespace and the destination's was assumed; a kind
+	// the agent does not know as cluster-scoped (a CRD's) may have none.
+	defaultedNS bool
 }
 
 func (o *kobj) key() string { return o.group + "/" + o.kind + "/" + o.namespace + "/" + o.name }
@@ -99,9 +102,10 @@ func parseObject(s, destNS, appName string) (*kobj, error) {
 		}
 	}
 	ns, _ := md["namespace"].(string)
-	if ns == "" && !clusterScopedKinds[kind] {
+	if ns == "" && !clusterScopedKinds[kind] && destNS != "" {
 		ns = destNS
 		md["namespace"] = ns
+		o.defaultedNS = true
 	}
 	o.namespace = ns
 	if group == "" && kind == "Secret" {
