@@ -280,6 +280,11 @@ func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) 
 		return d, true, nil
 	}
 	d := &agent.AppDiff{App: ref, URL: a.status(app).URL}
+	if app.Status.Sync.Status == "" {
+		// Not compared yet (a new app): its managed resources are empty, and the whole app
+		// would read as added.
+		return nil, false, &agent.Error{Code: agent.CodeUnavailable, App: ref, Message: "Argo CD has not compared the app with git yet"}
+	}
 	for _, c := range app.Status.Conditions {
 		if c.Type == "ComparisonError" {
 			// Without a current comparison the "before" side is not known; an answer would

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -329,4 +330,62 @@ func (r *realEnv) branchMain(edit func(dir string)) {
 	r.git(work, "add", "-A")
 	r.git(work, "commit", "-qm", "edit main")
 	r.git(work, "push", "-q", "origin", "main")
+}
+
+// A Kustomize image change, rendered by the real repo-server's kustomize. realenv ships no
+// kustomize binary; `GOBIN=$REALENV/bin go install sigs.k8s.io/kustomize/kustomize/v5@v5.7.1`
+// puts one on the repo-server's PATH.
+func TestRealDiffKustomize(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(os.Getenv("PRFLOW_REALENV")), "bin", "kustomize")); os.Getenv("PRFLOW_REALENV") != "" && err != nil {
+		t.Skip("realenv has no kustomize binary (see the comment above)")
+	}
+	kust := func(tag string) string {
+		return "resources: [../../base]\nimages:\n- name: registry.example.com/shop/web\n  newTag: \"" + tag + "\"\n"
+	}
+	files := map[string]string{
+		"kustomize/base/kustomization.yaml": "resources: [deploy.yaml]\n",
+		"kustomize/base/deploy.yaml": "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n" +
+			"  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers:\n" +
+			"      - name: web\n        image: registry.example.com/shop/web:latest\n",
+		"kustomize/overlays/prod/kustomization.yaml": kust("1.4.1"),
+	}
+	r := realSetupOpts(t, realOpts{files: files, appSet: func(r *realEnv) map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"name": r.set, "namespace": "argocd"},
+			"spec": map[string]any{
+				"generators": []any{map[string]any{"list": map[string]any{"elements": []any{map[string]any{"env": "prod"}}}}},
+				"template": map[string]any{
+					"metadata": map[string]any{"name": r.id + "-{{env}}"},
+					"spec": map[string]any{"project": "default",
+						"source":      map[string]any{"repoURL": r.url, "targetRevision": "main", "path": "kustomize/overlays/{{env}}"},
+						"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": r.id + "-{{env}}"}},
+				},
+			},
+		}
+	}})
+	r.waitApps("prod")
+	c, _ := r.diffAgent()
+	head := r.branch("pr-kustomize", func(dir string) {
+		putFile(t, dir, "kustomize/overlays/prod/kustomization.yaml", kust("1.5.0"))
+	})
+	app := r.id + "-prod"
+	var d agent.AppDiff
+	// Until the controller compared the new app once, the agent answers "unavailable".
+	for end := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		got, err := c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{app}, Revision: head})
+		if errors.Is(err, agent.ErrUnavailable) && time.Now().Before(end) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d = got[0]
+		break
+	}
+	dep := findResource(d, "Deployment", "web")
+	if dep == nil || dep.Change != agent.ChangeChanged || strings.Join(dep.Paths, ",") != "spec.template.spec.containers[0].image" ||
+		!strings.Contains(dep.Diff, "+      - image: registry.example.com/shop/web:1.5.0") {
+		t.Fatalf("Kustomize image change: %+v", d)
+	}
+	t.Logf("Kustomize image change:\n%s", dep.Diff)
 }
