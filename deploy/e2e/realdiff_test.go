@@ -389,3 +389,58 @@ func TestRealDiffKustomize(t *testing.T) {
 	}
 	t.Logf("Kustomize image change:\n%s", dep.Diff)
 }
+
+// A Helm values change (the guestbook's replicas and image tag), rendered by the real
+// repo-server's helm. realenv ships no helm binary; `GOBIN=$REALENV/bin go install
+// helm.sh/helm/v3/cmd/helm@v3.18.4` puts one on the repo-server's PATH.
+func TestRealDiffHelm(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(os.Getenv("PRFLOW_REALENV")), "bin", "helm")); os.Getenv("PRFLOW_REALENV") != "" && err != nil {
+		t.Skip("realenv has no helm binary (see the comment above)")
+	}
+	values := func(replicas int, tag string) string {
+		return "replicaCount: " + string(rune('0'+replicas)) + "\nimage:\n  repository: gcr.io/heptio-images/ks-guestbook-demo\n  tag: \"" + tag + "\"\n"
+	}
+	files := map[string]string{
+		"helm/guestbook/Chart.yaml":  "apiVersion: v2\nname: helm-guestbook\nversion: 0.1.0\n",
+		"helm/guestbook/values.yaml": values(1, "0.1"),
+		"helm/guestbook/templates/deployment.yaml": "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ .Release.Name }}-guestbook\n" +
+			"spec:\n  replicas: {{ .Values.replicaCount }}\n  selector: {matchLabels: {app: guestbook}}\n  template:\n" +
+			"    metadata: {labels: {app: guestbook}}\n    spec:\n      containers:\n      - name: guestbook\n" +
+			"        image: \"{{ .Values.image.repository }}:{{ .Values.image.tag }}\"\n",
+	}
+	r := realSetupOpts(t, realOpts{files: files, appSet: func(r *realEnv) map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"name": r.set, "namespace": "argocd"},
+			"spec": map[string]any{
+				"generators": []any{map[string]any{"list": map[string]any{"elements": []any{map[string]any{"env": "prod"}}}}},
+				"template": map[string]any{
+					"metadata": map[string]any{"name": r.id + "-{{env}}"},
+					"spec": map[string]any{"project": "default",
+						"source":      map[string]any{"repoURL": r.url, "targetRevision": "main", "path": "helm/guestbook"},
+						"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": r.id + "-{{env}}"}},
+				},
+			},
+		}
+	}})
+	r.waitApps("prod")
+	c, _ := r.diffAgent()
+	head := r.branch("pr-helm", func(dir string) { putFile(t, dir, "helm/guestbook/values.yaml", values(0, "0.2")) })
+	app := r.id + "-prod"
+	var d agent.AppDiff
+	for end := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		got, err := c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{app}, Revision: head})
+		if errors.Is(err, agent.ErrUnavailable) && time.Now().Before(end) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d = got[0]
+		break
+	}
+	dep := findResource(d, "Deployment", app+"-guestbook")
+	if dep == nil || dep.Change != agent.ChangeChanged || strings.Join(dep.Paths, ",") != "spec.replicas,spec.template.spec.containers[0].image" {
+		t.Fatalf("Helm values change: %+v", d)
+	}
+	t.Logf("Helm values change:\n%s", dep.Diff)
+}
