@@ -103,6 +103,12 @@ type Agent struct {
 	// updateLeases (prflow-locks) serialise them across replicas. Set by Run.
 	updating     sync.Map
 	updateLeases *queue.Leases
+
+	// known is the apps as the watch last reported them (app ref → *Application, leader
+	// only), diffs the previews already answered (diff.go).
+	known       sync.Map
+	diffs       diffCache
+	setPreviews setCache
 }
 
 // New checks opts; it does not contact Argo CD or NATS.

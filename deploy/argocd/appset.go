@@ -271,9 +271,10 @@ func newDeliveryID() string {
 // whole object, so that writing it back loses nothing this code does not model.
 type AppSet struct {
 	Metadata struct {
-		Name        string            `json:"name"`
-		Namespace   string            `json:"namespace"`
-		Annotations map[string]string `json:"annotations"`
+		Name            string            `json:"name"`
+		Namespace       string            `json:"namespace"`
+		ResourceVersion string            `json:"resourceVersion"`
+		Annotations     map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
 		Generators []json.RawMessage `json:"generators"`

@@ -217,6 +217,7 @@ func (a *Agent) listAndWrite(ctx context.Context, w *agent.Writer, gone string) 
 	}
 	present := make(map[string]bool, len(list))
 	for i := range list {
+		a.remember(&list[i], false) // the diff preview's cache key (diff.go)
 		st := a.status(&list[i])
 		present[st.Ref()] = true
 		wrote, err := a.win.write(ctx, w, st)
@@ -228,6 +229,12 @@ func (a *Agent) listAndWrite(ctx context.Context, w *agent.Writer, gone string) 
 		}
 	}
 	a.win.retain(present)
+	a.known.Range(func(k, _ any) bool {
+		if !present[k.(string)] {
+			a.known.Delete(k)
+		}
+		return true
+	})
 	n, err := w.RetainCount(ctx, present, rv, gone)
 	if err != nil && ctx.Err() == nil {
 		a.o.Log.Warn("agent: delete stale status", "err", err)

@@ -23,6 +23,7 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 	a.mu.Lock()
 	a.writer = w
 	a.mu.Unlock()
+	defer a.known.Clear() // what the watch saw is not followed any more
 	defer func() {
 		a.mu.Lock()
 		a.pastWrites += w.Writes()
@@ -172,6 +173,7 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer, drops *dropDetector
 
 // apply writes one event's app; it reports whether the record changed.
 func (a *Agent) apply(ctx context.Context, w *agent.Writer, ev WatchEvent) bool {
+	a.remember(&ev.Application, ev.Type == "DELETED") // the diff preview's cache key (diff.go)
 	st := a.status(&ev.Application)
 	var err error
 	wrote := true

@@ -24,6 +24,7 @@ type appState struct {
 	gone bool
 
 	live        *liveState    // what is deployed; nil until the first sync
+	target      []object      // the desired objects of the last comparison that succeeded
 	healthPin   *HealthStatus // overrides computed health while set
 	pinSticky   bool          // pin survives the start of a new operation
 	revOverride string        // scripted wrong revision, reported instead of the real one
@@ -315,6 +316,7 @@ func (s *Server) applyComparison(st *appState, tg target) {
 		conds = append(conds, c)
 		app.Status.Sync.Status = SyncStatusUnknown
 	} else {
+		st.target = tg.objects
 		resources, synced := diffResources(tg.objects, st.live)
 		if synced && st.live != nil && st.live.overrides != tg.overrides {
 			synced = false

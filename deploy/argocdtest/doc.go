@@ -49,6 +49,11 @@
 //     not let it through; auto-sync waits for the window; GET
 //     /api/v1/applications/{name}/syncwindows leaves out time zones and selectors, which GET
 //     /api/v1/projects/{name} has.
+//   - the diff preview's reads (diff.go): GET …/manifests?revision= renders the stored spec at
+//     a revision (manifests only, tracking annotation, no namespace added), GET
+//     …/managed-resources is the last comparison, POST /api/v1/applicationsets/generate
+//     renders a given set without storing it (applicationsets create permission, see Deny);
+//     Secret data never leaves the server unmasked ("++++++++", equal values equal masks).
 //
 // Tests drive it through its Go API: AddApp, AddApplicationSet, Reconcile,
 // ScriptSync and StartOperation (failures, slow health, wrong revisions,

@@ -73,6 +73,7 @@ type Server struct {
 	streamDelay time.Duration
 	watch       watchTuning     // buffer size, held streams and dropped events (stream.go)
 	revoked     map[string]bool // tokens refused (RevokeToken)
+	denied      map[string]bool // "resource/action" refused to every token (Deny)
 	down        bool            // connections are closed unanswered (SetDown, Restart)
 	repoDown    atomic.Bool     // the repo-server is stopped (SetRepoServerDown)
 	hang        chan struct{}   // non-nil while unresponsive; closed when answering again
@@ -551,12 +552,15 @@ func (s *Server) routes() []route {
 		{"DELETE", []string{"api", "v1", "applications", "{}"}, s.handleDeleteApp},
 		{"PATCH", []string{"api", "v1", "applications", "{}"}, s.handlePatchApp},
 		{"POST", []string{"api", "v1", "applications", "{}", "sync"}, s.handleSync},
+		{"GET", []string{"api", "v1", "applications", "{}", "manifests"}, s.handleManifests},
+		{"GET", []string{"api", "v1", "applications", "{}", "managed-resources"}, s.handleManagedResources},
 		{"GET", []string{"api", "v1", "applications", "{}", "syncwindows"}, s.handleAppSyncWindows},
 		{"GET", []string{"api", "v1", "projects", "{}"}, s.handleGetProject},
 		{"DELETE", []string{"api", "v1", "applications", "{}", "operation"}, s.handleTerminate},
 		{"GET", []string{"api", "v1", "applicationsets"}, s.handleListAppSets},
 		{"GET", []string{"api", "v1", "applicationsets", "{}"}, s.handleGetAppSet},
 		{"POST", []string{"api", "v1", "applicationsets"}, s.handleCreateAppSet},
+		{"POST", []string{"api", "v1", "applicationsets", "generate"}, s.handleGenerateAppSet},
 		{"GET", []string{"api", "v1", "stream", "applications"}, s.handleWatch},
 	}
 }
