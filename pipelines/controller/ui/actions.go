@@ -42,7 +42,11 @@ type promoteForm struct {
 // pick from, and the picked one's form, prefilled from the in.* parameters.
 func (u *UI) promotePage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	u.renderPromote(w, r, http.StatusOK, q.Get("pipeline"), q.Get("env"), prefill(q), nil)
+	values := prefill(q)
+	if len(values) == 0 && q.Get("env") != "" {
+		values = u.envPrefill(r.Context(), q.Get("pipeline"), q.Get("env"))
+	}
+	u.renderPromote(w, r, http.StatusOK, q.Get("pipeline"), q.Get("env"), values, nil)
 }
 
 // prefill reads in.NAME values (query or form).

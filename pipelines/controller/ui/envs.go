@@ -35,6 +35,10 @@ type envCard struct {
 	History    []envHistory
 	More       bool // the history has more entries than shown
 	Open       bool // the history is shown open (the environment's own page)
+	// Promote links to the promote form of the pipeline that last promoted the environment
+	// (or the first that promotes it), prefilled from the environment before it.
+	Promote string
+	CSRF    string // the session's, for the history's Roll back forms; "" hides them
 }
 
 type envApp struct {
@@ -46,6 +50,10 @@ type envHistory struct {
 	environments.Promotion
 	Age     string
 	Changes []string // "image.tag: 1.5.0 → 1.6.0"
+	// RollBack: the entry succeeded and its merge is not what the environment runs now, so it
+	// can be promoted again (a re-run of its run: same pipeline, inputs, gates and approvals).
+	RollBack bool
+	Idem     string
 }
 
 func groupLabel(g string) string {
@@ -61,13 +69,16 @@ func groupLabel(g string) string {
 // envTimeout bounds how long a page waits for a model still reading its buckets.
 const envTimeout = 10 * time.Second
 
-func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limit int, now time.Time) []envGroup {
+func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limit int, now time.Time, csrf string) []envGroup {
 	var out []envGroup
 	for _, e := range envs {
 		if len(out) == 0 || out[len(out)-1].Key != e.Group {
 			out = append(out, envGroup{Name: groupLabel(e.Group), Key: e.Group})
 		}
-		c := envCard{Environment: e, DesiredAt: ago(e.Desired.At, now)}
+		c := envCard{Environment: e, DesiredAt: ago(e.Desired.At, now), CSRF: csrf}
+		if p := firstOr(e.Desired.Pipeline, e.Pipelines); p != "" {
+			c.Promote = "/ui/promote?pipeline=" + urlq(p) + "&env=" + urlq(e.Name)
+		}
 		if e.Drift != nil {
 			c.DriftSince = ago(e.Drift.Since, now)
 		}
@@ -82,8 +93,14 @@ func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limi
 			if len(h) > limit {
 				h, c.More = h[:limit], true
 			}
+			current := true // the newest succeeded entry is what the environment runs
 			for _, p := range h {
 				hv := envHistory{Promotion: p, Age: ago(p.At, now)}
+				if p.Result == "succeeded" && !p.RolledBack {
+					hv.RollBack = !current && p.Commit != e.Desired.Commit && csrf != ""
+					hv.Idem = formKey()
+					current = false
+				}
 				for _, ch := range p.Changes {
 					old := "?"
 					if ch.Old != nil {
@@ -98,6 +115,48 @@ func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limi
 		g.Cards = append(g.Cards, c)
 	}
 	return out
+}
+
+func firstOr(s string, l []string) string {
+	if s != "" || len(l) == 0 {
+		return s
+	}
+	return l[0]
+}
+
+// envPrefill is the promote form's values for env: the inputs of the last succeeded promotion
+// of the environment before it in its promotion order (by pipeline, when one is named).
+func (u *UI) envPrefill(ctx context.Context, pipeline, env string) map[string]string {
+	ctx, cancel := context.WithTimeout(ctx, envTimeout)
+	defer cancel()
+	envs, err := u.ctl.Environments().List(ctx)
+	if err != nil {
+		return nil
+	}
+	var before string
+	for i, e := range envs {
+		if e.Name == env && i > 0 && envs[i-1].Group == e.Group {
+			before = envs[i-1].Name
+		}
+	}
+	if before == "" {
+		return nil
+	}
+	h, err := u.ctl.Environments().History(ctx, before, environments.MaxHistory)
+	if err != nil {
+		return nil
+	}
+	for _, p := range h {
+		if p.Result != "succeeded" || p.RolledBack || (pipeline != "" && p.Pipeline != pipeline) {
+			continue
+		}
+		out := map[string]string{}
+		for k, v := range p.Inputs {
+			out[k] = fmt.Sprint(v)
+		}
+		return out
+	}
+	return nil
 }
 
 func shortSHA(s string) string {
@@ -116,7 +175,7 @@ func (u *UI) envPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.render(w, r, http.StatusOK, "environments", map[string]any{"Title": "Environments", "Nav": "environments",
-		"Events": "/ui/live/environments", "Groups": u.envCards(ctx, envs, historyShown, time.Now())})
+		"Events": "/ui/live/environments", "Groups": u.envCards(ctx, envs, historyShown, time.Now(), csrfOf(r))})
 }
 
 func (u *UI) envDetailPage(w http.ResponseWriter, r *http.Request) {
@@ -132,7 +191,7 @@ func (u *UI) envDetailPage(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, code, err.Error())
 		return
 	}
-	groups := u.envCards(ctx, []environments.Environment{*e}, environments.MaxHistory, time.Now())
+	groups := u.envCards(ctx, []environments.Environment{*e}, environments.MaxHistory, time.Now(), csrfOf(r))
 	groups[0].Cards[0].Open = true
 	u.render(w, r, http.StatusOK, "environments", map[string]any{"Title": "Environment " + name, "Nav": "environments",
 		"Events": "/ui/live/environments?env=" + urlq(name), "Groups": groups, "One": name})
@@ -159,14 +218,14 @@ func (u *UI) envEvents(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return out.send("problem", err.Error()) == nil
 			}
-			groups, limit = u.envCards(rctx, []environments.Environment{*e}, environments.MaxHistory, time.Now()), environments.MaxHistory
+			groups, limit = u.envCards(rctx, []environments.Environment{*e}, environments.MaxHistory, time.Now(), csrfOf(r)), environments.MaxHistory
 			groups[0].Cards[0].Open = true
 		} else {
 			envs, err := u.ctl.Environments().List(rctx)
 			if err != nil {
 				return out.send("problem", "environments: "+err.Error()) == nil
 			}
-			groups = u.envCards(rctx, envs, limit, time.Now())
+			groups = u.envCards(rctx, envs, limit, time.Now(), csrfOf(r))
 		}
 		var b strings.Builder
 		if err := u.tmpl.ExecuteTemplate(&b, "envsbody", map[string]any{"Groups": groups, "One": one}); err != nil {
@@ -194,4 +253,12 @@ func (u *UI) envEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// csrfOf is the request's session CSRF token ("" without a session).
+func csrfOf(r *http.Request) string {
+	if s := sessionFrom(r.Context()); s != nil {
+		return s.csrf
+	}
+	return ""
 }

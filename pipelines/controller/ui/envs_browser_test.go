@@ -232,3 +232,74 @@ func TestBrowserEnvironmentDrift(t *testing.T) {
 	}
 	shot(t, ctx, "environments-converged")
 }
+
+// TestBrowserEnvironmentRollBackFromHistory: dev was promoted to 1.5.0, then 1.6.0; the 1.5.0
+// row of its history offers "Roll back to this", which starts a new run of the same pipeline
+// with that run's inputs (through its gates): 1.5.0 is back in git, the environment's desired
+// value says so and the history shows both promotions and the roll back. The newest row (what
+// dev runs) offers no roll back; the card links to the promote form of its pipeline.
+func TestBrowserEnvironmentRollBackFromHistory(t *testing.T) {
+	e := newEnvsUI(t)
+	run15, _ := e.promote("web-a", "1.5.0")
+	run16, commit16 := e.promote("web-a", "1.6.0")
+	e.app("Synced", "Healthy", commit16)
+
+	ctx := browser(t)
+	signIn(t, ctx, e.URL+"/ui/environments/dev", bobToken)
+	card := `article[data-env="dev"]`
+	run(t, ctx, "history", chromedp.WaitVisible(card+` table.history tbody tr`, chromedp.ByQuery))
+	var n int
+	run(t, ctx, "roll back buttons", chromedp.Evaluate(`document.querySelectorAll('[data-rollback]').length`, &n))
+	if n != 1 {
+		t.Fatalf("%d roll back buttons, want 1 (the 1.5.0 row only)", n)
+	}
+	run(t, ctx, "no roll back to what runs", chromedp.Evaluate(`document.querySelectorAll('tr[data-run="`+run16+`"] [data-rollback]').length`, &n))
+	if n != 0 {
+		t.Error("the promotion dev runs now offers a roll back to itself")
+	}
+	if got := attr(t, ctx, card+` a[data-promote]`, "href"); got != "/ui/promote?pipeline=web-a&env=dev" {
+		t.Errorf("promote link %q", got)
+	}
+	shot(t, ctx, "environment-rollback-offer-1400")
+	var path string
+	run(t, ctx, "roll back", chromedp.Click(`tr[data-run="`+run15+`"] [data-rollback] button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#run-actions, .lanes, main h1`, chromedp.ByQuery), chromedp.Evaluate(`location.pathname`, &path))
+	id, ok := strings.CutPrefix(path, "/ui/runs/")
+	if !ok || id == run15 || id == run16 {
+		t.Fatalf("after roll back the browser is at %q, want a new run's page", path)
+	}
+	f := e.Wait(id, 90*time.Second)
+	if f.Status != pipelines.StSucceeded || f.RerunOf != run15 {
+		t.Fatalf("roll back run %s: %s (re-run of %q) %s", id, f.Status, f.RerunOf, f.Error)
+	}
+	b, err := e.ghp.ReadFile(context.Background(), "acme/release", "main", "envs/dev/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"1.5.0"`) {
+		t.Fatalf("dev's file after the roll back:\n%s", b)
+	}
+	run(t, ctx, "back to dev", chromedp.Navigate(e.URL+"/ui/environments/dev"),
+		chromedp.WaitVisible(card+` tr[data-run="`+id+`"]`, chromedp.ByQuery))
+	if got := text(t, ctx, card+` [data-value="image.tag"]`); got != "1.5.0" {
+		t.Errorf("desired image.tag after the roll back %q, want 1.5.0", got)
+	}
+	if got := text(t, ctx, card+` tr[data-run="`+id+`"]`); !strings.Contains(got, "image.tag: 1.6.0 → 1.5.0") {
+		t.Errorf("roll back's history row %q", got)
+	}
+	run(t, ctx, "rows", chromedp.Evaluate(`document.querySelectorAll('`+card+` table.history tbody tr').length`, &n))
+	if n != 3 {
+		t.Errorf("%d history rows, want 3 (1.5.0, 1.6.0, the roll back)", n)
+	}
+	shot(t, ctx, "environment-rolled-back-1400")
+}
+
+// attr is the attribute name of the first element sel matches ("(missing)" when none does).
+func attr(t *testing.T, ctx context.Context, sel, name string) string {
+	t.Helper()
+	var s string
+	q, _ := json.Marshal(sel)
+	n, _ := json.Marshal(name)
+	run(t, ctx, "attribute of "+sel, chromedp.Evaluate(`(function(){var e=document.querySelector(`+string(q)+`);return e?(e.getAttribute(`+string(n)+`)||""):"(missing)"})()`, &s))
+	return s
+}
