@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -302,4 +305,71 @@ func attr(t *testing.T, ctx context.Context, sel, name string) string {
 	n, _ := json.Marshal(name)
 	run(t, ctx, "attribute of "+sel, chromedp.Evaluate(`(function(){var e=document.querySelector(`+string(q)+`);return e?(e.getAttribute(`+string(n)+`)||""):"(missing)"})()`, &s))
 	return s
+}
+
+const prefillPipeline = `
+name: web-two
+inputs:
+  tag: {type: string, required: true}
+environments:
+  - {name: dev, clusters: [{name: dev-eu, agent: sim}]}
+  - {name: staging, clusters: [{name: staging-eu, agent: sim}]}
+stages:
+  - id: dev
+    environment: dev
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
+               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
+      - id: merge
+        type: MergePR
+        with: {mergeStrategy: squash}
+  - id: staging
+    environment: staging
+    when: "${{ inputs.tag != 'only-dev' }}"
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
+               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
+      - id: merge
+        type: MergePR
+        with: {mergeStrategy: squash}
+`
+
+// TestPromoteFormPrefilledFromEnvironmentBefore: the Promote… link of staging opens the form
+// prefilled with the inputs of the last promotion of dev, the environment before it; values
+// given in the link win; dev, the first environment, is not prefilled.
+func TestPromoteFormPrefilledFromEnvironmentBefore(t *testing.T) {
+	e := newEnvsUI(t)
+	r := e.Start(prefillPipeline, map[string]any{"tag": "2.0.0"})
+	if f := e.Wait(r.ID, 90*time.Second); f.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s %s", r.ID, f.Status, f.Error)
+	}
+	c := client(t)
+	if code, _, body := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {bobToken}, "next": {"/ui/"}}, nil); code != http.StatusSeeOther {
+		t.Fatalf("sign in: %d %s", code, body)
+	}
+	valueOf := func(q string) string {
+		t.Helper()
+		code, _, body := do(t, c, "GET", e.URL+"/ui/promote?"+q, nil, nil)
+		if code != http.StatusOK {
+			t.Fatalf("promote form %s: %d %s", q, code, body)
+		}
+		m := regexp.MustCompile(`name="in\.tag" value="([^"]*)"`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("promote form %s has no tag field:\n%s", q, body)
+		}
+		return m[1]
+	}
+	if got := valueOf("pipeline=web-two&env=staging"); got != "2.0.0" {
+		t.Errorf("staging's form prefilled with %q, want dev's 2.0.0", got)
+	}
+	if got := valueOf("pipeline=web-two&env=staging&in.tag=2.1.0"); got != "2.1.0" {
+		t.Errorf("a value in the link gave %q, want 2.1.0", got)
+	}
+	if got := valueOf("pipeline=web-two&env=dev"); got != "" {
+		t.Errorf("dev, the first environment, prefilled with %q", got)
+	}
 }
