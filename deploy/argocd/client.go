@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -518,8 +519,35 @@ func (c *Client) Watch(ctx context.Context, opened func(), fn func(WatchEvent)) 
 	if idle <= 0 {
 		idle = 60 * time.Second
 	}
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(idle, func() { timedOut.Store(true); cancel() })
+	var timedOut, answered atomic.Bool
+	var openOnce sync.Once
+	open := func() {
+		if opened != nil {
+			openOnce.Do(opened)
+		}
+	}
+	// Argo CD answers a watch with nothing, not even headers, while it has no application
+	// (v3.2.11, measured): an empty Argo CD is not a dead one. Before the headers come, the
+	// stream is probed with a list: no apps means it is open and quiet; apps but no answer
+	// for IdleTimeout means it is stuck.
+	probe := min(idle, 3*time.Second)
+	start := time.Now()
+	var timer *time.Timer
+	timer = time.AfterFunc(probe, func() {
+		if !answered.Load() {
+			if apps, _, err := c.List(sctx, ""); err == nil && len(apps) == 0 {
+				open()
+				timer.Reset(idle)
+				return
+			}
+			if rest := idle - time.Since(start); rest > 0 && sctx.Err() == nil {
+				timer.Reset(rest)
+				return
+			}
+		}
+		timedOut.Store(true)
+		cancel()
+	})
 	defer timer.Stop()
 
 	u := *c.base
@@ -559,10 +587,9 @@ func (c *Client) Watch(ctx context.Context, opened func(), fn func(WatchEvent)) 
 		}
 		return c.statusError(resp.StatusCode, data, call, "")
 	}
+	answered.Store(true)
 	timer.Reset(idle)
-	if opened != nil {
-		opened()
-	}
+	open()
 	r := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
 		line, err := readLine(r, 64<<20)

@@ -71,6 +71,10 @@ type watchTuning struct {
 	buffer  int           // buffer of streams opened from now on (0: watchBuffer)
 	held    chan struct{} // non-nil while HoldStreams holds the streams; closed on release
 	dropped atomic.Int64  // events lost to a full buffer
+	// quietWhenEmpty: a stream with nothing to send writes no response headers until its
+	// first event, as the real server does (Argo CD v3.2.11 with no applications answers a
+	// watch with nothing at all, not even headers, until an app appears).
+	quietWhenEmpty bool
 }
 
 // publish hands ev to every matching stream. Like Argo CD's broadcaster
@@ -95,6 +99,14 @@ func (s *Server) publish(ev *event) {
 // SetWatchBuffer sets the event buffer of watch streams opened from now on
 // (Argo CD's ARGOCD_WATCH_API_BUFFER_SIZE, default 1000); n <= 0 restores the
 // default. A small buffer makes a burst overflow it.
+// QuietWhenEmpty makes watch streams opened from now on behave as the real server does when
+// it has no app to send: no response headers until the first event.
+func (s *Server) QuietWhenEmpty() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watch.quietWhenEmpty = true
+}
+
 func (s *Server) SetWatchBuffer(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -255,6 +267,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 		}
 	}
 	s.subs[sub] = struct{}{}
+	quiet := s.watch.quietWhenEmpty && len(initial) == 0
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -270,9 +283,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 		w.Header().Set("Content-Type", "application/json")
 	}
 	w.Header().Set("Grpc-Metadata-Content-Type", "application/grpc")
-	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	_ = rc.Flush()
+	if !quiet { // else the first Write sends the headers
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+	}
 
 	lastByName := map[string][]byte{}
 	send := func(ev *event) bool {
@@ -363,6 +378,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 		case <-keepalive:
 			if !s.waitAnswering(r.Context()) {
 				return
+			}
+			if quiet && len(lastByName) == 0 {
+				continue // nothing sent yet: the real server stays silent, keepalives too
 			}
 			if _, err := w.Write([]byte(":\n")); err != nil {
 				return

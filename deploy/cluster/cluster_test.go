@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/prflow/prflow/pipelines/chaos"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/chaos"
 	"github.com/prflow/prflow/queue"
 )
 

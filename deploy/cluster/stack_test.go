@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/pipelines/chaos"
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/chaos"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm/connector"
