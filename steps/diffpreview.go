@@ -461,10 +461,10 @@ func summaryLine(d *agent.AppDiff) string {
 		return fmt.Sprintf("%s: cannot preview: %s", d.App, d.Error)
 	}
 	if d.Created {
-		return fmt.Sprintf("%s: creates app %s with %d resources (%s)", d.App, d.App, len(d.Resources), resourceList(d.Resources, false))
+		return fmt.Sprintf("%s: creates app %s with %s (%s)", d.App, d.App, plural(len(d.Resources), "resource"), resourceList(d.Resources, false))
 	}
 	if d.Deleted {
-		return fmt.Sprintf("%s: deletes app %s and its %d resources", d.App, d.App, len(d.Resources))
+		return fmt.Sprintf("%s: deletes app %s and its %s", d.App, d.App, plural(len(d.Resources), "resource"))
 	}
 	if !d.Changed() {
 		return d.App + ": no change"
@@ -483,6 +483,13 @@ func summaryLine(d *agent.AppDiff) string {
 		return fmt.Sprintf("%s: its spec changes (%s), its resources render the same", d.App, strings.Join(d.SpecChanges, "; "))
 	}
 	return fmt.Sprintf("%s: %s (%s)", d.App, strings.Join(parts, ", "), resourceList(d.Resources, true))
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func resourceList(rs []agent.ResourceDiff, paths bool) string {

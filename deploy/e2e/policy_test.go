@@ -48,7 +48,7 @@ func policyStack(t *testing.T, stagingHealth string) (*ctltest.Env, *scmtest.Git
 	}
 	staging := strings.Replace(promoConfig("staging"), `"replicas": 2`, `"replicas": 2, "simulate": "`+stagingHealth+`"`, 1)
 	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"appset.yaml": promoAppSet,
+	if _, err := gh.CreateRepo("acme", "release", map[string]string{"appset.yaml": promoAppSet, "manifests/web/web.jsonnet": promoManifest,
 		"envs/staging/config.json": staging, "envs/prod/config.json": promoConfig("prod")}); err != nil {
 		t.Fatal(err)
 	}

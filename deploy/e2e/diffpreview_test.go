@@ -1,0 +1,287 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/deploy/simagent"
+	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmtest"
+	"github.com/prflow/prflow/steps"
+)
+
+// Issue 33: a promotion stage previews what its PR deploys (the simulated agent renders the
+// release repo's Jsonnet at the PR's head) before it merges, on the PR and in the run; a PR
+// that changes nothing deployed fails before the merge.
+
+// previewPipeline promotes dev only; SET is the promotion's set: and EXTRA more promotion
+// fields (indented two spaces).
+const previewPipeline = `name: preview-dev
+inputs:
+  tag: {type: string, default: "1.5.0"}
+service: {name: web}
+environments:
+  - name: dev
+    clusters: [{name: dev-eu, agent: sim}]
+promotion:
+  applicationSet: web
+  connector: release
+  repo: acme/release
+  filePath: "envs/<+env.name>/config.json"
+  set: SET
+  syncTimeout: 1m
+EXTRA  environments: [dev]
+`
+
+func previewSrc(set, extra string) string {
+	return strings.NewReplacer("SET", set, "EXTRA", extra).Replace(previewPipeline)
+}
+
+// prComments returns the bodies of the PR's comments that carry the diff preview.
+func prComments(t *testing.T, gh *scmtest.GitHub, number int) []string {
+	t.Helper()
+	pr, err := gh.PullRequest("acme", "release", number)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range pr.Comments {
+		if strings.Contains(c.Body, "prflow diff preview") {
+			out = append(out, c.Body)
+		}
+	}
+	return out
+}
+
+func diffStatus(t *testing.T, gh *scmtest.GitHub, sha string) *scmtest.Status {
+	t.Helper()
+	sts, err := gh.Statuses("acme", "release", sha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *scmtest.Status
+	for i := range sts {
+		if sts[i].Context == steps.StatusDiff {
+			last = &sts[i]
+		}
+	}
+	return last
+}
+
+func prNumberOf(t *testing.T, st *pipelines.StepRun) int {
+	t.Helper()
+	n, ok := st.Outputs["prNumber"].(float64)
+	if !ok {
+		t.Fatalf("step %s has no prNumber: %v", st.ID, st.Outputs)
+	}
+	return int(n)
+}
+
+func TestPreviewShowsWhatThePRDeploysBeforeTheMerge(t *testing.T) {
+	s := newPromoStack(t, "dev")
+	r := s.e.Wait(s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil).ID, 2*time.Minute)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	pv := ctltest.Step(r, "dev", "preview")
+	want := "web-dev: 1 changed (ConfigMap web-dev/web: data.image)"
+	if pv.Status != pipelines.StSucceeded || pv.Outputs["changed"] != true || pv.Outputs["summary"] != want {
+		t.Fatalf("preview: %s %v, want summary %q", pv.Status, pv.Outputs, want)
+	}
+	apps, _ := pv.Outputs["apps"].([]any)
+	if len(apps) != 1 {
+		t.Fatalf("apps: %v", apps)
+	}
+	up := ctltest.Step(r, "dev", "update")
+	if pv.Outputs["revision"] != up.Outputs["commitId"] {
+		t.Errorf("previewed %v, the PR's head is %v", pv.Outputs["revision"], up.Outputs["commitId"])
+	}
+	comments := prComments(t, s.gh, prNumberOf(t, up))
+	if len(comments) != 1 || !strings.Contains(comments[0], "- "+want) ||
+		!strings.Contains(comments[0], "+  image: registry.example.com/shop/web:1.5.0") || !strings.Contains(comments[0], "<details>") {
+		t.Fatalf("PR comments: %q", comments)
+	}
+	if st := diffStatus(t, s.gh, fmt.Sprint(up.Outputs["commitId"])); st == nil || st.State != "success" || st.Description != "1 app changes" {
+		t.Fatalf("status %s: %+v", steps.StatusDiff, st)
+	}
+	// The merge ran after the preview and deployed it.
+	syncedOn(t, r, "dev", "sync", "web-dev", fmt.Sprint(ctltest.Step(r, "dev", "merge").Outputs["commitId"]))
+}
+
+// A mistyped key, created because the step allows new keys, edits the file but changes no
+// rendered resource: the stage fails at the preview, before the merge, naming the key; the
+// cleanup closes the PR and deletes its branch, and main has no merge commit.
+func TestPreviewOfANoopPromotionFailsBeforeTheMerge(t *testing.T) {
+	s := newPromoStack(t, "dev")
+	before, err := s.p.Branch(context.Background(), "acme/release", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.e.Wait(s.e.Start(previewSrc(`{image.tga: "${{ inputs.tag }}"}`, "  create: true\n"), nil).ID, 2*time.Minute)
+	want := "the PR changes no resource of web-dev: image.tga is not used by the chart or manifests (set allowNoop: true to merge anyway)"
+	if r.Status != pipelines.StFailed || !strings.Contains(r.Error, "step preview: "+want) {
+		t.Fatalf("run %s %q, want failed with %q\n%s", r.Status, r.Error, want, describeRun(r))
+	}
+	if m := ctltest.Step(r, "dev", "merge"); m.Status == pipelines.StSucceeded || m.Status == pipelines.StRunning {
+		t.Fatalf("merge ran: %s", m.Status)
+	}
+	after, err := s.p.Branch(context.Background(), "acme/release", "main")
+	if err != nil || after.SHA != before.SHA {
+		t.Fatalf("main moved from %s to %s (%v): something merged", before.SHA, after.SHA, err)
+	}
+	up := ctltest.Step(r, "dev", "update")
+	n := prNumberOf(t, up)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pr, err := s.gh.PullRequest("acme", "release", n)
+		_, berr := s.p.Branch(context.Background(), "acme/release", fmt.Sprint(up.Outputs["ref"]))
+		if err == nil && pr.State == scmtest.PRClosed && errors.Is(berr, scm.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PR #%d: %+v %v, branch: %v; want closed and its branch deleted by the cleanup", n, pr.State, err, berr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := diffStatus(t, s.gh, fmt.Sprint(up.Outputs["commitId"])); st == nil || st.State != "failure" || !strings.Contains(st.Description, "changes no resource of web-dev") {
+		t.Fatalf("status %s: %+v", steps.StatusDiff, st)
+	}
+	if c := prComments(t, s.gh, n); len(c) != 1 || !strings.Contains(c[0], "**Not merged: "+want) || !strings.Contains(c[0], "- web-dev: no change") {
+		t.Fatalf("PR comments: %q", c)
+	}
+}
+
+func TestPreviewAllowNoopMerges(t *testing.T) {
+	s := newPromoStack(t, "dev")
+	r := s.e.Wait(s.e.Start(previewSrc(`{image.tga: "${{ inputs.tag }}"}`, "  create: true\n  allowNoop: true\n"), nil).ID, 2*time.Minute)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	pv := ctltest.Step(r, "dev", "preview")
+	if pv.Outputs["changed"] != false || pv.Outputs["summary"] != "web-dev: no change" {
+		t.Fatalf("preview: %v", pv.Outputs)
+	}
+	if got := s.file("envs/dev/config.json"); !strings.Contains(got, `"tga": "1.5.0"`) {
+		t.Fatalf("not merged:\n%s", got)
+	}
+	up := ctltest.Step(r, "dev", "update")
+	if st := diffStatus(t, s.gh, fmt.Sprint(up.Outputs["commitId"])); st == nil || st.State != "success" || !strings.Contains(st.Description, "allowNoop") {
+		t.Fatalf("status %s: %+v", steps.StatusDiff, st)
+	}
+}
+
+// A forge that refuses comments does not fail the preview: the run goes on and carries a
+// warning naming the PR.
+func TestPreviewCommentRefusedIsAWarning(t *testing.T) {
+	s := newPromoStack(t, "dev")
+	if err := s.gh.InjectFault(scmtest.Fault{Method: "POST", PathPattern: `/issues/\d+/comments$`, Status: 403,
+		Body: `{"message": "Resource not accessible by integration"}`}); err != nil {
+		t.Fatal(err)
+	}
+	r := s.e.Wait(s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil).ID, 2*time.Minute)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	found := false
+	for _, w := range r.Warnings {
+		found = found || strings.Contains(w, "dev/preview: the diff comment on PR #1 of acme/release could not be posted")
+	}
+	if !found {
+		t.Fatalf("warnings %q", r.Warnings)
+	}
+	if c := prComments(t, s.gh, 1); len(c) != 0 {
+		t.Fatalf("comments %q", c)
+	}
+}
+
+// A new environment's config file makes the ApplicationSet generate a new app: the preview
+// says it creates it, with its resources.
+func TestPreviewOfANewEnvironmentCreatesItsApp(t *testing.T) {
+	s := newPromoStack(t, "dev")
+	src := `name: new-env
+service: {name: web}
+promotion:
+  applicationSet: web
+  connector: release
+  repo: acme/release
+  filePath: "envs/<+env.name>/config.json"
+  set: {image.tag: "2.0.0", image.repository: registry.example.com/shop/web, replicas: 1}
+  syncTimeout: 1m
+  environments:
+    - name: qa
+      clusters: [{name: qa-eu, agent: sim}]
+      set: {cluster.name: qa-eu}
+      create: true
+`
+	r := s.e.Wait(s.e.Start(src, nil).ID, 2*time.Minute)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	pv := ctltest.Step(r, "qa", "preview")
+	if want := "web-qa: creates app web-qa with 1 resource (ConfigMap web-qa/web)"; pv.Outputs["summary"] != want {
+		t.Fatalf("preview summary %q, want %q", pv.Outputs["summary"], want)
+	}
+}
+
+// An agent that is offline when the preview runs parks it: no "no change", no merge. When
+// the agent comes, the preview runs and the promotion goes on.
+func TestPreviewWaitsForAnOfflineAgent(t *testing.T) {
+	s := newPromoStackNoAgent(t, "dev")
+	run := s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cur, _ := s.e.Ctl.Get(context.Background(), run.ID)
+		st := ctltest.Step(cur, "dev", "preview")
+		if st != nil && st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "waiting to preview the PR's diff") {
+			break
+		}
+		if time.Now().After(deadline) || cur.Status.Terminal() {
+			t.Fatalf("the preview does not wait for the agent\n%s", describeRun(cur))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := s.file("envs/dev/config.json"); got != promoConfig("dev") {
+		t.Fatalf("merged while the preview waited:\n%s", got)
+	}
+	s.startAgent()
+	r := s.e.Wait(run.ID, 2*time.Minute)
+	if r.Status != pipelines.StSucceeded || ctltest.Step(r, "dev", "preview").Outputs["changed"] != true {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+}
+
+// newPromoStackNoAgent is newPromoStack with an agent registration but no agent behind it;
+// startAgent starts it.
+func newPromoStackNoAgent(t *testing.T, envs ...string) *promoStack {
+	files := map[string]string{"appset.yaml": promoAppSet, "manifests/web/web.jsonnet": promoManifest}
+	for _, e := range envs {
+		files["envs/"+e+"/config.json"] = promoConfig(e)
+	}
+	s := newPromoStackFilesAgent(t, files, false)
+	// Registered (runs naming it start) but not answering: requests find no agent.
+	s.e.RegisterAgent("sim")
+	return s
+}
+
+func (s *promoStack) startAgent() {
+	s.t.Helper()
+	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: s.gh.Git().Dir("acme", "release"), Branch: "main",
+		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sim.Run(ctx, s.e.Conn) }()
+	s.t.Cleanup(func() { cancel(); <-done })
+	s.e.WaitAgent("sim")
+}
