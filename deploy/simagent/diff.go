@@ -354,7 +354,15 @@ func compare(d *agent.AppDiff, before, after []kobj, maxBytes int) {
 			rd.Masked = true
 		}
 		if rd.Change == agent.ChangeChanged {
-			walk("", x, y, func(p string, _, _ any) { rd.Paths = append(rd.Paths, p) })
+			walk("", x, y, func(p string, _, v any) {
+				rd.Paths = append(rd.Paths, p)
+				if !rd.Masked {
+					if rd.Values == nil {
+						rd.Values = map[string]any{}
+					}
+					rd.Values[p] = v
+				}
+			})
 			if len(rd.Paths) == 0 {
 				d.Unchanged++
 				continue
