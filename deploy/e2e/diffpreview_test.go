@@ -7,9 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
@@ -284,4 +288,89 @@ func (s *promoStack) startAgent() {
 	go func() { defer close(done); _ = sim.Run(ctx, s.e.Conn) }()
 	s.t.Cleanup(func() { cancel(); <-done })
 	s.e.WaitAgent("sim")
+}
+
+// stagePipeline is one dev stage written by hand: an update of image.tag (KEY) and the steps
+// STEPS after it.
+const stagePipeline = `name: hand-written
+service: {name: web}
+environments:
+  - name: dev
+    clusters: [{name: dev-eu, agent: sim}]
+stages:
+  - id: dev
+    environment: dev
+    steps:
+      - id: update
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release
+          filePath: envs/dev/config.json
+          create: true
+          variables: [{name: KEY, type: String, value: "1.7.0"}]
+STEPS`
+
+// countDiffs counts the diff requests agent sim receives.
+func countDiffs(t *testing.T, s *promoStack) func() int {
+	t.Helper()
+	var mu sync.Mutex
+	n := 0
+	sub, err := s.e.Conn.NC.Subscribe(agent.Subject("sim", "diff"), func(*nats.Msg) { mu.Lock(); n++; mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() int {
+		_ = s.e.Conn.NC.Flush()
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+}
+
+// MergePR with preview: true previews before it merges (same code as DiffPreview); after a
+// DiffPreview of the same head in the stage it asks no agent again, and a no-op PR is not
+// merged.
+func TestMergePRPreview(t *testing.T) {
+	t.Run("after a DiffPreview of the same head, no second agent call", func(t *testing.T) {
+		s := newPromoStack(t, "dev")
+		diffs := countDiffs(t, s)
+		src := strings.NewReplacer("KEY", "image.tag", "STEPS", `      - {id: preview, type: DiffPreview, with: {applicationSet: web}}
+      - {id: merge, type: MergePR, with: {preview: true, applicationSet: web}}
+`).Replace(stagePipeline)
+		r := s.e.Wait(s.e.Start(src, nil).ID, 2*time.Minute)
+		if r.Status != pipelines.StSucceeded {
+			t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+		}
+		m := ctltest.Step(r, "dev", "merge")
+		pv, _ := m.Outputs["preview"].(map[string]any)
+		if pv["summary"] != "web-dev: 1 changed (ConfigMap web-dev/web: data.image)" || m.Outputs["commitId"] == "" {
+			t.Fatalf("merge outputs: %v", m.Outputs)
+		}
+		if n := diffs(); n != 1 {
+			t.Fatalf("%d diff requests, want 1 (the MergePR reuses the DiffPreview of the same head)", n)
+		}
+		if c := prComments(t, s.gh, 1); len(c) != 1 {
+			t.Fatalf("%d preview comments, want one per run and environment: %q", len(c), c)
+		}
+	})
+	t.Run("a PR that changes nothing is not merged", func(t *testing.T) {
+		s := newPromoStack(t, "dev")
+		diffs := countDiffs(t, s)
+		before := s.file("envs/dev/config.json")
+		src := strings.NewReplacer("KEY", "image.tga", "STEPS", `      - {id: merge, type: MergePR, with: {preview: true, applicationSet: web}}
+`).Replace(stagePipeline)
+		r := s.e.Wait(s.e.Start(src, nil).ID, 2*time.Minute)
+		want := "step merge: the PR changes no resource of web-dev: image.tga is not used by the chart or manifests"
+		if r.Status != pipelines.StFailed || !strings.Contains(r.Error, want) {
+			t.Fatalf("run %s %q, want %q\n%s", r.Status, r.Error, want, describeRun(r))
+		}
+		if got := s.file("envs/dev/config.json"); got != before {
+			t.Fatalf("merged:\n%s", got)
+		}
+		if n := diffs(); n != 1 {
+			t.Fatalf("%d diff requests, want 1", n)
+		}
+	})
 }
