@@ -17,7 +17,9 @@ import (
 	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -373,4 +375,84 @@ func TestMergePRPreview(t *testing.T) {
 			t.Fatalf("%d diff requests, want 1", n)
 		}
 	})
+}
+
+// The preview comment is one per run and environment: a re-run of the step after the PR's
+// head moved (a re-push) updates it instead of adding one, and a long diff is cut at
+// maxCommentBytes with a link to the run page.
+func TestPreviewCommentUpdatedInPlaceAndCapped(t *testing.T) {
+	s := newPromoStack(t, "dev")
+	ctx := context.Background()
+	repo := scm.Repo("acme/release")
+	main, err := s.p.Branch(ctx, repo, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := func(parent, tag string) string {
+		t.Helper()
+		cfg := strings.Replace(promoConfig("dev"), `"tag": "1.4.1"`, `"tag": "`+tag+`"`, 1)
+		// A long label makes the diff longer than the comment's cap.
+		manifest := strings.Replace(promoManifest, "labels: {", "labels: { note: '"+strings.Repeat("x", 900)+"', ", 1)
+		sha, err := s.p.Commit(ctx, repo, scm.CommitInput{Branch: "preview-me", Parent: parent, Message: "tag " + tag,
+			Changes: []scm.FileChange{{Path: "envs/dev/config.json", Content: []byte(cfg)}, {Path: "manifests/web/web.jsonnet", Content: []byte(manifest)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sha
+	}
+	head1 := push(main.SHA, "1.8.0")
+	pr, err := s.p.OpenPR(ctx, repo, scm.NewPR{Title: "preview me", Head: "preview-me", Base: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := steps.Default.Lookup(steps.TypeDiffPreview)
+	b, _ := queue.OpenBuckets(ctx, s.e.Conn.JS)
+	svc := steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"release": s.p},
+		steps.ServiceGitOps: agent.NewClient(s.e.Conn.NC, b.Apps, b.Agents)})
+	run := func(head string) steps.Result {
+		t.Helper()
+		sc := &steps.Context{RunID: "r1", Pipeline: "p", Stage: "dev", StepID: "preview", Type: steps.TypeDiffPreview,
+			Attempt: 1, Delivery: 1, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: svc,
+			Env:    &steps.Environment{Name: "dev", Clusters: []steps.Cluster{{Name: "dev-eu", Agent: "sim"}}},
+			Inputs: map[string]any{"applicationSet": "web", "maxCommentBytes": 1500, "runUrl": "https://prflow.example/ui/runs/r1"},
+			Priors: []steps.Prior{{ID: "update", Type: "UpdateReleaseRepo", Outputs: map[string]any{"prNumber": pr.Number,
+				"commitId": head, "connector": "release", "repo": "acme/release"}}}}
+		res, err := def.New().Run(ctx, sc)
+		if err != nil || res.Status != steps.Succeeded {
+			t.Fatalf("preview of %s: %+v %v", head, res, err)
+		}
+		return res
+	}
+	first := run(head1)
+	if first.Outputs["comment"] != scm.CommentPosted {
+		t.Fatalf("first preview: comment %v", first.Outputs["comment"])
+	}
+	head2 := push(head1, "1.9.0")
+	second := run(head2)
+	comments := prComments(t, s.gh, pr.Number)
+	last := comments[len(comments)-1]
+	if !strings.Contains(last, "web-dev: 1 changed (ConfigMap web-dev/web: data.image, metadata.labels.note)") ||
+		!strings.Contains(last, "PR head `"+head2[:12]+"`") || strings.Contains(last, head1[:12]) {
+		t.Fatalf("the newest comment is not the second preview:\n%s", last)
+	}
+	// Until the driver can edit comments (scm.CommentEditor), UpsertComment posts the new body.
+	if _, edits := s.p.(scm.CommentEditor); edits {
+		if second.Outputs["comment"] != scm.CommentUpdated || len(comments) != 1 {
+			t.Fatalf("re-run: comment %v, %d preview comments, want the one updated in place", second.Outputs["comment"], len(comments))
+		}
+	} else if second.Outputs["comment"] != scm.CommentPosted || len(comments) != 2 {
+		t.Fatalf("re-run: comment %v, %d preview comments", second.Outputs["comment"], len(comments))
+	}
+	for _, c := range comments {
+		if len(c) > 1500 {
+			t.Errorf("comment of %d bytes, cap 1500:\n%s", len(c), c)
+		}
+	}
+	if !strings.Contains(last, "the full diff: https://prflow.example/ui/runs/r1") || strings.Contains(last, "```diff") {
+		t.Fatalf("capped comment:\n%s", last)
+	}
+	// The same head again: the body is the same, the comment is left alone.
+	if third := run(head2); third.Outputs["comment"] != scm.CommentUnchanged {
+		t.Fatalf("third preview: comment %v", third.Outputs["comment"])
+	}
 }
