@@ -634,11 +634,11 @@ func previewComment(sc *Context, t previewTarget, diffs []agent.AppDiff, outputs
 	fmt.Fprintf(&head, "### prflow diff preview: %s\n\n", envOrStage(sc))
 	fmt.Fprintf(&head, "Run `%s`, stage `%s`, PR head `%.12s`.\n\n", sc.RunID, sc.Stage, t.head)
 	if failure != "" {
-		fmt.Fprintf(&head, "**Not merged: %s**\n\n", failure)
+		fmt.Fprintf(&head, "**Not merged: %s**\n\n", htmlEscape(failure))
 	}
 	summary, _ := outputs["summary"].(string)
 	for _, l := range strings.Split(summary, "\n") {
-		head.WriteString("- " + l + "\n")
+		head.WriteString("- " + htmlEscape(l) + "\n")
 	}
 	link := "the run's page in prflow"
 	if runURL != "" {
