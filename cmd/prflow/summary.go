@@ -166,7 +166,12 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 				if c, _ := o["created"].([]any); len(c) > 0 {
 					fmt.Fprintf(w, "    created (new in the release repo): %s (%s)\n", strings.Join(stringsOf(c), ", "), st.ID)
 				}
+			case steps.TypeDiffPreview:
+				previewLines(w, o, st.ID)
 			case "MergePR":
+				if pv, ok := o["preview"].(map[string]any); ok {
+					previewLines(w, pv, st.ID)
+				}
 				if c := valueText(o["commitId"]); c != "" {
 					fmt.Fprintf(w, "    merged as commit %s (%s)\n", c, st.ID)
 				}
@@ -179,6 +184,20 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 	}
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
+	}
+}
+
+// previewLines prints what a DiffPreview found, a line per app (nothing when it had no PR to
+// preview).
+func previewLines(w io.Writer, o map[string]any, id string) {
+	if skipped, _ := o["skipped"].(bool); skipped {
+		return
+	}
+	sum, _ := o["summary"].(string)
+	for _, l := range strings.Split(sum, "\n") {
+		if l != "" {
+			fmt.Fprintf(w, "    preview: %s (%s)\n", l, id)
+		}
 	}
 }
 
