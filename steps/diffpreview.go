@@ -272,10 +272,17 @@ func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarg
 			if err != nil {
 				return Result{}, agentErr(err, fmt.Sprintf("preview %.12s of %s on agent %s", t.head, t.repo, a))
 			}
+			kept := keepDiffs(got, asked.set(a))
+			if why := unavailableApp(kept); why != "" {
+				// Argo CD answered for the app that it cannot work now (repo-server down):
+				// not the change's fault, so wait as for an outage.
+				out0.add(agent.View{Agent: a, Reason: "Argo CD cannot render: " + why})
+				continue
+			}
 			if m.Answers == nil {
 				m.Answers = map[string][]agent.AppDiff{}
 			}
-			m.Answers[a] = keepDiffs(got, asked.set(a))
+			m.Answers[a] = kept
 		}
 	}
 	now := time.Now()
@@ -432,6 +439,16 @@ func keepDiffs(got []agent.AppDiff, linked map[string]bool) []agent.AppDiff {
 		}
 	}
 	return out
+}
+
+// unavailableApp names the first app whose error says Argo CD cannot work right now, or "".
+func unavailableApp(diffs []agent.AppDiff) string {
+	for _, d := range diffs {
+		if d.Error != "" && agent.UnavailableText(d.Error) {
+			return d.App + ": " + d.Error
+		}
+	}
+	return ""
 }
 
 // previewOutputs are the step's outputs: apps (the AppDiffs), summary (a line per app),

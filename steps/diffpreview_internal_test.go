@@ -92,3 +92,16 @@ func TestPreviewCommentHostileContent(t *testing.T) {
 		t.Errorf("the fence is not longer than the diff's own:\n%s", body)
 	}
 }
+
+// An app error that says Argo CD cannot work (its repo-server is down) is an outage to wait
+// out, not a broken change; a comparison error is the change's.
+func TestPreviewUnavailableApp(t *testing.T) {
+	down := agent.AppDiff{App: "web-prod", Error: "rpc error: code = Unavailable desc = connection error: dial tcp 10.0.0.7:8081: connect: connection refused"}
+	broken := agent.AppDiff{App: "web-dev", Error: "ComparisonError: Failed to load target state: web.jsonnet:3: unexpected end of file"}
+	if got := unavailableApp([]agent.AppDiff{broken, down}); !strings.HasPrefix(got, "web-prod: rpc error") {
+		t.Errorf("unavailable: %q", got)
+	}
+	if got := unavailableApp([]agent.AppDiff{broken, {App: "web-qa"}}); got != "" {
+		t.Errorf("a comparison error taken for an outage: %q", got)
+	}
+}
