@@ -429,12 +429,13 @@ func containsStr(l []string, s string) bool {
 }
 
 // keepDiffs keeps the linked apps and, from an ApplicationSet's answer, the apps the PR
-// creates, deletes or changes: an app of another environment that the PR changes (a shared
-// manifest) is part of what the merge deploys.
+// makes it create or delete (a new environment). Other apps of the ApplicationSet are left
+// out: their difference from what they run need not be this PR's (one not deployed yet
+// differs by everything), and their own stages preview them.
 func keepDiffs(got []agent.AppDiff, linked map[string]bool) []agent.AppDiff {
 	var out []agent.AppDiff
 	for _, d := range got {
-		if linked[d.App] || d.Changed() {
+		if linked[d.App] || d.Created || d.Deleted {
 			out = append(out, d)
 		}
 	}
