@@ -82,6 +82,23 @@ func diffStatus(t *testing.T, gh *scmtest.GitHub, sha string) *scmtest.Status {
 	return last
 }
 
+// waitDeployed waits until the agent deployed app (its first sync after start), so a preview
+// compares with what it runs rather than with nothing.
+func (s *promoStack) waitDeployed(app string) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		en, err := s.e.Ctl.Buckets().Apps.Get(context.Background(), "sim."+app)
+		if err == nil && strings.Contains(string(en.Value()), `"sync":"Synced"`) && strings.Contains(string(en.Value()), `"health":"Healthy"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the agent never deployed %s", app)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func prNumberOf(t *testing.T, st *pipelines.StepRun) int {
 	t.Helper()
 	n, ok := st.Outputs["prNumber"].(float64)
@@ -93,6 +110,7 @@ func prNumberOf(t *testing.T, st *pipelines.StepRun) int {
 
 func TestPreviewShowsWhatThePRDeploysBeforeTheMerge(t *testing.T) {
 	s := newPromoStack(t, "dev")
+	s.waitDeployed("web-dev")
 	r := s.e.Wait(s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil).ID, 2*time.Minute)
 	if r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
@@ -337,6 +355,7 @@ func countDiffs(t *testing.T, s *promoStack) func() int {
 func TestMergePRPreview(t *testing.T) {
 	t.Run("after a DiffPreview of the same head, no second agent call", func(t *testing.T) {
 		s := newPromoStack(t, "dev")
+		s.waitDeployed("web-dev")
 		diffs := countDiffs(t, s)
 		src := strings.NewReplacer("KEY", "image.tag", "STEPS", `      - {id: preview, type: DiffPreview, with: {applicationSet: web}}
       - {id: merge, type: MergePR, with: {preview: true, applicationSet: web}}
@@ -382,6 +401,7 @@ func TestMergePRPreview(t *testing.T) {
 // maxCommentBytes with a link to the run page.
 func TestPreviewCommentUpdatedInPlaceAndCapped(t *testing.T) {
 	s := newPromoStack(t, "dev")
+	s.waitDeployed("web-dev")
 	ctx := context.Background()
 	repo := scm.Repo("acme/release")
 	main, err := s.p.Branch(ctx, repo, "main")

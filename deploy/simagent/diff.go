@@ -368,6 +368,10 @@ func compare(d *agent.AppDiff, before, after []kobj, maxBytes int) {
 				continue
 			}
 			sort.Strings(rd.Paths)
+		} else if rd.Change == agent.ChangeAdded && !rd.Masked {
+			// A new object's values, for policies (a new app at 0 replicas).
+			rd.Values = map[string]any{}
+			walk("", nil, y, func(p string, _, v any) { rd.Values[p] = v })
 		}
 		text := unified(ref, x, y)
 		switch {

@@ -89,6 +89,9 @@ func TestDiffRendersTheRevision(t *testing.T) {
 				strings.Join(r.Paths, ",") != "data.image" {
 				t.Fatalf("resource: %+v", r)
 			}
+			if len(r.Values) != 1 || r.Values["data.image"] != "registry.example.com/shop/web:1.5.0" {
+				t.Fatalf("values: %v", r.Values)
+			}
 			if !strings.Contains(r.Diff, "-  image: registry.example.com/shop/web:1.4.1") || !strings.Contains(r.Diff, "+  image: registry.example.com/shop/web:1.5.0") {
 				t.Fatalf("diff:\n%s", r.Diff)
 			}
@@ -132,6 +135,9 @@ func TestDiffRendersTheRevision(t *testing.T) {
 			q := got["web-qa"]
 			if !q.Created || len(q.Resources) != 1 || q.Resources[0].Change != agent.ChangeAdded || q.Resources[0].Namespace != "web-qa" {
 				t.Fatalf("web-qa: %+v", q)
+			}
+			if v := q.Resources[0].Values; v["data.replicas"] != "1" || v["kind"] != "ConfigMap" {
+				t.Fatalf("values of the new object: %v", v)
 			}
 			if !strings.Contains(q.Resources[0].Diff, "+  image: registry.example.com/shop/web:1.5.0") {
 				t.Fatalf("diff:\n%s", q.Resources[0].Diff)
@@ -227,7 +233,7 @@ func TestDiffMasksSecretsAndCapsTheDiff(t *testing.T) {
 			s = r
 		}
 	}
-	if !s.Masked || strings.Join(s.Paths, ",") != "data.password,metadata.labels.rotated" ||
+	if !s.Masked || s.Values != nil || strings.Join(s.Paths, ",") != "data.password,metadata.labels.rotated" ||
 		!strings.Contains(s.Diff, "+  password: (changed)") || !strings.Contains(s.Diff, "user: (hidden)") {
 		t.Fatalf("secret: %+v\n%s", s, s.Diff)
 	}
