@@ -34,6 +34,13 @@ type StageGate interface {
 	StageAllowed(r *Run, si int) (deny, warn []string)
 }
 
+// PreviewGate, when the Gate has it, is asked again after a DiffPreview step of stage si
+// succeeded, now that the stage's diff is known (its outputs are on the run): a deny fails
+// the step, so the stage fails before its merge.
+type PreviewGate interface {
+	PreviewAllowed(r *Run, si int) (deny, warn []string)
+}
+
 // Apply records an event in the run. It reports whether the state changed; a duplicate or
 // stale event (a result for an attempt that is no longer current) changes nothing.
 func (m *Machine) Apply(r *Run, ev *envelope.Event, now time.Time) bool {
@@ -75,6 +82,18 @@ func (m *Machine) Apply(r *Run, ev *envelope.Event, now time.Time) bool {
 		switch res.Status {
 		case steps.Succeeded:
 			st.Status, st.Outputs, st.Ended, st.Wait, st.Error = StSucceeded, res.Outputs, now, nil, ""
+			if pg, ok := m.Gate.(PreviewGate); ok && st.Type == steps.TypeDiffPreview && !ev.Rollback {
+				deny, warn := pg.PreviewAllowed(r, si)
+				for _, w := range warn {
+					if !slices.Contains(sr.Warnings, w) {
+						sr.Warnings = append(sr.Warnings, w)
+					}
+				}
+				if len(deny) > 0 {
+					st.Status, st.Ended = StRunning, time.Time{} // failStep decides what the failure does
+					m.failStep(r, si, st, ev.Rollback, "denied by policy: "+strings.Join(deny, "; "), now)
+				}
+			}
 		case steps.Waiting:
 			w := res.Wait
 			if w == nil {

@@ -15,17 +15,18 @@ import (
 // expands it, before anything else is read, into one ordinary stage per environment (appended
 // to `stages:`), so the state machine, the API and `prflow status` see nothing new:
 //
-//	[approval] → update (UpdateReleaseRepo) → merge (MergePR) → apps (FetchLinkedApps)
-//	           → sync (GitOpsSync, waitTillHealthy) → [gate: soak]
+//	[approval] → update (UpdateReleaseRepo) → preview (DiffPreview) → merge (MergePR)
+//	           → apps (FetchLinkedApps) → sync (GitOpsSync, waitTillHealthy) → [gate: soak]
 //	rollbackSteps: revert (RevertPR of the merge commit) → mergeRevert (MergePR) → resync
 //
 // With `mergedBy: people` the update step waits for a person to merge its PR
-// (waitForMerge) and there is no merge step. The generated YAML nodes carry the line of the
+// (waitForMerge) and there is no merge or preview step. `preview: false` leaves the preview
+// out; `allowNoop: true` lets a PR that changes nothing deployed merge. The generated YAML nodes carry the line of the
 // promotion entry they come from, so any error in them points into the promotion section.
 
 // Promotion field names, in the order the schema lists them.
 var promotionFields = []string{"applicationSet", "appSelector", "connector", "repo", "filePath", "set", "create", "mergedBy",
-	"mergeStrategy", "prTitle", "appWaitTimeout", "syncTimeout", "degradedTimeout", "environments"}
+	"preview", "allowNoop", "mergeStrategy", "prTitle", "appWaitTimeout", "syncTimeout", "degradedTimeout", "environments"}
 
 var promotionEnvFields = []string{"name", "clusters", "set", "create", "approval", "soak", "timeout"}
 
@@ -33,6 +34,7 @@ var promotionEnvFields = []string{"name", "clusters", "set", "create", "approval
 const (
 	promoApproval    = "approval"
 	promoUpdate      = "update"
+	promoPreview     = "preview"
 	promoMerge       = "merge"
 	promoApps        = "apps"
 	promoSync        = "sync"
@@ -124,6 +126,17 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 	// them, and a label selector (e.g. harness.io/envRef=<+env.name>) tells them apart.
 	if sel := f["appSelector"]; sel.val != nil && !l.stepInputsOK("FetchLinkedApps", sel.val, "promotion.appSelector", "selector", sel.val) {
 		delete(f, "appSelector")
+	}
+	for _, b := range []string{"preview", "allowNoop"} {
+		if f[b].val != nil {
+			n := len(l.errs)
+			if l.boolean(f[b], "promotion."+b); len(l.errs) > n {
+				delete(f, b) // reported once, here
+			}
+		}
+	}
+	if f["mergedBy"].val != nil && people && isTrue(f["preview"].val) {
+		l.errf(f["preview"].val, "promotion.preview", "mergedBy: people merges outside prflow; the preview runs before prflow's merge only")
 	}
 	if ms := f["mergeStrategy"]; ms.val != nil && !l.stepInputsOK("MergePR", ms.val, "promotion.mergeStrategy", "mergeStrategy", ms.val) {
 		delete(f, "mergeStrategy")
@@ -455,6 +468,13 @@ func promotionStage(f map[string]field, e promoEnv, people bool) *yaml.Node {
 	if people {
 		merged = promoUpdate
 	} else {
+		// What the PR would deploy, before it merges: a PR that changes nothing fails here,
+		// and the stage policy sees the diff (input.diff). An already promoted environment
+		// opened no PR, and its preview passes with nothing to show.
+		if p := opt("preview"); p == nil || isTrue(p) {
+			steps = append(steps, mapping(ln, "id", s(promoPreview), "type", s("DiffPreview"), "with",
+				mapping(ln, "applicationSet", opt("applicationSet"), "selector", opt("appSelector"), "allowNoop", opt("allowNoop"))))
+		}
 		steps = append(steps, mapping(ln, "id", s(promoMerge), "type", s("MergePR"), "with",
 			mapping(ln, "connector", opt("connector"), "repo", opt("repo"), "mergeStrategy", opt("mergeStrategy"), "deleteSourceBranch", boolean(ln, true))))
 	}
@@ -491,6 +511,12 @@ func promotionStage(f map[string]field, e promoEnv, people bool) *yaml.Node {
 	}
 	return mapping(ln, "id", s(e.name), "environment", s(e.name), "timeout", e.timeout, "gate", gate,
 		"steps", seq(ln, steps...), "rollbackSteps", seq(ln, rollback...))
+}
+
+// isTrue reports whether a checked boolean field says true.
+func isTrue(n *yaml.Node) bool {
+	var b bool
+	return n != nil && n.Decode(&b) == nil && b
 }
 
 // valueType is the UpdateReleaseRepo variable type that keeps a YAML value's kind in the file.

@@ -45,7 +45,7 @@ func stepIDs(list []*Step) string {
 }
 
 func TestPromotionExpandsToStages(t *testing.T) {
-	const auto = "approval:Approval? update:UpdateReleaseRepo merge:MergePR apps:FetchLinkedApps sync:GitOpsSync"
+	const auto = "approval:Approval? update:UpdateReleaseRepo preview:DiffPreview merge:MergePR apps:FetchLinkedApps sync:GitOpsSync"
 	const rollback = "revert:RevertPR mergeRevert:MergePR resync:GitOpsSync"
 	cases := []struct {
 		name, extra, envs string
@@ -59,8 +59,8 @@ func TestPromotionExpandsToStages(t *testing.T) {
 			envs:   "    - dev\n    - staging\n",
 			stages: []string{"dev:dev", "staging:staging"},
 			steps: map[string]string{
-				"dev":     "update:UpdateReleaseRepo merge:MergePR apps:FetchLinkedApps sync:GitOpsSync",
-				"staging": "update:UpdateReleaseRepo merge:MergePR apps:FetchLinkedApps sync:GitOpsSync",
+				"dev":     "update:UpdateReleaseRepo preview:DiffPreview merge:MergePR apps:FetchLinkedApps sync:GitOpsSync",
+				"staging": "update:UpdateReleaseRepo preview:DiffPreview merge:MergePR apps:FetchLinkedApps sync:GitOpsSync",
 			},
 			rollback: rollback,
 			check: func(t *testing.T, p *Pipeline) {
@@ -74,10 +74,13 @@ func TestPromotionExpandsToStages(t *testing.T) {
 				if _, ok := up["waitForMerge"]; ok {
 					t.Errorf("waitForMerge set while prflow merges")
 				}
-				if apps := p.Stages[0].Steps[2].With.Static(); apps["applicationSet"] != "web" {
+				if pv := p.Stages[0].Steps[1].With.Static(); pv["applicationSet"] != "web" || pv["allowNoop"] != nil {
+					t.Errorf("DiffPreview inputs: %v", pv)
+				}
+				if apps := p.Stages[0].Steps[3].With.Static(); apps["applicationSet"] != "web" {
 					t.Errorf("FetchLinkedApps inputs: %v", apps)
 				}
-				sync := p.Stages[0].Steps[3]
+				sync := p.Stages[0].Steps[4]
 				if sync.Timeout != 10*time.Minute || sync.With.Static()["waitTillHealthy"] != true {
 					t.Errorf("sync: %v %v", sync.Timeout, sync.With.Static())
 				}
@@ -95,8 +98,8 @@ func TestPromotionExpandsToStages(t *testing.T) {
 				"      approval: {approvers: {groups: [release-managers]}, timeout: 1d}\n",
 			stages: []string{"dev:dev", "staging:staging", "prod:prod"},
 			steps: map[string]string{
-				"dev":     "update:UpdateReleaseRepo merge:MergePR apps:FetchLinkedApps sync:GitOpsSync",
-				"staging": "update:UpdateReleaseRepo merge:MergePR apps:FetchLinkedApps sync:GitOpsSync gate:StageGate",
+				"dev":     "update:UpdateReleaseRepo preview:DiffPreview merge:MergePR apps:FetchLinkedApps sync:GitOpsSync",
+				"staging": "update:UpdateReleaseRepo preview:DiffPreview merge:MergePR apps:FetchLinkedApps sync:GitOpsSync gate:StageGate",
 				"prod":    strings.Replace(auto, "approval:Approval?", "approval:Approval", 1),
 			},
 			rollback: rollback,
@@ -104,7 +107,7 @@ func TestPromotionExpandsToStages(t *testing.T) {
 				if p.Stages[0].Timeout != time.Hour {
 					t.Errorf("dev timeout %v", p.Stages[0].Timeout)
 				}
-				if g := p.Stages[1].Steps[4].With.Static(); g["soak"] != "10m" || !strings.Contains(fmt.Sprint(g["condition"]), `"Degraded"`) {
+				if g := p.Stages[1].Steps[5].With.Static(); g["soak"] != "10m" || !strings.Contains(fmt.Sprint(g["condition"]), `"Degraded"`) {
 					t.Errorf("gate: %v", g)
 				}
 				prod := p.Stages[2]
@@ -118,14 +121,39 @@ func TestPromotionExpandsToStages(t *testing.T) {
 				if !strings.HasSuffix(vars, "map[name:replicas type:Number value:4] map[name:cluster.name type:String value:prod-eu]]") {
 					t.Errorf("prod variables (environment's last, so they win): %s", vars)
 				}
-				if m := prod.Steps[2].With.Static(); m["mergeStrategy"] != "merge" || m["deleteSourceBranch"] != true {
+				if pv := prod.Steps[2].With.Static(); pv["selector"] != "harness.io/envRef=<+env.name>" {
+					t.Errorf("preview: %v", pv)
+				}
+				if m := prod.Steps[3].With.Static(); m["mergeStrategy"] != "merge" || m["deleteSourceBranch"] != true {
 					t.Errorf("merge: %v", m)
 				}
-				if a := prod.Steps[3].With.Static(); a["appWaitTimeout"] != "5m" || a["selector"] != "harness.io/envRef=<+env.name>" {
+				if a := prod.Steps[4].With.Static(); a["appWaitTimeout"] != "5m" || a["selector"] != "harness.io/envRef=<+env.name>" {
 					t.Errorf("apps: %v", a)
 				}
-				if s := prod.Steps[4]; s.Timeout != 3*time.Minute || s.With.Static()["degradedStateTimeout"] != "30s" {
+				if s := prod.Steps[5]; s.Timeout != 3*time.Minute || s.With.Static()["degradedStateTimeout"] != "30s" {
 					t.Errorf("sync: %v %v", s.Timeout, s.With.Static())
+				}
+			},
+		},
+		{
+			name:     "preview off",
+			extra:    "  preview: false\n",
+			envs:     "    - dev\n",
+			stages:   []string{"dev:dev"},
+			steps:    map[string]string{"dev": "update:UpdateReleaseRepo merge:MergePR apps:FetchLinkedApps sync:GitOpsSync"},
+			rollback: rollback,
+			check:    func(t *testing.T, p *Pipeline) {},
+		},
+		{
+			name:     "a PR that changes nothing may merge",
+			extra:    "  allowNoop: true\n",
+			envs:     "    - dev\n",
+			stages:   []string{"dev:dev"},
+			steps:    map[string]string{"dev": "update:UpdateReleaseRepo preview:DiffPreview merge:MergePR apps:FetchLinkedApps sync:GitOpsSync"},
+			rollback: rollback,
+			check: func(t *testing.T, p *Pipeline) {
+				if pv := p.Stages[0].Steps[1].With.Static(); pv["allowNoop"] != true {
+					t.Errorf("preview: %v", pv)
 				}
 			},
 		},
@@ -317,6 +345,12 @@ func TestPromotionErrorsNameFileLineAndField(t *testing.T) {
 			[]string{"p.yaml:18:3: promotion.mergedby: unknown field (allowed: applicationSet,"}},
 		{"bad mergedBy", promoSrc("  mergedBy: robots\n", "    - dev\n"),
 			[]string{`p.yaml:18:13: promotion.mergedBy: want prflow (prflow merges each PR) or people`}},
+		{"bad preview", promoSrc("  preview: maybe\n", "    - dev\n"),
+			[]string{`p.yaml:18:12: promotion.preview: want true or false, got "maybe"`}},
+		{"bad allowNoop", promoSrc("  allowNoop: 1\n", "    - dev\n"),
+			[]string{`p.yaml:18:14: promotion.allowNoop: want true or false, got "1"`}},
+		{"preview with people merging", promoSrc("  mergedBy: people\n  preview: true\n", "    - dev\n"),
+			[]string{`p.yaml:19:12: promotion.preview: mergedBy: people merges outside prflow; the preview runs before prflow's merge only`}},
 		{"bad soak", promoSrc("", "    - {name: dev, soak: a while}\n"),
 			[]string{"p.yaml:19:25: promotion.environments[0].soak:"}},
 		{"env declared twice", promoSrc("", "    - name: dev\n      clusters: [{name: x, agent: y}]\n"),

@@ -2,6 +2,7 @@ package steps
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,19 +19,31 @@ import (
 // promotion merged first and the PR now conflicts, a PR opened by UpdateReleaseRepo is rebuilt
 // on the new base from the edits it recorded (the branch is moved only if it still holds
 // that step's commit). It parks while checks are pending; an already merged PR is success.
+// With preview: true it first previews what the PR deploys, as a DiffPreview step would
+// (outputs.preview), and does not merge a PR that changes nothing.
 func init() {
 	Register(Definition{
 		Type:  "MergePR",
 		Parks: true,
 		New:   func() Step { return StepFunc(runMergePR) },
-		Inputs: []Input{
+		Inputs: append([]Input{
 			{Name: "connector", Type: InputString, Doc: "the worker connector of the repo (default: the previous step's)"},
 			{Name: "repo", Type: InputString, Doc: "the repo (default: the previous step's)"},
 			{Name: "prNumber", Type: InputInt, Doc: "the PR to merge (default: the one the stage's UpdateReleaseRepo or RevertPR opened)"},
 			{Name: "mergeStrategy", Type: InputString, Enum: []string{"merge", "squash", "rebase"}, Default: "merge"},
 			{Name: "deleteSourceBranch", Type: InputBool, Default: false, Doc: "delete the PR's branch after merging"},
-		},
+			{Name: "preview", Type: InputBool, Default: false, Doc: "preview what the PR deploys before merging (as DiffPreview)"},
+			{Name: "applicationSet", Type: InputString, Doc: "with preview: also preview the apps this ApplicationSet generates at the PR's head"},
+			{Name: "selector", Type: InputString, Doc: "with preview: a label selector of the apps to preview"},
+			inOutage, inAgent, inAgentAlias,
+		}, previewInputs...),
 		Validate: func(in map[string]any) error {
+			if _, err := previewConfigFrom(in, true); err != nil {
+				return err
+			}
+			if _, err := linkedConfigFrom(in, true); err != nil {
+				return err
+			}
 			if s, ok := in["mergeStrategy"].(string); ok && !template.Contains(s) {
 				switch s {
 				case "merge", "squash", "rebase":
@@ -44,6 +57,90 @@ func init() {
 }
 
 func runMergePR(ctx context.Context, sc *Context) (Result, error) {
+	on, err := BoolInput(sc.Inputs, "preview")
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	if !on {
+		return mergePR(ctx, sc)
+	}
+	var mm mergeMemo
+	if _, err := sc.DecodeMemo(&mm); err != nil {
+		return Result{}, Terminalf("MergePR memo: %w", err)
+	}
+	previewed, warnings := mm.Previewed, []string(nil)
+	if previewed == nil {
+		res, err := mergePreview(ctx, sc, mm.Preview)
+		if err != nil || res.Status != Succeeded {
+			return res, err
+		}
+		previewed, warnings = res.Outputs, res.Warnings
+	}
+	res, err := mergePR(ctx, sc)
+	if err != nil || previewed == nil {
+		return res, err
+	}
+	// The preview is done once per PR head: a merge that parks (queue, pending checks) keeps
+	// it in its memo instead of asking the agents again when it wakes.
+	switch res.Status {
+	case Succeeded:
+		if res.Outputs == nil {
+			res.Outputs = map[string]any{}
+		}
+		res.Outputs["preview"] = previewed
+		res.Warnings = append(res.Warnings, warnings...)
+	case Waiting:
+		var m mergeMemo
+		if len(res.Memo) > 0 {
+			if err := json.Unmarshal(res.Memo, &m); err != nil {
+				return Result{}, Terminalf("MergePR memo: %w", err)
+			}
+		}
+		m.Previewed = previewed
+		b, err := json.Marshal(m)
+		if err != nil {
+			return Result{}, Terminal(err)
+		}
+		res.Memo = b
+	}
+	return res, nil
+}
+
+// mergePreview previews the PR before MergePR merges it: Succeeded with the preview's
+// outputs (nil when there is no PR to preview), or the Waiting or Failed result to return.
+func mergePreview(ctx context.Context, sc *Context, pm *previewMemo) (Result, error) {
+	cfg, err := previewConfigFrom(sc.Inputs, false)
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	t, skip, err := previewTargetOf(ctx, sc)
+	if err != nil {
+		return Result{}, err
+	}
+	if skip != nil {
+		return Done(nil), nil // no PR: the merge says so
+	}
+	if pm == nil {
+		pm = &previewMemo{}
+	}
+	res, err := preview(ctx, sc, cfg, t, pm)
+	if err != nil {
+		return res, err
+	}
+	switch res.Status {
+	case Waiting:
+		b, err := json.Marshal(mergeMemo{Preview: pm})
+		if err != nil {
+			return Result{}, Terminal(err)
+		}
+		res.Memo = b
+	case Failed:
+		res.Outputs = map[string]any{"preview": res.Outputs}
+	}
+	return res, nil
+}
+
+func mergePR(ctx context.Context, sc *Context) (Result, error) {
 	in := sc.Inputs
 	connector, _ := StringInput(in, "connector")
 	repo, _ := StringInput(in, "repo")
@@ -276,6 +373,10 @@ type QueueTurn struct {
 type mergeMemo struct {
 	Queued    bool `json:"queued"`
 	Untouched bool `json:"untouched,omitempty"`
+	// With preview: true, Preview is the preview's memo while it waits for an agent, and
+	// Previewed its outputs once done.
+	Preview   *previewMemo   `json:"preview,omitempty"`
+	Previewed map[string]any `json:"previewed,omitempty"`
 }
 
 // queuedOnly reports whether this run of the step follows only parks in the merge queue.

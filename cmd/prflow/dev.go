@@ -156,6 +156,13 @@ on loopback, without authentication.`,
 					steps.ServiceSCM:    conns,
 					steps.ServiceLocks:  worker.NewLeaseLocker(b, mq, "dev-worker"),
 					steps.ServiceGitOps: agent.NewClient(conn.NC, b.Apps, b.Agents),
+					// PR comments link to the run page where this sandbox serves one.
+					steps.ServiceRunURL: func(id string) string {
+						if !serve {
+							return ""
+						}
+						return "http://" + listen + "/ui/runs/" + id
+					},
 				})}
 			go func() { _ = w.Run(runCtx, conn); done <- struct{}{} }()
 			defer func() { cancel(); <-done; <-done; sb.stop() }()

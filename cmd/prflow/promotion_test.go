@@ -20,7 +20,13 @@ func TestPromotionExamples(t *testing.T) {
 			t.Fatalf("prflow dev: %v\n%s", err, out)
 		}
 		for _, want := range []string{"step dev.update (UpdateReleaseRepo): succeeded", "changedFiles: envs/prod/config.json",
-			"step staging.gate (StageGate): succeeded", "stage prod: succeeded", "succeeded"} {
+			"step staging.gate (StageGate): succeeded", "stage prod: succeeded", "succeeded",
+			// The summary shows what each PR deployed, as previewed before its merge. (dev's
+			// preview may run before the agent's first deployment of web-dev, when the
+			// ConfigMap is still to be added: only the later stages are exact.)
+			"    preview: web-dev: 1 ",
+			"    preview: web-staging: 1 changed (ConfigMap web-staging/web: data.image) (preview)",
+			"    preview: web-prod: 1 changed (ConfigMap web-prod/web: data.image, data.replicas) (preview)"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}

@@ -185,9 +185,11 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 		for _, c := range s.Created {
 			fmt.Fprintf(w, "    created (new in the release repo): %s (%s)\n", strings.Join(c.What, ", "), c.Step)
 		}
-		for _, d := range s.Diffs {
-			if d.Summary != "" {
-				fmt.Fprintf(w, "    diff: %s (%s)\n", d.Summary, d.Step)
+		for _, d := range s.Diffs { // a line per app the preview names
+			for _, l := range strings.Split(d.Summary, "\n") {
+				if l != "" {
+					fmt.Fprintf(w, "    preview: %s (%s)\n", l, d.Step)
+				}
 			}
 		}
 		for _, m := range s.Merges {

@@ -80,7 +80,7 @@ func TestSummaryPrintsRecordedOldValues(t *testing.T) {
 		"    envs/prod/config.json legacy: w → x\n", // not recorded: read from the start
 		"    envs/prod/config.json image.tag: 1.6.0 → 1.5.0 (rollback revert)\n",
 		"    PR #9 https://forge/pr/9 (update)\n",
-		"    diff: web-prod: 1 changed (preview)\n",
+		"    preview: web-prod: 1 changed (preview)\n",
 		"    merged as commit abc123 (merge)\n",
 	} {
 		if !strings.Contains(out, want) {

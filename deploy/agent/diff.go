@@ -43,6 +43,10 @@ type ResourceDiff struct {
 	Change    string `json:"change"` // added, changed, removed
 	// Paths are the changed fields as dotted paths ("spec.replicas", "data.image"), sorted.
 	Paths []string `json:"paths,omitempty"`
+	// Values are the new values of Paths (nil for a path the revision removes), or of every
+	// field of an added object, so policies can judge a change ("spec.replicas" → 0). Never
+	// set for a masked (Secret) resource.
+	Values map[string]any `json:"values,omitempty"`
 	// Diff is the unified diff of the object's YAML (old → new). Secret data values never
 	// leave the agent: a changed value shows as "(changed)" on both sides, and Masked is set.
 	Diff   string `json:"diff,omitempty"`

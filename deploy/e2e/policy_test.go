@@ -48,7 +48,7 @@ func policyStack(t *testing.T, stagingHealth string) (*ctltest.Env, *scmtest.Git
 	}
 	staging := strings.Replace(promoConfig("staging"), `"replicas": 2`, `"replicas": 2, "simulate": "`+stagingHealth+`"`, 1)
 	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"appset.yaml": promoAppSet,
+	if _, err := gh.CreateRepo("acme", "release", map[string]string{"appset.yaml": promoAppSet, "manifests/web/web.jsonnet": promoManifest,
 		"envs/staging/config.json": staging, "envs/prod/config.json": promoConfig("prod")}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,4 +210,56 @@ func TestPolicyAllowsStage(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = gh
+}
+
+// Issue 33: the stage policy sees what the stage's PR deploys (input.diff) after its preview
+// and before its merge. The example policy denies replicas going to 0 in prod: the approved
+// stage fails at its preview, nothing merges, and the cleanup closes the PR.
+func TestPolicyDeniesTheDiffBeforeTheMerge(t *testing.T) {
+	e, gh := policyStack(t, "Healthy")
+	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}, set: {replicas: 0}", 1)
+	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
+		Inputs: map[string]any{"tag": "1.5.0"}, Executor: "ann", Groups: []string{"release-managers"}})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cur, _ := e.Ctl.Get(context.Background(), r.ID)
+		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
+			break
+		}
+		if time.Now().After(deadline) || cur.Status.Terminal() {
+			t.Fatalf("prod did not start\n%s", describeRun(cur))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := e.Ctl.Signal(context.Background(), r.ID, "prod", "approval", steps.Signal{Kind: "approval", User: "alice", Approve: true, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	r = e.Wait(r.ID, time.Minute)
+	want := "step preview: denied by policy: ConfigMap web-prod/web: data.replicas goes to 0 in prod"
+	if r.Status != pipelines.StFailed || !strings.Contains(r.Error, want) {
+		t.Fatalf("run %s: %q, want failed with %q\n%s", r.Status, r.Error, want, describeRun(r))
+	}
+	pv := ctltest.Step(r, "prod", "preview")
+	if pv.Status != pipelines.StFailed || pv.Outputs["changed"] != true {
+		t.Errorf("preview: %s %v", pv.Status, pv.Outputs)
+	}
+	if m := ctltest.Step(r, "prod", "merge"); m.Status == pipelines.StSucceeded || m.Status == pipelines.StRunning {
+		t.Errorf("merge: %s", m.Status)
+	}
+	prs, err := gh.PullRequests("acme", "release")
+	if err != nil || len(prs) != 1 {
+		t.Fatalf("PRs: %v %v", prs, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		pr, _ := gh.PullRequest("acme", "release", prs[0].Number)
+		if pr.State == scmtest.PRClosed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PR #%d is %s, want closed by the cleanup", pr.Number, pr.State)
+		}
+	}
 }

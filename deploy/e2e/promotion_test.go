@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/deploy/simagent"
+	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/queue"
@@ -27,6 +25,8 @@ import (
 // the simulated agent deploying that repo's ApplicationSet (git files generator over
 // envs/*/config.json).
 
+// The apps deploy the example release repo's manifests/web/web.jsonnet with each config's
+// values as arguments (promoManifest), as on Argo CD: the preview renders it.
 const promoAppSet = `apiVersion: argoproj.io/v1alpha1
 kind: ApplicationSet
 metadata: {name: web}
@@ -39,9 +39,23 @@ spec:
       labels: {harness.io/serviceRef: web, harness.io/envRef: '{{path.basename}}'}
     spec:
       project: default
-      source: {repoURL: https://git.example/release.git, path: 'envs/{{path.basename}}', targetRevision: main}
+      source:
+        repoURL: https://git.example/release.git
+        path: manifests/web
+        targetRevision: main
+        directory:
+          include: '*.jsonnet'
+          jsonnet:
+            tlas:
+              - {name: env, value: '{{path.basename}}'}
+              - {name: image, value: '{{image.repository}}:{{image.tag}}'}
+              - {name: replicas, value: '{{replicas}}'}
+              - {name: simulate, value: '{{simulate}}'}
       destination: {name: '{{cluster.name}}', namespace: 'web-{{path.basename}}'}
 `
+
+// promoManifest is what every app of promoAppSet deploys.
+var promoManifest = examples.ReleaseRepo()["manifests/web/web.jsonnet"]
 
 // promoConfig is an environment's config file as a person wrote it: the run must leave any
 // file it does not promote, or reverts, exactly like this.
@@ -68,6 +82,14 @@ func newPromoStack(t *testing.T, envs ...string) *promoStack {
 }
 
 func newPromoStackFiles(t *testing.T, files map[string]string) *promoStack {
+	return newPromoStackFilesAgent(t, files, true)
+}
+
+// newPromoStackFilesAgent starts the stack, with the simulated agent when withAgent.
+func newPromoStackFilesAgent(t *testing.T, files map[string]string, withAgent bool) *promoStack {
+	if _, ok := files["manifests/web/web.jsonnet"]; !ok {
+		files["manifests/web/web.jsonnet"] = promoManifest
+	}
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", files); err != nil {
 		t.Fatal(err)
@@ -79,18 +101,11 @@ func newPromoStackFiles(t *testing.T, files map[string]string) *promoStack {
 	e := ctltest.New(t, ctltest.Options{Concurrency: 8,
 		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
 		Tuning:   queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}})
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
+	s := &promoStack{t: t, e: e, gh: gh, p: p}
+	if withAgent {
+		s.startAgent()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e.WaitAgent("sim")
-	return &promoStack{t: t, e: e, gh: gh, p: p}
+	return s
 }
 
 // file returns a file of the release repo's main branch, or "" when it does not exist.

@@ -37,6 +37,12 @@ type appTemplate struct {
 			RepoURL        string `json:"repoURL"`
 			Path           string `json:"path"`
 			TargetRevision string `json:"targetRevision"`
+			// What the app renders (render.go): a directory source; Helm and Kustomize
+			// sources are recognised only to say they are not rendered.
+			Directory *directorySource `json:"directory,omitempty"`
+			Helm      json.RawMessage  `json:"helm,omitempty"`
+			Kustomize json.RawMessage  `json:"kustomize,omitempty"`
+			Chart     string           `json:"chart,omitempty"`
 		} `json:"source"`
 		Destination struct {
 			Server    string `json:"server"`

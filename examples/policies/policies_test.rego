@@ -45,3 +45,30 @@ test_prod_blocked_without_staging_status if {
 test_prod_allowed_when_staging_healthy if {
 	count(stage.deny) == 0 with input as {"stage": {"environment": "prod"}, "pipeline": staging_env, "apps": [{"name": "web-staging", "labels": {"harness.io/envRef": "staging"}, "health": "Healthy"}]}
 }
+
+replicas_diff(value) := [{"app": "web-prod", "kind": "ConfigMap", "name": "web", "namespace": "web-prod", "change": "changed",
+	"paths": ["data.replicas"], "values": {"data.replicas": value}, "masked": false}]
+
+healthy_staging := {"pipeline": staging_env, "apps": [{"name": "web-staging", "cluster": "staging-eu", "health": "Healthy"}]}
+
+test_prod_replicas_to_zero_denied if {
+	stage.deny["ConfigMap web-prod/web: data.replicas goes to 0 in prod"] with input as object.union(healthy_staging, {"stage": {"id": "prod", "environment": "prod"}, "diff": replicas_diff("0")})
+}
+
+test_prod_replicas_scaled_allowed if {
+	count(stage.deny) == 0 with input as object.union(healthy_staging, {"stage": {"id": "prod", "environment": "prod"}, "diff": replicas_diff("3")})
+}
+
+test_staging_replicas_to_zero_allowed if {
+	count(stage.deny) == 0 with input as {"stage": {"id": "staging", "environment": "staging"}, "pipeline": staging_env, "apps": [], "diff": replicas_diff(0)}
+}
+
+secret_diff := [{"app": "web-dev", "kind": "Secret", "name": "db", "namespace": "web-dev", "change": "changed", "paths": ["data.password"], "values": {}, "masked": true}]
+
+test_secret_change_without_approval_denied if {
+	stage.deny["Secret web-dev/db changed (data.password) in stage dev, which has no Approval step"] with input as {"stage": {"id": "dev", "environment": "dev", "steps": [{"type": "UpdateReleaseRepo"}]}, "apps": [], "diff": secret_diff}
+}
+
+test_secret_change_with_approval_allowed if {
+	count(stage.deny) == 0 with input as {"stage": {"id": "dev", "environment": "dev", "steps": [{"type": "Approval"}, {"type": "UpdateReleaseRepo"}]}, "apps": [], "diff": secret_diff}
+}

@@ -29,3 +29,30 @@ staging_apps contains app if {
 	some app in input.apps
 	app.cluster == cluster.name
 }
+
+# input.diff is what the stage's PR deploys, as its DiffPreview step found (the stage policy is
+# asked again after the preview, before the merge; before it, input.diff is empty). One entry
+# per resource: {app, kind, name, namespace, change, paths, values, masked}.
+
+# No workload scaled to zero replicas in prod.
+deny contains msg if {
+	input.stage.environment == "prod"
+	some d in input.diff
+	some path, value in d.values
+	endswith(path, "replicas")
+	to_number(value) == 0
+	msg := sprintf("%s %s/%s: %s goes to 0 in prod", [d.kind, d.namespace, d.name, path])
+}
+
+# A Secret changes only in a stage that asks a person first.
+deny contains msg if {
+	some d in input.diff
+	d.kind == "Secret"
+	not has_approval
+	msg := sprintf("Secret %s/%s %s (%s) in stage %s, which has no Approval step", [d.namespace, d.name, d.change, concat(", ", d.paths), input.stage.id])
+}
+
+has_approval if {
+	some s in input.stage.steps
+	s.type == "Approval"
+}

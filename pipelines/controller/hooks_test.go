@@ -438,13 +438,22 @@ func TestTriggeredPromotionGitHub(t *testing.T) {
 		num := int(n.(float64))
 		waitComment(t, gh.Forge, "release", num, r.ID)
 		rp, _ := gh.PullRequest("acme", "release", num)
-		body := rp.Comments[0].Body
+		// Besides the summary, the promotion's preview keeps its own comment (issue 33).
+		var summaries, previews []string
+		for _, c := range rp.Comments {
+			if strings.Contains(c.Body, "prflow diff preview") {
+				previews = append(previews, c.Body)
+			} else {
+				summaries = append(summaries, c.Body)
+			}
+		}
+		if len(summaries) != 1 || len(previews) != 1 {
+			t.Fatalf("release PR #%d has %d summary and %d preview comments, want 1 each", num, len(summaries), len(previews))
+		}
+		body := summaries[0]
 		if !strings.Contains(body, "`envs/"+env+"/config.json`: image.tag = `"+tag+"`") || !strings.Contains(body, fmt.Sprintf("acme/web#%d (merged)", pr.Number)) ||
 			!strings.Contains(body, "https://prflow.example.test/ui/runs/"+r.ID) {
 			t.Errorf("comment on release PR #%d:\n%s", num, body)
-		}
-		if len(rp.Comments) != 1 {
-			t.Errorf("release PR #%d has %d comments, want 1", num, len(rp.Comments))
 		}
 	}
 	all := waitStatuses(t, gh.Forge, pr.MergeCommitSHA, map[string]string{"prflow/dev": "success", "prflow/staging": "success"})
@@ -471,8 +480,11 @@ func waitComment(t *testing.T, f *scmtest.Forge, repo string, n int, run string)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(pr.Comments) > 0 && strings.Contains(pr.Comments[0].Body, run) {
-			return
+		for _, c := range pr.Comments {
+			// The run's summary comment (a promotion's diff preview names the run too).
+			if strings.Contains(c.Body, run) && !strings.Contains(c.Body, "prflow diff preview") {
+				return
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no comment naming run %s on %s#%d: %v", run, repo, n, pr.Comments)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,10 +80,21 @@ func (c *Controller) gateFor(p *pipelines.Pipeline) pipelines.StageGate {
 }
 
 // StageAllowed evaluates prflow.stage with input.stage, input.environment, input.pipeline,
-// input.run (every stage's status so far) and input.apps (every app status record the agents
-// keep in prflow-apps, from memory: see appWatch). An evaluation that fails denies: a policy
-// that cannot be checked must not be skipped.
+// input.run (every stage's status so far), input.apps (every app status record the agents
+// keep in prflow-apps, from memory: see appWatch) and input.diff (what the stage's preview
+// found; empty before it ran). An evaluation that fails denies: a policy that cannot be
+// checked must not be skipped.
 func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string) {
+	return g.evaluate(r, si, "")
+}
+
+// PreviewAllowed evaluates prflow.stage again once the stage's DiffPreview found what its PR
+// deploys (input.diff), before the merge.
+func (g *stageGate) PreviewAllowed(r *pipelines.Run, si int) (deny, warn []string) {
+	return g.evaluate(r, si, "after its diff preview ")
+}
+
+func (g *stageGate) evaluate(r *pipelines.Run, si int, when string) (deny, warn []string) {
 	if !g.c.policy.Has(policy.Stage) {
 		return nil, nil
 	}
@@ -94,14 +106,15 @@ func (g *stageGate) StageAllowed(r *pipelines.Run, si int) (deny, warn []string)
 		return []string{"policy not evaluated: app status unreadable: " + err.Error()}, nil
 	}
 	st := g.p.Stages[si]
-	in := map[string]any{"stage": g.stages[si], "environment": g.envs[si], "pipeline": g.pipeline, "run": policy.RunInput(r), "apps": apps}
+	in := map[string]any{"stage": g.stages[si], "environment": g.envs[si], "pipeline": g.pipeline, "run": policy.RunInput(r), "apps": apps,
+		"diff": policy.StageDiff(r.Stages[si])}
 	d, err := g.c.policy.Evaluate(ctx, policy.Stage, in)
 	if err != nil {
 		g.c.log.Error("stage policy failed", "run", r.ID, "stage", st.ID, "err", err)
 		return []string{"policy not evaluated: " + err.Error()}, nil
 	}
 	if len(d.Deny) > 0 {
-		g.c.log.Warn("stage denied by policy", "run", r.ID, "stage", st.ID, "deny", d.Deny)
+		g.c.log.Warn(strings.TrimSpace("stage denied by policy "+when), "run", r.ID, "stage", st.ID, "deny", d.Deny)
 	}
 	if len(d.Warn) > 0 {
 		g.c.log.Warn("stage policy warnings", "run", r.ID, "stage", st.ID, "warn", d.Warn)

@@ -1,11 +1,16 @@
 package policy
 
 import (
+	"encoding/json"
+	"strings"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"time"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/steps"
 )
 
 // PipelineInput is the loaded pipeline as data: name, inputs, environments (with clusters),
@@ -64,11 +69,11 @@ func StageInput(st *pipelines.Stage) map[string]any {
 }
 
 // RunInput is a run as data: its id, pipeline, executor, inputs, trigger and each stage's
-// status and error so far.
+// status and error so far, and the diff its preview found (StageDiff; empty before it ran).
 func RunInput(r *pipelines.Run) map[string]any {
 	stages := make([]any, 0, len(r.Stages))
 	for _, s := range r.Stages {
-		stages = append(stages, map[string]any{"id": s.ID, "status": string(s.Status), "error": s.Error})
+		stages = append(stages, map[string]any{"id": s.ID, "status": string(s.Status), "error": s.Error, "diff": StageDiff(s)})
 	}
 	out := map[string]any{"id": r.ID, "pipeline": r.Pipeline, "executor": r.Executor, "status": string(r.Status),
 		"inputs": jsonish(r.Inputs), "stages": stages}
@@ -144,4 +149,61 @@ func Converted(x any) any {
 		return x
 	}
 	return v
+}
+
+// StageDiff is what the stage's DiffPreview steps found its PR deploys, one entry per
+// resource: {app, agent, group, kind, name, namespace, change (added, changed, removed),
+// paths, values (path → new value; none for a masked Secret), masked}. An app the PR creates or deletes, or whose own spec it changes, also has
+// an entry of kind Application (paths: the spec paths). Empty when no preview ran.
+func StageDiff(sr *pipelines.StageRun) []any {
+	out := []any{}
+	for _, st := range sr.Steps {
+		if st.Type != steps.TypeDiffPreview || st.Status != pipelines.StSucceeded {
+			continue
+		}
+		out = append(out, DiffInput(st.Outputs["apps"])...)
+	}
+	return out
+}
+
+// DiffInput turns a DiffPreview's apps output into policy entries (see StageDiff).
+func DiffInput(apps any) []any {
+	var diffs []agent.AppDiff
+	if b, err := json.Marshal(apps); err == nil {
+		_ = json.Unmarshal(b, &diffs)
+	}
+	out := []any{}
+	for _, d := range diffs {
+		change := ""
+		switch {
+		case d.Created:
+			change = agent.ChangeAdded
+		case d.Deleted:
+			change = agent.ChangeRemoved
+		case len(d.SpecChanges) > 0:
+			change = agent.ChangeChanged
+		}
+		if change != "" {
+			paths := make([]any, 0, len(d.SpecChanges))
+			for _, s := range d.SpecChanges {
+				p, _, _ := strings.Cut(s, ": ")
+				paths = append(paths, p)
+			}
+			out = append(out, map[string]any{"app": d.App, "agent": d.Agent, "group": "argoproj.io", "kind": "Application",
+				"name": d.App, "namespace": "", "change": change, "paths": paths, "values": map[string]any{}, "masked": false})
+		}
+		for _, r := range d.Resources {
+			paths := make([]any, 0, len(r.Paths))
+			for _, p := range r.Paths {
+				paths = append(paths, p)
+			}
+			values := map[string]any{}
+			for k, v := range r.Values {
+				values[k] = jsonish(v)
+			}
+			out = append(out, map[string]any{"app": d.App, "agent": d.Agent, "group": r.Group, "kind": r.Kind, "name": r.Name,
+				"namespace": r.Namespace, "change": r.Change, "paths": paths, "values": values, "masked": r.Masked})
+		}
+	}
+	return out
 }

@@ -104,7 +104,9 @@ func stageOf(s *pipelines.StageRun) Stage {
 		for _, st := range list {
 			if d, ok := DiffOf(st); ok && (st.Status == pipelines.StSucceeded || st.Status == pipelines.StFailed) {
 				v.Diffs = append(v.Diffs, d)
-				continue
+				if st.Type != "MergePR" { // MergePR preview: true also merged
+					continue
+				}
 			}
 			if st.Status != pipelines.StSucceeded {
 				continue
@@ -163,8 +165,14 @@ func stageOf(s *pipelines.StageRun) Stage {
 // of type DiffPreview, or any step with outputs of that shape (MergePR's preview).
 func DiffOf(st *pipelines.StepRun) (Diff, bool) {
 	o := st.Outputs
+	if pv, ok := o["preview"].(map[string]any); ok && st.Type == "MergePR" {
+		o = pv // MergePR with preview: true keeps its preview under "preview"
+	}
 	if o == nil {
 		return Diff{}, false
+	}
+	if skipped, _ := o["skipped"].(bool); skipped {
+		return Diff{}, false // nothing to preview (no PR)
 	}
 	summary, hasSummary := o["summary"].(string)
 	changed, hasChanged := o["changed"].(bool)
