@@ -106,6 +106,10 @@ func TestDiffPreviewsRenderedChanges(t *testing.T) {
 	if !strings.Contains(cm.Diff, "-  replicas: \"2\"\n+  replicas: \"3\"\n") || !strings.Contains(cm.Diff, "--- a/shop/configmap/web") {
 		t.Fatalf("ConfigMap diff:\n%s", cm.Diff)
 	}
+	// Policies judge the new values of the changed paths (e.g. replicas going to 0).
+	if cm.Values["data.replicas"] != "3" || cm.Values[`metadata.annotations["argocd.argoproj.io/sync-wave"]`] != "5" || len(cm.Values) != 2 {
+		t.Errorf("ConfigMap values for policies: %v", cm.Values)
+	}
 	for _, noise := range []string{"tracking-id", "managedFields", "resourceVersion", "uid:", "creationTimestamp"} {
 		if strings.Contains(cm.Diff, noise) {
 			t.Errorf("diff shows %q, which no PR changes:\n%s", noise, cm.Diff)
@@ -162,6 +166,9 @@ func TestDiffSecretValuesNeverLeave(t *testing.T) {
 	s := resource(got[0], "Secret", "db")
 	if s == nil || s.Change != agent.ChangeChanged || !s.Masked || strings.Join(s.Paths, ",") != "data.apikey" || !strings.Contains(s.Diff, "+  apikey: (hidden)") {
 		t.Fatalf("Secret: %+v", s)
+	}
+	if s.Values != nil {
+		t.Errorf("a Secret's values reached the reply: %v", s.Values)
 	}
 	reply, _ := json.Marshal(got)
 	noSecretBytes(t, "the reply", string(reply), oldPW, newPW, token)

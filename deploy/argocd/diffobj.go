@@ -172,11 +172,17 @@ func compareObjects(old, new *kobj) *agent.ResourceDiff {
 		}
 		d.Change, a, b = agent.ChangeChanged, old.obj, new.obj
 		var paths []string
-		changedPaths(a, b, "", &paths)
-		d.Paths = paths
+		vals := map[string]any{}
+		changedPaths(a, b, "", &paths, vals)
+		d.Paths, d.Values = paths, vals
+	}
+	if d.Change == agent.ChangeAdded {
+		d.Values = map[string]any{} // every field of an added object, e.g. a new Deployment at 0 replicas
+		leaves(new.obj, "", d.Values)
 	}
 	if ref.secret {
 		d.Masked = true
+		d.Values = nil // Secret values never leave the agent
 		a, b = maskSecretPair(a, b)
 	}
 	d.Diff = unifiedDiff(a, b, ref)
@@ -212,8 +218,13 @@ func maskSecretPair(a, b map[string]any) (map[string]any, map[string]any) {
 	return mask(a, da, db, false), mask(b, db, da, true)
 }
 
-// changedPaths appends the dotted paths where a and b differ, sorted and capped.
-func changedPaths(a, b any, path string, out *[]string) {
+// changedPaths appends the dotted paths where a and b differ, sorted and capped, and records
+// b's value at each in vals (nil where b lacks it), for policies.
+func changedPaths(a, b any, path string, out *[]string, vals map[string]any) {
+	add := func(p string, v any) {
+		*out = append(*out, p)
+		vals[p] = v
+	}
 	const maxPaths = 100
 	if len(*out) >= maxPaths {
 		return
@@ -222,7 +233,7 @@ func changedPaths(a, b any, path string, out *[]string) {
 	case map[string]any:
 		bv, ok := b.(map[string]any)
 		if !ok {
-			*out = append(*out, orRoot(path))
+			add(orRoot(path), b)
 			return
 		}
 		keys := map[string]bool{}
@@ -242,30 +253,50 @@ func changedPaths(a, b any, path string, out *[]string) {
 			y, inB := bv[k]
 			p := joinPath(path, k)
 			if !inA || !inB {
-				*out = append(*out, p)
+				add(p, y)
 				continue
 			}
-			changedPaths(x, y, p, out)
+			changedPaths(x, y, p, out, vals)
 		}
 	case []any:
 		bv, ok := b.([]any)
 		if !ok {
-			*out = append(*out, orRoot(path))
+			add(orRoot(path), b)
 			return
 		}
 		n := max(len(av), len(bv))
 		for i := 0; i < n; i++ {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			if i >= len(av) || i >= len(bv) {
-				*out = append(*out, p)
+				var v any
+				if i < len(bv) {
+					v = bv[i]
+				}
+				add(p, v)
 				continue
 			}
-			changedPaths(av[i], bv[i], p, out)
+			changedPaths(av[i], bv[i], p, out, vals)
 		}
 	default:
 		if !reflect.DeepEqual(a, b) {
-			*out = append(*out, orRoot(path))
+			add(orRoot(path), b)
 		}
+	}
+}
+
+// leaves records every leaf value of v under its dotted path.
+func leaves(v any, path string, out map[string]any) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, y := range x {
+			leaves(y, joinPath(path, k), out)
+		}
+	case []any:
+		for i, y := range x {
+			leaves(y, fmt.Sprintf("%s[%d]", path, i), out)
+		}
+	default:
+		out[orRoot(path)] = v
 	}
 }
 
