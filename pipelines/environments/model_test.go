@@ -55,8 +55,10 @@ func TestTwoPipelinesPromotingOneEnvironment(t *testing.T) {
 	if c := h[0].Changes; len(c) != 1 || c[0].Old != "1.5.0" || c[0].New != "1.6.0" || h[0].Result != "succeeded" || h[0].Commit != want || h[0].By != "tester" {
 		t.Errorf("newest entry %+v, want 1.5.0 → 1.6.0 succeeded at %s by tester", h[0], want)
 	}
-	if c := h[1].Changes; len(c) != 1 || c[0].Old != nil || c[0].New != "1.5.0" {
-		t.Errorf("first entry changes %+v: nothing was known before it", c)
+	// The first promotion's old value is the one UpdateReleaseRepo replaced (its edits output
+	// records it), though the model knew nothing of dev before.
+	if c := h[1].Changes; len(c) != 1 || c[0].Old != "1.4.1" || c[0].New != "1.5.0" {
+		t.Errorf("first entry changes %+v, want 1.4.1 → 1.5.0", c)
 	}
 }
 
