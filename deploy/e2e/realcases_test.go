@@ -110,7 +110,9 @@ func TestRealFetchLinkedAppsAgentDown(t *testing.T) {
 	// The agent is live when the run starts (a run naming a dead agent is refused at start)
 	// and dies while the stage waits for its approval.
 	ag := r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
-	run := r.e.Start(r.promotion([]string{"dev"}, []string{"{name: dev, approval: {approvers: {users: [alice]}, timeout: 2m}}"}, ""), map[string]any{"tag": "7.0.0"})
+	// preview: false, so FetchLinkedApps is the first step to meet the dead agent (a preview
+	// parks on it the same way: TestPreviewWaitsForAnOfflineAgent).
+	run := r.e.Start(r.promotion([]string{"dev"}, []string{"{name: dev, approval: {approvers: {users: [alice]}, timeout: 2m}}"}, "  preview: false\n"), map[string]any{"tag": "7.0.0"})
 	r.waitStep(run.ID, "dev", "approval", time.Minute, func(st *pipelines.StepRun) bool { return st.Status == pipelines.StWaiting })
 	ag.stop()
 	if err := r.e.Ctl.Signal(context.Background(), run.ID, "dev", "approval", steps.Signal{Kind: "approval", User: "alice", Approve: true, At: time.Now()}); err != nil {
