@@ -497,6 +497,9 @@ func summaryLine(d *agent.AppDiff) string {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[c], c))
 		}
 	}
+	if len(d.Resources) == 0 && d.SpecNotRendered {
+		return fmt.Sprintf("%s: its spec changes (%s); its resources under the new spec are not known before it is applied (Argo CD renders only the current spec)", d.App, strings.Join(d.SpecChanges, "; "))
+	}
 	if len(d.Resources) == 0 {
 		return fmt.Sprintf("%s: its spec changes (%s), its resources render the same", d.App, strings.Join(d.SpecChanges, "; "))
 	}

@@ -69,6 +69,7 @@ func TestPreviewSummaryLines(t *testing.T) {
 		{agent.AppDiff{App: "web-prod", Resources: []agent.ResourceDiff{cm, {Kind: "Secret", Namespace: "web-prod", Name: "db", Change: agent.ChangeAdded, Masked: true}}},
 			"web-prod: 1 added, 1 changed (ConfigMap web-prod/web: data.image; Secret web-prod/db added)"},
 		{agent.AppDiff{App: "web-prod", SpecChanges: []string{`spec.source.helm.parameters[x]: "1" → "2"`}}, `web-prod: its spec changes (spec.source.helm.parameters[x]: "1" → "2"), its resources render the same`},
+		{agent.AppDiff{App: "web-prod", SpecChanges: []string{`tlas.image: a → b`}, SpecNotRendered: true}, `web-prod: its spec changes (tlas.image: a → b); its resources under the new spec are not known before it is applied (Argo CD renders only the current spec)`},
 		{agent.AppDiff{App: "web-prod", Error: "ComparisonError: boom"}, "web-prod: cannot preview: ComparisonError: boom"},
 	} {
 		if got := summaryLine(&tc.d); got != tc.want {

@@ -64,8 +64,12 @@ type AppDiff struct {
 	Deleted bool `json:"deleted,omitempty"`
 	// SpecChanges are changes of the app's own spec at Revision (Helm parameters, Kustomize
 	// images, jsonnet arguments generated from the release repo), as "path: old → new".
-	SpecChanges []string       `json:"specChanges,omitempty"`
-	Resources   []ResourceDiff `json:"resources,omitempty"`
+	SpecChanges []string `json:"specChanges,omitempty"`
+	// SpecNotRendered: the resources were rendered with the app's current spec, not the one
+	// SpecChanges describe (Argo CD renders only stored specs), so an unchanged resource list
+	// does not mean the new spec renders the same.
+	SpecNotRendered bool           `json:"specNotRendered,omitempty"`
+	Resources       []ResourceDiff `json:"resources,omitempty"`
 	// Unchanged counts the app's objects that render the same.
 	Unchanged int  `json:"unchanged"`
 	Truncated bool `json:"truncated,omitempty"`

@@ -538,7 +538,8 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 			out[ref] = &agent.AppDiff{App: ref, Created: true, SpecChanges: specChanges(nil, g.Spec)}
 			continue
 		}
-		out[ref] = &agent.AppDiff{App: ref, SpecChanges: specChanges(cur.Spec, g.Spec)}
+		sc := specChanges(cur.Spec, g.Spec)
+		out[ref] = &agent.AppDiff{App: ref, SpecChanges: sc, SpecNotRendered: len(sc) > 0}
 		render = append(render, ref)
 		delete(owned, ref)
 	}

@@ -392,6 +392,10 @@ func TestDiffApplicationSetSpecChanges(t *testing.T) {
 	if strings.Join(names, ",") != "web-dev,web-prod,web-staging" {
 		t.Fatalf("apps: %v", names)
 	}
+	// Argo CD renders the stored spec only: the reply must not pass that off as the new one's.
+	if d := byApp["web-dev"]; !d.SpecNotRendered {
+		t.Errorf("web-dev's spec changed but the reply does not say its resources were rendered with the old spec: %+v", d)
+	}
 	if d := byApp["web-dev"]; strings.Join(d.SpecChanges, ";") != "source.directory.jsonnet.tlas.image: web:1.0 → web:1.1" || d.Created || d.Deleted || d.Error != "" {
 		t.Fatalf("web-dev: %+v", d)
 	}
