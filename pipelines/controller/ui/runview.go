@@ -415,6 +415,10 @@ func stepOf(run *pipelines.Run, stage string, st *pipelines.StepRun, rb bool, s 
 		v.Created = append(v.Created, fmt.Sprint(c))
 	}
 	shown["created"] = len(v.Created) > 0 // the step's warning line lists them
+	if html, ok := chartsHTML(st.Outputs["charts"]); ok {
+		v.Outputs = append(v.Outputs, kv{"charts", html})
+		shown["charts"] = true
+	}
 	keys := make([]string, 0, len(st.Outputs))
 	for k := range st.Outputs {
 		if !shown[k] {
@@ -586,6 +590,34 @@ func value(key string, v any) template.HTML { return valueIn("", key, v) }
 // valueIn is value with an id prefix for the <details> it makes (a list of named objects,
 // such as a sync's applications, shows one line per object and the rest on a click; the ids
 // keep them open across live updates).
+// chartsHTML draws a step's charts output (metric → SVG, as Verify writes it) as images. An
+// SVG in an <img> runs no script whatever it holds, and the page's CSP allows data: images;
+// a value that is not an SVG document is left to the ordinary output list.
+func chartsHTML(v any) (template.HTML, bool) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		return "", false
+	}
+	names := make([]string, 0, len(m))
+	for k, c := range m {
+		svg, _ := c.(string)
+		if !strings.HasPrefix(strings.TrimSpace(svg), "<svg") {
+			return "", false
+		}
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString(`<div class="charts">`)
+	for _, k := range names {
+		esc := template.HTMLEscapeString(k)
+		fmt.Fprintf(&b, `<figure class="chart" data-chart="%s"><img alt="chart of %s" src="data:image/svg+xml;base64,%s"><figcaption>%s</figcaption></figure>`,
+			esc, esc, base64.StdEncoding.EncodeToString([]byte(m[k].(string))), esc)
+	}
+	b.WriteString(`</div>`)
+	return template.HTML(b.String()), true
+}
+
 func valueIn(id, key string, v any) template.HTML {
 	var b strings.Builder
 	writeValue(&b, id, key, v, 0)
