@@ -97,8 +97,9 @@ func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limi
 			for _, p := range h {
 				hv := envHistory{Promotion: p, Age: ago(p.At, now)}
 				if p.Result == "succeeded" && !p.RolledBack {
-					hv.RollBack = !current && p.Commit != e.Desired.Commit && csrf != ""
-					hv.Idem = formKey()
+					if hv.RollBack = !current && p.Commit != e.Desired.Commit && csrf != ""; hv.RollBack {
+						hv.Idem = formKey()
+					}
 					current = false
 				}
 				for _, ch := range p.Changes {

@@ -27,16 +27,20 @@ import (
 
 const envHookSecret = "ui-envs-hook-secret-0123456789"
 
-func promoteDev(name string) string {
-	return fmt.Sprintf(`
-name: %s
-inputs:
-  tag: {type: string, required: true}
-environments:
-  - {name: dev, clusters: [{name: dev-eu, agent: sim}]}
-stages:
-  - id: dev
-    environment: dev
+func promoteDev(name string) string { return promoteEnvs(name, "dev") }
+
+// promoteEnvs promotes inputs.tag through envs in order: per environment a stage that
+// sets image.tag in envs/<env>/config.json and merges the PR.
+func promoteEnvs(name string, envs ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\ninputs:\n  tag: {type: string, required: true}\nenvironments:\n", name)
+	for _, e := range envs {
+		fmt.Fprintf(&b, "  - {name: %s, clusters: [{name: %s-eu, agent: sim}]}\n", e, e)
+	}
+	b.WriteString("stages:\n")
+	for _, e := range envs {
+		fmt.Fprintf(&b, `  - id: %s
+    environment: %s
     steps:
       - id: update
         type: UpdateReleaseRepo
@@ -45,7 +49,9 @@ stages:
       - id: merge
         type: MergePR
         with: {mergeStrategy: squash}
-`, name)
+`, e, e)
+	}
+	return b.String()
 }
 
 // envsUI is a running prflow whose release repo lives in the fake GitHub, whose webhooks
@@ -307,43 +313,12 @@ func attr(t *testing.T, ctx context.Context, sel, name string) string {
 	return s
 }
 
-const prefillPipeline = `
-name: web-two
-inputs:
-  tag: {type: string, required: true}
-environments:
-  - {name: dev, clusters: [{name: dev-eu, agent: sim}]}
-  - {name: staging, clusters: [{name: staging-eu, agent: sim}]}
-stages:
-  - id: dev
-    environment: dev
-    steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
-               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
-      - id: merge
-        type: MergePR
-        with: {mergeStrategy: squash}
-  - id: staging
-    environment: staging
-    when: "${{ inputs.tag != 'only-dev' }}"
-    steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
-               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
-      - id: merge
-        type: MergePR
-        with: {mergeStrategy: squash}
-`
-
 // TestPromoteFormPrefilledFromEnvironmentBefore: the Promote… link of staging opens the form
 // prefilled with the inputs of the last promotion of dev, the environment before it; values
 // given in the link win; dev, the first environment, is not prefilled.
 func TestPromoteFormPrefilledFromEnvironmentBefore(t *testing.T) {
 	e := newEnvsUI(t)
-	r := e.Start(prefillPipeline, map[string]any{"tag": "2.0.0"})
+	r := e.Start(promoteEnvs("web-two", "dev", "staging"), map[string]any{"tag": "2.0.0"})
 	if f := e.Wait(r.ID, 90*time.Second); f.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s %s", r.ID, f.Status, f.Error)
 	}
