@@ -65,7 +65,7 @@ type Model struct {
 	pushes   []pushEvent
 	stored   map[string][]Promotion // prflow-envs, by environment
 	marks    *marks
-	written  map[string]string // run/stage → the entry this replica last wrote or saw stored
+	written  map[string]string      // run/stage → the entry this replica last wrote or saw stored
 	reads    map[string]*readRecord // prflow-envs read.<id>, by id
 	lastJSON []byte
 
