@@ -172,6 +172,7 @@ func (m *Model) Run(ctx context.Context) error {
 	defer views.Stop()
 	reads := time.NewTicker(readTick)
 	defer reads.Stop()
+	pruned := time.Now()
 	last := time.Now()
 	for {
 		select {
@@ -183,6 +184,10 @@ func (m *Model) Run(ctx context.Context) error {
 			continue
 		case now := <-reads.C:
 			m.sendReads(ctx, now)
+			if now.Sub(pruned) > time.Minute {
+				pruned = now
+				m.pruneReads(ctx, now)
+			}
 			continue
 		case <-m.nudge:
 		}

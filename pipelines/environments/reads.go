@@ -138,7 +138,7 @@ func (r *readRecord) due() time.Time {
 	return r.Ended.Add(min(d, readMaxBackoff))
 }
 
-// applyRead takes in a read's prflow-envs entry.
+// applyReadEntry takes in a read's prflow-envs entry.
 func (m *Model) applyReadEntry(e jetstream.KeyValueEntry) bool {
 	id := strings.TrimPrefix(e.Key(), queue.EnvReadPrefix)
 	m.mu.Lock()
@@ -235,10 +235,9 @@ func (m *Model) want(wants []readRequest, now time.Time) {
 	}
 	m.dueMu.Lock()
 	defer m.dueMu.Unlock()
-	for bk, d := range m.due {
+	for bk := range m.due {
 		if _, ok := byBranch[bk]; !ok {
-			_ = d
-			delete(m.due, bk)
+			delete(m.due, bk) // read meanwhile (by another replica), or no longer needed
 		}
 	}
 	for bk, ws := range byBranch {
@@ -349,6 +348,28 @@ func readJob(r *readRecord, pool string) *envelope.Job {
 	}
 	return &envelope.Job{V: envelope.Version, Run: ReadRunPrefix + r.ID, Pipeline: "_environments", Stage: ReadStage, Step: ReadStep,
 		Type: steps.TypeReadReleaseValues, Pool: pool, Attempt: r.Attempt, Executor: "environments", Inputs: in, Connectors: []string{r.Connector}}
+}
+
+// readKeep is how long a read is kept in prflow-envs: an environment whose commit has not
+// changed for longer is read once more when its record goes.
+var readKeep = 7 * 24 * time.Hour
+
+// pruneReads deletes the reads older than readKeep, so that the bucket (bounded in bytes)
+// never fills up with them.
+func (m *Model) pruneReads(ctx context.Context, now time.Time) {
+	m.mu.Lock()
+	var old []string
+	for id, r := range m.reads {
+		if now.Sub(r.Requested) > readKeep {
+			old = append(old, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range old {
+		if err := m.src.History.Delete(ctx, queue.EnvReadKey(id)); err != nil && ctx.Err() == nil {
+			m.src.Log.Warn("environments: old read not deleted", "read", id, "err", err)
+		}
+	}
 }
 
 // ReadsDispatched is how many read jobs this model has sent (tests bound bursts with it).
