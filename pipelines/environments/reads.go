@@ -46,8 +46,8 @@ func IsReadRun(run string) bool { return strings.HasPrefix(run, ReadRunPrefix) }
 
 // Read pacing, and how often a read that failed on forge errors is tried again.
 var (
-	readQuiet    = 500 * time.Millisecond
-	readMaxDelay = 3 * time.Second
+	readQuiet    = time.Second
+	readMaxDelay = 5 * time.Second
 	readTick     = 100 * time.Millisecond
 	readBackoff  = 30 * time.Second // doubled per attempt, at most readMaxBackoff
 	// readStale: a read still "reading" after this long lost its job (a controller died
