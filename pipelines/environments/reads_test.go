@@ -208,7 +208,7 @@ func TestPushBurstBoundsReads(t *testing.T) {
 	// A read goes out once the branch is quiet, or after ReadMaxDelay of a burst that goes on:
 	// one per ReadMaxDelay of the burst, one at its end, and slack for a loaded machine whose
 	// webhooks straggle (a gap longer than the quiet time ends a burst).
-	limit := min(int(burst / *environments.ReadMaxDelay) + 5, 25)
+	limit := min(int(burst / *environments.ReadMaxDelay)+5, 25)
 	t.Logf("50 pushes in %s made %d reads (at most %d)", burst.Round(time.Millisecond), n, limit)
 	if n < 1 || n > limit {
 		t.Errorf("50 pushes in %s made %d reads, want at most %d (debounced per branch)", burst.Round(time.Millisecond), n, limit)
