@@ -1,5 +1,8 @@
 package environments
 
-// ReadMaxDelay is how long a burst of pushes may delay a read at most (tests bound the reads
-// of a burst by its length).
-var ReadMaxDelay = &readMaxDelay
+// ReadQuiet and ReadMaxDelay pace the reads (reads.go); a test may set them before it starts
+// a model, and put them back after.
+var (
+	ReadQuiet    = &readQuiet
+	ReadMaxDelay = &readMaxDelay
+)
