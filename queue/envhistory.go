@@ -31,3 +31,10 @@ func envsBucketConfig(replicas int) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: BucketEnvs, History: 1, MaxBytes: envsMaxBytes, MaxValueSize: envsMaxValue,
 		Storage: jetstream.FileStorage, Replicas: replicas, Description: "environment histories, one key per environment"}
 }
+
+// EnvReadKey is the prflow-envs key of one read of release values (the environments model's
+// ReadReleaseValues jobs): the request, its state and its result, cached per commit.
+func EnvReadKey(id string) string { return "read." + Token(id) }
+
+// EnvReadPrefix starts every EnvReadKey.
+const EnvReadPrefix = "read."

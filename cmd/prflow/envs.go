@@ -153,7 +153,12 @@ func printEnv(w io.Writer, e *environments.Environment, wide bool, now time.Time
 	switch {
 	case d.Outside != nil:
 		fmt.Fprintf(w, "  changed outside prflow by %s in %s, %s ago (%s)\n", d.Outside.Author, short(d.Outside.Commit), age(d.Outside.At, now), strings.Join(d.Outside.Files, ", "))
-		fmt.Fprintln(w, "  values: unknown (prflow does not read the release repo; the next promotion sets them)")
+		for _, v := range d.Values {
+			fmt.Fprintf(w, "  %s: %s = %v\n", v.File, v.Key, v.Value)
+		}
+		if d.ValuesUnknown {
+			fmt.Fprintln(w, "  values: unknown (not read yet)")
+		}
 	case d.Commit == "" && len(d.Values) == 0:
 		fmt.Fprintln(w, "  nothing yet: no promotion has merged a change of this environment")
 	default:
@@ -165,6 +170,7 @@ func printEnv(w io.Writer, e *environments.Environment, wide bool, now time.Time
 			fmt.Fprintf(w, "  PR %s\n", d.PR)
 		}
 	}
+	printRead(w, d.Read, now)
 	if len(e.Apps) == 0 {
 		_, err := fmt.Fprintln(w, "apps: none found (no agent reports an app of this environment)")
 		return err
@@ -237,8 +243,36 @@ func stateText(e *environments.Environment, now time.Time) string {
 	return e.State
 }
 
+// printRead says what reading the release files at the desired commit found (or why not).
+func printRead(w io.Writer, r *environments.ValuesRead, now time.Time) {
+	if r == nil {
+		return
+	}
+	switch r.State {
+	case "reading":
+		fmt.Fprintf(w, "  reading the files at %s through the connector…\n", short(r.Commit))
+	case "failed":
+		retry := ""
+		if !r.Retry.IsZero() {
+			retry = fmt.Sprintf(" (trying again in %s)", r.Retry.Sub(now).Round(time.Second))
+		}
+		fmt.Fprintf(w, "  read at %s FAILED%s: %s\n", short(r.Commit), retry, r.Error)
+	default:
+		fmt.Fprintf(w, "  read from %s through the connector, %s ago\n", short(r.Commit), age(r.At, now))
+	}
+	for _, f := range r.Missing {
+		fmt.Fprintf(w, "  %s: gone at %s (deleted)\n", f, short(r.Commit))
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  problem: %s\n", p)
+	}
+	for _, x := range r.Disagree {
+		fmt.Fprintf(w, "  disagrees with its run: %s\n", x)
+	}
+}
+
 func desiredText(d *environments.Desired) string {
-	if d.Outside != nil {
+	if d.ValuesUnknown || d.Outside != nil && len(d.Values) == 0 {
 		return "unknown (changed outside prflow)"
 	}
 	var vals []string

@@ -129,8 +129,20 @@ func TestEnvCommands(t *testing.T) {
 		}
 	})
 	t.Run("env", func(t *testing.T) {
-		out, err := run(t, append([]string{"env", "dev"}, e.cli...)...)
+		// The worker (another process, holding the token) reads the file at the merge
+		// commit through the connector; `env` says so.
+		var out string
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			out, err = run(t, append([]string{"env", "dev"}, e.cli...)...)
+			if err == nil && strings.Contains(out, "read from "+merged[:7]+" through the connector") || time.Now().After(deadline) {
+				break
+			}
+		}
 		t.Log(out)
+		if !strings.Contains(out, "read from "+merged[:7]+" through the connector") || strings.Contains(out, "disagrees") {
+			t.Errorf("env dev does not show the read of %s:\n%s", merged[:7], out)
+		}
 		for _, want := range []string{"environment dev", "state: synced", "envs/dev/config.json: image.tag = 7.1.0", "by run " + id, "PR http", "web-dev", "HAS DESIRED"} {
 			if err != nil || !strings.Contains(out, want) {
 				t.Errorf("%v: no %q in\n%s", err, want, out)

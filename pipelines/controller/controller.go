@@ -469,6 +469,9 @@ type storedSpec struct {
 // handle applies one event with optimistic concurrency: read, change, Update(rev); on a
 // revision conflict it starts over from the fresh state.
 func (c *Controller) handle(ctx context.Context, ev *envelope.Event, resend bool) error {
+	if environments.IsReadRun(ev.Run) {
+		return c.envs.ApplyRead(ctx, ev) // a read of release values (no run state)
+	}
 	for attempt := 0; attempt < 50; attempt++ {
 		var cur *cachedRun
 		fresh := true

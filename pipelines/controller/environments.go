@@ -39,7 +39,11 @@ func (c *Controller) newEnvironments(ctx context.Context) error {
 		},
 		View:      ac.View,
 		LoadEvent: c.loadStoredEvent,
-		Log:       c.log,
+		// Release values are read by a worker (it holds the connector's credentials): the job
+		// goes out signed like a step's, and its result comes back through handle.
+		Dispatch: c.publishJob,
+		Registry: c.reg,
+		Log:      c.log,
 	})
 	return nil
 }

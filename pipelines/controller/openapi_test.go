@@ -90,6 +90,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		"Environment": reflect.TypeFor[environments.Environment](), "Desired": reflect.TypeFor[environments.Desired](), "EnvValue": reflect.TypeFor[environments.Value](),
 		"OutsideChange": reflect.TypeFor[environments.OutsideChange](), "App": reflect.TypeFor[environments.App](), "Drift": reflect.TypeFor[environments.Drift](),
 		"Promotion": reflect.TypeFor[environments.Promotion](), "Change": reflect.TypeFor[environments.Change](),
+		"ValuesRead": reflect.TypeFor[environments.ValuesRead](),
 	} {
 		types[name] = typ
 	}

@@ -23,6 +23,7 @@ type pushEvent struct {
 	sender        string
 	at            time.Time
 	files         []string
+	incomplete    bool // the forge may have listed only some files (Bitbucket: none)
 }
 
 // inputs is everything a build reads.
@@ -32,6 +33,7 @@ type inputs struct {
 	apps   map[string]*agent.AppStatus // prflow-apps key → record (tombstones left out)
 	views  map[string]agent.View       // agent → its view of its backend
 	pushes []pushEvent                 // in arrival order
+	reads  map[string]*readRecord      // prflow-envs reads, by id
 }
 
 // marks are the since-when times a build carries over to the next one.
@@ -55,6 +57,7 @@ type built struct {
 	byName  map[string]int
 	history map[string][]Promotion // computed from the runs, newest first
 	json    []byte                 // envs as JSON, encoded once per build (ListJSON)
+	wants   []readRequest          // reads of release values the model needs
 }
 
 // envAcc gathers one environment's facts during a build.
@@ -113,11 +116,18 @@ func build(in *inputs, mk *marks, now time.Time) *built {
 			a.appSet = set
 		}
 	}
-	ix := &index{parents: map[string]string{}, pushes: map[string][]int{}, byEnv: map[string][]string{}, bySet: map[string][]string{}}
+	ix := &index{parents: map[string]string{}, pushes: map[string][]int{}, byEnv: map[string][]string{}, bySet: map[string][]string{},
+		head: map[string]string{}, reads: map[string][]*readRecord{}, tracked: map[string]*readRequest{}}
+	for _, r := range in.reads {
+		bk := branchKey(r.Repo, r.Branch)
+		ix.reads[bk] = append(ix.reads[bk], r)
+	}
+	in.pushes = withComparedFiles(in.pushes, ix.reads)
 	for i, p := range in.pushes {
 		bk := branchKey(p.repo, p.branch)
 		if p.before != "" && p.after != "" {
 			ix.parents[bk+"/"+p.after] = p.before
+			ix.head[bk] = p.after
 		}
 		for _, f := range p.files {
 			ix.pushes[bk+"|"+f] = append(ix.pushes[bk+"|"+f], i)
@@ -133,12 +143,16 @@ func build(in *inputs, mk *marks, now time.Time) *built {
 
 	out := &built{byName: map[string]int{}, history: map[string][]Promotion{}}
 	for _, a := range accs {
-		e, hist := a.environment(in, mk, ours, ix, now)
+		e, hist, want := a.environment(in, mk, ours, ix, now)
 		out.envs = append(out.envs, e)
 		if len(hist) > 0 {
 			out.history[a.name] = hist
 		}
+		if want != nil {
+			out.wants = append(out.wants, *want)
+		}
 	}
+	out.wants = finishWants(in, append(mergeWants(out.wants), compareWants(in, ix, ours, now)...), now)
 	for name := range mk.drift {
 		if accs[name] == nil {
 			delete(mk.drift, name)
@@ -159,6 +173,9 @@ type index struct {
 	pushes  map[string][]int    // repo@branch|file → the pushes (in.pushes) that touched it
 	byEnv   map[string][]string // lower-case envRef label → prflow-apps keys
 	bySet   map[string][]string // ApplicationSet → keys of its apps without the label
+	head    map[string]string   // repo@branch → the newest push's after
+	reads   map[string][]*readRecord
+	tracked map[string]*readRequest // repo@branch → the files and keys its environments track
 }
 
 // labelEnvRef is the label Harness (and FetchLinkedApps) tie an app to its environment with.
@@ -174,7 +191,7 @@ type timed struct {
 	p      *pushEvent // a change made outside prflow
 }
 
-func (a *envAcc) environment(in *inputs, mk *marks, ours map[string]bool, ix *index, now time.Time) (Environment, []Promotion) {
+func (a *envAcc) environment(in *inputs, mk *marks, ours map[string]bool, ix *index, now time.Time) (Environment, []Promotion, *readRequest) {
 	e := Environment{Name: a.name, ApplicationSet: a.appSet, Order: 1 << 20}
 	var files []string
 	addFile := func(f string) {
@@ -315,6 +332,7 @@ func (a *envAcc) environment(in *inputs, mk *marks, ours map[string]bool, ix *in
 		}
 	}
 	d.ValuesUnknown = unknown
+	want := a.readValues(in, ix, d, files, now)
 
 	// History: one entry per environment stage that ended.
 	var hist []Promotion
@@ -341,7 +359,7 @@ func (a *envAcc) environment(in *inputs, mk *marks, ours map[string]bool, ix *in
 
 	e.Apps = a.liveApps(in, mk, ix, d.Commit, earlier, bk, now)
 	e.State, e.Drift = state(&e, active, mk, now)
-	return e, hist
+	return e, hist, want
 }
 
 // result is a history entry's result for a stage, or "" for a stage that has not ended (or

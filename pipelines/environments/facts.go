@@ -21,7 +21,9 @@ type envDecl struct {
 	order          int      // the stage's position in the pipeline (declaration order without a stage)
 	appSet         string   // a FetchLinkedApps applicationSet of its stage
 	repo, branch   string   // static UpdateReleaseRepo inputs, when not expressions
+	connector      string   // the static UpdateReleaseRepo connector: what the values are read through
 	files          []string // the stage's file paths with the environment's name put in
+	keys           []string // static variables[].name of its UpdateReleaseRepo steps
 	clusters       []pipelines.Cluster
 }
 
@@ -44,6 +46,12 @@ func declared(p *pipelines.Pipeline) []envDecl {
 			case "UpdateReleaseRepo":
 				d.repo = cmpOr(d.repo, staticString(in["repo"]))
 				d.branch = cmpOr(d.branch, staticString(in["branch"]), staticString(in["baseBranch"]))
+				d.connector = cmpOr(d.connector, staticString(in["connector"]))
+				for _, k := range variableNames(in) {
+					if !slices.Contains(d.keys, k) {
+						d.keys = append(d.keys, k)
+					}
+				}
 				for _, f := range filePaths(in) {
 					if path := envPath(f, st.Environment); path != "" && !slices.Contains(d.files, path) {
 						d.files = append(d.files, path)
@@ -57,6 +65,12 @@ func declared(p *pipelines.Pipeline) []envDecl {
 			// Two stages of one pipeline for one environment: one row, the facts of both.
 			prev := &out[j]
 			prev.appSet, prev.repo, prev.branch = cmpOr(prev.appSet, d.appSet), cmpOr(prev.repo, d.repo), cmpOr(prev.branch, d.branch)
+			prev.connector = cmpOr(prev.connector, d.connector)
+			for _, k := range d.keys {
+				if !slices.Contains(prev.keys, k) {
+					prev.keys = append(prev.keys, k)
+				}
+			}
 			for _, f := range d.files {
 				if !slices.Contains(prev.files, f) {
 					prev.files = append(prev.files, f)
@@ -106,6 +120,19 @@ func filePaths(in map[string]any) []string {
 			if s, ok := x.(string); ok {
 				out = append(out, s)
 			}
+		}
+	}
+	return out
+}
+
+// variableNames are the static key names of an UpdateReleaseRepo step's variables.
+func variableNames(in map[string]any) []string {
+	var out []string
+	l, _ := in["variables"].([]any)
+	for _, x := range l {
+		m, _ := x.(map[string]any)
+		if n := staticString(m["name"]); n != "" && !strings.Contains(n, "<+") {
+			out = append(out, n)
 		}
 	}
 	return out

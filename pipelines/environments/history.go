@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -111,6 +112,9 @@ func merge(base, add []Promotion) []Promotion {
 }
 
 func (m *Model) applyHistory(_ context.Context, e jetstream.KeyValueEntry) bool {
+	if strings.HasPrefix(e.Key(), queue.EnvReadPrefix) {
+		return m.applyReadEntry(e)
+	}
 	var h storedHistory
 	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &h) != nil || h.Environment == "" {
 		return false

@@ -18,6 +18,8 @@ import (
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/steps/envelope"
 )
 
 // Sources are where a Model reads from. Every field but Log is required.
@@ -34,7 +36,12 @@ type Sources struct {
 	View func(ctx context.Context, agent string) agent.View
 	// LoadEvent loads a webhook event that was too large for its message (scm.Event.StoredAs).
 	LoadEvent func(ctx context.Context, ev *scm.Event) error
-	Log       *slog.Logger
+	// Dispatch sends a job to the workers (the controller's dispatch, which signs it); nil:
+	// the model reads no release values (they stay unknown after a hand commit).
+	Dispatch func(ctx context.Context, j *envelope.Job) error
+	// Registry says which pool runs the read jobs (nil: the default pool).
+	Registry *steps.Registry
+	Log      *slog.Logger
 }
 
 // Model is the environments model of one controller: it watches the buckets and the push
@@ -58,8 +65,13 @@ type Model struct {
 	pushes   []pushEvent
 	stored   map[string][]Promotion // prflow-envs, by environment
 	marks    *marks
-	written  map[string]string // run/stage → the entry this replica last wrote or saw stored
+	written  map[string]string      // run/stage → the entry this replica last wrote or saw stored
+	reads    map[string]*readRecord // prflow-envs read.<id>, by id
 	lastJSON []byte
+
+	dueMu sync.Mutex
+	due   map[string]*dueBranch // release branch → the reads it waits to send
+	reqs  atomic.Int64
 }
 
 type runEntry struct {
@@ -86,7 +98,7 @@ func New(src Sources) *Model {
 	}
 	return &Model{src: src, ready: make(chan struct{}), nudge: make(chan struct{}, 1), subs: map[chan struct{}]struct{}{},
 		runs: map[string]runEntry{}, specs: map[string][]envDecl{}, pipeEnvs: map[string]bool{}, apps: map[string]*agent.AppStatus{}, views: map[string]agent.View{},
-		stored: map[string][]Promotion{}, marks: newMarks(), written: map[string]string{}}
+		stored: map[string][]Promotion{}, marks: newMarks(), written: map[string]string{}, reads: map[string]*readRecord{}, due: map[string]*dueBranch{}}
 }
 
 // Ready is closed once the model has read every bucket and push event there was at start.
@@ -158,6 +170,9 @@ func (m *Model) Run(ctx context.Context) error {
 
 	views := time.NewTicker(viewEvery)
 	defer views.Stop()
+	reads := time.NewTicker(readTick)
+	defer reads.Stop()
+	pruned := time.Now()
 	last := time.Now()
 	for {
 		select {
@@ -166,6 +181,13 @@ func (m *Model) Run(ctx context.Context) error {
 			return nil
 		case <-views.C:
 			m.refreshViews(ctx) // nudges when a view changed
+			continue
+		case now := <-reads.C:
+			m.sendReads(ctx, now)
+			if now.Sub(pruned) > time.Minute {
+				pruned = now
+				m.pruneReads(ctx, now)
+			}
 			continue
 		case <-m.nudge:
 		}
@@ -355,7 +377,7 @@ func (m *Model) consumePushes(ctx context.Context, caughtUp func()) {
 			}
 			m.mu.Lock()
 			m.pushes = append(m.pushes, pushEvent{repo: string(ev.Repo), branch: ev.Branch, before: ev.Before, after: ev.After,
-				sender: ev.Sender, at: ev.Received, files: ev.Changed})
+				sender: ev.Sender, at: ev.Received, files: ev.Changed, incomplete: ev.ChangedIncomplete})
 			if len(m.pushes) > maxPushes {
 				m.pushes = slices.Delete(m.pushes, 0, len(m.pushes)-maxPushes)
 			}
@@ -372,7 +394,7 @@ func (m *Model) consumePushes(ctx context.Context, caughtUp func()) {
 // that changed and tells subscribers when anything changed.
 func (m *Model) rebuild(ctx context.Context) {
 	m.mu.Lock()
-	in := &inputs{decls: map[string][]envDecl{}, facts: map[string][]stageFacts{}, apps: m.apps, views: m.views, pushes: m.pushes}
+	in := &inputs{decls: map[string][]envDecl{}, facts: map[string][]stageFacts{}, apps: m.apps, views: m.views, pushes: m.pushes, reads: m.reads}
 	newest := map[string]runEntry{}
 	for id, r := range m.runs {
 		if n, ok := newest[r.pipeline]; !ok || r.created.After(n.created) {
@@ -388,7 +410,8 @@ func (m *Model) rebuild(ctx context.Context) {
 	for _, p := range m.triggers() {
 		in.decls[p.Name] = declared(p) // the server's version of a pipeline wins over old runs'
 	}
-	b := build(in, m.marks, time.Now())
+	now := time.Now()
+	b := build(in, m.marks, now)
 	dirty := map[string][]Promotion{}
 	for env, h := range b.history {
 		for _, p := range h {
@@ -410,6 +433,7 @@ func (m *Model) rebuild(ctx context.Context) {
 	// Readers get the new state first; the history is stored after (it is served from the
 	// build meanwhile, see History).
 	m.snap.Store(b)
+	m.want(b.wants, now)
 	if !same || len(dirty) > 0 {
 		m.notify()
 	}

@@ -47,9 +47,12 @@ type Desired struct {
 	Branch string   `json:"branch,omitempty"`
 	Files  []string `json:"files,omitempty"`
 	Values []Value  `json:"values,omitempty"`
-	// ValuesUnknown: the files were changed outside prflow since, and the model does not read
-	// the release repo, so it cannot say what they hold now (Values is then empty).
+	// ValuesUnknown: the files were changed outside prflow since and have not been read (yet,
+	// or the read failed: see Read), so the model cannot say what they hold (Values is empty).
 	ValuesUnknown bool `json:"valuesUnknown,omitempty"`
+	// Read is the read of the files at Commit through the connector (a worker's
+	// ReadReleaseValues job): done after a hand commit and after each merge prflow made.
+	Read *ValuesRead `json:"read,omitempty"`
 	// Commit is the release-branch commit that last changed the environment's files.
 	Commit string    `json:"commit,omitempty"`
 	At     time.Time `json:"at,omitzero"`
@@ -68,6 +71,27 @@ type OutsideChange struct {
 	Commit string    `json:"commit"`
 	At     time.Time `json:"at,omitzero"`
 	Files  []string  `json:"files,omitempty"`
+}
+
+// ValuesRead is the state of reading the environment's files at a commit of the release
+// branch (the controller holds no forge credentials: a worker reads them).
+type ValuesRead struct {
+	// State: "reading" (dispatched, or retrying a forge error), "read", "failed".
+	State  string    `json:"state"`
+	Commit string    `json:"commit"`
+	At     time.Time `json:"at,omitzero"` // when it was read, or failed
+	// Error says why the read failed ("read envs/dev/config.json at 1a2b…: 403 …"); with
+	// Retry set, another attempt is made then.
+	Error    string    `json:"error,omitempty"`
+	Attempts int       `json:"attempts,omitempty"`
+	Retry    time.Time `json:"retry,omitzero"`
+	// Missing are files of the environment the commit does not hold (deleted).
+	Missing []string `json:"missing,omitempty"`
+	// Problems are keys the read could not report (not in the file, file not parseable).
+	Problems []string `json:"problems,omitempty"`
+	// Disagree lists values where the branch holds something else than the run that made
+	// Commit wrote (the branch wins: Values shows what it holds).
+	Disagree []string `json:"disagree,omitempty"`
 }
 
 // App is one app of the environment as its agent reports it.

@@ -84,6 +84,13 @@ func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limi
 		}
 		if o := e.Desired.Outside; o != nil {
 			c.Outside = fmt.Sprintf("changed outside prflow by %s in %s, %s", o.Author, shortSHA(o.Commit), ago(o.At, now))
+			var vals []string
+			for _, v := range e.Desired.Values {
+				vals = append(vals, fmt.Sprintf("%s = %v", v.Key, v.Value))
+			}
+			if len(vals) > 0 {
+				c.Outside += ": " + strings.Join(vals, ", ")
+			}
 		}
 		for _, a := range e.Apps {
 			c.Apps = append(c.Apps, envApp{App: a, Since: ago(a.Since, now)})

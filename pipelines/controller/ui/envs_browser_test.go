@@ -175,6 +175,14 @@ func TestBrowserEnvironmentChangedByRunAndByHand(t *testing.T) {
 	if got := text(t, ctx, card+` [data-outside]`); !strings.Contains(got, "changed outside prflow by ") || !strings.Contains(got, sha[:8]) || !strings.Contains(got, "envs/dev/config.json") {
 		t.Errorf("outside change %q", got)
 	}
+	// A worker reads the file at the hand commit through the connector: its value is shown.
+	run(t, ctx, "read value shown", chromedp.WaitVisible(card+` [data-read="read"]`, chromedp.ByQuery))
+	if got := text(t, ctx, card+` [data-value="image.tag"]`); got != "1.6.1-hotfix" {
+		t.Errorf("desired image.tag after the hand commit %q, want 1.6.1-hotfix (read at %s)", got, sha[:8])
+	}
+	if got := text(t, ctx, card+` [data-outside]`); !strings.Contains(got, "image.tag = 1.6.1-hotfix") {
+		t.Errorf("outside change %q does not say the value", got)
+	}
 	var marker int
 	run(t, ctx, "marker", chromedp.Evaluate(`window.prflowMarker || 0`, &marker))
 	if marker != 7 {

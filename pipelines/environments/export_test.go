@@ -1,0 +1,8 @@
+package environments
+
+// ReadQuiet and ReadMaxDelay pace the reads (reads.go); a test may set them before it starts
+// a model, and put them back after.
+var (
+	ReadQuiet    = &readQuiet
+	ReadMaxDelay = &readMaxDelay
+)
