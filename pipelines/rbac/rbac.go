@@ -112,12 +112,12 @@ func (s Subject) String() string {
 // Policy is one loaded policy; it never changes after Parse, so any number of requests may
 // use it at once.
 type Policy struct {
-	enf     *casbin.SyncedEnforcer
-	def     string // the default role, "" for none
-	open    bool   // everyone is admin (no policy file)
-	Source  string // the file it came from, for messages
-	globs   sync.Map
-	Lines   []Line // the policy's lines as written, for can-i --explain and tests
+	enf    *casbin.SyncedEnforcer
+	def    string // the default role, "" for none
+	open   bool   // everyone is admin (no policy file)
+	Source string // the file it came from, for messages
+	globs  sync.Map
+	Lines  []Line // the policy's lines as written, for can-i --explain and tests
 }
 
 // Line is one policy line and where it was written.
