@@ -34,7 +34,7 @@ func TestCanIOffline(t *testing.T) {
 		{[]string{"cancel", "runs", "web/prod", "--as", "bob", "--groups", "developers"}, false, "bob (groups developers) may not cancel runs web/prod"},
 		{[]string{"start", "runs", "api/dev", "--as", "bob", "--groups", "developers"}, true, ""},
 		{[]string{"cancel", "runs", "web/dev", "--as", "bob", "--groups", "developers"}, false, "may not cancel runs web/dev"}, // deny wins
-		{[]string{"get", "audit", "*", "--as", "nobody"}, true, ""},                                                          // default role:readonly
+		{[]string{"get", "audit", "*", "--as", "nobody"}, true, ""},                                                            // default role:readonly
 		{[]string{"rollback", "environments", "web/prod", "--as", "nobody"}, false, "nobody may not rollback environments web/prod"},
 	} {
 		out, err := run(t, append(append([]string{"can-i"}, c.args...), "--rbac", pol)...)

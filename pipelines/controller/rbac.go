@@ -60,9 +60,9 @@ const (
 var objectDoc = map[objectKind]string{
 	objPublic:   "none (served without a token)",
 	objAll:      "`*` (the permission on every object)",
-	objRun:      "the run's PIPELINE/ENV for each environment concerned (see below)",
+	objRun:      "PIPELINE/ENV of every environment of the run (cancel: of the stages still going)",
 	objStage:    "PIPELINE/ENV of the stage named in the body",
-	objStarted:  "PIPELINE/ENV for each environment of the run to start",
+	objStarted:  "PIPELINE/ENV of every environment the new run deploys to (retry: of the stages it runs again)",
 	objPipeline: "PIPELINE/ENV for any environment of the pipeline in the body",
 	objEnv:      "PIPELINE/{name} for any pipeline that promotes the environment",
 	objList:     "each entry's own object; entries the caller may not get are left out",
@@ -87,7 +87,7 @@ func (c *Controller) Permissions() []Permission {
 	for _, r := range c.routes() {
 		p := Permission{Route: r.pattern, Resource: r.perm.resource, Action: r.perm.action, Object: objectDoc[r.perm.object]}
 		if r.perm.object == objStage {
-			p.Resource = rbac.Approvals + " (an approval) or " + rbac.Interventions + " (any other signal)"
+			p.Resource = rbac.Approvals + "|" + rbac.Interventions // an approval | another signal
 		}
 		out = append(out, p)
 	}
