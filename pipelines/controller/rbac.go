@@ -242,11 +242,17 @@ func canAll(p *rbac.Policy, u User, resource, action string, objects []string) b
 
 // CanGetRun reports whether u may see run.
 func (c *Controller) CanGetRun(ctx context.Context, u User, run *pipelines.Run) bool {
+	if c.Policy().IsOpen() {
+		return u.Name != "" // no --rbac: no need to look up the run's environments
+	}
 	return canAll(c.Policy(), u, rbac.Runs, rbac.Get, c.RunObjects(ctx, run, rbac.Get))
 }
 
 // CanRun reports whether u may take action (cancel, retry, start for a re-run) on run.
 func (c *Controller) CanRun(ctx context.Context, u User, run *pipelines.Run, action string) bool {
+	if c.Policy().IsOpen() {
+		return u.Name != ""
+	}
 	return canAll(c.Policy(), u, rbac.Runs, action, c.RunObjects(ctx, run, action))
 }
 
