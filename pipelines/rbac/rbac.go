@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/casbin/casbin/v2"
 	"github.com/casbin/casbin/v2/model"
@@ -117,7 +118,12 @@ type Policy struct {
 	open   bool   // everyone is admin (no policy file)
 	Source string // the file it came from, for messages
 	globs  sync.Map
-	Lines  []Line // the policy's lines as written, for can-i --explain and tests
+	Lines  []Line // the policy's lines as written (tests, the reload log)
+
+	// decisions caches answers (the policy never changes; a reload makes a new Policy): a
+	// Casbin evaluation costs tens of microseconds and a list asks once per run.
+	decisions sync.Map
+	cached    atomic.Int64
 }
 
 // Line is one policy line and where it was written.
@@ -414,9 +420,20 @@ func (p *Policy) Allowed(s Subject, resource, action, object string) bool {
 	if s.Name == "" {
 		return false
 	}
+	key := strings.Join([]string{s.Name, strings.Join(s.Groups, "\x01"), resource, action, object}, "\x00")
+	if v, ok := p.decisions.Load(key); ok {
+		return v.(bool)
+	}
 	ok, err := p.enf.Enforce(p.subjects(s), resource, action, object)
-	return err == nil && ok
+	allowed := err == nil && ok
+	if err == nil && p.cached.Add(1) <= maxCached {
+		p.decisions.Store(key, allowed)
+	}
+	return allowed
 }
+
+// maxCached bounds the decision cache (objects come from requests).
+const maxCached = 100_000
 
 // Denied is the answer to a request the policy refuses; its message names who, what and
 // which object.
