@@ -22,12 +22,6 @@ import (
 // PolicySource gives the policy in force now (*rbac.File reloads itself on every call).
 type PolicySource interface{ Policy() *rbac.Policy }
 
-// StaticPolicy is a policy that does not change.
-type StaticPolicy struct{ P *rbac.Policy }
-
-// Policy returns the policy.
-func (s StaticPolicy) Policy() *rbac.Policy { return s.P }
-
 // WithRBAC decides every API and UI action by the policy of src; without it every
 // authenticated caller is admin (rbac.Open).
 func WithRBAC(src PolicySource) Option { return func(c *Controller) { c.rbac = src } }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/prflow/prflow/pipelines"
 )
 
 // TestRBACDocTable: docs/rbac.md lists every route with its permission, generated from the
@@ -47,4 +49,40 @@ func TestRBACDocTable(t *testing.T) {
 		return
 	}
 	t.Fatalf("%s: the routes table is stale; run PRFLOW_UPDATE_DOCS=1 go test -run TestRBACDocTable ./pipelines/controller/", path)
+}
+
+// TestStageEnvFromInput: a stage whose environment is an input's value is checked on that
+// value; a value that could pass for a glob, a missing input or an expression prflow cannot
+// read here is checked as * (only a grant on every environment of the pipeline matches).
+func TestStageEnvFromInput(t *testing.T) {
+	p := &pipelines.Pipeline{Name: "web", Stages: []*pipelines.Stage{
+		{ID: "fixed", Environment: "prod"},
+		{ID: "harness", Environment: "<+inputs.env>"},
+		{ID: "gh", Environment: "${{ inputs.env }}"},
+		{ID: "expr", Environment: `${{ inputs.env == "a" ? "dev" : "prod" }}`},
+		{ID: "none"},
+	}}
+	for _, c := range []struct {
+		stage  string
+		inputs map[string]any
+		want   string
+	}{
+		{"fixed", nil, "prod"},
+		{"harness", map[string]any{"env": "staging"}, "staging"},
+		{"gh", map[string]any{"env": "dev"}, "dev"},
+		{"gh", map[string]any{"env": "*"}, "*"},
+		{"gh", map[string]any{"env": "dev/x"}, "*"},
+		{"gh", map[string]any{"env": 3}, "*"},
+		{"gh", nil, "*"},
+		{"expr", map[string]any{"env": "a"}, "*"},
+		{"none", nil, ""},
+		{"missing", nil, "*"},
+	} {
+		if got := stageEnv(p, c.stage, c.inputs); got != c.want {
+			t.Errorf("stage %s inputs %v: %q, want %q", c.stage, c.inputs, got, c.want)
+		}
+	}
+	if got := stageEnv(nil, "x", nil); got != "*" {
+		t.Errorf("unknown pipeline: %q", got)
+	}
 }
