@@ -435,8 +435,13 @@ func TestRBACReloadUnderLoad(t *testing.T) {
 		t.Fatalf("answer %s during reloads", e)
 	default:
 	}
-	// The last edit was broken; the one before it (deny) is in force.
-	if code, _ := a.call("bob", "GET", "/api/v1/runs/"+r.ID, ""); code != 403 || f.Err() == nil {
+	// A good edit seen by a request, then a broken one: the good one stays in force.
+	writePolicy(t, f.Path(), deny)
+	if code, _ := a.call("bob", "GET", "/api/v1/runs/"+r.ID, ""); code != 403 {
+		t.Fatalf("the deny policy is not in force: %d", code)
+	}
+	writePolicy(t, f.Path(), "policy.csv: |\n  p, bob, runs\n")
+	if code, _ := a.call("bob", "GET", "/api/v1/runs/"+r.ID, ""); code != 403 || f.Err() == nil || !strings.Contains(f.Err().Error(), ":2: want p, SUBJECT") {
 		t.Fatalf("after a broken edit: %d, err %v", code, f.Err())
 	}
 	writePolicy(t, f.Path(), allow)
