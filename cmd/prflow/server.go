@@ -16,11 +16,13 @@ import (
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ui"
 	"github.com/prflow/prflow/pipelines/harness"
+	"github.com/prflow/prflow/pipelines/rbac"
 	"github.com/prflow/prflow/steps"
 )
 
 func newServer(g *globals) *cobra.Command {
 	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL, policyDir string
+	var rbacFile string
 	var retention audit.Retention
 	var prComments bool
 	var hf harnessFlags
@@ -91,6 +93,16 @@ func newServer(g *globals) *cobra.Command {
 				}
 				copts = append(copts, controller.WithPolicy(pe))
 			}
+			if rbacFile != "" {
+				f, err := rbac.OpenFile(rbacFile, log) // reloaded when it changes; a broken edit keeps the last good one
+				if err != nil {
+					return err
+				}
+				log.Info("rbac policy loaded", "file", rbacFile, "lines", len(f.Policy().Lines), "default", f.Policy().Default())
+				copts = append(copts, controller.WithRBAC(f))
+			} else {
+				log.Warn("--rbac is unset: every authenticated caller may do everything (start, cancel, retry, roll back, read the audit log); approvals still check their approver lists")
+			}
 			ctl, err := controller.New(ctx, conn, copts...)
 			if err != nil {
 				return err
@@ -122,6 +134,7 @@ func newServer(g *globals) *cobra.Command {
 	addAuditRetention(cmd.Flags(), &retention)
 	cmd.Flags().StringVar(&policyDir, "policies", "", "directory of Rego policies (packages prflow.pipeline, prflow.run, prflow.stage); reloaded when a file changes")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
+	cmd.Flags().StringVar(&rbacFile, "rbac", "", "RBAC policy file (docs/rbac.md): who may do what on which pipeline/environment; reloaded when it changes")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "", "with the embedded NATS: also accept workers/agents on this address (e.g. 127.0.0.1:4222)")
 	cmd.Flags().StringVar(&webhooks, "webhooks", "", "webhooks file: provider → secret (env:NAME or file:PATH); serves POST /hooks/<provider>")

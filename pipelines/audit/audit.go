@@ -43,13 +43,16 @@ const (
 	TokenUsed = "token.used"
 	// AuthFailed is a request with a missing or unknown bearer token.
 	AuthFailed = "auth.failed"
+	// RBACDenied is a request of an authenticated caller the RBAC policy refused (who, with
+	// which groups, and the resource, action and object).
+	RBACDenied = "rbac.denied"
 	// SignalPrefix starts the action of a signal other than an approval: signal.<kind>.
 	SignalPrefix = "signal."
 )
 
 // Actions lists the fixed actions (signal.<kind> comes on top), for filters and help texts.
 var Actions = []string{RunStarted, RunCancelled, PolicyDenied, ApprovalApproved, ApprovalRejected,
-	WebhookAccepted, WebhookRejected, TokenUsed, AuthFailed}
+	WebhookAccepted, WebhookRejected, TokenUsed, AuthFailed, RBACDenied}
 
 // Entry is one audit record.
 type Entry struct {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/policy"
+	"github.com/prflow/prflow/pipelines/rbac"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/envelope"
@@ -64,6 +65,9 @@ func (c *Controller) Handler(auth *Auth) http.Handler {
 	api := http.NewServeMux()
 	for _, r := range c.routes() {
 		var h http.Handler = r.handler
+		if !r.public {
+			h = c.authorize(r, r.handler) // rbac.go
+		}
 		if r.changes {
 			h = c.auditTokenUse(h) // audit.go
 		}
@@ -86,28 +90,30 @@ type route struct {
 	handler http.HandlerFunc
 	public  bool // served without a bearer token
 	changes bool // changes something: the token that authenticates it is audited (token.used)
+	perm    perm // what the caller needs (rbac.go); docs/rbac.md lists them
 }
 
 func (c *Controller) routes() []route {
 	return []route{
-		{pattern: "POST /api/v1/runs", handler: c.apiStart, changes: true},
-		{pattern: "GET /api/v1/runs", handler: c.apiList},
-		{pattern: "GET /api/v1/runs/{id}", handler: c.apiGet},
-		{pattern: "POST /api/v1/runs/{id}/cancel", handler: c.apiCancel, changes: true},
-		{pattern: "POST /api/v1/runs/{id}/rerun", handler: c.apiRerun, changes: true},               // rerun.go
-		{pattern: "POST /api/v1/runs/{id}/retry", handler: c.apiRetry, changes: true},               // rerun.go
-		{pattern: "GET /api/v1/pipelines", handler: c.apiPipelines},                                 // catalog.go
-		{pattern: "POST /api/v1/pipelines/{name}/runs", handler: c.apiStartPipeline, changes: true}, // catalog.go
-		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal, changes: true},
-		{pattern: "GET /api/v1/runs/{id}/logs", handler: c.apiLogs},
-		{pattern: "GET /api/v1/workers", handler: c.apiWorkers},
-		{pattern: "GET /api/v1/audit", handler: c.apiAudit},                 // audit.go
-		{pattern: "GET /api/v1/schema", handler: c.apiSchema, public: true}, // public, like the schema file itself
-		{pattern: "POST /api/v1/pipelines/check", handler: c.apiCheck},
+		{pattern: "POST /api/v1/runs", perm: perm{rbac.Runs, rbac.Start, objStarted}, handler: c.apiStart, changes: true},
+		{pattern: "GET /api/v1/runs", perm: perm{rbac.Runs, rbac.Get, objList}, handler: c.apiList},
+		{pattern: "GET /api/v1/runs/{id}", perm: perm{rbac.Runs, rbac.Get, objRun}, handler: c.apiGet},
+		{pattern: "POST /api/v1/runs/{id}/cancel", perm: perm{rbac.Runs, rbac.Cancel, objRun}, handler: c.apiCancel, changes: true},
+		{pattern: "POST /api/v1/runs/{id}/rerun", perm: perm{rbac.Runs, rbac.Start, objStarted}, handler: c.apiRerun, changes: true},               // rerun.go
+		{pattern: "POST /api/v1/runs/{id}/retry", perm: perm{rbac.Runs, rbac.Retry, objStarted}, handler: c.apiRetry, changes: true},               // rerun.go
+		{pattern: "GET /api/v1/pipelines", perm: perm{rbac.Pipelines, rbac.Get, objList}, handler: c.apiPipelines},                                 // catalog.go
+		{pattern: "POST /api/v1/pipelines/{name}/runs", perm: perm{rbac.Runs, rbac.Start, objStarted}, handler: c.apiStartPipeline, changes: true}, // catalog.go
+		{pattern: "POST /api/v1/runs/{id}/signals", perm: perm{rbac.Approvals, rbac.Approve, objStage}, handler: c.apiSignal, changes: true},
+		{pattern: "GET /api/v1/runs/{id}/logs", perm: perm{rbac.Runs, rbac.Get, objRun}, handler: c.apiLogs},
+		{pattern: "GET /api/v1/workers", perm: perm{rbac.Pipelines, rbac.Get, objAll}, handler: c.apiWorkers},
+		{pattern: "GET /api/v1/audit", perm: perm{rbac.Audit, rbac.Get, objAll}, handler: c.apiAudit}, // audit.go
+		{pattern: "GET /api/v1/schema", handler: c.apiSchema, public: true},                           // public, like the schema file itself
+		{pattern: "POST /api/v1/pipelines/check", perm: perm{rbac.Pipelines, rbac.Get, objPipeline}, handler: c.apiCheck},
 		{pattern: "GET /api/v1/openapi.json", handler: c.apiOpenAPI, public: true},
-		{pattern: "GET /api/v1/environments", handler: c.apiEnvironments}, // environments.go
-		{pattern: "GET /api/v1/environments/{name}", handler: c.apiEnvironment},
-		{pattern: "GET /api/v1/environments/{name}/history", handler: c.apiEnvHistory},
+		{pattern: "GET /api/v1/environments", perm: perm{rbac.Environments, rbac.Get, objList}, handler: c.apiEnvironments}, // environments.go
+		{pattern: "GET /api/v1/environments/{name}", perm: perm{rbac.Environments, rbac.Get, objEnv}, handler: c.apiEnvironment},
+		{pattern: "GET /api/v1/environments/{name}/history", perm: perm{rbac.Environments, rbac.Get, objEnv}, handler: c.apiEnvHistory},
+		{pattern: "GET /api/v1/can-i", perm: perm{object: objSelf}, handler: c.apiCanI}, // rbac.go
 	}
 }
 
@@ -132,6 +138,10 @@ type apiError struct {
 }
 
 func writeErr(w http.ResponseWriter, code int, err error) {
+	if fe := (*ForbiddenError)(nil); errors.As(err, &fe) {
+		writeForbidden(w, fe.Denied) // rbac.go: names resource, action and object
+		return
+	}
 	e := apiError{Error: err.Error()}
 	var le *pipelines.LoadError
 	if errors.As(err, &le) {
@@ -203,12 +213,18 @@ func (c *Controller) apiCheck(w http.ResponseWriter, r *http.Request) {
 		req.File = "pipeline.yaml"
 	}
 	p, err := c.CheckSource(r.Context(), req.File, req.Source, req.Inputs)
+	if err == nil { // the pipeline's name and environments are known once it loaded (rbac.go)
+		u := UserFrom(r.Context())
+		if objs := pipelineObjects(p, req.Inputs); !c.canAny(c.Policy(), u, rbac.Pipelines, rbac.Get, objs) {
+			err = c.Authorize(r.Context(), u, r.RemoteAddr, "", rbac.Pipelines, rbac.Get, objs[0])
+		}
+	}
 	switch {
 	case errors.Is(err, ErrInvalid):
 		writeErr(w, http.StatusUnprocessableEntity, err)
 	case errors.Is(err, ErrRefused):
 		writeErr(w, http.StatusConflict, err)
-	case errors.Is(err, policy.ErrDenied):
+	case errors.Is(err, policy.ErrDenied), errors.Is(err, ErrForbidden):
 		writeErr(w, http.StatusForbidden, err)
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err)
@@ -227,6 +243,9 @@ func (c *Controller) apiList(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
+	// Only the runs the caller may get (rbac.go).
+	u := UserFrom(r.Context())
+	runs = slices.DeleteFunc(runs, func(run *pipelines.Run) bool { return !c.CanGetRun(r.Context(), u, run) })
 	if runs == nil {
 		runs = []*pipelines.Run{}
 	}

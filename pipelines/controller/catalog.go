@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/rbac"
 )
 
 // ErrUnknownPipeline is a start by name of a pipeline the catalog does not have.
@@ -162,6 +163,8 @@ func (c *Controller) apiPipelines(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
+	u := UserFrom(r.Context()) // only the pipelines the caller may get (rbac.go)
+	list = slices.DeleteFunc(list, func(p PipelineInfo) bool { return !c.CanPipeline(u, rbac.Pipelines, rbac.Get, p.Name, p.Environments) })
 	writeJSON(w, http.StatusOK, list)
 }
 

@@ -51,6 +51,7 @@ type Controller struct {
 	audit    *audit.Log // nil: no audit log (WithAudit)
 	// auditLimit bounds entries about unauthenticated callers (WithAuditLimiter).
 	auditLimit *audit.Limiter
+	rbac       PolicySource // WithRBAC; nil: every authenticated caller is admin (rbac.go)
 
 	mu          sync.Mutex
 	machines    map[string]*pipelines.Machine  // by spec hash

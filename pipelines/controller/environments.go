@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/environments"
+	"github.com/prflow/prflow/pipelines/rbac"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -68,6 +70,20 @@ func envErr(w http.ResponseWriter, err error) {
 func (c *Controller) apiEnvironments(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), envWait)
 	defer cancel()
+	if !c.Policy().IsOpen() { // only the environments the caller may get (rbac.go)
+		list, err := c.envs.List(ctx)
+		if err != nil {
+			envErr(w, err)
+			return
+		}
+		u := UserFrom(r.Context())
+		list = slices.DeleteFunc(list, func(e environments.Environment) bool { return !c.CanEnv(u, &e, rbac.Get) })
+		if list == nil {
+			list = []environments.Environment{}
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
+	}
 	// Encoded once per change of the model: 200 environments of 5 apps are about 1 MB.
 	data, err := c.envs.ListJSON(ctx)
 	if err != nil {

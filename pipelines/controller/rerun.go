@@ -240,7 +240,7 @@ func StartErrorStatus(err error) int {
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, ErrRefused), errors.Is(err, ErrStillRunning), errors.Is(err, ErrCannotRetry), errors.Is(err, ErrUnknownSpec):
 		return http.StatusConflict
-	case errors.Is(err, policy.ErrDenied):
+	case errors.Is(err, policy.ErrDenied), errors.Is(err, ErrForbidden):
 		return http.StatusForbidden
 	}
 	return http.StatusInternalServerError

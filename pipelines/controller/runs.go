@@ -73,6 +73,10 @@ func (c *Controller) start(ctx context.Context, req StartRequest, prepare func(*
 			return nil, err
 		}
 	}
+	// The starter's permission on the run's environments, when the API or UI asked (rbac.go).
+	if err := c.checkStart(ctx, req, p, r); err != nil {
+		return nil, err
+	}
 	// Before anything is stored or sent: a connector or agent nothing live serves would only
 	// show after earlier stages changed the release repo.
 	if !c.noChecks {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/rbac"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 )
@@ -63,6 +64,14 @@ func (c *Controller) sendSignal(ctx context.Context, runID string, req SignalReq
 	kind := req.Kind
 	if kind == "" {
 		kind = "approval"
+	}
+	// RBAC first, then the step's own approvers: both must allow (rbac.go).
+	res := rbac.Approvals
+	if kind != "approval" {
+		res = rbac.Interventions
+	}
+	if err := c.Authorize(ctx, u, "", run.ID, res, rbac.Approve, c.StageObject(ctx, run, req.Stage)); err != nil {
+		return steps.Signal{}, &DecisionError{Code: http.StatusForbidden, Err: err}
 	}
 	if kind == "approval" {
 		if code, err := mayDecide(run, req.Stage, st, u); err != nil {

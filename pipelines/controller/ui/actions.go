@@ -11,6 +11,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/rbac"
 )
 
 // The actions a person starts runs with: Promote (a form generated from a pipeline's typed
@@ -68,6 +69,10 @@ func (u *UI) renderPromote(w http.ResponseWriter, r *http.Request, code int, nam
 		u.fail(w, r, http.StatusInternalServerError, lerr.Error())
 		return
 	}
+	user := userOf(ctx) // rbac.go: only the pipelines the user may get
+	list = slices.DeleteFunc(list, func(p controller.PipelineInfo) bool {
+		return !u.ctl.CanPipeline(user, rbac.Pipelines, rbac.Get, p.Name, p.Environments)
+	})
 	data := map[string]any{"Title": "Promote", "Nav": "promote", "Pipelines": list, "Picked": name, "Env": env}
 	if name == "" {
 		if len(list) == 1 {
@@ -174,7 +179,8 @@ func (u *UI) promote(w http.ResponseWriter, r *http.Request) {
 	if key == "" {
 		key = formKey()
 	}
-	run, replayed, err := u.ctl.StartPipelineOnce(r.Context(), key, name, req)
+	// The start checks the user's permission once the run's environments are known (rbac).
+	run, replayed, err := u.ctl.StartPipelineOnce(controller.Authorizing(r.Context(), rbac.Start), key, name, req)
 	if err != nil {
 		u.log.Info("ui promote refused", "pipeline", name, "user", s.user.Name, "err", err)
 		u.renderPromote(w, r, controller.StartErrorStatus(err), name, env, values, err)
@@ -188,12 +194,22 @@ func (u *UI) promote(w http.ResponseWriter, r *http.Request) {
 }
 
 // rerun is POST /ui/runs/{id}/rerun.
+// A re-run needs runs start on every environment of the run; the Roll back button of an
+// environment's history (its form names the environment) needs environments rollback there.
 func (u *UI) rerun(w http.ResponseWriter, r *http.Request) {
+	if env := r.PostFormValue("rollback"); env != "" {
+		if u.mayRollBack(w, r, r.PathValue("id"), env) { // rbac.go
+			u.startFrom(w, r, "roll back", u.ctl.RerunOnce)
+		}
+		return
+	}
+	r = r.WithContext(controller.Authorizing(r.Context(), rbac.Start))
 	u.startFrom(w, r, "re-run", u.ctl.RerunOnce)
 }
 
-// retry is POST /ui/runs/{id}/retry.
+// retry is POST /ui/runs/{id}/retry: it needs runs retry on the environments it runs again.
 func (u *UI) retry(w http.ResponseWriter, r *http.Request) {
+	r = r.WithContext(controller.Authorizing(r.Context(), rbac.Retry))
 	u.startFrom(w, r, "retry", u.ctl.RetryOnce)
 }
 

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/environments"
+	"github.com/prflow/prflow/pipelines/rbac"
 )
 
 // The Environments page: one card per environment, grouped by ApplicationSet (or promotion),
@@ -76,7 +78,10 @@ func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limi
 			out = append(out, envGroup{Name: groupLabel(e.Group), Key: e.Group})
 		}
 		c := envCard{Environment: e, DesiredAt: ago(e.Desired.At, now), CSRF: csrf}
-		if p := firstOr(e.Desired.Pipeline, e.Pipelines); p != "" {
+		// rbac.go: Promote… for a user who may start a run there, Roll back for one who may
+		// roll the environment back.
+		canRollBack := u.canEnv(ctx, &e, rbac.Rollback)
+		if p := firstOr(e.Desired.Pipeline, e.Pipelines); p != "" && u.ctl.Can(userOf(ctx), rbac.Runs, rbac.Start, rbac.Object(p, e.Name)) {
 			c.Promote = "/ui/promote?pipeline=" + urlq(p) + "&env=" + urlq(e.Name)
 		}
 		if e.Drift != nil {
@@ -104,7 +109,7 @@ func (u *UI) envCards(ctx context.Context, envs []environments.Environment, limi
 			for _, p := range h {
 				hv := envHistory{Promotion: p, Age: ago(p.At, now)}
 				if p.Result == "succeeded" && !p.RolledBack {
-					if hv.RollBack = !current && p.Commit != e.Desired.Commit && csrf != ""; hv.RollBack {
+					if hv.RollBack = !current && p.Commit != e.Desired.Commit && csrf != "" && canRollBack; hv.RollBack {
 						hv.Idem = formKey()
 					}
 					current = false
@@ -182,6 +187,7 @@ func (u *UI) envPage(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, http.StatusServiceUnavailable, "environments: "+err.Error())
 		return
 	}
+	envs = u.visibleEnvs(ctx, envs) // rbac.go
 	u.render(w, r, http.StatusOK, "environments", map[string]any{"Title": "Environments", "Nav": "environments",
 		"Events": "/ui/live/environments", "Groups": u.envCards(ctx, envs, historyShown, time.Now(), csrfOf(r))})
 }
@@ -197,6 +203,10 @@ func (u *UI) envDetailPage(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusNotFound
 		}
 		u.fail(w, r, code, err.Error())
+		return
+	}
+	if !u.canEnv(ctx, e, rbac.Get) {
+		u.authorize(w, r, "", rbac.Environments, rbac.Get, controller.EnvObjects(e)[0]) // 403 page, audited
 		return
 	}
 	groups := u.envCards(ctx, []environments.Environment{*e}, environments.MaxHistory, time.Now(), csrfOf(r))
@@ -226,6 +236,9 @@ func (u *UI) envEvents(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return out.send("problem", err.Error()) == nil
 			}
+			if !u.canEnv(rctx, e, rbac.Get) {
+				return out.send("problem", "permission denied: you may not get environment "+one) == nil
+			}
 			groups, limit = u.envCards(rctx, []environments.Environment{*e}, environments.MaxHistory, time.Now(), csrfOf(r)), environments.MaxHistory
 			groups[0].Cards[0].Open = true
 		} else {
@@ -233,6 +246,7 @@ func (u *UI) envEvents(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return out.send("problem", "environments: "+err.Error()) == nil
 			}
+			envs = u.visibleEnvs(rctx, envs)
 			groups = u.envCards(rctx, envs, limit, time.Now(), csrfOf(r))
 		}
 		var b strings.Builder

@@ -60,12 +60,16 @@ func (s *sse) send(event, data string) error {
 func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx := r.Context()
-	if _, err := u.ctl.Get(ctx, id); err != nil {
+	run, err := u.ctl.Get(ctx, id)
+	if err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, controller.ErrNotFound) {
 			code = http.StatusNotFound
 		}
 		http.Error(w, err.Error(), code)
+		return
+	}
+	if !u.mayGetRun(w, r, run, true) { // rbac.go
 		return
 	}
 	watch, err := u.ctl.Buckets().Runs.Watch(ctx, id)
@@ -170,6 +174,9 @@ func (u *UI) runLogs(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusNotFound
 		}
 		http.Error(w, err.Error(), code)
+		return
+	}
+	if !u.mayGetRun(w, r, run, true) { // rbac.go
 		return
 	}
 	oc, err := u.ctl.Conn().JS.OrderedConsumer(ctx, queue.StreamLogs, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"prflow.logs." + id + ".>"}})

@@ -17,6 +17,7 @@ import (
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/rbac"
 	"github.com/prflow/prflow/steps/worker"
 )
 
@@ -62,7 +63,11 @@ func (u *UI) runsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	var names []string
 	var match []*pipelines.Run
+	user := userOf(r.Context())
 	for _, run := range runs {
+		if !u.ctl.CanGetRun(r.Context(), user, run) {
+			continue // rbac.go: only the runs the user may get
+		}
 		if !slices.Contains(names, run.Pipeline) {
 			names = append(names, run.Pipeline)
 		}
@@ -139,6 +144,9 @@ func (u *UI) runPage(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, code, err.Error())
 		return
 	}
+	if !u.mayGetRun(w, r, run, false) {
+		return
+	}
 	data := map[string]any{"Title": "Run " + run.ID, "Nav": "runs", "Run": u.runView(r.Context(), run, sessionFrom(r.Context()))}
 	if m := r.URL.Query().Get("msg"); m != "" {
 		data["Flash"] = m
@@ -149,6 +157,10 @@ func (u *UI) runPage(w http.ResponseWriter, r *http.Request) {
 func (u *UI) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	s := sessionFrom(r.Context())
+	// RBAC before the cancel (the API checks the same): a forged form gets a 403 page.
+	if run, err := u.ctl.Get(r.Context(), id); err == nil && !u.authorize(w, r, id, rbac.Runs, rbac.Cancel, u.ctl.RunObjects(r.Context(), run, rbac.Cancel)...) {
+		return
+	}
 	var replayed bool
 	var err error
 	if key := r.PostFormValue("idem"); key != "" {
@@ -230,6 +242,9 @@ type agentRow struct {
 }
 
 func (u *UI) workersPage(w http.ResponseWriter, r *http.Request) {
+	if !u.authorize(w, r, "", rbac.Pipelines, rbac.Get, "*") { // as GET /api/v1/workers
+		return
+	}
 	ctx := r.Context()
 	b := u.ctl.Buckets()
 	now := time.Now()
@@ -281,6 +296,9 @@ const maxEvents = 200
 // eventsPage lists the newest webhook events from the audit log: what each was about, the
 // runs it started and the triggers whose expression failed on it (they started no run).
 func (u *UI) eventsPage(w http.ResponseWriter, r *http.Request) {
+	if !u.authorize(w, r, "", rbac.Audit, rbac.Get, "*") { // read from the audit log
+		return
+	}
 	var problems []string
 	events, err := u.ctl.WebhookEvents(r.Context(), maxEvents)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/rbac"
 	"github.com/prflow/prflow/pipelines/runsummary"
 	"github.com/prflow/prflow/steps"
 )
@@ -37,9 +38,13 @@ type runView struct {
 	Summary []summaryView
 	// Diffs are the diff previews of the run, shown full width below the stages.
 	Diffs  []diffView
-	CanAct bool // signed in (or dev) and the run is active: cancel is offered
+	CanAct bool // signed in (or dev), the run is active and RBAC allows cancel: cancel is offered
 	CSRF   string
 	Idem   string // the cancel form's idempotency key (formKey)
+
+	// CanRerun and CanRetry: the run has ended and RBAC lets the user start it again (all its
+	// environments) or retry it (the environments of the stages that did not succeed).
+	CanRerun, CanRetry bool
 }
 
 type kv struct {
@@ -182,6 +187,9 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 	v := runView{Run: run, Status: run.Shown(), Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger), CanAct: s != nil && run.Active()}
 	if s != nil {
 		v.CSRF, v.Idem = s.csrf, formKey()
+		v.CanAct = v.CanAct && u.ctl.CanRun(ctx, s.user, run, rbac.Cancel) // rbac.go
+		v.CanRerun = run.Status.Terminal() && u.ctl.CanRun(ctx, s.user, run, rbac.Start)
+		v.CanRetry = run.Status.Terminal() && u.ctl.CanRun(ctx, s.user, run, rbac.Retry)
 	}
 	keys := make([]string, 0, len(run.Inputs))
 	for k := range run.Inputs {
@@ -211,6 +219,8 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 		for _, st := range sr.Rollback {
 			sv.Rollback = append(sv.Rollback, stepOf(run, sr.ID, st, true, s, now))
 		}
+		u.gateDecide(ctx, run, sr.ID, sv.Steps, s) // rbac.go
+		u.gateDecide(ctx, run, sr.ID, sv.Rollback, s)
 		sv.RollbackNote = rollbackNote(run, sr)
 		for _, list := range [][]stepView{sv.Steps, sv.Rollback} {
 			for _, st := range list {
