@@ -475,8 +475,14 @@ func previewOutputs(diffs []agent.AppDiff, t previewTarget) map[string]any {
 // summaryLine says in one line what the PR does to an app:
 // "web-prod: 1 changed (ConfigMap web-prod/web: data.image)".
 func summaryLine(d *agent.AppDiff) string {
+	if strings.HasPrefix(d.Error, "not previewed: ") {
+		return d.App + ": " + d.Error
+	}
 	if d.Error != "" {
 		return fmt.Sprintf("%s: cannot preview: %s", d.App, d.Error)
+	}
+	if d.Created && d.SpecNotRendered {
+		return fmt.Sprintf("%s: creates app %s; its resources are not rendered before it exists (the agent renders new apps only with --preview-apps)", d.App, d.App)
 	}
 	if d.Created {
 		return fmt.Sprintf("%s: creates app %s with %s (%s)", d.App, d.App, plural(len(d.Resources), "resource"), resourceList(d.Resources, false))

@@ -66,8 +66,9 @@ type AppDiff struct {
 	// images, jsonnet arguments generated from the release repo), as "path: old → new".
 	SpecChanges []string `json:"specChanges,omitempty"`
 	// SpecNotRendered: the resources were rendered with the app's current spec, not the one
-	// SpecChanges describe (Argo CD renders only stored specs), so an unchanged resource list
-	// does not mean the new spec renders the same.
+	// SpecChanges describe (Argo CD renders only stored specs; an agent with preview apps
+	// renders the new spec), so an unchanged resource list does not mean the new spec renders
+	// the same. For a Created app: its resources were not rendered at all.
 	SpecNotRendered bool           `json:"specNotRendered,omitempty"`
 	Resources       []ResourceDiff `json:"resources,omitempty"`
 	// Unchanged counts the app's objects that render the same.
