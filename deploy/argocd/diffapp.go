@@ -230,7 +230,7 @@ func (a *Agent) sweepPreviews(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	n := 0
-	now := time.Now()
+	now := a.now()
 	for i := range l.Items {
 		app := &l.Items[i]
 		if !a.isPreviewApp(app) || app.Metadata.CreationTimestamp == nil || now.Sub(*app.Metadata.CreationTimestamp) < a.o.Preview.MaxAge {
