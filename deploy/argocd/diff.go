@@ -292,11 +292,16 @@ func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest, 
 		}
 		return &agent.AppDiff{App: ref, Error: agent.AsError(err).Message}, false, nil
 	}
-	key := diffKey{ref: ref, revision: req.Revision, rv: app.Metadata.ResourceVersion, max: req.MaxDiffBytes, spec: specHash(spec)}
+	key := diffKey{ref: ref, revision: req.Revision, rv: app.Metadata.ResourceVersion, max: req.MaxDiffBytes, spec: specHash(spec), repo: req.RepoURL}
 	if d, ok := a.diffs.get(key); ok {
 		return d, true, nil
 	}
 	d := &agent.AppDiff{App: ref, URL: a.status(app).URL}
+	if why := notPreviewable(app, spec, req); why != "" {
+		// Says so whatever the app's state: the app's sources decide it, not Argo CD.
+		d.Error = "not previewed: " + why
+		return d, false, nil
+	}
 	if app.Status.Sync.Status == "" {
 		// Not compared yet (a new app): its managed resources are empty, and the whole app
 		// would read as added.
@@ -835,6 +840,7 @@ type diffKey struct {
 	ref, revision, rv string
 	max               int
 	spec              string // hash of the spec rendered through a preview app ("" for the stored one)
+	repo              string // the release repo: picks the sources of a multi-source app
 }
 
 // diffCache keeps the latest previews: the same app state (resourceVersion) rendered at the

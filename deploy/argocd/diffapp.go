@@ -349,20 +349,32 @@ func (a *Agent) render(ctx context.Context, app *Application, name, ns string, s
 		}
 		return &ManifestResponse{Manifests: m}, as, nil
 	}
+	if why := notPreviewable(app, nil, req); why != "" {
+		return nil, "", agent.Errorf(agent.CodeRejected, "not previewed: %s", why)
+	}
 	if len(app.Spec.Sources) > 0 {
-		pos, revs, why := pinSources(app.Spec.Sources, req.RepoURL, req.Revision)
-		if why != "" {
-			return nil, "", agent.Errorf(agent.CodeRejected, "not previewed: %s", why)
-		}
+		pos, revs, _ := pinSources(app.Spec.Sources, req.RepoURL, req.Revision)
 		m, err := a.argo.ManifestsAt(ctx, name, ns, pos, revs)
 		return m, name, err
 	}
-	if s := app.Spec.Source; s != nil && s.Chart != "" {
-		return nil, "", agent.Errorf(agent.CodeRejected, "not previewed: the app's source is Helm chart %s %s from %s; a revision of the release repo does not render it",
-			s.Chart, s.TargetRevision, s.RepoURL)
-	}
 	m, err := a.argo.Manifests(ctx, name, ns, req.Revision)
 	return m, name, err
+}
+
+// notPreviewable says why the stored spec of app cannot be rendered at a release repo
+// revision ("" when it can; a spec to render through a preview app is checked there).
+func notPreviewable(app *Application, spec json.RawMessage, req agent.DiffRequest) string {
+	if spec != nil {
+		return ""
+	}
+	if len(app.Spec.Sources) > 0 {
+		_, _, why := pinSources(app.Spec.Sources, req.RepoURL, req.Revision)
+		return why
+	}
+	if s := app.Spec.Source; s != nil && s.Chart != "" {
+		return fmt.Sprintf("the app's source is Helm chart %s %s from %s; a revision of the release repo does not render it", s.Chart, s.TargetRevision, s.RepoURL)
+	}
+	return ""
 }
 
 // renderError is what an app's preview says when Argo CD did not render it.
