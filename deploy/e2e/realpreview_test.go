@@ -154,7 +154,7 @@ func TestRealPreviewAppsRenderNewSpecs(t *testing.T) {
 	code, body := r.api("POST", "/api/v1/applications", map[string]any{
 		"metadata": map[string]any{"name": name, "labels": map[string]string{"prflow.io/preview": "test"}},
 		"spec": map[string]any{"project": argocd.DefaultPreviewProject,
-			"source":      map[string]any{"repoURL": r.url, "path": "manifests/web", "targetRevision": head},
+			"source":      map[string]any{"repoURL": r.vars["GIT_URL"], "path": "apps/demo", "targetRevision": "HEAD"},
 			"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": r.id + "-dev"}},
 	})
 	if code != 200 {
