@@ -71,6 +71,10 @@ type AppDiff struct {
 	// the same. For a Created app: its resources were not rendered at all.
 	SpecNotRendered bool           `json:"specNotRendered,omitempty"`
 	Resources       []ResourceDiff `json:"resources,omitempty"`
+	// SecretsNotCompared are Secrets ("namespace/name: key, …") whose values the preview could
+	// not compare: Argo CD masks the values it hands out, a rendering at a revision by itself,
+	// so a change of a value alone is invisible before the merge (its keys are compared).
+	SecretsNotCompared []string `json:"secretsNotCompared,omitempty"`
 	// Unchanged counts the app's objects that render the same.
 	Unchanged int  `json:"unchanged"`
 	Truncated bool `json:"truncated,omitempty"`

@@ -214,6 +214,7 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 		d := out[ref]
 		r := results[i]
 		d.URL, d.Resources, d.Unchanged, d.Truncated = r.URL, r.Resources, r.Unchanged, r.Truncated
+		d.SecretsNotCompared = r.SecretsNotCompared
 		if r.Error != "" {
 			d.Error = r.Error
 		} else if specs[ref] != nil {
@@ -474,6 +475,10 @@ func compareAppAs(d *agent.AppDiff, rendered []string, cur []ManagedResource, de
 			old = liveOnly[k]
 		}
 		rd := compareObjects(old, after[k])
+		if keys := maskedOnBothSides(old, after[k]); len(keys) > 0 {
+			o := after[k]
+			d.SecretsNotCompared = append(d.SecretsNotCompared, fmt.Sprintf("%s/%s: %s", o.namespace, o.name, strings.Join(keys, ", ")))
+		}
 		if rd == nil {
 			d.Unchanged++
 			continue

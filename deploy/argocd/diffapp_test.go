@@ -2,6 +2,7 @@ package argocd
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -368,5 +369,41 @@ func TestDiffMultiSourceAndUnpreviewable(t *testing.T) {
 	got, err = w.client.Diff(context.Background(), "eu", agent.DiffRequest{Apps: []string{"multi"}, RepoURL: "https://git.example/nope.git", Revision: head})
 	if err != nil || !strings.Contains(got[0].Error, "none of the app's 2 sources reads repo") {
 		t.Fatalf("multi-source app, foreign repo: %+v %v", got, err)
+	}
+}
+
+// A Secret whose value alone changes: Argo CD masks a rendering at a revision by itself, so
+// the masks are equal and the change cannot be seen; the preview says which Secret keys it
+// could not compare instead of a bare "no change". A change the masks do show (a new key) is
+// still reported, with the keys not compared named too.
+func TestDiffSecretValueOnlyChangeIsNamedNotCompared(t *testing.T) {
+	secret := func(pw, extra string) string {
+		return "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\ndata:\n  password: " + base64.StdEncoding.EncodeToString([]byte(pw)) + "\n" + extra
+	}
+	w := newWorld(t)
+	files := map[string]string{}
+	for k, v := range webMain {
+		files[k] = v
+	}
+	files[webFiles+"secret.yaml"] = secret("old-value", "")
+	w.sha = w.git.Commit(repoURL, "main", files)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	w.start("eu", "r1")
+	w.waitRecord("eu", "web", "synced", func(st *agent.AppStatus) bool { return st != nil && st.Sync == agent.SyncSynced })
+
+	files[webFiles+"secret.yaml"] = secret("new-value", "")
+	d := diffOne(t, w, agent.DiffRequest{Apps: []string{"web"}, Revision: w.git.Commit(repoURL, "pr-value", files)})
+	if d.Changed() || strings.Join(d.SecretsNotCompared, ";") != "shop/db: password" {
+		t.Fatalf("value-only Secret change: %+v", d)
+	}
+	files[webFiles+"secret.yaml"] = secret("new-value", "  apikey: YWJj\n")
+	d = diffOne(t, w, agent.DiffRequest{Apps: []string{"web"}, Revision: w.git.Commit(repoURL, "pr-key", files)})
+	if s := resource(d, "Secret", "db"); s == nil || strings.Join(s.Paths, ",") != "data.apikey" || strings.Join(d.SecretsNotCompared, ";") != "shop/db: password" {
+		t.Fatalf("Secret with a new key: %+v", d)
+	}
+	// A ConfigMap-only app names no Secret.
+	d = diffOne(t, w, agent.DiffRequest{Apps: []string{"web"}, Revision: w.sha})
+	if d.Changed() || strings.Join(d.SecretsNotCompared, ";") != "shop/db: password" {
+		t.Fatalf("unchanged head: %+v", d)
 	}
 }
