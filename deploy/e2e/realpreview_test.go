@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -197,4 +198,51 @@ func TestRealPreviewPolicyDeniesReplicasZero(t *testing.T) {
 		t.Errorf("main moved: %s → %s", headBefore, head)
 	}
 	t.Logf("policy denial on the real Argo CD: %s", run.Error)
+}
+
+// TestRealPreviewSecretValueOnly: what the real Argo CD lets a preview see of a Secret. The
+// manifests of a revision come masked by themselves and the current target masked with the
+// live object, so a value-only change shows equal masks: the preview names the Secret's keys
+// as not compared (never a bare "no change"), and a new key is still reported.
+func TestRealPreviewSecretValueOnly(t *testing.T) {
+	r := realSetupOpts(t, realOpts{auto: true, envs: []string{"dev"}})
+	r.branchMain(func(dir string) {
+		putFile(t, dir, "plain/cm.yaml", realPlainCM)
+		putFile(t, dir, "plain/secret.yaml", realSecret(realSecretValue, ""))
+	})
+	plain := r.createPlainApp()
+	c := r.previewAgent()
+	head := r.branch("pr-secret-value-only", func(dir string) {
+		putFile(t, dir, "plain/secret.yaml", realSecret(realSecretNew, ""))
+	})
+	got, err := c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{plain}, Revision: head})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := got[0]
+	if d.Error != "" || d.Changed() || strings.Join(d.SecretsNotCompared, ";") != r.id+"-plain/db: password" {
+		t.Fatalf("value-only Secret change on the real Argo CD: %+v", d)
+	}
+	// The raw answers, to record what Argo CD hands out.
+	_, man := r.api("GET", "/api/v1/applications/"+plain+"/manifests?revision="+head, nil)
+	_, mr := r.api("GET", "/api/v1/applications/"+plain+"/managed-resources", nil)
+	for _, v := range []string{realSecretValue, realSecretNew} {
+		if strings.Contains(string(man)+string(mr), base64.StdEncoding.EncodeToString([]byte(v))) {
+			t.Fatal("Argo CD handed out a Secret value")
+		}
+	}
+	if !strings.Contains(string(man), `\"password\":\"++++++++\"`) {
+		t.Errorf("manifests at the head: %s", tail(string(man), 600))
+	}
+	head = r.branch("pr-secret-key", func(dir string) {
+		putFile(t, dir, "plain/secret.yaml", realSecret(realSecretNew, "  apikey: "+base64.StdEncoding.EncodeToString([]byte("k"))+"\n"))
+	})
+	got, err = c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{plain}, Revision: head})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := findResource(got[0], "Secret", "db"); s == nil || strings.Join(s.Paths, ",") != "data.apikey" || len(got[0].SecretsNotCompared) != 1 {
+		t.Fatalf("Secret with a new key: %+v", got[0])
+	}
+	t.Logf("value-only Secret change: not compared %v", d.SecretsNotCompared)
 }
