@@ -246,3 +246,58 @@ func TestRealPreviewSecretValueOnly(t *testing.T) {
 	}
 	t.Logf("value-only Secret change: not compared %v", d.SecretsNotCompared)
 }
+
+// TestRealPreviewMultiSource: a multi-source app (the release repo's plain/ and the demo
+// repo's apps/demo) is rendered with the release repo's source at the PR head through
+// manifests?sourcePositions=&revisions= (Argo CD v3), the other source as it is; a request
+// that names no release repo says "not previewed" and why.
+func TestRealPreviewMultiSource(t *testing.T) {
+	r := realSetupOpts(t, realOpts{auto: true, envs: []string{"dev"}})
+	r.branchMain(func(dir string) { putFile(t, dir, "plain/cm.yaml", realPlainCM) })
+	name := r.id + "-multi"
+	code, body := r.api("POST", "/api/v1/applications", map[string]any{
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{"project": "default",
+			"sources": []map[string]any{
+				{"repoURL": r.url, "path": "plain", "targetRevision": "main"},
+				{"repoURL": r.vars["GIT_URL"], "path": "apps/demo", "targetRevision": "HEAD"}},
+			"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": name},
+			"syncPolicy":  map[string]any{"automated": map[string]any{}, "syncOptions": []string{"CreateNamespace=true"}}},
+	})
+	if code != 200 {
+		t.Fatalf("create multi-source app: %d %s", code, body)
+	}
+	t.Cleanup(func() { r.api("DELETE", "/api/v1/applications/"+name+"?cascade=true", nil) })
+	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, b := r.api("GET", "/api/v1/applications/"+name, nil)
+		var a struct {
+			Status struct {
+				Sync struct{ Status string } `json:"sync"`
+			} `json:"status"`
+		}
+		if json.Unmarshal(b, &a) == nil && a.Status.Sync.Status == "Synced" {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s did not sync: %s", name, tail(string(b), 500))
+		}
+	}
+	c := r.previewAgent()
+	head := r.branch("pr-multi", func(dir string) {
+		putFile(t, dir, "plain/cm.yaml", strings.Replace(realPlainCM, `replicas: "2"`, `replicas: "5"`, 1))
+	})
+	got, err := c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{name}, RepoURL: r.url, Revision: head})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := got[0]
+	cm := findResource(d, "ConfigMap", "plain")
+	if d.Error != "" || len(d.Resources) != 1 || cm == nil || strings.Join(cm.Paths, ",") != "data.replicas" || d.Unchanged != 1 {
+		t.Fatalf("multi-source app: %+v", d)
+	}
+	got, err = c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{name}, Revision: head})
+	if err != nil || !strings.HasPrefix(got[0].Error, "not previewed: ") || !strings.Contains(got[0].Error, "2 git repos") {
+		t.Fatalf("multi-source app without a release repo: %+v %v", got, err)
+	}
+	t.Logf("multi-source: %s changed; without a repo: %s", strings.Join(cm.Paths, ","), got[0].Error)
+}
