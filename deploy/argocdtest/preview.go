@@ -2,6 +2,7 @@ package argocdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -125,6 +126,7 @@ func (s *Server) multiSourceTarget(r *http.Request, spec ApplicationSpec, positi
 // their targetRevision, the objects of all (ref-only sources render nothing).
 func (s *Server) loadSources(ctx context.Context, spec ApplicationSpec, revision string, rc *revCache) target {
 	var out target
+	first := true
 	for i, src := range spec.Sources {
 		if src.Path == "" {
 			continue
@@ -139,11 +141,14 @@ func (s *Server) loadSources(ctx context.Context, spec ApplicationSpec, revision
 		if tg.err != nil {
 			return tg
 		}
-		if i == 0 {
-			out = tg
+		if first {
+			out, first = tg, false
 			continue
 		}
 		out.objects = append(out.objects, tg.objects...)
+	}
+	if first {
+		return target{err: errors.New("spec.sources: no source with a path")}
 	}
 	return out
 }
