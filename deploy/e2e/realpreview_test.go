@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,22 @@ func TestRealPreviewAppsRenderNewSpecs(t *testing.T) {
 	}
 	t.Logf("REALTIME preview with 2 preview apps (dev changed spec, prod new) took %s; dev %s; prod adds %d resources",
 		took.Round(time.Millisecond), strings.Join(cm.Paths, ","), len(prod.Resources))
+	// p50 over fresh heads, each needing two preview apps.
+	var times []time.Duration
+	for i := 0; i < 7; i++ {
+		h := r.branch("pr-preview-bench-"+string(rune('a'+i)), func(dir string) {
+			putFile(t, dir, "envs/dev/config.json", strings.Replace(realConfig("dev"), `"tag": "1.4.1"`, `"tag": "1.6.`+string(rune('0'+i))+`"`, 1))
+			putFile(t, dir, "envs/prod/config.json", realConfig("prod"))
+		})
+		start := time.Now()
+		if _, err := c.Diff(context.Background(), "real", agent.DiffRequest{ApplicationSet: r.set, RepoURL: r.url, Revision: h}); err != nil {
+			t.Fatal(err)
+		}
+		times = append(times, time.Since(start))
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	t.Logf("REALTIME preview with 2 preview apps over 7 fresh heads: p50 %s (min %s, max %s)",
+		times[3].Round(time.Millisecond), times[0].Round(time.Millisecond), times[6].Round(time.Millisecond))
 	if left := r.leftPreviewApps(); len(left) != 0 {
 		t.Fatalf("preview apps left behind: %v", left)
 	}
