@@ -475,8 +475,14 @@ func previewOutputs(diffs []agent.AppDiff, t previewTarget) map[string]any {
 // summaryLine says in one line what the PR does to an app:
 // "web-prod: 1 changed (ConfigMap web-prod/web: data.image)".
 func summaryLine(d *agent.AppDiff) string {
+	if strings.HasPrefix(d.Error, "not previewed: ") {
+		return d.App + ": " + d.Error
+	}
 	if d.Error != "" {
 		return fmt.Sprintf("%s: cannot preview: %s", d.App, d.Error)
+	}
+	if d.Created && d.SpecNotRendered {
+		return fmt.Sprintf("%s: creates app %s; its resources are not rendered before it exists (the agent renders new apps only with --preview-apps)", d.App, d.App)
 	}
 	if d.Created {
 		return fmt.Sprintf("%s: creates app %s with %s (%s)", d.App, d.App, plural(len(d.Resources), "resource"), resourceList(d.Resources, false))
@@ -485,6 +491,9 @@ func summaryLine(d *agent.AppDiff) string {
 		return fmt.Sprintf("%s: deletes app %s and its %s", d.App, d.App, plural(len(d.Resources), "resource"))
 	}
 	if !d.Changed() {
+		if len(d.SecretsNotCompared) > 0 {
+			return fmt.Sprintf("%s: no change seen; the values of Secret %s were not compared (Argo CD hides them)", d.App, strings.Join(d.SecretsNotCompared, "; Secret "))
+		}
 		return d.App + ": no change"
 	}
 	counts := map[string]int{}
@@ -549,10 +558,13 @@ func appDiffsOf(v any) []agent.AppDiff {
 func previewVerdict(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarget, outputs map[string]any) (Result, error) {
 	diffs := appDiffsOf(outputs["apps"])
 	changed, _ := outputs["changed"].(bool)
-	var broken, names []string
+	var broken, names, hidden []string
 	n := 0
 	for _, d := range diffs {
 		names = append(names, d.App)
+		for _, h := range d.SecretsNotCompared {
+			hidden = append(hidden, d.App+": Secret "+h)
+		}
 		if d.Error != "" {
 			broken = append(broken, d.App+": "+d.Error)
 		}
@@ -566,6 +578,10 @@ func previewVerdict(ctx context.Context, sc *Context, cfg *previewConfig, t prev
 		failure = fmt.Sprintf("the PR's head %.12s cannot be rendered: %s", t.head, strings.Join(broken, "; "))
 	case !changed && !cfg.allowNoop:
 		failure = noopMessage(names, t.edited)
+		if len(hidden) > 0 {
+			// A value-only Secret change is the one change the preview cannot see.
+			failure += "; the values of " + strings.Join(hidden, ", ") + " were not compared (Argo CD hides Secret values): if the PR changes only a Secret value, set allowNoop: true"
+		}
 	}
 	var warnings []string
 	p, err := scmFor(ctx, sc, t.connector)

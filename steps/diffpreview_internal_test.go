@@ -71,6 +71,12 @@ func TestPreviewSummaryLines(t *testing.T) {
 		{agent.AppDiff{App: "web-prod", SpecChanges: []string{`spec.source.helm.parameters[x]: "1" → "2"`}}, `web-prod: its spec changes (spec.source.helm.parameters[x]: "1" → "2"), its resources render the same`},
 		{agent.AppDiff{App: "web-prod", SpecChanges: []string{`tlas.image: a → b`}, SpecNotRendered: true}, `web-prod: its spec changes (tlas.image: a → b); its resources under the new spec are not known before it is applied (Argo CD renders only the current spec)`},
 		{agent.AppDiff{App: "web-prod", Error: "ComparisonError: boom"}, "web-prod: cannot preview: ComparisonError: boom"},
+		// Issue 33 gaps: a value-only Secret change cannot be seen, a new app not rendered, an
+		// app whose sources cannot be rendered at the revision.
+		{agent.AppDiff{App: "web-prod", Unchanged: 2, SecretsNotCompared: []string{"web-prod/db: password"}},
+			"web-prod: no change seen; the values of Secret web-prod/db: password were not compared (Argo CD hides them)"},
+		{agent.AppDiff{App: "web-qa", Created: true, SpecNotRendered: true}, "web-qa: creates app web-qa; its resources are not rendered before it exists (the agent renders new apps only with --preview-apps)"},
+		{agent.AppDiff{App: "charts", Error: "not previewed: the app's source is Helm chart web 1.2.3 from oci://r"}, "charts: not previewed: the app's source is Helm chart web 1.2.3 from oci://r"},
 	} {
 		if got := summaryLine(&tc.d); got != tc.want {
 			t.Errorf("got  %s\nwant %s", got, tc.want)

@@ -34,6 +34,9 @@ func newAgent(g *globals) *cobra.Command {
 		hookSecretEnv                                  string
 		resync                                         time.Duration
 		watchBuffer                                    int
+		previewApps                                    bool
+		previewProject                                 string
+		previewMaxAge                                  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -113,7 +116,8 @@ func newAgent(g *globals) *cobra.Command {
 				return err
 			}
 			a, err := argocd.New(argocd.Options{AgentID: id, Replica: replica, Client: client, UIURL: ui, Namespace: namespace,
-				AppSetRefresh: refresh, Resync: resync, WatchBuffer: watchBuffer, Version: version, Log: log})
+				AppSetRefresh: refresh, Resync: resync, WatchBuffer: watchBuffer, Version: version, Log: log,
+				Preview: argocd.PreviewOptions{Enabled: previewApps, Project: previewProject, MaxAge: previewMaxAge}})
 			if err != nil {
 				return err
 			}
@@ -145,6 +149,9 @@ func newAgent(g *globals) *cobra.Command {
 	f.StringVar(&hookSecretFile, "appset-webhook-secret-file", "", "--appset-refresh webhook: file holding the GitHub webhook secret (argocd-secret's webhook.github.secret)")
 	f.StringVar(&hookSecretEnv, "appset-webhook-secret-env", "", "--appset-refresh webhook: name of the environment variable holding that secret")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "re-list every Argo CD app this often while watching (jittered), repairing records whose events Argo CD's watch stream dropped")
+	f.BoolVar(&previewApps, "preview-apps", false, "let diff previews render changed and new app specs through temporary apps in --preview-project (writes to Argo CD; see docs/previews.md)")
+	f.StringVar(&previewProject, "preview-project", argocd.DefaultPreviewProject, "AppProject of preview apps; it must permit no kind and deny every sync (docs/previews.md)")
+	f.DurationVar(&previewMaxAge, "preview-max-age", 10*time.Minute, "preview apps older than this are leftovers, deleted when the agent starts")
 	f.IntVar(&watchBuffer, "argocd-watch-buffer", 1000, "Argo CD's ARGOCD_WATCH_API_BUFFER_SIZE: after half this many events back to back the agent re-lists early (negative: never)")
 	f.StringVar(&simRepo, "sim-repo", "", "run the simulated agent on this release repo (path or git URL) instead of Argo CD")
 	f.StringVar(&simBranch, "sim-branch", "", "simulated agent: branch to deploy (default the repo's HEAD branch)")

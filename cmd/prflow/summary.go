@@ -101,10 +101,16 @@ func appDiffText(name string, m map[string]any) string {
 	switch {
 	case m["error"] != nil && m["error"] != "":
 		return name + " (not rendered: " + valueText(m["error"]) + ")"
+	case m["created"] == true && m["specNotRendered"] == true:
+		return name + " (new app, resources not rendered)"
 	case m["created"] == true:
 		return fmt.Sprintf("%s (new app, %d resource(s))", name, len(res))
 	case m["deleted"] == true:
 		return name + " (deleted)"
+	case len(res) == 0 && m["specNotRendered"] == true:
+		return name + " (spec changes, resources not rendered)"
+	case len(res) == 0 && m["secretsNotCompared"] != nil:
+		return name + " (no change seen, Secret values not compared)"
 	case len(res) == 0:
 		return name + " (no change)"
 	case len(res) == 1:

@@ -66,10 +66,15 @@ type AppDiff struct {
 	// images, jsonnet arguments generated from the release repo), as "path: old → new".
 	SpecChanges []string `json:"specChanges,omitempty"`
 	// SpecNotRendered: the resources were rendered with the app's current spec, not the one
-	// SpecChanges describe (Argo CD renders only stored specs), so an unchanged resource list
-	// does not mean the new spec renders the same.
+	// SpecChanges describe (Argo CD renders only stored specs; an agent with preview apps
+	// renders the new spec), so an unchanged resource list does not mean the new spec renders
+	// the same. For a Created app: its resources were not rendered at all.
 	SpecNotRendered bool           `json:"specNotRendered,omitempty"`
 	Resources       []ResourceDiff `json:"resources,omitempty"`
+	// SecretsNotCompared are Secrets ("namespace/name: key, …") whose values the preview could
+	// not compare: Argo CD masks the values it hands out, a rendering at a revision by itself,
+	// so a change of a value alone is invisible before the merge (its keys are compared).
+	SecretsNotCompared []string `json:"secretsNotCompared,omitempty"`
 	// Unchanged counts the app's objects that render the same.
 	Unchanged int  `json:"unchanged"`
 	Truncated bool `json:"truncated,omitempty"`

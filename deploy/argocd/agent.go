@@ -66,6 +66,9 @@ type Options struct {
 	// overflowed, and the agent re-lists as soon as the stream calms down instead of waiting
 	// for Resync. Negative: no early re-list.
 	WatchBuffer int
+	// Preview lets diff previews render changed and new app specs through temporary apps
+	// (diffapp.go; off by default).
+	Preview PreviewOptions
 	// Now is the clock sync windows are evaluated with (default time.Now; tests move it).
 	Now     func() time.Time
 	Version string
@@ -136,6 +139,7 @@ func New(o Options) (*Agent, error) {
 	if o.SyncConcurrency <= 0 {
 		o.SyncConcurrency = 8
 	}
+	o.Preview.defaults()
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = 200 * time.Millisecond
 	}
@@ -232,6 +236,13 @@ func (a *Agent) Run(ctx context.Context, conn *queue.Conn) error {
 		return err
 	}
 	a.o.Log.Info("agent started", "argocd", a.argo.URL())
+	if a.o.Preview.Enabled {
+		go func() {
+			if _, err := a.sweepPreviews(ctx); err != nil && ctx.Err() == nil {
+				a.o.Log.Warn("agent: looking for leftover preview apps failed", "err", err)
+			}
+		}()
+	}
 	a.leadLoop(ctx, b, lease, rev, lerr == nil)
 	wait()
 	<-hb

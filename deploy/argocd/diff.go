@@ -148,8 +148,9 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 	}
 	out := map[string]*agent.AppDiff{}
 	var render []string
+	var specs map[string]json.RawMessage
 	if req.ApplicationSet != "" {
-		gen, existing, err := a.previewAppSet(ctx, req)
+		gen, existing, sp, err := a.previewAppSet(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -157,6 +158,14 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 			out[d.App] = d
 		}
 		render = append(render, existing...)
+		if a.o.Preview.Enabled {
+			specs = sp
+			for ref, d := range gen {
+				if d.Created && sp[ref] != nil {
+					render = append(render, ref)
+				}
+			}
+		}
 	}
 	for _, ref := range req.Apps {
 		if _, ok := out[ref]; !ok {
@@ -172,6 +181,7 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 			todo = append(todo, ref)
 		}
 	}
+	sort.Strings(todo)
 	results := make([]*agent.AppDiff, len(todo))
 	var cached atomic.Int64
 	errs := make([]error, len(todo))
@@ -184,7 +194,11 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			var hit bool
-			results[i], hit, errs[i] = a.diffApp(ctx, ref, req)
+			if d := out[ref]; d.Created {
+				results[i], hit, errs[i] = a.diffNewApp(ctx, ref, specs[ref], req)
+			} else {
+				results[i], hit, errs[i] = a.diffApp(ctx, ref, req, specs[ref])
+			}
 			if hit {
 				cached.Add(1)
 			}
@@ -200,8 +214,11 @@ func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDif
 		d := out[ref]
 		r := results[i]
 		d.URL, d.Resources, d.Unchanged, d.Truncated = r.URL, r.Resources, r.Unchanged, r.Truncated
+		d.SecretsNotCompared = r.SecretsNotCompared
 		if r.Error != "" {
 			d.Error = r.Error
+		} else if specs[ref] != nil {
+			d.SpecNotRendered = false // rendered with the new spec (a preview app)
 		}
 	}
 	for _, d := range out {
@@ -265,7 +282,9 @@ func renderFailure(err error) bool {
 }
 
 // diffApp previews one app; the answer for the same app state and revision comes from memory.
-func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) (*agent.AppDiff, bool, error) {
+// A non-nil spec is the app's spec at the revision (an ApplicationSet changes it): rendered
+// through a preview app instead of the stored one.
+func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest, spec json.RawMessage) (*agent.AppDiff, bool, error) {
 	name, ns := a.split(ref)
 	app, err := a.appForDiff(ctx, ref, name, ns)
 	if err != nil {
@@ -274,11 +293,16 @@ func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) 
 		}
 		return &agent.AppDiff{App: ref, Error: agent.AsError(err).Message}, false, nil
 	}
-	key := diffKey{ref: ref, revision: req.Revision, rv: app.Metadata.ResourceVersion, max: req.MaxDiffBytes}
+	key := diffKey{ref: ref, revision: req.Revision, rv: app.Metadata.ResourceVersion, max: req.MaxDiffBytes, spec: specHash(spec), repo: req.RepoURL}
 	if d, ok := a.diffs.get(key); ok {
 		return d, true, nil
 	}
 	d := &agent.AppDiff{App: ref, URL: a.status(app).URL}
+	if why := notPreviewable(app, spec, req); why != "" {
+		// Says so whatever the app's state: the app's sources decide it, not Argo CD.
+		d.Error = "not previewed: " + why
+		return d, false, nil
+	}
 	if app.Status.Sync.Status == "" {
 		// Not compared yet (a new app): its managed resources are empty, and the whole app
 		// would read as added.
@@ -295,12 +319,12 @@ func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) 
 			return d, false, nil
 		}
 	}
-	man, err := a.argo.Manifests(ctx, name, ns, req.Revision)
+	man, renderedAs, err := a.render(ctx, app, name, ns, spec, req)
 	if err != nil {
 		if transient(err) && !renderFailure(err) {
 			return nil, false, err
 		}
-		d.Error = fmt.Sprintf("Argo CD cannot render the app at %s: %s", short(req.Revision), agent.AsError(err).Message)
+		d.Error = renderError(err, req.Revision)
 		return d, false, nil
 	}
 	cur, err := a.argo.ManagedResources(ctx, name, ns)
@@ -312,7 +336,10 @@ func (a *Agent) diffApp(ctx context.Context, ref string, req agent.DiffRequest) 
 		return d, false, nil
 	}
 	destNS := firstNonEmpty(man.Namespace, app.Spec.Destination.Namespace)
-	if err := compareApp(d, man.Manifests, cur, destNS, app.Metadata.Name, req.MaxDiffBytes); err != nil {
+	if spec != nil {
+		destNS = firstNonEmpty(specDestNS(spec), destNS)
+	}
+	if err := compareAppAs(d, man.Manifests, cur, destNS, app.Metadata.Name, renderedAs, req.MaxDiffBytes); err != nil {
 		d.Error = err.Error()
 		return d, false, nil
 	}
@@ -388,6 +415,12 @@ func (a *Agent) remember(app *Application, deleted bool) {
 
 // compareApp fills d with the change from the current objects to the rendered ones.
 func compareApp(d *agent.AppDiff, rendered []string, cur []ManagedResource, destNS, appName string, maxBytes int) error {
+	return compareAppAs(d, rendered, cur, destNS, appName, appName, maxBytes)
+}
+
+// compareAppAs is compareApp for manifests Argo CD rendered for another app (renderedAs, a
+// preview app): its tracking marks are dropped as the app's own are.
+func compareAppAs(d *agent.AppDiff, rendered []string, cur []ManagedResource, destNS, appName, renderedAs string, maxBytes int) error {
 	before := map[string]*kobj{}
 	liveOnly := map[string]*kobj{}
 	for _, r := range cur {
@@ -407,7 +440,7 @@ func compareApp(d *agent.AppDiff, rendered []string, cur []ManagedResource, dest
 	}
 	after := map[string]*kobj{}
 	for i, m := range rendered {
-		o, err := parseObject(m, destNS, appName)
+		o, err := parseObject(m, destNS, renderedAs)
 		if err != nil {
 			return fmt.Errorf("rendered manifest %d: %v", i+1, err)
 		}
@@ -442,6 +475,10 @@ func compareApp(d *agent.AppDiff, rendered []string, cur []ManagedResource, dest
 			old = liveOnly[k]
 		}
 		rd := compareObjects(old, after[k])
+		if keys := maskedOnBothSides(old, after[k]); len(keys) > 0 {
+			o := after[k]
+			d.SecretsNotCompared = append(d.SecretsNotCompared, fmt.Sprintf("%s/%s: %s", o.namespace, o.name, strings.Join(keys, ", ")))
+		}
 		if rd == nil {
 			d.Unchanged++
 			continue
@@ -467,8 +504,9 @@ func short(rev string) string {
 
 // previewAppSet asks Argo CD what the set would generate with its git generators reading
 // req.Revision, and compares that with the apps it owns now. It returns the diffs of created,
-// deleted and changed apps and the refs of existing generated apps to render.
-func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[string]*agent.AppDiff, []string, error) {
+// deleted and changed apps, the refs of existing generated apps to render, and the generated
+// specs of created apps and of apps whose spec changes (to render through preview apps).
+func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[string]*agent.AppDiff, []string, map[string]json.RawMessage, error) {
 	ns, name, ok := strings.Cut(req.ApplicationSet, "/")
 	if !ok {
 		ns, name = "", req.ApplicationSet
@@ -477,15 +515,15 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 	if err != nil {
 		e := agent.AsError(err)
 		e.Message = "ApplicationSet " + req.ApplicationSet + ": " + e.Message
-		return nil, nil, e
+		return nil, nil, nil, e
 	}
 	key := setKey{set: set.ref(), rv: set.Metadata.ResourceVersion, revision: req.Revision, repo: req.RepoURL}
-	if out, render, ok := a.setPreviews.get(key, a.currentRV, func() []string { return a.ownedBy(name) }); ok {
-		return out, render, nil
+	if out, render, specs, ok := a.setPreviews.get(key, a.currentRV, func() []string { return a.ownedBy(name) }); ok {
+		return out, render, specs, nil
 	}
 	var obj map[string]any
 	if err := json.Unmarshal(set.raw, &obj); err != nil {
-		return nil, nil, &agent.Error{Code: agent.CodeInternal, Message: fmt.Sprintf("ApplicationSet %s: %v", req.ApplicationSet, err)}
+		return nil, nil, nil, &agent.Error{Code: agent.CodeInternal, Message: fmt.Sprintf("ApplicationSet %s: %v", req.ApplicationSet, err)}
 	}
 	delete(obj, "status")
 	if md, ok := obj["metadata"].(map[string]any); ok {
@@ -496,7 +534,7 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 	spec, _ := obj["spec"].(map[string]any)
 	gens, _ := spec["generators"].([]any)
 	if n := pinGitGenerators(gens, req.RepoURL, req.Revision, 0); n == 0 {
-		return nil, nil, agent.Errorf(agent.CodeInvalid, "ApplicationSet %s has no git generator reading repo %q, so revision %s changes nothing it generates",
+		return nil, nil, nil, agent.Errorf(agent.CodeInvalid, "ApplicationSet %s has no git generator reading repo %q, so revision %s changes nothing it generates",
 			req.ApplicationSet, req.RepoURL, short(req.Revision))
 	}
 	generated, err := a.argo.GenerateAppSet(ctx, obj)
@@ -512,11 +550,11 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 			// problem, which retrying does not cure.
 			e.Code = agent.CodeRejected
 		}
-		return nil, nil, e
+		return nil, nil, nil, e
 	}
 	apps, err := a.argo.listSpecs(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	owned := map[string]appSpec{}
 	existing := map[string]appSpec{}
@@ -530,16 +568,22 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 		}
 	}
 	out := map[string]*agent.AppDiff{}
+	specs := map[string]json.RawMessage{}
 	var render []string
 	for _, g := range generated {
 		ref := a.refOf(g.Metadata.Name, firstNonEmpty(g.Metadata.Namespace, ns))
 		cur, ok := existing[ref]
 		if !ok {
-			out[ref] = &agent.AppDiff{App: ref, Created: true, SpecChanges: specChanges(nil, g.Spec)}
+			// SpecNotRendered until a preview app renders it (Diff).
+			out[ref] = &agent.AppDiff{App: ref, Created: true, SpecChanges: specChanges(nil, g.Spec), SpecNotRendered: true}
+			specs[ref] = g.Spec
 			continue
 		}
 		sc := specChanges(cur.Spec, g.Spec)
 		out[ref] = &agent.AppDiff{App: ref, SpecChanges: sc, SpecNotRendered: len(sc) > 0}
+		if len(sc) > 0 {
+			specs[ref] = g.Spec
+		}
 		render = append(render, ref)
 		delete(owned, ref)
 	}
@@ -553,9 +597,9 @@ func (a *Agent) previewAppSet(ctx context.Context, req agent.DiffRequest) (map[s
 				seen[ref] = s.Metadata.ResourceVersion
 			}
 		}
-		a.setPreviews.put(key, out, render, seen)
+		a.setPreviews.put(key, out, render, specs, seen)
 	}
-	return out, render, nil
+	return out, render, specs, nil
 }
 
 // currentRV is an app's resourceVersion as the watch last saw it ("" when this replica does
@@ -590,6 +634,7 @@ type setKey struct{ set, rv, revision, repo string }
 type setPreview struct {
 	out    map[string]*agent.AppDiff
 	render []string
+	specs  map[string]json.RawMessage
 	apps   map[string]string // every app's resourceVersion when the preview was made
 }
 
@@ -602,30 +647,30 @@ type setCache struct {
 	order []setKey
 }
 
-func (c *setCache) get(k setKey, rv func(string) (string, bool), owned func() []string) (map[string]*agent.AppDiff, []string, bool) {
+func (c *setCache) get(k setKey, rv func(string) (string, bool), owned func() []string) (map[string]*agent.AppDiff, []string, map[string]json.RawMessage, bool) {
 	c.mu.Lock()
 	p, ok := c.m[k]
 	c.mu.Unlock()
 	if !ok {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	// The apps now must be the apps then: none changed, none added (a new app of the same
 	// name would decide Created), none gone.
 	for ref, want := range p.apps {
 		if got, fresh := rv(ref); !fresh || got != want {
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
 	}
 	for ref := range p.out {
 		if _, had := p.apps[ref]; !had {
 			if got, fresh := rv(ref); !fresh || got != "" {
-				return nil, nil, false
+				return nil, nil, nil, false
 			}
 		}
 	}
 	for _, ref := range owned() {
 		if _, ok := p.out[ref]; !ok {
-			return nil, nil, false // a new app of the set: it would be reported deleted
+			return nil, nil, nil, false // a new app of the set: it would be reported deleted
 		}
 	}
 	out := make(map[string]*agent.AppDiff, len(p.out))
@@ -635,10 +680,10 @@ func (c *setCache) get(k setKey, rv func(string) (string, bool), owned func() []
 		cp.Resources = nil
 		out[ref] = &cp
 	}
-	return out, append([]string(nil), p.render...), true
+	return out, append([]string(nil), p.render...), p.specs, true
 }
 
-func (c *setCache) put(k setKey, out map[string]*agent.AppDiff, render []string, apps map[string]string) {
+func (c *setCache) put(k setKey, out map[string]*agent.AppDiff, render []string, specs map[string]json.RawMessage, apps map[string]string) {
 	cp := make(map[string]*agent.AppDiff, len(out))
 	for ref, d := range out {
 		x := *d
@@ -653,7 +698,7 @@ func (c *setCache) put(k setKey, out map[string]*agent.AppDiff, render []string,
 	if _, ok := c.m[k]; !ok {
 		c.order = append(c.order, k)
 	}
-	c.m[k] = &setPreview{out: cp, render: append([]string(nil), render...), apps: apps}
+	c.m[k] = &setPreview{out: cp, render: append([]string(nil), render...), specs: specs, apps: apps}
 	for len(c.order) > diffCacheSize/8 {
 		delete(c.m, c.order[0])
 		c.order = c.order[1:]
@@ -799,6 +844,8 @@ func named(l []any) bool {
 type diffKey struct {
 	ref, revision, rv string
 	max               int
+	spec              string // hash of the spec rendered through a preview app ("" for the stored one)
+	repo              string // the release repo: picks the sources of a multi-source app
 }
 
 // diffCache keeps the latest previews: the same app state (resourceVersion) rendered at the

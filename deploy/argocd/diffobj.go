@@ -150,6 +150,27 @@ func secretToken(v string, plain bool) string {
 	return hashPrefix + hex.EncodeToString(sum[:])
 }
 
+// maskedOnBothSides are the data keys of a Secret whose values Argo CD masked on both sides:
+// it masks a rendering at a revision by itself ("++++++++" for every key) and the current
+// target together with the live object, so equal masks say nothing about equal values.
+func maskedOnBothSides(old, new *kobj) []string {
+	if old == nil || new == nil || !new.secret {
+		return nil
+	}
+	da, _ := old.obj["data"].(map[string]any)
+	db, _ := new.obj["data"].(map[string]any)
+	var keys []string
+	for k, v := range db {
+		a, _ := da[k].(string)
+		b, _ := v.(string)
+		if strings.HasPrefix(a, maskPrefix) && strings.HasPrefix(b, maskPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // compareObjects is the change from old to new (either may be nil), or nil when they are equal.
 func compareObjects(old, new *kobj) *agent.ResourceDiff {
 	ref := new

@@ -217,6 +217,9 @@ func (a *Agent) listAndWrite(ctx context.Context, w *agent.Writer, gone string) 
 	}
 	present := make(map[string]bool, len(list))
 	for i := range list {
+		if a.isPreviewApp(&list[i]) {
+			continue // a diff preview's temporary app (diffapp.go)
+		}
 		a.remember(&list[i], false) // the diff preview's cache key (diff.go)
 		st := a.status(&list[i])
 		present[st.Ref()] = true

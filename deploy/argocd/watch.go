@@ -173,6 +173,9 @@ func (a *Agent) relist(ctx context.Context, w *agent.Writer, drops *dropDetector
 
 // apply writes one event's app; it reports whether the record changed.
 func (a *Agent) apply(ctx context.Context, w *agent.Writer, ev WatchEvent) bool {
+	if a.isPreviewApp(&ev.Application) {
+		return false // a diff preview's temporary app (diffapp.go), not an app of the environment
+	}
 	a.remember(&ev.Application, ev.Type == "DELETED") // the diff preview's cache key (diff.go)
 	st := a.status(&ev.Application)
 	var err error

@@ -190,6 +190,9 @@ func (s *Server) resolve(ctx context.Context, repoURL, revision string, rc *revC
 
 // loadTarget generates the desired state of spec at revision.
 func (s *Server) loadTarget(ctx context.Context, spec ApplicationSpec, revision string, rc *revCache) target {
+	if len(spec.Sources) > 1 {
+		return s.loadSources(ctx, spec, revision, rc)
+	}
 	src := spec.primarySource()
 	if src.RepoURL == "" {
 		return target{err: errors.New("spec.source.repoURL is required")}
@@ -669,7 +672,11 @@ func (s *Server) runOperation(key string, run *opRun) {
 			return
 		}
 		state = st.app.Status.OperationState
-		failed := tg.err != nil || attempt < sc.FailAttempts
+		denied := s.deniedLocked(spec.Project, tg.objects) // the project's resource rules (preview.go)
+		failed := tg.err != nil || attempt < sc.FailAttempts || len(denied) > 0
+		if len(denied) > 0 {
+			state.SyncResult.Resources = denied
+		}
 		if !failed {
 			state.SyncResult.Resources = resourceResults(tg, st.live, op.Sync, true)
 		}
@@ -693,6 +700,8 @@ func (s *Server) runOperation(key string, run *opRun) {
 			phase, msg := PhaseFailed, firstNonEmpty(sc.FailMessage, "one or more objects failed to apply, reason: simulated failure (argocdtest)")
 			if tg.err != nil {
 				phase, msg = PhaseError, "ComparisonError: "+comparisonMessage(tg.err)
+			} else if len(denied) > 0 {
+				msg = "one or more synchronization tasks are not valid"
 			}
 			if op.Retry.Limit < 0 || int64(attempt) < op.Retry.Limit {
 				state.RetryCount = int64(attempt + 1)

@@ -169,6 +169,15 @@ func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request, p []str
 	name := st.app.Metadata.Name
 	s.mu.Unlock()
 
+	if len(spec.Sources) > 0 {
+		objs, e := s.multiSourceTarget(r, spec, q["sourcePositions"], q["revisions"])
+		if e != nil {
+			writeAPIError(w, e)
+			return
+		}
+		reply(w, r, map[string]any{"manifests": manifestList(objs, name)})
+		return
+	}
 	src := spec.primarySource()
 	rev := firstNonEmpty(q.Get("revision"), src.TargetRevision)
 	tg := s.loadTarget(r.Context(), spec, rev, nil)
@@ -186,17 +195,22 @@ func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request, p []str
 		writeAPIError(w, errf(codeFailedPrecondition, "%v", tg.err))
 		return
 	}
+	// v3.2.11 answers with the manifests only.
+	reply(w, r, map[string]any{"manifests": manifestList(tg.objects, name)})
+}
+
+// manifestList is rendered objects as the manifests endpoint hands them out (each Secret
+// masked by itself).
+func manifestList(objs []object, name string) []string {
 	manifests := []string{}
-	for _, o := range tg.objects {
-		o := o
+	for _, o := range objs {
 		var masks map[string]string
 		if o.Group == "" && o.Kind == "Secret" {
 			masks = secretMasks(&o)[0]
 		}
 		manifests = append(manifests, objectJSON(o, name, masks, false))
 	}
-	// v3.2.11 answers with the manifests only.
-	reply(w, r, map[string]any{"manifests": manifests})
+	return manifests
 }
 
 // managedResource is v1alpha1ResourceDiff.

@@ -32,9 +32,12 @@ type AppProject struct {
 
 // AppProjectSpec is v1alpha1AppProjectSpec (the fields the fake keeps).
 type AppProjectSpec struct {
-	SourceRepos  []string                 `json:"sourceRepos,omitempty"`
-	Destinations []ApplicationDestination `json:"destinations,omitempty"`
-	SyncWindows  []SyncWindow             `json:"syncWindows,omitempty"`
+	SourceRepos                []string                 `json:"sourceRepos,omitempty"`
+	Destinations               []ApplicationDestination `json:"destinations,omitempty"`
+	ClusterResourceWhitelist   []GroupKind              `json:"clusterResourceWhitelist,omitempty"`
+	NamespaceResourceWhitelist []GroupKind              `json:"namespaceResourceWhitelist,omitempty"`
+	NamespaceResourceBlacklist []GroupKind              `json:"namespaceResourceBlacklist,omitempty"`
+	SyncWindows                []SyncWindow             `json:"syncWindows,omitempty"`
 }
 
 // ApplicationSyncWindow is applicationApplicationSyncWindow: what the app's syncwindows
@@ -55,8 +58,9 @@ type ApplicationSyncWindowsResponse struct {
 
 // projectState is an AppProject's windows and its resourceVersion.
 type projectState struct {
-	windows []SyncWindow
-	rv      int64
+	windows   []SyncWindow
+	rv        int64
+	resources *ProjectResources // nil: every kind permitted (SetProjectResources)
 }
 
 // SetSyncWindows replaces an AppProject's spec.syncWindows (creating the project when
@@ -85,7 +89,11 @@ func (s *Server) SetSyncWindows(project string, windows ...SyncWindow) error {
 		s.projectSpecs = map[string]*projectState{}
 	}
 	s.rv++
-	s.projectSpecs[project] = &projectState{windows: clone(windows), rv: s.rv}
+	ps := &projectState{windows: clone(windows), rv: s.rv}
+	if old := s.projectSpecs[project]; old != nil {
+		ps.resources = old.resources // SetProjectResources' rules stay
+	}
+	s.projectSpecs[project] = ps
 	return nil
 }
 
@@ -274,6 +282,11 @@ func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request, p []st
 	if ps != nil {
 		proj.Metadata.ResourceVersion = strconv.FormatInt(ps.rv, 10)
 		proj.Spec.SyncWindows = clone(ps.windows)
+		if r := ps.resources; r != nil {
+			proj.Spec.ClusterResourceWhitelist = clone(r.ClusterWhitelist)
+			proj.Spec.NamespaceResourceWhitelist = clone(r.NamespaceWhitelist)
+			proj.Spec.NamespaceResourceBlacklist = clone(r.NamespaceBlacklist)
+		}
 	}
 	reply(w, r, proj)
 }

@@ -79,6 +79,8 @@ type realOpts struct {
 	files   map[string]string
 	appSet  func(r *realEnv) map[string]any
 	windows []map[string]any
+	// policies are files of examples/policies the controller loads (--policies).
+	policies []string
 }
 
 func realSetupOpts(t *testing.T, o realOpts) *realEnv {
@@ -117,8 +119,9 @@ func realSetupOpts(t *testing.T, o realOpts) *realEnv {
 		t.Fatal(err)
 	}
 	r.e = ctltest.New(t, ctltest.Options{Concurrency: 8, Listen: "127.0.0.1:0",
-		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
-		Tuning:   queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}})
+		Services:   map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
+		Tuning:     queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5},
+		Controller: realPolicies(t, o.policies)})
 	r.log = slog.New(slog.NewJSONHandler(r.e.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r.project = "default"
 	if o.windows != nil {
