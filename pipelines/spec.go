@@ -113,8 +113,8 @@ const (
 type FailureStrategy struct {
 	Action  string
 	Retries int
-	Backoff time.Duration // first retry delay; doubles each attempt
-	Then    string        // after retries run out: fail, ignore, rollbackStage, rollbackPipeline
+	Backoff time.Duration   // first retry delay; doubles each attempt
+	Then    string          // after retries run out: fail, ignore, rollbackStage, rollbackPipeline
 	Manual  *ManualStrategy // Action == ActManual
 }
 
