@@ -37,6 +37,7 @@ const MaxRequest = 2 << 20
 //	GET  /api/v1/pipelines            the pipelines a run can be started of by name (catalog.go)
 //	POST /api/v1/pipelines/{name}/runs start a run of a pipeline by name {inputs}
 //	POST /api/v1/runs/{id}/signals    approve/reject a parked step {stage, step, approve, comment}
+//	POST /api/v1/runs/{id}/interventions/{stage}  decide a stage parked by onFailure manual {action, comment} (intervene.go)
 //	GET  /api/v1/runs/{id}/logs       step logs (?step=stage.step&follow=1), NDJSON
 //	GET  /api/v1/workers              live workers
 //	GET  /api/v1/schema               the pipeline JSON Schema (no token needed)
@@ -99,6 +100,7 @@ func (c *Controller) routes() []route {
 		{pattern: "GET /api/v1/pipelines", handler: c.apiPipelines},                                 // catalog.go
 		{pattern: "POST /api/v1/pipelines/{name}/runs", handler: c.apiStartPipeline, changes: true}, // catalog.go
 		{pattern: "POST /api/v1/runs/{id}/signals", handler: c.apiSignal, changes: true},
+		{pattern: "POST /api/v1/runs/{id}/interventions/{stage}", handler: c.apiIntervene, changes: true}, // intervene.go
 		{pattern: "GET /api/v1/runs/{id}/logs", handler: c.apiLogs},
 		{pattern: "GET /api/v1/workers", handler: c.apiWorkers},
 		{pattern: "GET /api/v1/audit", handler: c.apiAudit},                 // audit.go

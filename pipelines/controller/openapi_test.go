@@ -85,6 +85,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		"StartRequest": reflect.TypeFor[StartRequest](), "CheckRequest": reflect.TypeFor[CheckRequest](), "CheckResult": reflect.TypeFor[CheckResult](),
 		"SignalRequest": reflect.TypeFor[SignalRequest](), "Error": reflect.TypeFor[apiError](), "AuditEntry": reflect.TypeFor[audit.Entry](), "HookResponse": reflect.TypeFor[hookResponse](),
 		"PipelineInfo": reflect.TypeFor[PipelineInfo](), "InputInfo": reflect.TypeFor[InputInfo](), "RetryRequest": reflect.TypeFor[RetryRequest](), "StartByName": reflect.TypeFor[StartByName](),
+		"InterveneRequest": reflect.TypeFor[InterveneRequest](), "Intervention": reflect.TypeFor[pipelines.Intervention](),
 	}
 	for name, typ := range map[string]reflect.Type{ // environments.go
 		"Environment": reflect.TypeFor[environments.Environment](), "Desired": reflect.TypeFor[environments.Desired](), "EnvValue": reflect.TypeFor[environments.Value](),
