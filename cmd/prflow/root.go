@@ -49,7 +49,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.token, "token", "", "API bearer token for client commands: a value, env:NAME or file:PATH (default env PRFLOW_TOKEN)")
 	root.AddCommand(newRerun(g), newRetry(g)) // actions.go
 	root.AddCommand(newDev(g), newServer(g), newWorker(g), newRun(g), newStatus(g), newCancel(g),
-		newWorkers(g), newLogs(g), newRuns(g), newVersion(), newValidate(g), newApprove(g), newConnectors(g), newAgent(g), newImport(g), newSchema(g), newPolicy(g), newAudit(g),
+		newWorkers(g), newLogs(g), newRuns(g), newVersion(), newValidate(g), newApprove(g), newIntervene(g), newConnectors(g), newAgent(g), newImport(g), newSchema(g), newPolicy(g), newAudit(g),
 		newEnvs(g), newEnv(g), newHistory(g))
 	for _, c := range root.Commands() {
 		if slices.Contains(configRoles, c.Name()) {
