@@ -89,7 +89,7 @@ func (u *UI) Handler() http.Handler {
 	mux.Handle("GET /ui/runs/{id}/logs", u.page(u.runLogs))
 	mux.Handle("POST /ui/runs/{id}/cancel", u.action(u.cancel))
 	mux.Handle("POST /ui/runs/{id}/decide", u.action(u.decide))
-	mux.Handle("POST /ui/runs/{id}/intervene", u.action(u.intervene)) // intervene.go
+	mux.Handle("POST /ui/runs/{id}/intervene", u.action(u.intervene))
 	mux.Handle("GET /ui/environments", u.page(u.envPage)) // envs.go
 	mux.Handle("GET /ui/environments/{name}", u.page(u.envDetailPage))
 	mux.Handle("GET /ui/live/environments", u.page(u.envEvents))
