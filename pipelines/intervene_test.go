@@ -257,3 +257,32 @@ func TestLoadManualStrategy(t *testing.T) {
 		}
 	}
 }
+
+// A Verify job goes to the workers holding its metrics connector (the connector subject of
+// its first metric's connector); ${{ stage.startedAt }} resolves in its inputs.
+func TestVerifyJobRoutedByMetricsConnector(t *testing.T) {
+	m := mustLoad(t, `name: v
+stages:
+  - id: prod
+    steps:
+      - id: verify
+        type: Verify
+        with:
+          startTime: ${{ stage.startedAt }}
+          metrics:
+            - {name: errors, provider: prom-eu, query: 'sum(rate(errors_total[1m]))', count: 2, interval: 1m, failureCondition: result > 1}
+            - {name: latency, provider: dd, query: 'avg:latency{*}', count: 2, interval: 1m, failureCondition: result > 1}
+`)
+	r, _ := NewRun(m.P, "r1", nil, "me", testNow)
+	jobs := m.Advance(r, testNow)
+	if len(jobs) != 1 {
+		t.Fatalf("jobs %v", ids(jobs))
+	}
+	j := jobs[0]
+	if strings.Join(j.Connectors, ",") != "metrics:prom-eu,metrics:dd" || !strings.Contains(j.Subject(), ".c.") {
+		t.Fatalf("connectors %v, subject %s", j.Connectors, j.Subject())
+	}
+	if got := j.Inputs["startTime"]; got != testNow.UTC().Format(time.RFC3339) {
+		t.Fatalf("startTime %v, want the stage's start", got)
+	}
+}

@@ -755,6 +755,9 @@ func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env 
 			j.Connectors = append(j.Connectors, c)
 		}
 	}
+	if sp.Type == steps.TypeVerify {
+		j.Connectors = append(j.Connectors, steps.VerifyRoutes(in)...) // only workers with its metrics connectors
+	}
 	j.Env = m.environment(si)
 	if j.Env != nil {
 		j.Env.Variables = m.envVariables(si, env)
