@@ -286,3 +286,38 @@ stages:
 		t.Fatalf("startTime %v, want the stage's start", got)
 	}
 }
+
+// intervention.waiting goes out when the stage parks, intervention.decided when it is
+// decided, each once, and again (with its own message id) when a retried step fails again.
+func TestInterventionNotifications(t *testing.T) {
+	m := mustLoad(t, manualPipeline("")+"notifications:\n  - {on: [intervention.waiting, intervention.decided], channel: ops}\n")
+	r, _ := NewRun(m.P, "r1", nil, "me", testNow)
+	j := m.Advance(r, testNow)[0]
+	j = result(m, r, j, steps.Done(nil), testNow)[0]
+	events := func(before *NotifySnapshot) []string {
+		var out []string
+		for _, nj := range m.NotifyJobs(before, r, "") {
+			out = append(out, nj.Step+"="+nj.Inputs["status"].(string))
+		}
+		return out
+	}
+	before := m.NotifySnapshot(r)
+	result(m, r, j, steps.Fail("bad"), testNow)
+	if got := events(before); strings.Join(got, ",") != "intervention.waiting:prod.verify:ops=waiting" {
+		t.Fatalf("on park: %v", got)
+	}
+	before = m.NotifySnapshot(r)
+	_ = m.Intervene(r, "prod", IntRetry, "alice", "", testNow)
+	jobs := m.Advance(r, testNow)
+	if got := events(before); strings.Join(got, ",") != "intervention.decided:prod.verify:ops=retry" {
+		t.Fatalf("on decision: %v", got)
+	}
+	before = m.NotifySnapshot(r)
+	result(m, r, jobs[0], steps.Fail("bad again"), testNow)
+	if got := events(before); strings.Join(got, ",") != "intervention.waiting:prod.verify.2:ops=waiting" {
+		t.Fatalf("second park: %v", got)
+	}
+	if got := events(nil); len(got) != 3 { // a restarted controller republishes what the state shows (dedup drops them)
+		t.Fatalf("from nothing: %v", got)
+	}
+}
