@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Env builds the expression environment for stage si: inputs, run, pipeline and stage
@@ -46,6 +47,11 @@ func (m *Machine) Env(r *Run, si int, rollback bool) map[string]any {
 	svars := map[string]any{}
 	env["steps"] = stages[sr.ID].(map[string]any)["steps"]
 	env["stage"] = map[string]any{"id": sr.ID, "name": sp.Name, "status": string(sr.Status), "variables": svars}
+	if !sr.Started.IsZero() {
+		// When the stage started: Verify's startTime and queries over the promotion window.
+		env["stage"].(map[string]any)["startedAt"] = sr.Started.UTC().Format(time.RFC3339)
+		env["stage"].(map[string]any)["startedAtUnix"] = sr.Started.Unix()
+	}
 	if e := m.environment(si); e != nil {
 		env["env"] = map[string]any{"name": e.Name, "group": e.Group}
 		env["envgroup"] = map[string]any{"name": e.Group}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -496,15 +497,24 @@ func (l *loader) failure(f field, path string) *FailureStrategy {
 	if f.val.Kind == yaml.ScalarNode {
 		fs.Action = f.val.Value
 	} else {
-		m := l.fields(f.val, path, "action", "retries", "backoff", "then")
+		m := l.fields(f.val, path, "action", "retries", "backoff", "then", "manual")
 		fs.Action = l.str(m["action"], path+".action")
 		fs.Retries = l.integer(m["retries"], path+".retries")
 		fs.Backoff = timeDur(l.dur(m["backoff"], path+".backoff"))
 		fs.Then = l.str(m["then"], path+".then")
+		if mf := m["manual"]; mf.val != nil {
+			if fs.Action != "" && fs.Action != ActManual {
+				l.errf(mf.val, path+".manual", "manual decides instead of action %q: give one of them", fs.Action)
+			}
+			fs.Action, fs.Manual = ActManual, l.manual(mf, path+".manual")
+		}
 	}
 	valid := map[string]bool{ActFail: true, ActIgnore: true, ActRetry: true, ActRollbackStage: true, ActRollbackPipeline: true}
-	if !valid[fs.Action] {
-		l.errf(f.val, path+".action", "unknown action %q (want fail, ignore, retry, rollbackStage or rollbackPipeline)", fs.Action)
+	switch {
+	case fs.Action == ActManual && fs.Manual == nil:
+		fs.Manual = &ManualStrategy{Timeout: DefaultManualTimeout} // onFailure: manual
+	case !valid[fs.Action] && fs.Action != ActManual:
+		l.errf(f.val, path+".action", "unknown action %q (want fail, ignore, retry, rollbackStage, rollbackPipeline or manual)", fs.Action)
 	}
 	if fs.Action == ActRetry && fs.Retries == 0 {
 		fs.Retries = 1
@@ -516,6 +526,47 @@ func (l *loader) failure(f field, path string) *FailureStrategy {
 		fs.Backoff = timeDur(int64(1e9))
 	}
 	return fs
+}
+
+// DefaultManualTimeout is how long a manual intervention waits when its timeout is not given.
+const DefaultManualTimeout = 24 * time.Hour
+
+// manual reads onFailure.manual: {timeout, onTimeout, approvers}.
+func (l *loader) manual(f field, path string) *ManualStrategy {
+	ms := &ManualStrategy{Timeout: DefaultManualTimeout}
+	if f.val.Kind != yaml.MappingNode {
+		l.errf(f.val, path, "want {timeout, onTimeout, approvers}, got %s", kindName(f.val))
+		return ms
+	}
+	m := l.fields(f.val, path, "timeout", "onTimeout", "approvers")
+	if d := timeDur(l.dur(m["timeout"], path+".timeout")); d > 0 {
+		ms.Timeout = d
+	} else if m["timeout"].val != nil {
+		l.errf(m["timeout"].val, path+".timeout", "want a duration > 0 (e.g. 2h), got %q", m["timeout"].val.Value)
+	}
+	ms.OnTimeout = l.str(m["onTimeout"], path+".onTimeout")
+	switch ms.OnTimeout {
+	case "", ActFail, ActIgnore, ActRollbackStage, ActRollbackPipeline:
+	default:
+		l.errf(m["onTimeout"].val, path+".onTimeout", "unknown action %q (want fail, ignore, rollbackStage or rollbackPipeline)", ms.OnTimeout)
+	}
+	if a := m["approvers"]; a.val != nil {
+		ms.Approvers = &steps.Approvers{}
+		for i, who := range l.strList(a, path+".approvers") {
+			switch g, isGroup := strings.CutPrefix(who, "group:"); {
+			case strings.TrimSpace(g) == "":
+				l.errf(a.val, fmt.Sprintf("%s.approvers[%d]", path, i), "want a user name or group:NAME, got %q", who)
+			case isGroup:
+				ms.Approvers.Groups = append(ms.Approvers.Groups, g)
+			default:
+				ms.Approvers.Users = append(ms.Approvers.Users, who)
+			}
+		}
+		if len(ms.Approvers.Users)+len(ms.Approvers.Groups) == 0 {
+			l.errf(a.val, path+".approvers", "empty: nobody could decide (leave approvers out to let anyone authenticated decide)")
+		}
+	}
+	return ms
 }
 
 func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {

@@ -153,6 +153,14 @@ func (m *Machine) Tick(r *Run, now time.Time) bool {
 		if sr.Status != StRunning {
 			continue
 		}
+		if sr.Intervention != nil {
+			// Parked for a person: only the intervention's own deadline applies.
+			if !now.Before(sr.Intervention.Deadline) {
+				m.timeoutIntervention(r, si, now)
+				changed = true
+			}
+			continue
+		}
 		if !sr.Deadline.IsZero() && !now.Before(sr.Deadline) && !sr.RollingBack && sr.Failing == "" {
 			for _, st := range sr.Steps {
 				if st.Status == StQueued || st.Status == StWaiting || st.Status == StPending {
@@ -203,6 +211,10 @@ func (m *Machine) NextDue(r *Run) time.Time {
 	min(r.Deadline)
 	for _, sr := range r.Stages {
 		if sr.Status != StRunning {
+			continue
+		}
+		if sr.Intervention != nil {
+			min(sr.Intervention.Deadline)
 			continue
 		}
 		if !sr.RollingBack && sr.Failing == "" { // as in Tick: a failing stage's deadline is spent
@@ -336,6 +348,13 @@ func (m *Machine) failStep(r *Run, si int, st *StepRun, rollback bool, msg strin
 	if action == ActIgnore {
 		st.Ignored = true
 		return
+	}
+	if action == ActManual && !sr.RollingBack && sr.Failing == "" {
+		m.park(r, si, st, fs.Manual, msg, now) // intervene.go: a person decides
+		return
+	}
+	if action == ActManual {
+		action = ActFail // after another failure (whose action stands) or in rollback
 	}
 	m.stageFailed(r, si, sr, fmt.Sprintf("step %s: %s", st.ID, msg), action, now)
 }
@@ -735,6 +754,9 @@ func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env 
 		if c, ok := in[k].(string); ok && c != "" {
 			j.Connectors = append(j.Connectors, c)
 		}
+	}
+	if sp.Type == steps.TypeVerify {
+		j.Connectors = append(j.Connectors, steps.VerifyRoutes(in)...) // only workers with its metrics connectors
 	}
 	j.Env = m.environment(si)
 	if j.Env != nil {

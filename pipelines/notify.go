@@ -34,11 +34,16 @@ const (
 	EvStageFailed     = "stage.failed"
 	EvApprovalWaiting = "approval.waiting"
 	EvRollbackStarted = "rollback.started"
+	// EvInterventionWaiting: a stage waits for a person's decision (manual failure strategy);
+	// EvInterventionDecided: a person or the timeout decided.
+	EvInterventionWaiting = "intervention.waiting"
+	EvInterventionDecided = "intervention.decided"
 )
 
 // NotifyEvents are the events a rule may name, in the order they are documented.
 var NotifyEvents = []string{EvRunStarted, EvRunSucceeded, EvRunFailed, EvRunCancelled,
-	EvStageStarted, EvStageSucceeded, EvStageFailed, EvApprovalWaiting, EvRollbackStarted}
+	EvStageStarted, EvStageSucceeded, EvStageFailed, EvApprovalWaiting, EvRollbackStarted,
+	EvInterventionWaiting, EvInterventionDecided}
 
 // NotifyStage is where notification jobs go: no pipeline stage can have this id (ids start
 // with a letter), so their Nats-Msg-Ids never collide with a step's.
@@ -148,6 +153,8 @@ type NotifySnapshot struct {
 	rollingBack bool
 	stages      map[string]StageRun
 	approvals   map[string]Status // stage/step → status of Approval steps
+	// interventions: stage → decided interventions, plus one while one waits.
+	interventions map[string]int
 }
 
 // NotifySnapshot records r's state for NotifyJobs; nil when the pipeline has no rules.
@@ -155,9 +162,10 @@ func (m *Machine) NotifySnapshot(r *Run) *NotifySnapshot {
 	if len(m.P.Notifications) == 0 {
 		return nil
 	}
-	s := &NotifySnapshot{run: r.Status, rollingBack: r.RollingBack, stages: map[string]StageRun{}, approvals: map[string]Status{}}
+	s := &NotifySnapshot{run: r.Status, rollingBack: r.RollingBack, stages: map[string]StageRun{}, approvals: map[string]Status{}, interventions: map[string]int{}}
 	for _, sr := range r.Stages {
 		s.stages[sr.ID] = StageRun{Status: sr.Status, RollingBack: sr.RollingBack}
+		s.interventions[sr.ID] = interventionCount(sr)
 		for _, st := range sr.Steps {
 			if isApproval(st.Type) {
 				s.approvals[sr.ID+"/"+st.ID] = st.Status
@@ -224,6 +232,7 @@ func (m *Machine) notifyJobs(before *NotifySnapshot, r *Run, runURL string, sinc
 				evs = append(evs, notifyEvent{event: EvStageFailed, stage: sr.ID, status: string(sr.Status), message: sr.Error, at: sr.Ended})
 			}
 		}
+		evs = append(evs, interventionEvents(sr, before.interventions[sr.ID])...)
 		for _, st := range sr.Steps {
 			// The first park only: a woken approval (a signal that did not settle it) parks again.
 			if !isApproval(st.Type) || st.Status != StWaiting || st.Wake > 0 {
@@ -355,4 +364,38 @@ func clipText(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+func interventionCount(sr *StageRun) int {
+	n := 2 * len(sr.Interventions)
+	if sr.Intervention != nil {
+		n++
+	}
+	return n
+}
+
+// interventionEvents are the intervention events of sr since the snapshot's count (twice the
+// decided ones, plus one while one waits). The n-th intervention of a stage after the first
+// names its step "STEP.n", so that each one's notification goes out (Nats-Msg-Id).
+func interventionEvents(sr *StageRun, was int) []notifyEvent {
+	var evs []notifyEvent
+	name := func(i int, step string) string {
+		if i == 0 {
+			return step
+		}
+		return fmt.Sprintf("%s.%d", step, i+1)
+	}
+	for i, iv := range sr.Interventions {
+		if 2*i >= was {
+			evs = append(evs, notifyEvent{event: EvInterventionWaiting, stage: sr.ID, step: name(i, iv.Step), status: string(StWaiting), message: iv.Error, at: iv.Since})
+		}
+		if 2*i+1 >= was {
+			evs = append(evs, notifyEvent{event: EvInterventionDecided, stage: sr.ID, step: name(i, iv.Step), status: iv.Action, message: iv.Outcome, at: iv.Decided})
+		}
+	}
+	if iv := sr.Intervention; iv != nil && 2*len(sr.Interventions) >= was {
+		evs = append(evs, notifyEvent{event: EvInterventionWaiting, stage: sr.ID, step: name(len(sr.Interventions), iv.Step), status: string(StWaiting),
+			message: fmt.Sprintf("step %s failed: %s; decide by %s (then %s)", iv.Step, iv.Error, iv.Deadline.UTC().Format(time.RFC3339), iv.OnTimeout), at: iv.Since})
+	}
+	return evs
 }

@@ -33,6 +33,9 @@ const (
 	// on read so it cannot go stale when the approval is decided, the run is cancelled or the
 	// step times out; the list reads whole runs from KV anyway, so the filter costs nothing.
 	StWaitingApproval Status = "waitingApproval"
+	// StWaitingIntervention, like StWaitingApproval, is derived on read: a stage waits for a
+	// person's decision after a failure (a manual failure strategy, intervene.go).
+	StWaitingIntervention Status = "waitingIntervention"
 )
 
 // Terminal reports whether s is final.
@@ -81,7 +84,7 @@ type Run struct {
 // Parked reports whether a step of the unfinished run r is parked (waits for something and
 // holds no worker): an approval, a PR merge, an Argo CD sync.
 func (r *Run) Parked() bool {
-	return !r.Status.Terminal() && r.parkedOn("")
+	return !r.Status.Terminal() && (r.parkedOn("") || r.WaitingIntervention())
 }
 
 // WaitingApproval reports whether a step of the unfinished run r waits for an approval.
@@ -111,6 +114,9 @@ func (r *Run) parkedOn(topic string) bool {
 func (r *Run) Shown() Status {
 	if r.WaitingApproval() {
 		return StWaitingApproval
+	}
+	if r.WaitingIntervention() {
+		return StWaitingIntervention
 	}
 	return r.Status
 }
@@ -171,6 +177,10 @@ type StageRun struct {
 	// CarriedFrom is the run whose result of this stage a retry took over instead of running
 	// it again (its steps' outputs are that run's); "" for a stage this run ran.
 	CarriedFrom string `json:"carriedFrom,omitempty"`
+	// Intervention: the stage is parked by a manual failure strategy until a person decides
+	// or its deadline passes (intervene.go); Interventions are the decided ones, in order.
+	Intervention  *Intervention  `json:"intervention,omitempty"`
+	Interventions []Intervention `json:"interventions,omitempty"`
 }
 
 // StepRun is one step's state.

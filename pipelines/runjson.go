@@ -154,6 +154,18 @@ func (s *StageRun) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"carriedFrom":`...)
 		b = appendString(b, s.CarriedFrom)
 	}
+	if s.Intervention != nil { // rare: encoding/json
+		b = append(b, `,"intervention":`...)
+		if b, err = appendValue(b, s.Intervention); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.Interventions) > 0 {
+		b = append(b, `,"interventions":`...)
+		if b, err = appendValue(b, s.Interventions); err != nil {
+			return nil, err
+		}
+	}
 	return append(b, '}'), nil
 }
 

@@ -6,6 +6,7 @@ package pipelines
 import (
 	"time"
 
+	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/template"
 )
 
@@ -104,14 +105,26 @@ const (
 	ActRetry            = "retry"
 	ActRollbackStage    = "rollbackStage"
 	ActRollbackPipeline = "rollbackPipeline"
+	// ActManual parks the stage until a person decides (ManualStrategy).
+	ActManual = "manual"
 )
 
 // FailureStrategy says what a failing step does to its stage and run.
 type FailureStrategy struct {
 	Action  string
 	Retries int
-	Backoff time.Duration // first retry delay; doubles each attempt
-	Then    string        // after retries run out: fail, ignore, rollbackStage, rollbackPipeline
+	Backoff time.Duration   // first retry delay; doubles each attempt
+	Then    string          // after retries run out: fail, ignore, rollbackStage, rollbackPipeline
+	Manual  *ManualStrategy // Action == ActManual
+}
+
+// ManualStrategy parks a stage whose step failed until a person chooses what happens (retry,
+// ignore, abort, rollback), or until Timeout, when OnTimeout happens instead.
+type ManualStrategy struct {
+	Timeout   time.Duration
+	OnTimeout string // fail, ignore, rollbackStage or rollbackPipeline
+	// Approvers may decide; nil: anyone authenticated.
+	Approvers *steps.Approvers
 }
 
 // Value is a YAML value whose strings may hold compiled expressions.

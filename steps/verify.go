@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 	"github.com/prflow/prflow/steps/template"
 	"github.com/prflow/prflow/steps/verify"
 )
+
+// TypeVerify is the Verify step's type.
+const TypeVerify = "Verify"
 
 // ServiceMetrics names the metrics connectors in Services (a *verify.Set on workers started
 // with --metrics).
@@ -25,6 +29,21 @@ const MetricsRoutePrefix = "metrics:"
 
 // MetricsRoute is the route a worker holding metrics connector name advertises.
 func MetricsRoute(name string) string { return MetricsRoutePrefix + name }
+
+// VerifyRoutes are the routes a Verify job with inputs in goes to: its metrics connectors
+// (MetricsRoute), first one first, so that only a worker holding the first metric's connector
+// takes the job (the job subject names one route; run start checks that each is held).
+func VerifyRoutes(in map[string]any) []string {
+	var out []string
+	list, _ := in["metrics"].([]any)
+	for _, m := range list {
+		mm, _ := m.(map[string]any)
+		if p, _ := mm["provider"].(string); p != "" && !slices.Contains(out, MetricsRoute(p)) {
+			out = append(out, MetricsRoute(p))
+		}
+	}
+	return out
+}
 
 // MetricsConnectors resolves a metrics connector name to its backend; *verify.Set and
 // verify.Static implement it.
@@ -41,7 +60,7 @@ type MetricsConnectors interface {
 // inconclusive, which fails the step unless onInconclusive: succeed.
 func init() {
 	Register(Definition{
-		Type:     "Verify",
+		Type:     TypeVerify,
 		Parks:    true,
 		New:      func() Step { return StepFunc(runVerify) },
 		Validate: func(in map[string]any) error { _, err := verifyConfigFrom(in, true); return err },

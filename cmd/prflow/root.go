@@ -50,7 +50,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newRerun(g), newRetry(g)) // actions.go
 	root.AddCommand(newCanI(g))               // cani.go
 	root.AddCommand(newDev(g), newServer(g), newWorker(g), newRun(g), newStatus(g), newCancel(g),
-		newWorkers(g), newLogs(g), newRuns(g), newVersion(), newValidate(g), newApprove(g), newConnectors(g), newAgent(g), newImport(g), newSchema(g), newPolicy(g), newAudit(g),
+		newWorkers(g), newLogs(g), newRuns(g), newVersion(), newValidate(g), newApprove(g), newIntervene(g), newConnectors(g), newAgent(g), newImport(g), newSchema(g), newPolicy(g), newAudit(g),
 		newEnvs(g), newEnv(g), newHistory(g))
 	for _, c := range root.Commands() {
 		if slices.Contains(configRoles, c.Name()) {

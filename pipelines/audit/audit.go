@@ -33,6 +33,9 @@ const (
 	// ApprovalApproved and ApprovalRejected are decisions sent to an Approval step.
 	ApprovalApproved = "approval.approved"
 	ApprovalRejected = "approval.rejected"
+	// InterventionDecided is a person's decision on a stage parked by a manual failure
+	// strategy (retry, ignore, abort, rollback).
+	InterventionDecided = "intervention.decided"
 	// WebhookAccepted is a forge event that was verified and processed: which runs it started,
 	// or that no trigger matched.
 	WebhookAccepted = "webhook.accepted"
@@ -51,7 +54,7 @@ const (
 )
 
 // Actions lists the fixed actions (signal.<kind> comes on top), for filters and help texts.
-var Actions = []string{RunStarted, RunCancelled, PolicyDenied, ApprovalApproved, ApprovalRejected,
+var Actions = []string{RunStarted, RunCancelled, PolicyDenied, ApprovalApproved, ApprovalRejected, InterventionDecided,
 	WebhookAccepted, WebhookRejected, TokenUsed, AuthFailed, RBACDenied}
 
 // Entry is one audit record.

@@ -473,10 +473,16 @@ func (c *Controller) handle(ctx context.Context, ev *envelope.Event, resend bool
 	if environments.IsReadRun(ev.Run) {
 		return c.envs.ApplyRead(ctx, ev) // a read of release values (no run state)
 	}
+	return c.handleWith(ctx, ev, resend, nil)
+}
+
+// handleWith is handle; with change, change (not ev) moves the run, on the state as stored (no
+// cached copy), and its error ends the attempt unstored (intervene.go).
+func (c *Controller) handleWith(ctx context.Context, ev *envelope.Event, resend bool, change func(m *pipelines.Machine, r *pipelines.Run, now time.Time) error) error {
 	for attempt := 0; attempt < 50; attempt++ {
 		var cur *cachedRun
 		fresh := true
-		if v, ok := c.cache.Load(ev.Run); ok && attempt == 0 {
+		if v, ok := c.cache.Load(ev.Run); ok && attempt == 0 && change == nil {
 			cur, fresh = v.(*cachedRun), false
 			c.cache.Delete(ev.Run) // cur.run is changed below; stored again once written
 		} else {
@@ -509,7 +515,11 @@ func (c *Controller) handle(ctx context.Context, ev *envelope.Event, resend bool
 		notified := m.NotifySnapshot(r)
 		snap := snapshotRun(r)
 		wasDone := r.Status.Terminal()
-		if ev.Kind == queue.EvTick {
+		if change != nil {
+			if err := change(m, r, now); err != nil {
+				return err
+			}
+		} else if ev.Kind == queue.EvTick {
 			m.Tick(r, now)
 		} else {
 			m.Apply(r, ev, now)
@@ -551,7 +561,11 @@ func (c *Controller) handle(ctx context.Context, ev *envelope.Event, resend bool
 			}
 			return err
 		}
-		c.stored(r, m, rev, data, r)
+		decoded := r
+		if change != nil {
+			decoded = nil // r was decoded off the run's shard: the shard decodes its own copy
+		}
+		c.stored(r, m, rev, data, decoded)
 		c.observe(ev, r, jobs)
 		c.metrics.ended(snap, r)
 		if ev.Kind == queue.EvCancel {

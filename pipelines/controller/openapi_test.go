@@ -86,6 +86,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		"SignalRequest": reflect.TypeFor[SignalRequest](), "Error": reflect.TypeFor[apiError](), "AuditEntry": reflect.TypeFor[audit.Entry](), "HookResponse": reflect.TypeFor[hookResponse](),
 		"PipelineInfo": reflect.TypeFor[PipelineInfo](), "InputInfo": reflect.TypeFor[InputInfo](), "RetryRequest": reflect.TypeFor[RetryRequest](), "StartByName": reflect.TypeFor[StartByName](),
 		"Forbidden": reflect.TypeFor[forbiddenBody](), "CanIAnswer": reflect.TypeFor[CanIAnswer](), // rbac.go
+		"InterveneRequest": reflect.TypeFor[InterveneRequest](), "Intervention": reflect.TypeFor[pipelines.Intervention](),
 	}
 	for name, typ := range map[string]reflect.Type{ // environments.go
 		"Environment": reflect.TypeFor[environments.Environment](), "Desired": reflect.TypeFor[environments.Desired](), "EnvValue": reflect.TypeFor[environments.Value](),

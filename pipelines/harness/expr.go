@@ -37,7 +37,7 @@ var nativeRoots = map[string]bool{"inputs": true, "variables": true, "pipeline":
 // nativeKeys are the fields of the native roots that have a fixed set (pipelines/env.go).
 var nativeKeys = map[string][]string{
 	"pipeline": {"name", "variables"},
-	"stage":    {"id", "name", "status", "variables"},
+	"stage":    {"id", "name", "status", "variables", "startedAt", "startedAtUnix"},
 	"env":      {"name", "group"},
 	"envgroup": {"name"},
 	"cluster":  {"name", "agent"},

@@ -25,6 +25,10 @@ type Map struct {
 	// gitOpsClusters[].agentIdentifier and applicationsList[].agentId) to prflow agent ids.
 	Agents map[string]string
 	Notify NotifyMap
+	// MonitoredServices are the health sources of Harness monitored services (by the ref a
+	// Verify step names, or, for a Default monitored service, by the stage's serviceRef): the
+	// native Verify step's metrics, each a mapping of its fields (name, provider, query, …).
+	MonitoredServices map[string][]*yaml.Node
 }
 
 // NotifyMap names the prflow notification channels (channels of the workers' notifiers
@@ -250,7 +254,7 @@ func ParseMap(file string, src []byte) (*Map, error) {
 	if len(doc.Content) == 0 {
 		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}
 	}
-	root := r.fields(doc.Content[0], "", "services", "environments", "gitOpsClusters", "agents", "notifications")
+	root := r.fields(doc.Content[0], "", "services", "environments", "gitOpsClusters", "agents", "notifications", "monitoredServices")
 	if nf := root["notifications"]; nf != nil {
 		f := r.fields(nf, "notifications", "userGroups", "secrets", "rules")
 		m.Notify = NotifyMap{UserGroups: r.channels(f["userGroups"], "notifications.userGroups"),
@@ -282,6 +286,24 @@ func ParseMap(file string, src []byte) (*Map, error) {
 			}
 		}
 	}
+	eachEntry(root["monitoredServices"], "monitoredServices", func(k, v *yaml.Node, p string) {
+		f := r.fields(v, p, "metrics")
+		ms := f["metrics"]
+		if ms == nil || ms.Kind != yaml.SequenceNode || len(ms.Content) == 0 {
+			r.errf(v, p+".metrics", "want a list of metrics ({name, provider, query, failureCondition, …}: the Verify step's)")
+			return
+		}
+		for i, x := range ms.Content {
+			if x.Kind != yaml.MappingNode {
+				r.errf(x, fmt.Sprintf("%s.metrics[%d]", p, i), "want a mapping {name, provider, query, …}")
+				return
+			}
+		}
+		if m.MonitoredServices == nil {
+			m.MonitoredServices = map[string][]*yaml.Node{}
+		}
+		m.MonitoredServices[k.Value] = ms.Content
+	})
 	eachEntry(root["gitOpsClusters"], "gitOpsClusters", func(k, v *yaml.Node, p string) {
 		f := r.fields(v, p, "name", "agent")
 		c := ClusterMap{Name: r.str(f["name"], p+".name", false, v), Agent: r.str(f["agent"], p+".agent", true, v), Line: k.Line}

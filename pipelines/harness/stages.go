@@ -572,34 +572,57 @@ func (c *conv) when(n *yaml.Node, path, statusKey string) *yaml.Node {
 	return at(strNode(expr), cond)
 }
 
-// failure converts failureStrategies (the AllErrors entry) into a native onFailure.
+// failure converts failureStrategies into a native onFailure: the AllErrors entry, or the
+// entries of a Verify step's two kinds of failure (Verification: the metrics were bad;
+// Unknown: no verdict). prflow has one strategy per step: the first entry's action applies to
+// every failure, and a later entry asking for something else is reported (a warning).
 func (c *conv) failure(n *yaml.Node, path string) *yaml.Node {
 	if n.Kind != yaml.SequenceNode {
 		c.bad(n, path, "want a list of {onFailure: {errors, action}}")
 		return nil
 	}
 	var out *yaml.Node
+	outPath, all := "", false
 	for i, item := range n.Content {
 		p := itemPath(path, i)
 		f := c.fields(item, p, "onFailure")
 		of := c.fields(f["onFailure"].v, p+".onFailure", "errors", "action")
-		all := false
+		isAll, verify, other := false, false, ""
 		if e := of["errors"].v; e != nil {
 			for _, x := range e.Content {
-				all = all || x.Value == "AllErrors"
+				switch x.Value {
+				case "AllErrors":
+					isAll = true
+				case "Verification", "Unknown":
+					verify = true
+				default:
+					other = x.Value
+				}
 			}
 		}
-		if !all {
-			c.unsupported(of["errors"].v, p+".onFailure.errors", "failure strategies for specific error types (prflow has one strategy for all errors: use AllErrors)")
+		if !isAll && (!verify || other != "") {
+			c.unsupported(of["errors"].v, p+".onFailure.errors", "failure strategies for specific error types (prflow has one strategy for all errors: use AllErrors; a Verify step may list Verification and Unknown)")
 			continue
 		}
 		if out != nil {
-			c.unsupported(item, p, "a second AllErrors failure strategy")
+			if isAll && all {
+				c.unsupported(item, p, "a second AllErrors failure strategy")
+				continue
+			}
+			if next := c.action(of["action"].v, p+".onFailure.action", true); next != nil && nodeText(next) != nodeText(out) {
+				c.warn(item, p, "prflow has one failure strategy per step: %s applies to every failure, not %s", outPath, strings.TrimSpace(nodeText(next)))
+			}
 			continue
 		}
-		out = c.action(of["action"].v, p+".onFailure.action", true)
+		out, outPath, all = c.action(of["action"].v, p+".onFailure.action", true), p, isAll
 	}
 	return out
+}
+
+// nodeText is n as YAML, to compare converted nodes.
+func nodeText(n *yaml.Node) string {
+	b, _ := yaml.Marshal(n)
+	return string(b)
 }
 
 var actions = map[string]string{"StageRollback": "rollbackStage", "PipelineRollback": "rollbackPipeline", "Ignore": "ignore",
@@ -611,8 +634,11 @@ func (c *conv) action(n *yaml.Node, path string, retryOK bool) *yaml.Node {
 	if a, ok := actions[typ]; ok {
 		return strNode(a)
 	}
+	if typ == "ManualIntervention" && retryOK {
+		return c.manual(f["spec"].v, path+".spec")
+	}
 	if typ != "Retry" || !retryOK {
-		c.unsupported(f["type"].v, path+".type", "failure action %q (supported: StageRollback, PipelineRollback, Ignore, MarkAsSuccess, Abort, MarkAsFailure, Retry)", typ)
+		c.unsupported(f["type"].v, path+".type", "failure action %q (supported: StageRollback, PipelineRollback, Ignore, MarkAsSuccess, Abort, MarkAsFailure, Retry, ManualIntervention)", typ)
 		return nil
 	}
 	sf := c.fields(f["spec"].v, path+".spec", "retryCount", "retryIntervals", "onRetryFailure")
@@ -636,6 +662,31 @@ func (c *conv) action(n *yaml.Node, path string, retryOK bool) *yaml.Node {
 			put(m, "then", then)
 		}
 	}
+	return m
+}
+
+// manual converts a ManualIntervention spec {timeout, onTimeout: {action: {type}}} into
+// onFailure: {manual: {timeout, onTimeout}}: the stage waits for a person (prflow intervene).
+func (c *conv) manual(spec *yaml.Node, path string) *yaml.Node {
+	sf := c.fields(spec, path, "timeout", "onTimeout")
+	mm := mapNode()
+	mm.Style = yaml.FlowStyle
+	if t := sf["timeout"].v; t != nil {
+		put(mm, "timeout", c.timeout(t, path+".timeout"))
+	}
+	if ot := sf["onTimeout"].v; ot != nil {
+		of := c.fields(ot, path+".onTimeout", "action")
+		af := c.fields(of["action"].v, path+".onTimeout.action", "type", "spec")
+		typ := c.str(af["type"], path+".onTimeout.action.type")
+		if a, ok := actions[typ]; ok {
+			put(mm, "onTimeout", at(strNode(a), af["type"].v))
+		} else if typ != "" {
+			c.unsupported(af["type"].v, path+".onTimeout.action.type", "on timeout %q (supported: StageRollback, PipelineRollback, Ignore, MarkAsSuccess, Abort, MarkAsFailure)", typ)
+		}
+	}
+	m := mapNode()
+	m.Style = yaml.FlowStyle
+	put(m, "manual", mm)
 	return m
 }
 

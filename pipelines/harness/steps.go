@@ -122,7 +122,7 @@ func (c *conv) stepMatrix(n *yaml.Node, path string, sc *stageCtx, g *group) []*
 // Supported step types and their native names.
 var stepTypes = map[string]string{"GitOpsUpdateReleaseRepo": "UpdateReleaseRepo", "MergePR": "MergePR", "RevertPR": "RevertPR",
 	"GitOpsFetchLinkedApps": "FetchLinkedApps", "GitOpsSync": "GitOpsSync", "GitOpsGetAppDetails": "GetAppDetails",
-	"UpdateGitOpsApp": "UpdateGitOpsApp", "HarnessApproval": "Approval", "Wait": "Wait"}
+	"UpdateGitOpsApp": "UpdateGitOpsApp", "HarnessApproval": "Approval", "Wait": "Wait", "Verify": "Verify"}
 
 // refusedSteps are Harness step types prflow knows and cannot run, with why (none today).
 var refusedSteps = map[string]string{}
@@ -142,7 +142,7 @@ func (c *conv) step(n *yaml.Node, path string, sc *stageCtx, g *group, id string
 		case known:
 			c.unsupported(f["type"].v, path+".type", "step type %q: %s", typ, why)
 		default:
-			c.unsupported(f["type"].v, path+".type", "step type %q (supported: GitOpsUpdateReleaseRepo, MergePR, RevertPR, GitOpsFetchLinkedApps, GitOpsSync, GitOpsGetAppDetails, UpdateGitOpsApp, HarnessApproval, Wait)", typ)
+			c.unsupported(f["type"].v, path+".type", "step type %q (supported: GitOpsUpdateReleaseRepo, MergePR, RevertPR, GitOpsFetchLinkedApps, GitOpsSync, GitOpsGetAppDetails, UpdateGitOpsApp, HarnessApproval, Wait, Verify)", typ)
 		}
 		return nil
 	}
@@ -213,6 +213,8 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 		handled = append(handled, "retry")
 	case "UpdateGitOpsApp":
 		handled = append(handled, "sources")
+	case "Verify":
+		handled = append(handled, "type", "monitoredService", "spec", "isMultiServicesOrEnvs")
 	}
 	spec = deref(spec)
 	if spec == nil {
@@ -280,6 +282,8 @@ func (c *conv) stepSpec(typ string, spec *yaml.Node, path string, sc *stageCtx, 
 			f["helm"].v == nil && f["kustomize"].v == nil {
 			put(with, "rollback", boolNode(true))
 		}
+	case "Verify":
+		c.verify(f, spec, with, path, sc)
 	case "GitOpsSync":
 		if r := f["retry"].v; r != nil && r.Value != "false" {
 			c.unsupported(r, path+".retry", "retry: %s (use retryStrategy)", r.Value)
@@ -472,4 +476,102 @@ func (c *conv) mapAgents(with *yaml.Node) {
 			}
 		}
 	}
+}
+
+// verifySensitivity is the failureLimit a Verify sensitivity gives a metric the map leaves it
+// out of: how many bad measurements it tolerates.
+var verifySensitivity = map[string]int{"HIGH": 0, "MEDIUM": 1, "LOW": 2}
+
+// verify converts a Verify step: its monitored service's health source comes from the map
+// (monitoredServices), the spec's duration, baseline, failOnNoAnalysis and sensitivity fill
+// in what each metric leaves out.
+func (c *conv) verify(f map[string]hfield, spec, with *yaml.Node, path string, sc *stageCtx) {
+	switch t := f["type"].v; {
+	case t == nil:
+	case t.Value == "Auto" || t.Value == "Rolling" || t.Value == "LoadTest":
+	default:
+		c.unsupported(t, path+".type", "verification type %q: prflow measures the whole service, not canary or blue-green hosts against the rest (supported: Auto, Rolling, LoadTest)", t.Value)
+	}
+	if m := f["isMultiServicesOrEnvs"].v; m != nil && m.Value != "false" {
+		c.unsupported(m, path+".isMultiServicesOrEnvs", "verifying several services or environments in one step")
+	}
+	ref, what := "", ""
+	mf := c.fields(f["monitoredService"].v, path+".monitoredService", "type", "spec")
+	switch typ := c.str(mf["type"], path+".monitoredService.type"); typ {
+	case "", "Default":
+		if sc.svc != nil {
+			ref, what = sc.svc.Ref, fmt.Sprintf("the default monitored service of service %q", sc.svc.Ref)
+		} else {
+			c.bad(spec, path+".monitoredService", "a Default monitored service needs the stage's service (spec.service.serviceRef)")
+			return
+		}
+		c.fields(mf["spec"].v, path+".monitoredService.spec")
+	case "Configured", "Template":
+		sp := c.fields(mf["spec"].v, path+".monitoredService.spec", "monitoredServiceRef", "templateRef", "versionLabel", "templateInputs")
+		ref = c.str(sp["monitoredServiceRef"], path+".monitoredService.spec.monitoredServiceRef")
+		if ref == "" {
+			ref = c.str(sp["templateRef"], path+".monitoredService.spec.templateRef")
+		}
+		what = fmt.Sprintf("monitored service %q", ref)
+	default:
+		c.unsupported(mf["type"].v, path+".monitoredService.type", "monitored service type %q (supported: Default, Configured, Template)", typ)
+		return
+	}
+	var metrics []*yaml.Node
+	if c.o.Map != nil {
+		metrics = c.o.Map.MonitoredServices[ref]
+	}
+	if metrics == nil {
+		file := "the mapping file (--map)"
+		if c.o.Map != nil {
+			file = "the mapping file " + c.o.Map.File
+		}
+		c.bad(spec, path+".monitoredService", "%s has no health source in %s: add monitoredServices: {%s: {metrics: [{name, provider, query, failureCondition}]}}", what, file, ref)
+		c.typos[typo{spec.Line, spec.Column, "metrics"}] = true // this report covers the native "metrics: required"
+		return
+	}
+	sf := c.fields(f["spec"].v, path+".spec", "sensitivity", "duration", "baseline", "failOnNoAnalysis", "deploymentTag", "trafficsplit")
+	fill := map[string]*yaml.Node{}
+	if d := sf["duration"].v; d != nil {
+		fill["duration"] = c.timeout(d, path+".spec.duration")
+	}
+	if b := sf["baseline"].v; b != nil {
+		switch strings.ToUpper(b.Value) {
+		case "LAST":
+			fill["baseline"] = at(strNode("last"), b)
+		case "NONE", "":
+		default:
+			c.unsupported(b, path+".spec.baseline", "baseline %q (supported: LAST: the same query over the window before the promotion)", b.Value)
+		}
+	}
+	if n := sf["failOnNoAnalysis"].v; n != nil {
+		switch n.Value {
+		case "true":
+			fill["failOnNoAnalysis"] = at(strNode("fail"), n)
+		case "false":
+			fill["failOnNoAnalysis"] = at(strNode("pass"), n)
+		default:
+			c.bad(n, path+".spec.failOnNoAnalysis", "want true or false, got %q", n.Value)
+		}
+	}
+	if s := sf["sensitivity"].v; s != nil {
+		limit, ok := verifySensitivity[strings.ToUpper(s.Value)]
+		if !ok {
+			c.bad(s, path+".spec.sensitivity", "want HIGH, MEDIUM or LOW, got %q", s.Value)
+		} else {
+			fill["failureLimit"] = at(&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: fmt.Sprint(limit)}, s)
+		}
+	}
+	list := &yaml.Node{Kind: yaml.SequenceNode}
+	for _, m := range metrics {
+		item := c.clone(m, func(s string) string { return c.expr(s, m, path) })
+		for _, k := range []string{"duration", "baseline", "failOnNoAnalysis", "failureLimit"} {
+			if fill[k] == nil || get(item, k) != nil || (k == "duration" && get(item, "count") != nil) {
+				continue // the map's own value wins
+			}
+			put(item, k, fill[k])
+		}
+		list.Content = append(list.Content, item)
+	}
+	put(with, "metrics", list)
 }

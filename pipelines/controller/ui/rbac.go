@@ -65,6 +65,19 @@ func (u *UI) gateDecide(ctx context.Context, run *pipelines.Run, stage string, l
 	}
 }
 
+// gateIntervene hides the buttons of a manual intervention the user may not decide by RBAC
+// (the strategy's approver list is checked by interventionOf already); the reason is shown.
+func (u *UI) gateIntervene(ctx context.Context, run *pipelines.Run, v *interventionView, s *session) {
+	if s == nil || !v.Decide {
+		return
+	}
+	obj := u.ctl.StageObject(ctx, run, v.Stage)
+	if !u.ctl.Can(s.user, rbac.Interventions, rbac.Approve, obj) {
+		v.Decide = false
+		v.NoDecide = (&rbac.Denied{Subject: rbac.Subject{Name: s.user.Name, Groups: s.user.Groups}, Resource: rbac.Interventions, Action: rbac.Approve, Object: obj}).Error()
+	}
+}
+
 // canEnv reports whether the signed-in user may take action on environment e.
 func (u *UI) canEnv(ctx context.Context, e *environments.Environment, action string) bool {
 	return u.ctl.CanEnv(userOf(ctx), e, action)

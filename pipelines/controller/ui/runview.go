@@ -33,6 +33,9 @@ type runView struct {
 	// Approvals are the pending approvals, shown first on the page (the card with what is
 	// being approved and the buttons) so that a phone shows them without scrolling.
 	Approvals []approvalView
+	// Interventions are the stages waiting for a person's decision after a failure (intervene.go),
+	// shown first like approvals.
+	Interventions []interventionView
 	// Summary leads the page: per stage what changed (old → new), the PR, the merge commit,
 	// the diff preview, the apps' health and how long it took (runsummary, as `prflow dev`).
 	Summary []summaryView
@@ -231,6 +234,11 @@ func (u *UI) runView(ctx context.Context, run *pipelines.Run, s *session) runVie
 					v.Diffs = append(v.Diffs, *st.Diff)
 				}
 			}
+		}
+		if sr.Intervention != nil && !run.Status.Terminal() {
+			iv := interventionOf(run, sr, sv.Env, s, now)
+			u.gateIntervene(ctx, run, &iv, s)
+			v.Interventions = append(v.Interventions, iv)
 		}
 		sv.Apps = u.stageApps(ctx, sr)
 		v.Stages = append(v.Stages, sv)

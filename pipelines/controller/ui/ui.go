@@ -9,6 +9,7 @@
 //	GET  /ui/runs/{id}/logs          the run's step log lines, live (SSE)
 //	POST /ui/runs/{id}/cancel        cancel
 //	POST /ui/runs/{id}/decide        approve or reject a parked approval
+//	POST /ui/runs/{id}/intervene     decide a stage waiting for a manual intervention
 //	GET  /ui/environments            every environment: desired beside live, drift, history
 //	GET  /ui/environments/{name}     one environment with its whole history
 //	GET  /ui/live/environments       the environments page's body on every model change (SSE; ?env=NAME: one)
@@ -88,6 +89,7 @@ func (u *UI) Handler() http.Handler {
 	mux.Handle("GET /ui/runs/{id}/logs", u.page(u.runLogs))
 	mux.Handle("POST /ui/runs/{id}/cancel", u.action(u.cancel))
 	mux.Handle("POST /ui/runs/{id}/decide", u.action(u.decide))
+	mux.Handle("POST /ui/runs/{id}/intervene", u.action(u.intervene))
 	mux.Handle("GET /ui/environments", u.page(u.envPage)) // envs.go
 	mux.Handle("GET /ui/environments/{name}", u.page(u.envDetailPage))
 	mux.Handle("GET /ui/live/environments", u.page(u.envEvents))
