@@ -174,27 +174,38 @@ func TestRBACEveryRouteRefused(t *testing.T) {
 		t.Fatalf("broken run: %s", r.Status)
 	}
 
+	// The environment model is built from the runs' records as they are written: wait until it
+	// shows prod before asking about it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if code, body := a.call("alice", "GET", "/api/v1/environments/prod", ""); code == 200 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("environment prod never listed: %d %s", code, body)
+		}
+	}
+
 	// What each route is sent: path values and a body. A route missing here fails the test,
 	// so a new route cannot go unchecked.
 	type call struct{ path, body string }
 	calls := map[string]call{
-		"POST /api/v1/runs":                       {"/api/v1/runs", `{"file":"web.yaml","source":` + mustJSON(webSrc) + `}`},
-		"GET /api/v1/runs":                        {"/api/v1/runs", ""},
-		"GET /api/v1/runs/{id}":                   {"/api/v1/runs/" + parked.ID, ""},
-		"POST /api/v1/runs/{id}/cancel":           {"/api/v1/runs/" + parked.ID + "/cancel", "{}"},
-		"POST /api/v1/runs/{id}/rerun":            {"/api/v1/runs/" + failed.ID + "/rerun", ""},
-		"POST /api/v1/runs/{id}/retry":            {"/api/v1/runs/" + failed.ID + "/retry", ""},
-		"GET /api/v1/pipelines":                   {"/api/v1/pipelines", ""},
-		"POST /api/v1/pipelines/{name}/runs":      {"/api/v1/pipelines/web/runs", `{}`},
-		"POST /api/v1/runs/{id}/signals":          {"/api/v1/runs/" + parked.ID + "/signals", `{"stage":"prod","step":"approve","approve":true}`},
-		"GET /api/v1/runs/{id}/logs":              {"/api/v1/runs/" + parked.ID + "/logs", ""},
-		"GET /api/v1/workers":                     {"/api/v1/workers", ""},
-		"GET /api/v1/audit":                       {"/api/v1/audit", ""},
-		"POST /api/v1/pipelines/check":            {"/api/v1/pipelines/check", `{"file":"web.yaml","source":` + mustJSON(webSrc) + `}`},
-		"GET /api/v1/environments":                {"/api/v1/environments", ""},
-		"GET /api/v1/environments/{name}":         {"/api/v1/environments/prod", ""},
-		"GET /api/v1/environments/{name}/history": {"/api/v1/environments/prod/history", ""},
-		"GET /api/v1/can-i":                       {"/api/v1/can-i?resource=runs&action=cancel&object=web/prod", ""},
+		"POST /api/v1/runs":                            {"/api/v1/runs", `{"file":"web.yaml","source":` + mustJSON(webSrc) + `}`},
+		"GET /api/v1/runs":                             {"/api/v1/runs", ""},
+		"GET /api/v1/runs/{id}":                        {"/api/v1/runs/" + parked.ID, ""},
+		"POST /api/v1/runs/{id}/cancel":                {"/api/v1/runs/" + parked.ID + "/cancel", "{}"},
+		"POST /api/v1/runs/{id}/rerun":                 {"/api/v1/runs/" + failed.ID + "/rerun", ""},
+		"POST /api/v1/runs/{id}/retry":                 {"/api/v1/runs/" + failed.ID + "/retry", ""},
+		"GET /api/v1/pipelines":                        {"/api/v1/pipelines", ""},
+		"POST /api/v1/pipelines/{name}/runs":           {"/api/v1/pipelines/web/runs", `{}`},
+		"POST /api/v1/runs/{id}/signals":               {"/api/v1/runs/" + parked.ID + "/signals", `{"stage":"prod","step":"approve","approve":true}`},
+		"GET /api/v1/runs/{id}/logs":                   {"/api/v1/runs/" + parked.ID + "/logs", ""},
+		"POST /api/v1/runs/{id}/interventions/{stage}": {"/api/v1/runs/" + parked.ID + "/interventions/prod", `{"action":"retry"}`},
+		"GET /api/v1/workers":                          {"/api/v1/workers", ""},
+		"GET /api/v1/audit":                            {"/api/v1/audit", ""},
+		"POST /api/v1/pipelines/check":                 {"/api/v1/pipelines/check", `{"file":"web.yaml","source":` + mustJSON(webSrc) + `}`},
+		"GET /api/v1/environments":                     {"/api/v1/environments", ""},
+		"GET /api/v1/environments/{name}":              {"/api/v1/environments/prod", ""},
+		"GET /api/v1/environments/{name}/history":      {"/api/v1/environments/prod/history", ""},
+		"GET /api/v1/can-i":                            {"/api/v1/can-i?resource=runs&action=cancel&object=web/prod", ""},
 	}
 	routes := map[string]route{}
 	for _, r := range a.e.ctl.routes() {
