@@ -95,6 +95,9 @@ type BearerVerifier interface {
 	VerifyBearer(ctx context.Context, token string) (User, error)
 }
 
+// HasTokens reports whether a tokens file gave any token (the UI then keeps its token form).
+func (a *Auth) HasTokens() bool { return len(a.users) > 0 }
+
 type authEntry struct {
 	digest [32]byte
 	user   User

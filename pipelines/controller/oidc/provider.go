@@ -427,6 +427,9 @@ func (p *Provider) SignOut(w http.ResponseWriter, r *http.Request, after string)
 	if p.endSession == "" {
 		return after
 	}
+	if strings.HasPrefix(after, "/") {
+		after = strings.TrimSuffix(p.cfg.RedirectURL, CallbackPath) + after // the provider wants it absolute
+	}
 	q := url.Values{"client_id": {p.cfg.ClientID}, "post_logout_redirect_uri": {after}}
 	if d.IDToken != "" {
 		q.Set("id_token_hint", d.IDToken)
