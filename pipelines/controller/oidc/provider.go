@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,7 @@ type Provider struct {
 
 type refreshResult struct {
 	s   *Session
+	d   *sessionData
 	err error
 	at  time.Time
 }
@@ -370,12 +372,16 @@ func (p *Provider) refresh(ctx context.Context, w http.ResponseWriter, d *sessio
 	}
 	if v, ok := p.refreshd[key]; ok {
 		if v.err != nil {
-			return nil, v.err
+			return nil, ErrExpired
+		}
+		// This request also carried the old cookie: it gets the renewed one too.
+		if err := p.writeSession(w, v.d); err != nil {
+			return nil, err
 		}
 		return v.s, nil
 	}
 	s, nd, err := p.doRefresh(ctx, d)
-	p.refreshd[key] = refreshResult{s: s, err: err, at: p.now()}
+	p.refreshd[key] = refreshResult{s: s, d: nd, err: err, at: p.now()}
 	if err != nil {
 		p.log.Info("oidc session refresh refused", "user", d.Name, "sub", d.Sub, "err", err)
 		return nil, ErrExpired
@@ -444,6 +450,19 @@ func (p *Provider) SignOut(w http.ResponseWriter, r *http.Request, after string)
 // VerifyBearer checks an API bearer token: an ID token of the configured issuer, signed by
 // it, unexpired, for one of the allowed audiences (controller.BearerVerifier).
 func (p *Provider) VerifyBearer(ctx context.Context, raw string) (controller.User, error) {
+	u, err := p.verifyBearer(ctx, raw)
+	if err != nil {
+		p.log.Debug("oidc bearer token refused", "err", err)
+	}
+	return u, err
+}
+
+func (p *Provider) verifyBearer(ctx context.Context, raw string) (controller.User, error) {
+	// The issuer first, for a message that names it (go-oidc checks the signature first, and
+	// another provider's token fails there with a message that does not say why).
+	if iss := unverifiedIssuer(raw); iss != "" && iss != p.cfg.Issuer {
+		return controller.User{}, fmt.Errorf("OIDC token refused: issued by %q, not by this server's provider %q", clip(iss), p.cfg.Issuer)
+	}
 	id, err := p.bearer.Verify(ctx, raw)
 	if err != nil {
 		return controller.User{}, fmt.Errorf("OIDC token refused: %s", verifyErr(err))
@@ -452,6 +471,25 @@ func (p *Provider) VerifyBearer(ctx context.Context, raw string) (controller.Use
 		return controller.User{}, fmt.Errorf("OIDC token refused: its audience %q is not one this server accepts (audiences in the --oidc file: %q)", id.Audience, p.cfg.Audiences)
 	}
 	return p.user(id)
+}
+
+// unverifiedIssuer reads a JWT's iss claim without checking anything (for messages only).
+func unverifiedIssuer(raw string) string {
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Iss string `json:"iss"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return ""
+	}
+	return c.Iss
 }
 
 // verifyErr says why go-oidc refused a token, in words a person can act on. go-oidc's
