@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines/controller/oidc"
+	"github.com/prflow/prflow/pipelines/controller/oidc/oidctest"
+)
+
+// TestLoginDeviceFlow: prflow login against a real OIDC provider (zitadel/oidc's op on
+// loopback) by the device flow, approved through the provider's device pages; the stored
+// token (mode 0600) then authenticates client commands against a server started with --oidc,
+// and prflow logout removes it.
+func TestLoginDeviceFlow(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	idp := oidctest.Start(t, []oidctest.User{{ID: "u-carol", Username: "carol", Email: "carol@example.com", Groups: []string{"ops"}}},
+		oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath}},
+		oidctest.Client{ID: "prflow-cli"})
+	t.Setenv("T_OIDC_SECRET", "ui-secret-0123456789")
+	t.Setenv("T_SESSION_KEY", strings.Repeat("s", 40))
+	t.Setenv("PRFLOW_CONFIG_DIR", filepath.Join(dir, "config"))
+	t.Setenv("PRFLOW_TOKEN", "")
+	cfg := filepath.Join(dir, "oidc.yaml")
+	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("issuer: %s\nclientID: prflow-ui\nclientSecret: env:T_OIDC_SECRET\ncliClientID: prflow-cli\nsessionKey: env:T_SESSION_KEY\n", idp.Issuer)), 0o600)
+	t.Cleanup(startServerAt(t, addr, "--oidc", cfg, "--external-url", base, "--data-dir", filepath.Join(dir, "nats")))
+
+	if _, err := run(t, "runs", "--server", base); err == nil || !strings.Contains(err.Error(), "prflow login") {
+		t.Fatalf("runs before login: want a hint at prflow login, got %v", err)
+	}
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetOut(out)
+		root.SetErr(out)
+		root.SetArgs([]string{"login", "--server", base})
+		done <- root.ExecuteContext(context.Background())
+	}()
+	code := regexp.MustCompile(`enter the code ([^\s)]+)`)
+	deadline := time.Now().Add(time.Minute)
+	var m []string
+	for m = code.FindStringSubmatch(out.String()); m == nil; m = code.FindStringSubmatch(out.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("login printed no user code: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	idp.ApproveDevice(t, m[1], "carol")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("login: %v\n%s", err, out)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("login did not finish after approval: %s", out)
+	}
+	if !strings.Contains(out.String(), "signed in to "+base+" as carol") {
+		t.Fatalf("login output: %s", out)
+	}
+	path := filepath.Join(dir, "config", "login.json")
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("stored login: %v mode %v, want 0600", err, st)
+	}
+	var l storedLogin
+	b, _ := os.ReadFile(path)
+	if err := json.Unmarshal(b, &l); err != nil || l.IDToken == "" || l.Issuer != idp.Issuer || l.User != "carol" {
+		t.Fatalf("stored login: %v %+v", err, l)
+	}
+	if strings.Contains(out.String(), l.IDToken) {
+		t.Fatal("login printed the token")
+	}
+	// A client command without --token uses it: the server accepts the provider's ID token.
+	if o, err := run(t, "runs", "--server", base); err != nil {
+		t.Fatalf("runs after login: %v %s", err, o)
+	}
+	// A token edited in the file is refused by the server, and the hint says to sign in again.
+	l2 := l
+	l2.IDToken = l.IDToken[:len(l.IDToken)-4] + "AAAA"
+	b2, _ := json.Marshal(l2)
+	_ = os.WriteFile(path, b2, 0o600)
+	if _, err := run(t, "runs", "--server", base); err == nil || !strings.Contains(err.Error(), "run prflow login again") {
+		t.Fatalf("runs with an altered token: %v", err)
+	}
+	o, err := run(t, "logout")
+	if err != nil || !strings.Contains(o, "signed out: removed "+path) {
+		t.Fatalf("logout: %v %s", err, o)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("logout left %s", path)
+	}
+	if o, _ := run(t, "logout"); !strings.Contains(o, "not signed in: nothing to remove") {
+		t.Fatalf("second logout: %s", o)
+	}
+}
