@@ -354,8 +354,14 @@ func (u *UI) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
 	if u.oidc != nil {
 		// Also ends the provider's session when it has an end_session_endpoint, which sends
-		// the browser back to our sign-in page.
-		http.Redirect(w, r, u.oidc.SignOut(w, r, "/ui/login?signed-out"), http.StatusSeeOther)
+		// the browser back to our sign-in page. Not by a redirect: the form's POST may only
+		// lead to this site (CSP form-action 'self'), so a page sends the browser on.
+		to := u.oidc.SignOut(w, r, "/ui/login?signed-out")
+		if strings.HasPrefix(to, "/") {
+			http.Redirect(w, r, to, http.StatusSeeOther)
+			return
+		}
+		u.render(w, r, http.StatusOK, "signout", map[string]any{"To": to, "Provider": u.oidc.Name()})
 		return
 	}
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
