@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -101,5 +102,68 @@ func TestLoginDeviceFlow(t *testing.T) {
 	}
 	if o, _ := run(t, "logout"); !strings.Contains(o, "not signed in: nothing to remove") {
 		t.Fatalf("second logout: %s", o)
+	}
+}
+
+// TestLoginLoopbackRedirect: prflow login --browser signs in by the authorization code flow
+// with PKCE and a redirect to a loopback port; a forged answer (wrong state) is refused.
+func TestLoginLoopbackRedirect(t *testing.T) {
+	dir := t.TempDir()
+	idp := oidctest.Start(t, []oidctest.User{{ID: "u-dave", Username: "dave", Email: "dave@example.com", Groups: []string{"dev"}}},
+		oidctest.Client{ID: "prflow-cli"})
+	t.Setenv("PRFLOW_CONFIG_DIR", filepath.Join(dir, "config"))
+	server := "http://" + freeAddr(t) // not contacted: --issuer and --client-id are given
+	login := func() (*lockedBuffer, chan error) {
+		out := &lockedBuffer{}
+		done := make(chan error, 1)
+		go func() {
+			root := newRoot()
+			root.SetOut(out)
+			root.SetErr(out)
+			root.SetArgs([]string{"login", "--browser", "--server", server, "--issuer", idp.Issuer, "--client-id", "prflow-cli"})
+			done <- root.ExecuteContext(context.Background())
+		}()
+		return out, done
+	}
+	authURL := regexp.MustCompile(`(?m)^(http://\S+/auth\?\S+)$`)
+	waitURL := func(out *lockedBuffer) string {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			if m := authURL.FindStringSubmatch(out.String()); m != nil {
+				return m[1]
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("login printed no URL: %s", out)
+			}
+		}
+	}
+	out, done := login()
+	u := waitURL(out)
+	cb := idp.Login(t, &http.Client{}, u, "dave")
+	if cb.Hostname() != "127.0.0.1" || cb.Query().Get("code") == "" {
+		t.Fatalf("provider redirected to %s", cb)
+	}
+	// A forged answer first: another state.
+	q := cb.Query()
+	q.Set("state", "forged")
+	bad := *cb
+	bad.RawQuery = q.Encode()
+	if resp, err := http.Get(bad.String()); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("forged answer: %v %v", err, resp)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "state does not match") {
+		t.Fatalf("login with a forged answer: %v", err)
+	}
+	// Again, properly.
+	out, done = login()
+	cb = idp.Login(t, &http.Client{}, waitURL(out), "dave")
+	resp, err := http.Get(cb.String())
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("callback: %v %v", err, resp)
+	}
+	if err := <-done; err != nil || !strings.Contains(out.String(), "as dave") {
+		t.Fatalf("login: %v %s", err, out)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "config", "login.json")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("stored login: %v %v", err, st)
 	}
 }
