@@ -332,18 +332,18 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	next := safeNext(r.PostFormValue("next"))
 	if !sameOrigin(r) {
-		u.render(w, r, http.StatusForbidden, "login", map[string]any{"Next": next, "Error": "cross-site sign-in refused"})
+		u.render(w, r, http.StatusForbidden, "login", u.loginData(next, "cross-site sign-in refused"))
 		return
 	}
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	if tok == "" {
-		u.render(w, r, http.StatusBadRequest, "login", map[string]any{"Next": next, "Error": "enter your API bearer token"})
+		u.render(w, r, http.StatusBadRequest, "login", u.loginData(next, "enter your API bearer token"))
 		return
 	}
 	if _, ok := u.authenticate(tok); !ok {
 		u.log.Info("ui sign-in refused: unknown token", "remote", r.RemoteAddr)
 		u.ctl.RecordAuthFailure(r, "UI sign-in with an unknown token")
-		u.render(w, r, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": errBadToken.Error()})
+		u.render(w, r, http.StatusUnauthorized, "login", u.loginData(next, errBadToken.Error()))
 		return
 	}
 	u.setSession(w, r, tok)
