@@ -42,6 +42,15 @@ func (g *globals) client() (*client, error) {
 			return nil, fmt.Errorf("%s: %w", from, err)
 		}
 		tok = s.Value()
+	} else {
+		// No --token nor PRFLOW_TOKEN: the sign-in of `prflow login`, if it was to this server.
+		t, ok, err := storedToken(context.Background(), strings.TrimRight(g.server, "/"))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			tok, from = t, "prflow login"
+		}
 	}
 	return &client{base: strings.TrimRight(g.server, "/"), token: tok, from: from, http: &http.Client{Timeout: 0}}, nil
 }
@@ -174,7 +183,9 @@ func (c *client) authHint(err error) error {
 		return err
 	}
 	if c.token == "" {
-		he.Msg += " (no token given: set --token or PRFLOW_TOKEN; both take a value, env:NAME or file:PATH)"
+		he.Msg += " (no token given: set --token or PRFLOW_TOKEN; both take a value, env:NAME or file:PATH; or run prflow login)"
+	} else if c.from == "prflow login" {
+		he.Msg += " (the sign-in of prflow login was refused: run prflow login again)"
 	} else {
 		he.Msg += fmt.Sprintf(" (the server does not know the token from %s; check --token or PRFLOW_TOKEN, which take a value, env:NAME or file:PATH)", c.from)
 	}

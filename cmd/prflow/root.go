@@ -52,6 +52,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDev(g), newServer(g), newWorker(g), newRun(g), newStatus(g), newCancel(g),
 		newWorkers(g), newLogs(g), newRuns(g), newVersion(), newValidate(g), newApprove(g), newIntervene(g), newConnectors(g), newAgent(g), newImport(g), newSchema(g), newPolicy(g), newAudit(g),
 		newEnvs(g), newEnv(g), newHistory(g))
+	root.AddCommand(newLogin(g), newLogout(g)) // login.go
 	for _, c := range root.Commands() {
 		if slices.Contains(configRoles, c.Name()) {
 			addConfigFlag(c)

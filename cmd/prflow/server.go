@@ -14,6 +14,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/oidc"
 	"github.com/prflow/prflow/pipelines/controller/ui"
 	"github.com/prflow/prflow/pipelines/harness"
 	"github.com/prflow/prflow/pipelines/rbac"
@@ -21,6 +22,7 @@ import (
 )
 
 func newServer(g *globals) *cobra.Command {
+	var oidcFile string
 	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL, policyDir string
 	var rbacFile string
 	var retention audit.Retention
@@ -35,12 +37,14 @@ func newServer(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if tokens == "" {
-				return errors.New("--tokens FILE is required: the API authenticates every caller (see README, Access)")
+			if tokens == "" && oidcFile == "" {
+				return errors.New("--tokens FILE or --oidc FILE is required: the API authenticates every caller (see README, Access, and docs/oidc.md)")
 			}
-			auth, err := controller.LoadAuth(tokens)
-			if err != nil {
-				return err
+			auth := &controller.Auth{}
+			if tokens != "" {
+				if auth, err = controller.LoadAuth(tokens); err != nil {
+					return err
+				}
 			}
 			var hooks *controller.Webhooks
 			if webhooks != "" {
@@ -56,6 +60,17 @@ func newServer(g *globals) *cobra.Command {
 			}
 			if u, err := url.Parse(externalURL); externalURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 				return fmt.Errorf("--external-url %q: want an absolute http(s) URL such as https://prflow.example.com (links in statuses, comments and notifications)", externalURL)
+			}
+			if oidcFile != "" {
+				cfg, err := oidc.LoadConfig(oidcFile, externalURL)
+				if err != nil {
+					return err
+				}
+				p, err := oidc.New(cmd.Context(), cfg, log)
+				if err != nil {
+					return err
+				}
+				auth.OIDC = p // API bearer ID tokens; serveAPI gives it to the UI for sign-in
 			}
 			ln, err := listenAPI(listen)
 			if err != nil {
@@ -135,6 +150,7 @@ func newServer(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&policyDir, "policies", "", "directory of Rego policies (packages prflow.pipeline, prflow.run, prflow.stage); reloaded when a file changes")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
 	cmd.Flags().StringVar(&rbacFile, "rbac", "", "RBAC policy file (docs/rbac.md): who may do what on which pipeline/environment; reloaded when it changes")
+	cmd.Flags().StringVar(&oidcFile, "oidc", "", "OIDC file: sign in to the UI with an identity provider and accept its ID tokens on the API (docs/oidc.md); needs --external-url")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "", "with the embedded NATS: also accept workers/agents on this address (e.g. 127.0.0.1:4222)")
 	cmd.Flags().StringVar(&webhooks, "webhooks", "", "webhooks file: provider → secret (env:NAME or file:PATH); serves POST /hooks/<provider>")
@@ -161,7 +177,11 @@ func listenAPI(listen string) (net.Listener, error) {
 func serveAPI(ctx context.Context, log *slog.Logger, ctl *controller.Controller, ln net.Listener, auth *controller.Auth, timeouts httpTimeouts) error {
 	errc := make(chan error, 1)
 	// The web UI (/ui/) in front of the API; it signs people in with the API's tokens.
-	srv := newHTTPServer(ui.Wrap(ctl.Handler(auth), ui.New(ctl, auth, log)), timeouts)
+	web := ui.New(ctl, auth, log)
+	if p, ok := auth.OIDC.(*oidc.Provider); ok {
+		web.SetOIDC(p)
+	}
+	srv := newHTTPServer(ui.Wrap(ctl.Handler(auth), web), timeouts)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("API and web UI listening", "addr", ln.Addr().String(), "ui", "http://"+ln.Addr().String()+"/ui/")
 	select {

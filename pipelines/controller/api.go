@@ -121,12 +121,12 @@ func (c *Controller) routes() []route {
 
 func (c *Controller) requireAuth(a *Auth, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, ok := a.Authenticate(r)
-		if !ok {
+		u, err := a.Check(r)
+		if err != nil {
 			c.metrics.HTTPRequests.WithLabelValues("unauthenticated", r.Method, "401").Inc()
-			c.RecordAuthFailure(r, authFailure(r)) // audit.go
+			c.RecordAuthFailure(r, authFailure(r, err)) // audit.go
 			w.Header().Set("WWW-Authenticate", `Bearer realm="prflow"`)
-			writeErr(w, http.StatusUnauthorized, errors.New("missing or unknown bearer token"))
+			writeErr(w, http.StatusUnauthorized, err)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxRequest)

@@ -182,13 +182,16 @@ func unrecorded(n int) string {
 }
 
 // authFailure says why a request did not authenticate, without the token.
-func authFailure(r *http.Request) string {
+func authFailure(r *http.Request, err error) string {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return "no bearer token"
 	}
 	if tok, ok := strings.CutPrefix(h, "Bearer "); !ok || tok == "" {
 		return "Authorization is not a bearer token"
+	}
+	if err != nil && !errors.Is(err, errUnknownToken) {
+		return err.Error() // an OIDC token's refusal (never holds the token)
 	}
 	return "unknown bearer token"
 }

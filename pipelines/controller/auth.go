@@ -21,15 +21,46 @@ import (
 type User struct {
 	Name   string   `json:"name"`
 	Groups []string `json:"groups,omitempty"`
+	// Subject and Issuer are the OIDC token's sub and iss claims (empty for the tokens file).
+	Subject string `json:"subject,omitempty"`
+	Issuer  string `json:"issuer,omitempty"`
 
 	tokenName string // the name the tokens file gives the token that authenticated the user
 	byToken   bool   // authenticated by a bearer token (not the anonymous user of prflow dev)
+	byOIDC    bool   // authenticated by an OIDC token or an OIDC sign-in session
+}
+
+// How a user was authenticated (User.Via).
+const (
+	ViaAnonymous = "anonymous" // prflow dev's user on loopback
+	ViaToken     = "token"     // a token of the --tokens file
+	ViaOIDC      = "oidc"      // an OIDC ID token (API) or an OIDC sign-in (UI)
+)
+
+// OIDCUser is the user an OIDC identity provider vouched for (sub, iss, name and groups claims).
+func OIDCUser(name string, groups []string, issuer, subject string) User {
+	return User{Name: name, Groups: groups, Issuer: issuer, Subject: subject, byOIDC: true}
+}
+
+// Via says how u was authenticated: ViaOIDC, ViaToken or ViaAnonymous.
+func (u User) Via() string {
+	switch {
+	case u.byOIDC:
+		return ViaOIDC
+	case u.byToken:
+		return ViaToken
+	}
+	return ViaAnonymous
 }
 
 // TokenLabel names the token that authenticated u for the audit log ("token ci of alice"),
 // never the token itself; "" when no token did (the anonymous user of prflow dev).
 func (u User) TokenLabel() string {
 	switch {
+	case u.byOIDC:
+		// The subject is the stable id (names and e-mails change); the groups are what
+		// permissions were decided on.
+		return fmt.Sprintf("OIDC user %s (sub %q, iss %s, groups [%s])", u.Name, u.Subject, u.Issuer, strings.Join(u.Groups, ", "))
 	case !u.byToken:
 		return ""
 	case u.tokenName != "":
@@ -53,7 +84,19 @@ type Auth struct {
 	users []authEntry
 	// Anonymous lets every request through as this user (prflow dev on loopback only).
 	Anonymous *User
+	// OIDC, when set, accepts bearer JWTs its identity provider issued (prflow server --oidc).
+	OIDC BearerVerifier
 }
+
+// BearerVerifier checks a bearer token that is not in the tokens file: an OIDC ID token
+// (package pipelines/controller/oidc). Its errors say why a token was refused and never
+// contain the token.
+type BearerVerifier interface {
+	VerifyBearer(ctx context.Context, token string) (User, error)
+}
+
+// HasTokens reports whether a tokens file gave any token (the UI then keeps its token form).
+func (a *Auth) HasTokens() bool { return len(a.users) > 0 }
 
 type authEntry struct {
 	digest [32]byte
@@ -202,14 +245,35 @@ func orNode(n, parent *yaml.Node) *yaml.Node {
 
 // Authenticate checks the request's bearer token in constant time.
 func (a *Auth) Authenticate(r *http.Request) (User, bool) {
+	u, err := a.Check(r)
+	return u, err == nil
+}
+
+// errUnknownToken is the answer to a bearer token nobody has.
+var errUnknownToken = errors.New("missing or unknown bearer token")
+
+// Check is Authenticate saying why a request was refused: the tokens file first (in constant
+// time), then, for a token that looks like a JWT, the OIDC provider's signature, iss, aud and exp.
+func (a *Auth) Check(r *http.Request) (User, error) {
 	if a.Anonymous != nil {
-		return *a.Anonymous, true
+		return *a.Anonymous, nil
 	}
 	h := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || tok == "" {
-		return User{}, false
+		return User{}, errUnknownToken
 	}
+	u, ok := a.byTokensFile(tok)
+	if ok {
+		return u, nil
+	}
+	if a.OIDC != nil && strings.Count(tok, ".") == 2 {
+		return a.OIDC.VerifyBearer(r.Context(), tok)
+	}
+	return User{}, errUnknownToken
+}
+
+func (a *Auth) byTokensFile(tok string) (User, bool) {
 	d := sha256.Sum256([]byte(tok))
 	var found *User
 	for i := range a.users {

@@ -20,6 +20,9 @@
 //	GET  /ui/promote                 start a run of a pipeline from a form of its typed inputs
 //	                                 (?pipeline=NAME&env=ENV&in.NAME=VALUE prefill); POST starts it
 //	GET  /ui/login, POST /ui/login   the API bearer token → session cookie; POST /ui/logout
+//	GET  /ui/oidc/start              sign in with the OIDC provider (prflow server --oidc)
+//	GET  /ui/oidc/callback           the provider's redirect back → sealed session cookie
+//	GET  /ui/oidc/cli                the provider's issuer and CLI client ID for `prflow login`
 //
 // The scripts are static/app.js (EventSource and copy buttons) and static/envs.js (the
 // environments page's EventSource); no Node build, no library.
@@ -31,6 +34,7 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"html/template"
 	"io/fs"
@@ -41,6 +45,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/oidc"
 )
 
 //go:embed templates/*.html
@@ -55,7 +60,11 @@ type UI struct {
 	auth *controller.Auth
 	log  *slog.Logger
 	tmpl *template.Template
+	oidc *oidc.Provider // OIDC sign-in (prflow server --oidc); nil without
 }
+
+// SetOIDC offers sign-in with p's identity provider beside (or instead of) the token form.
+func (u *UI) SetOIDC(p *oidc.Provider) { u.oidc = p }
 
 // New returns the UI of ctl, authenticating callers with auth (the API's tokens).
 func New(ctl *controller.Controller, auth *controller.Auth, log *slog.Logger) *UI {
@@ -83,6 +92,9 @@ func (u *UI) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/login", u.loginForm)
 	mux.HandleFunc("POST /ui/login", u.login)
 	mux.HandleFunc("POST /ui/logout", u.logout)
+	mux.HandleFunc("GET /ui/oidc/start", u.oidcStart)
+	mux.HandleFunc("GET /ui/oidc/callback", u.oidcCallback)
+	mux.HandleFunc("GET /ui/oidc/cli", u.oidcCLI)
 	mux.Handle("GET /ui/{$}", u.page(u.runsPage))
 	mux.Handle("GET /ui/runs/{id}", u.page(u.runPage))
 	mux.Handle("GET /ui/runs/{id}/events", u.page(u.runEvents))
@@ -123,6 +135,7 @@ type session struct {
 	user  controller.User
 	csrf  string
 	token string
+	oidc  bool // an OIDC sign-in (cookie oidc.SessionCookie)
 }
 
 type sessionKey struct{}
@@ -146,8 +159,25 @@ func (u *UI) authenticate(token string) (controller.User, bool) {
 	return u.auth.Authenticate(r)
 }
 
-// readSession returns the request's session, if its cookie holds a token that is still valid.
-func (u *UI) readSession(r *http.Request) (*session, bool) {
+// readSession returns the request's session: an OIDC sign-in (refreshed when its ID token
+// expired; why it is refused comes back in refusal), or a cookie with a token still valid.
+func (u *UI) readSession(w http.ResponseWriter, r *http.Request) (s *session, ok bool, refusal error) {
+	if u.oidc != nil {
+		o, err := u.oidc.Session(w, r)
+		if err == nil {
+			return &session{user: o.User, csrf: o.CSRF, oidc: true}, true, nil
+		}
+		if !errors.Is(err, oidc.ErrNoSession) {
+			// Drop the bad cookie so the next page is the plain sign-in page.
+			http.SetCookie(w, &http.Cookie{Name: oidc.SessionCookie, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+			return nil, false, err
+		}
+	}
+	s, ok = u.readTokenSession(r)
+	return s, ok, nil
+}
+
+func (u *UI) readTokenSession(r *http.Request) (*session, bool) {
 	c, err := r.Cookie(cookieName)
 	if err != nil {
 		return nil, false
@@ -180,7 +210,7 @@ func (u *UI) setSession(w http.ResponseWriter, r *http.Request, token string) *s
 // with an anonymous user, get a session at once: actions still need its CSRF token).
 func (u *UI) page(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, ok := u.readSession(r)
+		s, ok, refusal := u.readSession(w, r)
 		if !ok && u.auth != nil && u.auth.Anonymous != nil {
 			s = u.setSession(w, r, "")
 			s.user, ok = *u.auth.Anonymous, true
@@ -188,6 +218,10 @@ func (u *UI) page(h http.HandlerFunc) http.Handler {
 		if !ok {
 			if r.Header.Get("Accept") == "text/event-stream" {
 				http.Error(w, "not signed in", http.StatusUnauthorized)
+				return
+			}
+			if refusal != nil {
+				u.signInPage(w, r, http.StatusUnauthorized, safeNext(r.URL.RequestURI()), refusal.Error())
 				return
 			}
 			http.Redirect(w, r, "/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -202,7 +236,11 @@ func (u *UI) page(h http.HandlerFunc) http.Handler {
 func (u *UI) action(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-		s, ok := u.readSession(r)
+		s, ok, refusal := u.readSession(w, r)
+		if refusal != nil {
+			u.fail(w, r, http.StatusUnauthorized, refusal.Error())
+			return
+		}
 		if !ok {
 			u.fail(w, r, http.StatusUnauthorized, "not signed in (or the token was removed): sign in again")
 			return
@@ -231,25 +269,83 @@ func sameOrigin(r *http.Request) bool {
 }
 
 func (u *UI) loginForm(w http.ResponseWriter, r *http.Request) {
-	u.render(w, r, http.StatusOK, "login", map[string]any{"Next": safeNext(r.URL.Query().Get("next"))})
+	data := u.loginData(safeNext(r.URL.Query().Get("next")), "")
+	if r.URL.Query().Has("signed-out") {
+		data["Notice"] = "You are signed out."
+	}
+	u.render(w, r, http.StatusOK, "login", data)
+}
+
+// loginData is the sign-in page: the provider's button with --oidc, the token form with --tokens.
+func (u *UI) loginData(next, errMsg string) map[string]any {
+	d := map[string]any{"Next": next, "Tokens": u.oidc == nil || (u.auth != nil && u.auth.HasTokens())}
+	if u.oidc != nil {
+		d["OIDC"] = u.oidc.Name()
+	}
+	if errMsg != "" {
+		d["Error"] = errMsg
+	}
+	return d
+}
+
+func (u *UI) signInPage(w http.ResponseWriter, r *http.Request, code int, next, errMsg string) {
+	u.render(w, r, code, "login", u.loginData(next, errMsg))
+}
+
+func (u *UI) oidcStart(w http.ResponseWriter, r *http.Request) {
+	if u.oidc == nil {
+		u.fail(w, r, http.StatusNotFound, "this server has no OIDC sign-in (prflow server --oidc)")
+		return
+	}
+	u.oidc.BeginSignIn(w, r, safeNext(r.URL.Query().Get("next")))
+}
+
+func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
+	if u.oidc == nil {
+		u.fail(w, r, http.StatusNotFound, "this server has no OIDC sign-in (prflow server --oidc)")
+		return
+	}
+	next, err := u.oidc.FinishSignIn(w, r)
+	if err != nil {
+		u.log.Info("ui oidc sign-in refused", "remote", r.RemoteAddr, "err", err)
+		u.ctl.RecordAuthFailure(r, "OIDC sign-in refused: "+err.Error())
+		u.signInPage(w, r, http.StatusUnauthorized, "/ui/", "Sign-in refused: "+err.Error())
+		return
+	}
+	http.Redirect(w, r, safeNext(next), http.StatusSeeOther)
+}
+
+// oidcCLI tells `prflow login` which provider and public client to sign in with.
+func (u *UI) oidcCLI(w http.ResponseWriter, r *http.Request) {
+	c, ok := (oidc.CLIConfig{}), false
+	if u.oidc != nil {
+		c, ok = u.oidc.CLI()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !ok {
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "this server has no OIDC client for the CLI (cliClientID in the server's --oidc file)"})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(c)
 }
 
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	next := safeNext(r.PostFormValue("next"))
 	if !sameOrigin(r) {
-		u.render(w, r, http.StatusForbidden, "login", map[string]any{"Next": next, "Error": "cross-site sign-in refused"})
+		u.render(w, r, http.StatusForbidden, "login", u.loginData(next, "cross-site sign-in refused"))
 		return
 	}
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	if tok == "" {
-		u.render(w, r, http.StatusBadRequest, "login", map[string]any{"Next": next, "Error": "enter your API bearer token"})
+		u.render(w, r, http.StatusBadRequest, "login", u.loginData(next, "enter your API bearer token"))
 		return
 	}
 	if _, ok := u.authenticate(tok); !ok {
 		u.log.Info("ui sign-in refused: unknown token", "remote", r.RemoteAddr)
 		u.ctl.RecordAuthFailure(r, "UI sign-in with an unknown token")
-		u.render(w, r, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": errBadToken.Error()})
+		u.render(w, r, http.StatusUnauthorized, "login", u.loginData(next, errBadToken.Error()))
 		return
 	}
 	u.setSession(w, r, tok)
@@ -258,6 +354,18 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 
 func (u *UI) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+	if u.oidc != nil {
+		// Also ends the provider's session when it has an end_session_endpoint, which sends
+		// the browser back to our sign-in page. Not by a redirect: the form's POST may only
+		// lead to this site (CSP form-action 'self'), so a page sends the browser on.
+		to := u.oidc.SignOut(w, r, "/ui/login?signed-out")
+		if strings.HasPrefix(to, "/") {
+			http.Redirect(w, r, to, http.StatusSeeOther)
+			return
+		}
+		u.render(w, r, http.StatusOK, "signout", map[string]any{"To": to, "Provider": u.oidc.Name()})
+		return
+	}
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }
 
@@ -281,7 +389,7 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, code int, name strin
 	if s := sessionFrom(r.Context()); s != nil {
 		data["User"] = s.user
 		data["CSRF"] = s.csrf
-		data["SignedIn"] = s.token != ""
+		data["SignedIn"] = s.token != "" || s.oidc
 	}
 	var b strings.Builder
 	if err := u.tmpl.ExecuteTemplate(&b, name, data); err != nil {
