@@ -34,6 +34,8 @@ func newAgent(g *globals) *cobra.Command {
 		hookSecretEnv                                  string
 		resync                                         time.Duration
 		watchBuffer                                    int
+		engine                                         string
+		ff                                             fluxFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -86,6 +88,13 @@ func newAgent(g *globals) *cobra.Command {
 				}
 				defer conn.Close()
 				return sa.Run(ctx, conn)
+			}
+			switch engine {
+			case "flux":
+				return runFluxAgent(ctx, log, id, replica, ff, connect)
+			case "argocd":
+			default:
+				return fmt.Errorf("--engine %q: want argocd or flux", engine)
 			}
 			if url == "" {
 				return errors.New("--argocd-url is required (or --sim-repo for a simulated agent)")
@@ -146,6 +155,10 @@ func newAgent(g *globals) *cobra.Command {
 	f.StringVar(&hookSecretEnv, "appset-webhook-secret-env", "", "--appset-refresh webhook: name of the environment variable holding that secret")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "re-list every Argo CD app this often while watching (jittered), repairing records whose events Argo CD's watch stream dropped")
 	f.IntVar(&watchBuffer, "argocd-watch-buffer", 1000, "Argo CD's ARGOCD_WATCH_API_BUFFER_SIZE: after half this many events back to back the agent re-lists early (negative: never)")
+	f.StringVar(&engine, "engine", "argocd", "GitOps engine the agent bridges: argocd or flux (Kustomizations and HelmReleases through the Kubernetes API)")
+	f.StringVar(&ff.kubeconfig, "kubeconfig", "", "--engine flux: kubeconfig file (default: the in-cluster service account)")
+	f.StringVar(&ff.namespace, "flux-namespace", "flux-system", "--engine flux: Flux's namespace; apps elsewhere are named namespace/name")
+	f.DurationVar(&ff.stuckAfter, "flux-stuck-after", 2*time.Minute, "--engine flux: a reconcile request a controller has not handled for this long marks the app's record stale")
 	f.StringVar(&simRepo, "sim-repo", "", "run the simulated agent on this release repo (path or git URL) instead of Argo CD")
 	f.StringVar(&simBranch, "sim-branch", "", "simulated agent: branch to deploy (default the repo's HEAD branch)")
 	f.StringVar(&simAppSet, "sim-appset", "", "simulated agent: path of the ApplicationSet manifest in the repo (default: search)")

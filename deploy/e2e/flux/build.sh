@@ -8,13 +8,17 @@
 # points inside the module zip and is satisfied by the required api module instead).
 set -euo pipefail
 REALENV=${REALENV:-/tmp/realenv}
-FLUX_VERSION=${FLUX_VERSION:-v1.9.6}
+# Versions tried newest first, per controller: a version whose dependencies the proxy does
+# not serve all of (source-controller v1.9.5/v1.9.6 need github.com/fluxcd/pkg/artifact
+# v0.18.3: 403 "not available") is skipped for the next one.
+SOURCE_VERSIONS=${SOURCE_VERSIONS:-v1.9.6 v1.9.4 v1.8.5}
+KUSTOMIZE_VERSIONS=${KUSTOMIZE_VERSIONS:-v1.9.6 v1.9.5 v1.7.3}
 BIN=$REALENV/bin
 mkdir -p "$BIN"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
 build_one() {
-	local name=$1 mod=github.com/fluxcd/$1
+	local name=$1 FLUX_VERSION=$2 mod=github.com/fluxcd/$1
 	local out=$BIN/$name
 	if [[ -x $out && -f $out.version && $(cat "$out.version") == "$FLUX_VERSION" && -z ${FORCE:-} ]]; then
 		echo "$name $FLUX_VERSION: cached at $out"
@@ -48,12 +52,23 @@ package tools
 
 import _ "$mod"
 GO
-	(cd "$src" && go mod tidy -e >/dev/null 2>&1 || true
-	 cd "$src" && go get "$mod@$FLUX_VERSION" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$out" "$mod")
+	(cd "$src" && go get "$mod@$FLUX_VERSION" && go mod tidy && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$out" "$mod") || return 1
 	echo "$FLUX_VERSION" >"$out.version"
 	echo "$name $FLUX_VERSION: built $out"
 }
 
-for c in ${CONTROLLERS:-source-controller kustomize-controller}; do
-	build_one "$c"
-done
+build_any() {
+	local name=$1 v
+	shift
+	for v in "$@"; do
+		if build_one "$name" "$v"; then
+			return 0
+		fi
+		echo "$name $v: does not build from the proxy here; trying an older version" >&2
+	done
+	echo "build.sh: no version of $name builds ($*)" >&2
+	return 1
+}
+
+build_any kustomize-controller $KUSTOMIZE_VERSIONS
+build_any source-controller $SOURCE_VERSIONS
