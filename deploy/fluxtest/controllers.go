@@ -108,7 +108,7 @@ func (s *Server) reconcileSources() bool {
 		} else {
 			rev := branch + "@sha1:" + sha
 			setPath(next, map[string]any{"revision": rev, "path": "gitrepository/" + key + "/" + sha + ".tar.gz",
-				"url": "http://source-controller.flux-system.svc/gitrepository/" + key + "/" + sha + ".tar.gz",
+				"url":            "http://source-controller.flux-system.svc/gitrepository/" + key + "/" + sha + ".tar.gz",
 				"lastUpdateTime": now.UTC().Format(time.RFC3339)}, "status", "artifact")
 			setCondition(next, "Ready", "True", "Succeeded", "stored artifact for revision '"+rev+"'", now)
 			setCondition(next, "ArtifactInStorage", "True", "Succeeded", "stored artifact for revision '"+rev+"'", now)

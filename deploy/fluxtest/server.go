@@ -62,7 +62,7 @@ type Server struct {
 	events  []event
 	oldest  int64 // events older than this were compacted away
 	changed chan struct{}
-	bcast   chan struct{} // closed and replaced on every event (wakes watches)
+	bcast   chan struct{}     // closed and replaced on every event (wakes watches)
 	bad     map[string]string // revision (sha) → apply failure message
 	srcDown bool
 	ksDown  bool
