@@ -37,6 +37,8 @@ func newAgent(g *globals) *cobra.Command {
 		previewApps                                    bool
 		previewProject                                 string
 		previewMaxAge                                  time.Duration
+		engine                                         string
+		ff                                             fluxFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -89,6 +91,13 @@ func newAgent(g *globals) *cobra.Command {
 				}
 				defer conn.Close()
 				return sa.Run(ctx, conn)
+			}
+			switch engine {
+			case "flux":
+				return runFluxAgent(ctx, log, id, replica, ff, connect)
+			case "argocd":
+			default:
+				return fmt.Errorf("--engine %q: want argocd or flux", engine)
 			}
 			if url == "" {
 				return errors.New("--argocd-url is required (or --sim-repo for a simulated agent)")
@@ -153,6 +162,10 @@ func newAgent(g *globals) *cobra.Command {
 	f.StringVar(&previewProject, "preview-project", argocd.DefaultPreviewProject, "AppProject of preview apps; it must permit no kind and deny every sync (docs/previews.md)")
 	f.DurationVar(&previewMaxAge, "preview-max-age", 10*time.Minute, "preview apps older than this are leftovers, deleted when the agent starts")
 	f.IntVar(&watchBuffer, "argocd-watch-buffer", 1000, "Argo CD's ARGOCD_WATCH_API_BUFFER_SIZE: after half this many events back to back the agent re-lists early (negative: never)")
+	f.StringVar(&engine, "engine", "argocd", "GitOps engine the agent bridges: argocd or flux (Kustomizations and HelmReleases through the Kubernetes API)")
+	f.StringVar(&ff.kubeconfig, "kubeconfig", "", "--engine flux: kubeconfig file (default: the in-cluster service account)")
+	f.StringVar(&ff.namespace, "flux-namespace", "flux-system", "--engine flux: Flux's namespace; apps elsewhere are named namespace/name")
+	f.DurationVar(&ff.stuckAfter, "flux-stuck-after", 2*time.Minute, "--engine flux: a reconcile request a controller has not handled for this long marks the app's record stale")
 	f.StringVar(&simRepo, "sim-repo", "", "run the simulated agent on this release repo (path or git URL) instead of Argo CD")
 	f.StringVar(&simBranch, "sim-branch", "", "simulated agent: branch to deploy (default the repo's HEAD branch)")
 	f.StringVar(&simAppSet, "sim-appset", "", "simulated agent: path of the ApplicationSet manifest in the repo (default: search)")
