@@ -34,7 +34,7 @@ func newServer(g *globals) *cobra.Command {
 				return err
 			}
 			if tokens == "" {
-				return errors.New("--tokens FILE is required: the API authenticates every caller (see README, Access)")
+				return errors.New("--tokens FILE is required: the API authenticates every caller (see docs/security.md, Access)")
 			}
 			auth, err := controller.LoadAuth(tokens)
 			if err != nil {
