@@ -22,6 +22,7 @@ const modulePath = "github.com/prflow/prflow"
 // examples holds data only. A new top-level folder must be placed here.
 var layers = map[string]int{
 	"cmd":       5,
+	"docs":      5, // the reference pages' generator reads pipelines and steps
 	"pipelines": 4,
 	"steps":     3,
 	"deploy":    2,

@@ -38,7 +38,7 @@ func newServer(g *globals) *cobra.Command {
 				return err
 			}
 			if tokens == "" && oidcFile == "" {
-				return errors.New("--tokens FILE or --oidc FILE is required: the API authenticates every caller (see README, Access, and docs/oidc.md)")
+				return errors.New("--tokens FILE or --oidc FILE is required: the API authenticates every caller (see docs/security.md, Access, and docs/oidc.md)")
 			}
 			auth := &controller.Auth{}
 			if tokens != "" {

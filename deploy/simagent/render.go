@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	jsonnet "github.com/google/go-jsonnet"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The simulated agent renders an app's manifests the way Argo CD renders a directory source:

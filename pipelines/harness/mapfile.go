@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/steps/spelling"

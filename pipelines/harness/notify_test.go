@@ -337,18 +337,18 @@ func TestNotifyMapRefusesWhatBelongsToTheWorkers(t *testing.T) {
 	}
 }
 
-// The mapping file shown in the README's Harness section parses, notifications included.
-func TestReadmeMapExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// The mapping file shown in docs/harness.md parses, notifications included.
+func TestDocsMapExample(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/harness.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(readme), "What Harness keeps in its SaaS comes from the map:\n\n```yaml\n")
 	block, _, ok2 := strings.Cut(rest, "```")
 	if !ok || !ok2 {
-		t.Fatal("no map example in the README")
+		t.Fatal("no map example in docs/harness.md")
 	}
-	m, err := ParseMap("README.md", []byte(block))
+	m, err := ParseMap("docs/harness.md", []byte(block))
 	if err != nil {
 		t.Fatal(err)
 	}

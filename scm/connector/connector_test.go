@@ -19,7 +19,7 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -313,15 +312,9 @@ func (e *Engine) retry(ctx context.Context, again bool, op func(attempt int) err
 	}
 }
 
-// backoff is base·2^(attempt-1) capped at max, with "equal jitter" (between half and all of it)
-// so that racing workers spread out.
+// backoff is scm.Backoff with the engine's delays.
 func (e *Engine) backoff(attempt int) time.Duration {
-	d := e.baseDelay << min(attempt-1, 20)
-	if d > e.maxDelay || d <= 0 {
-		d = e.maxDelay
-	}
-	half := d / 2
-	return half + rand.N(half+1)
+	return scm.Backoff(e.baseDelay, e.maxDelay, attempt)
 }
 
 // ValidateBranchName rejects branch names git would refuse (see git check-ref-format).

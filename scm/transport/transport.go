@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -253,12 +252,7 @@ func (t *Transport) rateLimitDelay(resp *http.Response) time.Duration {
 }
 
 func (t *Transport) backoff(attempt int) time.Duration {
-	d := t.baseDelay << min(attempt-1, 20)
-	if d > t.maxDelay || d <= 0 {
-		d = t.maxDelay
-	}
-	half := d / 2
-	return half + rand.N(half+1)
+	return scm.Backoff(t.baseDelay, t.maxDelay, attempt)
 }
 
 func (t *Transport) redact(err error) error { return RedactError(err, t.secrets...) }

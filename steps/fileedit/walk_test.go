@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The JSON and YAML editors share one walk (walk.go). The same document in

@@ -6,7 +6,7 @@ import (
 	"math"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // applyYAML applies the changes one at a time. Each change is located in a

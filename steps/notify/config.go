@@ -36,7 +36,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/steps"

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,22 @@ import (
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
+
+// LongEnv is the environment variable that selects the long forms of the tests (`task
+// test-long`): more concurrent runs, more repetitions. CI runs the short forms, which make the
+// same assertions on fewer runs.
+const LongEnv = "PRFLOW_TEST_LONG"
+
+// Long reports whether the long forms of the tests were asked for (PRFLOW_TEST_LONG=1).
+func Long() bool { return os.Getenv(LongEnv) == "1" }
+
+// Pick returns long when the long forms were asked for, else short.
+func Pick(short, long int) int {
+	if Long() {
+		return long
+	}
+	return short
+}
 
 // Options configure an Env.
 type Options struct {
