@@ -972,6 +972,11 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		if !a.DegradedSince.IsZero() && r.cfg.degradedTimeout > 0 {
 			poll = min(poll, max(time.Until(a.DegradedSince.Add(r.cfg.degradedTimeout)), time.Second))
 		}
+		if !a.DriftSince.IsZero() && a.State != appDone {
+			// An app OutOfSync after our sync is synced again once the grace is over: no
+			// record change comes to say so.
+			poll = min(poll, max(time.Until(a.DriftSince.Add(syncDriftGrace)), 0)+time.Second)
+		}
 	}
 	reason := fmt.Sprintf("waiting for %d of %d application(s): %s", pending, len(m.Apps), r.waitingSummary())
 	if windows.n > 0 {
