@@ -90,9 +90,14 @@ func init() {
 
 // Defaults and limits of GitOpsSync.
 const (
-	syncPollSafetyNet = 30 * time.Second
-	syncFirstPoll     = time.Second     // the poll fallback right after something changed
-	syncRetryPoll     = 3 * time.Second // an agent was offline or busy answering
+	// syncPollSafetyNet: a step that waits only for app records to change is woken by the
+	// controller when one does (or when its agent's registration changes, or on a restart
+	// for records written meanwhile); the poll is a backstop minutes apart, so that 10,000
+	// parked steps cost a few jobs a second, not hundreds.
+	syncPollSafetyNet = 30 * time.Minute
+	syncFirstPoll     = time.Second      // a retried sync request: first pause
+	syncRetryMax      = 30 * time.Second // a retried sync request: the pause doubles up to this
+	syncRetryPoll     = 3 * time.Second  // an agent was offline or busy answering
 	syncDefaultWait   = 10 * time.Minute
 	syncMaxResyncs    = 2 // a Succeeded operation on the wrong revision is retried this often
 	// syncDriftGrace: how long an app may stay OutOfSync at a good revision after our sync
@@ -481,7 +486,7 @@ type syncMemo struct {
 	Deadline time.Time `json:"deadline"`
 	Expected string    `json:"expected,omitempty"` // the stage's merge commit, when known
 	Apps     []syncApp `json:"apps"`
-	// Quiet counts wakes in a row that changed nothing; the poll fallback doubles with it.
+	// Quiet counts wakes in a row that changed nothing; a retried request's poll doubles with it.
 	Quiet int `json:"quiet,omitempty"`
 	// OutageSince is when the agents' view went stale (zero while it is fresh).
 	OutageSince time.Time `json:"outageSince,omitzero"`
@@ -950,21 +955,27 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	if final {
 		return r.timedOut(ctx, status), nil
 	}
-	// Wakes come from the apps' records changing. The poll is the safety net for a change
-	// that lands between this run's last read and the controller indexing the park: short
-	// right after something moved, doubling up to syncPollSafetyNet while nothing does.
+	// Wakes come from the apps' records changing; a change that lands between this run's
+	// last read and the controller indexing the park wakes it too (the controller remembers
+	// when keys changed). Only a sync request to retry needs a poll: short right after
+	// something moved, doubling while nothing does.
 	if m.fingerprint() != before {
 		m.Quiet = 0
 	} else {
 		m.Quiet = min(m.Quiet+1, 8)
 	}
-	poll := min(syncPollSafetyNet, syncFirstPoll<<m.Quiet)
+	poll := syncPollSafetyNet
 	if retry {
-		poll = max(poll, syncRetryPoll)
+		poll = max(min(syncRetryMax, syncFirstPoll<<m.Quiet), syncRetryPoll)
 	}
 	for _, a := range m.Apps {
 		if !a.DegradedSince.IsZero() && r.cfg.degradedTimeout > 0 {
 			poll = min(poll, max(time.Until(a.DegradedSince.Add(r.cfg.degradedTimeout)), time.Second))
+		}
+		if !a.DriftSince.IsZero() && a.State != appDone {
+			// An app OutOfSync after our sync is synced again once the grace is over: no
+			// record change comes to say so.
+			poll = min(poll, max(time.Until(a.DriftSince.Add(syncDriftGrace)), 0)+time.Second)
 		}
 	}
 	reason := fmt.Sprintf("waiting for %d of %d application(s): %s", pending, len(m.Apps), r.waitingSummary())

@@ -3,7 +3,9 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sort"
@@ -11,6 +13,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/prflow/prflow/deploy/argocdtest"
 	"github.com/prflow/prflow/pipelines"
@@ -62,53 +68,88 @@ func BenchmarkStatusChangeToResume(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkParkedGitOpsSync parks 1,000 runs in GitOpsSync at once (each waiting for its own
-// app to become Healthy) and reports the process's resident memory while they wait, against
-// the same process before the runs started. The controller, worker, NATS, the agent and the
-// fake Argo CD share the process: the delta is an upper bound for the controller's share.
+// Flags of BenchmarkParkedGitOpsSync: the 10,000-run case is -parked 10000.
+var (
+	parkedRuns = flag.Int("parked", 1000, "BenchmarkParkedGitOpsSync: how many runs park at once")
+	parkedIdle = flag.Duration("parked-idle", time.Minute, "BenchmarkParkedGitOpsSync: how long the parked runs sit while idle jobs are counted")
+)
+
+// BenchmarkParkedGitOpsSync parks -parked runs (1,000 by default) in GitOpsSync at once, each
+// waiting for its own app to become Healthy, lets them sit for -parked-idle and reports:
+//   - start-time/ref: the time to start every run ÷ the time of as many raw KV creates +
+//     publishes measured in the same process (what the transport alone costs);
+//   - idle-jobs/s: GitOpsSync jobs dispatched per second while nothing changes;
+//   - controller-KB/parked-run: the heap held by allocations made under prflow's pipelines
+//     packages (controller, state machine), from heap profiles before the starts and after the
+//     idle wait;
+//   - rss figures of the whole process (controller, worker, NATS, agent and fake Argo CD).
 func BenchmarkParkedGitOpsSync(b *testing.B) {
-	const runs = 1000
+	runs := *parkedRuns
+	runtime.MemProfileRate = 64 << 10
 	m := controller.NewMetrics(nil)
 	s := newStack(b, stackOpts{quiet: true, concurrency: 32, metrics: m})
 	for i := 0; i < runs; i++ {
-		name := fmt.Sprintf("app-%04d", i)
+		name := fmt.Sprintf("app-%05d", i)
 		s.addApp(app(name, "apps/web", nil))
 		if err := s.argo.ScriptSync(name, argocdtest.SyncScript{Progressing: -1}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	s.waitRecord(fmt.Sprintf("app-%04d", runs-1))
+	// Every app recorded by the agent (a loaded machine takes longer than waitRecord allows).
+	recorded := time.Now().Add(time.Minute + time.Duration(runs)*20*time.Millisecond)
+	for i := 0; i < runs; i++ {
+		for {
+			if _, err := s.client.Status(context.Background(), "eu", fmt.Sprintf("app-%05d", i)); err == nil {
+				break
+			}
+			if time.Now().After(recorded) {
+				b.Fatalf("no status record for app-%05d", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ref := rawStartTime(b, s, runs)
 	// One pipeline for all runs (as in production: many runs of few pipelines); the app is
 	// an input.
 	src := pipeline(`      - id: sync
         type: GitOpsSync
-        timeout: 10m
+        timeout: 30m
         with: {applicationsList: [{agentId: eu, applicationName: "${{ inputs.app }}"}], waitTillHealthy: true}
 `, false)
 	before := rssKB()
 	heapBefore := heapInUse()
+	ctlBefore := heapUnder("github.com/prflow/prflow/pipelines")
 	b.ResetTimer()
 	start := time.Now()
 	ids := make([]string, runs)
 	for i := range ids {
-		ids[i] = s.start(src, map[string]any{"app": fmt.Sprintf("app-%04d", i)}).ID
+		ids[i] = s.start(src, map[string]any{"app": fmt.Sprintf("app-%05d", i)}).ID
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for m.Parked() < runs {
+	startTime := time.Since(start)
+	deadline := time.Now().Add(5*time.Minute + time.Duration(runs)*200*time.Millisecond) // a loaded machine parks slowly
+	for m.Parked() < int64(runs) {
 		if time.Now().After(deadline) {
 			b.Fatalf("only %d of %d runs parked", m.Parked(), runs)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	allParked := time.Since(start)
-	// Let them sit: the poll fallback backs off; nothing should hold a worker or grow.
-	time.Sleep(3 * time.Second)
+	// Let them sit: nothing changes, so nothing should be dispatched, hold a worker or grow.
+	jobs := m.Dispatched.WithLabelValues("GitOpsSync")
+	jobsBefore := counterValue(jobs)
+	time.Sleep(*parkedIdle)
+	idleJobs := counterValue(jobs) - jobsBefore
 	b.StopTimer()
 	parked := m.Parked()
 	after := rssKB()
 	heapAfter := heapInUse()
+	ctlAfter := heapUnder("github.com/prflow/prflow/pipelines")
 	b.ReportMetric(float64(parked), "parked")
+	b.ReportMetric(startTime.Seconds(), "s-to-start-all")
+	b.ReportMetric(float64(startTime)/float64(ref), "start-time/ref")
 	b.ReportMetric(allParked.Seconds(), "s-to-park-all")
+	b.ReportMetric(idleJobs/parkedIdle.Seconds(), "idle-jobs/s")
+	b.ReportMetric(float64(ctlAfter-ctlBefore)/1024/float64(runs), "controller-KB/parked-run")
 	b.ReportMetric(float64(after)/1024, "rss-MB")
 	b.ReportMetric(float64(after-before)/1024, "rss-delta-MB")
 	b.ReportMetric(float64(after-before)/float64(runs), "rss-KB/parked-run")
@@ -119,6 +160,85 @@ func BenchmarkParkedGitOpsSync(b *testing.B) {
 		r, _ := s.ctl.Get(context.Background(), id)
 		if st := step(r, "dev", "sync"); st == nil || st.Status != pipelines.StWaiting {
 			b.Fatalf("run %s is not parked: %+v", id, st)
+		}
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}
+
+// rawStartTime is how long n raw KV creates plus n JetStream publishes take one after the
+// other on the stack's connection (a run start's transport work), in a scratch bucket and
+// stream that are removed afterwards.
+func rawStartTime(b *testing.B, s *stack, n int) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	js := s.conn.JS
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench-raw-runs"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = js.DeleteKeyValue(ctx, "bench-raw-runs") }()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_RAW", Subjects: []string{"bench.raw.>"}}); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = js.DeleteStream(ctx, "BENCH_RAW") }()
+	val := make([]byte, 2048) // about a new run's state
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("r%07d", i)
+		if _, err := kv.Create(ctx, k, val); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "bench.raw."+k, val[:512]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(t0)
+}
+
+// heapUnder is the in-use heap (scaled from the heap profile's samples, as pprof does) of
+// allocations whose stack passes through a function of the package path prefix.
+func heapUnder(prefix string) int64 {
+	runtime.GC()
+	runtime.GC() // the profile reflects the heap as of the last completed GC cycle
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, true)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, true); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	rate := float64(runtime.MemProfileRate)
+	var total float64
+	for _, r := range recs {
+		objs, bytes := r.InUseObjects(), r.InUseBytes()
+		if objs == 0 || !stackUnder(r.Stack(), prefix) {
+			continue
+		}
+		avg := float64(bytes) / float64(objs)
+		total += float64(bytes) / (1 - math.Exp(-avg/rate))
+	}
+	return int64(total)
+}
+
+func stackUnder(pcs []uintptr, prefix string) bool {
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, prefix) {
+			return true
+		}
+		if !more {
+			return false
 		}
 	}
 }

@@ -56,9 +56,9 @@ func TestGitOpsSyncSucceedsOnMergedRevision(t *testing.T) {
 }
 
 func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
-	// The app syncs and stays Progressing. Once the step has been parked long enough for its
-	// poll fallback to have backed off to 4s or more, the app turns Healthy: the step must be
-	// resumed by that change of its status key, at once, not by a poll tick.
+	// The app syncs and stays Progressing. Once the step has been parked for a while (its poll
+	// is a backstop minutes away), the app turns Healthy: the step must be resumed by that
+	// change of its status key, at once, not by a poll tick.
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -67,7 +67,7 @@ func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
 	}
 	run := s.start(pipeline(syncWeb, true), map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "parked on Progressing with a long poll", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && st.Wait.Poll >= 4*time.Second && strings.Contains(st.Wait.Reason, "health Progressing") &&
+		return st.Status == pipelines.StWaiting && time.Since(st.WaitSince) > 2*time.Second && st.Wait.Poll >= 4*time.Second && strings.Contains(st.Wait.Reason, "health Progressing") &&
 			len(st.Wait.Keys) == 1 && st.Wait.Keys[0] == agent.StatusKey("eu", "web")
 	})
 	changed := time.Now()

@@ -64,7 +64,7 @@ type Controller struct {
 	waiting     map[string]int                   // run → number of parked steps
 	parkedTotal int                              // sum of waiting
 	revs        map[string]uint64                // run → revision the index reflects
-	changed     map[string]time.Time             // prflow-apps key → when it last changed
+	changed     *changeLog                       // key or topic → when it last changed (changes.go)
 	cache       sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
 	own         ownWrites                        // our writes to prflow-runs, which the runs watcher skips
 	waiters     map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
@@ -81,6 +81,7 @@ type Controller struct {
 	feedback atomic.Pointer[Feedback]   // commit statuses and PR comments (feedback.go)
 	idem     idempotency                // Idempotency-Key of run starts (idempotency.go)
 	envs     *environments.Model        // what runs where (environments.go)
+	regs     *registrations             // prflow-agents and prflow-workers in memory (registrations.go)
 }
 
 type parkRef struct {
@@ -88,6 +89,7 @@ type parkRef struct {
 	Rollback         bool
 	Wake             int
 	key              string
+	since            time.Time // when the job that parked was dispatched (changes after it wake the step)
 }
 
 // cachedRun is the last revision of a run this controller wrote, raw and (once an event was
@@ -132,9 +134,9 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 64,
 		machines: map[string]*pipelines.Machine{}, parsed: map[string]*pipelines.Pipeline{}, specs: map[string]struct{}{}, timers: map[string]*runTimer{},
 		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
-		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: map[string]time.Time{},
+		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: newChangeLog(changeMaxAge, changeMaxKeys),
 		waiters: map[string][]chan *pipelines.Run{}, seenDepth: map[depthKey]struct{}{}, ready: make(chan struct{}), loaded: make(chan struct{}),
-		apps: newAppWatch()}
+		apps: newAppWatch(), regs: newRegistrations()}
 	for _, o := range opts {
 		o(c)
 	}
@@ -250,9 +252,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch runs: %w", err)
 	}
-	appsW, err := c.b.Apps.WatchAll(ctx, jetstream.UpdatesOnly())
+	appsW, err := c.b.Apps.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch apps: %w", err)
+	}
+	agentsW, err := c.b.Agents.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch agents: %w", err)
+	}
+	workersW, err := c.b.Workers.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch workers: %w", err)
 	}
 	mq, err := queue.OpenMergeQueue(ctx, js)
 	if err != nil {
@@ -263,7 +273,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("watch merge queues: %w", err)
 	}
 	var wg sync.WaitGroup
-	wg.Add(6)
+	wg.Add(7)
 	go func() {
 		defer wg.Done()
 		if err := c.envs.Run(ctx); err != nil {
@@ -275,6 +285,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); c.watchRuns(ctx, runsW) }()
 	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
 	go func() { defer wg.Done(); c.consumeDLQ(ctx, dlq) }()
+	go func() { defer wg.Done(); c.watchRegistrations(ctx, agentsW, workersW) }()
 	if c.policy != nil {
 		// Stage policies read app status from memory; the watcher runs while a stage policy
 		// is loaded (from now, or from when a reload adds one).
@@ -345,6 +356,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	_ = runsW.Stop()
 	_ = appsW.Stop()
 	_ = mqW.Stop()
+	_ = agentsW.Stop()
+	_ = workersW.Stop()
 	wg.Wait()
 	c.mu.Lock()
 	for _, t := range c.timers {
@@ -752,10 +765,10 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 		for _, k := range p.Keys {
 			// A change that landed after the step's job went out but before this park was
 			// indexed would otherwise wake nobody: wake now.
-			if t, ok := c.changed[k]; ok && !p.Since.IsZero() && t.After(p.Since) {
-				missed = append(missed, parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: k})
+			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: k, since: p.Since}
+			if t, ok := c.changed.get(k); ok && !p.Since.IsZero() && t.After(p.Since) {
+				missed = append(missed, ref)
 			}
-			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: k}
 			if c.byKey[k] == nil {
 				c.byKey[k] = map[parkRef]struct{}{}
 			}
@@ -763,8 +776,8 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 			refs = append(refs, ref)
 		}
 		for _, t := range p.Topics {
-			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: t}
-			if at, ok := c.changed[t]; ok && !p.Since.IsZero() && at.After(p.Since) {
+			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: t, since: p.Since}
+			if at, ok := c.changed.get(t); ok && !p.Since.IsZero() && at.After(p.Since) {
 				missed = append(missed, ref) // a webhook for it came while the step's job ran
 			}
 			if c.byTopic[t] == nil {
@@ -816,18 +829,51 @@ func (c *Controller) setWaitingLocked(run string, n int) {
 	c.metrics.parked.Store(int64(c.parkedTotal))
 }
 
-// watchApps wakes the steps parked on an app status key when it changes.
+// watchApps wakes the steps parked on an app status key when it changes. The watcher first
+// delivers every current record: once every run is indexed, a record written after a step
+// parked (while no controller watched: a restart) wakes that step, so a parked step needs no
+// poll to catch up.
 func (c *Controller) watchApps(ctx context.Context, w jetstream.KeyWatcher) {
+	select {
+	case <-c.loaded:
+	case <-ctx.Done():
+		return
+	}
+	initial := true
 	for e := range w.Updates() {
 		if e == nil {
+			initial = false // every current record delivered
+			continue
+		}
+		now := time.Now()
+		if initial {
+			// The server stamps Created; allow for its clock and ours to differ.
+			at := e.Created()
+			c.mu.Lock()
+			c.changed.set(e.Key(), at, now)
+			var refs []parkRef
+			for ref := range c.byKey[e.Key()] {
+				if ref.since.IsZero() || ref.since.Before(at.Add(clockSkew)) {
+					refs = append(refs, ref)
+				}
+			}
+			c.mu.Unlock()
+			if len(refs) > 0 {
+				_ = c.wakeRefs(ctx, refs, "key "+e.Key()+" changed while no controller watched")
+			}
 			continue
 		}
 		c.mu.Lock()
-		c.changed[e.Key()] = time.Now()
+		c.changed.set(e.Key(), now, now)
 		c.mu.Unlock()
 		_ = c.wakeRefs(ctx, c.refsFor(c.byKey, e.Key()), "key "+e.Key()+" changed")
 	}
 }
+
+// clockSkew is how far the NATS server's clock (a record's Created) may be behind ours: a
+// record written up to this long before a step parked still wakes it after a restart (a wake
+// too many costs one job; one too few a wait until the deadline).
+const clockSkew = 30 * time.Second
 
 // WakeTopic wakes every step parked on an event topic (e.g. "pr:github:acme/deploy#12" when
 // that PR's webhook arrives). Wakes are deduplicated per wake number across replicas.

@@ -125,14 +125,26 @@ func literal(v *pipelines.Value) string {
 // of the step's pool, every notification channel by a live worker of the default pool, and
 // every agent it names is registered and live. It returns a
 // RefusedError listing every problem, or nil. It reads prflow-workers and prflow-agents only
-// when the pipeline names connectors, notification channels or agents.
+// when the pipeline names connectors, notification channels or agents: from memory while the
+// controller runs (a refusal is confirmed from the buckets), else from the buckets.
 func (c *Controller) Check(ctx context.Context, p *pipelines.Pipeline, trig *pipelines.TriggerInfo) error {
+	if c.regs.ready() {
+		// From memory (registrations.go); only a refusal is worth reading the buckets for.
+		if err := c.check(ctx, p, trig, c.regs.liveWorkers, c.regs.liveAgents); err == nil {
+			return nil
+		}
+	}
+	return c.check(ctx, p, trig, c.LiveWorkers, c.liveAgents)
+}
+
+func (c *Controller) check(ctx context.Context, p *pipelines.Pipeline, trig *pipelines.TriggerInfo,
+	liveWorkers func(context.Context) ([]worker.Info, error), liveAgents func(context.Context) (map[string]bool, error)) error {
 	n := pipelineNeeds(p, c.reg, trig)
 	var problems []string
 	var live []worker.Info
 	if len(n.connectors) > 0 || len(n.channels) > 0 {
 		var err error
-		if live, err = c.LiveWorkers(ctx); err != nil {
+		if live, err = liveWorkers(ctx); err != nil {
 			return err
 		}
 	}
@@ -183,7 +195,7 @@ func (c *Controller) Check(ctx context.Context, p *pipelines.Pipeline, trig *pip
 		}
 	}
 	if len(n.agents) > 0 {
-		registered, err := c.liveAgents(ctx)
+		registered, err := liveAgents(ctx)
 		if err != nil {
 			return err
 		}

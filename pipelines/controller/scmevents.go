@@ -266,13 +266,6 @@ func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, 
 func (c *Controller) noteTopic(topic string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.changed[topic] = time.Now()
-	if len(c.changed) > 100000 {
-		cut := time.Now().Add(-time.Hour)
-		for k, t := range c.changed {
-			if t.Before(cut) {
-				delete(c.changed, k)
-			}
-		}
-	}
+	now := time.Now()
+	c.changed.set(topic, now, now)
 }
