@@ -105,7 +105,7 @@ func (c *Controller) routes() []route {
 		{pattern: "GET /api/v1/pipelines", perm: perm{rbac.Pipelines, rbac.Get, objList}, handler: c.apiPipelines},                                 // catalog.go
 		{pattern: "POST /api/v1/pipelines/{name}/runs", perm: perm{rbac.Runs, rbac.Start, objStarted}, handler: c.apiStartPipeline, changes: true}, // catalog.go
 		{pattern: "POST /api/v1/runs/{id}/signals", perm: perm{rbac.Approvals, rbac.Approve, objStage}, handler: c.apiSignal, changes: true},
-		{pattern: "POST /api/v1/runs/{id}/interventions/{stage}", perm: perm{rbac.Interventions, rbac.Approve, objStage}, handler: c.apiIntervene, changes: true}, // intervene.go
+		{pattern: "POST /api/v1/runs/{id}/interventions/{stage}", perm: perm{rbac.Interventions, rbac.Approve, objStagePath}, handler: c.apiIntervene, changes: true}, // intervene.go
 		{pattern: "GET /api/v1/runs/{id}/logs", perm: perm{rbac.Runs, rbac.Get, objRun}, handler: c.apiLogs},
 		{pattern: "GET /api/v1/workers", perm: perm{rbac.Pipelines, rbac.Get, objAll}, handler: c.apiWorkers},
 		{pattern: "GET /api/v1/audit", perm: perm{rbac.Audit, rbac.Get, objAll}, handler: c.apiAudit}, // audit.go

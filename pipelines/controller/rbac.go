@@ -40,27 +40,29 @@ func (c *Controller) Policy() *rbac.Policy {
 type objectKind int
 
 const (
-	objPublic   objectKind = iota // no token, no permission (schema, OpenAPI document)
-	objAll                        // about no one pipeline: needs the permission on object *
-	objRun                        // the run of {id}: its pipeline and the environments of its stages
-	objStage                      // the stage a signal names (checked in sendSignal)
-	objStarted                    // the run being started, once its pipeline is loaded (checked in start)
-	objPipeline                   // the pipeline a check request holds, once loaded (apiCheck)
-	objEnv                        // the environment {name}: PIPELINE/ENV for a pipeline that promotes it
-	objList                       // a list: each entry is shown only when the caller may get it
-	objSelf                       // about the caller only (can-i)
+	objPublic    objectKind = iota // no token, no permission (schema, OpenAPI document)
+	objAll                         // about no one pipeline: needs the permission on object *
+	objRun                         // the run of {id}: its pipeline and the environments of its stages
+	objStage                       // the stage a signal names (checked in sendSignal)
+	objStagePath                   // the stage {stage} of the run {id} (checked in Intervene)
+	objStarted                     // the run being started, once its pipeline is loaded (checked in start)
+	objPipeline                    // the pipeline a check request holds, once loaded (apiCheck)
+	objEnv                         // the environment {name}: PIPELINE/ENV for a pipeline that promotes it
+	objList                        // a list: each entry is shown only when the caller may get it
+	objSelf                        // about the caller only (can-i)
 )
 
 var objectDoc = map[objectKind]string{
-	objPublic:   "none (served without a token)",
-	objAll:      "`*` (the permission on every object)",
-	objRun:      "PIPELINE/ENV of every environment of the run (cancel: of the stages still going)",
-	objStage:    "PIPELINE/ENV of the stage named in the body",
-	objStarted:  "PIPELINE/ENV of every environment the new run deploys to (retry: of the stages it runs again)",
-	objPipeline: "PIPELINE/ENV for any environment of the pipeline in the body",
-	objEnv:      "PIPELINE/{name} for any pipeline that promotes the environment",
-	objList:     "each entry's own object; entries the caller may not get are left out",
-	objSelf:     "none: any signed-in caller may ask about themself",
+	objPublic:    "none (served without a token)",
+	objAll:       "`*` (the permission on every object)",
+	objRun:       "PIPELINE/ENV of every environment of the run (cancel: of the stages still going)",
+	objStage:     "PIPELINE/ENV of the stage named in the body",
+	objStagePath: "PIPELINE/ENV of the run's stage {stage}",
+	objStarted:   "PIPELINE/ENV of every environment the new run deploys to (retry: of the stages it runs again)",
+	objPipeline:  "PIPELINE/ENV for any environment of the pipeline in the body",
+	objEnv:       "PIPELINE/{name} for any pipeline that promotes the environment",
+	objList:      "each entry's own object; entries the caller may not get are left out",
+	objSelf:      "none: any signed-in caller may ask about themself",
 }
 
 // perm is what a route needs.
