@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -466,5 +467,30 @@ func TestVerifyTimeoutShorterThanMeasurements(t *testing.T) {
 	_, err := runVerify(context.Background(), sc)
 	if !IsTerminal(err) || !strings.Contains(err.Error(), "set the step's timeout to at least 11m0s") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestChartAxisNiceSteps: the y axis of a Verify chart is labelled in 1, 2 or 5 × 10^k steps
+// (0, 0.05, 0.1), not at the padded range's odd ends (0.05022, 0.1004).
+func TestChartAxisNiceSteps(t *testing.T) {
+	for _, c := range []struct{ raw, want float64 }{
+		{0.0251, 0.05}, {0.02, 0.02}, {0.3, 0.5}, {7, 10}, {120, 200}, {0, 1}, {-1, 1},
+	} {
+		if got := niceStep(c.raw); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("niceStep(%v) = %v, want %v", c.raw, got, c.want)
+		}
+	}
+	start := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	v1, v2 := 0.011, 0.093
+	spec := metricSpec{Name: "error-rate", Interval: time.Minute, Count: 2, thresholds: []float64{0.05}}
+	st := &metricState{Measurements: []Measurement{{At: start.Add(time.Minute), Value: &v1, Verdict: "successful"}, {At: start.Add(2 * time.Minute), Value: &v2, Verdict: "failed"}}}
+	svg := verifyChart(spec, st, start)
+	for _, label := range []string{">0<", ">0.05<", ">0.1<"} {
+		if !strings.Contains(svg, label) {
+			t.Errorf("chart has no axis label %s:\n%s", label, svg)
+		}
+	}
+	if strings.Contains(svg, "0.1004") || strings.Contains(svg, "0.05022") {
+		t.Errorf("chart labels the padded range's ends:\n%s", svg)
 	}
 }

@@ -3,6 +3,7 @@ package steps
 import (
 	"encoding/xml"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,6 +103,9 @@ func verifyChart(spec metricSpec, st *metricState, start time.Time) string {
 			lo -= pad
 		}
 	}
+	// Round the range out to a nice step (1, 2 or 5 × 10^k) so the axis reads 0, 0.05, 0.1.
+	step := niceStep((hi - lo) / 4)
+	lo, hi = math.Floor(lo/step)*step, math.Ceil(hi/step)*step
 	span := end.Sub(start)
 	if span <= 0 {
 		span = time.Second
@@ -126,8 +130,12 @@ func verifyChart(spec metricSpec, st *metricState, start time.Time) string {
 	// Axes and y labels.
 	fmt.Fprintf(&b, `<g stroke="#d0d7de" stroke-width="1"><line x1="%s" y1="%s" x2="%s" y2="%s"/><line x1="%s" y1="%s" x2="%s" y2="%s"/></g>`,
 		f(chartLeft), f(chartTop), f(chartLeft), f(chartTop+chartPlotH), f(chartLeft), f(chartTop+chartPlotH), f(chartLeft+chartPlotW), f(chartTop+chartPlotH))
-	for _, v := range []float64{lo, (lo + hi) / 2, hi} {
-		fmt.Fprintf(&b, `<text x="%s" y="%s" text-anchor="end" fill="#57606a">%s</text>`, f(chartLeft-6), f(y(v)+4), esc(chartNum(v)))
+	for i := 0; lo+float64(i)*step <= hi+step/2; i++ {
+		v := lo + float64(i)*step
+		if i > 0 {
+			fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#eaeef2"/>`, f(chartLeft), f(y(v)), f(chartLeft+chartPlotW), f(y(v)))
+		}
+		fmt.Fprintf(&b, `<text x="%s" y="%s" text-anchor="end" fill="#57606a">%s</text>`, f(chartLeft-6), f(y(v)+4), esc(chartNum(math.Round(v/step)*step)))
 	}
 	fmt.Fprintf(&b, `<text x="%s" y="%s" fill="#57606a">%s</text>`, f(chartLeft), f(chartH-8), esc(start.UTC().Format(time.TimeOnly)))
 	fmt.Fprintf(&b, `<text x="%s" y="%s" text-anchor="end" fill="#57606a">%s</text>`, f(chartLeft+chartPlotW), f(chartH-8), esc(end.UTC().Format(time.TimeOnly)+" UTC"))
@@ -177,6 +185,20 @@ func verifyChart(spec metricSpec, st *metricState, start time.Time) string {
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
+}
+
+// niceStep is the smallest of 1, 2 or 5 × 10^k that is at least raw (raw > 0).
+func niceStep(raw float64) float64 {
+	if raw <= 0 || math.IsNaN(raw) || math.IsInf(raw, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= raw {
+			return m * p
+		}
+	}
+	return 10 * p
 }
 
 func chartNum(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
