@@ -334,7 +334,7 @@ func TestRealFluxBadChangeRollsBack(t *testing.T) {
 	app := f.id + "-dev"
 	k := f.kust(app)
 	status, msg, _ := readyCond(k)
-	if r.Status != pipelines.StFailed || !strings.Contains(r.Error, app+" (agent flux)") || !strings.Contains(r.Error, "version") {
+	if r.Status != pipelines.StFailed || !strings.Contains(r.Error, app+" (agent flux)") || !strings.Contains(r.Error, `Invalid value: "1.6.0+bad"`) {
 		t.Fatalf("run %s %q, want failed on %s with Flux's message (Kustomization now Ready=%s %q)\n%s", r.Status, r.Error, app, status, msg, describeRun(r))
 	}
 	t.Logf("stage failed with: %s", r.Error)
