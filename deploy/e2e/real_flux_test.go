@@ -311,7 +311,7 @@ func TestRealFluxPromotion(t *testing.T) {
 		})
 		_, _, transition := readyCond(k)
 		fluxSaw := readyAt(app, sha)
-		t.Logf("REALTIME flux %s: merge→Ready seen by prflow (sync step ended) %v; merge→Ready seen by a watch on the Kustomization %v; Ready lastTransitionTime %s (1 s resolution)",
+		t.Logf("REALTIME flux %s: merge→Ready seen by prflow (sync step ended) %v; merge→Ready seen by a watch on the Kustomization %v; Ready lastTransitionTime after the run %s (1 s resolution)",
 			env, sync.Ended.Sub(merge.Ended).Round(time.Millisecond), durSince(merge.Ended, fluxSaw), transition.Format(time.TimeOnly))
 	}
 }
