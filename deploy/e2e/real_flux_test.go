@@ -64,6 +64,12 @@ func realFluxSetup(t *testing.T, envs ...string) *realFlux {
 	}
 	vars := readEnvFile(t, envFile)
 	fenv := readEnvFile(t, fluxEnv)
+	for _, c := range []string{"source-controller", "kustomize-controller"} {
+		pid := fenv[strings.ToUpper(strings.ReplaceAll(c, "-", "_"))+"_PID"]
+		if cmd, err := os.ReadFile("/proc/" + pid + "/cmdline"); err != nil || !strings.Contains(string(cmd), c) {
+			t.Fatalf("%s (pid %q in %s) is not running: start Flux with deploy/e2e/flux/up.sh", c, pid, fluxEnv)
+		}
+	}
 	id := fmt.Sprintf("f%s%d", strings.ToLower(strings.TrimPrefix(t.Name(), "TestRealFlux"))[:min(5, len(t.Name())-12)], time.Now().UnixNano()%1e5)
 	r := &realEnv{t: t, vars: vars, dir: dir, home: filepath.Join(dir, "data", "home"), id: id, repo: id, set: id}
 	gitBase := strings.TrimSuffix(vars["GIT_URL"], "/demo.git")
