@@ -27,6 +27,18 @@ stop() {
   if [ "$started" = 1 ] && [ "${KEEP_REALENV:-0}" != 1 ]; then "$SCRIPTS/down.sh" >/dev/null || true; fi
 }
 trap stop EXIT
+# Real Flux (TestRealFlux…): build source-controller and kustomize-controller once, and start
+# them on this realenv unless they already run (their PIDs join realenv's, so down.sh stops them).
+if [[ "TestRealFlux" =~ $RUN ]]; then
+  [ -x "$REALENV/bin/source-controller" ] && [ -x "$REALENV/bin/kustomize-controller" ] || deploy/e2e/flux/build.sh
+  flux_up() { # is the source-controller of flux.env still running?
+    [ -s "$REALENV/flux.env" ] || return 1
+    local pid
+    pid=$(. "$REALENV/flux.env"; echo "$SOURCE_CONTROLLER_PID")
+    [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q source-controller
+  }
+  flux_up || deploy/e2e/flux/up.sh
+fi
 set +e
 PRFLOW_REALENV=$REALENV/realenv.env go test -count=1 -v -timeout 40m -run "$RUN" ./deploy/e2e/ > "$REALENV/e2e-real.log" 2>&1
 rc=$?

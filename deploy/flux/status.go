@@ -191,6 +191,11 @@ func (a *Agent) status(app, src *unstructured.Unstructured, now time.Time) agent
 
 	conds := conditions(app)
 	ready, stalled, reconciling := conds["Ready"], conds["Stalled"], conds["Reconciling"]
+	if reconciling.Reason == "ProgressingWithRetry" && ready.Status == "False" {
+		// A failed attempt that Flux will retry on its interval (real kustomize-controller keeps
+		// Reconciling=True with this reason): the failure is the state, not a reconcile under way.
+		reconciling.Status = "False"
+	}
 	switch {
 	case suspended(app):
 		st.Health, st.HealthMessage = agent.HealthSuspended, kindName(app)+" is suspended (spec.suspend: true)"

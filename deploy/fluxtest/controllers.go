@@ -174,7 +174,9 @@ func (s *Server) reconcileKustomizations() bool {
 		next := clone(o)
 		reconciling := false
 		for _, c := range asList(getPath(o, "status", "conditions")) {
-			if c["type"] == "Reconciling" && c["status"] == "True" {
+			// A failed attempt leaves Reconciling=True "ProgressingWithRetry" (as the real
+			// kustomize-controller does): that is not a reconcile under way.
+			if c["type"] == "Reconciling" && c["status"] == "True" && c["reason"] != "ProgressingWithRetry" {
 				reconciling = true
 			}
 		}
@@ -191,6 +193,7 @@ func (s *Server) reconcileKustomizations() bool {
 			setPath(next, rev, "status", "lastAttemptedRevision")
 			sha := rev[strings.LastIndex(rev, ":")+1:]
 			if msg, bad := s.bad[sha]; bad {
+				setCondition(next, "Reconciling", "True", "ProgressingWithRetry", "Detecting drift for revision "+rev, now)
 				setCondition(next, "Ready", "False", "HealthCheckFailed", msg, now)
 			} else {
 				setPath(next, rev, "status", "lastAppliedRevision")

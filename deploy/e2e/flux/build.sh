@@ -8,10 +8,12 @@
 # points inside the module zip and is satisfied by the required api module instead).
 set -euo pipefail
 REALENV=${REALENV:-/tmp/realenv}
-# Versions tried newest first, per controller: a version whose dependencies the proxy does
-# not serve all of (source-controller v1.9.5/v1.9.6 need github.com/fluxcd/pkg/artifact
-# v0.18.3: 403 "not available") is skipped for the next one.
+# Versions tried newest first, per controller; a version that does not build is skipped for
+# the next one. source-controller v1.9.4-v1.9.6 require github.com/fluxcd/pkg/artifact
+# v0.18.2/v0.18.3, which the proxy refuses (403 "not available"); it serves v0.18.1, the same
+# API, so EXTRA_REPLACE pins that (set it empty to see the refusal).
 SOURCE_VERSIONS=${SOURCE_VERSIONS:-v1.9.6 v1.9.4 v1.8.5}
+EXTRA_REPLACE_source_controller=${EXTRA_REPLACE_source_controller-github.com/fluxcd/pkg/artifact => github.com/fluxcd/pkg/artifact v0.18.1}
 KUSTOMIZE_VERSIONS=${KUSTOMIZE_VERSIONS:-v1.9.6 v1.9.5 v1.7.3}
 BIN=$REALENV/bin
 mkdir -p "$BIN"
@@ -44,6 +46,8 @@ build_one() {
 			inblk { if ($0 !~ /=> \.\//) print; next }
 			/^replace / { if ($0 !~ /=> \.\//) print }
 		' "$gomod"
+		local extra=EXTRA_REPLACE_${name//-/_}
+		[[ -z ${!extra:-} ]] || echo "replace ${!extra}"
 	} >"$src/go.mod"
 	cat >"$src/tools.go" <<GO
 //go:build tools
@@ -52,7 +56,9 @@ package tools
 
 import _ "$mod"
 GO
-	(cd "$src" && go get "$mod@$FLUX_VERSION" && go mod tidy && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$out" "$mod") || return 1
+	# tidy -e: the controllers' own tests import test servers (fluxcd/pkg/helmtestserver) the
+	# proxy does not serve; the binary does not need them.
+	(cd "$src" && go get "$mod@$FLUX_VERSION" && go mod tidy -e && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$out" "$mod") || return 1
 	echo "$FLUX_VERSION" >"$out.version"
 	echo "$name $FLUX_VERSION: built $out"
 }
