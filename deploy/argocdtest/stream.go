@@ -71,6 +71,7 @@ type watchTuning struct {
 	buffer  int           // buffer of streams opened from now on (0: watchBuffer)
 	held    chan struct{} // non-nil while HoldStreams holds the streams; closed on release
 	dropped atomic.Int64  // events lost to a full buffer
+	waiting atomic.Int64  // streams waiting for their next event (WaitingStreams)
 	// quietWhenEmpty: a stream with nothing to send writes no response headers until its
 	// first event, as the real server does (Argo CD v3.2.11 with no applications answers a
 	// watch with nothing at all, not even headers, until an app appears).
@@ -141,6 +142,12 @@ func (s *Server) HoldStreams() (release func()) {
 
 // DroppedEvents is how many events watch streams lost to a full buffer.
 func (s *Server) DroppedEvents() int64 { return s.watch.dropped.Load() }
+
+// WaitingStreams is the number of watch streams idle, waiting for their next event. A test
+// that holds the streams (HoldStreams) waits for its stream to be idle first: a stream still
+// busy writing when a burst comes takes an event out of its buffer mid-burst, which leaves a
+// later event in the buffer instead of a dropped one.
+func (s *Server) WaitingStreams() int64 { return s.watch.waiting.Load() }
 
 // heldStreams is the channel closed when HoldStreams' hold ends (nil: not held).
 func (s *Server) heldStreams() chan struct{} {
@@ -344,9 +351,24 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 		defer t.Stop()
 		keepalive = t.C
 	}
+	// waiting counts this stream in WaitingStreams while it waits for its next event.
+	waiting := false
+	setWaiting := func(b bool) {
+		if b != waiting {
+			waiting = b
+			if b {
+				s.watch.waiting.Add(1)
+			} else {
+				s.watch.waiting.Add(-1)
+			}
+		}
+	}
+	defer setWaiting(false)
 	for {
+		setWaiting(true)
 		select {
 		case ev := <-sub.ch:
+			setWaiting(false)
 			// While held (HoldStreams), the stream writes nothing: it keeps the event it
 			// took, its buffer fills behind it.
 			if held := s.heldStreams(); held != nil {
@@ -376,6 +398,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, _ []string)
 			_ = rc.Flush()
 			return
 		case <-keepalive:
+			setWaiting(false)
 			if !s.waitAnswering(r.Context()) {
 				return
 			}

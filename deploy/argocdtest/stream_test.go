@@ -227,6 +227,12 @@ func TestWatchBufferOverflowDropsSilently(t *testing.T) {
 	s, _, _ := newFake(t)
 	s.SetWatchBuffer(5)
 	st := openStream(t, s, "", "")
+	// Hold an idle stream, as the agent's is between bursts (see WaitingStreams).
+	for deadline := time.Now().Add(10 * time.Second); s.WaitingStreams() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("WaitingStreams = %d, want the one stream idle", s.WaitingStreams())
+		}
+	}
 	release := s.HoldStreams()
 	apps := make([]Application, 20)
 	for i := range apps {
