@@ -198,6 +198,14 @@ func TestBrowserOIDCWithRBAC(t *testing.T) {
 	if got := text(t, ctx, `[data-approval="prod.approve"]`); !strings.Contains(got, "bob (groups dev) may not approve approvals web/prod") {
 		t.Errorf("bob's approval card does not say why: %q", got)
 	}
+	// The header shows his groups (what permissions are decided on), and the step card does
+	// not send him to decide what he may not.
+	if got := textNow(t, ctx, "#who-groups"); got != "dev" {
+		t.Errorf("header groups %q, want dev", got)
+	}
+	if got := textNow(t, ctx, `[data-step="prod.approve"] a[href^="#approval-"]`); got != "see the approval card" {
+		t.Errorf("bob's step card link %q, want 'see the approval card'", got)
+	}
 	shot(t, ctx, "authint-bob-prod-1400")
 	run(t, ctx, "narrow", chromedp.EmulateViewport(400, 900))
 	shot(t, ctx, "authint-bob-prod-400")
@@ -263,6 +271,12 @@ func TestBrowserOIDCWithRBAC(t *testing.T) {
 	run(t, ctx, "wide", chromedp.EmulateViewport(1400, 900))
 	signInAs(t, ctx, prodURL, "alice")
 	run(t, ctx, "alice's prod run", chromedp.WaitVisible(`#cancel button`, chromedp.ByQuery), chromedp.WaitVisible(`form.decide`, chromedp.ByQuery))
+	if got := textNow(t, ctx, `[data-step="prod.approve"] a[href^="#approval-"]`); got != "decide in the approval card" {
+		t.Errorf("alice's step card link %q", got)
+	}
+	if got := textNow(t, ctx, "#who-groups"); got != "release" {
+		t.Errorf("alice's header groups %q", got)
+	}
 	shot(t, ctx, "authint-alice-prod-1400")
 	run(t, ctx, "approve", chromedp.Click(`form.decide button[value="approve"]`, chromedp.ByQuery), chromedp.WaitVisible(`#flash`, chromedp.ByID))
 	if got := e.Wait(prod.ID, 30*time.Second); got.Status != pipelines.StSucceeded {
@@ -302,4 +316,12 @@ func mustGet(t *testing.T, e *authIntEnv, id string) *pipelines.Run {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// textNow is the text of the first element matching sel, "" when there is none (no waiting).
+func textNow(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	var s string
+	run(t, ctx, "text of "+sel, chromedp.Evaluate(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel), &s))
+	return strings.TrimSpace(s)
 }
