@@ -325,3 +325,20 @@ func textNow(t *testing.T, ctx context.Context, sel string) string {
 	run(t, ctx, "text of "+sel, chromedp.Evaluate(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel), &s))
 	return strings.TrimSpace(s)
 }
+
+// TestSecurityDocPolicy: the policy of docs/security.md's worked example is the one
+// TestBrowserOIDCWithRBAC runs, so the example stays what was tested.
+func TestSecurityDocPolicy(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "`rbac.yaml`:\n\n```yaml\n")
+	block, _, ok2 := strings.Cut(after, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/security.md has no rbac.yaml example block")
+	}
+	if block != authIntPolicy {
+		t.Fatalf("docs/security.md's policy differs from the tested one:\n%s\nwant:\n%s", block, authIntPolicy)
+	}
+}
