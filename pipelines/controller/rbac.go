@@ -130,7 +130,11 @@ func (c *Controller) Authorize(ctx context.Context, u User, remote, run, resourc
 		if err := p.Check(subjectOf(u), resource, action, o); err != nil {
 			var d *rbac.Denied
 			errors.As(err, &d)
-			c.record(ctx, audit.Entry{Actor: u.Name, Action: audit.RBACDenied, Run: run, Remote: remote, Detail: d.Error()})
+			detail := d.Error()
+			if u.Subject != "" { // an OIDC user: the subject is the stable id, names change
+				detail += "; " + u.TokenLabel()
+			}
+			c.record(ctx, audit.Entry{Actor: u.Name, Action: audit.RBACDenied, Run: run, Remote: remote, Detail: detail})
 			c.log.Info("rbac refused", "user", u.Name, "groups", u.Groups, "resource", resource, "action", action, "object", o, "run", run)
 			return &ForbiddenError{Denied: d}
 		}

@@ -90,6 +90,13 @@ func (u *UI) renderPromote(w http.ResponseWriter, r *http.Request, code int, nam
 		}
 	}
 	if info == nil {
+		if err != nil && code == http.StatusForbidden {
+			// A refused start of a pipeline the user may not see: say why (as the API does),
+			// not that it does not exist.
+			data["Problem"] = err.Error()
+			u.render(w, r, code, "promote", data)
+			return
+		}
 		data["Problem"] = fmt.Sprintf("no pipeline %q: pick one of the pipelines below", name)
 		u.render(w, r, http.StatusNotFound, "promote", data)
 		return

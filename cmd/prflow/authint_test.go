@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prflow/prflow/pipelines/controller/oidc"
+	"github.com/prflow/prflow/pipelines/controller/oidc/oidctest"
+)
+
+// TestCanIOIDCLogin: `prflow server --oidc FILE --rbac FILE`; bob (group dev at the provider)
+// signs in with `prflow login` (device flow), and `prflow can-i` is answered by the server for
+// him: his groups from the ID token decide, as in the UI and the API.
+func TestCanIOIDCLogin(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	idp := oidctest.Start(t, []oidctest.User{
+		{ID: "u-bob", Username: "bob", Email: "bob@example.com", Groups: []string{"dev"}},
+	}, oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath}},
+		oidctest.Client{ID: "prflow-cli"})
+	t.Setenv("T_OIDC_SECRET", "ui-secret-0123456789")
+	t.Setenv("T_SESSION_KEY", strings.Repeat("s", 40))
+	t.Setenv("PRFLOW_CONFIG_DIR", filepath.Join(dir, "config"))
+	t.Setenv("PRFLOW_TOKEN", "")
+	cfg := filepath.Join(dir, "oidc.yaml")
+	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("issuer: %s\nclientID: prflow-ui\nclientSecret: env:T_OIDC_SECRET\ncliClientID: prflow-cli\nsessionKey: env:T_SESSION_KEY\n", idp.Issuer)), 0o600)
+	pol := filepath.Join(dir, "rbac.yaml")
+	_ = os.WriteFile(pol, []byte("policy.default: role:readonly\npolicy.csv: |\n  p, role:release-manager, runs, *, */*, allow\n  p, role:developer, *, *, */dev, allow\n  g, release, role:release-manager\n  g, dev, role:developer\n"), 0o600)
+	t.Cleanup(startServerAt(t, addr, "--oidc", cfg, "--rbac", pol, "--external-url", base, "--data-dir", filepath.Join(dir, "nats")))
+
+	// Not signed in: can-i cannot answer, and says how to sign in (not "no").
+	if out, err := run(t, "can-i", "cancel", "runs", "web/dev", "--server", base); err == nil || !strings.Contains(err.Error(), "prflow login") {
+		t.Fatalf("can-i before login: %q %v, want a hint at prflow login", out, err)
+	}
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetOut(out)
+		root.SetErr(out)
+		root.SetArgs([]string{"login", "--server", base})
+		done <- root.ExecuteContext(context.Background())
+	}()
+	code := regexp.MustCompile(`enter the code ([^\s)]+)`)
+	var m []string
+	for deadline := time.Now().Add(time.Minute); m == nil; m = code.FindStringSubmatch(out.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("login printed no user code: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	idp.ApproveDevice(t, m[1], "bob")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("login: %v\n%s", err, out)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("login did not finish after approval: %s", out)
+	}
+
+	for _, c := range []struct {
+		args []string
+		yes  bool
+		msg  string
+	}{
+		{[]string{"cancel", "runs", "web/dev"}, true, ""},
+		{[]string{"approve", "approvals", "api/dev"}, true, ""},
+		{[]string{"cancel", "runs", "web/prod"}, false, "bob (groups dev) may not cancel runs web/prod"},
+		{[]string{"rollback", "environments", "web/prod"}, false, "bob (groups dev) may not rollback environments web/prod"},
+		{[]string{"get", "runs", "web/prod"}, true, ""}, // the default role
+	} {
+		o, err := run(t, append(append([]string{"can-i"}, c.args...), "--server", base)...)
+		if c.yes && (err != nil || strings.TrimSpace(o) != "yes") {
+			t.Errorf("%v: %q %v, want yes", c.args, o, err)
+		}
+		if !c.yes {
+			var ec exitCoder
+			if err == nil || !asExit(err, &ec) || ec.ExitCode() != 1 || strings.TrimSpace(o) != "no" || !strings.Contains(err.Error(), c.msg) {
+				t.Errorf("%v: %q %v, want no (exit 1) with %q", c.args, o, err, c.msg)
+			}
+		}
+	}
+	// The server answers only for the signed-in user: --as needs a policy file here.
+	if _, err := run(t, "can-i", "cancel", "runs", "web/prod", "--as", "alice", "--server", base); err == nil || !strings.Contains(err.Error(), "--as and --groups need --rbac FILE") {
+		t.Fatalf("can-i --as against the server: %v", err)
+	}
+}
