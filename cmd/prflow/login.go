@@ -237,13 +237,23 @@ func loopbackLogin(ctx context.Context, conf *oauth2.Config, errw io.Writer) (*o
 		} else {
 			fmt.Fprintln(w, "Signed in: you can close this tab and return to the terminal.")
 		}
+		// The answer goes out before the login goes on: once done is read the server stops.
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
 		select {
 		case done <- res:
 		default:
 		}
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() { // let the browser's answer finish, then stop
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+	}()
 	fmt.Fprintf(errw, "To sign in, open this URL in a browser on this machine:\n%s\n", c.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)))
 	select {
 	case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,9 +300,18 @@ func TestSweepPreviewsDeletesOnlyOldLeftovers(t *testing.T) {
 	left(previewPrefix+"0123456789-abcdef", map[string]string{previewLabel: "eu"})
 	left(previewPrefix+"unlabelled", nil)
 	left("someone-elses", map[string]string{previewLabel: "eu"})
+	// The agent's clock runs an hour ahead until the test sets it right (the agent reads it
+	// from its own goroutines: an atomic, not a swap of o.Now).
+	var ahead atomic.Bool
+	ahead.Store(true)
 	r := w.start("eu", "r1", func(o *Options, _ *Client) {
 		o.Preview.Enabled = true
-		o.Now = func() time.Time { return time.Now().Add(time.Hour) }
+		o.Now = func() time.Time {
+			if ahead.Load() {
+				return time.Now().Add(time.Hour)
+			}
+			return time.Now()
+		}
 	})
 	w.eventually(10*time.Second, "old preview app deleted", func() bool {
 		return len(previewApps(t, w.argo)) == 1
@@ -317,7 +327,7 @@ func TestSweepPreviewsDeletesOnlyOldLeftovers(t *testing.T) {
 		t.Fatalf("sweep with the clock ahead: %d %v", n, err)
 	}
 	left(previewPrefix+"fedcba9876-111111", map[string]string{previewLabel: "eu"})
-	r.o.Now = time.Now
+	ahead.Store(false)
 	if n, err := r.sweepPreviews(context.Background()); err != nil || n != 0 {
 		t.Fatalf("a young preview app was swept: %d %v", n, err)
 	}
