@@ -119,7 +119,8 @@ func TestPrometheusAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prom := verifytest.StartPrometheusWith(t, "basic_auth_users:\n  verify: "+string(hash)+"\n", strings.TrimPrefix(app.URL, "http://"))
+	prom := verifytest.StartPrometheusWith(t, "basic_auth_users:\n  verify: "+string(hash)+"\n",
+		func(r *http.Request) { r.SetBasicAuth("verify", "s3cret-pw") }, strings.TrimPrefix(app.URL, "http://"))
 	ctx := context.Background()
 	q := verify.Query{Expr: "vector(1)", At: time.Now()}
 

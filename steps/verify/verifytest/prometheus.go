@@ -88,12 +88,13 @@ type Prometheus struct {
 // must be installed (.ci/run installs the Debian package); a missing one fails the test.
 func StartPrometheus(t testing.TB, targets ...string) *Prometheus {
 	t.Helper()
-	return StartPrometheusWith(t, "", targets...)
+	return StartPrometheusWith(t, "", nil, targets...)
 }
 
 // StartPrometheusWith is StartPrometheus with Prometheus's own web configuration (e.g.
-// basic_auth_users) when webConfig is not empty.
-func StartPrometheusWith(t testing.TB, webConfig string, targets ...string) *Prometheus {
+// basic_auth_users) when webConfig is not empty. authorize, when not nil, signs the readiness
+// probes: behind basic auth Prometheus answers 401 before it is ready, so a 401 says nothing.
+func StartPrometheusWith(t testing.TB, webConfig string, authorize func(*http.Request), targets ...string) *Prometheus {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -136,11 +137,14 @@ func StartPrometheusWith(t testing.TB, webConfig string, targets ...string) *Pro
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		resp, err := http.Get(p.URL + "/-/ready")
+		req, _ := http.NewRequest(http.MethodGet, p.URL+"/-/ready", nil)
+		if authorize != nil {
+			authorize(req)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
-			// 401: up, behind its basic auth.
-			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
+			if resp.StatusCode == http.StatusOK {
 				return p
 			}
 		}
