@@ -22,11 +22,13 @@ import (
 const harnessEngineMap = `services:
   shop:
     releaseRepo: {connector: release, repo: acme/release, branch: main, path: "envs/<+env.name>/config.json"}
-    deploymentRepo: {applicationSet: APPSET}
+    deploymentRepo: {DEPLOYMENT}
 environments:
   qa: {gitOpsClusters: [qa_cluster]}
 gitOpsClusters:
   qa_cluster: {name: in-cluster, agent: eu}
+agents:
+  harnessdevagent: eu
 `
 
 // shopQA is the app appset.yaml's qa stage deploys; the web-<env> apps (parent "web") run
@@ -34,9 +36,9 @@ gitOpsClusters:
 var shopQA = engineApp{name: "shop-qa", path: "envs/qa", parent: "shop",
 	labels: map[string]string{"harness.io/serviceRef": "shop", "harness.io/envRef": "qa"}}
 
-// importAppSet converts testdata/appset.yaml strictly with harnessEngineMap naming appSet;
-// Fetch Linked Apps' 1m timeout becomes fetchTimeout.
-func importAppSet(t *testing.T, appSet, fetchTimeout string) string {
+// importAppSet converts testdata/appset.yaml strictly with harnessEngineMap, whose
+// deploymentRepo is deployment; Fetch Linked Apps' 1m timeout becomes fetchTimeout.
+func importAppSet(t *testing.T, deployment, fetchTimeout string) string {
 	t.Helper()
 	src, err := os.ReadFile("../../pipelines/harness/testdata/appset.yaml")
 	if err != nil {
@@ -47,7 +49,7 @@ func importAppSet(t *testing.T, appSet, fetchTimeout string) string {
 		t.Fatal("appset.yaml has no Fetch Linked Apps with timeout 1m")
 	}
 	text := strings.Replace(string(src), fetch, "identifier: fetchLinkedApps, timeout: "+fetchTimeout, 1)
-	m, err := harness.ParseMap("map.yaml", []byte(strings.Replace(harnessEngineMap, "APPSET", appSet, 1)))
+	m, err := harness.ParseMap("map.yaml", []byte(strings.Replace(harnessEngineMap, "DEPLOYMENT", deployment, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,38 +70,47 @@ func harnessEngineFiles() map[string]string {
 
 // TestHarnessAppSetOnEachEngine: appset.yaml, imported strictly with a map pointing at agent
 // "eu", runs Update Release Repo → Merge PR → Fetch Linked Apps → GitOps Sync on the fake
-// Argo CD and on the fake Flux: it creates qa's config, links shop-qa only (by its parent)
-// and syncs it on the merge commit.
+// Argo CD and on the fake Flux: it creates qa's config, links shop-qa only (by its parent, or
+// by a label selector) and syncs it on the merge commit.
 func TestHarnessAppSetOnEachEngine(t *testing.T) {
-	native := importAppSet(t, "shop", "1m")
-	for _, eng := range engines {
-		t.Run(eng.name, func(t *testing.T) {
-			s := newPromoStackFilesAgent(t, harnessEngineFiles(), false)
-			eng.start(t, s, append(webApps(), shopQA)...)
-			r := s.e.Wait(s.e.Start(native, map[string]any{"image": "shop:2"}).ID, 3*time.Minute)
-			if r.Status != pipelines.StSucceeded {
-				t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
-			}
-			got := s.file("envs/qa/config.json")
-			for _, want := range []string{`"env": "qa"`, `"cluster": "in-cluster"`, `"image": "shop:2"`} {
-				if !strings.Contains(got, want) {
-					t.Errorf("created config lacks %s:\n%s", want, got)
-				}
-			}
-			apps, _ := ctltest.Step(r, "qa", "fetchLinkedApps").Outputs["apps"].([]any)
-			if len(apps) != 1 || apps[0].(map[string]any)["name"] != "shop-qa" {
-				t.Errorf("linked apps %v, want only shop-qa", apps)
-			}
-			syncedOn(t, r, "qa", "sync", "shop-qa", fmt.Sprint(ctltest.Step(r, "qa", "mergePR").Outputs["commitId"]))
-		})
+	for _, c := range []struct{ name, deployment string }{
+		{"parent", "applicationSet: shop"},
+		{"selector", `selector: "harness.io/serviceRef=shop"`},
+	} {
+		for _, eng := range engines {
+			t.Run(c.name+"/"+eng.name, func(t *testing.T) {
+				testHarnessAppSet(t, eng, importAppSet(t, c.deployment, "1m"))
+			})
+		}
 	}
+}
+
+// testHarnessAppSet runs the imported appset.yaml on eng and checks what it did.
+func testHarnessAppSet(t *testing.T, eng engine, native string) {
+	s := newPromoStackFilesAgent(t, harnessEngineFiles(), false)
+	eng.start(t, s, append(webApps(), shopQA)...)
+	r := s.e.Wait(s.e.Start(native, map[string]any{"image": "shop:2"}).ID, 3*time.Minute)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
+	}
+	got := s.file("envs/qa/config.json")
+	for _, want := range []string{`"env": "qa"`, `"cluster": "in-cluster"`, `"image": "shop:2"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("created config lacks %s:\n%s", want, got)
+		}
+	}
+	apps, _ := ctltest.Step(r, "qa", "fetchLinkedApps").Outputs["apps"].([]any)
+	if len(apps) != 1 || apps[0].(map[string]any)["name"] != "shop-qa" {
+		t.Errorf("linked apps %v, want only shop-qa", apps)
+	}
+	syncedOn(t, r, "qa", "sync", "shop-qa", fmt.Sprint(ctltest.Step(r, "qa", "mergePR").Outputs["commitId"]))
 }
 
 // TestHarnessMapWrongAppSetOnEachEngine: a map whose applicationSet names a parent agent "eu"
 // has no apps of fails Fetch Linked Apps with an error naming that parent, the cluster and
 // the agent, on each engine; nothing is synced.
 func TestHarnessMapWrongAppSetOnEachEngine(t *testing.T) {
-	native := importAppSet(t, "shopp", "5s")
+	native := importAppSet(t, "applicationSet: shopp", "5s")
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
 			s := newPromoStackFilesAgent(t, harnessEngineFiles(), false)
