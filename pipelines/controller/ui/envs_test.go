@@ -98,10 +98,9 @@ func TestEnvironmentsView(t *testing.T) {
 	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {bobToken}}, nil); code != http.StatusSeeOther {
 		t.Fatalf("login: %d", code)
 	}
-	code, _, page := do(t, c, "GET", e.URL+"/ui/environments", nil, nil)
-	if code != http.StatusOK {
-		t.Fatalf("environments: %d\n%s", code, page)
-	}
+	// The model follows the runs' records as they are written (coalesced): wait until the
+	// page shows run 2 in dev.
+	page := waitPage(t, c, e.URL+"/ui/environments", func(p string) bool { return strings.Contains(p, `by run <a href="/ui/runs/`+r2.ID+`"`) })
 	row := func(env string) string {
 		m := regexp.MustCompile(`(?s)<article class="env[^"]*" id="env-` + env + `" data-env="` + env + `".*?</article>`).FindString(page)
 		if m == "" {
@@ -123,5 +122,26 @@ func TestEnvironmentsView(t *testing.T) {
 	// Both environments belong to one promotion: one group, dev before staging.
 	if n := strings.Count(page, `<section class="envgroup"`); n != 1 || strings.Index(page, `data-env="dev"`) > strings.Index(page, `data-env="staging"`) {
 		t.Errorf("%d groups, or staging before dev:\n%s", n, page)
+	}
+}
+
+// waitPage gets url until ok accepts the page (models behind the pages are built as records
+// are written, so a page can lag a moment behind a run that just ended); it fails the test
+// with the last page after 20 s or on a status other than 200.
+func waitPage(t *testing.T, c *http.Client, url string, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, page := do(t, c, "GET", url, nil, nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", url, code, page)
+		}
+		if ok(page) {
+			return page
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: the page never showed what the test waits for:\n%s", url, page)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

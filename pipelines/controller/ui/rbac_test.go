@@ -203,8 +203,10 @@ func TestRBACPagesFilter(t *testing.T) {
 	if !strings.Contains(list, mine.ID) || !strings.Contains(list, theirs.ID) {
 		t.Fatalf("readonly bob's runs page lacks a run")
 	}
-	_, _, envs := do(t, c, "GET", e.URL+"/ui/environments", nil, nil)
-	if !strings.Contains(envs, `data-promote="dev"`) || strings.Contains(envs, `data-promote="prod"`) {
+	envs := waitPage(t, c, e.URL+"/ui/environments", func(p string) bool {
+		return strings.Contains(p, `data-promote="dev"`) && strings.Contains(p, `id="env-prod"`) // both cards there
+	})
+	if strings.Contains(envs, `data-promote="prod"`) {
 		t.Errorf("bob's Promote links: want dev only")
 	}
 	if code, _, _ := do(t, c, "GET", e.URL+"/ui/workers", nil, nil); code != 200 {
