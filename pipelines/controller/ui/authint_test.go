@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +20,6 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/pipelines/controller/oidc"
 	"github.com/prflow/prflow/pipelines/controller/oidc/oidctest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 	"github.com/prflow/prflow/pipelines/rbac"
 )
 
@@ -69,42 +66,12 @@ func newAuthIntEnv(t *testing.T) *authIntEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := ctltest.New(t, ctltest.Options{Audit: true, Controller: []controller.Option{controller.WithRBAC(f)}})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "http://" + ln.Addr().String()
-	idp := oidctest.Start(t, []oidctest.User{
+	env, idp := newOIDCUIEnvWith(t, ctltest.Options{Audit: true, Controller: []controller.Option{controller.WithRBAC(f)}}, []oidctest.User{
 		{ID: "u-alice", Username: "alice", Email: "alice@example.com", Groups: []string{"release"}},
 		{ID: "u-bob", Username: "bob", Email: "bob@example.com", Groups: []string{"dev"}},
-	}, oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath},
-		PostLogout: []string{base + "/ui/login?signed-out"}})
-	t.Setenv("AI_OIDC_SECRET", "ui-secret-0123456789")
-	t.Setenv("AI_SESSION_KEY", strings.Repeat("q", 48))
-	file := filepath.Join(dir, "oidc.yaml")
-	spec := fmt.Sprintf("issuer: %s\nname: Test IdP\nclientID: prflow-ui\nclientSecret: env:AI_OIDC_SECRET\nsessionKey: env:AI_SESSION_KEY\n", idp.Issuer)
-	if err := os.WriteFile(file, []byte(spec), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := oidc.LoadConfig(file, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := oidc.New(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := &controller.Auth{OIDC: p}
-	web := ui.New(e.Ctl, auth, nil)
-	web.SetOIDC(p)
-	srv := httptest.NewUnstartedServer(ui.Wrap(e.Ctl.Handler(auth), web))
-	_ = srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	e.RegisterAgent("sim")
-	return &authIntEnv{uiEnv: &uiEnv{Env: e, URL: base}, idp: idp}
+	})
+	env.RegisterAgent("sim")
+	return &authIntEnv{uiEnv: env, idp: idp}
 }
 
 // signInAs follows "Sign in with Test IdP" through the provider's login page as user.

@@ -28,15 +28,21 @@ import (
 // (zitadel/oidc's op on loopback, with its own login page).
 func newOIDCUIEnv(t *testing.T, o ctltest.Options) (*uiEnv, *oidctest.Provider) {
 	t.Helper()
+	return newOIDCUIEnvWith(t, o, []oidctest.User{
+		{ID: "u-alice", Username: "alice", Email: "alice@example.com", Groups: []string{"release", "dev"}},
+	})
+}
+
+// newOIDCUIEnvWith is newOIDCUIEnv with the provider's users.
+func newOIDCUIEnvWith(t *testing.T, o ctltest.Options, users []oidctest.User) (*uiEnv, *oidctest.Provider) {
+	t.Helper()
 	e := ctltest.New(t, o)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := "http://" + ln.Addr().String()
-	idp := oidctest.Start(t, []oidctest.User{
-		{ID: "u-alice", Username: "alice", Email: "alice@example.com", Groups: []string{"release", "dev"}},
-	}, oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath},
+	idp := oidctest.Start(t, users, oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath},
 		PostLogout: []string{base + "/ui/login?signed-out"}})
 	dir := t.TempDir()
 	t.Setenv("UI_OIDC_SECRET", "ui-secret-0123456789")
