@@ -99,15 +99,34 @@ func TestAutoSyncedOlderOperationIsNotTakenForTheMerge(t *testing.T) {
 // One that fails leaves the app OutOfSync, and GitOpsSync syncs itself.
 func TestAutoSyncRunningThenJudgedFailedThenSynced(t *testing.T) {
 	s := newStack(t, stackOpts{})
-	s.addApp(autoApp("web", "apps/web"))
+	// The app starts without automated sync: AddApp reconciles at once, and an automated app
+	// would start its sync there, before the script below could hold it. Turning automated
+	// sync on afterwards starts the held sync.
+	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Hold: 700 * time.Millisecond}); err != nil {
+	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Hold: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	s.argo.Reconcile()
+	if err := s.argo.UpdateApp(autoApp("web", "apps/web")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for { // start the run only once the agent reports the automated sync running
+		st, _ := s.client.Status(context.Background(), "eu", "web")
+		if st != nil && st.Operation != nil && st.Operation.Automated && st.Operation.Phase == agent.PhaseRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("setup: the automated sync is not reported running: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	r := s.wait(s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 	if r.Status != pipelines.StSucceeded || len(s.syncRequests("web")) != 0 {
 		t.Fatalf("run %s %q with %d sync(s) by prflow\n%s", r.Status, r.Error, len(s.syncRequests("web")), describeRun(r))
+	}
+	if apps := appsOut(step(r, "dev", "sync")); len(apps) != 1 || apps[0]["supersededBy"] != "automated sync" {
+		t.Fatalf("the running automated sync was not judged as the deployment: %v", apps)
 	}
 
 	merge := s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy") + "  v: \"2\"\n"})
@@ -115,7 +134,7 @@ func TestAutoSyncRunningThenJudgedFailedThenSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.argo.Reconcile()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		st, _ := s.client.Status(context.Background(), "eu", "web")
 		if st != nil && st.Operation != nil && st.Operation.Automated && st.Operation.Phase == agent.PhaseFailed {
