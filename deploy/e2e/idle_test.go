@@ -29,10 +29,24 @@ func TestParkedGitOpsSyncIsIdle(t *testing.T) {
 		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
 	})
 	jobs := m.Dispatched.WithLabelValues("GitOpsSync")
+	// The app's record goes on changing for a moment after the step first parks (the
+	// operation's end, the refresh after it); each change wakes the step once, rightly. Count
+	// from when no job was dispatched for 2 s: a poll ramp starting at 1 s never gets there.
 	before := counterValue(jobs)
+	for settle := time.Now().Add(30 * time.Second); ; before = counterValue(jobs) {
+		time.Sleep(2 * time.Second)
+		if counterValue(jobs) == before {
+			break
+		}
+		if time.Now().After(settle) {
+			t.Fatalf("GitOpsSync jobs are still dispatched every few seconds for a parked step (%v so far)", before)
+		}
+	}
 	time.Sleep(8 * time.Second) // a 1s, 2s, 4s poll ramp would have dispatched three jobs
 	if n := counterValue(jobs) - before; n != 0 {
-		t.Fatalf("%v GitOpsSync jobs dispatched for a parked step while nothing changed", n)
+		r, _ := s.ctl.Get(s.ctx, run.ID)
+		st := step(r, "dev", "sync")
+		t.Fatalf("%v GitOpsSync jobs dispatched for a parked step while nothing changed (wake %d: %q)\n%s", n, st.Wake, st.WakeReason, describeRun(r))
 	}
 	r, err := s.ctl.Get(s.ctx, run.ID)
 	if err != nil {
