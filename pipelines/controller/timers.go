@@ -6,9 +6,12 @@ import (
 )
 
 // timerScheduler wakes each run at the one time it is next due (a poll, a deadline, a soak's
-// end): one time.AfterFunc per run, which the Go runtime keeps in its own timer heap. A
-// second heap with a goroutine of our own measured no cheaper (BenchmarkTimerScheduler) and
-// would add a loop to stop and a clock to get right. It has its own lock.
+// end): one time.AfterFunc per run, kept in the Go runtime's own timer heap. One heap of our
+// own behind a single runtime timer measured cheaper (BenchmarkTimerScheduler, 10,000 runs
+// scheduled, moved and cancelled, load 16: 1.8–2.6 µs and 55 B a change against 2.3–3.2 µs
+// and 170 B), but that is under 1 µs against the ~600 µs of CPU a step costs on the whole
+// path and about 1 MB at 10,000 parked runs: not worth a second heap, its expiry loop and
+// its locking. It has its own lock.
 type timerScheduler struct {
 	mu     sync.Mutex
 	timers map[string]*runTimer
