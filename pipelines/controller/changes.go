@@ -1,6 +1,9 @@
 package controller
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Bounds of changeLog: a change is remembered to wake a step that parks on it just after (its
 // job ran while it happened), which takes seconds; an hour is ample, and the size bound keeps a
@@ -13,8 +16,10 @@ const (
 // changeLog remembers when keys (prflow-apps keys, merge-queue turns, webhook topics) last
 // changed, bounded by age and by size. Entries are also kept in arrival order, so pruning
 // drops the oldest from the front instead of scanning the map: each set costs O(1) amortized,
-// whatever the number of keys. Callers hold the controller's lock.
+// whatever the number of keys. It has its own lock: the watchers that note changes and the
+// park index that reads them share it.
 type changeLog struct {
+	mu     sync.Mutex
 	at     map[string]time.Time
 	order  []change // arrival order; an entry whose time no longer matches at[key] is stale
 	head   int      // order[:head] are dropped
@@ -34,6 +39,8 @@ func newChangeLog(maxAge time.Duration, maxKeys int) *changeLog {
 // set records that key changed at t, and drops what the bounds no longer allow (measured
 // from now).
 func (l *changeLog) set(key string, t, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.at[key] = t
 	l.order = append(l.order, change{key, t})
 	l.prune(now)
@@ -41,11 +48,17 @@ func (l *changeLog) set(key string, t, now time.Time) {
 
 // get is when key last changed, if that is still remembered.
 func (l *changeLog) get(key string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	t, ok := l.at[key]
 	return t, ok
 }
 
-func (l *changeLog) len() int { return len(l.at) }
+func (l *changeLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.at)
+}
 
 func (l *changeLog) prune(now time.Time) {
 	cut := now.Add(-l.maxAge)

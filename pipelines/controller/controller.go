@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,28 +52,24 @@ type Controller struct {
 	auditLimit *audit.Limiter
 	rbac       PolicySource // WithRBAC; nil: every authenticated caller is admin (rbac.go)
 
-	mu          sync.Mutex
-	machines    map[string]*pipelines.Machine  // by spec hash
-	parsed      map[string]*pipelines.Pipeline // by file and source (Start)
-	specs       map[string]struct{}            // spec hashes known to be in prflow-specs
-	timers      map[string]*runTimer
-	byKey       map[string]map[parkRef]struct{} // prflow-apps key → parked steps
-	byTopic     map[string]map[parkRef]struct{}
-	parkedOf    map[string][]parkRef             // run → its parked refs (to unindex)
-	waiting     map[string]int                   // run → number of parked steps
-	parkedTotal int                              // sum of waiting
-	revs        map[string]uint64                // run → revision the index reflects
-	changed     *changeLog                       // key or topic → when it last changed (changes.go)
-	cache       sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
-	own         ownWrites                        // our writes to prflow-runs, which the runs watcher skips
-	waiters     map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
-	seenDepth   map[depthKey]struct{}            // queue-depth series reported so far
-	viewMu      sync.Mutex                       // guards view and viewAt (workerView)
-	view        []worker.Info
-	viewAt      time.Time
-	ready       chan struct{}
-	loaded      chan struct{} // closed once the runs watcher replayed every run
-	loadOne     sync.Once
+	// Run state, what wakes parked steps and when runs are due: each part has its own lock.
+	runStore                 // prflow-runs reads and writes, the cached copies (runstore.go)
+	park     *parkIndex      // which parked step waits on which key or topic (parkindex.go)
+	changed  *changeLog      // key or topic → when it last changed (changes.go)
+	timers   *timerScheduler // each run's next due time (timers.go)
+	viewMu   sync.Mutex      // guards view and viewAt (workerView)
+	view     []worker.Info
+	viewAt   time.Time
+	ready    chan struct{}
+	loaded   chan struct{} // closed once the runs watcher replayed every run
+	loadOne  sync.Once
+
+	mu        sync.Mutex                       // guards the maps below
+	machines  map[string]*pipelines.Machine    // by spec hash
+	parsed    map[string]*pipelines.Pipeline   // by file and source (Start)
+	specs     map[string]struct{}              // spec hashes known to be in prflow-specs
+	waiters   map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
+	seenDepth map[depthKey]struct{}            // queue-depth series reported so far
 
 	webhooks atomic.Pointer[Webhooks]   // /hooks/<provider> secrets (hooks.go)
 	triggers atomic.Pointer[TriggerSet] // pipelines started by webhooks (scmevents.go)
@@ -82,28 +77,6 @@ type Controller struct {
 	idem     idempotency                // Idempotency-Key of run starts (idempotency.go)
 	envs     *environments.Model        // what runs where (environments.go)
 	regs     *registrations             // prflow-agents and prflow-workers in memory (registrations.go)
-}
-
-type parkRef struct {
-	Run, Stage, Step string
-	Rollback         bool
-	Wake             int
-	key              string
-	since            time.Time // when the job that parked was dispatched (changes after it wake the step)
-}
-
-// cachedRun is the last revision of a run this controller wrote, raw and (once an event was
-// applied) decoded. A stale copy is harmless: the revision-checked Update fails and the run is
-// read again. Only the shard that owns the run touches run, so handle may change it in place.
-type cachedRun struct {
-	rev  uint64
-	data []byte
-	run  *pipelines.Run
-}
-
-type runTimer struct {
-	due time.Time
-	t   *time.Timer
 }
 
 // Option configures a Controller.
@@ -132,9 +105,8 @@ func WithEventWorkers(n int) Option { return func(c *Controller) { c.workers = n
 // New builds a controller on a connection whose topology was created with queue.Setup.
 func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, error) {
 	c := &Controller{conn: conn, reg: steps.Default, log: slog.Default(), workers: 64,
-		machines: map[string]*pipelines.Machine{}, parsed: map[string]*pipelines.Pipeline{}, specs: map[string]struct{}{}, timers: map[string]*runTimer{},
-		byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
-		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{}, changed: newChangeLog(changeMaxAge, changeMaxKeys),
+		machines: map[string]*pipelines.Machine{}, parsed: map[string]*pipelines.Pipeline{}, specs: map[string]struct{}{},
+		changed: newChangeLog(changeMaxAge, changeMaxKeys),
 		waiters: map[string][]chan *pipelines.Run{}, seenDepth: map[depthKey]struct{}{}, ready: make(chan struct{}), loaded: make(chan struct{}),
 		apps: newAppWatch(), regs: newRegistrations()}
 	for _, o := range opts {
@@ -146,11 +118,14 @@ func New(ctx context.Context, conn *queue.Conn, opts ...Option) (*Controller, er
 	if c.auditLimit == nil {
 		c.auditLimit = audit.NewLimiter()
 	}
+	c.park = newParkIndex(c.changed, &c.metrics.parked)
+	c.timers = newTimerScheduler(c.tick)
 	b, err := queue.OpenBuckets(ctx, conn.JS)
 	if err != nil {
 		return nil, err
 	}
 	c.b = b
+	c.runStore.kv = b.Runs
 	c.apps.kv, c.apps.nc, c.apps.log = b.Apps, conn.NC, c.log
 	if c.resultKey, err = queue.LoadResultKey(ctx, conn.JS); err != nil {
 		return nil, err
@@ -359,11 +334,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	_ = agentsW.Stop()
 	_ = workersW.Stop()
 	wg.Wait()
-	c.mu.Lock()
-	for _, t := range c.timers {
-		t.t.Stop()
-	}
-	c.mu.Unlock()
+	c.timers.stopAll()
 	return nil
 }
 
@@ -494,12 +465,13 @@ func (c *Controller) handle(ctx context.Context, ev *envelope.Event, resend bool
 func (c *Controller) handleWith(ctx context.Context, ev *envelope.Event, resend bool, change func(m *pipelines.Machine, r *pipelines.Run, now time.Time) error) error {
 	for attempt := 0; attempt < 50; attempt++ {
 		var cur *cachedRun
-		fresh := true
-		if v, ok := c.cache.Load(ev.Run); ok && attempt == 0 && change == nil {
-			cur, fresh = v.(*cachedRun), false
-			c.cache.Delete(ev.Run) // cur.run is changed below; stored again once written
-		} else {
-			entry, err := c.b.Runs.Get(ctx, ev.Run)
+		if attempt == 0 && change == nil {
+			cur = c.runStore.take(ev.Run) // cur.run is changed below; kept again once written
+		}
+		fresh := cur == nil
+		if fresh {
+			var err error
+			cur, err = c.runStore.read(ctx, ev.Run)
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				c.log.Warn("event for unknown run dropped", "run", ev.Run, "kind", ev.Kind)
 				return nil
@@ -507,14 +479,10 @@ func (c *Controller) handleWith(ctx context.Context, ev *envelope.Event, resend 
 			if err != nil {
 				return err
 			}
-			cur = &cachedRun{rev: entry.Revision(), data: entry.Value()}
 		}
-		r := cur.run
-		if r == nil {
-			r = &pipelines.Run{}
-			if err := json.Unmarshal(cur.data, r); err != nil {
-				return fmt.Errorf("run %s state: %w", ev.Run, err)
-			}
+		r, err := cur.decode(ev.Run)
+		if err != nil {
+			return err
 		}
 		m, err := c.machine(ctx, r.Spec)
 		if err != nil {
@@ -548,9 +516,7 @@ func (c *Controller) handleWith(ctx context.Context, ev *envelope.Event, resend 
 				// run on (queued the step this result is for): decide on the stored state.
 				continue
 			}
-			if !r.Status.Terminal() {
-				c.cache.Store(r.ID, &cachedRun{rev: cur.rev, data: cur.data, run: r})
-			}
+			c.runStore.keep(r.ID, cur.rev, cur.data, r, r.Status.Terminal())
 			// A stored revision, maybe another replica's that the runs watcher skipped while
 			// our own write was pending: index it.
 			c.index(r, m, cur.rev)
@@ -567,7 +533,7 @@ func (c *Controller) handleWith(ctx context.Context, ev *envelope.Event, resend 
 			}
 			return nil
 		}
-		rev, err := c.writeRun(ctx, r, func() (uint64, error) { return c.b.Runs.Update(ctx, r.ID, data, cur.rev) })
+		rev, err := c.writeRun(ctx, r, func() (uint64, error) { return c.runStore.kv.Update(ctx, r.ID, data, cur.rev) })
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				continue
@@ -597,9 +563,8 @@ func (c *Controller) handleWith(ctx context.Context, ev *envelope.Event, resend 
 // controller's own write, which the runs watcher then skips; revisions of other replicas it
 // saw meanwhile are read back.
 func (c *Controller) writeRun(ctx context.Context, r *pipelines.Run, put func() (uint64, error)) (uint64, error) {
-	c.own.begin(r.ID)
-	rev, err := put()
-	if others := c.own.end(r.ID, rev, err == nil, r.Status.Terminal()); others {
+	rev, others, err := c.runStore.write(r.ID, r.Status.Terminal(), put)
+	if others {
 		c.reload(ctx, r.ID)
 	}
 	return rev, err
@@ -609,9 +574,7 @@ func (c *Controller) writeRun(ctx context.Context, r *pipelines.Run, put func() 
 // run's next event (with decoded, the decoded run only the run's shard may change, or nil),
 // indexed, and handed to Wait calls if the run ended.
 func (c *Controller) stored(r *pipelines.Run, m *pipelines.Machine, rev uint64, data []byte, decoded *pipelines.Run) {
-	if !r.Status.Terminal() {
-		c.cache.Store(r.ID, &cachedRun{rev: rev, data: data, run: decoded})
-	}
+	c.runStore.keep(r.ID, rev, data, decoded, r.Status.Terminal())
 	c.index(r, m, rev)
 	if r.Status.Terminal() {
 		c.finished(r)
@@ -628,7 +591,7 @@ func (c *Controller) failBroken(ctx context.Context, rev uint64, r *pipelines.Ru
 	if err != nil {
 		return fmt.Errorf("run %s: encode state: %w", r.ID, err)
 	}
-	_, err = c.b.Runs.Update(ctx, r.ID, data, rev)
+	_, err = c.runStore.kv.Update(ctx, r.ID, data, rev) // not as our own write: the watcher reads it back
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return err
 	}
@@ -710,204 +673,6 @@ func (c *Controller) Publish(ctx context.Context, ev envelope.Event, msgID strin
 	// "duplicate message id is in process"; queue.Publish retries it into a duplicate ack.
 	_, err := queue.Publish(ctx, c.conn.JS, queue.EventSubject(ev.Run, ev.Kind), data, msgID, 0)
 	return err
-}
-
-func (c *Controller) forget(run string) {
-	c.own.forget(run)
-	c.cache.Delete(run)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.unindexLocked(run)
-	c.setWaitingLocked(run, 0)
-	c.metrics.untrack(run)
-	if t := c.timers[run]; t != nil {
-		t.t.Stop()
-		delete(c.timers, run)
-	}
-}
-
-func (c *Controller) unindexLocked(run string) {
-	for _, ref := range c.parkedOf[run] {
-		if set := c.byKey[ref.key]; set != nil {
-			delete(set, ref)
-			if len(set) == 0 {
-				delete(c.byKey, ref.key)
-			}
-		}
-		if set := c.byTopic[ref.key]; set != nil {
-			delete(set, ref)
-			if len(set) == 0 {
-				delete(c.byTopic, ref.key)
-			}
-		}
-	}
-	delete(c.parkedOf, run)
-}
-
-func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rev < c.revs[r.ID] {
-		return // an older revision arrived late (watcher vs. our own update)
-	}
-	if r.Status.Terminal() {
-		delete(c.revs, r.ID)
-	} else {
-		c.revs[r.ID] = rev
-	}
-	c.unindexLocked(r.ID)
-	var refs []parkRef
-	parked := m.Parked(r)
-	c.setWaitingLocked(r.ID, len(parked))
-	c.metrics.track(r, parked)
-	var missed []parkRef
-	for _, p := range parked {
-		for _, k := range p.Keys {
-			// A change that landed after the step's job went out but before this park was
-			// indexed would otherwise wake nobody: wake now.
-			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: k, since: p.Since}
-			if t, ok := c.changed.get(k); ok && !p.Since.IsZero() && t.After(p.Since) {
-				missed = append(missed, ref)
-			}
-			if c.byKey[k] == nil {
-				c.byKey[k] = map[parkRef]struct{}{}
-			}
-			c.byKey[k][ref] = struct{}{}
-			refs = append(refs, ref)
-		}
-		for _, t := range p.Topics {
-			ref := parkRef{Run: r.ID, Stage: p.Stage, Step: p.Step, Rollback: p.Rollback, Wake: p.Wake, key: t, since: p.Since}
-			if at, ok := c.changed.get(t); ok && !p.Since.IsZero() && at.After(p.Since) {
-				missed = append(missed, ref) // a webhook for it came while the step's job ran
-			}
-			if c.byTopic[t] == nil {
-				c.byTopic[t] = map[parkRef]struct{}{}
-			}
-			c.byTopic[t][ref] = struct{}{}
-			refs = append(refs, ref)
-		}
-	}
-	if len(refs) > 0 {
-		c.parkedOf[r.ID] = refs
-	}
-	if len(missed) > 0 {
-		go func() { _ = c.wakeRefs(context.Background(), missed, "key changed before the step parked") }()
-	}
-	due := m.NextDue(r)
-	old := c.timers[r.ID]
-	if due.IsZero() {
-		if old != nil {
-			old.t.Stop()
-			delete(c.timers, r.ID)
-		}
-		return
-	}
-	if old != nil && old.due.Equal(due) {
-		return
-	}
-	if old != nil {
-		old.t.Stop()
-	}
-	id := r.ID
-	c.timers[id] = &runTimer{due: due, t: time.AfterFunc(time.Until(due), func() {
-		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		// One tick per due time across all replicas.
-		_ = c.Publish(pctx, envelope.Event{Kind: queue.EvTick, Run: id}, "tick/"+id+"/"+strconv.FormatInt(due.UnixNano(), 36))
-	})}
-}
-
-// setWaitingLocked records how many of run's steps are parked, keeping the total for the
-// parked-steps metric (summing the map on every event cost time linear in the parked runs).
-func (c *Controller) setWaitingLocked(run string, n int) {
-	c.parkedTotal += n - c.waiting[run]
-	if n > 0 {
-		c.waiting[run] = n
-	} else {
-		delete(c.waiting, run)
-	}
-	c.metrics.parked.Store(int64(c.parkedTotal))
-}
-
-// watchApps wakes the steps parked on an app status key when it changes. The watcher first
-// delivers every current record: once every run is indexed, a record written after a step
-// parked (while no controller watched: a restart) wakes that step, so a parked step needs no
-// poll to catch up.
-func (c *Controller) watchApps(ctx context.Context, w jetstream.KeyWatcher) {
-	select {
-	case <-c.loaded:
-	case <-ctx.Done():
-		return
-	}
-	initial := true
-	for e := range w.Updates() {
-		if e == nil {
-			initial = false // every current record delivered
-			continue
-		}
-		now := time.Now()
-		if initial {
-			// The server stamps Created; allow for its clock and ours to differ.
-			at := e.Created()
-			c.mu.Lock()
-			c.changed.set(e.Key(), at, now)
-			var refs []parkRef
-			for ref := range c.byKey[e.Key()] {
-				if ref.since.IsZero() || ref.since.Before(at.Add(clockSkew)) {
-					refs = append(refs, ref)
-				}
-			}
-			c.mu.Unlock()
-			if len(refs) > 0 {
-				_ = c.wakeRefs(ctx, refs, "key "+e.Key()+" changed while no controller watched")
-			}
-			continue
-		}
-		c.mu.Lock()
-		c.changed.set(e.Key(), now, now)
-		c.mu.Unlock()
-		_ = c.wakeRefs(ctx, c.refsFor(c.byKey, e.Key()), "key "+e.Key()+" changed")
-	}
-}
-
-// clockSkew is how far the NATS server's clock (a record's Created) may be behind ours: a
-// record written up to this long before a step parked still wakes it after a restart (a wake
-// too many costs one job; one too few a wait until the deadline).
-const clockSkew = 30 * time.Second
-
-// WakeTopic wakes every step parked on an event topic (e.g. "pr:github:acme/deploy#12" when
-// that PR's webhook arrives). Wakes are deduplicated per wake number across replicas.
-func (c *Controller) WakeTopic(ctx context.Context, topic string) error {
-	return c.wakeRefs(ctx, c.refsFor(c.byTopic, topic), "event "+topic)
-}
-
-func (c *Controller) refsFor(idx map[string]map[parkRef]struct{}, key string) []parkRef {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []parkRef
-	for ref := range idx[key] {
-		out = append(out, ref)
-	}
-	return out
-}
-
-func (c *Controller) wakeRefs(ctx context.Context, refs []parkRef, reason string) error {
-	var first error
-	for _, ref := range refs {
-		id := fmt.Sprintf("wake/%s/%s/%s/%t/%d", ref.Run, ref.Stage, ref.Step, ref.Rollback, ref.Wake)
-		ev := envelope.Event{Kind: queue.EvWake, Run: ref.Run, Stage: ref.Stage, Step: ref.Step, Rollback: ref.Rollback, Wake: ref.Wake, Reason: reason}
-		if err := c.Publish(ctx, ev, id); err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("wake failed", "run", ref.Run, "err", err)
-			}
-			if first == nil {
-				first = err
-			}
-			continue
-		}
-		c.metrics.Wakes.WithLabelValues("event").Inc()
-	}
-	return first
 }
 
 // shardOf hashes the run id (the third subject token) to a shard.

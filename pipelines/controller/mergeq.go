@@ -25,11 +25,9 @@ func (c *Controller) watchMergeQueue(ctx context.Context, w jetstream.KeyWatcher
 				continue
 			}
 			k := queue.MergeQueueWaitPrefix + e.Key()
-			c.mu.Lock()
 			now := time.Now()
 			c.changed.set(k, now, now) // a turn that comes before the step parked still wakes it (index)
-			c.mu.Unlock()
-			_ = c.wakeRefs(ctx, c.refsFor(c.byKey, k), "its turn in the merge queue")
+			_ = c.wakeRefs(ctx, c.park.woken(k), "its turn in the merge queue")
 		}
 	}
 }

@@ -241,18 +241,7 @@ func (c *Controller) watchRegistrations(ctx context.Context, agentsW, workersW j
 // wakeAgents wakes the steps parked on the app records of agents whose view changed.
 func (c *Controller) wakeAgents(ctx context.Context, ids []string) {
 	for _, id := range ids {
-		prefix := agent.Token(id) + "."
-		c.mu.Lock()
-		var refs []parkRef
-		for k, set := range c.byKey {
-			if strings.HasPrefix(k, prefix) {
-				for ref := range set {
-					refs = append(refs, ref)
-				}
-			}
-		}
-		c.mu.Unlock()
-		if len(refs) > 0 {
+		if refs := c.park.wokenByPrefix(agent.Token(id) + "."); len(refs) > 0 {
 			_ = c.wakeRefs(ctx, refs, "agent "+id+"'s registration changed")
 		}
 	}
@@ -262,23 +251,7 @@ func (c *Controller) wakeAgents(ctx context.Context, ids []string) {
 // their wake is already on its way (and this one is dropped as a duplicate, or changes
 // nothing); it matters when that wake's publish failed.
 func (c *Controller) sweepParked(ctx context.Context) {
-	c.mu.Lock()
-	var refs []parkRef
-	for _, idx := range []map[string]map[parkRef]struct{}{c.byKey, c.byTopic} {
-		for k, set := range idx {
-			t, ok := c.changed.get(k)
-			if !ok {
-				continue
-			}
-			for ref := range set {
-				if !ref.since.IsZero() && t.After(ref.since) {
-					refs = append(refs, ref)
-				}
-			}
-		}
-	}
-	c.mu.Unlock()
-	if len(refs) > 0 {
+	if refs := c.park.missedWakes(); len(refs) > 0 {
 		_ = c.wakeRefs(ctx, refs, "a change its wake was lost for")
 	}
 }

@@ -264,8 +264,6 @@ func (c *Controller) startTriggered(ctx context.Context, p *pipelines.Pipeline, 
 // noteTopic remembers when a topic's event arrived, so that a step that parks on it just after
 // (its job was running while the webhook came) is woken at once instead of by its poll.
 func (c *Controller) noteTopic(topic string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	now := time.Now()
 	c.changed.set(topic, now, now)
 }
