@@ -866,6 +866,7 @@ func (c *Controller) watchApps(ctx context.Context, w jetstream.KeyWatcher) {
 		c.mu.Lock()
 		c.changed.set(e.Key(), now, now)
 		c.mu.Unlock()
+		c.apps.feed.publish(e.Key()) // live run pages (appwatch.go)
 		_ = c.wakeRefs(ctx, c.refsFor(c.byKey, e.Key()), "key "+e.Key()+" changed")
 	}
 }
