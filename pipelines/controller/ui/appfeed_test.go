@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
@@ -177,3 +180,45 @@ func BenchmarkRunPageOpen(b *testing.B) {
 }
 
 func appSubscribers(e *ctltest.Env) int { return e.Ctl.AppSubscribers() }
+
+// TestBrowserTwoRunPagesSeeAnAppChange: two browser tabs show the same run; the agent reports
+// its app Degraded at a new revision and both pages show it, pushed over their one shared
+// watch of prflow-apps, without a reload.
+func TestBrowserTwoRunPagesSeeAnAppChange(t *testing.T) {
+	e := newUIEnv(t, ctltest.Options{}, nil)
+	putApp(t, e.Env, agent.HealthHealthy, "1111111111111111111111111111111111111111")
+	r := e.Start(appsPipeline, nil)
+	waitParked(t, e, r.ID, "dev", "soak")
+	url := e.URL + "/ui/runs/" + r.ID
+	first := browser(t)
+	signIn(t, first, url, bobToken)
+	second, cancel := chromedp.NewContext(first) // a second tab, signed in as well
+	defer cancel()
+	tabs := []context.Context{first, second}
+	run(t, second, "open the second page", chromedp.Navigate(url))
+	for i, tab := range tabs {
+		run(t, tab, fmt.Sprintf("page %d shows the app healthy", i+1), chromedp.WaitVisible(`.h-Healthy`, chromedp.ByQuery),
+			chromedp.Evaluate(`window.prflowMarker = 42`, nil))
+	}
+	for deadline := time.Now().Add(30 * time.Second); e.Ctl.AppSubscribers() < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pages subscribed to app changes, want 2", e.Ctl.AppSubscribers())
+		}
+	}
+	putApp(t, e.Env, agent.HealthDegraded, "2222222222222222222222222222222222222222")
+	for i, tab := range tabs {
+		run(t, tab, fmt.Sprintf("page %d shows the app degraded", i+1), chromedp.WaitVisible(`.h-Degraded`, chromedp.ByQuery))
+		if got := text(t, tab, `#live`); !strings.Contains(got, "22222222") {
+			t.Errorf("page %d lacks the new revision: %.500s", i+1, got)
+		}
+		var marker int
+		run(t, tab, "marker", chromedp.Evaluate(`window.prflowMarker || 0`, &marker))
+		if marker != 42 {
+			t.Fatalf("page %d was reloaded: the change was not pushed", i+1)
+		}
+	}
+	shot(t, first, "run-app-degraded")
+	if err := e.Ctl.Cancel(context.Background(), r.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
