@@ -217,7 +217,7 @@ func TestBrowserTwoRunPagesSeeAnAppChange(t *testing.T) {
 			t.Fatalf("page %d was reloaded: the change was not pushed", i+1)
 		}
 	}
-	shot(t, first, "run-app-degraded")
+	shot(t, second, "run-app-degraded") // the tab in front: a background tab does not paint
 	if err := e.Ctl.Cancel(context.Background(), r.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
