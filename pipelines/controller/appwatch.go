@@ -47,6 +47,8 @@ type appWatch struct {
 	firstOne sync.Once
 	snap     atomic.Pointer[appSnapshot] // nil while no watcher is caught up
 	restart  chan struct{}               // asks the current watcher to start over (after a reconnect)
+
+	feed appFeed // the changes watchApps sees, for live run pages
 }
 
 // appSnapshot is every record of prflow-apps as of one watcher's last change.
@@ -283,4 +285,131 @@ func (c *Controller) stageApps(ctx context.Context) (any, error) {
 		return s.list, nil
 	}
 	return c.appStatuses(ctx)
+}
+
+// appFeed fans the controller's one watch of prflow-apps (watchApps) out to live run pages,
+// so that an open page costs a channel rather than a watch (a consumer on the server, its
+// goroutines and buffers) of its own. Each subscriber says which keys it shows; a change of
+// another key is not queued for it. A subscriber that does not keep up is never waited for:
+// its change is dropped and it is told to re-read instead (Resync), as it is after the
+// connection to NATS came back, when changes may have been missed.
+type appFeed struct {
+	mu      sync.RWMutex
+	subs    map[*AppSub]struct{}
+	watchMu sync.Mutex
+	watched bool // the reconnect watch runs
+}
+
+// appSubBuffer is how many changes a subscriber may have queued before it must resync.
+const appSubBuffer = 8
+
+// AppSub is one subscriber of the app status changes (a live run page).
+type AppSub struct {
+	feed    *appFeed
+	mu      sync.Mutex
+	keys    map[string]bool
+	changes chan string
+	resync  chan struct{}
+}
+
+// SubscribeApps subscribes to changes of prflow-apps records; Close ends it. It reports the
+// changes watchApps sees, so it needs Run.
+func (c *Controller) SubscribeApps() *AppSub {
+	f := &c.apps.feed
+	s := &AppSub{feed: f, changes: make(chan string, appSubBuffer), resync: make(chan struct{}, 1)}
+	f.mu.Lock()
+	if f.subs == nil {
+		f.subs = map[*AppSub]struct{}{}
+	}
+	f.subs[s] = struct{}{}
+	f.mu.Unlock()
+	f.watchReconnects(c.apps.nc, c.log)
+	return s
+}
+
+// AppSubscribers is how many subscribers there are (for tests and status).
+func (c *Controller) AppSubscribers() int {
+	c.apps.feed.mu.RLock()
+	defer c.apps.feed.mu.RUnlock()
+	return len(c.apps.feed.subs)
+}
+
+// SetKeys sets the prflow-apps keys s wants changes of.
+func (s *AppSub) SetKeys(keys map[string]bool) {
+	s.mu.Lock()
+	s.keys = keys
+	s.mu.Unlock()
+}
+
+// Changes delivers the keys that changed.
+func (s *AppSub) Changes() <-chan string { return s.changes }
+
+// Resync is signalled when changes were dropped (s did not keep up, or the connection to
+// NATS came back): the subscriber re-reads what it shows.
+func (s *AppSub) Resync() <-chan struct{} { return s.resync }
+
+// Close ends the subscription; calling it again is fine.
+func (s *AppSub) Close() {
+	s.feed.mu.Lock()
+	delete(s.feed.subs, s)
+	s.feed.mu.Unlock()
+}
+
+func (s *AppSub) signal() {
+	select {
+	case s.resync <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// publish hands a changed key to the subscribers that want it, never blocking.
+func (f *appFeed) publish(key string) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for s := range f.subs {
+		s.mu.Lock()
+		want := s.keys[key]
+		s.mu.Unlock()
+		if !want {
+			continue
+		}
+		select {
+		case s.changes <- key:
+		default:
+			s.signal() // full: it re-reads everything once it gets to it
+		}
+	}
+}
+
+func (f *appFeed) resyncAll() {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for s := range f.subs {
+		s.signal()
+	}
+}
+
+// watchReconnects tells every subscriber to resync whenever the connection to NATS comes
+// back: changes made while it was down may reach the watch late or, for a watch that had
+// to be opened again, not as changes. One goroutine per process, from the first subscriber
+// until the connection is closed.
+func (f *appFeed) watchReconnects(nc *nats.Conn, log *slog.Logger) {
+	f.watchMu.Lock()
+	defer f.watchMu.Unlock()
+	if f.watched || nc == nil {
+		return
+	}
+	f.watched = true
+	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	go func() {
+		for st := range ch {
+			if st == nats.CLOSED {
+				return
+			}
+			if log != nil {
+				log.Info("NATS connection back: live pages re-read the app status they show")
+			}
+			f.resyncAll()
+		}
+	}()
 }

@@ -73,6 +73,7 @@ func (c *Controller) watchApps(ctx context.Context, w jetstream.KeyWatcher) {
 			continue
 		}
 		c.changed.set(e.Key(), now, now)
+		c.apps.feed.publish(e.Key()) // live run pages (appwatch.go)
 		_ = c.wakeRefs(ctx, c.park.woken(e.Key()), "key "+e.Key()+" changed")
 	}
 }

@@ -83,14 +83,11 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := sessionFrom(ctx)
-	// App status changes (sync, health, deployed revision) of the run's apps re-render too.
-	var appUpdates <-chan jetstream.KeyValueEntry
-	if aw, err := u.ctl.Buckets().Apps.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly()); err == nil {
-		defer func() { _ = aw.Stop() }()
-		appUpdates = aw.Updates()
-	}
+	// App status changes (sync, health, deployed revision) of the run's apps re-render too:
+	// the controller's one watch of prflow-apps, filtered on the run's app keys.
+	apps := u.ctl.SubscribeApps()
+	defer apps.Close()
 	var last *pipelines.Run
-	var appKeys map[string]bool
 	push := func(run *pipelines.Run) bool {
 		var b strings.Builder
 		if err := u.tmpl.ExecuteTemplate(&b, "runbody", u.runView(ctx, run, s)); err != nil {
@@ -110,12 +107,26 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			out.f.Flush()
-		case e, ok := <-appUpdates:
-			if !ok {
-				appUpdates = nil
+		case <-apps.Changes():
+			drain(apps.Changes()) // one render for a burst
+			if last != nil && !push(last) {
+				return
+			}
+		case <-apps.Resync():
+			// Changes were dropped (this page fell behind, or NATS reconnected): read the
+			// run again and render it with the app status as it is now.
+			drain(apps.Changes())
+			cur, err := u.ctl.Get(ctx, id)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				_ = out.send("problem", "reading run "+id+" again: "+err.Error())
 				continue
 			}
-			if e != nil && last != nil && appKeys[e.Key()] && !push(last) {
+			last = cur
+			apps.SetKeys(runAppKeys(cur))
+			if !push(cur) {
 				return
 			}
 		case e, ok := <-watch.Updates():
@@ -131,7 +142,8 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 				_ = out.send("problem", "unreadable state of run "+id+": "+err.Error())
 				continue
 			}
-			last, appKeys = &run, runAppKeys(&run)
+			last = &run
+			apps.SetKeys(runAppKeys(&run))
 			if !push(&run) {
 				return
 			}
@@ -139,6 +151,17 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 				_ = out.send("end", string(run.Status))
 				return
 			}
+		}
+	}
+}
+
+// drain empties ch of what is already queued.
+func drain(ch <-chan string) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
 		}
 	}
 }
