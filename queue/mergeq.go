@@ -1,12 +1,10 @@
 package queue
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,20 +14,13 @@ import (
 // BucketMergeQueue holds the merge queues: one FIFO per repo+branch, so that a merge that
 // cannot go yet parks (holding no worker) instead of waiting for the branch inside a worker.
 //
-//	q.<line>.<entry>       one waiting merge: joining creates it, leaving deletes it; the line
-//	                       is these keys in order of joining (the stream sequence of the
-//	                       create), and its head is the first
+//	line.<line>            the FIFO: entries in order of joining; entries[0] is the head
 //	turn.<line>.<entry>    written when that entry becomes the head: its parked step wakes on it
 //	run.<run>.<line>       the lines a run joined, so its entries go when the run fails or is cancelled
-//	line.<line>            the whole line in one value, as earlier versions wrote it: moved to
-//	                       q. keys by whoever reads the line next (see migrate)
 //
-// One key per entry means a join or leave writes only its own key, however long the line:
-// the old single value was rewritten (O(q) bytes, CAS retries under contention) on every one.
-//
-// The bucket has no per-key TTL: an entry outlives the leases of its members. Keys not written
-// for MergeQueueMaxAge go (old turn keys); a waiting entry is rewritten at least every
-// lineTouch by its own (polling) Join.
+// The bucket has no per-key TTL: a line outlives the leases of its members. Keys not written
+// for MergeQueueMaxAge go (old turn keys, lines nobody merged to in a day); a line with
+// members is rewritten at least every lineTouch by Join.
 const BucketMergeQueue = "prflow-mergeq"
 
 // MergeQueueMaxAge is how long a merge-queue key lives without being written.
@@ -76,31 +67,6 @@ type QueueEntry struct {
 	Head time.Time `json:"head,omitzero"` // when it became the head
 }
 
-// entryValue is the value of an entry's key. Order and Sub place it in its line: Order is
-// the revision of the key's create (absent until the key is first rewritten, as the create
-// cannot know its own revision), Sub orders entries moved from one old-format line value.
-type entryValue struct {
-	QueueEntry
-	Order   uint64    `json:"order,omitzero"`
-	Sub     int       `json:"sub,omitzero"`
-	Touched time.Time `json:"touched,omitzero"`
-}
-
-// entry is one entry as read, with its key's revision.
-type entry struct {
-	entryValue
-	key string
-	rev uint64
-}
-
-func (e *entry) order() uint64 {
-	if e.Order != 0 {
-		return e.Order
-	}
-	return e.rev
-}
-
-// mergeLine is the old format: the whole line in one value at line.<line>.
 type mergeLine struct {
 	Entries []QueueEntry `json:"entries"`
 	Touched time.Time    `json:"touched"`
@@ -120,10 +86,6 @@ func LineKey(parts ...string) string { return LeaseKey(append([]string{"merge"},
 
 func lineKV(line string) string { return "line." + line }
 
-// entryKey is entry id's key in line; LeaseKey makes id one token, so "q.<line>.*" matches
-// the entries of line and of no other line.
-func entryKey(line, id string) string { return "q." + line + "." + LeaseKey(id) }
-
 // TurnKey is the key written when entry id becomes the head of line.
 func TurnKey(line, id string) string { return "turn." + line + "." + LeaseKey(id) }
 
@@ -142,117 +104,50 @@ func (q *MergeQueue) grace() time.Duration {
 	return LeaseTTL
 }
 
-// read returns line's entries in order (one watch of its keys). A line still in the old
-// format is moved to entry keys first.
-func (q *MergeQueue) read(ctx context.Context, line string) ([]*entry, error) {
-	for range 10 {
-		es, old, err := q.scan(ctx, line)
-		if err != nil {
-			return nil, err
-		}
-		if old == nil {
-			return es, nil
-		}
-		if err := q.migrate(ctx, line, old); err != nil {
-			return nil, err
-		}
+func (q *MergeQueue) read(ctx context.Context, line string) (*mergeLine, uint64, error) {
+	e, err := q.KV.Get(ctx, lineKV(line))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return &mergeLine{}, 0, nil
 	}
-	return nil, fmt.Errorf("merge queue %s: the old-format line keeps changing while it is moved to entry keys", line)
-}
-
-// scan reads the entry keys of line and its old-format value, if any.
-func (q *MergeQueue) scan(ctx context.Context, line string) ([]*entry, jetstream.KeyValueEntry, error) {
-	w, err := q.KV.WatchFiltered(ctx, []string{"q." + line + ".*", lineKV(line)}, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, nil, fmt.Errorf("merge queue %s: read: %w", line, err)
+		return nil, 0, fmt.Errorf("merge queue %s: read: %w", line, err)
 	}
-	defer func() { _ = w.Stop() }()
-	var es []*entry
-	var old jetstream.KeyValueEntry
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("merge queue %s: read: %w", line, ctx.Err())
-		case kve, ok := <-w.Updates():
-			if !ok {
-				return nil, nil, fmt.Errorf("merge queue %s: read: the watcher stopped", line)
-			}
-			if kve == nil {
-				slices.SortStableFunc(es, func(a, b *entry) int {
-					return cmp.Or(cmp.Compare(a.order(), b.order()), cmp.Compare(a.Sub, b.Sub))
-				})
-				return es, old, nil
-			}
-			if kve.Key() == lineKV(line) {
-				old = kve
-				continue
-			}
-			e := &entry{key: kve.Key(), rev: kve.Revision()}
-			if err := json.Unmarshal(kve.Value(), &e.entryValue); err != nil || e.ID == "" {
-				return nil, nil, fmt.Errorf("merge queue %s: unreadable entry %s (revision %d): %v", line, kve.Key(), kve.Revision(), err)
-			}
-			es = append(es, e)
-		}
-	}
-}
-
-// migrate moves an old-format line value (a controller or worker upgraded while merges
-// wait) to one key per entry, keeping their order ahead of every entry created since (whose
-// revisions are higher than the value's), and then deletes the value if nobody rewrote it
-// meanwhile. Creating first and deleting last loses no entry if this process dies between.
-func (q *MergeQueue) migrate(ctx context.Context, line string, old jetstream.KeyValueEntry) error {
 	var l mergeLine
-	if err := json.Unmarshal(old.Value(), &l); err != nil {
-		return fmt.Errorf("merge queue %s: unreadable old-format line (revision %d): %w", line, old.Revision(), err)
+	if err := json.Unmarshal(e.Value(), &l); err != nil {
+		return nil, 0, fmt.Errorf("merge queue %s: unreadable line (revision %d): %w", line, e.Revision(), err)
 	}
-	now := time.Now()
-	for i, qe := range l.Entries {
-		if qe.ID == "" {
-			continue
-		}
-		data, _ := json.Marshal(entryValue{QueueEntry: qe, Order: old.Revision(), Sub: i + 1, Touched: now})
-		_, err := q.KV.Create(ctx, entryKey(line, qe.ID), data)
-		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("merge queue %s: move entry %s of the old-format line: %w", line, qe.ID, err)
-		}
-	}
-	err := q.KV.Delete(ctx, lineKV(line), jetstream.LastRevision(old.Revision()))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("merge queue %s: delete the old-format line: %w", line, err)
-	}
-	return nil
+	return &l, e.Revision(), nil
 }
 
-// rewrite stores e's value again (head mark, touch), keeping its place; ok is false when
-// the key changed (or went) since it was read.
-func (q *MergeQueue) rewrite(ctx context.Context, line string, e *entry) (bool, error) {
-	e.Order, e.Touched = e.order(), time.Now()
-	data, _ := json.Marshal(e.entryValue)
-	rev, err := q.KV.Update(ctx, e.key, data, e.rev)
+// write stores l if the line is still at revision rev (0: absent). ok is false when someone
+// else changed it first.
+func (q *MergeQueue) write(ctx context.Context, line string, l *mergeLine, rev uint64) (bool, error) {
+	var err error
+	switch {
+	case len(l.Entries) == 0 && rev == 0:
+		return true, nil
+	case len(l.Entries) == 0:
+		err = q.KV.Delete(ctx, lineKV(line), jetstream.LastRevision(rev))
+	default:
+		l.Touched = time.Now()
+		data, _ := json.Marshal(l)
+		if rev == 0 {
+			_, err = q.KV.Create(ctx, lineKV(line), data)
+		} else {
+			_, err = q.KV.Update(ctx, lineKV(line), data, rev)
+		}
+	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("merge queue %s: write entry %s: %w", line, e.ID, err)
-	}
-	e.rev = rev
-	return true, nil
-}
-
-// drop deletes e if its key is still at the revision read.
-func (q *MergeQueue) drop(ctx context.Context, line string, e *entry) (bool, error) {
-	err := q.KV.Delete(ctx, e.key, jetstream.LastRevision(e.rev))
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("merge queue %s: remove entry %s: %w", line, e.ID, err)
+		return false, fmt.Errorf("merge queue %s: write: %w", line, err)
 	}
 	return true, nil
 }
 
-func indexOf(es []*entry, id string) int {
-	for i, e := range es {
+func indexOf(l *mergeLine, id string) int {
+	for i, e := range l.Entries {
 		if e.ID == id {
 			return i
 		}
@@ -283,22 +178,19 @@ func (q *MergeQueue) alive(ctx context.Context, line string, head QueueEntry, no
 // it (a redelivery or a woken park keeps its place). Heads that are gone are removed on the
 // way. At the head, Join takes the line's lease for id; Place.Lease is nil when the lease is
 // still held (the previous head is releasing it): the caller retries shortly.
-//
-// A new entry is one create of its own key (which also keeps two deliveries of the same step
-// from joining twice); its place is the order of that create among the line's keys.
 func (q *MergeQueue) Join(ctx context.Context, line, id string) (*Place, error) {
 	if line == "" || id == "" {
 		return nil, errors.New("merge queue: line and entry id are required")
 	}
 	indexed := false
-retry:
 	for range 100 {
-		es, err := q.read(ctx, line)
+		l, rev, err := q.read(ctx, line)
 		if err != nil {
 			return nil, err
 		}
 		now := time.Now()
-		pos := indexOf(es, id)
+		changed := now.Sub(l.Touched) > lineTouch
+		pos := indexOf(l, id)
 		if pos < 0 {
 			if !indexed {
 				// Recorded first, so a run that ends while this Join is under way finds the line.
@@ -307,56 +199,31 @@ retry:
 				}
 				indexed = true
 			}
-			v := entryValue{QueueEntry: QueueEntry{ID: id, At: now}, Touched: now}
-			data, _ := json.Marshal(v)
-			rev, err := q.KV.Create(ctx, entryKey(line, id), data)
-			if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-				return nil, fmt.Errorf("merge queue %s: join %s: %w", line, id, err)
-			}
-			if err != nil || len(es) == 0 {
-				// Another delivery created it, or it may be the head: read the line again
-				// (entries created meanwhile may be ahead of it).
-				continue
-			}
-			// Behind the entries read, and perhaps behind others that joined since (its
-			// Position is then low until its next Join): not the head either way.
-			es, pos = append(es, &entry{entryValue: v, key: entryKey(line, id), rev: rev}), len(es)
-		}
-		if now.Sub(es[pos].Touched) > lineTouch {
-			// A long wait: rewritten so that the bucket's max age does not take it.
-			if ok, err := q.rewrite(ctx, line, es[pos]); err != nil || !ok {
-				if err != nil {
-					return nil, err
-				}
-				continue
-			}
+			l.Entries = append(l.Entries, QueueEntry{ID: id, At: now})
+			pos, changed = len(l.Entries)-1, true
 		}
 		for pos > 0 {
-			ok, err := q.alive(ctx, line, es[0].QueueEntry, now)
+			ok, err := q.alive(ctx, line, l.Entries[0], now)
 			if err != nil {
 				return nil, err
 			}
 			if ok {
 				break
 			}
-			if ok, err := q.drop(ctx, line, es[0]); err != nil || !ok {
-				if err != nil {
-					return nil, err
-				}
-				continue retry
-			}
-			es, pos = es[1:], pos-1
+			l.Entries, pos, changed = l.Entries[1:], pos-1, true
 		}
 		promoted := ""
-		if es[0].Head.IsZero() {
-			es[0].Head = now
-			if ok, err := q.rewrite(ctx, line, es[0]); err != nil || !ok {
-				if err != nil {
-					return nil, err
-				}
+		if l.Entries[0].Head.IsZero() {
+			l.Entries[0].Head, promoted, changed = now, l.Entries[0].ID, true
+		}
+		if changed {
+			ok, err := q.write(ctx, line, l, rev)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
 				continue
 			}
-			promoted = es[0].ID
 		}
 		if promoted != "" && promoted != id {
 			q.signal(ctx, line, promoted)
@@ -407,103 +274,53 @@ func (q *MergeQueue) signal(ctx context.Context, line, id string) {
 
 // Leave releases lease (if any) and removes entry id from line; when it was the head, the next
 // entry becomes the head and is woken at once. Removing an entry that is not there is fine.
-// Only the entry's own key is deleted; the line is read only when the head leaves.
 func (q *MergeQueue) Leave(ctx context.Context, line, id string, lease *Lease) error {
 	if lease != nil {
 		_ = lease.Release(ctx)
 	}
-	migrated := false
-	for range 100 {
-		kve, err := q.KV.Get(ctx, entryKey(line, id))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			if migrated {
-				return nil
-			}
-			// Not there, or still inside an old-format line value: reading the line moves it.
-			if _, err := q.read(ctx, line); err != nil {
-				return err
-			}
-			migrated = true
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("merge queue %s: leave %s: %w", line, id, err)
-		}
-		e := &entry{key: kve.Key(), rev: kve.Revision()}
-		if err := json.Unmarshal(kve.Value(), &e.entryValue); err != nil {
-			return fmt.Errorf("merge queue %s: unreadable entry %s (revision %d): %w", line, kve.Key(), kve.Revision(), err)
-		}
-		ok, err := q.drop(ctx, line, e)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue // rewritten meanwhile (it became the head): read it again
-		}
-		if !e.Head.IsZero() {
-			return q.promote(ctx, line)
-		}
-		return nil
-	}
-	return fmt.Errorf("merge queue %s: too many concurrent updates", line)
-}
-
-// promote makes the first entry of line the head and wakes it, unless it is already.
-func (q *MergeQueue) promote(ctx context.Context, line string) error {
-	for range 100 {
-		es, err := q.read(ctx, line)
-		if err != nil {
-			return err
-		}
-		if len(es) == 0 || !es[0].Head.IsZero() {
-			return nil
-		}
-		es[0].Head = time.Now()
-		ok, err := q.rewrite(ctx, line, es[0])
-		if err != nil {
-			return err
-		}
-		if ok {
-			q.signal(ctx, line, es[0].ID)
-			return nil
-		}
-	}
-	return fmt.Errorf("merge queue %s: too many concurrent updates", line)
+	_, err := q.remove(ctx, line, func(e QueueEntry) bool { return e.ID == id })
+	return err
 }
 
 // remove drops the entries drop matches and wakes a new head; it reports how many it dropped.
-func (q *MergeQueue) remove(ctx context.Context, line string, match func(QueueEntry) bool) (int, error) {
-	n, head := 0, false
+func (q *MergeQueue) remove(ctx context.Context, line string, drop func(QueueEntry) bool) (int, error) {
 	for range 100 {
-		es, err := q.read(ctx, line)
+		l, rev, err := q.read(ctx, line)
 		if err != nil {
-			return n, err
+			return 0, err
 		}
-		again := false
-		for i, e := range es {
-			if !match(e.QueueEntry) {
-				continue
-			}
-			ok, err := q.drop(ctx, line, e)
-			if err != nil {
-				return n, err
-			}
-			if !ok {
-				again = true // rewritten meanwhile: read the line again
-				continue
-			}
-			n++
-			head = head || i == 0 || !e.Head.IsZero()
+		head := ""
+		if len(l.Entries) > 0 {
+			head = l.Entries[0].ID
 		}
-		if again {
+		kept := l.Entries[:0:0]
+		for _, e := range l.Entries {
+			if !drop(e) {
+				kept = append(kept, e)
+			}
+		}
+		n := len(l.Entries) - len(kept)
+		if n == 0 {
+			return 0, nil
+		}
+		l.Entries = kept
+		promoted := ""
+		if len(kept) > 0 && kept[0].ID != head {
+			kept[0].Head, promoted = time.Now(), kept[0].ID
+		}
+		ok, err := q.write(ctx, line, l, rev)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
 			continue
 		}
-		if head {
-			return n, q.promote(ctx, line)
+		if promoted != "" {
+			q.signal(ctx, line, promoted)
 		}
 		return n, nil
 	}
-	return n, fmt.Errorf("merge queue %s: too many concurrent updates", line)
+	return 0, fmt.Errorf("merge queue %s: too many concurrent updates", line)
 }
 
 // RemoveRun takes every entry of run out of every line it joined (the run failed or was
@@ -523,12 +340,12 @@ func (q *MergeQueue) RemoveRun(ctx context.Context, run string) (int, error) {
 	for _, k := range keys {
 		line := strings.TrimPrefix(k, "run."+LeaseKey(run)+".")
 		n, err := q.remove(ctx, line, func(e QueueEntry) bool { return strings.HasPrefix(e.ID, prefix) })
-		total += n
 		if err != nil {
 			return total, err
 		}
 		// The run's lease on the line (if its holder died) is left to its TTL: only the holder
 		// may release it, and alive() stops counting it once the entry is gone.
+		total += n
 		_ = q.KV.Purge(ctx, k)
 	}
 	return total, nil
@@ -536,13 +353,9 @@ func (q *MergeQueue) RemoveRun(ctx context.Context, run string) (int, error) {
 
 // Entries returns line's entries in order (for status and tests).
 func (q *MergeQueue) Entries(ctx context.Context, line string) ([]QueueEntry, error) {
-	es, err := q.read(ctx, line)
+	l, _, err := q.read(ctx, line)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]QueueEntry, len(es))
-	for i, e := range es {
-		out[i] = e.QueueEntry
-	}
-	return out, nil
+	return l.Entries, nil
 }
