@@ -145,9 +145,10 @@ func (c *Controller) sendFirstJobs(ctx context.Context, run string, jobs []*enve
 		return
 	}
 	type sent struct {
-		job *envelope.Job
-		ack jetstream.PubAckFuture
-		err error
+		job  *envelope.Job
+		data []byte
+		ack  jetstream.PubAckFuture
+		err  error
 	}
 	out := make([]sent, len(jobs))
 	for i, j := range jobs {
@@ -157,8 +158,11 @@ func (c *Controller) sendFirstJobs(ctx context.Context, run string, jobs []*enve
 			c.log.Error("run stored but a first job cannot be encoded", "run", run, "step", j.Step, "err", err)
 			continue
 		}
-		out[i].job = j
+		out[i].job, out[i].data = j, data
 		out[i].ack, out[i].err = c.conn.JS.PublishAsync(j.Subject(), data, jetstream.WithMsgID(j.ID()))
+		if out[i].err == nil {
+			c.metrics.Dispatched.WithLabelValues(j.Type).Inc() // counted when sent, as the job's round trip starts
+		}
 	}
 	bg := context.WithoutCancel(ctx)
 	go func() {
@@ -170,14 +174,13 @@ func (c *Controller) sendFirstJobs(ctx context.Context, run string, jobs []*enve
 			if err == nil {
 				select {
 				case <-s.ack.Ok():
-					c.metrics.Dispatched.WithLabelValues(s.job.Type).Inc()
 					continue
 				case err = <-s.ack.Err():
 				}
 			}
 			c.log.Warn("a new run's first job was not taken by the jobs stream; sending it again", "run", run, "step", s.job.Step, "err", err)
 			rctx, cancel := context.WithTimeout(bg, firstJobsRetry)
-			err = c.publishJob(rctx, s.job)
+			_, err = queue.Publish(rctx, c.conn.JS, s.job.Subject(), s.data, s.job.ID(), 0)
 			cancel()
 			if err != nil {
 				// Stored with its steps queued: the jobs go out again when a controller restarts.
