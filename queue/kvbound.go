@@ -40,6 +40,15 @@ func BoundKV(kv jetstream.KeyValue, attempt time.Duration) jetstream.KeyValue {
 type boundKV struct {
 	jetstream.KeyValue
 	attempt time.Duration
+	direct  *directList // lists keys by direct get when set (kvlist.go)
+}
+
+// boundDirect is BoundKV whose filtered key listings are direct gets where the bucket allows
+// them (directLister).
+func boundDirect(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) jetstream.KeyValue {
+	b := BoundKV(kv, 0).(*boundKV)
+	b.direct = directLister(ctx, js, b.KeyValue)
+	return b
 }
 
 // lostReply reports whether err says that a request got no answer in time (or found no
@@ -189,6 +198,15 @@ func (b *boundKV) ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jet
 }
 
 func (b *boundKV) ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error) {
+	if b.direct != nil {
+		keys, err := read(ctx, b.attempt, func(ctx context.Context) ([]string, error) { return b.direct.keys(ctx, filters) })
+		if !errors.Is(err, errDirectIncomplete) {
+			if err != nil {
+				return nil, err
+			}
+			return listed(keys), nil
+		}
+	}
 	keys, err := b.keys(ctx, func(ctx context.Context) (jetstream.KeyWatcher, error) {
 		// A copy each time: nats.go rewrites the slice it is given into subjects.
 		return b.KeyValue.WatchFiltered(ctx, slices.Clone(filters), jetstream.IgnoreDeletes(), jetstream.MetaOnly())

@@ -292,7 +292,7 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (*Buckets, error) 
 		if err != nil {
 			return nil, fmt.Errorf("KV bucket %s: %w (run Setup first)", name, err)
 		}
-		*dst = BoundKV(kv, 0)
+		*dst = boundDirect(ctx, js, kv)
 	}
 	return b, nil
 }

@@ -127,11 +127,67 @@ func (c *Controller) start(ctx context.Context, req StartRequest, prepare func(*
 	// the caller keeps.
 	c.stored(r, m, rev, data, nil)
 	c.record(ctx, audit.Entry{Actor: req.Executor, Action: audit.RunStarted, Run: r.ID, Remote: req.Remote, Detail: "pipeline " + p.Name + origin(r)})
-	if err := c.publishJobs(ctx, append(jobs, c.feedbackJobs(before, r)...)); err != nil {
-		// Stored with its steps queued: the jobs go out again when a controller restarts.
-		c.log.Error("run stored but its first jobs not dispatched", "run", r.ID, "err", err)
-	}
+	c.sendFirstJobs(ctx, r.ID, append(jobs, c.feedbackJobs(before, r)...))
 	return r, nil
+}
+
+// firstJobsRetry bounds how long a new run's first jobs are sent again when the jobs stream
+// does not take them (no leader for a moment); after that they go out when a controller
+// restarts, as for a controller that died right after storing the run.
+const firstJobsRetry = 2 * time.Minute
+
+// sendFirstJobs writes a new run's first jobs to the connection before it returns, so that
+// anything the caller sends afterwards (a cancel) comes after them, and waits for their acks
+// in the background: a start costs one round trip (storing the run), not two. A job the stream
+// did not take is sent again (its message id dedups) for up to firstJobsRetry.
+func (c *Controller) sendFirstJobs(ctx context.Context, run string, jobs []*envelope.Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	type sent struct {
+		job  *envelope.Job
+		data []byte
+		ack  jetstream.PubAckFuture
+		err  error
+	}
+	out := make([]sent, len(jobs))
+	for i, j := range jobs {
+		j.Token = queue.JobToken(c.resultKey, j.ID())
+		data, err := json.Marshal(j)
+		if err != nil {
+			c.log.Error("run stored but a first job cannot be encoded", "run", run, "step", j.Step, "err", err)
+			continue
+		}
+		out[i].job, out[i].data = j, data
+		out[i].ack, out[i].err = c.conn.JS.PublishAsync(j.Subject(), data, jetstream.WithMsgID(j.ID()))
+		if out[i].err == nil {
+			c.metrics.Dispatched.WithLabelValues(j.Type).Inc() // counted when sent, as the job's round trip starts
+		}
+	}
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		for _, s := range out {
+			if s.job == nil {
+				continue
+			}
+			err := s.err
+			if err == nil {
+				select {
+				case <-s.ack.Ok():
+					continue
+				case err = <-s.ack.Err():
+				}
+			}
+			c.log.Warn("a new run's first job was not taken by the jobs stream; sending it again", "run", run, "step", s.job.Step, "err", err)
+			rctx, cancel := context.WithTimeout(bg, firstJobsRetry)
+			_, err = queue.Publish(rctx, c.conn.JS, s.job.Subject(), s.data, s.job.ID(), 0)
+			cancel()
+			if err != nil {
+				// Stored with its steps queued: the jobs go out again when a controller restarts.
+				c.log.Error("run stored but its first jobs not dispatched", "run", run, "err", err)
+			}
+		}
+	}()
 }
 
 // CheckSource makes the checks Start makes, without starting anything: the pipeline loads
