@@ -96,8 +96,8 @@ type Doc struct {
 	File string
 	Root *yaml.Node // the document's value; nil for an empty file
 
-	errs     Errors
-	nodes    map[string]*yaml.Node
+	errs      Errors
+	nodes     map[string]*yaml.Node
 	maxBytes  int
 	visited   int
 	truncated bool // problems past MaxErrors were dropped
