@@ -197,6 +197,17 @@ func (d *Doc) Errorf(field, format string, a ...any) {
 	d.ErrorAt(d.Near(field), field, format, a...)
 }
 
+// Bad reports whether a problem was recorded at field (so that a value that could not be
+// decoded is not also reported as missing).
+func (d *Doc) Bad(field string) bool {
+	for _, e := range d.errs {
+		if e.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
 // Has reports whether the file sets field (to anything, null included).
 func (d *Doc) Has(field string) bool { return d.nodes[field] != nil }
 
