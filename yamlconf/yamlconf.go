@@ -137,13 +137,16 @@ func Parse(file string, src []byte, opts ...Option) (*Doc, error) {
 
 // Load parses src and decodes it into v (a pointer to a struct, list or map). want names
 // what an empty file lacks ("a connectors list"); it is reported as "empty file: want ...".
+// The Doc is nil only when the file could not be parsed; otherwise the caller goes on to
+// check the values (Errorf) and returns d.Err().
 func Load(file string, src []byte, v any, want string, opts ...Option) (*Doc, error) {
 	d, err := Parse(file, src, opts...)
 	if err != nil {
 		return nil, err
 	}
 	if d.Root == nil {
-		return d, Errors{{File: file, Msg: "empty file: want " + want}}
+		d.ErrorAt(nil, "", "empty file: want %s", want)
+		return d, d.Err()
 	}
 	d.Decode(d.Root, "", v)
 	return d, d.Err()
@@ -260,7 +263,8 @@ var (
 
 // Decode reads n into v (a pointer), recording every problem at its place. Struct fields
 // are named by their `yaml:"name"` tag (untagged fields by their name with the first letter
-// lower-cased; `yaml:"-"` is skipped); a key no field names is refused with the known
+// lower-cased; `yaml:"-"` is skipped; `want:"a list of group names"` says what the value
+// should be when it is of the wrong kind); a key no field names is refused with the known
 // names, a key given twice is refused, and a value of the wrong kind is refused with what
 // was wanted. A field of type yaml.Node or *yaml.Node keeps the node as it is.
 func (d *Doc) Decode(n *yaml.Node, path string, v any) {
@@ -268,10 +272,12 @@ func (d *Doc) Decode(n *yaml.Node, path string, v any) {
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		panic("yamlconf: Decode needs a non-nil pointer")
 	}
-	d.decode(n, path, rv.Elem(), 0)
+	d.decode(n, path, rv.Elem(), 0, "")
 }
 
-func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int) {
+// want, when set, replaces the description of the type in "want X, got Y" (the `want:"..."`
+// tag of the struct field being decoded).
+func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int, want string) {
 	if n == nil {
 		return
 	}
@@ -291,7 +297,7 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int) {
 			d.ErrorAt(n, path, "unknown alias")
 			return
 		}
-		d.decode(n.Alias, path, v, depth+1)
+		d.decode(n.Alias, path, v, depth+1, want)
 		return
 	}
 	if _, seen := d.nodes[path]; !seen {
@@ -316,7 +322,7 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int) {
 		if v.IsNil() {
 			v.Set(reflect.New(v.Type().Elem()))
 		}
-		d.decode(n, path, v.Elem(), depth)
+		d.decode(n, path, v.Elem(), depth, want)
 		return
 	}
 	if isNull(n) && v.Kind() != reflect.Interface {
@@ -324,20 +330,20 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int) {
 	}
 	switch v.Kind() {
 	case reflect.Struct:
-		d.decodeStruct(n, path, v, depth)
+		d.decodeStruct(n, path, v, depth, want)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			d.ErrorAt(n, path, "want a list, got %s", Kind(n))
+			d.ErrorAt(n, path, "want %s, got %s", or(want, "a list"), Kind(n))
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, c := range n.Content {
-			d.decode(c, Index(path, i), s.Index(i), depth+1)
+			d.decode(c, Index(path, i), s.Index(i), depth+1, "")
 		}
 		v.Set(s)
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
-			d.ErrorAt(n, path, "want a mapping, got %s", Kind(n))
+			d.ErrorAt(n, path, "want %s, got %s", or(want, "a mapping"), Kind(n))
 			return
 		}
 		if v.Type().Key().Kind() != reflect.String {
@@ -356,7 +362,7 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int) {
 			}
 			first[k.Value] = k
 			e := reflect.New(v.Type().Elem()).Elem()
-			d.decode(val, p, e, depth+1)
+			d.decode(val, p, e, depth+1, "")
 			v.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), e)
 		}
 	case reflect.Interface:
@@ -372,7 +378,7 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int) {
 			v.Set(reflect.ValueOf(a))
 		}
 	default:
-		d.decodeScalar(n, path, v)
+		d.decodeScalar(n, path, v, want)
 	}
 }
 
@@ -381,7 +387,15 @@ func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!
 // field is one struct field a mapping key may name.
 type field struct {
 	name  string
+	want  string // the `want:"..."` tag: what the value should be, in words
 	index []int
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func fieldsOf(t reflect.Type) []field {
@@ -398,15 +412,15 @@ func fieldsOf(t reflect.Type) []field {
 		if tag == "" {
 			tag = strings.ToLower(f.Name[:1]) + f.Name[1:]
 		}
-		out = append(out, field{tag, f.Index})
+		out = append(out, field{tag, f.Tag.Get("want"), f.Index})
 	}
 	return out
 }
 
-func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int) {
+func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int, want string) {
 	fields := fieldsOf(v.Type())
 	if n.Kind != yaml.MappingNode {
-		d.ErrorAt(n, path, "want a mapping, got %s", Kind(n))
+		d.ErrorAt(n, path, "want %s, got %s", or(want, "a mapping"), Kind(n))
 		return
 	}
 	first := map[string]*yaml.Node{}
@@ -427,7 +441,7 @@ func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int
 			continue
 		}
 		first[k.Value] = k
-		d.decode(val, p, v.FieldByIndex(f.index), depth+1)
+		d.decode(val, p, v.FieldByIndex(f.index), depth+1, f.want)
 	}
 }
 
@@ -448,7 +462,8 @@ func names(fields []field) string {
 	return strings.Join(s, ", ")
 }
 
-// hint suggests the field a key differs from only in case or by '-' and '_'.
+// hint suggests the field a key is a slip of: the same but for case, '-' and '_', or one
+// letter added, dropped or changed.
 func hint(fields []field, key string) string {
 	norm := func(s string) string { return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(s)) }
 	for _, f := range fields {
@@ -456,10 +471,33 @@ func hint(fields []field, key string) string {
 			return fmt.Sprintf(" (did you mean %q?)", f.name)
 		}
 	}
+	for _, f := range fields {
+		if len(f.name) > 3 && oneEdit(norm(f.name), norm(key)) {
+			return fmt.Sprintf(" (did you mean %q?)", f.name)
+		}
+	}
 	return ""
 }
 
-func (d *Doc) decodeScalar(n *yaml.Node, path string, v reflect.Value) {
+// oneEdit reports whether a and b differ by one letter added, dropped or changed.
+func oneEdit(a, b string) bool {
+	if len(a) < len(b) {
+		a, b = b, a
+	}
+	if len(a)-len(b) > 1 {
+		return false
+	}
+	i := 0
+	for i < len(b) && a[i] == b[i] {
+		i++
+	}
+	if len(a) == len(b) {
+		return a[i+1:] == b[i+1:]
+	}
+	return a[i+1:] == b[i:]
+}
+
+func (d *Doc) decodeScalar(n *yaml.Node, path string, v reflect.Value, tagWant string) {
 	want := map[reflect.Kind]string{
 		reflect.String: "a string", reflect.Bool: "true or false",
 		reflect.Float32: "a number", reflect.Float64: "a number",
@@ -470,6 +508,7 @@ func (d *Doc) decodeScalar(n *yaml.Node, path string, v reflect.Value) {
 	if v.Type() == durationType {
 		want = "a duration such as 30s or 5m"
 	}
+	want = or(tagWant, want)
 	if n.Kind != yaml.ScalarNode {
 		d.ErrorAt(n, path, "want %s, got %s", want, Kind(n))
 		return

@@ -26,7 +26,7 @@ type entry struct {
 	Timeout  time.Duration     `yaml:"timeout"`
 	Auth     *auth             `yaml:"auth"`
 	Labels   map[string]string `yaml:"labels"`
-	Groups   []string          `yaml:"groups"`
+	Groups   []string          `yaml:"groups" want:"a list of group names"`
 	Extra    any               `yaml:"extra"`
 	Internal string            `yaml:"-"`
 }
@@ -53,8 +53,10 @@ func TestDecodeErrors(t *testing.T) {
 			[]string{`c.yaml:2:22: entries[0].auth.password: unknown field; known fields: token, username`}},
 		{"a skipped field is unknown", "entries:\n  - internal: x\n",
 			[]string{`c.yaml:2:5: entries[0].internal: unknown field; known fields: name, baseURL, insecureSkipVerify, rps, burst, port, timeout, auth, labels, groups, extra`}},
-		{"top-level unknown key", "entrys: []\n",
-			[]string{`c.yaml:1:1: entrys: unknown field; known fields: entries`}},
+		{"top-level unknown key", "entris: []\n",
+			[]string{`c.yaml:1:1: entris: unknown field (did you mean "entries"?); known fields: entries`}},
+		{"a key far from any field", "things: []\n",
+			[]string{`c.yaml:1:1: things: unknown field; known fields: entries`}},
 		{"string wanted", "entries:\n  - name: [a]\n", []string{`c.yaml:2:11: entries[0].name: want a string, got a list`}},
 		{"bool wanted", "entries:\n  - insecureSkipVerify: maybe\n", []string{`c.yaml:2:25: entries[0].insecureSkipVerify: want true or false, got "maybe"`}},
 		{"number wanted", "entries:\n  - rps: fast\n", []string{`c.yaml:2:10: entries[0].rps: want a number, got "fast"`}},
@@ -64,6 +66,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"mapping wanted", "entries:\n  - auth: token\n", []string{`c.yaml:2:11: entries[0].auth: want a mapping, got "token"`}},
 		{"list wanted", "entries: {name: a}\n", []string{`c.yaml:1:10: entries: want a list, got a mapping`}},
 		{"map of strings", "entries:\n  - labels: {a: [x]}\n", []string{`c.yaml:2:17: entries[0].labels.a: want a string, got a list`}},
+		{"what the field wants, in words", "entries:\n  - groups: admins\n", []string{`c.yaml:2:13: entries[0].groups: want a list of group names, got "admins"`}},
 		{"list item", "entries:\n  - groups: [a, {b: c}]\n", []string{`c.yaml:2:17: entries[0].groups[1]: want a string, got a mapping`}},
 		{"duplicate key", "entries:\n  - name: a\n    name: b\n", []string{`c.yaml:3:5: entries[0].name: set twice (first at line 2)`}},
 		{"duplicate map key", "entries:\n  - labels:\n      a: x\n      a: y\n", []string{`c.yaml:4:7: entries[0].labels.a: set twice (first at line 3)`}},
