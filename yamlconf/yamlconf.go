@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/prflow/prflow/steps/spelling"
 )
 
 // Error is one problem in a file, with where it is.
@@ -462,39 +464,16 @@ func names(fields []field) string {
 	return strings.Join(s, ", ")
 }
 
-// hint suggests the field a key is a slip of: the same but for case, '-' and '_', or one
-// letter added, dropped or changed.
+// hint suggests the field a key is likely a typo of (see package spelling).
 func hint(fields []field, key string) string {
-	norm := func(s string) string { return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(s)) }
-	for _, f := range fields {
-		if norm(f.name) == norm(key) {
-			return fmt.Sprintf(" (did you mean %q?)", f.name)
-		}
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.name
 	}
-	for _, f := range fields {
-		if len(f.name) > 3 && oneEdit(norm(f.name), norm(key)) {
-			return fmt.Sprintf(" (did you mean %q?)", f.name)
-		}
+	if c := spelling.Closest(key, names); c != "" {
+		return fmt.Sprintf(" (did you mean %q?)", c)
 	}
 	return ""
-}
-
-// oneEdit reports whether a and b differ by one letter added, dropped or changed.
-func oneEdit(a, b string) bool {
-	if len(a) < len(b) {
-		a, b = b, a
-	}
-	if len(a)-len(b) > 1 {
-		return false
-	}
-	i := 0
-	for i < len(b) && a[i] == b[i] {
-		i++
-	}
-	if len(a) == len(b) {
-		return a[i+1:] == b[i+1:]
-	}
-	return a[i+1:] == b[i:]
 }
 
 func (d *Doc) decodeScalar(n *yaml.Node, path string, v reflect.Value, tagWant string) {

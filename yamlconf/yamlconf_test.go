@@ -71,10 +71,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"duplicate key", "entries:\n  - name: a\n    name: b\n", []string{`c.yaml:3:5: entries[0].name: set twice (first at line 2)`}},
 		{"duplicate map key", "entries:\n  - labels:\n      a: x\n      a: y\n", []string{`c.yaml:4:7: entries[0].labels.a: set twice (first at line 3)`}},
 		{"a key that is not a name", "entries:\n  - ? [a]\n    : x\n", []string{`c.yaml:2:7: entries[0]: want a name as key, got a list`}},
-		{"every problem, in file order", "entries:\n  - burst: x\n    nope: 1\n  - rps: y\n",
+		{"every problem, in file order", "entries:\n  - burst: x\n    zzz: 1\n  - rps: y\n",
 			[]string{
 				`c.yaml:2:12: entries[0].burst: want a whole number, got "x"`,
-				`c.yaml:3:5: entries[0].nope: unknown field; known fields: name, baseURL, insecureSkipVerify, rps, burst, port, timeout, auth, labels, groups, extra`,
+				`c.yaml:3:5: entries[0].zzz: unknown field; known fields: name, baseURL, insecureSkipVerify, rps, burst, port, timeout, auth, labels, groups, extra`,
 				`c.yaml:4:10: entries[1].rps: want a number, got "y"`,
 			}},
 		{"empty file", "", []string{`c.yaml: empty file: want an entries list`}},
