@@ -141,10 +141,10 @@ func TestBuiltinRoles(t *testing.T) {
 // given twice names the first, a value of the wrong kind says what was wanted.
 func TestParseKeyMistakes(t *testing.T) {
 	for src, want := range map[string]string{
-		"policy.defualt: role:readonly\npolicy.csv: |\n  g, a, role:admin\n": `r.yaml:1:1: policy.defualt: unknown field (did you mean "policy.default"?)`,
+		"policy.defualt: role:readonly\npolicy.csv: |\n  g, a, role:admin\n":     `r.yaml:1:1: policy.defualt: unknown field (did you mean "policy.default"?)`,
 		"policy.csv: |\n  g, a, role:admin\npolicy.csv: |\n  g, b, role:admin\n": "r.yaml:3:1: policy.csv: set twice (first at line 1)",
-		"policy.default: [role:readonly]\npolicy.csv: |\n  g, a, role:admin\n":  "r.yaml:1:17: policy.default: want a role name like role:readonly, got a list",
-		"policy.csv: |\n  g, a, role:admin\n    bad: indent\n x\n":                "r.yaml:4: YAML: ",
+		"policy.default: [role:readonly]\npolicy.csv: |\n  g, a, role:admin\n":   "r.yaml:1:17: policy.default: want a role name like role:readonly, got a list",
+		"policy.csv: |\n  g, a, role:admin\n    bad: indent\n x\n":               "r.yaml:4: YAML: ",
 	} {
 		if _, err := Parse("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%q) = %v\nwant %q", src, err, want)
