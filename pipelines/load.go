@@ -105,8 +105,6 @@ func Load(file string, src []byte, reg *steps.Registry) (*Pipeline, error) {
 	return p, nil
 }
 
-var yamlLineRE = regexp.MustCompile(`line (\d+):(.*)`)
-
 var idRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,62}$`)
 
 type loader struct {

@@ -565,7 +565,7 @@ func Kind(n *yaml.Node) string {
 // bisection would cost too much for one error message: yaml's line stays.
 func SyntaxError(file string, src []byte, err error) *Error {
 	msg, line := splitYAMLError(err.Error())
-	if len(src) > maxBisect {
+	if len(src) > MaxBisect {
 		return &Error{File: file, Line: line, Msg: "YAML: " + msg}
 	}
 	lines := bytes.SplitAfter(src, []byte("\n"))
@@ -595,8 +595,8 @@ func SyntaxError(file string, src []byte, err error) *Error {
 	return &Error{File: file, Line: line, Msg: "YAML: " + msg}
 }
 
-// maxBisect bounds the files SyntaxError bisects (configuration files are far smaller).
-const maxBisect = 256 << 10
+// MaxBisect bounds the files SyntaxError bisects (configuration files are far smaller).
+const MaxBisect = 256 << 10
 
 var yamlLineRE = regexp.MustCompile(`^line (\d+):(.*)`)
 
