@@ -100,6 +100,7 @@ type Doc struct {
 
 	errs      Errors
 	nodes     map[string]*yaml.Node
+	keys      map[string]*yaml.Node
 	maxBytes  int
 	visited   int
 	truncated bool // problems past MaxErrors were dropped
@@ -109,7 +110,7 @@ type Doc struct {
 // mistake (see SyntaxError); more than one document, or a file over the size limit, is an
 // error. An empty file parses with a nil Root.
 func Parse(file string, src []byte, opts ...Option) (*Doc, error) {
-	d := &Doc{File: file, maxBytes: DefaultMaxBytes, nodes: map[string]*yaml.Node{}}
+	d := &Doc{File: file, maxBytes: DefaultMaxBytes, nodes: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{}}
 	for _, o := range opts {
 		o(d)
 	}
@@ -215,6 +216,9 @@ func (d *Doc) Bad(field string) bool {
 
 // Has reports whether the file sets field (to anything, null included).
 func (d *Doc) Has(field string) bool { return d.nodes[field] != nil }
+
+// Key returns the key node of field (where the key is written), or nil.
+func (d *Doc) Key(field string) *yaml.Node { return d.keys[field] }
 
 // Node returns the value node of field, or nil when the file does not set it.
 func (d *Doc) Node(field string) *yaml.Node { return d.nodes[field] }
@@ -363,6 +367,7 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int, want
 				continue
 			}
 			first[k.Value] = k
+			d.keys[p] = k
 			e := reflect.New(v.Type().Elem()).Elem()
 			d.decode(val, p, e, depth+1, "")
 			v.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), e)
@@ -443,6 +448,7 @@ func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int
 			continue
 		}
 		first[k.Value] = k
+		d.keys[p] = k
 		d.decode(val, p, v.FieldByIndex(f.index), depth+1, f.want)
 	}
 }
