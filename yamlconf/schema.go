@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -33,12 +34,31 @@ func (d *Doc) Validate(s *jsonschema.Schema) {
 	}
 	for _, leaf := range leaves(ve, nil) {
 		n, path := d.locate(leaf.InstanceLocation)
+		if ap, ok := leaf.ErrorKind.(*kind.AdditionalProperties); ok {
+			// a stray key: report it where it is written, as Decode does
+			for _, k := range ap.Properties {
+				d.ErrorAt(keyNode(n, k), Join(path, k), "unknown field (the schema does not allow it)")
+			}
+			continue
+		}
 		msg := "does not match the schema"
 		if out := leaf.BasicOutput(); out.Error != nil {
 			msg = out.Error.String()
 		}
 		d.ErrorAt(n, path, "%s", msg)
 	}
+}
+
+// keyNode returns the key node named k of mapping n, or n.
+func keyNode(n *yaml.Node, k string) *yaml.Node {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				return n.Content[i]
+			}
+		}
+	}
+	return n
 }
 
 // leaves returns the innermost errors: the ones that say what is wrong.

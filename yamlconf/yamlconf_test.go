@@ -207,7 +207,7 @@ func TestValidateSchema(t *testing.T) {
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(`{
 		"type": "object",
 		"properties": {"entries": {"type": "array", "items": {
-			"type": "object", "required": ["name"],
+			"type": "object", "required": ["name"], "additionalProperties": false,
 			"properties": {"name": {"type": "string", "pattern": "^[a-z]+$"}, "burst": {"type": "integer", "minimum": 0}}}}}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestValidateSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := yamlconf.Parse("c.yaml", []byte("entries:\n  - name: Bad\n    burst: -1\n  - burst: 2\n  - name: ok\n    burst: 3\n"))
+	d, err := yamlconf.Parse("c.yaml", []byte("entries:\n  - name: Bad\n    burst: -1\n  - burst: 2\n  - name: ok\n    burst: 3\n    colour: red\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,13 +232,14 @@ func TestValidateSchema(t *testing.T) {
 		"c.yaml:2:11: entries[0].name: ",
 		"c.yaml:3:12: entries[0].burst: ",
 		"c.yaml:4:5: entries[1]: ",
+		"c.yaml:7:5: entries[2].colour: unknown field (the schema does not allow it)",
 	} {
 		if !strings.Contains(got.Error(), want) {
 			t.Errorf("missing %q in\n%v", want, got)
 		}
 	}
-	if n := strings.Count(got.Error(), "\n") + 1; n != 3 {
-		t.Errorf("want 3 problems, got %d:\n%v", n, got)
+	if n := strings.Count(got.Error(), "\n") + 1; n != 4 {
+		t.Errorf("want 4 problems, got %d:\n%v", n, got)
 	}
 	ok, _ := yamlconf.Parse("c.yaml", []byte("entries:\n  - name: ok\n"))
 	if ok.Validate(s); ok.Err() != nil {
