@@ -99,7 +99,7 @@ func LoadWebhooks(path string) (*Webhooks, error) {
 		ReadBudget int64 `yaml:"readBudget"`
 	}
 	d, err := yamlconf.Load(path, data, &doc, "webhooks: [{provider, secret}]")
-	if d == nil {
+	if d == nil || d.Root == nil {
 		return nil, err
 	}
 	if len(doc.Webhooks) == 0 && !d.Bad("webhooks") {
