@@ -12,9 +12,9 @@ import (
 	"github.com/prflow/prflow/yamlconf"
 )
 
-// yamlconf checks a pipeline against the generated schema (pipelines/schema.json) and reports
-// each violation at its line and column with the field's path; every example passes.
-func TestSchemaViolationsAtTheirPlace(t *testing.T) {
+// compiledSchema compiles the generated JSON Schema of pipelines (schema.json).
+func compiledSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
 	c := jsonschema.NewCompiler()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema))
 	if err != nil {
@@ -27,6 +27,13 @@ func TestSchemaViolationsAtTheirPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sch
+}
+
+// yamlconf checks a pipeline against the generated schema (pipelines/schema.json) and reports
+// each violation at its line and column with the field's path; every example passes.
+func TestSchemaViolationsAtTheirPlace(t *testing.T) {
+	sch := compiledSchema(t)
 	src := "name: demo\nstages:\n  - id: a\n    colour: blue\n    steps:\n      - id: s\n        type: Noop\n"
 	d, err := yamlconf.Parse("p.yaml", []byte(src))
 	if err != nil {
