@@ -29,32 +29,21 @@ type FieldError struct {
 	Msg  string
 }
 
-func (e FieldError) Error() string {
-	loc := e.File
-	if e.Line > 0 {
-		loc += ":" + strconv.Itoa(e.Line)
-		if e.Col > 0 {
-			loc += ":" + strconv.Itoa(e.Col)
-		}
-	}
-	if e.Path != "" {
-		return loc + ": " + e.Path + ": " + e.Msg
-	}
-	return loc + ": " + e.Msg
+func (e FieldError) Error() string { return e.conf().Error() }
+
+func (e FieldError) conf() *yamlconf.Error {
+	return &yamlconf.Error{File: e.File, Line: e.Line, Column: e.Col, Field: e.Path, Msg: e.Msg}
 }
 
 // LoadError lists every problem found in one file.
 type LoadError struct{ Errs []FieldError }
 
 func (e *LoadError) Error() string {
-	var b strings.Builder
+	es := make(yamlconf.Errors, len(e.Errs))
 	for i, fe := range e.Errs {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(fe.Error())
+		es[i] = fe.conf()
 	}
-	return b.String()
+	return es.Error()
 }
 
 // MaxSource is the largest pipeline file accepted.
