@@ -22,9 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/prflow/prflow/steps/spelling"
 )
 
 // Error is one problem in a file, with where it is.
@@ -470,16 +469,24 @@ func names(fields []field) string {
 	return strings.Join(s, ", ")
 }
 
-// hint suggests the field a key is likely a typo of (see package spelling).
+// hint suggests the field a key is likely a typo of: the closest name, ignoring case, within
+// 2 edits (3 for keys of 9 bytes or more), as package spelling does for the other loaders
+// (which this base package cannot import).
 func hint(fields []field, key string) string {
-	names := make([]string, len(fields))
-	for i, f := range fields {
-		names[i] = f.name
+	best, bestD := "", 1<<30
+	for _, f := range fields {
+		if d := levenshtein.ComputeDistance(strings.ToLower(key), strings.ToLower(f.name)); d < bestD {
+			best, bestD = f.name, d
+		}
 	}
-	if c := spelling.Closest(key, names); c != "" {
-		return fmt.Sprintf(" (did you mean %q?)", c)
+	limit := 2
+	if len(key) >= 9 {
+		limit = 3
 	}
-	return ""
+	if bestD > limit {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
 }
 
 func (d *Doc) decodeScalar(n *yaml.Node, path string, v reflect.Value, tagWant string) {
