@@ -1,7 +1,6 @@
 package pipelines
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/duration"
 	"github.com/prflow/prflow/steps/template"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // FieldError is one problem in a pipeline file, with where it is.
@@ -29,32 +29,21 @@ type FieldError struct {
 	Msg  string
 }
 
-func (e FieldError) Error() string {
-	loc := e.File
-	if e.Line > 0 {
-		loc += ":" + strconv.Itoa(e.Line)
-		if e.Col > 0 {
-			loc += ":" + strconv.Itoa(e.Col)
-		}
-	}
-	if e.Path != "" {
-		return loc + ": " + e.Path + ": " + e.Msg
-	}
-	return loc + ": " + e.Msg
+func (e FieldError) Error() string { return e.conf().Error() }
+
+func (e FieldError) conf() *yamlconf.Error {
+	return &yamlconf.Error{File: e.File, Line: e.Line, Column: e.Col, Field: e.Path, Msg: e.Msg}
 }
 
 // LoadError lists every problem found in one file.
 type LoadError struct{ Errs []FieldError }
 
 func (e *LoadError) Error() string {
-	var b strings.Builder
+	es := make(yamlconf.Errors, len(e.Errs))
 	for i, fe := range e.Errs {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(fe.Error())
+		es[i] = fe.conf()
 	}
-	return b.String()
+	return es.Error()
 }
 
 // MaxSource is the largest pipeline file accepted.
@@ -75,22 +64,16 @@ func Load(file string, src []byte, reg *steps.Registry) (*Pipeline, error) {
 		reg = steps.Default
 	}
 	l := &loader{file: file, reg: reg}
-	if len(src) > MaxSource {
-		return nil, &LoadError{[]FieldError{{File: file, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(src), MaxSource)}}}
+	// yamlconf parses (size limit, syntax errors at the mistake's line, one document); the
+	// walk below is still this loader's own.
+	d, err := yamlconf.Parse(file, src, yamlconf.MaxBytes(MaxSource))
+	if err != nil {
+		return nil, FromYAMLConf(err)
 	}
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(src))
-	if err := dec.Decode(&doc); err != nil {
-		return nil, SyntaxError(file, src, err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, &LoadError{[]FieldError{{File: file, Line: extra.Line, Msg: "more than one YAML document; a pipeline file holds one"}}}
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+	if d.Root == nil {
 		return nil, &LoadError{[]FieldError{{File: file, Msg: "empty file"}}}
 	}
-	root := doc.Content[0]
+	root := d.Root
 	p := &Pipeline{File: file, Source: src}
 	sum := sha256.Sum256(src)
 	p.Hash = hex.EncodeToString(sum[:16])
@@ -104,8 +87,6 @@ func Load(file string, src []byte, reg *steps.Registry) (*Pipeline, error) {
 	}
 	return p, nil
 }
-
-var yamlLineRE = regexp.MustCompile(`line (\d+):(.*)`)
 
 var idRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,62}$`)
 

@@ -57,18 +57,7 @@ func TestLoadErrorsNameFileLineAndField(t *testing.T) {
 // pipeline's YAML against it.
 func schemaValidator(t *testing.T) func(src []byte) error {
 	t.Helper()
-	c := jsonschema.NewCompiler()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sch := compiledSchema(t)
 	return func(src []byte) error {
 		var y any
 		if err := yaml.Unmarshal(src, &y); err != nil {

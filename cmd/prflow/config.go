@@ -1,19 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"github.com/prflow/prflow/steps/spelling"
-	"io"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/prflow/prflow/steps/spelling"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // ErrConfig marks every problem with a --config file, so callers can tell it from a runtime error.
@@ -26,9 +25,17 @@ var configRoles = []string{"server", "worker", "agent"}
 // notFromConfig are flags a config file may not set: they are about the invocation itself.
 var notFromConfig = map[string]bool{"config": true, "help": true, "version": true}
 
-// envInUsage finds the environment variable a flag's help names, e.g. "(env PRFLOW_NATS)" or
-// "(default env PRFLOW_TOKEN)": that variable overrides the config file too.
-var envInUsage = regexp.MustCompile(`\benv ([A-Z][A-Z0-9_]*)`)
+// flagEnv names the environment variable a flag's default is read from: when it is set, it
+// overrides the config file too (as the flag's help says, "env PRFLOW_NATS").
+// TestFlagEnvMatchesHelp keeps this list and the help texts in step.
+var flagEnv = map[string]string{
+	"nats":     "PRFLOW_NATS",
+	"server":   "PRFLOW_SERVER",
+	"token":    "PRFLOW_TOKEN",
+	"agent-id": "PRFLOW_AGENT_ID",
+	"replica":  "POD_NAME",
+	"config":   "PRFLOW_CONFIG",
+}
 
 // addConfigFlag gives cmd a --config flag, applied before it runs.
 func addConfigFlag(cmd *cobra.Command) {
@@ -50,62 +57,57 @@ func addConfigFlag(cmd *cobra.Command) {
 }
 
 // applyConfigFile sets every flag of cmd that the file names, unless the flag was given on the
-// command line or the environment variable its help names is set. Keys are flag names exactly;
-// an unknown or repeated key, a list for a single-valued flag, a nested map or a value the flag
-// refuses is an error naming file:line:col.
+// command line or its environment variable (flagEnv) is set. Keys are the names of the flag
+// set's flags exactly; an unknown or repeated key, a list for a single-valued flag, a nested
+// map or a value the flag refuses is an error naming file:line:col, every one reported.
 func applyConfigFile(cmd *cobra.Command, file string) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // an empty file sets nothing
-		}
-		return fmt.Errorf("%w %s: %v", ErrConfig, file, err)
+	d, err := yamlconf.Parse(file, data)
+	if err != nil {
+		return fmt.Errorf("%w %w", ErrConfig, err)
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		line := 0
-		if err == nil {
-			line = extra.Line
-		}
-		return fmt.Errorf("%w %s:%d: want one YAML document, found another", ErrConfig, file, line)
+	if d.Root == nil {
+		return nil // an empty file sets nothing
 	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
+	if d.Root.Kind != yaml.MappingNode {
+		d.ErrorAt(d.Root, "", "want a mapping of flag names to values at the top level")
+		return fmt.Errorf("%w %w", ErrConfig, d.Err())
 	}
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil
-	}
-	if root.Kind != yaml.MappingNode {
-		return configErr(file, root, "want a mapping of flag names to values at the top level")
-	}
+	// The keys a config file may set: the command's flags, from its flag set.
 	fs := cmd.Flags()
+	keys := map[string]*pflag.Flag{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !notFromConfig[f.Name] && !f.Hidden {
+			keys[f.Name] = f
+		}
+	})
 	seen := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
+	for i := 0; i+1 < len(d.Root.Content); i += 2 {
+		k, v := d.Root.Content[i], d.Root.Content[i+1]
 		name := k.Value
-		if k.Kind != yaml.ScalarNode {
-			return configErr(file, k, "a key must be a flag name")
+		switch f, first := keys[name], seen[name]; {
+		case k.Kind != yaml.ScalarNode:
+			d.ErrorAt(k, "", "a key must be a flag name")
+		case first != nil:
+			d.ErrorAt(k, "", "%q is set twice (first at line %d)", name, first.Line)
+		case f == nil:
+			d.ErrorAt(k, "", "unknown key %q for prflow %s%s", name, cmd.Name(), suggestFlag(keys, name))
+		case f.Changed || envOverrides(f):
+			// the command line and the environment win over the file
+		default:
+			if err := setFromNode(f, v); err != nil {
+				d.ErrorAt(v, name, "%v", err)
+			}
 		}
-		if first, dup := seen[name]; dup {
-			return configErr(file, k, "%q is set twice (first at line %d)", name, first.Line)
+		if k.Kind == yaml.ScalarNode && seen[name] == nil {
+			seen[name] = k
 		}
-		seen[name] = k
-		f := fs.Lookup(name)
-		if f == nil || notFromConfig[name] || f.Hidden {
-			return configErr(file, k, "unknown key %q for prflow %s%s", name, cmd.Name(), suggestFlag(fs, name))
-		}
-		if f.Changed || envOverrides(f) {
-			continue // the command line and the environment win over the file
-		}
-		if err := setFromNode(f, v); err != nil {
-			return configErr(file, v, "%s: %v", name, err)
-		}
+	}
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("%w %w", ErrConfig, err)
 	}
 	return nil
 }
@@ -139,34 +141,23 @@ func setFromNode(f *pflag.Flag, v *yaml.Node) error {
 	return fmt.Errorf("takes a %s value, not a mapping", f.Value.Type())
 }
 
-// envOverrides reports whether the environment variable named in the flag's help is set to a
-// value (the flags read these variables with os.Getenv, where empty means unset).
+// envOverrides reports whether the flag's environment variable is set to a value (the flags
+// read these variables with os.Getenv, where empty means unset).
 func envOverrides(f *pflag.Flag) bool {
-	for _, m := range envInUsage.FindAllStringSubmatch(f.Usage, -1) {
-		if os.Getenv(m[1]) != "" {
-			return true
+	name, ok := flagEnv[f.Name]
+	return ok && os.Getenv(name) != ""
+}
+
+// suggestFlag names the closest key, or lists them all when none is close.
+func suggestFlag(keys map[string]*pflag.Flag, name string) string {
+	names := make([]string, 0, len(keys))
+	best, bestD := "", 3
+	for k := range keys {
+		names = append(names, k)
+		if d := spelling.Distance(name, k); d < bestD || d == bestD && k < best {
+			best, bestD = k, d
 		}
 	}
-	return false
-}
-
-func configErr(file string, n *yaml.Node, format string, args ...any) error {
-	return fmt.Errorf("%w %s:%d:%d: %s", ErrConfig, file, n.Line, n.Column, fmt.Sprintf(format, args...))
-}
-
-// suggestFlag names the closest flag, or lists them all when none is close.
-func suggestFlag(fs *pflag.FlagSet, name string) string {
-	var names []string
-	best, bestD := "", 3
-	fs.VisitAll(func(f *pflag.Flag) {
-		if notFromConfig[f.Name] || f.Hidden {
-			return
-		}
-		names = append(names, f.Name)
-		if d := spelling.Distance(name, f.Name); d < bestD {
-			best, bestD = f.Name, d
-		}
-	})
 	if best != "" {
 		return fmt.Sprintf("; did you mean %q?", best)
 	}

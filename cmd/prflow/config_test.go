@@ -4,10 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // roleCommand returns the named command of a fresh root with its flags parsed from args, as
@@ -111,7 +113,7 @@ func TestConfigStrictErrors(t *testing.T) {
 		{"mapping for a value", "agent", "argocd-url: {host: x}\n", []string{":1:13:", "argocd-url: takes a string value, not a mapping"}},
 		{"null value", "agent", "agent-id:\n", []string{":1:", "agent-id: no value"}},
 		{"top level is a list", "server", "- listen: :8080\n", []string{":1:1:", "want a mapping"}},
-		{"two documents", "server", "listen: :1\n---\nlisten: :2\n", []string{"want one YAML document"}},
+		{"two documents", "server", "listen: :1\n---\nlisten: :2\n", []string{":2:1: more than one YAML document"}},
 		{"bad YAML", "server", "listen: [\n", []string{"prflow.yaml"}},
 		{"nested list item", "worker", "pool: [[a]]\n", []string{"pool: list items must be plain values"}},
 	}
@@ -138,6 +140,52 @@ func TestConfigStrictErrors(t *testing.T) {
 	if err := applyConfigFile(roleCommand(t, "server"), filepath.Join(t.TempDir(), "missing.yaml")); err == nil ||
 		!errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// Every problem in the file is reported at once, each at its line and column.
+func TestConfigReportsEveryProblem(t *testing.T) {
+	clearConfigEnv(t)
+	p := writeConfig(t, "concurency: 3\nack-wait: soon\npool: [a]\npool: [b]\n")
+	err := applyConfigFile(roleCommand(t, "worker"), p)
+	if err == nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, w := range []string{p + `:1:1: unknown key "concurency" for prflow worker; did you mean "concurrency"?`,
+		p + ":2:11: ack-wait: ", p + `:4:1: "pool" is set twice (first at line 3)`} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
+}
+
+// The environment variable each flag of a --config command reads (flagEnv) is the one its
+// help names: the file loses to it, so the two must not drift apart.
+func TestFlagEnvMatchesHelp(t *testing.T) {
+	envInHelp := regexp.MustCompile(`\benv ([A-Z][A-Z0-9_]*)`)
+	named := map[string]bool{}
+	for _, role := range configRoles {
+		c := roleCommand(t, role)
+		check := func(f *pflag.Flag) {
+			m := envInHelp.FindStringSubmatch(f.Usage)
+			if m == nil {
+				if env, ok := flagEnv[f.Name]; ok {
+					t.Errorf("prflow %s --%s: flagEnv says %s, its help names none", role, f.Name, env)
+				}
+				return
+			}
+			named[f.Name] = true
+			if flagEnv[f.Name] != m[1] {
+				t.Errorf("prflow %s --%s: help names %s, flagEnv %q", role, f.Name, m[1], flagEnv[f.Name])
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		c.InheritedFlags().VisitAll(check)
+	}
+	for name := range flagEnv {
+		if !named[name] {
+			t.Errorf("flagEnv has %s, which no flag's help names", name)
+		}
 	}
 }
 

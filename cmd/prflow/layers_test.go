@@ -28,6 +28,7 @@ var layers = map[string]int{
 	"deploy":    2,
 	"scm":       2,
 	"queue":     1,
+	"yamlconf":  1, // the config file loader: imports nothing of ours
 	"examples":  0,
 }
 

@@ -25,7 +25,7 @@ func TestServerWebhookFlags(t *testing.T) {
 	badHooks := filepath.Join(dir, "bad-hooks.yaml")
 	_ = os.WriteFile(badHooks, []byte("webhooks:\n  - provider: github\n    secret: literally-the-secret\n"), 0o600)
 	if _, err := run(t, "server", "--tokens", tokens, "--webhooks", badHooks, "--data-dir", filepath.Join(dir, "n0")); err == nil ||
-		!strings.Contains(err.Error(), "bad-hooks.yaml:3: webhooks[0].secret") || strings.Contains(err.Error(), "literally-the-secret") {
+		!strings.Contains(err.Error(), "bad-hooks.yaml:3:13: webhooks[0].secret") || strings.Contains(err.Error(), "literally-the-secret") {
 		t.Fatalf("bad webhooks file: %v", err)
 	}
 	hooks := filepath.Join(dir, "hooks.yaml")

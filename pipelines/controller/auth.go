@@ -12,9 +12,8 @@ import (
 	"slices"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/prflow/prflow/scm/connector"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // User is an authenticated API caller.
@@ -113,135 +112,78 @@ type authEntry struct {
 //
 // Tokens use the connectors file's secret syntax (connector.ResolveDigestRef): a token written
 // in the file is refused. Every problem is reported, each as file:line:col: field: message
-// (a *connector.LoadError), never with a token or its digest.
+// (a *connector.LoadError, see package yamlconf), never with a token or its digest.
 func LoadAuth(path string) (*Auth, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return nil, &connector.LoadError{File: path, Msg: "invalid YAML: " + err.Error()}
+	var doc struct {
+		Tokens []struct {
+			User   string   `yaml:"user"`
+			Groups []string `yaml:"groups" want:"a list of group names"`
+			Token  string   `yaml:"token"`
+			Name   string   `yaml:"name" want:"a name for the token (shown in the audit log)"`
+		} `yaml:"tokens" want:"a list of {user, groups, token}"`
 	}
-	var errs []error
-	errf := func(n *yaml.Node, field, format string, args ...any) {
-		e := &connector.LoadError{File: path, Field: field, Msg: fmt.Sprintf(format, args...)}
-		if n != nil {
-			e.Line, e.Column = n.Line, n.Column
-		}
-		errs = append(errs, e)
+	d, err := yamlconf.Load(path, raw, &doc, "tokens: [{user, groups, token}]")
+	if d == nil {
+		return nil, err
 	}
-	if len(doc.Content) == 0 {
-		return nil, &connector.LoadError{File: path, Msg: "empty file: want tokens: [{user, groups, token}]"}
-	}
-	top := mapFields(doc.Content[0], "", errf, "tokens")
-	list := top["tokens"]
-	if list == nil || list.Kind != yaml.SequenceNode {
-		n := doc.Content[0]
-		if list != nil {
-			n = list
-		}
-		errf(n, "tokens", "want a list of {user, groups, token}")
-		return nil, errors.Join(errs...)
+	if !d.Has("tokens") && !d.Failed() {
+		d.Errorf("tokens", "want a list of {user, groups, token}")
 	}
 	a := &Auth{}
 	dir := filepath.Dir(path)
 	seen := map[string]int{}
-	for i, item := range list.Content {
-		at := fmt.Sprintf("tokens[%d]", i)
-		f := mapFields(item, at, errf, "user", "groups", "token", "name")
-		if item.Kind != yaml.MappingNode {
+	for i, t := range doc.Tokens {
+		at := yamlconf.Index("tokens", i)
+		if d.Bad(at) {
 			continue
 		}
-		var u User
-		if n := f["user"]; n == nil || n.Kind != yaml.ScalarNode || n.Value == "" {
-			errf(orNode(n, item), at+".user", "required: the user name approvals and run records show")
-		} else {
-			u.Name = n.Value
+		u := User{Name: t.User, tokenName: t.Name}
+		if u.Name == "" && !d.Bad(at+".user") {
+			d.Errorf(at+".user", "required: the user name approvals and run records show")
 		}
-		if n := f["groups"]; n != nil {
-			if n.Kind != yaml.SequenceNode {
-				errf(n, at+".groups", "want a list of group names")
-				n = &yaml.Node{}
-			}
-			for j, g := range n.Content {
-				if g.Kind != yaml.ScalarNode || g.Value == "" {
-					errf(g, fmt.Sprintf("%s.groups[%d]", at, j), "want a group name")
-					continue
-				}
-				u.Groups = append(u.Groups, g.Value)
+		for j, g := range t.Groups {
+			if g == "" && !d.Bad(yamlconf.Index(at+".groups", j)) {
+				d.Errorf(yamlconf.Index(at+".groups", j), "want a group name")
 			}
 		}
-		if n := f["name"]; n != nil {
-			if n.Kind != yaml.ScalarNode || n.Value == "" {
-				errf(n, at+".name", "want a name for the token (shown in the audit log)")
-			} else {
-				u.tokenName = n.Value
-			}
+		u.Groups = slices.DeleteFunc(t.Groups, func(g string) bool { return g == "" })
+		if d.Has(at+".name") && t.Name == "" && !d.Bad(at+".name") {
+			d.Errorf(at+".name", "want a name for the token (shown in the audit log)")
 		}
-		n := f["token"]
-		if n == nil || n.Kind != yaml.ScalarNode || n.Value == "" {
-			errf(orNode(n, item), at+".token", "required (%s)", connector.DigestRefHelp)
+		if t.Token == "" {
+			if !d.Bad(at + ".token") {
+				d.Errorf(at+".token", "required (%s)", connector.DigestRefHelp)
+			}
 			continue
 		}
-		d, err := connector.ResolveDigestRef(n.Value, dir, nil, minTokenLen)
+		dg, err := connector.ResolveDigestRef(t.Token, dir, nil, minTokenLen)
 		if err != nil {
-			errf(n, at+".token", "user %s: %v", u.Name, err)
+			d.Errorf(at+".token", "user %s: %v", u.Name, err)
 			continue
 		}
-		key := string(d[:])
+		key := string(dg[:])
 		if prev, dup := seen[key]; dup {
 			// Two users behind one token: the API could not tell who acts.
-			errf(n, at+".token", "user %s has the same token as tokens[%d]", u.Name, prev)
+			d.Errorf(at+".token", "user %s has the same token as tokens[%d]", u.Name, prev)
 			continue
 		}
 		seen[key] = i
 		if u.Name != "" {
-			a.users = append(a.users, authEntry{digest: d, user: u})
+			a.users = append(a.users, authEntry{digest: dg, user: u})
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
 
 // minTokenLen refuses tokens short enough to guess.
 const minTokenLen = 8
-
-// mapFields returns the fields of a YAML mapping by key, reporting unknown keys and a node
-// that is not a mapping.
-func mapFields(n *yaml.Node, at string, errf func(*yaml.Node, string, string, ...any), known ...string) map[string]*yaml.Node {
-	out := map[string]*yaml.Node{}
-	if n.Kind != yaml.MappingNode {
-		errf(n, strings.TrimPrefix(at, "."), "want a mapping with %s", strings.Join(known, ", "))
-		return out
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
-		field := k.Value
-		if at != "" {
-			field = at + "." + k.Value
-		}
-		if !slices.Contains(known, k.Value) {
-			errf(k, field, "unknown field (known: %s)", strings.Join(known, ", "))
-			continue
-		}
-		if _, dup := out[k.Value]; dup {
-			errf(k, field, "given twice")
-			continue
-		}
-		out[k.Value] = n.Content[i+1]
-	}
-	return out
-}
-
-func orNode(n, parent *yaml.Node) *yaml.Node {
-	if n != nil {
-		return n
-	}
-	return parent
-}
 
 // Authenticate checks the request's bearer token in constant time.
 func (a *Auth) Authenticate(r *http.Request) (User, bool) {

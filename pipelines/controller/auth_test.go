@@ -72,7 +72,10 @@ func TestLoadAuthSecretSyntaxAndErrors(t *testing.T) {
 			[]string{"t.yaml:5:12: tokens[1].token: user b has the same token as tokens[0]"}},
 		{"not a list", "tokens: {user: a}\n", []string{"t.yaml:1:9: tokens: want a list"}},
 		{"empty", "", []string{"t.yaml: empty file"}},
-		{"invalid yaml", "tokens: [\n", []string{"t.yaml: invalid YAML"}},
+		{"key given twice", "tokens:\n  - user: dan\n    user: eve\n    token: env:PRFLOW_TEST_TOK\n", []string{"t.yaml:3:5: tokens[0].user: set twice (first at line 2)"}},
+		{"group not a name", "tokens:\n  - user: dan\n    groups: [ops, {a: b}]\n    token: env:PRFLOW_TEST_TOK\n", []string{"t.yaml:3:19: tokens[0].groups[1]: want a string, got a mapping"}},
+		{"entry not a mapping", "tokens:\n  - dan\n", []string{`t.yaml:2:5: tokens[0]: want a mapping, got "dan"`}},
+		{"invalid yaml", "tokens: [\n", []string{"t.yaml:1: YAML: did not find expected node content"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(dir, "t.yaml")

@@ -152,7 +152,7 @@ func TestLoadWebhooksReadBudget(t *testing.T) {
 		"readBudget: -1\n":                     "readBudget: must be ≥ 0",
 		"readBudget: 1048576\n":                "readBudget: 1048576 is less than the 26214400 byte body limit (maxBody)",
 		"maxBody: 2097152\nreadBudget: 1024\n": "readBudget: 1024 is less than the 2097152 byte body limit",
-		"readBudget: lots\n":                   "cannot unmarshal",
+		"readBudget: lots\n":                   `readBudget: want a whole number, got "lots"`,
 	} {
 		if _, err := controller.LoadWebhooks(write(extra)); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "hooks.yaml") {
 			t.Errorf("%q: err = %v, want %q", extra, err, want)

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
@@ -24,6 +22,7 @@ import (
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/gitlab"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // DefaultMaxWebhookBody bounds webhook bodies when the config sets no maxBody: GitHub's 25 MB
@@ -93,63 +92,64 @@ func LoadWebhooks(path string) (*Webhooks, error) {
 	}
 	var doc struct {
 		Webhooks []struct {
-			Provider yaml.Node `yaml:"provider"`
-			Secret   yaml.Node `yaml:"secret"`
-		} `yaml:"webhooks"`
+			Provider string `yaml:"provider"`
+			Secret   string `yaml:"secret"`
+		} `yaml:"webhooks" want:"a list of {provider, secret}"`
 		MaxBody    int64 `yaml:"maxBody"`
 		ReadBudget int64 `yaml:"readBudget"`
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("webhooks file %s: %w", path, err)
+	d, err := yamlconf.Load(path, data, &doc, "webhooks: [{provider, secret}]")
+	if d == nil || d.Root == nil {
+		return nil, err
 	}
-	if len(doc.Webhooks) == 0 {
-		return nil, fmt.Errorf("webhooks file %s: webhooks: want a list of {provider, secret}", path)
+	if len(doc.Webhooks) == 0 && !d.Bad("webhooks") {
+		d.Errorf("webhooks", "want a list of {provider, secret}")
 	}
 	if doc.MaxBody < 0 {
-		return nil, fmt.Errorf("webhooks file %s: maxBody: must be ≥ 0", path)
+		d.Errorf("maxBody", "must be ≥ 0")
 	}
 	maxBody := doc.MaxBody
-	if maxBody == 0 {
+	if maxBody <= 0 {
 		maxBody = DefaultMaxWebhookBody
 	}
 	switch {
 	case doc.ReadBudget < 0:
-		return nil, fmt.Errorf("webhooks file %s: readBudget: must be ≥ 0", path)
+		d.Errorf("readBudget", "must be ≥ 0")
 	case doc.ReadBudget > 0 && doc.ReadBudget < maxBody:
-		return nil, fmt.Errorf("webhooks file %s: readBudget: %d is less than the %d byte body limit (maxBody): no delivery at the limit could ever be read", path, doc.ReadBudget, maxBody)
+		d.Errorf("readBudget", "%d is less than the %d byte body limit (maxBody): no delivery at the limit could ever be read", doc.ReadBudget, maxBody)
 	}
-	w := &Webhooks{MaxBody: doc.MaxBody, secrets: map[string]connector.Secret{}, budget: scm.NewReadBudget(doc.ReadBudget)}
-	var errs []error
+	w := &Webhooks{MaxBody: doc.MaxBody, secrets: map[string]connector.Secret{}, budget: scm.NewReadBudget(max(doc.ReadBudget, 0))}
 	for i, h := range doc.Webhooks {
-		at := func(n *yaml.Node, field string) string {
-			return fmt.Sprintf("%s:%d: webhooks[%d].%s", path, n.Line, i, field)
+		at := yamlconf.Index("webhooks", i)
+		if d.Bad(at) {
+			continue
 		}
-		p := h.Provider.Value
+		p := h.Provider
 		switch p {
 		case "github", "gitlab", "bitbucket":
 		default:
-			errs = append(errs, fmt.Errorf("%s: %q is not github, gitlab or bitbucket", at(&h.Provider, "provider"), p))
+			d.Errorf(at+".provider", "%q is not github, gitlab or bitbucket", p)
 			continue
 		}
 		if _, dup := w.secrets[p]; dup {
-			errs = append(errs, fmt.Errorf("%s: %s is configured twice", at(&h.Provider, "provider"), p))
+			d.Errorf(at+".provider", "%s is configured twice", p)
 			continue
 		}
-		if h.Secret.Value == "" {
-			errs = append(errs, fmt.Errorf("%s: required (env:NAME or file:PATH)", at(&h.Secret, "secret")))
+		if h.Secret == "" {
+			if !d.Bad(at + ".secret") {
+				d.Errorf(at+".secret", "required (env:NAME or file:PATH)")
+			}
 			continue
 		}
-		s, err := connector.ResolveSecretRef(h.Secret.Value, filepath.Dir(path), nil)
+		s, err := connector.ResolveSecretRef(h.Secret, filepath.Dir(path), nil)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", at(&h.Secret, "secret"), err))
+			d.Errorf(at+".secret", "%v", err)
 			continue
 		}
 		w.secrets[p] = s
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	return w, nil
 }

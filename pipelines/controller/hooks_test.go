@@ -635,14 +635,26 @@ func TestLoadWebhooks(t *testing.T) {
 	}
 	_, err = controller.LoadWebhooks(bad)
 	msg := fmt.Sprint(err)
-	for _, want := range []string{"bad.yaml:2: webhooks[0].provider", "bad.yaml:5: webhooks[1].secret: want env:NAME or file:PATH",
-		"bad.yaml:7: webhooks[2].secret: environment variable PRFLOW_TEST_UNSET_VAR"} {
+	for _, want := range []string{"bad.yaml:2:15: webhooks[0].provider", "bad.yaml:5:13: webhooks[1].secret: want env:NAME or file:PATH",
+		"bad.yaml:7:13: webhooks[2].secret: environment variable PRFLOW_TEST_UNSET_VAR"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not say %q", msg, want)
 		}
 	}
 	if strings.Contains(msg, hookSecret) {
 		t.Errorf("the error shows the secret: %s", msg)
+	}
+	// Every problem at once, each at its line and column: an unknown key, a value of the
+	// wrong kind, a budget below the body limit.
+	if err := os.WriteFile(bad, []byte("webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK\n    secrets: env:X\nmaxBody: lots\nreadBudget: 10\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = controller.LoadWebhooks(bad)
+	want := bad + ":4:5: webhooks[0].secrets: unknown field (did you mean \"secret\"?); known fields: provider, secret\n" +
+		bad + ":5:10: maxBody: want a whole number, got \"lots\"\n" +
+		bad + ":6:13: readBudget: 10 is less than the 26214400 byte body limit (maxBody): no delivery at the limit could ever be read"
+	if fmt.Sprint(err) != want {
+		t.Errorf("got\n%v\nwant\n%s", err, want)
 	}
 }
 

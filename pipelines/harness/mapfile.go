@@ -1,17 +1,14 @@
 package harness
 
 import (
-	"bytes"
-	"fmt"
 	"os"
 	"regexp"
-	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/steps/spelling"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // Map holds what Harness keeps in its SaaS and a pipeline only refers to: services (their
@@ -67,51 +64,46 @@ func (n NotifyMap) group(g string) ([]string, bool) {
 // channelRE is a channel name (the native loader's id rule).
 var channelRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,62}$`)
 
-// channels reads name: channel (or name: [channels]) entries of the notifications section.
+// channelMap is a section of notifications: name: channel (or name: [channels]) entries.
 // A value that is an address, a URL or a secret reference is refused: those belong in the
 // workers' notifiers file, and a URL (the credential of a webhook) is not repeated.
-func (r *mapReader) channels(n *yaml.Node, path string) map[string][]string {
-	if n == nil {
-		return nil
-	}
+type channelMap map[string][]string
+
+func (cm *channelMap) UnmarshalYAMLConf(d *yamlconf.Doc, n *yaml.Node, path string) {
+	var raw map[string]yaml.Node
 	if n.Kind != yaml.MappingNode {
-		r.errf(n, path, "want a mapping of name: channel (or name: [channels])")
-		return nil
+		d.ErrorAt(n, path, "want a mapping of name: channel (or name: [channels])")
+		return
 	}
-	out := map[string][]string{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		p := path + "." + k.Value
-		if _, dup := out[k.Value]; dup {
-			r.errf(k, p, "duplicate key")
-			continue
-		}
-		list := []*yaml.Node{v}
+	d.Decode(n, path, &raw)
+	*cm = channelMap{}
+	for k, v := range raw {
+		p := yamlconf.Join(path, k)
+		list := []*yaml.Node{&v}
 		if v.Kind == yaml.SequenceNode {
 			list = v.Content
 		}
 		chs := []string{}
 		for _, x := range list {
 			if x.Kind != yaml.ScalarNode || x.Tag == "!!null" {
-				r.errf(x, p, "want a channel name of the workers' notifiers file, or a list of them")
+				d.ErrorAt(x, p, "want a channel name of the workers' notifiers file, or a list of them")
 				continue
 			}
 			switch s := x.Value; {
 			case strings.Contains(s, "://"):
-				r.errf(x, p, "a URL here (not repeated: a webhook URL is a secret): define a channel with url: env:… or file:… in the workers' notifiers file (prflow worker --notifiers) and give its name here")
+				d.ErrorAt(x, p, "a URL here (not repeated: a webhook URL is a secret): define a channel with url: env:… or file:… in the workers' notifiers file (prflow worker --notifiers) and give its name here")
 			case strings.HasPrefix(s, "env:") || strings.HasPrefix(s, "file:") || strings.Contains(s, "<+"):
-				r.errf(x, p, "%q is a secret reference: it belongs in the workers' notifiers file (prflow worker --notifiers); give the channel's name here", s)
+				d.ErrorAt(x, p, "%q is a secret reference: it belongs in the workers' notifiers file (prflow worker --notifiers); give the channel's name here", s)
 			case strings.Contains(s, "@"):
-				r.errf(x, p, "%q is an address: define an email channel with to: [%s] in the workers' notifiers file (prflow worker --notifiers) and give its name here", s, s)
+				d.ErrorAt(x, p, "%q is an address: define an email channel with to: [%s] in the workers' notifiers file (prflow worker --notifiers) and give its name here", s, s)
 			case !channelRE.MatchString(s):
-				r.errf(x, p, "%q is not a channel name (letters, digits, - and _, starting with a letter, at most 63)", s)
+				d.ErrorAt(x, p, "%q is not a channel name (letters, digits, - and _, starting with a letter, at most 63)", s)
 			default:
 				chs = append(chs, s)
 			}
 		}
-		out[k.Value] = chs
+		(*cm)[k] = chs
 	}
-	return out
 }
 
 // ServiceMap is one Harness service (serviceRef).
@@ -147,8 +139,9 @@ type EnvMap struct {
 
 // ClusterMap is a GitOps cluster: its name and the prflow agent that reports on it.
 type ClusterMap struct {
-	Name, Agent string
-	Line        int
+	Name  string `yaml:"name"`
+	Agent string `yaml:"agent"`
+	Line  int    `yaml:"-"`
 }
 
 // NamedValue is a variable in file order.
@@ -166,204 +159,155 @@ func LoadMap(path string) (*Map, error) {
 	return ParseMap(path, src)
 }
 
-type mapReader struct {
-	file string
-	errs []pipelines.FieldError
-}
+// namedValues is a mapping of name: value kept in file order, the values as written.
+type namedValues []NamedValue
 
-func (r *mapReader) errf(n *yaml.Node, path, format string, a ...any) {
-	fe := pipelines.FieldError{File: r.file, Path: path, Msg: fmt.Sprintf(format, a...)}
-	if n != nil {
-		fe.Line, fe.Col = n.Line, n.Column
-	}
-	r.errs = append(r.errs, fe)
-}
-
-// fields returns a mapping's values by key, reporting unknown keys.
-func (r *mapReader) fields(n *yaml.Node, path string, allowed ...string) map[string]*yaml.Node {
-	out := map[string]*yaml.Node{}
-	if n == nil {
-		return out
-	}
+func (nv *namedValues) UnmarshalYAMLConf(d *yamlconf.Doc, n *yaml.Node, path string) {
 	if n.Kind != yaml.MappingNode {
-		r.errf(n, path, "want a mapping")
-		return out
+		d.ErrorAt(n, path, "want a mapping of name: value")
+		return
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		for v.Kind == yaml.AliasNode && v.Alias != nil {
-			v = v.Alias
-		}
-		if !contains(allowed, k.Value) {
-			hint := ""
-			if s := spelling.Closest(k.Value, allowed); s != "" {
-				hint = fmt.Sprintf(" (did you mean %q?)", s)
-			}
-			r.errf(k, join(path, k.Value), "unknown field%s (allowed: %s)", hint, strings.Join(allowed, ", "))
-			continue
-		}
-		if _, dup := out[k.Value]; dup {
-			r.errf(k, join(path, k.Value), "duplicate key")
-			continue
-		}
-		out[k.Value] = v
+		*nv = append(*nv, NamedValue{Name: n.Content[i].Value, Value: n.Content[i+1]})
 	}
-	return out
 }
 
-func (r *mapReader) str(n *yaml.Node, path string, required bool, parent *yaml.Node) string {
-	if n == nil {
-		if required {
-			r.errf(parent, path, "required")
-		}
-		return ""
+// The map file as written; ParseMap checks it and builds the Map.
+type (
+	rawMap struct {
+		Services          map[string]*rawService   `yaml:"services" want:"a mapping of identifier: {...}"`
+		Environments      map[string]*rawEnv       `yaml:"environments" want:"a mapping of identifier: {...}"`
+		GitOpsClusters    map[string]*ClusterMap   `yaml:"gitOpsClusters" want:"a mapping of identifier: {...}"`
+		Agents            map[string]string        `yaml:"agents" want:"a mapping of Harness agent identifier: prflow agent id"`
+		Notifications     *rawNotify               `yaml:"notifications"`
+		MonitoredServices map[string]*rawMonitored `yaml:"monitoredServices" want:"a mapping of identifier: {...}"`
 	}
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		r.errf(n, path, "want a string")
-		return ""
+	rawService struct {
+		ReleaseRepo    *RepoMap `yaml:"releaseRepo"`
+		DeploymentRepo *struct {
+			ApplicationSet string `yaml:"applicationSet"`
+			Selector       string `yaml:"selector"`
+		} `yaml:"deploymentRepo"`
+		Variables namedValues       `yaml:"variables"`
+		Artifacts map[string]string `yaml:"artifacts" want:"a mapping of name: value"`
 	}
-	if required && n.Value == "" {
-		r.errf(n, path, "required")
+	rawEnv struct {
+		Name           string      `yaml:"name"`
+		Group          string      `yaml:"group"`
+		GitOpsClusters []string    `yaml:"gitOpsClusters" want:"a list of GitOps cluster identifiers"`
+		Variables      namedValues `yaml:"variables"`
+		Overrides      namedValues `yaml:"overrides"`
 	}
-	return n.Value
-}
+	rawNotify struct {
+		UserGroups channelMap `yaml:"userGroups"`
+		Secrets    channelMap `yaml:"secrets"`
+		Rules      channelMap `yaml:"rules"`
+	}
+	rawMonitored struct {
+		Metrics []*yaml.Node `yaml:"metrics" want:"a list of metrics ({name, provider, query, failureCondition, …}: the Verify step's)"`
+	}
+)
 
-func (r *mapReader) vars(n *yaml.Node, path string) []NamedValue {
-	if n == nil {
-		return nil
-	}
-	if n.Kind != yaml.MappingNode {
-		r.errf(n, path, "want a mapping of name: value")
-		return nil
-	}
-	var out []NamedValue
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		out = append(out, NamedValue{Name: n.Content[i].Value, Value: n.Content[i+1]})
-	}
-	return out
-}
-
-// ParseMap parses a mapping file; every problem names file:line and the field.
+// ParseMap parses a mapping file; every problem names file:line:col and the field.
 func ParseMap(file string, src []byte) (*Map, error) {
-	r := &mapReader{file: file}
 	m := &Map{File: file, Services: map[string]*ServiceMap{}, Environments: map[string]*EnvMap{}, Clusters: map[string]ClusterMap{}, Agents: map[string]string{}}
-	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(src)).Decode(&doc); err != nil {
-		return nil, pipelines.SyntaxError(file, src, err)
+	var raw rawMap
+	d, err := yamlconf.Load(file, src, &raw, "services, environments, gitOpsClusters, agents, notifications or monitoredServices")
+	if d == nil {
+		return nil, pipelines.FromYAMLConf(err)
 	}
-	if len(doc.Content) == 0 {
-		return nil, &pipelines.LoadError{Errs: []pipelines.FieldError{{File: file, Msg: "empty file"}}}
-	}
-	root := r.fields(doc.Content[0], "", "services", "environments", "gitOpsClusters", "agents", "notifications", "monitoredServices")
-	if nf := root["notifications"]; nf != nil {
-		f := r.fields(nf, "notifications", "userGroups", "secrets", "rules")
-		m.Notify = NotifyMap{UserGroups: r.channels(f["userGroups"], "notifications.userGroups"),
-			Secrets: r.channels(f["secrets"], "notifications.secrets"), Rules: r.channels(f["rules"], "notifications.rules")}
-	}
-	eachEntry := func(n *yaml.Node, path string, fn func(k, v *yaml.Node, p string)) {
-		if n == nil {
-			return
+	// required reports an empty string that the file sets (or does not) at path.
+	required := func(path, v string) string {
+		if v == "" && !d.Bad(path) {
+			d.Errorf(path, "required")
 		}
-		if n.Kind != yaml.MappingNode {
-			r.errf(n, path, "want a mapping of identifier: {...}")
-			return
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			fn(n.Content[i], n.Content[i+1], path+"."+n.Content[i].Value)
-		}
+		return v
 	}
-	if a := root["agents"]; a != nil {
-		if a.Kind != yaml.MappingNode {
-			r.errf(a, "agents", "want a mapping of Harness agent identifier: prflow agent id")
-		} else {
-			for i := 0; i+1 < len(a.Content); i += 2 {
-				k := a.Content[i]
-				if _, dup := m.Agents[k.Value]; dup {
-					r.errf(k, "agents."+k.Value, "duplicate key")
-					continue
-				}
-				m.Agents[k.Value] = r.str(a.Content[i+1], "agents."+k.Value, true, a)
+	line := func(path string) int {
+		if k := d.Key(path); k != nil {
+			return k.Line
+		}
+		return 0
+	}
+	if n := raw.Notifications; n != nil {
+		m.Notify = NotifyMap{UserGroups: n.UserGroups, Secrets: n.Secrets, Rules: n.Rules}
+	}
+	for k, a := range raw.Agents {
+		m.Agents[k] = required("agents."+k, a)
+	}
+	for k, ms := range raw.MonitoredServices {
+		p := "monitoredServices." + k
+		if ms == nil || len(ms.Metrics) == 0 {
+			if !d.Bad(p) && !d.Bad(p+".metrics") {
+				d.Errorf(p+".metrics", "want a list of metrics ({name, provider, query, failureCondition, …}: the Verify step's)")
 			}
-		}
-	}
-	eachEntry(root["monitoredServices"], "monitoredServices", func(k, v *yaml.Node, p string) {
-		f := r.fields(v, p, "metrics")
-		ms := f["metrics"]
-		if ms == nil || ms.Kind != yaml.SequenceNode || len(ms.Content) == 0 {
-			r.errf(v, p+".metrics", "want a list of metrics ({name, provider, query, failureCondition, …}: the Verify step's)")
-			return
-		}
-		for i, x := range ms.Content {
-			if x.Kind != yaml.MappingNode {
-				r.errf(x, fmt.Sprintf("%s.metrics[%d]", p, i), "want a mapping {name, provider, query, …}")
-				return
-			}
+			continue
 		}
 		if m.MonitoredServices == nil {
 			m.MonitoredServices = map[string][]*yaml.Node{}
 		}
-		m.MonitoredServices[k.Value] = ms.Content
-	})
-	eachEntry(root["gitOpsClusters"], "gitOpsClusters", func(k, v *yaml.Node, p string) {
-		f := r.fields(v, p, "name", "agent")
-		c := ClusterMap{Name: r.str(f["name"], p+".name", false, v), Agent: r.str(f["agent"], p+".agent", true, v), Line: k.Line}
-		if c.Name == "" {
-			c.Name = k.Value
+		for i, x := range ms.Metrics {
+			if x.Kind != yaml.MappingNode {
+				d.Errorf(yamlconf.Index(p+".metrics", i), "want a mapping {name, provider, query, …}")
+			}
 		}
-		m.Clusters[k.Value] = c
-	})
-	eachEntry(root["environments"], "environments", func(k, v *yaml.Node, p string) {
-		f := r.fields(v, p, "name", "group", "gitOpsClusters", "variables", "overrides")
-		e := &EnvMap{Ref: k.Value, Name: r.str(f["name"], p+".name", false, v), Group: r.str(f["group"], p+".group", false, v),
-			Variables: r.vars(f["variables"], p+".variables"), Overrides: r.vars(f["overrides"], p+".overrides"), Line: k.Line}
+		m.MonitoredServices[k] = ms.Metrics
+	}
+	for k, c := range raw.GitOpsClusters {
+		p := "gitOpsClusters." + k
+		if c == nil {
+			c = &ClusterMap{}
+		}
+		cm := ClusterMap{Name: c.Name, Agent: c.Agent, Line: line(p)}
+		if !d.Bad(p) {
+			required(p+".agent", c.Agent)
+		}
+		if cm.Name == "" {
+			cm.Name = k
+		}
+		m.Clusters[k] = cm
+	}
+	for k, r := range raw.Environments {
+		p := "environments." + k
+		if r == nil {
+			r = &rawEnv{}
+		}
+		e := &EnvMap{Ref: k, Name: r.Name, Group: r.Group, Variables: r.Variables, Overrides: r.Overrides, Line: line(p)}
 		if e.Name == "" {
-			e.Name = k.Value
+			e.Name = k
 		}
-		if cl := f["gitOpsClusters"]; cl != nil {
-			if cl.Kind != yaml.SequenceNode {
-				r.errf(cl, p+".gitOpsClusters", "want a list of GitOps cluster identifiers")
+		for i, id := range r.GitOpsClusters {
+			cp := yamlconf.Index(p+".gitOpsClusters", i)
+			if _, ok := m.Clusters[id]; id != "" && !ok {
+				d.Errorf(cp, "unknown GitOps cluster %q (declare it under gitOpsClusters:)", id)
 			}
-			for i, c := range cl.Content {
-				id := r.str(c, fmt.Sprintf("%s.gitOpsClusters[%d]", p, i), true, cl)
-				if _, ok := m.Clusters[id]; id != "" && !ok {
-					r.errf(c, fmt.Sprintf("%s.gitOpsClusters[%d]", p, i), "unknown GitOps cluster %q (declare it under gitOpsClusters:)", id)
-				}
-				e.Clusters = append(e.Clusters, id)
-			}
+			required(cp, id)
+			e.Clusters = append(e.Clusters, id)
 		}
-		m.Environments[k.Value] = e
-	})
-	eachEntry(root["services"], "services", func(k, v *yaml.Node, p string) {
-		f := r.fields(v, p, "releaseRepo", "deploymentRepo", "variables", "artifacts")
-		s := &ServiceMap{Ref: k.Value, Variables: r.vars(f["variables"], p+".variables"), VariablesSet: f["variables"] != nil, Line: k.Line}
-		if a := f["artifacts"]; a != nil {
-			s.Artifacts = map[string]string{}
-			for _, nv := range r.vars(a, p+".artifacts") {
-				s.Artifacts[nv.Name] = r.str(nv.Value, p+".artifacts."+nv.Name, false, a)
-			}
+		m.Environments[k] = e
+	}
+	for k, r := range raw.Services {
+		p := "services." + k
+		if r == nil {
+			r = &rawService{}
 		}
-		if rr := f["releaseRepo"]; rr != nil {
-			rf := r.fields(rr, p+".releaseRepo", "connector", "repo", "branch", "path")
-			s.ReleaseRepo = &RepoMap{
-				Connector: r.str(rf["connector"], p+".releaseRepo.connector", true, rr),
-				Repo:      r.str(rf["repo"], p+".releaseRepo.repo", true, rr),
-				Branch:    r.str(rf["branch"], p+".releaseRepo.branch", false, rr),
-				Path:      r.str(rf["path"], p+".releaseRepo.path", true, rr),
+		s := &ServiceMap{Ref: k, Variables: r.Variables, VariablesSet: d.Has(p + ".variables"), Artifacts: r.Artifacts, Line: line(p)}
+		if rr := r.ReleaseRepo; rr != nil {
+			s.ReleaseRepo = rr
+			for _, f := range []struct{ name, v string }{{"connector", rr.Connector}, {"repo", rr.Repo}, {"path", rr.Path}} {
+				required(p+".releaseRepo."+f.name, f.v)
 			}
 		}
-		if dr := f["deploymentRepo"]; dr != nil {
-			df := r.fields(dr, p+".deploymentRepo", "applicationSet", "selector")
-			s.AppSet = r.str(df["applicationSet"], p+".deploymentRepo.applicationSet", false, dr)
-			s.AppSelector = r.str(df["selector"], p+".deploymentRepo.selector", false, dr)
-			if s.AppSet == "" && s.AppSelector == "" {
-				r.errf(dr, p+".deploymentRepo", "give applicationSet (the ApplicationSet's name) or selector (a label selector)")
+		if dr := r.DeploymentRepo; dr != nil {
+			s.AppSet, s.AppSelector = dr.ApplicationSet, dr.Selector
+			if s.AppSet == "" && s.AppSelector == "" && !d.Bad(p+".deploymentRepo") {
+				d.Errorf(p+".deploymentRepo", "give applicationSet (the ApplicationSet's name) or selector (a label selector)")
 			}
 		}
-		m.Services[k.Value] = s
-	})
-	if len(r.errs) > 0 {
-		sort.SliceStable(r.errs, func(i, j int) bool { return r.errs[i].Line < r.errs[j].Line })
-		return nil, &pipelines.LoadError{Errs: r.errs}
+		m.Services[k] = s
+	}
+	if err := d.Err(); err != nil {
+		return nil, pipelines.FromYAMLConf(err)
 	}
 	return m, nil
 }

@@ -331,7 +331,11 @@ func TestMapAgentsAndArtifactsErrors(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{"agents: [a, b]\n", "m.yaml:1:9: agents: want a mapping of Harness agent identifier: prflow agent id"},
 		{"agents:\n  h1: \"\"\n", "m.yaml:2:7: agents.h1: required"},
-		{"agents:\n  h1: eu\n  h1: us\n", "m.yaml:3:3: agents.h1: duplicate key"},
+		{"agents:\n  h1: eu\n  h1: us\n", "m.yaml:3:3: agents.h1: set twice (first at line 2)"},
+		{"services:\n  web:\n    releaseRepo: {connector: c, repo: r, path: p, branch: [x]}\n", "m.yaml:3:59: services.web.releaseRepo.branch: want a string, got a list"},
+		{"services:\n  web:\n    releaseRepo: {connector: c, repo: r, path: p, brnch: x}\n", `m.yaml:3:51: services.web.releaseRepo.brnch: unknown field (did you mean "branch"?); known fields: connector, repo, branch, path`},
+		{"gitOpsClusters: {a: {agent: eu}}\nenvironments:\n  dev: {gitOpsClusters: a}\n", `m.yaml:3:25: environments.dev.gitOpsClusters: want a list of GitOps cluster identifiers, got "a"`},
+		{"# nothing\n", "m.yaml: empty file: want services, environments"},
 		{"services:\n  web:\n    artifacts: [x]\n", "m.yaml:3:16: services.web.artifacts: want a mapping of name: value"},
 		{"services:\n  web:\n    artifacts: {tag: {a: b}}\n", "m.yaml:3:22: services.web.artifacts.tag: want a string"},
 	} {

@@ -16,7 +16,6 @@ package rbac
 
 import (
 	"encoding/csv"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,6 +26,8 @@ import (
 	"github.com/casbin/casbin/v2/model"
 	"github.com/gobwas/glob"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // Resources and the actions each one takes.
@@ -149,68 +150,43 @@ func (p *Policy) IsOpen() bool { return p.open }
 // Default is the role every caller has ("" for none).
 func (p *Policy) Default() string { return p.def }
 
-// LineError is a problem with one line of a policy file.
-type LineError struct {
-	File string
-	Line int
-	Msg  string
-}
+// LineError is a problem with one line of a policy file: file:line[:col]: [field: ]what.
+type LineError = yamlconf.Error
 
-func (e *LineError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
-	}
-	return e.File + ": " + e.Msg
-}
-
-// Parse reads a policy file's content; every problem is reported as a *LineError (joined).
+// Parse reads a policy file's content; every problem is reported as a *LineError (in a
+// yamlconf.Errors).
 func Parse(file string, data []byte) (*Policy, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &LineError{File: file, Msg: "invalid YAML: " + err.Error()}
+	d, err := yamlconf.Parse(file, data)
+	if err != nil {
+		return nil, err
 	}
-	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, &LineError{File: file, Line: lineOf(&doc), Msg: "want a mapping with policy.csv (and optionally policy.default)"}
+	const want = "a mapping with policy.csv (and optionally policy.default)"
+	if d.Root == nil || d.Root.Kind != yaml.MappingNode {
+		d.ErrorAt(d.Root, "", "want %s", want)
+		return nil, d.Err()
 	}
-	var errs []error
+	var doc struct {
+		Default string     `yaml:"policy.default" want:"a role name like role:readonly"`
+		CSV     *yaml.Node `yaml:"policy.csv"`
+	}
+	d.Decode(d.Root, "", &doc)
 	errf := func(line int, format string, args ...any) {
-		errs = append(errs, &LineError{File: file, Line: line, Msg: fmt.Sprintf(format, args...)})
+		d.ErrorAt(&yaml.Node{Line: line}, "", format, args...)
 	}
-	top := doc.Content[0]
-	var def string
-	defLine := 0
-	var csvNode *yaml.Node
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(top.Content); i += 2 {
-		k, v := top.Content[i], top.Content[i+1]
-		if seen[k.Value] {
-			errf(k.Line, "%s is given twice", k.Value)
-			continue
-		}
-		seen[k.Value] = true
-		switch k.Value {
-		case "policy.default":
-			if v.Kind != yaml.ScalarNode {
-				errf(v.Line, "policy.default: want a role name like role:readonly")
-				continue
-			}
-			def, defLine = strings.TrimSpace(v.Value), v.Line
-		case "policy.csv":
-			if v.Kind != yaml.ScalarNode {
-				errf(v.Line, "policy.csv: want the policy lines as a block (policy.csv: |)")
-				continue
-			}
-			if strings.Contains(strings.TrimRight(v.Value, "\n"), "\n") && v.Style != yaml.LiteralStyle {
-				errf(v.Line, "policy.csv: write the lines as a literal block (policy.csv: |) so that each keeps its line")
-				continue
-			}
-			csvNode = v
-		default:
-			errf(k.Line, "unknown key %q (known: policy.default, policy.csv)", k.Value)
+	def := strings.TrimSpace(doc.Default)
+	csvNode := doc.CSV
+	if v := csvNode; v != nil {
+		switch {
+		case v.Kind != yaml.ScalarNode:
+			d.Errorf("policy.csv", "want the policy lines as a block (policy.csv: |)")
+			csvNode = nil
+		case strings.Contains(strings.TrimRight(v.Value, "\n"), "\n") && v.Style != yaml.LiteralStyle:
+			d.Errorf("policy.csv", "write the lines as a literal block (policy.csv: |) so that each keeps its line")
+			csvNode = nil
 		}
 	}
-	if csvNode == nil && len(errs) == 0 {
-		errf(top.Line, "policy.csv is missing: without lines nobody but the default role may do anything")
+	if !d.Has("policy.csv") && !d.Failed() {
+		errf(d.Root.Line, "policy.csv is missing: without lines nobody but the default role may do anything")
 	}
 	var lines []Line
 	if csvNode != nil {
@@ -283,24 +259,17 @@ func Parse(file string, data []byte) (*Policy, error) {
 		}
 	}
 	if def != "" && !roles[def] {
-		errf(defLine, "policy.default: %s has no p line (and is not role:readonly or role:admin)", def)
+		d.Errorf("policy.default", "%s has no p line (and is not role:readonly or role:admin)", def)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	p, err := build(file, def, ps, gs)
 	if err != nil {
-		return nil, &LineError{File: file, Msg: err.Error()}
+		return nil, yamlconf.Errors{{File: file, Msg: err.Error()}}
 	}
 	p.Lines = lines
 	return p, nil
-}
-
-func lineOf(n *yaml.Node) int {
-	if len(n.Content) > 0 {
-		return n.Content[0].Line
-	}
-	return n.Line
 }
 
 // checkP checks a p line's resource, action, object and effect; "" when it is fine.

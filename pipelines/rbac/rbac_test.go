@@ -137,6 +137,21 @@ func TestBuiltinRoles(t *testing.T) {
 	}
 }
 
+// The file's keys are checked as every config file's: a misspelt key gets a hint, a key
+// given twice names the first, a value of the wrong kind says what was wanted.
+func TestParseKeyMistakes(t *testing.T) {
+	for src, want := range map[string]string{
+		"policy.defualt: role:readonly\npolicy.csv: |\n  g, a, role:admin\n":     `r.yaml:1:1: policy.defualt: unknown field (did you mean "policy.default"?)`,
+		"policy.csv: |\n  g, a, role:admin\npolicy.csv: |\n  g, b, role:admin\n": "r.yaml:3:1: policy.csv: set twice (first at line 1)",
+		"policy.default: [role:readonly]\npolicy.csv: |\n  g, a, role:admin\n":   "r.yaml:1:17: policy.default: want a role name like role:readonly, got a list",
+		"policy.csv: |\n  g, a, role:admin\n    bad: indent\n x\n":               "r.yaml:4: YAML: ",
+	} {
+		if _, err := Parse("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v\nwant %q", src, err, want)
+		}
+	}
+}
+
 func TestParseErrorsNameTheLine(t *testing.T) {
 	_, err := Parse("rbac.yaml", []byte(`policy.default: role:nobody
 policy.csv: |
@@ -157,7 +172,7 @@ extra: 1
 	}
 	msg := err.Error()
 	for _, want := range []string{
-		"rbac.yaml:1: policy.default: role:nobody has no p line",
+		"rbac.yaml:1:17: policy.default: role:nobody has no p line",
 		`rbac.yaml:4: resource runs has no action "approve" (its actions: get, start, cancel, retry, or *)`,
 		`rbac.yaml:5: unknown resource "deploys"`,
 		`rbac.yaml:6: object "dev": want PIPELINE/ENV`,
@@ -167,7 +182,7 @@ extra: 1
 		`rbac.yaml:10: unknown line kind "x"`,
 		"rbac.yaml:11: want p, SUBJECT, RESOURCE, ACTION, PIPELINE/ENV[, allow|deny], got 3 fields",
 		`rbac.yaml:12: g gives a role: want role:NAME as the third field, got "admin"`,
-		`rbac.yaml:13: unknown key "extra"`,
+		`rbac.yaml:13:1: extra: unknown field; known fields: policy.default, policy.csv`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)

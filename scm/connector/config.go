@@ -29,13 +29,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/transport"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // Providers prflow knows how to configure.
@@ -64,16 +64,16 @@ type Auth struct {
 
 // GitHubApp authenticates as a GitHub App installation.
 type GitHubApp struct {
-	AppID          int64
-	InstallationID int64
-	PrivateKeyFile string
-	PrivateKey     Secret // PEM read from PrivateKeyFile
+	AppID          int64  `yaml:"appID"`
+	InstallationID int64  `yaml:"installationID"`
+	PrivateKeyFile string `yaml:"privateKeyFile"`
+	PrivateKey     Secret `yaml:"-"` // PEM read from PrivateKeyFile
 }
 
 // RateLimit is the client-side token bucket (0 rps = none).
 type RateLimit struct {
-	RPS   float64
-	Burst int
+	RPS   float64 `yaml:"rps"`
+	Burst int     `yaml:"burst"`
 }
 
 // Secrets returns the connector's credential values, for log masking.
@@ -142,71 +142,43 @@ func ForgeError(provider string, c Config, err error) error {
 	return fmt.Errorf("%s connector %s: %w", provider, c.Name, err)
 }
 
-// LoadError points at the place in the file that is wrong.
-type LoadError struct {
-	File   string
-	Line   int
-	Column int
-	Field  string // e.g. connectors[1].auth.token
-	Msg    string
-}
+// LoadError points at the place in the file that is wrong: file:line:col: field: what.
+type LoadError = yamlconf.Error
 
-func (e *LoadError) Error() string {
-	loc := e.File
-	if e.Line > 0 {
-		loc += fmt.Sprintf(":%d:%d", e.Line, e.Column)
+// NodeKind names what a YAML node is, for "want X, got Y" errors of the YAML files that use
+// this package's secret references.
+func NodeKind(n *yaml.Node) string { return yamlconf.Kind(n) }
+
+// The file as written; parse checks it and resolves it into Configs.
+type (
+	connectorsFile struct {
+		Connectors []rawConnector `yaml:"connectors"`
 	}
-	if e.Field != "" {
-		return fmt.Sprintf("%s: %s: %s", loc, e.Field, e.Msg)
+	rawConnector struct {
+		Name               string     `yaml:"name"`
+		Provider           string     `yaml:"provider"`
+		BaseURL            string     `yaml:"baseURL"`
+		Auth               *rawAuth   `yaml:"auth"`
+		CAFile             string     `yaml:"caFile"`
+		InsecureSkipVerify bool       `yaml:"insecureSkipVerify"`
+		Author             *rawAuthor `yaml:"author"`
+		RateLimit          RateLimit  `yaml:"rateLimit"`
 	}
-	return loc + ": " + e.Msg
-}
+	rawAuth struct {
+		Token     string     `yaml:"token"`
+		Username  string     `yaml:"username"`
+		GitHubApp *GitHubApp `yaml:"githubApp"`
+	}
+	rawAuthor struct {
+		Name  string `yaml:"name"`
+		Email string `yaml:"email"`
+	}
+)
 
 type parser struct {
-	file    string
+	d       *yamlconf.Doc
 	baseDir string
 	lookup  func(string) (string, bool)
-	errs    []error
-}
-
-func (p *parser) errf(n *yaml.Node, field, format string, args ...any) {
-	e := &LoadError{File: p.file, Field: field, Msg: fmt.Sprintf(format, args...)}
-	if n != nil {
-		e.Line, e.Column = n.Line, n.Column
-	}
-	p.errs = append(p.errs, e)
-}
-
-// fields walks a mapping node, reporting unknown and duplicate keys.
-func (p *parser) fields(n *yaml.Node, path string, known ...string) map[string]*yaml.Node {
-	out := map[string]*yaml.Node{}
-	if n.Kind != yaml.MappingNode {
-		p.errf(n, path, "want a mapping, got %s", NodeKind(n))
-		return out
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		field := k.Value
-		if path != "" {
-			field = path + "." + k.Value
-		}
-		if !contains(known, k.Value) {
-			hint := ""
-			for _, kn := range known {
-				if strings.EqualFold(kn, k.Value) {
-					hint = fmt.Sprintf(" (did you mean %q?)", kn)
-				}
-			}
-			p.errf(k, field, "unknown field%s; known fields: %s", hint, strings.Join(known, ", "))
-			continue
-		}
-		if _, dup := out[k.Value]; dup {
-			p.errf(k, field, "set twice")
-			continue
-		}
-		out[k.Value] = v
-	}
-	return out
 }
 
 func contains(list []string, s string) bool {
@@ -218,73 +190,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// NodeKind names what a YAML node is, for "want X, got Y" errors of the YAML files that use
-// this package's secret references (connectors, tokens, notifiers).
-func NodeKind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "nothing"
-}
-
-func (p *parser) str(n *yaml.Node, field string) string {
-	if n == nil {
-		return ""
-	}
-	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!null" && n.Tag != "!!int" && n.Tag != "!!float" && n.Tag != "!!bool") {
-		p.errf(n, field, "want a string, got %s", NodeKind(n))
-		return ""
-	}
-	if n.Tag == "!!null" {
-		return ""
-	}
-	return strings.TrimSpace(n.Value)
-}
-
-func (p *parser) boolean(n *yaml.Node, field string) bool {
-	if n == nil {
-		return false
-	}
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-		p.errf(n, field, "want true or false, got %s", NodeKind(n))
-	}
-	return b
-}
-
-func (p *parser) number(n *yaml.Node, field string) float64 {
-	return nonNegative(p, n, field, "a number", func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
-}
-
-func (p *parser) integer(n *yaml.Node, field string) int64 {
-	return nonNegative(p, n, field, "a whole number", func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) })
-}
-
-// nonNegative reads a scalar that parse takes and that is not below zero; anything else is
-// reported at n as not being what (a number, a whole number) and reads as 0.
-func nonNegative[T int64 | float64](p *parser, n *yaml.Node, field, what string, parse func(string) (T, error)) T {
-	if n == nil {
-		return 0
-	}
-	v, err := parse(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		p.errf(n, field, "want %s, got %s", what, NodeKind(n))
-		return 0
-	}
-	if v < 0 {
-		p.errf(n, field, "must not be negative")
-		return 0
-	}
-	return v
-}
-
 func (p *parser) path(s string) string {
 	if s == "" || filepath.IsAbs(s) {
 		return s
@@ -293,14 +198,13 @@ func (p *parser) path(s string) string {
 }
 
 // secret resolves "env:NAME" or "file:PATH". The value is never echoed in an error.
-func (p *parser) secret(n *yaml.Node, field string) Secret {
-	ref := p.str(n, field)
+func (p *parser) secret(ref, field string) Secret {
 	if ref == "" {
 		return Secret{}
 	}
-	s, err := ResolveSecretRef(ref, p.baseDir, p.lookup)
+	s, err := ResolveSecretRef(strings.TrimSpace(ref), p.baseDir, p.lookup)
 	if err != nil {
-		p.errf(n, field, "%v", err)
+		p.d.Errorf(field, "%v", err)
 		return Secret{}
 	}
 	return s
@@ -308,80 +212,76 @@ func (p *parser) secret(n *yaml.Node, field string) Secret {
 
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
-func (p *parser) connector(n *yaml.Node, idx int) (Config, bool) {
-	path := fmt.Sprintf("connectors[%d]", idx)
-	f := p.fields(n, path, "name", "provider", "baseURL", "auth", "caFile", "insecureSkipVerify", "author", "rateLimit")
-	before := len(p.errs)
-	c := Config{Source: fmt.Sprintf("%s:%d", p.file, n.Line)}
-	c.Name = p.str(f["name"], path+".name")
+func (p *parser) connector(r rawConnector, path string) (Config, bool) {
+	d := p.d
+	before := d.Count()
+	c := Config{Source: fmt.Sprintf("%s:%d", d.File, d.Near(path).Line), Name: r.Name, Provider: r.Provider, BaseURL: r.BaseURL,
+		InsecureSkipVerify: r.InsecureSkipVerify, RateLimit: r.RateLimit}
 	switch {
-	case f["name"] == nil || c.Name == "":
-		p.errf(n, path+".name", "required")
+	case c.Name == "" && d.Bad(path+".name"):
+	case c.Name == "":
+		d.Errorf(path+".name", "required")
 	case !nameRe.MatchString(c.Name):
-		p.errf(f["name"], path+".name", "%q: use lower-case letters, digits, '.', '_' and '-' (at most 63)", c.Name)
+		d.Errorf(path+".name", "%q: use lower-case letters, digits, '.', '_' and '-' (at most 63)", c.Name)
 	}
-	c.Provider = p.str(f["provider"], path+".provider")
-	if c.Provider == "" {
-		p.errf(n, path+".provider", "required (one of %s)", strings.Join(knownProviders, ", "))
-	} else if !contains(knownProviders, c.Provider) {
-		p.errf(f["provider"], path+".provider", "unknown provider %q (one of %s)", c.Provider, strings.Join(knownProviders, ", "))
+	switch {
+	case c.Provider == "" && d.Bad(path+".provider"):
+	case c.Provider == "":
+		d.Errorf(path+".provider", "required (one of %s)", strings.Join(knownProviders, ", "))
+	case !contains(knownProviders, c.Provider):
+		d.Errorf(path+".provider", "unknown provider %q (one of %s)", c.Provider, strings.Join(knownProviders, ", "))
 	}
-	c.BaseURL = p.str(f["baseURL"], path+".baseURL")
-	p.checkBaseURL(f["baseURL"], path+".baseURL", c)
+	p.checkBaseURL(path+".baseURL", c)
 
-	if a := f["auth"]; a != nil {
-		af := p.fields(a, path+".auth", "token", "username", "githubApp")
-		c.Auth.Username = p.str(af["username"], path+".auth.username")
-		c.Auth.Token = p.secret(af["token"], path+".auth.token")
-		if g := af["githubApp"]; g != nil {
-			c.Auth.GitHubApp = p.githubApp(g, path+".auth.githubApp")
+	if a := r.Auth; a != nil {
+		c.Auth.Username = a.Username
+		c.Auth.Token = p.secret(a.Token, path+".auth.token")
+		if a.GitHubApp != nil {
+			c.Auth.GitHubApp = p.githubApp(a.GitHubApp, path+".auth.githubApp")
 			if c.Provider != "" && c.Provider != "github" {
-				p.errf(g, path+".auth.githubApp", "only for provider github")
+				d.Errorf(path+".auth.githubApp", "only for provider github")
 			}
-			if af["token"] != nil {
-				p.errf(g, path+".auth.githubApp", "set either token or githubApp, not both")
-			}
-		}
-	}
-	if c.Provider != "" && c.Provider != "local" && c.Auth.Token.IsZero() && c.Auth.GitHubApp == nil && len(p.errs) == before {
-		p.errf(n, path+".auth", "provider %s needs auth.token (or auth.githubApp for github)", c.Provider)
-	}
-	if ca := f["caFile"]; ca != nil {
-		c.CAFile = p.path(p.str(ca, path+".caFile"))
-		if c.CAFile != "" {
-			data, err := os.ReadFile(c.CAFile)
-			switch {
-			case err != nil:
-				p.errf(ca, path+".caFile", "read %s: %v", c.CAFile, cause(err))
-			case !x509.NewCertPool().AppendCertsFromPEM(data):
-				p.errf(ca, path+".caFile", "%s holds no PEM certificate", c.CAFile)
-			default:
-				c.CA = data
+			if d.Has(path + ".auth.token") {
+				d.Errorf(path+".auth.githubApp", "set either token or githubApp, not both")
 			}
 		}
 	}
-	c.InsecureSkipVerify = p.boolean(f["insecureSkipVerify"], path+".insecureSkipVerify")
-	if a := f["author"]; a != nil {
-		af := p.fields(a, path+".author", "name", "email")
-		c.Author = scm.Signature{Name: p.str(af["name"], path+".author.name"), Email: p.str(af["email"], path+".author.email")}
+	if c.Provider != "" && c.Provider != "local" && c.Auth.Token.IsZero() && c.Auth.GitHubApp == nil && d.Count() == before {
+		d.ErrorAt(d.Node(path), path+".auth", "provider %s needs auth.token (or auth.githubApp for github)", c.Provider)
+	}
+	if c.CAFile = p.path(r.CAFile); c.CAFile != "" {
+		data, err := os.ReadFile(c.CAFile)
+		switch {
+		case err != nil:
+			d.Errorf(path+".caFile", "read %s: %v", c.CAFile, cause(err))
+		case !x509.NewCertPool().AppendCertsFromPEM(data):
+			d.Errorf(path+".caFile", "%s holds no PEM certificate", c.CAFile)
+		default:
+			c.CA = data
+		}
+	}
+	if a := r.Author; a != nil {
+		c.Author = scm.Signature{Name: a.Name, Email: a.Email}
 		if c.Author.Name == "" || c.Author.Email == "" {
-			p.errf(a, path+".author", "needs both name and email")
+			d.Errorf(path+".author", "needs both name and email")
 		} else if !strings.Contains(c.Author.Email, "@") || strings.ContainsAny(c.Author.Email, "<> \n") {
-			p.errf(af["email"], path+".author.email", "%q is not an email address", c.Author.Email)
+			d.Errorf(path+".author.email", "%q is not an email address", c.Author.Email)
 		}
 	}
-	if r := f["rateLimit"]; r != nil {
-		rf := p.fields(r, path+".rateLimit", "rps", "burst")
-		c.RateLimit.RPS = p.number(rf["rps"], path+".rateLimit.rps")
-		c.RateLimit.Burst = int(p.integer(rf["burst"], path+".rateLimit.burst"))
+	if c.RateLimit.RPS < 0 {
+		d.Errorf(path+".rateLimit.rps", "must not be negative")
 	}
-	return c, len(p.errs) == before
+	if c.RateLimit.Burst < 0 {
+		d.Errorf(path+".rateLimit.burst", "must not be negative")
+	}
+	return c, d.Count() == before
 }
 
-func (p *parser) checkBaseURL(n *yaml.Node, field string, c Config) {
+func (p *parser) checkBaseURL(field string, c Config) {
+	d := p.d
 	if c.BaseURL == "" {
 		if c.Provider == "local" {
-			p.errf(n, field, "required for provider local (a git remote URL or directory)")
+			d.Errorf(field, "required for provider local (a git remote URL or directory)")
 		}
 		return
 	}
@@ -391,41 +291,42 @@ func (p *parser) checkBaseURL(n *yaml.Node, field string, c Config) {
 	u, err := url.Parse(c.BaseURL)
 	switch {
 	case err != nil:
-		p.errf(n, field, "not a URL: %v", err)
+		d.Errorf(field, "not a URL: %v", err)
 	case u.User != nil:
-		p.errf(n, field, "must not contain credentials; use auth.token")
+		d.Errorf(field, "must not contain credentials; use auth.token")
 	case c.Provider == "local" && (u.Scheme == "file" || u.Scheme == "ssh" || u.Scheme == "http" || u.Scheme == "https"):
 	case u.Scheme != "http" && u.Scheme != "https":
-		p.errf(n, field, "want an http(s) URL, got scheme %q", u.Scheme)
+		d.Errorf(field, "want an http(s) URL, got scheme %q", u.Scheme)
 	case u.Host == "":
-		p.errf(n, field, "URL has no host")
+		d.Errorf(field, "URL has no host")
 	}
 }
 
-func (p *parser) githubApp(n *yaml.Node, path string) *GitHubApp {
-	f := p.fields(n, path, "appID", "installationID", "privateKeyFile")
-	g := &GitHubApp{
-		AppID:          p.integer(f["appID"], path+".appID"),
-		InstallationID: p.integer(f["installationID"], path+".installationID"),
-		PrivateKeyFile: p.path(p.str(f["privateKeyFile"], path+".privateKeyFile")),
-	}
-	if g.AppID == 0 {
-		p.errf(n, path+".appID", "required")
-	}
-	if g.InstallationID == 0 {
-		p.errf(n, path+".installationID", "required")
+func (p *parser) githubApp(g *GitHubApp, path string) *GitHubApp {
+	d := p.d
+	g.PrivateKeyFile = p.path(g.PrivateKeyFile)
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"appID", g.AppID}, {"installationID", g.InstallationID}} {
+		switch field := path + "." + f.name; {
+		case f.v < 0:
+			d.Errorf(field, "must not be negative")
+		case f.v == 0 && !d.Bad(field):
+			d.ErrorAt(d.Node(path), field, "required")
+		}
 	}
 	if g.PrivateKeyFile == "" {
-		p.errf(n, path+".privateKeyFile", "required")
+		d.ErrorAt(d.Node(path), path+".privateKeyFile", "required")
 		return g
 	}
 	data, err := os.ReadFile(g.PrivateKeyFile)
 	if err != nil {
-		p.errf(f["privateKeyFile"], path+".privateKeyFile", "read %s: %v", g.PrivateKeyFile, cause(err))
+		d.Errorf(path+".privateKeyFile", "read %s: %v", g.PrivateKeyFile, cause(err))
 		return g
 	}
 	if !strings.Contains(string(data), "PRIVATE KEY-----") {
-		p.errf(f["privateKeyFile"], path+".privateKeyFile", "%s is not a PEM private key", g.PrivateKeyFile)
+		d.Errorf(path+".privateKeyFile", "%s is not a PEM private key", g.PrivateKeyFile)
 		return g
 	}
 	g.PrivateKey = NewSecret(string(data))
@@ -433,46 +334,44 @@ func (p *parser) githubApp(n *yaml.Node, path string) *GitHubApp {
 }
 
 // parse reads the document into configs, collecting every error.
-func (p *parser) parse(data []byte) []Config {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.errs = append(p.errs, &LoadError{File: p.file, Msg: "invalid YAML: " + err.Error()})
-		return nil
+func (p *parser) parse(file string, data []byte) ([]Config, error) {
+	d, err := yamlconf.Parse(file, data)
+	if err != nil {
+		return nil, err
 	}
-	if len(doc.Content) == 0 {
-		p.errs = append(p.errs, &LoadError{File: p.file, Msg: "empty file: want a connectors list"})
-		return nil
+	p.d = d
+	if d.Root == nil {
+		return nil, yamlconf.Errors{{File: file, Msg: "empty file: want a connectors list"}}
 	}
-	root := doc.Content[0]
-	list := root
-	if root.Kind == yaml.MappingNode {
-		f := p.fields(root, "", "connectors")
-		if list = f["connectors"]; list == nil {
-			if len(p.errs) == 0 {
-				p.errf(root, "connectors", "required")
-			}
-			return nil
+	var f connectorsFile
+	if d.Root.Kind == yaml.SequenceNode { // a bare list
+		d.Decode(d.Root, "connectors", &f.Connectors)
+	} else {
+		d.Decode(d.Root, "", &f)
+		if !d.Has("connectors") && !d.Failed() {
+			d.Errorf("connectors", "required")
 		}
-	}
-	if list.Kind != yaml.SequenceNode {
-		p.errf(list, "connectors", "want a list, got %s", NodeKind(list))
-		return nil
 	}
 	var out []Config
 	seen := map[string]int{}
-	for i, item := range list.Content {
-		c, ok := p.connector(item, i)
+	for i, r := range f.Connectors {
+		path := yamlconf.Index("connectors", i)
+		if d.Bad(path) {
+			continue // not a mapping: nothing more to say about it
+		}
+		c, ok := p.connector(r, path)
 		if !ok {
 			continue
 		}
+		item := d.Node(path)
 		if line, dup := seen[c.Name]; dup {
-			p.errf(item, fmt.Sprintf("connectors[%d].name", i), "connector %q is already defined at line %d", c.Name, line)
+			d.ErrorAt(item, path+".name", "connector %q is already defined at line %d", c.Name, line)
 			continue
 		}
 		seen[c.Name] = item.Line
 		out = append(out, c)
 	}
-	return out
+	return out, d.Err()
 }
 
 // cause drops the *PathError wrapper (whose message repeats the path) when there is one.

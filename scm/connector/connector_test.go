@@ -228,8 +228,14 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"githubApp.installationID: required", "githubApp.privateKeyFile: required"}},
 		{"not a list", "connectors: {name: a}\n", []string{"c.yaml:1:13", "want a list"}},
 		{"no connectors key", "other: 1\n", []string{"unknown field"}},
-		{"invalid yaml", "connectors: [\n", []string{"invalid YAML"}},
+		{"invalid yaml", "connectors: [\n", []string{"c.yaml:1: YAML: did not find expected node content"}},
 		{"empty", "", []string{"empty file"}},
+		{"key given twice", "connectors:\n  - name: a\n    provider: local\n    baseURL: /x\n    provider: github\n",
+			[]string{"c.yaml:5:5: connectors[0].provider: set twice (first at line 3)"}},
+		{"bad value and missing field together", "connectors:\n  - name: [a]\n    provider: local\n",
+			[]string{"c.yaml:2:11: connectors[0].name: want a string, got a list", "connectors[0].baseURL: required for provider local"}},
+		{"over the size limit", "connectors:\n" + strings.Repeat("  - {name: a, provider: local, baseURL: /x}\n", 5<<20/45), []string{"bytes; the limit is"}},
+		{"an entry that is not a mapping", "connectors:\n  - github\n", []string{"c.yaml:2:5: connectors[0]: want a mapping, got \"github\""}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

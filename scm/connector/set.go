@@ -66,10 +66,10 @@ func Parse(data []byte, source string, opts ...LoadOption) (*Set, error) {
 	for _, o := range opts {
 		o(&s)
 	}
-	p := &parser{file: source, baseDir: s.baseDir, lookup: s.lookup}
-	configs := p.parse(data)
-	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
+	p := &parser{baseDir: s.baseDir, lookup: s.lookup}
+	configs, err := p.parse(source, data)
+	if err != nil {
+		return nil, err
 	}
 	return &Set{source: source, configs: configs, reg: s.reg, deps: s.deps, providers: map[string]scm.Provider{}}, nil
 }

@@ -21,10 +21,8 @@
 package notify
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"github.com/prflow/prflow/steps/spelling"
 	"net"
 	"net/http"
 	"net/mail"
@@ -32,7 +30,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +37,7 @@ import (
 
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // Types are the channel types.
@@ -101,43 +99,44 @@ func Parse(file string, data []byte, baseDir string, opts ...Option) (*Set, erro
 	for _, fn := range opts {
 		fn(o)
 	}
-	p := &parser{file: file, baseDir: baseDir, o: o}
-	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("%s: YAML: %w", file, err)
+	p := &parser{baseDir: baseDir, o: o}
+	d, err := yamlconf.Parse(file, data)
+	if err != nil {
+		return nil, err
 	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
-		return nil, fmt.Errorf("%s: empty file", file)
+	p.d = d
+	var doc struct {
+		Channels []rawChannel `yaml:"channels" want:"a list of channels"`
 	}
-	root := doc.Content[0]
-	list := root
-	if root.Kind == yaml.MappingNode {
-		f := p.fields(root, "", "channels")
-		list = f["channels"]
-		if list == nil {
-			p.errf(root, "channels", "required: a list of channels")
-			return nil, p.result()
+	switch {
+	case d.Root == nil:
+		d.ErrorAt(nil, "", "empty file: want a list of channels")
+	case d.Root.Kind == yaml.SequenceNode: // a bare list
+		d.Decode(d.Root, "channels", &doc.Channels)
+	default:
+		d.Decode(d.Root, "", &doc)
+		if !d.Has("channels") && !d.Failed() {
+			d.Errorf("channels", "required: a list of channels")
 		}
 	}
-	if list.Kind != yaml.SequenceNode {
-		p.errf(list, "channels", "want a list of channels, got %s", connector.NodeKind(list))
-		return nil, p.result()
-	}
 	s := &Set{byName: map[string]*channel{}}
-	for i, n := range list.Content {
-		path := fmt.Sprintf("channels[%d]", i)
-		c := p.channel(n, path)
+	for i, r := range doc.Channels {
+		path := yamlconf.Index("channels", i)
+		if d.Bad(path) {
+			continue
+		}
+		c := p.channel(r, path)
 		if c == nil {
 			continue
 		}
 		if _, dup := s.byName[c.name]; dup {
-			p.errf(n, path+".name", "channel %q is defined twice", c.name)
+			d.ErrorAt(d.Node(path), path+".name", "channel %q is defined twice", c.name)
 			continue
 		}
 		s.byName[c.name] = c
 		s.names = append(s.names, c.name)
 	}
-	if err := p.result(); err != nil {
+	if err := d.Err(); err != nil {
 		return nil, err
 	}
 	sort.Strings(s.names)
@@ -178,113 +177,85 @@ func (s *Set) Secrets() []string {
 	return out
 }
 
+// The file as written; channel checks it and builds the senders.
+type (
+	rawChannel struct {
+		Name     string        `yaml:"name"`
+		Type     string        `yaml:"type"`
+		URL      string        `yaml:"url"`
+		Secret   string        `yaml:"secret"`
+		SMTP     *rawSMTP      `yaml:"smtp"`
+		From     string        `yaml:"from"`
+		To       addressList   `yaml:"to"`
+		Subject  string        `yaml:"subject"`
+		Attempts int           `yaml:"attempts" want:"a whole number from 1 to 20"`
+		Timeout  time.Duration `yaml:"timeout" want:"a duration such as 10s"`
+	}
+	rawSMTP struct {
+		Address  string `yaml:"address"`
+		StartTLS *bool  `yaml:"starttls"`
+		Username string `yaml:"username"`
+		Password string `yaml:"password"`
+	}
+)
+
+// addressList is `to`: one address or a list of them.
+type addressList []string
+
+func (a *addressList) UnmarshalYAMLConf(d *yamlconf.Doc, n *yaml.Node, path string) {
+	if n.Kind == yaml.SequenceNode {
+		d.Decode(n, path, (*[]string)(a))
+		return
+	}
+	var s string
+	d.Decode(n, yamlconf.Index(path, 0), &s)
+	*a = addressList{s}
+}
+
 type parser struct {
-	file, baseDir string
-	o             *options
-	errs          []string
-}
-
-func (p *parser) errf(n *yaml.Node, field, format string, a ...any) {
-	e := &connector.LoadError{File: p.file, Field: field, Msg: fmt.Sprintf(format, a...)}
-	if n != nil {
-		e.Line, e.Column = n.Line, n.Column
-	}
-	p.errs = append(p.errs, e.Error())
-}
-
-func (p *parser) result() error {
-	if len(p.errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s", strings.Join(p.errs, "\n"))
-}
-
-func (p *parser) fields(n *yaml.Node, path string, known ...string) map[string]*yaml.Node {
-	out := map[string]*yaml.Node{}
-	if n.Kind != yaml.MappingNode {
-		p.errf(n, path, "want a mapping, got %s", connector.NodeKind(n))
-		return out
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		field := k.Value
-		if path != "" {
-			field = path + "." + k.Value
-		}
-		if !slices.Contains(known, k.Value) {
-			hint := ""
-			for _, kn := range known {
-				if spelling.Distance(strings.ToLower(kn), strings.ToLower(k.Value)) <= 2 {
-					hint = fmt.Sprintf(" (did you mean %q?)", kn)
-					break
-				}
-			}
-			p.errf(k, field, "unknown field%s; known fields: %s", hint, strings.Join(known, ", "))
-			continue
-		}
-		if _, dup := out[k.Value]; dup {
-			p.errf(k, field, "set twice")
-			continue
-		}
-		out[k.Value] = v
-	}
-	return out
-}
-
-func (p *parser) str(n *yaml.Node, field string) string {
-	if n == nil {
-		return ""
-	}
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.errf(n, field, "want a string, got %s", connector.NodeKind(n))
-		return ""
-	}
-	return n.Value
+	d       *yamlconf.Doc
+	baseDir string
+	o       *options
 }
 
 // secret resolves a required secret reference (env:, file:); never a plain value.
-func (p *parser) secret(n *yaml.Node, parent *yaml.Node, field string) connector.Secret {
-	if n == nil {
-		p.errf(parent, field, "required (%s)", connector.SecretRefHelp)
-		return connector.Secret{}
-	}
-	ref := p.str(n, field)
+func (p *parser) secret(ref, field string) connector.Secret {
 	if ref == "" {
+		if !p.d.Bad(field) {
+			p.d.Errorf(field, "required (%s)", connector.SecretRefHelp)
+		}
 		return connector.Secret{}
 	}
 	s, err := connector.ResolveSecretRef(ref, p.baseDir, p.o.lookup)
 	if err != nil {
-		p.errf(n, field, "%v", err)
+		p.d.Errorf(field, "%v", err)
 	}
 	return s
 }
 
-func (p *parser) channel(n *yaml.Node, path string) *channel {
-	f := p.fields(n, path, "name", "type", "url", "secret", "smtp", "from", "to", "subject", "attempts", "timeout")
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	c := &channel{name: p.str(f["name"], path+".name"), typ: p.str(f["type"], path+".type"), attempts: DefaultAttempts, timeout: DefaultTimeout}
+func (p *parser) channel(r rawChannel, path string) *channel {
+	d := p.d
+	before := d.Count()
+	c := &channel{name: r.Name, typ: r.Type, attempts: DefaultAttempts, timeout: DefaultTimeout}
 	switch {
-	case f["name"] == nil:
-		p.errf(n, path+".name", "required")
+	case d.Bad(path + ".name"):
+	case !d.Has(path + ".name"):
+		d.Errorf(path+".name", "required")
 	case !idRE(c.name):
-		p.errf(f["name"], path+".name", "%q: use letters, digits, - and _ (start with a letter, ≤ 63 chars)", c.name)
+		d.Errorf(path+".name", "%q: use letters, digits, - and _ (start with a letter, ≤ 63 chars)", c.name)
 	}
-	if v := f["attempts"]; v != nil {
-		k, err := strconv.Atoi(v.Value)
-		if err != nil || k < 1 || k > 20 {
-			p.errf(v, path+".attempts", "want a whole number from 1 to 20, got %q", v.Value)
+	if f := path + ".attempts"; d.Has(f) && !d.Bad(f) {
+		if r.Attempts < 1 || r.Attempts > 20 {
+			d.Errorf(f, "want a whole number from 1 to 20, got %q", d.Node(f).Value)
 		} else {
-			c.attempts = k
+			c.attempts = r.Attempts
 		}
 	}
-	if v := f["timeout"]; v != nil {
-		d, err := time.ParseDuration(v.Value)
-		if err != nil || d <= 0 {
-			p.errf(v, path+".timeout", "want a duration such as 10s, got %q", v.Value)
+	if f := path + ".timeout"; d.Has(f) && !d.Bad(f) {
+		if r.Timeout <= 0 {
+			d.Errorf(f, "want a duration such as 10s, got %q", d.Node(f).Value)
 		} else {
-			c.timeout = d
+			c.timeout = r.Timeout
 		}
 	}
 	allowed := map[string][]string{
@@ -292,30 +263,31 @@ func (p *parser) channel(n *yaml.Node, path string) *channel {
 		"webhook": {"url", "secret"},
 		"email":   {"smtp", "from", "to", "subject"},
 	}
-	if f["type"] == nil {
-		p.errf(n, path+".type", "required: one of %s", strings.Join(Types, ", "))
+	if !d.Has(path + ".type") {
+		d.Errorf(path+".type", "required: one of %s", strings.Join(Types, ", "))
 		return nil
 	}
 	keys, ok := allowed[c.typ]
 	if !ok {
-		p.errf(f["type"], path+".type", "unknown channel type %q; want one of %s", c.typ, strings.Join(Types, ", "))
+		if !d.Bad(path + ".type") {
+			d.Errorf(path+".type", "unknown channel type %q; want one of %s", c.typ, strings.Join(Types, ", "))
+		}
 		return nil
 	}
 	for _, k := range []string{"url", "secret", "smtp", "from", "to", "subject"} {
-		if f[k] != nil && !slices.Contains(keys, k) {
-			p.errf(f[k], path+"."+k, "not a field of a %s channel (its fields: %s)", c.typ, strings.Join(keys, ", "))
+		if d.Has(path+"."+k) && !slices.Contains(keys, k) {
+			d.Errorf(path+"."+k, "not a field of a %s channel (its fields: %s)", c.typ, strings.Join(keys, ", "))
 		}
 	}
-	before := len(p.errs)
 	switch c.typ {
 	case "slack":
-		c.s = &slack{url: p.secret(f["url"], n, path+".url"), client: p.client(c.timeout)}
+		c.s = &slack{url: p.secret(r.URL, path+".url"), client: p.client(c.timeout)}
 	case "webhook":
-		c.s = &webhook{url: p.secret(f["url"], n, path+".url"), key: p.secret(f["secret"], n, path+".secret"), client: p.client(c.timeout)}
+		c.s = &webhook{url: p.secret(r.URL, path+".url"), key: p.secret(r.Secret, path+".secret"), client: p.client(c.timeout)}
 	case "email":
-		c.s = p.email(f, n, path)
+		c.s = p.email(r, path)
 	}
-	if len(p.errs) > before || c.s == nil {
+	if d.Count() > before || c.s == nil {
 		return nil
 	}
 	return c
@@ -328,64 +300,68 @@ func (p *parser) client(timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout}
 }
 
-func (p *parser) email(f map[string]*yaml.Node, n *yaml.Node, path string) *email {
-	e := &email{}
-	sm := f["smtp"]
+func (p *parser) email(r rawChannel, path string) *email {
+	d := p.d
+	e := &email{starttls: true}
+	sm := r.SMTP
 	if sm == nil {
-		p.errf(n, path+".smtp", "required: {address: host:port, starttls: true, username: …, password: env:…}")
+		if !d.Bad(path + ".smtp") {
+			d.Errorf(path+".smtp", "required: {address: host:port, starttls: true, username: …, password: env:…}")
+		}
 		return nil
 	}
-	sf := p.fields(sm, path+".smtp", "address", "starttls", "username", "password")
-	e.addr = p.str(sf["address"], path+".smtp.address")
-	if sf["address"] == nil {
-		p.errf(sm, path+".smtp.address", "required: host:port")
-	} else if host, port, err := net.SplitHostPort(e.addr); err != nil || host == "" || port == "" {
-		p.errf(sf["address"], path+".smtp.address", "want host:port, got %q", e.addr)
-	} else {
-		e.host = host
-	}
-	e.starttls = true
-	if v := sf["starttls"]; v != nil {
-		if err := v.Decode(&e.starttls); err != nil || v.Kind != yaml.ScalarNode {
-			p.errf(v, path+".smtp.starttls", "want true or false, got %q", v.Value)
+	e.addr = sm.Address
+	switch f := path + ".smtp.address"; {
+	case d.Bad(f):
+	case !d.Has(f):
+		d.Errorf(f, "required: host:port")
+	default:
+		if host, port, err := net.SplitHostPort(e.addr); err != nil || host == "" || port == "" {
+			d.Errorf(f, "want host:port, got %q", e.addr)
+		} else {
+			e.host = host
 		}
 	}
-	e.user = p.str(sf["username"], path+".smtp.username")
-	if e.user != "" || sf["password"] != nil {
-		e.pass = p.secret(sf["password"], sm, path+".smtp.password")
+	if sm.StartTLS != nil {
+		e.starttls = *sm.StartTLS
+	}
+	e.user = sm.Username
+	if e.user != "" || d.Has(path+".smtp.password") {
+		e.pass = p.secret(sm.Password, path+".smtp.password")
 		if e.user == "" {
-			p.errf(sm, path+".smtp.username", "required with a password")
+			d.ErrorAt(d.Node(path+".smtp"), path+".smtp.username", "required with a password")
 		}
 	}
-	from := p.str(f["from"], path+".from")
-	if f["from"] == nil {
-		p.errf(n, path+".from", "required: the sender address")
-	} else if a, err := mail.ParseAddress(from); err != nil {
-		p.errf(f["from"], path+".from", "%q is not an email address", from)
-	} else {
-		e.from = a
-	}
-	to := f["to"]
-	if to == nil {
-		p.errf(n, path+".to", "required: one or more recipient addresses")
-	} else {
-		list := []*yaml.Node{to}
-		if to.Kind == yaml.SequenceNode {
-			list = to.Content
+	switch f := path + ".from"; {
+	case d.Bad(f):
+	case !d.Has(f):
+		d.Errorf(f, "required: the sender address")
+	default:
+		if a, err := mail.ParseAddress(r.From); err != nil {
+			d.Errorf(f, "%q is not an email address", r.From)
+		} else {
+			e.from = a
 		}
-		for i, t := range list {
-			s := p.str(t, fmt.Sprintf("%s.to[%d]", path, i))
+	}
+	switch f := path + ".to"; {
+	case d.Bad(f):
+	case !d.Has(f):
+		d.Errorf(f, "required: one or more recipient addresses")
+	case len(r.To) == 0:
+		d.Errorf(f, "empty: one or more recipient addresses")
+	default:
+		for i, s := range r.To {
+			if d.Bad(yamlconf.Index(f, i)) {
+				continue
+			}
 			if a, err := mail.ParseAddress(s); err != nil {
-				p.errf(t, fmt.Sprintf("%s.to[%d]", path, i), "%q is not an email address", s)
+				d.Errorf(yamlconf.Index(f, i), "%q is not an email address", s)
 			} else {
 				e.to = append(e.to, a)
 			}
 		}
-		if len(list) == 0 {
-			p.errf(to, path+".to", "empty: one or more recipient addresses")
-		}
 	}
-	e.subject = p.str(f["subject"], path+".subject")
+	e.subject = r.Subject
 	return e
 }
 

@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/steps"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 func env(vals map[string]string) Option {
@@ -38,6 +40,11 @@ func TestParseErrors(t *testing.T) {
 		{"email", "channels:\n  - name: mail\n    type: email\n    smtp: {address: nohostport, starttls: maybe, username: u}\n    from: not-an-address\n    to: []\n",
 			[]string{"channels[0].smtp.address: want host:port", "channels[0].smtp.starttls: want true or false", "channels[0].smtp.password: required", "channels[0].from: \"not-an-address\" is not an email address", "channels[0].to: empty"}},
 		{"not a list", "channels: {name: a}\n", []string{"want a list of channels"}},
+		{"key set twice", "channels:\n  - name: a\n    type: slack\n    name: b\n    url: env:U\n", []string{"n.yaml:4:5: channels[0].name: set twice (first at line 2)"}},
+		{"one recipient, not an address", "channels:\n  - {name: m, type: email, smtp: {address: h:25}, from: a@b.c, to: nobody}\n", []string{`n.yaml:2:68: channels[0].to[0]: "nobody" is not an email address`}},
+		{"timeout not a duration", "channels:\n  - {name: a, type: slack, url: env:U, timeout: soon}\n", []string{`n.yaml:2:49: channels[0].timeout: want a duration such as 10s, got "soon"`}},
+		{"syntax error", "channels:\n  - name: a\n   type: slack\n", []string{"n.yaml:3: YAML: "}},
+		{"empty", "# none yet\n", []string{"n.yaml: empty file"}},
 	}
 	vals := map[string]string{"U": "https://example.com/u-secret-value", "K": "k-secret-value", "SLACK": "https://example.com/slack-secret"}
 	for _, tc := range cases {
@@ -45,6 +52,9 @@ func TestParseErrors(t *testing.T) {
 			_, err := Parse("n.yaml", []byte(tc.src), t.TempDir(), env(vals))
 			if err == nil {
 				t.Fatal("parsed")
+			}
+			if le := (*yamlconf.Error)(nil); !errors.As(err, &le) || le.File != "n.yaml" {
+				t.Errorf("not a *yamlconf.Error naming the file: %#v", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {

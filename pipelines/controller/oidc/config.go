@@ -9,7 +9,6 @@
 package oidc
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -18,9 +17,8 @@ import (
 	"slices"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/prflow/prflow/scm/connector"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // Config is the --oidc file.
@@ -56,136 +54,105 @@ const CallbackPath = "/ui/oidc/callback"
 // minSessionKey keeps the session key long enough that it cannot be guessed.
 const minSessionKey = 32
 
-var configFields = []string{"issuer", "name", "clientID", "clientSecret", "cliClientID", "scopes", "groupsClaim", "usernameClaim", "audiences", "sessionKey"}
+// The file as written.
+type rawConfig struct {
+	Issuer        string   `yaml:"issuer"`
+	Name          string   `yaml:"name"`
+	ClientID      string   `yaml:"clientID"`
+	ClientSecret  string   `yaml:"clientSecret"`
+	CLIClientID   string   `yaml:"cliClientID"`
+	Scopes        []string `yaml:"scopes" want:"a list of strings"`
+	GroupsClaim   string   `yaml:"groupsClaim"`
+	UsernameClaim string   `yaml:"usernameClaim"`
+	Audiences     []string `yaml:"audiences" want:"a list of strings"`
+	SessionKey    string   `yaml:"sessionKey"`
+}
 
 // LoadConfig reads an --oidc file. externalURL is the server's --external-url, which the
 // redirect URL is derived from. Every problem is reported, each as file:line:col: field:
-// message (a *connector.LoadError); secrets are read through env:/file: and never appear in
-// an error.
+// message (a *connector.LoadError, see package yamlconf); secrets are read through
+// env:/file: and never appear in an error.
 func LoadConfig(path, externalURL string) (*Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("oidc file: %w", err)
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return nil, &connector.LoadError{File: path, Msg: "invalid YAML: " + err.Error()}
+	var r rawConfig
+	d, err := yamlconf.Load(path, raw, &r, "issuer, clientID, clientSecret, sessionKey")
+	if d == nil || d.Root == nil {
+		return nil, err
 	}
-	if len(doc.Content) == 0 {
-		return nil, &connector.LoadError{File: path, Msg: "empty file: want issuer, clientID, clientSecret, sessionKey"}
-	}
-	var errs []error
-	errf := func(n *yaml.Node, field, format string, args ...any) {
-		e := &connector.LoadError{File: path, Field: field, Msg: fmt.Sprintf(format, args...)}
-		if n != nil {
-			e.Line, e.Column = n.Line, n.Column
-		}
-		errs = append(errs, e)
-	}
-	top := doc.Content[0]
-	f := map[string]*yaml.Node{}
-	if top.Kind != yaml.MappingNode {
-		errf(top, "", "want a mapping with %s", strings.Join(configFields, ", "))
-		return nil, errors.Join(errs...)
-	}
-	for i := 0; i+1 < len(top.Content); i += 2 {
-		k := top.Content[i]
+	// str checks a string field: required ones must be set, and none may be set empty.
+	str := func(name, v string, required bool, help string) string {
 		switch {
-		case !slices.Contains(configFields, k.Value):
-			errf(k, k.Value, "unknown field (known: %s)", strings.Join(configFields, ", "))
-		case f[k.Value] != nil:
-			errf(k, k.Value, "given twice")
-		default:
-			f[k.Value] = top.Content[i+1]
+		case d.Bad(name):
+		case !d.Has(name) && required:
+			d.Errorf(name, "required: %s", help)
+		case d.Has(name) && v == "":
+			d.Errorf(name, "want %s", help)
 		}
+		return v
 	}
-	str := func(name string, required bool, help string) (string, *yaml.Node) {
-		n := f[name]
-		if n == nil {
-			if required {
-				errf(top, name, "required: %s", help)
+	list := func(name string, v []string) []string {
+		for i, s := range v {
+			if s == "" && !d.Bad(yamlconf.Index(name, i)) {
+				d.Errorf(yamlconf.Index(name, i), "want a non-empty string")
 			}
-			return "", top
 		}
-		if n.Kind != yaml.ScalarNode || n.Value == "" {
-			errf(n, name, "want %s", help)
-			return "", n
-		}
-		return n.Value, n
-	}
-	list := func(name string) []string {
-		n := f[name]
-		if n == nil {
-			return nil
-		}
-		if n.Kind != yaml.SequenceNode {
-			errf(n, name, "want a list of strings")
-			return nil
-		}
-		var out []string
-		for i, v := range n.Content {
-			if v.Kind != yaml.ScalarNode || v.Value == "" {
-				errf(v, fmt.Sprintf("%s[%d]", name, i), "want a non-empty string")
-				continue
-			}
-			out = append(out, v.Value)
-		}
-		return out
+		return slices.DeleteFunc(v, func(s string) bool { return s == "" })
 	}
 	dir := filepath.Dir(path)
-	secret := func(name, help string) connector.Secret {
-		v, n := str(name, true, help)
-		if v == "" {
+	secret := func(name, v, help string) connector.Secret {
+		if str(name, v, true, help) == "" {
 			return connector.Secret{}
 		}
 		s, err := connector.ResolveSecretRef(v, dir, nil)
 		if err != nil {
-			errf(n, name, "%v", err)
+			d.Errorf(name, "%v", err)
 		}
 		return s
 	}
 
 	c := &Config{}
-	var n *yaml.Node
-	c.Issuer, n = str("issuer", true, "the identity provider's issuer URL, e.g. https://dex.example.com")
+	c.Issuer = str("issuer", r.Issuer, true, "the identity provider's issuer URL, e.g. https://dex.example.com")
 	if c.Issuer != "" {
 		if u, err := url.Parse(c.Issuer); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopback(u.Hostname()))) {
-			errf(n, "issuer", "want an https URL (http only on loopback), got %q", c.Issuer)
+			d.Errorf("issuer", "want an https URL (http only on loopback), got %q", c.Issuer)
 		}
 	}
-	c.Name, _ = str("name", false, "the provider's name for the sign-in button")
-	c.ClientID, _ = str("clientID", true, "the client ID registered with the provider for prflow's UI")
-	c.ClientSecret = secret("clientSecret", "the client's secret as "+connector.SecretRefHelp)
-	c.CLIClientID, _ = str("cliClientID", false, "a public client ID for prflow login")
-	c.Scopes = list("scopes")
-	if c.Scopes == nil {
+	c.Name = str("name", r.Name, false, "the provider's name for the sign-in button")
+	c.ClientID = str("clientID", r.ClientID, true, "the client ID registered with the provider for prflow's UI")
+	c.ClientSecret = secret("clientSecret", r.ClientSecret, "the client's secret as "+connector.SecretRefHelp)
+	c.CLIClientID = str("cliClientID", r.CLIClientID, false, "a public client ID for prflow login")
+	c.Scopes = list("scopes", r.Scopes)
+	if !d.Has("scopes") {
 		c.Scopes = []string{"openid", "profile", "email", "groups", "offline_access"}
-	} else if !slices.Contains(c.Scopes, "openid") {
-		errf(f["scopes"], "scopes", "must contain openid (without it the provider issues no ID token)")
+	} else if !slices.Contains(c.Scopes, "openid") && !d.Bad("scopes") {
+		d.Errorf("scopes", "must contain openid (without it the provider issues no ID token)")
 	}
-	c.GroupsClaim, _ = str("groupsClaim", false, "the claim that lists the user's groups")
+	c.GroupsClaim = str("groupsClaim", r.GroupsClaim, false, "the claim that lists the user's groups")
 	if c.GroupsClaim == "" {
 		c.GroupsClaim = "groups"
 	}
-	c.UsernameClaim, _ = str("usernameClaim", false, "the claim that names the user")
-	c.Audiences = list("audiences")
-	if c.Audiences == nil && c.ClientID != "" {
+	c.UsernameClaim = str("usernameClaim", r.UsernameClaim, false, "the claim that names the user")
+	c.Audiences = list("audiences", r.Audiences)
+	if len(c.Audiences) == 0 && c.ClientID != "" {
 		c.Audiences = []string{c.ClientID}
 		if c.CLIClientID != "" {
 			c.Audiences = append(c.Audiences, c.CLIClientID)
 		}
 	}
-	c.SessionKey = secret("sessionKey", "a key of at least 32 characters as "+connector.SecretRefHelp+", the same on every controller replica")
+	c.SessionKey = secret("sessionKey", r.SessionKey, "a key of at least 32 characters as "+connector.SecretRefHelp+", the same on every controller replica")
 	if !c.SessionKey.IsZero() && len(c.SessionKey.Value()) < minSessionKey {
-		errf(f["sessionKey"], "sessionKey", "the key is shorter than %d characters", minSessionKey)
+		d.Errorf("sessionKey", "the key is shorter than %d characters", minSessionKey)
 	}
 	if c.Name == "" {
 		if u, err := url.Parse(c.Issuer); err == nil {
 			c.Name = u.Hostname()
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	eu, err := url.Parse(externalURL)
 	if externalURL == "" || err != nil || eu.Host == "" {

@@ -63,3 +63,28 @@ audiences: prflow
 		t.Fatalf("defaults: %+v", c)
 	}
 }
+
+// Mistakes in the file's YAML itself are reported at their line and column, with a hint for
+// a misspelt key.
+func TestLoadConfigYAMLMistakes(t *testing.T) {
+	t.Setenv("THE_SECRET", "s3cr3t-value-never-printed")
+	t.Setenv("KEY", strings.Repeat("k", 40))
+	const good = "issuer: https://idp.example.com\nclientID: prflow\nclientSecret: env:THE_SECRET\nsessionKey: env:KEY\n"
+	for _, tc := range []struct{ name, src, want string }{
+		{"misspelt key", good + "groupClaim: groups\n", `:5:1: groupClaim: unknown field (did you mean "groupsClaim"?)`},
+		{"key set twice", good + "clientID: other\n", ":5:1: clientID: set twice (first at line 2)"},
+		{"not a mapping", "- issuer\n", ":1:1: want a mapping, got a list"},
+		{"empty list item", good + "scopes: [openid, '']\n", ":5:18: scopes[1]: want a non-empty string"},
+		{"syntax error", good + "scopes: [openid\n", ":5: YAML: did not find expected ',' or ']'"},
+		{"empty", "", ": empty file: want issuer, clientID, clientSecret, sessionKey"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "oidc.yaml")
+			writeFile(t, file, tc.src)
+			_, err := oidc.LoadConfig(file, "https://prflow.example.com")
+			if err == nil || !strings.Contains(err.Error(), file+tc.want) {
+				t.Fatalf("got %v\nwant %q", err, file+tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,163 @@
+package yamlconf
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"go.yaml.in/yaml/v3"
+)
+
+// Validate checks the document against a JSON Schema and records each violation at the
+// node it concerns, as "file:line:col: field.path: what the schema says". It runs before
+// or instead of Decode for files that have a schema (pipelines/schema.json): the schema
+// catches shape, Decode and the file's checks the rest.
+func (d *Doc) Validate(s *jsonschema.Schema) {
+	if d.Root == nil {
+		return
+	}
+	budget := DefaultMaxNodes
+	v, ok := jsonValue(d.Root, 0, &budget)
+	if !ok {
+		d.ErrorAt(d.Root, "", "too large or too deeply nested to check against the schema")
+		return
+	}
+	err := s.Validate(v)
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		if err != nil {
+			d.ErrorAt(d.Root, "", "schema: %v", err)
+		}
+		return
+	}
+	for _, leaf := range leaves(ve, nil) {
+		n, path := d.locate(leaf.InstanceLocation)
+		if ap, ok := leaf.ErrorKind.(*kind.AdditionalProperties); ok {
+			// a stray key: report it where it is written, as Decode does
+			for _, k := range ap.Properties {
+				d.ErrorAt(keyNode(n, k), Join(path, k), "unknown field (the schema does not allow it)")
+			}
+			continue
+		}
+		msg := "does not match the schema"
+		if out := leaf.BasicOutput(); out.Error != nil {
+			msg = out.Error.String()
+		}
+		d.ErrorAt(n, path, "%s", msg)
+	}
+}
+
+// keyNode returns the key node named k of mapping n, or n.
+func keyNode(n *yaml.Node, k string) *yaml.Node {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				return n.Content[i]
+			}
+		}
+	}
+	return n
+}
+
+// leaves returns the innermost errors: the ones that say what is wrong.
+func leaves(e *jsonschema.ValidationError, out []*jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(e.Causes) == 0 {
+		return append(out, e)
+	}
+	for _, c := range e.Causes {
+		out = leaves(c, out)
+	}
+	return out
+}
+
+// locate follows a JSON instance location down the node tree, returning the deepest node
+// reached and its field path (stages[1].steps[0].type).
+func (d *Doc) locate(loc []string) (*yaml.Node, string) {
+	n, path := d.Root, ""
+	for _, seg := range loc {
+		for n.Kind == yaml.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			next := (*yaml.Node)(nil)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == seg {
+					next = n.Content[i+1]
+				}
+			}
+			if next == nil {
+				return n, path
+			}
+			n, path = next, Join(path, seg)
+		case yaml.SequenceNode:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				return n, path
+			}
+			n, path = n.Content[i], Index(path, i)
+		default:
+			return n, path
+		}
+	}
+	return n, path
+}
+
+// jsonValue converts a node into the values encoding/json would produce (with whole numbers
+// kept as int64), following aliases within budget nodes and DefaultMaxDepth levels.
+func jsonValue(n *yaml.Node, depth int, budget *int) (any, bool) {
+	*budget--
+	if *budget < 0 || depth > DefaultMaxDepth {
+		return nil, false
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		if n.Alias == nil {
+			return nil, true
+		}
+		return jsonValue(n.Alias, depth+1, budget)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			v, ok := jsonValue(n.Content[i+1], depth+1, budget)
+			if !ok {
+				return nil, false
+			}
+			m[n.Content[i].Value] = v
+		}
+		return m, true
+	case yaml.SequenceNode:
+		s := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			v, ok := jsonValue(c, depth+1, budget)
+			if !ok {
+				return nil, false
+			}
+			s[i] = v
+		}
+		return s, true
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			return nil, true
+		case "!!bool":
+			var b bool
+			if n.Decode(&b) == nil {
+				return b, true
+			}
+		case "!!int":
+			if i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err == nil {
+				return i, true
+			}
+		case "!!float":
+			var f float64
+			if n.Decode(&f) == nil {
+				return f, true
+			}
+		}
+		return n.Value, true
+	}
+	return nil, true
+}
