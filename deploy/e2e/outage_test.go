@@ -27,6 +27,7 @@ func syncBlind(extra string) string {
 // has the app Healthy meanwhile. The step must not judge the last seen "Progressing": it parks
 // naming the outage and passes once the agent sees Argo CD again; nothing is rolled back.
 func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -64,6 +65,7 @@ func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
 // An outage longer than agentOutageTimeout fails the stage without its rollback, says so, and
 // keeps the per-app outputs.
 func TestOutageLongerThanAgentOutageTimeoutFailsWithoutRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -93,6 +95,7 @@ func TestOutageLongerThanAgentOutageTimeoutFailsWithoutRollback(t *testing.T) {
 
 // A timeout while the view is fresh keeps its meaning: the stage fails and rolls back.
 func TestTimeoutWithFreshViewStillRollsBack(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -113,6 +116,7 @@ func TestTimeoutWithFreshViewStillRollsBack(t *testing.T) {
 // Issue 20 #2: the agent is down when FetchLinkedApps starts. The step parks (holding no
 // worker) instead of failing after a few retries, and succeeds once the agent is back.
 func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web-dev", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}))
 	src := pipeline(`      - id: linked
@@ -144,6 +148,7 @@ func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
 
 // The same outage, longer than agentOutageTimeout: the stage fails without rollback.
 func TestFetchLinkedAppsOutageTimeoutNoRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	src := pipeline(`      - id: linked
         type: FetchLinkedApps
@@ -163,6 +168,7 @@ func TestFetchLinkedAppsOutageTimeoutNoRollback(t *testing.T) {
 // Issue 20 #3: the leading agent replica crashes mid-wait; another replica takes over within
 // seconds and the step finishes.
 func TestAgentCrashOtherReplicaTakesOver(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -203,6 +209,7 @@ func mustGet(t *testing.T, s *stack, id string) *pipelines.Run {
 // the view recovers → the gate passes; an outage longer than agentOutageTimeout → the stage
 // fails without rollback.
 func TestStageGateOnStaleView(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		recover bool
@@ -248,6 +255,7 @@ func TestStageGateOnStaleView(t *testing.T) {
 // GitOpsSync selecting its apps by label through an agent that is down waits for the agent
 // instead of failing into a rollback.
 func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web", "apps/web", map[string]string{"tier": "web"}))
 	run := s.start(pipeline(`      - id: sync
@@ -271,6 +279,7 @@ func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
 // The step's deadline arriving while the view is stale does not time out into a rollback:
 // the stage fails without it, and the message says the deadline came during the outage.
 func TestDeadlineDuringOutageFailsWithoutRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
