@@ -40,7 +40,6 @@ func (s *stack) waitAutoSynced(name, rev string) {
 }
 
 func TestAutoSyncedMergeIsJudgedNotSyncedAgain(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(autoApp("web", "apps/web"))
 	s.waitRecord("web")
@@ -63,7 +62,6 @@ func TestAutoSyncedMergeIsJudgedNotSyncedAgain(t *testing.T) {
 // The app is Synced at the merge commit, but only because the merge did not change it: Argo
 // CD's last operation deployed an older commit. That old operation is no evidence: sync.
 func TestAutoSyncedOlderOperationIsNotTakenForTheMerge(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(autoApp("web", "apps/web"))
 	s.waitRecord("web")
@@ -100,7 +98,6 @@ func TestAutoSyncedOlderOperationIsNotTakenForTheMerge(t *testing.T) {
 // An automated sync still running at the merge is waited for, then judged: no second sync.
 // One that fails leaves the app OutOfSync, and GitOpsSync syncs itself.
 func TestAutoSyncRunningThenJudgedFailedThenSynced(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	// The app starts without automated sync: AddApp reconciles at once, and an automated app
 	// would start its sync there, before the script below could hold it. Turning automated

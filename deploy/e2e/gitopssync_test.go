@@ -28,7 +28,6 @@ const syncWeb = `      - id: sync
 `
 
 func TestGitOpsSyncSucceedsOnMergedRevision(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -57,7 +56,6 @@ func TestGitOpsSyncSucceedsOnMergedRevision(t *testing.T) {
 }
 
 func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
-	t.Parallel()
 	// The app syncs and stays Progressing. Once the step has been parked for a while (its poll
 	// is a backstop minutes away), the app turns Healthy: the step must be resumed by that
 	// change of its status key, at once, not by a poll tick.
@@ -85,7 +83,6 @@ func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
 }
 
 func TestGitOpsSyncFailureCarriesArgoMessage(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -100,7 +97,6 @@ func TestGitOpsSyncFailureCarriesArgoMessage(t *testing.T) {
 }
 
 func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	sha := s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "degraded")})
 	s.addApp(app("web", "apps/web", nil))
@@ -122,7 +118,6 @@ func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
 }
 
 func TestGitOpsSyncWaitsOutAnotherOperation(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -150,7 +145,6 @@ func TestGitOpsSyncWaitsOutAnotherOperation(t *testing.T) {
 }
 
 func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
-	t.Parallel()
 	wrong := strings.Repeat("d", 40)
 	cases := []struct {
 		name      string
@@ -213,7 +207,6 @@ func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
 }
 
 func TestGitOpsSyncSucceededBeforeSyncStatusIsNotDone(t *testing.T) {
-	t.Parallel()
 	// web is deployed and Healthy at the first commit; the merge adds a second one. Operation
 	// Succeeded arrives while the sync status is still the one from before the sync (OutOfSync
 	// against the merge, health still Healthy from the old deployment) for a full 300ms step.
@@ -258,7 +251,6 @@ func TestGitOpsSyncSucceededBeforeSyncStatusIsNotDone(t *testing.T) {
 }
 
 func TestGitOpsSyncResourcesLeftWithoutPrune(t *testing.T) {
-	t.Parallel()
 	// The merge renames the ConfigMap: without prune the old one stays live and Argo CD keeps
 	// the app OutOfSync after a successful sync. That does not hold the step; with prune the
 	// app ends Synced.
@@ -293,7 +285,6 @@ func TestGitOpsSyncResourcesLeftWithoutPrune(t *testing.T) {
 }
 
 func TestGitOpsSyncTimeoutSemantics(t *testing.T) {
-	t.Parallel()
 	cases := []struct {
 		name   string
 		with   string
@@ -336,7 +327,6 @@ func TestGitOpsSyncTimeoutSemantics(t *testing.T) {
 }
 
 func TestGitOpsSyncHundredApps(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{concurrency: 4})
 	for i := 0; i < 100; i++ {
 		s.addApp(app(fmt.Sprintf("shop-%03d", i), "apps/web", map[string]string{"team": "shop"}))
@@ -371,7 +361,6 @@ func TestGitOpsSyncHundredApps(t *testing.T) {
 }
 
 func TestFetchLinkedAppsWaitsForAppSetThenSyncs(t *testing.T) {
-	t.Parallel()
 	// Refresh off: the app appears only when the ApplicationSet controller polls (Reconcile
 	// below); refresh_test.go has the refreshed case.
 	s := newStack(t, stackOpts{appsetRefresh: argocd.AppSetRefreshOptions{Mode: argocd.RefreshOff}})
@@ -444,7 +433,6 @@ stages:
 }
 
 func TestFetchLinkedAppsNoneFound(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web-dev", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}))
 	s.waitRecord("web-dev")
@@ -470,7 +458,6 @@ func TestFetchLinkedAppsNoneFound(t *testing.T) {
 }
 
 func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
-	t.Parallel()
 	// A worker dies after asking for the sync but before its result is recorded: the job is
 	// delivered again with no memo. The step must find the operation it started (by its
 	// run/step tag) instead of starting a second one.
@@ -526,7 +513,6 @@ func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
 // that has our merge: the step syncs it again instead of waiting for a Synced that nobody
 // will make (it used to sit there until the timeout, saying "X does not contain X").
 func TestGitOpsSyncResyncsWhenTheSpecChangesAfterItsSync(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.git.Commit(repoURL, "main", map[string]string{"apps/web2/cm.yaml": configMap("web2", "healthy"), "apps/web/cm.yaml": configMap("web", "progressing")})
 	s.addApp(app("web", "apps/web", nil))

@@ -27,7 +27,6 @@ func syncBlind(extra string) string {
 // has the app Healthy meanwhile. The step must not judge the last seen "Progressing": it parks
 // naming the outage and passes once the agent sees Argo CD again; nothing is rolled back.
 func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -65,7 +64,6 @@ func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
 // An outage longer than agentOutageTimeout fails the stage without its rollback, says so, and
 // keeps the per-app outputs.
 func TestOutageLongerThanAgentOutageTimeoutFailsWithoutRollback(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -95,7 +93,6 @@ func TestOutageLongerThanAgentOutageTimeoutFailsWithoutRollback(t *testing.T) {
 
 // A timeout while the view is fresh keeps its meaning: the stage fails and rolls back.
 func TestTimeoutWithFreshViewStillRollsBack(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -116,6 +113,7 @@ func TestTimeoutWithFreshViewStillRollsBack(t *testing.T) {
 // Issue 20 #2: the agent is down when FetchLinkedApps starts. The step parks (holding no
 // worker) instead of failing after a few retries, and succeeds once the agent is back.
 func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
+	// Mostly idle (it sleeps 8s to see the step keep waiting): it overlaps the other idle tests, not the busy ones.
 	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web-dev", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}))
@@ -148,7 +146,6 @@ func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
 
 // The same outage, longer than agentOutageTimeout: the stage fails without rollback.
 func TestFetchLinkedAppsOutageTimeoutNoRollback(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	src := pipeline(`      - id: linked
         type: FetchLinkedApps
@@ -168,7 +165,6 @@ func TestFetchLinkedAppsOutageTimeoutNoRollback(t *testing.T) {
 // Issue 20 #3: the leading agent replica crashes mid-wait; another replica takes over within
 // seconds and the step finishes.
 func TestAgentCrashOtherReplicaTakesOver(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -209,7 +205,6 @@ func mustGet(t *testing.T, s *stack, id string) *pipelines.Run {
 // the view recovers → the gate passes; an outage longer than agentOutageTimeout → the stage
 // fails without rollback.
 func TestStageGateOnStaleView(t *testing.T) {
-	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		recover bool
@@ -255,7 +250,6 @@ func TestStageGateOnStaleView(t *testing.T) {
 // GitOpsSync selecting its apps by label through an agent that is down waits for the agent
 // instead of failing into a rollback.
 func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web", "apps/web", map[string]string{"tier": "web"}))
 	run := s.start(pipeline(`      - id: sync
@@ -279,7 +273,6 @@ func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
 // The step's deadline arriving while the view is stale does not time out into a rollback:
 // the stage fails without it, and the message says the deadline came during the outage.
 func TestDeadlineDuringOutageFailsWithoutRollback(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")

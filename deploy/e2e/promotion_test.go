@@ -161,7 +161,6 @@ promotion:
 `
 
 func TestPromotionThroughEnvironments(t *testing.T) {
-	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "squash", "PROD", "{name: prod, approval: {approvers: {users: [alice]}, timeout: 1m}}").Replace(promoPipeline)
 	run := s.e.Start(src, map[string]any{"tag": "1.5.0"})
@@ -214,7 +213,6 @@ func TestPromotionThroughEnvironments(t *testing.T) {
 // and gate only its own environment's app, never another environment's app that the same
 // ApplicationSet generated on that cluster (a dev stage must not sync prod).
 func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
-	t.Parallel()
 	files := map[string]string{"appset.yaml": promoAppSet}
 	for _, e := range []string{"dev", "staging", "prod"} {
 		files["envs/"+e+"/config.json"] = strings.Replace(promoConfig(e), e+"-eu", "in-cluster", 1)
@@ -235,7 +233,6 @@ func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
 }
 
 func TestPromotionRollsBackADegradedEnvironment(t *testing.T) {
-	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	// prod's change also tells the simulated agent to turn the app Degraded.
 	src := strings.NewReplacer("MERGE", "merge", "    - PROD\n", "    - {name: prod, set: {simulate: degraded}, create: true}\n").Replace(promoPipeline)
@@ -269,7 +266,6 @@ func TestPromotionRollsBackADegradedEnvironment(t *testing.T) {
 }
 
 func TestPromotionCreatesAnEnvironment(t *testing.T) {
-	t.Parallel()
 	s := newPromoStack(t, "dev")
 	if got := s.file("envs/qa/config.json"); got != "" {
 		t.Fatalf("qa exists before the run:\n%s", got)
@@ -317,7 +313,6 @@ promotion:
 // With mergedBy: people, prflow opens each environment's PR and waits; once a person merges
 // it, the environment syncs on that merge commit.
 func TestPromotionWaitsForPeopleToMerge(t *testing.T) {
-	t.Parallel()
 	s := newPromoStack(t, "dev")
 	src := `name: reviewed
 service: {name: web}
@@ -379,7 +374,6 @@ promotion:
 // a revision containing main's head: the stage succeeds as alreadyPromoted with no PR, no
 // merge commit, and nothing for a rollback to revert.
 func TestPromotionRerunIsAlreadyPromoted(t *testing.T) {
-	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "merge", "PROD", "prod").Replace(promoPipeline)
 	first := s.e.Wait(s.e.Start(src, map[string]any{"tag": "1.5.0"}).ID, 2*time.Minute)

@@ -27,7 +27,6 @@ func (s *stack) failedSyncs(app string, status int) int {
 // The step parks saying Argo CD cannot sync and that it retries until its deadline, asks
 // again, and passes once the repo-server is back — no rollback.
 func TestRepoServerDownAtSyncParksAndPassesWhenBack(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -65,7 +64,6 @@ func TestRepoServerDownAtSyncParksAndPassesWhenBack(t *testing.T) {
 // Still down at the step's deadline: the stage fails without its rollback (a revert would need
 // the same Argo CD to sync it), naming what Argo CD answered.
 func TestRepoServerDownUntilDeadlineFailsWithoutRollback(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -87,7 +85,6 @@ func TestRepoServerDownUntilDeadlineFailsWithoutRollback(t *testing.T) {
 
 // A 5xx of Argo CD's own is handled the same way: retried, no rollback.
 func TestArgoCD5xxAtSyncIsRetried(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -103,7 +100,6 @@ func TestArgoCD5xxAtSyncIsRetried(t *testing.T) {
 // rollback's re-sync meets the repo-server outage. The re-sync waits instead of ending the run
 // rollbackFailed, and finishes the rollback once the repo-server is back.
 func TestRollbackResyncWaitsForRepoServer(t *testing.T) {
-	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
 	s.waitRecord("web")
