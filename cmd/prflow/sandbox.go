@@ -29,6 +29,10 @@ type sandbox struct {
 	stop     func()
 }
 
+// sandboxPace is how fast the sandbox's simulated agent deploys: slow enough to watch a sync
+// go by in `prflow dev`. The package's tests run it faster (pace_test.go).
+var sandboxPace = struct{ Delay, Step, Poll time.Duration }{300 * time.Millisecond, 150 * time.Millisecond, 500 * time.Millisecond}
+
 func startSandbox(ctx context.Context, dir string, conn *queue.Conn, log *slog.Logger, agentID string) (*sandbox, error) {
 	gs, err := scmtest.OpenGitServer(filepath.Join(dir, "git"), scmtest.WithToken(devToken, "dev"))
 	if err != nil {
@@ -52,7 +56,7 @@ func startSandbox(ctx context.Context, dir string, conn *queue.Conn, log *slog.L
 		return nil, err
 	}
 	sim, err := simagent.New(simagent.Options{AgentID: agentID, Repo: gs.Dir("acme", "release"), Branch: "main",
-		Delay: 300 * time.Millisecond, Step: 150 * time.Millisecond, Poll: 500 * time.Millisecond, Log: log, Version: version})
+		Delay: sandboxPace.Delay, Step: sandboxPace.Step, Poll: sandboxPace.Poll, Log: log, Version: version})
 	if err != nil {
 		_ = srv.Close()
 		return nil, err

@@ -3,13 +3,13 @@ package argocd
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm"
 )
 
 // lead keeps prflow-apps in step with Argo CD until ctx ends: watch stream with reconnect and
@@ -64,7 +64,7 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 	}()
 	defer bg.Wait()
 
-	backoff := a.o.MinBackoff
+	attempt := 0 // reconnects since the stream last worked for a while
 	for ctx.Err() == nil {
 		opened := time.Time{}
 		events := 0
@@ -105,16 +105,16 @@ func (a *Agent) lead(ctx context.Context, b *queue.Buckets) {
 			a.markRecordsStale(ctx, w, since, err)
 		}
 		if !opened.IsZero() && (events > 0 || time.Since(opened) > 10*time.Second) {
-			backoff = a.o.MinBackoff // it worked for a while: start over
+			attempt = 0 // it worked for a while: start over
 		}
-		d := backoff/2 + rand.N(backoff/2+1)
+		attempt++
+		d := scm.Backoff(a.o.MinBackoff, a.o.MaxBackoff, attempt)
 		a.o.Log.Warn("agent: Argo CD watch stream ended; reconnecting", "err", err, "in", d.String())
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(d):
 		}
-		backoff = min(backoff*2, a.o.MaxBackoff)
 	}
 }
 

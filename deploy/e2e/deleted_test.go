@@ -196,6 +196,8 @@ func TestGitOpsSyncFollowsAppRenamedByItsAppSet(t *testing.T) {
 // ApplicationSet stops generating fails the step once the grace for a re-creation is over,
 // saying it was deleted.
 func TestGitOpsSyncAppSetAppGoneFailsAfterGrace(t *testing.T) {
+	// Mostly idle (it waits out the 30s grace): it overlaps the other idle tests, not the busy ones.
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 // Then its agent losing its leader's health (no app record changes) wakes it too, and it says
 // it cannot see instead of judging.
 func TestParkedGitOpsSyncIsIdle(t *testing.T) {
+	// Mostly idle (it sleeps 8s to see nothing dispatched): it overlaps the other idle tests, not the busy ones.
+	t.Parallel()
 	m := controller.NewMetrics(nil)
 	s := newStack(t, stackOpts{metrics: m})
 	s.addApp(app("web", "apps/web", nil))

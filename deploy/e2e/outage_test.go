@@ -113,6 +113,8 @@ func TestTimeoutWithFreshViewStillRollsBack(t *testing.T) {
 // Issue 20 #2: the agent is down when FetchLinkedApps starts. The step parks (holding no
 // worker) instead of failing after a few retries, and succeeds once the agent is back.
 func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
+	// Mostly idle (it sleeps 8s to see the step keep waiting): it overlaps the other idle tests, not the busy ones.
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web-dev", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}))
 	src := pipeline(`      - id: linked

@@ -111,6 +111,16 @@ stages:
       - {id: linked, type: FetchLinkedApps, timeout: 30s}
       - {id: sync, type: GitOpsSync, timeout: 30s, with: {waitTillHealthy: true, degradedStateTimeout: 1s}}
 `
+	// The run-start check refuses an agent that has not registered yet: wait for it (on a busy
+	// machine the git commands above no longer cover its start).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if regs, _ := s.client.Registered(s.ctx, "sim"); len(regs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the simulated agent did not register in 30s")
+		}
+	}
 	r := s.wait(s.start(src, map[string]any{"commit": merged}).ID, 60*time.Second)
 	stg := appsOut(step(r, "staging", "sync"))
 	if r.Find("staging").Status != pipelines.StSucceeded || len(stg) != 1 || stg[0]["name"] != "web-staging" ||

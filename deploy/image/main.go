@@ -163,7 +163,7 @@ func Build(ctx context.Context, o Options) (v1.Image, error) {
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching) // compressed once, not for the digest and again for each writer
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"time"
@@ -244,8 +243,7 @@ func (p *Provider) retry(ctx context.Context, op func() error) error {
 		if err = op(); err == nil || !errors.Is(err, gitengine.ErrPushRejected) {
 			return err
 		}
-		d := min(p.delay<<min(attempt-1, 10), maxDelay)
-		d = d/2 + rand.N(d/2+1) // jitter spreads racing workers
+		d := scm.Backoff(p.delay, maxDelay, attempt) // jittered: spreads racing workers
 		p.log.DebugContext(ctx, "local: lost a race, retrying", "attempt", attempt, "wait", d)
 		t := time.NewTimer(d)
 		select {

@@ -42,13 +42,15 @@ const (
 )
 
 // allocatingBuiltins are expr builtins whose result may be large; their
-// result is counted against the memory budget.
+// result is counted against the memory budget. reverse, sort and sortBy are
+// not here: expr's VM counts the list they build against the same budget
+// (vm.MemoryBudget), and their elements are shared with their argument, which
+// was counted when it was built.
 var allocatingBuiltins = map[string]bool{
 	"trim": true, "trimPrefix": true, "trimSuffix": true, "upper": true, "lower": true,
 	"split": true, "splitAfter": true, "fromJSON": true, "toBase64": true, "fromBase64": true,
 	"take": true, "keys": true, "values": true, "toPairs": true, "fromPairs": true,
-	"reverse": true, "uniq": true, "sort": true, "map": true, "filter": true,
-	"groupBy": true, "sortBy": true,
+	"uniq": true, "map": true, "filter": true, "groupBy": true,
 }
 
 // traversingBuiltins walk nested lists in their arguments; the arguments'

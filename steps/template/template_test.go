@@ -246,6 +246,11 @@ func TestErrors(t *testing.T) {
 
 		{"memory: range", "${{ map(1..2000000, #) }}", nil, false, ErrMemoryBudget, "memory budget exceeded", 0},
 		{"memory: repeat", `${{ repeat("ab", 600000) }}`, nil, false, ErrMemoryBudget, "memory budget exceeded", 0},
+		// reverse, sort and sortBy are counted by expr's own budget only (rewrite.go): it stops them.
+		{"memory: reverse chain", `${{ len(reverse(reverse(reverse(1..300)))) }}`, []Option{WithMemoryBudget(1000)}, false, ErrMemoryBudget, "memory budget exceeded", 0},
+		{"memory: sort chain", `${{ len(sort(sort(sort(1..300)))) }}`, []Option{WithMemoryBudget(1000)}, false, ErrMemoryBudget, "memory budget exceeded", 0},
+		{"memory: sortBy chain", `${{ len(sortBy(sortBy(sortBy(1..300, #), #), #)) }}`, []Option{WithMemoryBudget(1000)}, false, ErrMemoryBudget, "memory budget exceeded", 0},
+		{"memory: sort of shared lists", `${{ len(toJSON(sort(reduce(1..40, [#acc, #acc], [1])))) }}`, nil, false, ErrMemoryBudget, "memory budget exceeded", 0},
 		{"memory: string doubling", `${{ let a = repeat("x", 100); let b = a + a; let c = b + b; let d = c + c; let e = d + d; let f = e + e; f + f }}`,
 			[]Option{WithMemoryBudget(5000)}, false, ErrMemoryBudget, "memory budget exceeded", 0},
 		{"memory: shared lists", `${{ let a = [1,2,3,4,5,6,7,8,9,10]; let b = [a,a,a,a,a,a,a,a,a,a]; let c = [b,b,b,b,b,b,b,b,b,b]; let d = [c,c,c,c,c,c,c,c,c,c]; let e = [d,d,d,d,d,d,d,d,d,d]; let f = [e,e,e,e,e,e,e,e,e,e]; len(f) }}`,
