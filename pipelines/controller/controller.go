@@ -276,6 +276,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Consume calls back on one goroutine; events are fanned out to shards by run id so that
 	// runs progress in parallel while each run's events are applied in order (no CAS fights).
 	shards := make([]chan inbound, c.workers)
+	// stop ends the shards once no more events come. It is not a close of the shard channels:
+	// a consumer whose connection was closed under it (a killed pod) may never report Closed
+	// (nats.go#1875), and a callback still running then must not send on a closed channel.
+	stop := make(chan struct{})
+	send := func(ch chan inbound, in inbound) {
+		select {
+		case ch <- in:
+		case <-stop: // not acked: redelivered to a live replica
+		}
+	}
 	var shardWG sync.WaitGroup
 	for i := range shards {
 		shards[i] = make(chan inbound, 64)
@@ -286,13 +296,25 @@ func (c *Controller) Run(ctx context.Context) error {
 			// requests still time out, within 10 to 20 seconds.
 			dl := &queue.SharedDeadline{Parent: ctx, D: 10 * time.Second}
 			defer dl.Stop()
-			for in := range ch {
-				c.onEvent(dl.Context(), in)
+			for {
+				select {
+				case in := <-ch:
+					c.onEvent(dl.Context(), in)
+				case <-stop:
+					for { // what was handed over before stop is still applied
+						select {
+						case in := <-ch:
+							c.onEvent(dl.Context(), in)
+						default:
+							return
+						}
+					}
+				}
 			}
 		}(shards[i])
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		shards[shardOf(msg.Subject(), len(shards))] <- inbound{js: msg}
+		send(shards[shardOf(msg.Subject(), len(shards))], inbound{js: msg})
 	}, jetstream.PullMaxMessages(c.workers*8), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if ctx.Err() == nil {
 			c.log.Warn("event consumer", "err", err)
@@ -304,7 +326,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Step results offered directly by workers: applied like events, without a trip through
 	// the events stream (the worker keeps its job unacked until we answer).
 	results, err := c.conn.NC.QueueSubscribe(queue.ResultSubject("*"), queue.ResultGroup, func(m *nats.Msg) {
-		shards[shardOf(m.Subject, len(shards))] <- inbound{req: m}
+		send(shards[shardOf(m.Subject, len(shards))], inbound{req: m})
 	})
 	if err != nil {
 		cc.Stop()
@@ -322,11 +344,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	for results.IsValid() {
 		time.Sleep(5 * time.Millisecond)
 	}
-	cc.Drain()
-	<-cc.Closed()
-	for _, ch := range shards {
-		close(ch)
-	}
+	queue.DrainConsumer(cc, c.conn.NC)
+	close(stop)
 	shardWG.Wait()
 	_ = runsW.Stop()
 	_ = appsW.Stop()

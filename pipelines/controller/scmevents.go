@@ -123,8 +123,7 @@ func (c *Controller) consumeSCM(ctx context.Context, cons jetstream.Consumer) {
 		return
 	}
 	<-ctx.Done()
-	cc.Drain()
-	<-cc.Closed()
+	queue.DrainConsumer(cc, c.conn.NC)
 }
 
 // PRTopic is the wake topic of a PR's events (as steps park on it): pr:<provider>:<repo>#<n>.
