@@ -2,6 +2,7 @@ package steps
 
 import (
 	"fmt"
+	"reflect"
 	"sort"
 	"sync"
 )
@@ -15,6 +16,9 @@ type Definition struct {
 	// takes any key (test doubles only: every built-in type declares). Pipeline load refuses
 	// other keys and literal values of the wrong type; the JSON Schema is generated from it.
 	Inputs []Input
+	// Config is a zero value of the step's config struct (steps/config.go); Register derives
+	// Inputs from its tags, and the step reads its inputs with Decode into the same type.
+	Config any
 	// Internal step types are run by the controller itself (commit statuses, PR comments,
 	// trigger path checks, stage gates): a pipeline cannot name them, and the schema omits them.
 	Internal bool
@@ -59,6 +63,12 @@ func (r *Registry) Register(d Definition) {
 			panic(fmt.Sprintf("steps: type %q registered twice", n))
 		}
 		r.alias[n] = d.Type
+	}
+	if d.Config != nil {
+		if d.Inputs != nil {
+			panic(fmt.Sprintf("steps: type %q declares both Inputs and Config", d.Type))
+		}
+		d.Inputs = inputsOfType(reflect.TypeOf(d.Config))
 	}
 	if err := checkDecl(d.Inputs, d.Type); err != nil {
 		panic("steps: " + err.Error())
