@@ -373,6 +373,14 @@ func textOrInt(v reflect.Value) bool {
 	return false
 }
 
+// decodePart reads the inputs T declares out of a step's inputs, ignoring the others: for
+// helpers shared by several step types, each of which Decodes its whole config first.
+func decodePart[T any](in map[string]any, static bool) (T, error) {
+	var cfg T
+	err := decodeFields(reflect.ValueOf(&cfg).Elem(), in, "", static, map[string]bool{})
+	return cfg, err
+}
+
 // decodeAs reads one input value (an object, a list…) into T; field names it in errors.
 func decodeAs[T any](v any, field string, static bool) (T, error) {
 	var out T

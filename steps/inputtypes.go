@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/steps/duration"
 	"github.com/prflow/prflow/steps/template"
 )
@@ -119,4 +120,29 @@ func (r *regexInput) DecodeInput(v any, field string, static bool) error {
 		return fmt.Errorf("%s: %v", field, err)
 	}
 	return nil
+}
+
+// selectorText is a Kubernetes label selector string, checked at decode.
+type selectorText string
+
+func (selectorText) InputShape() Input { return Input{Type: InputString} }
+
+func (s *selectorText) DecodeInput(v any, field string, static bool) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("%s: want a label selector string such as \"team=payments,tier in (web,api)\", got %T", field, v)
+	}
+	if !(static && template.Contains(str)) {
+		if _, err := agent.ParseSelector(str); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	*s = selectorText(str)
+	return nil
+}
+
+// given reports whether the input holds a value ("" and null are none).
+func given(in map[string]any, field string) bool {
+	v, ok := in[field]
+	return ok && v != nil && v != ""
 }

@@ -68,7 +68,19 @@ func (r *Registry) Register(d Definition) {
 		if d.Inputs != nil {
 			panic(fmt.Sprintf("steps: type %q declares both Inputs and Config", d.Type))
 		}
-		d.Inputs = inputsOfType(reflect.TypeOf(d.Config))
+		t, check := reflect.TypeOf(d.Config), d.Validate
+		d.Inputs = inputsOfType(t)
+		// At load the whole config is decoded too: enums, durations, selectors, nested
+		// objects are refused there, not when the step runs.
+		d.Validate = func(in map[string]any) error {
+			if err := decodeStruct(reflect.New(t).Elem(), in, "", true); err != nil {
+				return err
+			}
+			if check != nil {
+				return check(in)
+			}
+			return nil
+		}
 	}
 	if err := checkDecl(d.Inputs, d.Type); err != nil {
 		panic("steps: " + err.Error())
