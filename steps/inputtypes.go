@@ -7,6 +7,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/steps/duration"
+	"github.com/prflow/prflow/steps/fileedit"
 	"github.com/prflow/prflow/steps/template"
 )
 
@@ -145,4 +146,29 @@ func (s *selectorText) DecodeInput(v any, field string, static bool) error {
 func given(in map[string]any, field string) bool {
 	v, ok := in[field]
 	return ok && v != nil && v != ""
+}
+
+// restraintInputs switch Harness's git restraint on the PR-creating steps (restraint).
+type restraintInputs struct {
+	GitRestraint        bool `input:"gitRestraint,default=false" doc:"one PR-creating step per connector at a time (Harness's git restraint)"`
+	DisableGitRestraint bool `input:"disableGitRestraint,default=false" doc:"turn gitRestraint off (Harness name)"`
+}
+
+// documentSel selects the document of a multi-document YAML file: {index: N} or {kind, name}
+// (documentInput).
+type documentSel struct{ fileedit.Document }
+
+type documentFields struct {
+	Index int    `input:"index" doc:"the document's position, from 0"`
+	Kind  string `input:"kind" doc:"the document's kind"`
+	Name  string `input:"name" doc:"the document's metadata.name"`
+}
+
+func (documentSel) InputShape() Input {
+	return Input{Type: InputObject, Fields: InputsOf[documentFields]()}
+}
+
+func (d *documentSel) DecodeInput(v any, field string, static bool) (err error) {
+	d.Document, err = documentInput(v, field, static)
+	return err
 }

@@ -55,13 +55,11 @@ func lock(ctx context.Context, sc *Context, parts ...string) (func(), error) {
 // off by default: the repo+branch leases and the per-connector rate limiter already protect
 // the forge, and a global queue per token is what Harness users complain about.
 func restraint(ctx context.Context, sc *Context, connector string, parts ...string) (func(), error) {
-	on, err := BoolInput(sc.Inputs, "gitRestraint")
+	in, err := decodePart[restraintInputs](sc.Inputs, false)
 	if err != nil {
 		return nil, Terminal(err)
 	}
-	if off, _ := BoolInput(sc.Inputs, "disableGitRestraint"); off {
-		on = false
-	}
+	on := in.GitRestraint && !in.DisableGitRestraint
 	var first func()
 	if on {
 		if first, err = lock(ctx, sc, "restraint", connector); err != nil {
