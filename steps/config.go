@@ -13,7 +13,7 @@ import (
 
 // Typed step configs. A step type declares its `with:` inputs as a struct whose fields carry
 //
-//	input:"name[,required][,enum=a|b][,default=v][,list][,typedby=f][,internal]"
+//	input:"name[,required][,enum=a|b][,default=v[,fallback]][,list][,typedby=f][,internal]"
 //	doc:"one line"
 //
 // and sets Definition.Config to a zero value of it. Register derives Definition.Inputs (and so
@@ -50,6 +50,9 @@ type fieldTag struct {
 	list     bool
 	typedBy  string
 	internal bool
+	// fallback: the default is documented but not applied at decode; the step falls back
+	// to something else first (RevertPR's baseBranch: the stage's UpdateReleaseRepo's).
+	fallback bool
 }
 
 func parseTag(f reflect.StructField) (fieldTag, bool) {
@@ -74,6 +77,8 @@ func parseTag(f reflect.StructField) (fieldTag, bool) {
 			t.typedBy = v
 		case "internal":
 			t.internal = true
+		case "fallback":
+			t.fallback = true
 		default:
 			panic(fmt.Sprintf("steps: field %s: unknown input tag option %q", f.Name, k))
 		}
@@ -230,14 +235,14 @@ func decodeFields(dst reflect.Value, in map[string]any, prefix string, static bo
 				}
 				continue
 			}
-		} else if v == nil || (v == "" && !textOrInt(dst.Field(i))) {
+		} else if v == nil || (v == "" && (tag.hasDef || !textOrInt(dst.Field(i)))) {
 			given = false // "" is absent, except where it is a value (text) or refused (a number)
 		}
 		if !given {
 			if tag.required {
 				return fmt.Errorf("%s: required", field)
 			}
-			if tag.hasDef {
+			if tag.hasDef && !tag.fallback {
 				if err := decodeValue(dst.Field(i), tag.def, field, tag, static); err != nil {
 					return err
 				}

@@ -83,7 +83,7 @@ func (c linkedConfig) resolve(in map[string]any) *linkedConfig {
 		}
 	}
 	c.selector = strings.Join(sels, ",")
-	c.waitSet = given(in, "appWaitTimeout")
+	c.waitSet = hasValue(in, "appWaitTimeout")
 	return &c
 }
 

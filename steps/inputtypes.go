@@ -142,8 +142,8 @@ func (s *selectorText) DecodeInput(v any, field string, static bool) error {
 	return nil
 }
 
-// given reports whether the input holds a value ("" and null are none).
-func given(in map[string]any, field string) bool {
+// hasValue reports whether the input holds a value ("" and null are none).
+func hasValue(in map[string]any, field string) bool {
 	v, ok := in[field]
 	return ok && v != nil && v != ""
 }

@@ -179,7 +179,7 @@ func mergePR(ctx context.Context, sc *Context, cfg mergeConfig) (Result, error) 
 	if repo == "" {
 		return Result{}, Terminalf("repo: required with prNumber")
 	}
-	method := scm.MergeMethod(cfg.MergeStrategy)
+	method := scm.MergeMethod(orDefault(cfg.MergeStrategy, string(scm.MergeCommit)))
 	del := deleteRevertBranch(sc, number, cfg.DeleteSourceBranch)
 	p, err := scmFor(ctx, sc, connector)
 	if err != nil {
