@@ -227,19 +227,21 @@ func decodeFields(dst reflect.Value, in map[string]any, prefix string, static bo
 		known[tag.name] = true
 		field := prefix + tag.name
 		v, given := in[tag.name]
+		expr := false
 		if s, isStr := v.(string); isStr && static && template.Contains(s) {
 			// Checked once evaluated; a string keeps the expression's text meanwhile.
 			if _, own := dst.Field(i).Addr().Interface().(InputValue); !own {
 				if dst.Field(i).Kind() == reflect.String {
 					dst.Field(i).SetString(s)
+					continue
 				}
-				continue
+				given, expr = false, true
 			}
 		} else if v == nil || (v == "" && (tag.hasDef || !textOrInt(dst.Field(i)))) {
 			given = false // "" is absent, except where it is a value (text) or refused (a number)
 		}
 		if !given {
-			if tag.required {
+			if tag.required && !expr {
 				return fmt.Errorf("%s: required", field)
 			}
 			if tag.hasDef && !tag.fallback {

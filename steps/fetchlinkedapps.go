@@ -110,13 +110,13 @@ type linkedTarget struct {
 }
 
 func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
+	g, err := gitopsFor(sc) // first: without the client no inputs can make the step run here
+	if err != nil {
+		return Result{}, err
+	}
 	cfg, err := linkedConfigFrom(sc.Inputs, false)
 	if err != nil {
 		return Result{}, Terminal(err)
-	}
-	g, err := gitopsFor(sc)
-	if err != nil {
-		return Result{}, err
 	}
 	targets, err := linkedTargets(sc, cfg)
 	if err != nil {
