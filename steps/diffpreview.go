@@ -568,7 +568,7 @@ func previewVerdict(ctx context.Context, sc *Context, cfg *previewConfig, t prev
 	}
 	runURL := cfg.runURL
 	if runURL == "" {
-		if f, ok := sc.Services.Get(ServiceRunURL).(func(string) string); ok && f != nil {
+		if f := sc.Services.RunURL; f != nil {
 			runURL = f(sc.RunID)
 		}
 	}

@@ -26,8 +26,8 @@ type GitOps interface {
 }
 
 func gitopsFor(sc *Context) (GitOps, error) {
-	g, ok := sc.Services.Get(ServiceGitOps).(GitOps)
-	if !ok || g == nil {
+	g := sc.Services.GitOps
+	if g == nil {
 		return nil, Terminalf("this worker has no GitOps agent client (service %q); GitOps steps need a worker connected to prflow's NATS", ServiceGitOps)
 	}
 	return g, nil

@@ -199,7 +199,7 @@ func mergePR(ctx context.Context, sc *Context, cfg mergeConfig) (Result, error) 
 			return Result{}, err
 		}
 		if res, done := prFinal(pr); done {
-			if q, _ := sc.Services.Get(ServiceLocks).(MergeQueue); q != nil {
+			if q, _ := sc.Services.Locks.(MergeQueue); q != nil {
 				// An earlier delivery merged it and died before leaving the line.
 				if err := q.LeaveMergeQueue(ctx, queueID(sc), connector, repo, pr.Base); err != nil {
 					return Result{}, fmt.Errorf("merge queue of %s@%s: %w", repo, pr.Base, err)
@@ -212,7 +212,7 @@ func mergePR(ctx context.Context, sc *Context, cfg mergeConfig) (Result, error) 
 	// parks in the branch's line (holding no worker) and is woken when the one ahead ends.
 	id := queueID(sc)
 	var turn *QueueTurn
-	q, _ := sc.Services.Get(ServiceLocks).(MergeQueue)
+	q, _ := sc.Services.Locks.(MergeQueue)
 	if q != nil {
 		if turn, err = q.JoinMergeQueue(ctx, id, connector, repo, pr.Base); err != nil {
 			return Result{}, fmt.Errorf("merge queue of %s@%s: %w", repo, pr.Base, err)

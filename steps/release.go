@@ -31,8 +31,8 @@ func scmFor(ctx context.Context, sc *Context, connector string) (scm.Provider, e
 	if connector == "" {
 		return nil, Terminalf("connector: required (a connector name from the worker's connectors file)")
 	}
-	res, ok := sc.Services.Get(ServiceSCM).(SCM)
-	if !ok || res == nil {
+	res := sc.Services.SCM
+	if res == nil {
 		return nil, Terminalf("connector %q: this worker has no connectors configured (start it with --connectors FILE)", connector)
 	}
 	p, err := res.Provider(ctx, connector)
@@ -43,8 +43,8 @@ func scmFor(ctx context.Context, sc *Context, connector string) (scm.Provider, e
 }
 
 func lock(ctx context.Context, sc *Context, parts ...string) (func(), error) {
-	l, ok := sc.Services.Get(ServiceLocks).(Locker)
-	if !ok || l == nil {
+	l := sc.Services.Locks
+	if l == nil {
 		return func() {}, nil
 	}
 	return l.Lock(ctx, strings.Join(parts, "/"))
