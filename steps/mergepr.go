@@ -22,9 +22,9 @@ import (
 // (outputs.preview), and does not merge a PR that changes nothing.
 func init() {
 	Register(Definition{
-		Type:  "MergePR",
-		Parks: true,
-		New:   func() Step { return StepFunc(runMergePR) },
+		Type:   "MergePR",
+		Parks:  true,
+		New:    func() Step { return StepFunc(runMergePR) },
 		Config: mergeConfig{},
 		Validate: func(in map[string]any) error {
 			if _, err := previewConfigFrom(in, true); err != nil {

@@ -12,8 +12,8 @@ import (
 // reverted against their first parent) on a new branch, and opens a PR. MergePR merges it.
 func init() {
 	Register(Definition{
-		Type: "RevertPR",
-		New:  func() Step { return StepFunc(runRevertPR) },
+		Type:   "RevertPR",
+		New:    func() Step { return StepFunc(runRevertPR) },
 		Config: revertConfig{},
 		Validate: func(in map[string]any) error {
 			if s, _ := in["commitId"].(string); s == "" {
