@@ -231,8 +231,8 @@ func decodeFields(dst reflect.Value, in map[string]any, prefix string, static bo
 		if s, isStr := v.(string); isStr && static && template.Contains(s) {
 			// Checked once evaluated; a string keeps the expression's text meanwhile.
 			if _, own := dst.Field(i).Addr().Interface().(InputValue); !own {
-				if dst.Field(i).Kind() == reflect.String {
-					dst.Field(i).SetString(s)
+				if k := dst.Field(i).Kind(); k == reflect.String || k == reflect.Pointer {
+					_ = decodeValue(dst.Field(i), s, prefix+tag.name, tag, static)
 					continue
 				}
 				given, expr = false, true
@@ -263,6 +263,17 @@ func decodeValue(dst reflect.Value, v any, field string, tag fieldTag, static bo
 		if iv, ok := dst.Addr().Interface().(InputValue); ok {
 			return iv.DecodeInput(v, field, static)
 		}
+	}
+	if s, ok := v.(string); ok && static && template.Contains(s) {
+		// An expression inside a list or mapping, at load: text keeps it, the rest is
+		// checked once it is evaluated.
+		switch {
+		case dst.Kind() == reflect.String:
+			dst.SetString(s)
+		case dst.Kind() == reflect.Pointer && dst.Type().Elem().Kind() == reflect.String:
+			dst.Set(reflect.ValueOf(&s).Convert(dst.Type()))
+		}
+		return nil
 	}
 	if dst.Type() == reflect.TypeFor[time.Duration]() {
 		d, err := durationInput(fmt.Sprint(v))
@@ -305,7 +316,7 @@ func decodeValue(dst reflect.Value, v any, field string, tag fieldTag, static bo
 	case reflect.Struct:
 		m, ok := v.(map[string]any)
 		if !ok {
-			return fmt.Errorf("%s: want %s, got %T", field, describeFields(dst.Type()), v)
+			return fmt.Errorf("%s: want a mapping %s, got %T", field, describeFields(dst.Type()), v)
 		}
 		return decodeStruct(dst, m, field+".", static)
 	case reflect.Map:
@@ -372,7 +383,7 @@ func textOrInt(v reflect.Value) bool {
 		return false
 	}
 	switch v.Kind() {
-	case reflect.String, reflect.Interface:
+	case reflect.String, reflect.Interface, reflect.Pointer: // a pointer: given or not, "" included
 		return true
 	case reflect.Int, reflect.Int64:
 		return v.Type() != reflect.TypeFor[time.Duration]()

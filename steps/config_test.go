@@ -147,7 +147,7 @@ func TestDecodeShapes(t *testing.T) {
 	}{
 		{map[string]any{"connector": "gh", "repo": "r", "draft": "yes"}, "draft: want true or false, got yes"},
 		{map[string]any{"connector": "gh", "repo": "r", "labels": []any{"a", 3}}, "labels[1]: want a string, got int"},
-		{map[string]any{"connector": "gh", "repo": "r", "variables": []any{"image.tag"}}, "variables[0]: want {name, type, value, create, document}, got string"},
+		{map[string]any{"connector": "gh", "repo": "r", "variables": []any{"image.tag"}}, "variables[0]: want a mapping {name, type, value, create, document}, got string"},
 		{map[string]any{"connector": "gh", "repo": "r", "variables": []any{map[string]any{"value": 1}}}, "variables[0].name: required"},
 		{map[string]any{"connector": "gh", "repo": "r", "document": map[string]any{"index": -1}}, "document.index: -1 is negative"},
 		{map[string]any{"repo": "r"}, "connector: required"},
