@@ -197,6 +197,25 @@ type Services struct {
 	RunURL func(runID string) string
 }
 
+// serviceNames maps the Service* names to the fields of Services, for NewServices and Get.
+var serviceNames = map[string]struct {
+	get func(Services) any
+	set func(*Services, any) // leaves the field nil when v lacks its interface
+}{
+	ServiceSCM:         {func(s Services) any { return nilOr(s.SCM) }, func(s *Services, v any) { s.SCM, _ = v.(SCM) }},
+	ServiceLocks:       {func(s Services) any { return nilOr(s.Locks) }, func(s *Services, v any) { s.Locks, _ = v.(Locker) }},
+	ServiceGitOps:      {func(s Services) any { return nilOr(s.GitOps) }, func(s *Services, v any) { s.GitOps, _ = v.(GitOps) }},
+	ServiceMetrics:     {func(s Services) any { return nilOr(s.Metrics) }, func(s *Services, v any) { s.Metrics, _ = v.(MetricsConnectors) }},
+	ServiceNotify:      {func(s Services) any { return nilOr(s.Notify) }, func(s *Services, v any) { s.Notify, _ = v.(Notifier) }},
+	ServiceNotifyMarks: {func(s Services) any { return nilOr(s.NotifyMarks) }, func(s *Services, v any) { s.NotifyMarks, _ = v.(NotifyMarks) }},
+	ServiceRunURL: {func(s Services) any {
+		if s.RunURL == nil {
+			return nil
+		}
+		return s.RunURL
+	}, func(s *Services, v any) { s.RunURL, _ = v.(func(string) string) }},
+}
+
 // NewServices builds Services from capabilities named by the Service* constants. It is the
 // compatibility path for code outside this package that assembles them by name (cmd/prflow,
 // the controller test harness, deploy's end-to-end tests); a value that does not implement
@@ -204,24 +223,11 @@ type Services struct {
 func NewServices(kv map[string]any) Services {
 	var s Services
 	for k, v := range kv {
-		switch k {
-		case ServiceSCM:
-			s.SCM, _ = v.(SCM)
-		case ServiceLocks:
-			s.Locks, _ = v.(Locker)
-		case ServiceGitOps:
-			s.GitOps, _ = v.(GitOps)
-		case ServiceMetrics:
-			s.Metrics, _ = v.(MetricsConnectors)
-		case ServiceNotify:
-			s.Notify, _ = v.(Notifier)
-		case ServiceNotifyMarks:
-			s.NotifyMarks, _ = v.(NotifyMarks)
-		case ServiceRunURL:
-			s.RunURL, _ = v.(func(string) string)
-		default:
+		f, ok := serviceNames[k]
+		if !ok {
 			panic(fmt.Sprintf("steps: unknown service %q", k))
 		}
+		f.set(&s, v)
 	}
 	return s
 }
@@ -229,23 +235,8 @@ func NewServices(kv map[string]any) Services {
 // Get returns a capability by its Service* name (nil when absent), for code outside this
 // package that looks them up by name (the worker's connector list).
 func (s Services) Get(name string) any {
-	switch name {
-	case ServiceSCM:
-		return nilOr(s.SCM)
-	case ServiceLocks:
-		return nilOr(s.Locks)
-	case ServiceGitOps:
-		return nilOr(s.GitOps)
-	case ServiceMetrics:
-		return nilOr(s.Metrics)
-	case ServiceNotify:
-		return nilOr(s.Notify)
-	case ServiceNotifyMarks:
-		return nilOr(s.NotifyMarks)
-	case ServiceRunURL:
-		if s.RunURL != nil {
-			return s.RunURL
-		}
+	if f, ok := serviceNames[name]; ok {
+		return f.get(s)
 	}
 	return nil
 }

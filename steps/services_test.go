@@ -1,0 +1,36 @@
+package steps
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestServicesByName: the by-name compatibility path fills the typed fields, Get answers nil
+// (not a typed nil) for what is absent, a value lacking its interface is left out, and an
+// unknown name is a programming error.
+func TestServicesByName(t *testing.T) {
+	s := NewServices(map[string]any{ServiceRunURL: func(id string) string { return "/runs/" + id }, ServiceGitOps: "not a client"})
+	if s.RunURL == nil || s.RunURL("r1") != "/runs/r1" {
+		t.Fatal("RunURL not set")
+	}
+	if f, ok := s.Get(ServiceRunURL).(func(string) string); !ok || f("x") != "/runs/x" {
+		t.Error("Get(runURL)")
+	}
+	if s.GitOps != nil || s.Get(ServiceGitOps) != nil {
+		t.Error("a value without the GitOps interface must be left out")
+	}
+	for _, name := range []string{ServiceSCM, ServiceLocks, ServiceMetrics, ServiceNotify, ServiceNotifyMarks, "nope"} {
+		if v := s.Get(name); v != nil {
+			t.Errorf("Get(%s) = %#v, want nil", name, v)
+		}
+	}
+	if (Services{}).Get(ServiceRunURL) != nil {
+		t.Error("Get(runURL) of a nil func must be nil")
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), `unknown service "scms"`) {
+			t.Errorf("unknown name: recover() = %v", r)
+		}
+	}()
+	NewServices(map[string]any{"scms": nil})
+}
