@@ -101,9 +101,9 @@ func validateRelease(in map[string]any) error {
 	if err != nil {
 		return err
 	}
-	for f, v := range map[string]string{"connector": c.Connector, "repo": c.Repo} {
-		if v == "" {
-			return fmt.Errorf("%s: required", f)
+	for _, f := range [][2]string{{"connector", c.Connector}, {"repo", c.Repo}} {
+		if f[1] == "" {
+			return fmt.Errorf("%s: required", f[0])
 		}
 	}
 	if c.FilePath == "" && len(c.FilePaths) == 0 && !hasExprIn(in, "filePaths") {
