@@ -19,6 +19,10 @@ type Definition struct {
 	// Config is a zero value of the step's config struct (steps/config.go); Register derives
 	// Inputs from its tags, and the step reads its inputs with Decode into the same type.
 	Config any
+	// check is the step's own Validate once Register wrapped it (wrapped) in the decoding
+	// of Config.
+	check   func(inputs map[string]any) error
+	wrapped bool
 	// Internal step types are run by the controller itself (commit statuses, PR comments,
 	// trigger path checks, stage gates): a pipeline cannot name them, and the schema omits them.
 	Internal bool
@@ -65,11 +69,18 @@ func (r *Registry) Register(d Definition) {
 		r.alias[n] = d.Type
 	}
 	if d.Config != nil {
-		if d.Inputs != nil {
+		t := reflect.TypeOf(d.Config)
+		derived := inputsOfType(t)
+		// A Definition looked up and registered again (into another registry) holds the
+		// derived inputs and the wrapped Validate already.
+		if d.Inputs != nil && !reflect.DeepEqual(d.Inputs, derived) {
 			panic(fmt.Sprintf("steps: type %q declares both Inputs and Config", d.Type))
 		}
-		t, check := reflect.TypeOf(d.Config), d.Validate
-		d.Inputs = inputsOfType(t)
+		d.Inputs = derived
+		if !d.wrapped {
+			d.wrapped, d.check = true, d.Validate
+		}
+		check := d.check
 		// At load the whole config is decoded too: enums, durations, selectors, nested
 		// objects are refused there, not when the step runs.
 		d.Validate = func(in map[string]any) error {

@@ -34,3 +34,21 @@ func TestServicesByName(t *testing.T) {
 	}()
 	NewServices(map[string]any{"scms": nil})
 }
+
+// TestRegisterAgain: a Definition looked up and registered into another registry (test stacks
+// do) keeps its derived inputs and its load-time check, wrapped once.
+func TestRegisterAgain(t *testing.T) {
+	d, _ := Default.Lookup("RevertPR")
+	r := NewRegistry()
+	r.Register(*d)
+	again, _ := r.Lookup("RevertPR")
+	if len(again.Inputs) != len(d.Inputs) {
+		t.Fatalf("inputs %d, want %d", len(again.Inputs), len(d.Inputs))
+	}
+	if err := again.Validate(map[string]any{"commitId": "abc", "mainlin": 1}); err == nil || !strings.Contains(err.Error(), "mainlin: unknown input") {
+		t.Errorf("validate: %v", err)
+	}
+	if err := again.Validate(map[string]any{"commitId": ""}); err == nil || !strings.Contains(err.Error(), "commitId: required (the commit to revert") {
+		t.Errorf("the step's own check: %v", err)
+	}
+}
