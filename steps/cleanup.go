@@ -37,7 +37,7 @@ type RunQueues interface {
 // not stop the others.
 func runCleanup(ctx context.Context, sc *Context) (Result, error) {
 	out := map[string]any{}
-	if q, ok := sc.Services.Get(ServiceLocks).(RunQueues); ok && q != nil {
+	if q, ok := sc.Services.Locks.(RunQueues); ok && q != nil {
 		n, err := q.RemoveRun(ctx, sc.RunID)
 		if err != nil {
 			return Result{}, fmt.Errorf("merge queues of run %s: %w", sc.RunID, err)

@@ -20,7 +20,7 @@ import (
 
 // mayBeDeployed is the cheap part of the check, before ancestry is looked up.
 func (r *syncRun) mayBeDeployed(a *syncApp, st *agent.AppStatus) bool {
-	if st == nil || r.m.Expected == "" || r.cfg.dryRun || r.cfg.forceApply || a.Resyncs > 0 {
+	if st == nil || r.m.Expected == "" || r.cfg.DryRun || r.cfg.ForceApply || a.Resyncs > 0 {
 		return false
 	}
 	op := st.Operation

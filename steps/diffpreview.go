@@ -11,7 +11,6 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/scm"
-	"github.com/prflow/prflow/steps/template"
 )
 
 // DiffPreview asks the agents what a merge of the stage's PR would deploy: each linked app
@@ -30,38 +29,45 @@ const StatusDiff = "prflow/diff"
 // page in prflow's UI (the server's --external-url); the comment links the full diff there.
 const ServiceRunURL = "runURL"
 
-// previewInputs are DiffPreview's own inputs; MergePR declares them too for preview: true.
-var previewInputs = []Input{
-	{Name: "allowNoop", Type: InputBool, Default: false, Doc: "pass when the PR changes nothing the apps deploy (default: fail before the merge)"},
-	{Name: "comment", Type: InputBool, Default: true, Doc: "keep a PR comment with the diff, one per run and environment, updated in place"},
-	{Name: "maxCommentBytes", Type: InputInt, Default: defaultMaxCommentBytes, Doc: "cap of the PR comment; longer diffs link to the run page"},
-	{Name: "maxDiffBytes", Type: InputInt, Default: 65536, Doc: "cap of each app's unified diff as the agent returns it"},
-	{Name: "runUrl", Type: InputString, Doc: "link to the run's page for the full diff (default: the worker's --external-url)"},
-}
-
 func init() {
-	in := []Input{inConnector, inRepo,
-		{Name: "prNumber", Type: InputInt, Doc: "the PR to preview (default: the one the stage's UpdateReleaseRepo opened)"},
-		{Name: "headSha", Type: InputString, Doc: "the PR head commit to render (default: the UpdateReleaseRepo's commit, else the PR's head)"},
-		{Name: "applicationSet", Type: InputString, Doc: "also preview the apps this ApplicationSet generates at the head (new environments)"},
-		inLabels("labels", "a label selector: \"k=v,k2=v2\", a list of \"k:v\" or a mapping"),
-		{Name: "selector", Type: InputString, Doc: "a label selector such as \"team=payments,tier in (web,api)\""},
-		{Name: "filterByServiceEnvCluster", Type: InputBool, Default: false, Doc: "every app of the environment on its clusters, whatever its service"},
-		inOutage, inAgent, inAgentAlias,
-	}
 	Register(Definition{
 		Type:   TypeDiffPreview,
 		Parks:  true,
 		New:    func() Step { return StepFunc(runDiffPreview) },
-		Inputs: append(in, previewInputs...),
+		Config: diffPreviewConfig{},
 		Validate: func(in map[string]any) error {
 			if _, err := previewConfigFrom(in, true); err != nil {
 				return err
 			}
-			_, err := linkedConfigFrom(in, true)
+			_, err := linkedPart(in, true)
 			return err
 		},
 	})
+}
+
+// diffPreviewConfig is DiffPreview's `with:`.
+type diffPreviewConfig struct {
+	Connector                 string             `input:"connector" doc:"the worker connector (SCM credentials) of the repo"`
+	Repo                      string             `input:"repo" doc:"the repo, e.g. acme/release"`
+	PRNumber                  int                `input:"prNumber" doc:"the PR to preview (default: the one the stage's UpdateReleaseRepo opened)"`
+	HeadSha                   string             `input:"headSha" doc:"the PR head commit to render (default: the UpdateReleaseRepo's commit, else the PR's head)"`
+	ApplicationSet            string             `input:"applicationSet" doc:"also preview the apps this ApplicationSet generates at the head (new environments)"`
+	Labels                    labelSelectorInput `input:"labels" doc:"a label selector: \"k=v,k2=v2\", a list of \"k:v\" or a mapping"`
+	Selector                  selectorText       `input:"selector" doc:"a label selector such as \"team=payments,tier in (web,api)\""`
+	FilterByServiceEnvCluster bool               `input:"filterByServiceEnvCluster,default=false" doc:"every app of the environment on its clusters, whatever its service"`
+	outageInput
+	agentInputs
+	previewOptions
+}
+
+// previewOptions are DiffPreview's own inputs; MergePR takes them too for preview: true.
+type previewOptions struct {
+	AllowNoop bool `input:"allowNoop,default=false" doc:"pass when the PR changes nothing the apps deploy (default: fail before the merge)"`
+	Comment   bool `input:"comment,default=true" doc:"keep a PR comment with the diff, one per run and environment, updated in place"`
+	// MaxCommentBytes' default is defaultMaxCommentBytes (TestConfigDefaults).
+	MaxCommentBytes int    `input:"maxCommentBytes,default=60000" doc:"cap of the PR comment; longer diffs link to the run page"`
+	MaxDiffBytes    int    `input:"maxDiffBytes,default=65536" doc:"cap of each app's unified diff as the agent returns it"`
+	RunURL          string `input:"runUrl" doc:"link to the run's page for the full diff (default: the worker's --external-url)"`
 }
 
 const defaultMaxCommentBytes = 60000 // below GitHub's 65536 and Bitbucket's 32768×2
@@ -74,40 +80,16 @@ type previewConfig struct {
 }
 
 func previewConfigFrom(in map[string]any, static bool) (*previewConfig, error) {
-	c := &previewConfig{comment: true, maxComment: defaultMaxCommentBytes}
-	for f, dst := range map[string]*bool{"allowNoop": &c.allowNoop, "comment": &c.comment} {
-		v, ok := in[f]
-		if !ok || v == nil || v == "" {
-			continue
-		}
-		if s, ok := v.(string); ok && static && template.Contains(s) {
-			continue
-		}
-		b, err := BoolInput(in, f)
-		if err != nil {
-			return nil, err
-		}
-		*dst = b
-	}
-	for f, dst := range map[string]*int{"maxCommentBytes": &c.maxComment, "maxDiffBytes": &c.maxDiff} {
-		v, ok := in[f]
-		if !ok || v == nil || v == "" {
-			continue
-		}
-		n, err := intInput(v, f, static)
-		if err != nil {
-			return nil, err
-		}
-		if n < 1000 && !(static && template.Contains(fmt.Sprint(v))) {
-			return nil, fmt.Errorf("%s: %d is too small to say anything (at least 1000)", f, n)
-		}
-		*dst = n
-	}
-	var err error
-	if c.runURL, err = StringInput(in, "runUrl"); err != nil {
+	o, err := decodePart[previewOptions](in, static)
+	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	for f, n := range map[string]int{"maxCommentBytes": o.MaxCommentBytes, "maxDiffBytes": o.MaxDiffBytes} {
+		if n < 1000 && !hasExprIn(in, f) {
+			return nil, fmt.Errorf("%s: %d is too small to say anything (at least 1000)", f, n)
+		}
+	}
+	return &previewConfig{allowNoop: o.AllowNoop, comment: o.Comment, maxComment: o.MaxCommentBytes, maxDiff: o.MaxDiffBytes, runURL: o.RunURL}, nil
 }
 
 // previewTarget is the PR a preview renders.
@@ -128,6 +110,9 @@ type previewMemo struct {
 }
 
 func runDiffPreview(ctx context.Context, sc *Context) (Result, error) {
+	if _, err := Decode[diffPreviewConfig](sc.Inputs, false); err != nil {
+		return Result{}, Terminal(err)
+	}
 	cfg, err := previewConfigFrom(sc.Inputs, false)
 	if err != nil {
 		return Result{}, Terminal(err)
@@ -154,18 +139,11 @@ func derefResult(r *Result) Result {
 // A stage whose update opened no PR (already promoted, nothing changed) has nothing to
 // preview: skip says so.
 func previewTargetOf(ctx context.Context, sc *Context) (previewTarget, *Result, error) {
-	in := sc.Inputs
-	var t previewTarget
-	t.connector, _ = StringInput(in, "connector")
-	t.repo, _ = StringInput(in, "repo")
-	t.head, _ = StringInput(in, "headSha")
-	if v, ok := in["prNumber"]; ok && v != nil && v != "" {
-		n, err := intInput(v, "prNumber", false)
-		if err != nil {
-			return t, nil, Terminal(err)
-		}
-		t.number = n
+	in, err := decodePart[diffPreviewConfig](sc.Inputs, false) // MergePR's inputs too
+	if err != nil {
+		return previewTarget{}, nil, Terminal(err)
 	}
+	t := previewTarget{connector: in.Connector, repo: in.Repo, head: in.HeadSha, number: in.PRNumber}
 	if t.number == 0 {
 		prior := priorPR(sc)
 		if prior == nil {
@@ -224,7 +202,7 @@ type differ interface {
 // preview renders t on the agents, reports it on the PR and decides. m is the step's memo
 // (outage start, cached answer).
 func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarget, m *previewMemo) (Result, error) {
-	lcfg, err := linkedConfigFrom(sc.Inputs, false)
+	lcfg, err := linkedPart(sc.Inputs, false)
 	if err != nil {
 		return Result{}, Terminal(err)
 	}
@@ -241,7 +219,7 @@ func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarg
 		return Result{}, err
 	}
 	final := sc.WakeReason == "deadline"
-	key := t.head + "|" + lcfg.appSet + "|" + strings.Join(asked.names(), ",")
+	key := t.head + "|" + lcfg.ApplicationSet + "|" + strings.Join(asked.names(), ",")
 	if cached := cachedPreview(sc, key); cached != nil {
 		sc.Log.Info("this head was previewed already in the stage; not asking the agents again", "head", t.head)
 		return previewVerdict(ctx, sc, cfg, t, cached)
@@ -254,10 +232,10 @@ func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarg
 			if _, done := m.Answers[a]; done {
 				continue // answered before this step parked for another agent
 			}
-			if len(asked.byAgent[a]) == 0 && lcfg.appSet == "" {
+			if len(asked.byAgent[a]) == 0 && lcfg.ApplicationSet == "" {
 				continue
 			}
-			got, err := d.Diff(ctx, a, agent.DiffRequest{Apps: asked.byAgent[a], ApplicationSet: lcfg.appSet, RepoURL: t.repo,
+			got, err := d.Diff(ctx, a, agent.DiffRequest{Apps: asked.byAgent[a], ApplicationSet: lcfg.ApplicationSet, RepoURL: t.repo,
 				Revision: t.head, MaxDiffBytes: cfg.maxDiff})
 			if v, isOutage := outageErr(a, err); isOutage || cannotWork(err) {
 				if !isOutage {
@@ -286,15 +264,15 @@ func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarg
 		}
 	}
 	now := time.Now()
-	if out0.track(&m.OutageSince, now, lcfg.outage, final) {
-		return FailBlind(out0.blindMessage("the PR's diff could not be previewed", m.OutageSince, lcfg.outage, final, now)), nil
+	if out0.track(&m.OutageSince, now, lcfg.outageTimeout(), final) {
+		return FailBlind(out0.blindMessage("the PR's diff could not be previewed", m.OutageSince, lcfg.outageTimeout(), final, now)), nil
 	}
 	if out0.any() {
 		var keys []string
 		for _, v := range out0.views {
 			keys = append(keys, agent.InventoryKey(v.Agent))
 		}
-		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(lcfg.outage)), time.Second))
+		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(lcfg.outageTimeout())), time.Second))
 		sc.Log.Warn("cannot preview yet; waiting", "why", out0.describe())
 		return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: "waiting to preview the PR's diff: " + out0.describe()}, m), nil
 	}
@@ -590,7 +568,7 @@ func previewVerdict(ctx context.Context, sc *Context, cfg *previewConfig, t prev
 	}
 	runURL := cfg.runURL
 	if runURL == "" {
-		if f, ok := sc.Services.Get(ServiceRunURL).(func(string) string); ok && f != nil {
+		if f := sc.Services.RunURL; f != nil {
 			runURL = f(sc.RunID)
 		}
 	}

@@ -109,7 +109,7 @@ func runCommitStatus(ctx context.Context, sc *Context) (Result, error) {
 			return Result{}, err
 		}
 		defer unlock()
-		if seq, ok := sc.Services.Get(ServiceLocks).(Sequencer); ok {
+		if seq, ok := sc.Services.Locks.(Sequencer); ok {
 			current, err := seq.Advance(ctx, key, order)
 			if err != nil {
 				return Result{}, err

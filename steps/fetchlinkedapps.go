@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/steps/template"
 )
 
 // FetchLinkedApps lists the GitOps apps of the stage's service, environment and clusters: by
@@ -28,16 +27,7 @@ func init() {
 		Aliases:  []string{"GitOpsFetchLinkedApps"},
 		New:      func() Step { return StepFunc(runFetchLinkedApps) },
 		Validate: func(in map[string]any) error { _, err := linkedConfigFrom(in, true); return err },
-		Inputs: []Input{
-			{Name: "applicationSet", Type: InputString, Doc: "the apps this ApplicationSet owns"},
-			inLabels("labels", "a label selector: \"k=v,k2=v2\", a list of \"k:v\" or a mapping"),
-			{Name: "selector", Type: InputString, Doc: "a label selector such as \"team=payments,tier in (web,api)\""},
-			{Name: "filterByServiceEnvCluster", Type: InputBool, Default: false, Doc: "every app of the environment on its clusters, whatever its service"},
-			{Name: "allowEmpty", Type: InputBool, Default: false, Doc: "succeed when no app matches"},
-			{Name: "appWaitTimeout", Type: InputDuration, Default: "2m", Doc: "how long to wait for a matching app to appear"},
-			inOutage,
-			inAgent, inAgentAlias,
-		},
+		Config:   linkedConfig{},
 	})
 }
 
@@ -52,73 +42,49 @@ const (
 	linkedPoll        = 5 * time.Second
 )
 
+// linkedConfig is FetchLinkedApps's `with:`.
 type linkedConfig struct {
-	appSet     string
-	selector   string
-	byEnvOnly  bool // filterByServiceEnvCluster
-	allowEmpty bool
-	agentID    string
-	wait       time.Duration
-	waitSet    bool
-	outage     time.Duration // agentOutageTimeout
+	ApplicationSet            string             `input:"applicationSet" doc:"the apps this ApplicationSet owns"`
+	Labels                    labelSelectorInput `input:"labels" doc:"a label selector: \"k=v,k2=v2\", a list of \"k:v\" or a mapping"`
+	Selector                  selectorText       `input:"selector" doc:"a label selector such as \"team=payments,tier in (web,api)\""`
+	FilterByServiceEnvCluster bool               `input:"filterByServiceEnvCluster,default=false" doc:"every app of the environment on its clusters, whatever its service"`
+	AllowEmpty                bool               `input:"allowEmpty,default=false" doc:"succeed when no app matches"`
+	AppWaitTimeout            time.Duration      `input:"appWaitTimeout,default=2m" doc:"how long to wait for a matching app to appear"`
+	outageInput
+	agentInputs
+
+	selector string // Labels and Selector
+	waitSet  bool   // appWaitTimeout given
 }
 
 func linkedConfigFrom(in map[string]any, static bool) (*linkedConfig, error) {
-	c := &linkedConfig{wait: linkedDefaultWait}
-	var err error
-	if c.outage, err = outageTimeoutFrom(in, static); err != nil {
+	c, err := Decode[linkedConfig](in, static)
+	if err != nil {
 		return nil, err
 	}
-	if c.appSet, err = StringInput(in, "applicationSet"); err != nil {
+	return c.resolve(in), nil
+}
+
+// linkedPart reads the app selection of DiffPreview and MergePR, which take these inputs too
+// (their own Decode refused unknown keys).
+func linkedPart(in map[string]any, static bool) (*linkedConfig, error) {
+	c, err := decodePart[linkedConfig](in, static)
+	if err != nil {
 		return nil, err
 	}
-	for _, f := range []string{"agentId", "agent"} {
-		if c.agentID, err = StringInput(in, f); err != nil {
-			return nil, err
-		}
-		if c.agentID != "" {
-			break
-		}
-	}
+	return c.resolve(in), nil
+}
+
+func (c linkedConfig) resolve(in map[string]any) *linkedConfig {
 	var sels []string
-	if v, ok := in["labels"]; ok && v != nil && v != "" {
-		s, err := labelSelector(v, "labels", static)
-		if err != nil {
-			return nil, err
+	for _, s := range []string{string(c.Labels), string(c.Selector)} {
+		if s != "" {
+			sels = append(sels, s)
 		}
-		sels = append(sels, s)
-	}
-	if v, ok := in["selector"]; ok && v != nil && v != "" {
-		s, ok := v.(string)
-		if !ok {
-			return nil, fmt.Errorf("selector: want a label selector string such as \"team=payments,tier in (web,api)\", got %T", v)
-		}
-		if !(static && template.Contains(s)) {
-			if _, err := agent.ParseSelector(s); err != nil {
-				return nil, fmt.Errorf("selector: %w", err)
-			}
-		}
-		sels = append(sels, s)
 	}
 	c.selector = strings.Join(sels, ",")
-	for f, dst := range map[string]*bool{"filterByServiceEnvCluster": &c.byEnvOnly, "allowEmpty": &c.allowEmpty} {
-		if s, ok := in[f].(string); ok && static && template.Contains(s) {
-			continue
-		}
-		if *dst, err = BoolInput(in, f); err != nil {
-			return nil, err
-		}
-	}
-	if v, ok := in["appWaitTimeout"]; ok && v != nil && v != "" {
-		s := fmt.Sprint(v)
-		if !(static && template.Contains(s)) {
-			if c.wait, err = durationInput(s); err != nil {
-				return nil, fmt.Errorf("appWaitTimeout: %w", err)
-			}
-			c.waitSet = true
-		}
-	}
-	return c, nil
+	c.waitSet = hasValue(in, "appWaitTimeout")
+	return &c
 }
 
 // linkedMemo is kept while waiting for apps to appear.
@@ -144,13 +110,13 @@ type linkedTarget struct {
 }
 
 func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
+	g, err := gitopsFor(sc) // first: without the client no inputs can make the step run here
+	if err != nil {
+		return Result{}, err
+	}
 	cfg, err := linkedConfigFrom(sc.Inputs, false)
 	if err != nil {
 		return Result{}, Terminal(err)
-	}
-	g, err := gitopsFor(sc)
-	if err != nil {
-		return Result{}, err
 	}
 	targets, err := linkedTargets(sc, cfg)
 	if err != nil {
@@ -178,7 +144,7 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		// An agent that is offline or blind could not pass the refresh on: ask again on the
 		// next wake. Without it the apps keep the spec rendered before the merge until Argo
 		// CD's own poll, and a sync in between deploys that stale spec.
-		m.Refreshed = refreshAppSets(ctx, sc, g, cfg.appSet, agents)
+		m.Refreshed = refreshAppSets(ctx, sc, g, cfg.ApplicationSet, agents)
 	}
 	byAgent := map[string][]agent.AppStatus{}
 	var out0 outage
@@ -200,15 +166,15 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		byAgent[t.agent] = apps
 	}
 	now := time.Now()
-	if out0.track(&m.OutageSince, now, cfg.outage, final) {
-		return FailBlind(out0.blindMessage("linked apps could not be listed", m.OutageSince, cfg.outage, final, now)), nil
+	if out0.track(&m.OutageSince, now, cfg.outageTimeout(), final) {
+		return FailBlind(out0.blindMessage("linked apps could not be listed", m.OutageSince, cfg.outageTimeout(), final, now)), nil
 	}
 	if out0.any() {
 		var keys []string
 		for _, v := range out0.views {
 			keys = append(keys, agent.InventoryKey(v.Agent))
 		}
-		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(cfg.outage)), time.Second))
+		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(cfg.outageTimeout())), time.Second))
 		sc.Log.Warn("agent not available; waiting", "why", out0.describe())
 		return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: "waiting: " + out0.describe()}, m), nil
 	}
@@ -251,20 +217,20 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		a, b := out[i].(map[string]any), out[j].(map[string]any)
 		return a["agent"].(string)+"/"+a["name"].(string) < b["agent"].(string)+"/"+b["name"].(string)
 	})
-	if len(empty) == 0 || cfg.allowEmpty {
+	if len(empty) == 0 || cfg.AllowEmpty {
 		if len(out) == 0 {
 			sc.Log.Info("No linked apps found", "selection", how)
 		}
 		res := map[string]any{"apps": orEmpty(out)}
-		if cfg.appSet != "" {
+		if cfg.ApplicationSet != "" {
 			// GitOpsSync follows this ApplicationSet's app when one is renamed.
-			res["applicationSet"] = cfg.appSet
+			res["applicationSet"] = cfg.ApplicationSet
 		}
 		return Done(res), nil
 	}
 	// Some cluster has no app yet: an ApplicationSet may be about to generate it.
 	if m.Until.IsZero() {
-		wait := cfg.wait
+		wait := cfg.AppWaitTimeout
 		m.Until = time.Now().Add(wait)
 		if !sc.Deadline.IsZero() && sc.Deadline.Before(m.Until) && !cfg.waitSet {
 			m.Until = sc.Deadline
@@ -389,19 +355,19 @@ func linkedTargets(sc *Context, cfg *linkedConfig) ([]linkedTarget, error) {
 		for _, c := range sc.Env.Clusters {
 			a := c.Agent
 			if a == "" {
-				a = cfg.agentID
+				a = cfg.agent()
 			}
 			if a == "" {
 				return nil, fmt.Errorf("environment %s, cluster %s: no agent (set agent: on the cluster, or agentId on the step)", sc.Env.Name, c.Name)
 			}
-			if cfg.agentID != "" && a != cfg.agentID {
+			if cfg.agent() != "" && a != cfg.agent() {
 				continue
 			}
 			out = append(out, linkedTarget{agent: a, cluster: c.Name})
 		}
 	}
-	if len(out) == 0 && cfg.agentID != "" {
-		out = append(out, linkedTarget{agent: cfg.agentID})
+	if len(out) == 0 && cfg.agent() != "" {
+		out = append(out, linkedTarget{agent: cfg.agent()})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no clusters to look in: give the stage an environment with clusters (name + agent), or set agentId")
@@ -418,16 +384,16 @@ func linkedQuery(sc *Context, cfg *linkedConfig) (agent.AppsQuery, string, error
 		env, svc = sc.Env.Name, sc.Env.Service
 	}
 	switch {
-	case cfg.byEnvOnly:
+	case cfg.FilterByServiceEnvCluster:
 		// Every app of the environment on the clusters, whatever its service.
 		if env == "" {
 			return q, "", fmt.Errorf("filterByServiceEnvCluster: the stage has no environment")
 		}
 		q.Labels = map[string]string{LabelEnvRef: env}
 		how = append(how, LabelEnvRef+"="+env)
-	case cfg.appSet != "":
-		q.ApplicationSet = cfg.appSet
-		how = append(how, "ApplicationSet "+cfg.appSet)
+	case cfg.ApplicationSet != "":
+		q.ApplicationSet = cfg.ApplicationSet
+		how = append(how, "ApplicationSet "+cfg.ApplicationSet)
 	case cfg.selector != "":
 	default:
 		if svc == "" || env == "" {
@@ -448,7 +414,7 @@ func linkedQuery(sc *Context, cfg *linkedConfig) (agent.AppsQuery, string, error
 // prod app the same ApplicationSet generated there. Apps without the label are kept (their
 // cluster is all there is to go by); label-based selection already names the environment.
 func otherEnvFilter(sc *Context, cfg *linkedConfig) func(agent.AppStatus) bool {
-	if sc.Env == nil || sc.Env.Name == "" || cfg.byEnvOnly || (cfg.appSet == "" && cfg.selector == "") {
+	if sc.Env == nil || sc.Env.Name == "" || cfg.FilterByServiceEnvCluster || (cfg.ApplicationSet == "" && cfg.selector == "") {
 		return func(agent.AppStatus) bool { return false }
 	}
 	env := sc.Env.Name

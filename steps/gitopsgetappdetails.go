@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/steps/template"
 )
 
 // GetAppDetails (Harness: GitOpsGetAppDetails) reads the details and status of GitOps apps
@@ -26,81 +24,43 @@ func init() {
 		Parks:    true,
 		New:      func() Step { return StepFunc(runGetAppDetails) },
 		Validate: func(in map[string]any) error { _, err := appDetailsConfigFrom(in, true); return err },
-		Inputs: []Input{
-			{Name: "applicationsList", Type: InputList, Doc: "the apps to read",
-				Items: &Input{Type: InputObject, Fields: []Input{
-					{Name: "applicationName", Type: InputString, Doc: "the app (namespace/name for apps outside Argo CD's namespace)"},
-					{Name: "name", Type: InputString, Doc: "same as applicationName"},
-					{Name: "appName", Type: InputString, Doc: "same as applicationName"},
-					{Name: "agentId", Type: InputString}, {Name: "agent", Type: InputString}, {Name: "agentIdentifier", Type: InputString},
-				}}},
-			{Name: "applicationRegex", Type: InputString, Doc: "read the apps whose names match (Go regular expression) on the stage's agents"},
-			{Name: "applicationName", Type: InputString, Doc: "one app to read (with agentId, or the stage's one agent)"},
-			{Name: "hardRefresh", Type: InputBool, Default: false, Doc: "make Argo CD re-read git and regenerate manifests before answering"},
-			inOutage,
-			inAgent, inAgentAlias,
-		},
+		Config:   appDetailsConfig{},
 	})
 }
 
 // appDetailsMax is Harness's cap on the apps one step returns.
 const appDetailsMax = 1000
 
+// appDetailsConfig is GetAppDetails's `with:`.
 type appDetailsConfig struct {
-	list        []appTarget
-	regex       *regexp.Regexp
-	regexSrc    string
-	agentID     string
-	hardRefresh bool
-	outage      time.Duration
+	ApplicationsList appRefs    `input:"applicationsList" doc:"the apps to read"`
+	ApplicationRegex regexInput `input:"applicationRegex" doc:"read the apps whose names match (Go regular expression) on the stage's agents"`
+	ApplicationName  string     `input:"applicationName" doc:"one app to read (with agentId, or the stage's one agent)"`
+	HardRefresh      bool       `input:"hardRefresh,default=false" doc:"make Argo CD re-read git and regenerate manifests before answering"`
+	outageInput
+	agentInputs
+
+	list []appTarget // ApplicationsList or ApplicationName resolved
 }
 
 func appDetailsConfigFrom(in map[string]any, static bool) (*appDetailsConfig, error) {
-	c := &appDetailsConfig{}
-	var err error
-	for _, f := range []string{"agentId", "agent"} {
-		if c.agentID, err = StringInput(in, f); err != nil {
-			return nil, err
-		}
-		if c.agentID != "" {
-			break
-		}
-	}
-	if s, ok := in["hardRefresh"].(string); !(ok && static && template.Contains(s)) {
-		if c.hardRefresh, err = BoolInput(in, "hardRefresh"); err != nil {
-			return nil, err
-		}
-	}
-	if c.outage, err = outageTimeoutFrom(in, static); err != nil {
+	c, err := Decode[appDetailsConfig](in, static)
+	if err != nil {
 		return nil, err
 	}
 	set := 0
-	if v, ok := in["applicationsList"]; ok && v != nil && v != "" {
+	if len(c.ApplicationsList) > 0 {
 		set++
-		if c.list, err = appList(v, c.agentID, static); err != nil {
+		if c.list, err = c.ApplicationsList.targets(c.agent(), static); err != nil {
 			return nil, err
 		}
 	}
-	if v, ok := in["applicationName"]; ok && v != nil && v != "" {
+	if c.ApplicationName != "" {
 		set++
-		name, err := StringInput(in, "applicationName")
-		if err != nil {
-			return nil, err
-		}
-		c.list = []appTarget{{Agent: c.agentID, App: name}}
+		c.list = []appTarget{{Agent: c.agent(), App: c.ApplicationName}}
 	}
-	if v, ok := in["applicationRegex"]; ok && v != nil && v != "" {
+	if c.ApplicationRegex.Source != "" {
 		set++
-		s, ok := v.(string)
-		if !ok {
-			return nil, fmt.Errorf("applicationRegex: want a string (a Go regular expression), got %T", v)
-		}
-		c.regexSrc = s
-		if !(static && template.Contains(s)) {
-			if c.regex, err = regexp.Compile(s); err != nil {
-				return nil, fmt.Errorf("applicationRegex: %v", err)
-			}
-		}
 	}
 	switch {
 	case set == 0:
@@ -108,7 +68,7 @@ func appDetailsConfigFrom(in map[string]any, static bool) (*appDetailsConfig, er
 	case set > 1:
 		return nil, fmt.Errorf("applicationsList, applicationRegex and applicationName: give only one")
 	}
-	return c, nil
+	return &c, nil
 }
 
 // appGetter reads one app through its agent with a refresh (*agent.Client has it).
@@ -152,7 +112,7 @@ func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
 			out.add(v)
 			continue
 		}
-		st, err := readApp(ctx, g, t, cfg.hardRefresh)
+		st, err := readApp(ctx, g, t, cfg.HardRefresh)
 		if v, isOutage := outageErr(t.Agent, err); isOutage {
 			out.add(v)
 			continue
@@ -171,8 +131,8 @@ func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
 		apps = append(apps, found{t, st})
 	}
 	now := time.Now()
-	if out.track(&m.OutageSince, now, cfg.outage, final) {
-		return FailBlind(out.blindMessage("app details could not be read", m.OutageSince, cfg.outage, final, now)), nil
+	if out.track(&m.OutageSince, now, cfg.outageTimeout(), final) {
+		return FailBlind(out.blindMessage("app details could not be read", m.OutageSince, cfg.outageTimeout(), final, now)), nil
 	}
 	if out.any() {
 		keys := []string{}
@@ -183,7 +143,7 @@ func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
 			keys = append(keys, agent.InventoryKey(v.Agent))
 		}
 		sort.Strings(keys)
-		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(cfg.outage)), time.Second))
+		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(cfg.outageTimeout())), time.Second))
 		sc.Log.Warn("agent not available; waiting", "why", out.describe())
 		return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: "waiting: " + out.describe()}, m), nil
 	}
@@ -207,7 +167,7 @@ func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
 			why = append(why, "not of this stage: "+strings.Join(excluded, "; "))
 		}
 		if len(why) == 0 {
-			why = append(why, "no app matches applicationRegex "+cfg.regexSrc)
+			why = append(why, "no app matches applicationRegex "+cfg.ApplicationRegex.Source)
 		}
 		return Fail("no application matches the stage's service, environment and clusters (" + strings.Join(why, "; ") + ")"), nil
 	}
@@ -220,7 +180,7 @@ func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
 // appDetailsTargets resolves the apps to read; agents that cannot answer an applicationRegex
 // listing are added to out.
 func appDetailsTargets(ctx context.Context, sc *Context, cfg *appDetailsConfig, g GitOps, out *outage) ([]appTarget, error) {
-	if cfg.regex == nil {
+	if cfg.ApplicationRegex.re == nil {
 		var list []appTarget
 		for i, t := range cfg.list {
 			if t.Agent == "" {
@@ -234,13 +194,13 @@ func appDetailsTargets(ctx context.Context, sc *Context, cfg *appDetailsConfig, 
 		}
 		return list, nil
 	}
-	agents := stageAgents(sc, cfg.agentID)
+	agents := stageAgents(sc, cfg.agent())
 	if len(agents) == 0 {
 		return nil, Terminalf("applicationRegex: no agent to ask; set agentId or give the stage an environment whose clusters name an agent")
 	}
 	var list []appTarget
 	for _, a := range agents {
-		apps, err := g.Apps(ctx, a, agent.AppsQuery{NameRegex: cfg.regexSrc})
+		apps, err := g.Apps(ctx, a, agent.AppsQuery{NameRegex: cfg.ApplicationRegex.Source})
 		if v, isOutage := outageErr(a, err); isOutage {
 			out.add(v)
 			continue
@@ -253,7 +213,7 @@ func appDetailsTargets(ctx context.Context, sc *Context, cfg *appDetailsConfig, 
 		}
 	}
 	if len(list) > appDetailsMax {
-		return nil, Terminalf("applicationRegex %s matches %d applications; GetAppDetails reads at most %d (narrow the regex)", cfg.regexSrc, len(list), appDetailsMax)
+		return nil, Terminalf("applicationRegex %s matches %d applications; GetAppDetails reads at most %d (narrow the regex)", cfg.ApplicationRegex.Source, len(list), appDetailsMax)
 	}
 	return list, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -27,8 +26,8 @@ type GitOps interface {
 }
 
 func gitopsFor(sc *Context) (GitOps, error) {
-	g, ok := sc.Services.Get(ServiceGitOps).(GitOps)
-	if !ok || g == nil {
+	g := sc.Services.GitOps
+	if g == nil {
 		return nil, Terminalf("this worker has no GitOps agent client (service %q); GitOps steps need a worker connected to prflow's NATS", ServiceGitOps)
 	}
 	return g, nil
@@ -45,46 +44,7 @@ func init() {
 		Parks:    true,
 		New:      func() Step { return StepFunc(runGitOpsSync) },
 		Validate: validateSync,
-		Inputs: []Input{
-			{Name: "applicationsList", Type: InputList, Doc: "the apps to sync (besides the apps of the stage's FetchLinkedApps and UpdateGitOpsApp)",
-				Items: &Input{Type: InputObject, Fields: []Input{
-					{Name: "applicationName", Type: InputString, Doc: "the app (namespace/name for apps outside Argo CD's namespace)"},
-					{Name: "name", Type: InputString, Doc: "same as applicationName"},
-					{Name: "appName", Type: InputString, Doc: "same as applicationName"},
-					{Name: "agentId", Type: InputString}, {Name: "agent", Type: InputString}, {Name: "agentIdentifier", Type: InputString},
-				}}},
-			{Name: "applicationRegex", Type: InputString, Doc: "sync the apps whose names match (Go regular expression)"},
-			inLabels("applicationLabels", "sync the apps with these labels"),
-			{Name: "prune", Type: InputBool, Default: false},
-			{Name: "dryRun", Type: InputBool, Default: false},
-			{Name: "applyOnly", Type: InputBool, Default: false},
-			{Name: "forceApply", Type: InputBool, Default: false},
-			{Name: "waitTillHealthy", Type: InputBool, Default: false, Doc: "wait until every app is Healthy, not only synced"},
-			{Name: "failOnTimeout", Type: InputBool, Default: false, Doc: "fail when health is not reached in time (needs waitTillHealthy)"},
-			{Name: "degradedStateTimeout", Type: InputDuration, Doc: "fail once an app has been Degraded this long (needs waitTillHealthy)"},
-			{Name: "expectedRevision", Type: InputString, Doc: "the revision apps must reach: a SHA, or any (default: the stage's merge commit)"},
-			{Name: "syncOptions", Type: InputObject, Doc: "Harness sync options, or a list of Argo CD items such as CreateNamespace=true",
-				Or: []Input{{Type: InputList, Items: &Input{Type: InputString}}},
-				Fields: []Input{
-					{Name: "skipSchemaValidation", Type: InputBool}, {Name: "autoCreateNamespace", Type: InputBool},
-					{Name: "pruneResourcesAtLast", Type: InputBool}, {Name: "applyOutOfSyncOnly", Type: InputBool},
-					{Name: "replaceResources", Type: InputBool}, {Name: "serverSideApply", Type: InputBool},
-					{Name: "respectIgnoreDifferences", Type: InputBool},
-					{Name: "prunePropagationPolicy", Type: InputString, Enum: []string{"foreground", "background", "orphan"}},
-				}},
-			{Name: "retryStrategy", Type: InputObject, Doc: "Argo CD's retry of a failed sync", Fields: []Input{
-				{Name: "limit", Type: InputInt, Required: true},
-				{Name: "baseBackoffDuration", Type: InputDuration},
-				{Name: "increaseBackoffByFactor", Type: InputInt},
-				{Name: "maxBackoffDuration", Type: InputDuration},
-			}},
-			{Name: "syncWindow", Type: InputString, Enum: []string{syncWindowWait, syncWindowOverride}, Default: syncWindowWait,
-				Doc: "while an Argo CD sync window blocks an app: wait (park until it opens) or override (sync as Argo CD's manual sync; fails when the window does not allow manual syncs)"},
-			{Name: "connector", Type: InputString, Doc: "the release repo's connector, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"},
-			{Name: "repo", Type: InputString, Doc: "the release repo, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"},
-			inOutage,
-			inAgent, inAgentAlias,
-		},
+		Config:   syncConfig{},
 	})
 }
 
@@ -127,117 +87,60 @@ type appTarget struct {
 	App   string `json:"app"`
 }
 
+// syncConfig is GitOpsSync's `with:`.
 type syncConfig struct {
-	list            []appTarget
-	regex           string
-	labels          string
-	agentID         string
-	prune           bool
-	dryRun          bool
-	applyOnly       bool
-	forceApply      bool
-	syncOptions     []string
-	retry           *agent.RetryStrategy
-	waitTillHealthy bool
-	failOnTimeout   bool
-	degradedTimeout time.Duration
-	expected        string // expectedRevision input: a SHA, "any", or ""
-	outageTimeout   time.Duration
-	// override: sync through sync windows that allow manual syncs (syncWindow: override).
-	override bool
+	ApplicationsList     appRefs            `input:"applicationsList" doc:"the apps to sync (besides the apps of the stage's FetchLinkedApps and UpdateGitOpsApp)"`
+	ApplicationRegex     regexInput         `input:"applicationRegex" doc:"sync the apps whose names match (Go regular expression)"`
+	ApplicationLabels    labelSelectorInput `input:"applicationLabels" doc:"sync the apps with these labels"`
+	Prune                bool               `input:"prune,default=false"`
+	DryRun               bool               `input:"dryRun,default=false"`
+	ApplyOnly            bool               `input:"applyOnly,default=false"`
+	ForceApply           bool               `input:"forceApply,default=false"`
+	WaitTillHealthy      bool               `input:"waitTillHealthy,default=false" doc:"wait until every app is Healthy, not only synced"`
+	FailOnTimeout        bool               `input:"failOnTimeout,default=false" doc:"fail when health is not reached in time (needs waitTillHealthy)"`
+	DegradedStateTimeout time.Duration      `input:"degradedStateTimeout" doc:"fail once an app has been Degraded this long (needs waitTillHealthy)"`
+	// ExpectedRevision: a SHA, "any", or "".
+	ExpectedRevision string           `input:"expectedRevision" doc:"the revision apps must reach: a SHA, or any (default: the stage's merge commit)"`
+	SyncOptions      syncOptionsInput `input:"syncOptions" doc:"Harness sync options, or a list of Argo CD items such as CreateNamespace=true"`
+	RetryStrategy    retryInput       `input:"retryStrategy" doc:"Argo CD's retry of a failed sync"`
+	// SyncWindow override: sync through sync windows that allow manual syncs.
+	SyncWindow string `input:"syncWindow,enum=wait|override,default=wait" doc:"while an Argo CD sync window blocks an app: wait (park until it opens) or override (sync as Argo CD's manual sync; fails when the window does not allow manual syncs)"`
+	Connector  string `input:"connector" doc:"the release repo's connector, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"`
+	Repo       string `input:"repo" doc:"the release repo, for ancestry checks (default: the stage's UpdateReleaseRepo/RevertPR)"`
+	outageInput
+	agentInputs
+
+	list []appTarget // ApplicationsList resolved
 }
 
+func (c *syncConfig) override() bool { return c.SyncWindow == syncWindowOverride }
+
 func syncConfigFrom(in map[string]any, static bool) (*syncConfig, error) {
-	c := &syncConfig{}
-	var err error
-	for f, dst := range map[string]*bool{"prune": &c.prune, "dryRun": &c.dryRun, "applyOnly": &c.applyOnly,
-		"forceApply": &c.forceApply, "waitTillHealthy": &c.waitTillHealthy, "failOnTimeout": &c.failOnTimeout} {
-		if s, ok := in[f].(string); ok && static && template.Contains(s) {
-			continue
-		}
-		if *dst, err = BoolInput(in, f); err != nil {
-			return nil, err
-		}
-	}
-	for _, f := range []string{"agentId", "agent"} {
-		if c.agentID, err = StringInput(in, f); err != nil {
-			return nil, err
-		}
-		if c.agentID != "" {
-			break
-		}
-	}
-	if c.expected, err = StringInput(in, "expectedRevision"); err != nil {
-		return nil, err
-	}
-	sw, err := StringInput(in, "syncWindow")
+	c, err := Decode[syncConfig](in, static)
 	if err != nil {
 		return nil, err
 	}
-	switch sw {
-	case "", syncWindowWait:
-	case syncWindowOverride:
-		c.override = true
-	default:
-		if !(static && template.Contains(sw)) {
-			return nil, fmt.Errorf("syncWindow: %q is not %s or %s", sw, syncWindowWait, syncWindowOverride)
-		}
+	if c.list, err = c.ApplicationsList.targets(c.agent(), static); err != nil {
+		return nil, err
 	}
 	set := 0
-	if v, ok := in["applicationsList"]; ok && v != nil && v != "" {
-		set++
-		if c.list, err = appList(v, c.agentID, static); err != nil {
-			return nil, err
-		}
-	}
-	if v, ok := in["applicationRegex"]; ok && v != nil && v != "" {
-		set++
-		s, ok := v.(string)
-		if !ok {
-			return nil, fmt.Errorf("applicationRegex: want a string (a Go regular expression), got %T", v)
-		}
-		if !(static && template.Contains(s)) {
-			if _, err := regexp.Compile(s); err != nil {
-				return nil, fmt.Errorf("applicationRegex: %v", err)
-			}
-		}
-		c.regex = s
-	}
-	if v, ok := in["applicationLabels"]; ok && v != nil && v != "" {
-		set++
-		if c.labels, err = labelSelector(v, "applicationLabels", static); err != nil {
-			return nil, err
+	for _, given := range []bool{len(c.ApplicationsList) > 0, c.ApplicationRegex.Source != "", c.ApplicationLabels != ""} {
+		if given {
+			set++
 		}
 	}
 	if set > 1 {
 		return nil, fmt.Errorf("applicationsList, applicationRegex and applicationLabels: give at most one")
 	}
-	if c.syncOptions, err = syncOptionItems(in["syncOptions"], static); err != nil {
-		return nil, err
-	}
-	if c.retry, err = retryStrategy(in["retryStrategy"], static); err != nil {
-		return nil, err
-	}
-	if c.outageTimeout, err = outageTimeoutFrom(in, static); err != nil {
-		return nil, err
-	}
-	if v, ok := in["degradedStateTimeout"]; ok && v != nil && v != "" {
-		s := fmt.Sprint(v)
-		if !(static && template.Contains(s)) {
-			if c.degradedTimeout, err = durationInput(s); err != nil {
-				return nil, fmt.Errorf("degradedStateTimeout: %w", err)
-			}
-		}
-	}
-	if !c.waitTillHealthy && !hasExprIn(in, "waitTillHealthy") {
-		if c.failOnTimeout {
+	if !c.WaitTillHealthy && !hasExprIn(in, "waitTillHealthy") {
+		if c.FailOnTimeout {
 			return nil, fmt.Errorf("failOnTimeout: needs waitTillHealthy: true (it fails the step when health is not reached in time)")
 		}
-		if c.degradedTimeout > 0 {
+		if c.DegradedStateTimeout > 0 {
 			return nil, fmt.Errorf("degradedStateTimeout: needs waitTillHealthy: true")
 		}
 	}
-	return c, nil
+	return &c, nil
 }
 
 func hasExprIn(in map[string]any, f string) bool {
@@ -252,48 +155,6 @@ func durationInput(s string) (time.Duration, error) {
 		return 0, nil
 	}
 	return duration.Parse(s)
-}
-
-// appList reads applicationsList: [{agentId|agent, applicationName|name}].
-func appList(v any, defAgent string, static bool) ([]appTarget, error) {
-	list, ok := v.([]any)
-	if !ok {
-		if s, isStr := v.(string); isStr && static && template.Contains(s) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("applicationsList: want a list of {agentId, applicationName}, got %T", v)
-	}
-	var out []appTarget
-	for i, e := range list {
-		m, ok := e.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("applicationsList[%d]: want {agentId, applicationName}, got %T", i, e)
-		}
-		t := appTarget{}
-		for _, k := range []string{"agentId", "agent", "agentIdentifier"} {
-			if s, _ := m[k].(string); s != "" {
-				t.Agent = s
-				break
-			}
-		}
-		for _, k := range []string{"applicationName", "name", "appName"} {
-			if s, _ := m[k].(string); s != "" {
-				t.App = s
-				break
-			}
-		}
-		if t.Agent == "" {
-			t.Agent = defAgent
-		}
-		if t.App == "" {
-			return nil, fmt.Errorf("applicationsList[%d].applicationName: required", i)
-		}
-		if t.Agent == "" && !static {
-			return nil, fmt.Errorf("applicationsList[%d] (%s): agentId required (or set the step's agentId)", i, t.App)
-		}
-		out = append(out, t)
-	}
-	return out, nil
 }
 
 // labelSelector turns applicationLabels (["k:v"], "k=v,k2=v2", or {k: v}) into a selector.
@@ -348,135 +209,117 @@ func sortedMapKeys(m map[string]any) []string {
 	return out
 }
 
-// syncOptionItems maps Harness's syncOptions object to Argo CD items; a list of Argo CD items
-// ("CreateNamespace=true") passes as is. Only options that are set are sent: the agent lays
-// them over the app's own syncPolicy options.
-func syncOptionItems(v any, static bool) ([]string, error) {
+// syncOptionsInput is Harness's syncOptions object mapped to Argo CD items; a list of Argo CD
+// items ("CreateNamespace=true") passes as is. Only options that are set are sent: the agent
+// lays them over the app's own syncPolicy options.
+type syncOptionsInput []string
+
+// syncOptionFlags is Harness's syncOptions object.
+type syncOptionFlags struct {
+	SkipSchemaValidation     *bool  `input:"skipSchemaValidation"`
+	AutoCreateNamespace      *bool  `input:"autoCreateNamespace"`
+	PruneResourcesAtLast     *bool  `input:"pruneResourcesAtLast"`
+	ApplyOutOfSyncOnly       *bool  `input:"applyOutOfSyncOnly"`
+	ReplaceResources         *bool  `input:"replaceResources"`
+	ServerSideApply          *bool  `input:"serverSideApply"`
+	RespectIgnoreDifferences *bool  `input:"respectIgnoreDifferences"`
+	PrunePropagationPolicy   string `input:"prunePropagationPolicy,enum=foreground|background|orphan"`
+}
+
+func (syncOptionsInput) InputShape() Input {
+	return Input{Type: InputObject, Fields: InputsOf[syncOptionFlags](),
+		Or: []Input{{Type: InputList, Items: &Input{Type: InputString}}}}
+}
+
+func (o *syncOptionsInput) DecodeInput(v any, field string, static bool) error {
 	switch x := v.(type) {
-	case nil:
-		return nil, nil
 	case []any:
-		var out []string
 		for i, e := range x {
 			s, ok := e.(string)
 			if !ok || !strings.Contains(s, "=") {
-				return nil, fmt.Errorf("syncOptions[%d]: want an Argo CD option such as \"CreateNamespace=true\", got %v", i, e)
+				return fmt.Errorf("%s[%d]: want an Argo CD option such as \"CreateNamespace=true\", got %v", field, i, e)
 			}
-			out = append(out, s)
+			*o = append(*o, s)
 		}
-		return out, nil
+		return nil
 	case map[string]any:
-		var out []string
-		boolOpt := func(field, item string, invert bool) error {
-			raw, ok := x[field]
-			if !ok {
-				return nil
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			if !hasInput[syncOptionFlags](k) {
+				return fmt.Errorf("%s.%s: unknown option (known: skipSchemaValidation, autoCreateNamespace, pruneResourcesAtLast, applyOutOfSyncOnly, replaceResources, serverSideApply, respectIgnoreDifferences, prunePropagationPolicy)", field, k)
 			}
-			if s, isStr := raw.(string); isStr && static && template.Contains(s) {
-				return nil
+			if s, ok := e.(string); ok && k == "prunePropagationPolicy" && !template.Contains(s) {
+				e = strings.ToLower(s) // Argo CD's values are lower case; Harness's UI writes them capitalised
 			}
-			b, err := BoolInput(x, field)
-			if err != nil {
-				return fmt.Errorf("syncOptions.%w", err)
-			}
-			if invert {
-				b = !b
-			}
-			out = append(out, fmt.Sprintf("%s=%t", item, b))
-			return nil
+			m[k] = e
 		}
-		for _, o := range []struct {
-			field, item string
-			invert      bool
+		f, err := Decode[syncOptionFlags](m, static)
+		if err != nil {
+			return fmt.Errorf("%s.%w", field, err)
+		}
+		for _, b := range []struct {
+			v      *bool
+			item   string
+			invert bool
 		}{
-			{"skipSchemaValidation", "Validate", true},
-			{"autoCreateNamespace", "CreateNamespace", false},
-			{"pruneResourcesAtLast", "PruneLast", false},
-			{"applyOutOfSyncOnly", "ApplyOutOfSyncOnly", false},
-			{"replaceResources", "Replace", false},
-			{"serverSideApply", "ServerSideApply", false},
-			{"respectIgnoreDifferences", "RespectIgnoreDifferences", false},
+			{f.SkipSchemaValidation, "Validate", true},
+			{f.AutoCreateNamespace, "CreateNamespace", false},
+			{f.PruneResourcesAtLast, "PruneLast", false},
+			{f.ApplyOutOfSyncOnly, "ApplyOutOfSyncOnly", false},
+			{f.ReplaceResources, "Replace", false},
+			{f.ServerSideApply, "ServerSideApply", false},
+			{f.RespectIgnoreDifferences, "RespectIgnoreDifferences", false},
 		} {
-			if err := boolOpt(o.field, o.item, o.invert); err != nil {
-				return nil, err
+			if b.v != nil {
+				*o = append(*o, fmt.Sprintf("%s=%t", b.item, *b.v != b.invert))
 			}
 		}
-		if p, ok := x["prunePropagationPolicy"]; ok && p != nil && p != "" {
-			s, _ := p.(string)
-			switch strings.ToLower(s) {
-			case "foreground", "background", "orphan":
-				out = append(out, "PrunePropagationPolicy="+strings.ToLower(s))
-			default:
-				if !(static && template.Contains(s)) {
-					return nil, fmt.Errorf("syncOptions.prunePropagationPolicy: %q is not foreground, background or orphan", p)
-				}
-			}
+		if f.PrunePropagationPolicy != "" && !template.Contains(f.PrunePropagationPolicy) {
+			*o = append(*o, "PrunePropagationPolicy="+f.PrunePropagationPolicy)
 		}
-		known := map[string]bool{"skipSchemaValidation": true, "autoCreateNamespace": true, "pruneResourcesAtLast": true,
-			"applyOutOfSyncOnly": true, "replaceResources": true, "serverSideApply": true, "respectIgnoreDifferences": true,
-			"prunePropagationPolicy": true}
-		for _, k := range sortedMapKeys(x) {
-			if !known[k] {
-				return nil, fmt.Errorf("syncOptions.%s: unknown option (known: skipSchemaValidation, autoCreateNamespace, pruneResourcesAtLast, applyOutOfSyncOnly, replaceResources, serverSideApply, respectIgnoreDifferences, prunePropagationPolicy)", k)
-			}
-		}
-		return out, nil
+		return nil
 	case string:
 		if static && template.Contains(x) {
-			return nil, nil
+			return nil
 		}
 	}
-	return nil, fmt.Errorf("syncOptions: want {autoCreateNamespace: true, …} or a list of Argo CD options, got %T", v)
+	return fmt.Errorf("%s: want {autoCreateNamespace: true, …} or a list of Argo CD options, got %T", field, v)
 }
 
-// retryStrategy maps Harness's retryStrategy to Argo CD's.
-func retryStrategy(v any, static bool) (*agent.RetryStrategy, error) {
-	m, ok := v.(map[string]any)
-	if v == nil || (ok && len(m) == 0) {
-		return nil, nil
+// retryInput is Harness's retryStrategy mapped to Argo CD's (nil when not set).
+type retryInput struct{ *agent.RetryStrategy }
+
+type retryFields struct {
+	Limit                   int          `input:"limit,required"`
+	BaseBackoffDuration     durationText `input:"baseBackoffDuration"`
+	IncreaseBackoffByFactor int          `input:"increaseBackoffByFactor"`
+	MaxBackoffDuration      durationText `input:"maxBackoffDuration"`
+}
+
+func (retryInput) InputShape() Input {
+	return Input{Type: InputObject, Fields: InputsOf[retryFields]()}
+}
+
+func (r *retryInput) DecodeInput(v any, field string, static bool) error {
+	if m, ok := v.(map[string]any); ok && len(m) == 0 {
+		return nil
 	}
-	if !ok {
-		if s, isStr := v.(string); isStr && static && template.Contains(s) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("retryStrategy: want {limit, baseBackoffDuration, increaseBackoffByFactor, maxBackoffDuration}, got %T", v)
+	if s, ok := v.(string); ok && static && template.Contains(s) {
+		return nil
 	}
-	r := &agent.RetryStrategy{}
-	if l, ok := m["limit"]; ok {
-		n, err := intInput(l, "retryStrategy.limit", static)
-		if err != nil {
-			return nil, err
-		}
-		if n < 0 {
-			return nil, fmt.Errorf("retryStrategy.limit: must be ≥ 0")
-		}
-		r.Limit = int64(n)
-	} else {
-		return nil, fmt.Errorf("retryStrategy.limit: required")
+	f, err := decodeAs[retryFields](v, field, static)
+	if err != nil {
+		return err
 	}
-	b := &agent.Backoff{}
-	for field, dst := range map[string]*string{"baseBackoffDuration": &b.Duration, "maxBackoffDuration": &b.MaxDuration} {
-		if s, ok := m[field]; ok && s != nil && s != "" {
-			str := fmt.Sprint(s)
-			if !(static && template.Contains(str)) {
-				if _, err := duration.Parse(str); err != nil {
-					return nil, fmt.Errorf("retryStrategy.%s: %w", field, err)
-				}
-			}
-			*dst = str
-		}
+	if f.Limit < 0 {
+		return fmt.Errorf("%s.limit: must be ≥ 0", field)
 	}
-	if f, ok := m["increaseBackoffByFactor"]; ok && f != nil && f != "" {
-		n, err := intInput(f, "retryStrategy.increaseBackoffByFactor", static)
-		if err != nil {
-			return nil, err
-		}
-		b.Factor = int64(n)
+	r.RetryStrategy = &agent.RetryStrategy{Limit: int64(f.Limit)}
+	b := agent.Backoff{Duration: string(f.BaseBackoffDuration), Factor: int64(f.IncreaseBackoffByFactor), MaxDuration: string(f.MaxBackoffDuration)}
+	if b != (agent.Backoff{}) {
+		r.Backoff = &b
 	}
-	if *b != (agent.Backoff{}) {
-		r.Backoff = b
-	}
-	return r, nil
+	return nil
 }
 
 // ---- the run ----
@@ -573,10 +416,10 @@ func runGitOpsSync(ctx context.Context, sc *Context) (Result, error) {
 			now := time.Now()
 			m.Selecting = true
 			final := sc.WakeReason == "deadline" || !now.Before(m.Deadline)
-			if out.track(&m.OutageSince, now, cfg.outageTimeout, final) {
-				return FailBlind(out.blindMessage("GitOps sync could not select its applications", m.OutageSince, cfg.outageTimeout, final, now)), nil
+			if out.track(&m.OutageSince, now, cfg.outageTimeout(), final) {
+				return FailBlind(out.blindMessage("GitOps sync could not select its applications", m.OutageSince, cfg.outageTimeout(), final, now)), nil
 			}
-			poll := min(outagePoll, max(time.Until(m.OutageSince.Add(cfg.outageTimeout)), time.Second))
+			poll := min(outagePoll, max(time.Until(m.OutageSince.Add(cfg.outageTimeout())), time.Second))
 			return Park(Wait{Poll: poll, Deadline: m.Deadline, Reason: "waiting: " + out.describe()}, m), nil
 		}
 		if err != nil {
@@ -622,12 +465,12 @@ func syncTag(sc *Context) string {
 // expectedRevision is the revision the apps must reach: the expectedRevision input, else the
 // commit of this stage's latest MergePR, else "" (what Argo CD resolves per app).
 func expectedRevision(sc *Context, cfg *syncConfig) string {
-	switch strings.ToLower(cfg.expected) {
+	switch strings.ToLower(cfg.ExpectedRevision) {
 	case "any":
 		return ""
 	case "":
 	default:
-		return cfg.expected
+		return cfg.ExpectedRevision
 	}
 	for i := len(sc.Priors) - 1; i >= 0; i-- {
 		p := sc.Priors[i]
@@ -662,13 +505,13 @@ func syncTargets(ctx context.Context, sc *Context, cfg *syncConfig, g GitOps) ([
 	for _, t := range cfg.list {
 		add(t)
 	}
-	if cfg.regex != "" || cfg.labels != "" {
-		agents := stageAgents(sc, cfg.agentID)
+	if cfg.ApplicationRegex.Source != "" || string(cfg.ApplicationLabels) != "" {
+		agents := stageAgents(sc, cfg.agent())
 		if len(agents) == 0 {
 			return nil, Terminalf("applicationRegex/applicationLabels: no agent to ask; set agentId or give the stage an environment whose clusters name an agent")
 		}
 		for _, a := range agents {
-			apps, err := g.Apps(ctx, a, agent.AppsQuery{NameRegex: cfg.regex, Selector: cfg.labels})
+			apps, err := g.Apps(ctx, a, agent.AppsQuery{NameRegex: cfg.ApplicationRegex.Source, Selector: string(cfg.ApplicationLabels)})
 			if err != nil {
 				return nil, agentErr(err, "list apps")
 			}
@@ -839,7 +682,7 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			out.add(v)
 		}
 	}
-	if out.track(&m.OutageSince, r.now, r.cfg.outageTimeout, final) {
+	if out.track(&m.OutageSince, r.now, r.cfg.outageTimeout(), final) {
 		return r.blind(ctx, status, &out, final), nil
 	}
 
@@ -897,7 +740,7 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			continue
 		}
 		if w := windowsOf(st); w != nil && w.Blocked {
-			if !r.cfg.override {
+			if !r.cfg.override() {
 				// Park: the agent rewrites the record when the window opens.
 				a.Waiting = w.Describe()
 				windows.add(w.Until)
@@ -969,8 +812,8 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 		poll = max(min(syncRetryMax, syncFirstPoll<<m.Quiet), syncRetryPoll)
 	}
 	for _, a := range m.Apps {
-		if !a.DegradedSince.IsZero() && r.cfg.degradedTimeout > 0 {
-			poll = min(poll, max(time.Until(a.DegradedSince.Add(r.cfg.degradedTimeout)), time.Second))
+		if !a.DegradedSince.IsZero() && r.cfg.DegradedStateTimeout > 0 {
+			poll = min(poll, max(time.Until(a.DegradedSince.Add(r.cfg.DegradedStateTimeout)), time.Second))
 		}
 		if !a.DriftSince.IsZero() && a.State != appDone {
 			// An app OutOfSync after our sync is synced again once the grace is over: no
@@ -1001,7 +844,7 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	}
 	if out.any() {
 		// Recovery may change no record (only the registration): look again soon.
-		poll = min(poll, outagePoll, max(time.Until(m.OutageSince.Add(r.cfg.outageTimeout)), time.Second))
+		poll = min(poll, outagePoll, max(time.Until(m.OutageSince.Add(r.cfg.outageTimeout())), time.Second))
 		reason = "waiting: " + out.describe() + "; " + reason
 	}
 	return Park(Wait{Keys: keys, Poll: poll, Deadline: m.Deadline, Reason: reason}, m), nil
@@ -1080,9 +923,9 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 			refresh = agent.RefreshHard
 		}
 	}
-	req := agent.SyncRequest{Apps: refs, RunID: r.sc.RunID, Step: tag, Prune: r.cfg.prune, DryRun: r.cfg.dryRun,
-		ApplyOnly: r.cfg.applyOnly, ForceApply: r.cfg.forceApply, SyncOptions: r.cfg.syncOptions, Retry: r.cfg.retry, Refresh: refresh,
-		Manual: r.cfg.override}
+	req := agent.SyncRequest{Apps: refs, RunID: r.sc.RunID, Step: tag, Prune: r.cfg.Prune, DryRun: r.cfg.DryRun,
+		ApplyOnly: r.cfg.ApplyOnly, ForceApply: r.cfg.ForceApply, SyncOptions: r.cfg.SyncOptions, Retry: r.cfg.RetryStrategy.RetryStrategy, Refresh: refresh,
+		Manual: r.cfg.override()}
 	rep, err := r.g.Sync(ctx, agentID, req)
 	if err != nil {
 		// A refused token is an agent outage too (its view goes stale and the next run parks
@@ -1128,7 +971,7 @@ func (r *syncRun) request(ctx context.Context, agentID, tag string, idx []int, s
 		case errors.Is(res.Error, agent.ErrNotFound) && r.sc.Rollback:
 			// Deleted since (or Argo CD's 403 for a missing app): nothing to roll back there.
 			r.skip(a, "no longer exists in Argo CD ("+res.Error.Message+")")
-		case errors.Is(res.Error, agent.ErrSyncWindow) && !r.cfg.override:
+		case errors.Is(res.Error, agent.ErrSyncWindow) && !r.cfg.override():
 			// The record did not show the window yet (the agent reads windows shortly
 			// after it first sees an app): park like for a window it shows.
 			a.Waiting = res.Error.Message
@@ -1202,7 +1045,7 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 			a.State, a.Waiting = appTodo, fmt.Sprintf("synced %s, expected %s: syncing again", short(op.SyncedRevision), short(a.Revision))
 			return verdict{}
 		}
-		if op.DryRun || r.cfg.dryRun {
+		if op.DryRun || r.cfg.DryRun {
 			a.State, a.Waiting = appDone, ""
 			return verdict{}
 		}
@@ -1210,7 +1053,7 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 	// The phase turns Succeeded before sync status and health are updated: wait for them at
 	// the wanted revision. Without prune, resources removed from git stay behind and keep the
 	// app OutOfSync; that alone does not hold the step.
-	leftovers := st.Sync == agent.SyncOutOfSync && !r.cfg.prune && st.Resources.OutOfSync > 0 &&
+	leftovers := st.Sync == agent.SyncOutOfSync && !r.cfg.Prune && st.Resources.OutOfSync > 0 &&
 		st.Resources.OutOfSync == st.Resources.RequiresPruning
 	if leftovers && a.Note == "" {
 		a.Note = fmt.Sprintf("%d resource(s) removed from git are still live (prune: false)", st.Resources.RequiresPruning)
@@ -1256,7 +1099,7 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 		return verdict{}
 	}
 	a.Deployed = firstNonEmptyStr(st.Revision, a.Revision)
-	if !r.cfg.waitTillHealthy {
+	if !r.cfg.WaitTillHealthy {
 		a.State, a.Waiting = appDone, ""
 		return verdict{}
 	}
@@ -1268,8 +1111,8 @@ func (r *syncRun) evaluate(a *syncApp, st *agent.AppStatus) verdict {
 			a.DegradedSince = r.now
 		}
 		a.Waiting = "Degraded: " + st.HealthMessage
-		if r.cfg.degradedTimeout > 0 && r.now.Sub(a.DegradedSince) >= r.cfg.degradedTimeout {
-			return verdict{fail: fmt.Sprintf("Degraded for longer than degradedStateTimeout %s: %s", r.cfg.degradedTimeout, orDefault(st.HealthMessage, "no message"))}
+		if r.cfg.DegradedStateTimeout > 0 && r.now.Sub(a.DegradedSince) >= r.cfg.DegradedStateTimeout {
+			return verdict{fail: fmt.Sprintf("Degraded for longer than degradedStateTimeout %s: %s", r.cfg.DegradedStateTimeout, orDefault(st.HealthMessage, "no message"))}
 		}
 	default:
 		a.DegradedSince = time.Time{}
@@ -1296,7 +1139,7 @@ func (r *syncRun) timedOut(ctx context.Context, status []*agent.AppStatus) Resul
 			r.rev.has(status[i], a.Revision, status[i].Revision) && status[i].Operation != nil &&
 			status[i].Operation.Phase == agent.PhaseSucceeded
 		desc := fmt.Sprintf("%s (agent %s): %s", a.App, a.Agent, orDefault(a.Waiting, "not synced"))
-		if synced && r.cfg.waitTillHealthy {
+		if synced && r.cfg.WaitTillHealthy {
 			unhealthy = append(unhealthy, desc)
 		} else {
 			running = append(running, desc)
@@ -1305,7 +1148,7 @@ func (r *syncRun) timedOut(ctx context.Context, status []*agent.AppStatus) Resul
 	if len(running) > 0 {
 		return r.failed(ctx, status, []string{"timed out with the sync not finished for " + strings.Join(running, "; ")})
 	}
-	if r.cfg.failOnTimeout {
+	if r.cfg.FailOnTimeout {
 		return r.failed(ctx, status, []string{"timed out waiting for Healthy (failOnTimeout): " + strings.Join(unhealthy, "; ")})
 	}
 	r.sc.Log.Warn("synced, but not healthy before the timeout; succeeding because failOnTimeout is false", "apps", strings.Join(unhealthy, "; "))
@@ -1314,7 +1157,7 @@ func (r *syncRun) timedOut(ctx context.Context, status []*agent.AppStatus) Resul
 
 // blind fails the step without rollback: the agents could not see Argo CD for too long.
 func (r *syncRun) blind(ctx context.Context, status []*agent.AppStatus, out *outage, final bool) Result {
-	res := FailBlind(out.blindMessage("GitOps sync could not be judged", r.m.OutageSince, r.cfg.outageTimeout, final, r.now))
+	res := FailBlind(out.blindMessage("GitOps sync could not be judged", r.m.OutageSince, r.cfg.outageTimeout(), final, r.now))
 	res.Outputs = map[string]any{"applications": r.outputs(ctx, status)}
 	return res
 }

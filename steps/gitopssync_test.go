@@ -66,23 +66,23 @@ func TestGitOpsSyncOptionMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "Validate=false,CreateNamespace=true,PruneLast=false,ApplyOutOfSyncOnly=true,Replace=false,ServerSideApply=true,PrunePropagationPolicy=foreground"
-	if got := strings.Join(c.syncOptions, ","); got != want {
+	if got := strings.Join(c.SyncOptions, ","); got != want {
 		t.Errorf("sync options\n got %s\nwant %s", got, want)
 	}
-	if r := c.retry; r == nil || r.Limit != 3 || r.Backoff == nil || *r.Backoff != (agent.Backoff{Duration: "5s", Factor: 2, MaxDuration: "3m"}) {
+	if r := c.RetryStrategy.RetryStrategy; r == nil || r.Limit != 3 || r.Backoff == nil || *r.Backoff != (agent.Backoff{Duration: "5s", Factor: 2, MaxDuration: "3m"}) {
 		t.Errorf("retry strategy: %+v", r)
 	}
-	if c.labels != "env=prod,team=pay" {
-		t.Errorf("labels selector %q", c.labels)
+	if string(c.ApplicationLabels) != "env=prod,team=pay" {
+		t.Errorf("labels selector %q", string(c.ApplicationLabels))
 	}
 	// Argo CD items pass as given; options not set are not sent (the app's own stay).
 	c, _ = syncConfigFrom(map[string]any{"syncOptions": []any{"CreateNamespace=true"}}, false)
-	if strings.Join(c.syncOptions, ",") != "CreateNamespace=true" {
-		t.Errorf("item list: %v", c.syncOptions)
+	if strings.Join(c.SyncOptions, ",") != "CreateNamespace=true" {
+		t.Errorf("item list: %v", c.SyncOptions)
 	}
 	c, _ = syncConfigFrom(map[string]any{}, false)
-	if c.syncOptions != nil || c.retry != nil {
-		t.Errorf("nothing set must send nothing: %v %+v", c.syncOptions, c.retry)
+	if c.SyncOptions != nil || c.RetryStrategy.RetryStrategy != nil {
+		t.Errorf("nothing set must send nothing: %v %+v", c.SyncOptions, c.RetryStrategy.RetryStrategy)
 	}
 }
 
@@ -103,7 +103,7 @@ func TestExpectedRevision(t *testing.T) {
 	}
 	for _, c := range cases {
 		sc := &Context{Priors: c.priors}
-		if got := expectedRevision(sc, &syncConfig{expected: c.input}); got != c.want {
+		if got := expectedRevision(sc, &syncConfig{ExpectedRevision: c.input}); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}
@@ -157,7 +157,7 @@ func TestSyncVerdicts(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			sc := &Context{RunID: run, Stage: "dev", StepID: "sync", Attempt: 1, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			a := &syncApp{Agent: "eu", App: "web", State: appSyncing, Requested: requested, Revision: want}
-			r := &syncRun{sc: sc, cfg: &syncConfig{waitTillHealthy: c.healthy, prune: c.prune, degradedTimeout: time.Minute},
+			r := &syncRun{sc: sc, cfg: &syncConfig{WaitTillHealthy: c.healthy, Prune: c.prune, DegradedStateTimeout: time.Minute},
 				m: &syncMemo{Expected: want, Apps: []syncApp{*a}}, tag: syncTag(sc), now: requested.Add(30 * time.Second)}
 			v := r.evaluate(a, c.st)
 			if v.fail != "" || c.fail != "" {
@@ -183,7 +183,7 @@ func TestSyncDegradedTimeoutCountsFromFirstSeen(t *testing.T) {
 		at   time.Duration
 		fail bool
 	}{{0, false}, {30 * time.Second, false}, {59 * time.Second, false}, {61 * time.Second, true}} {
-		r := &syncRun{sc: sc, cfg: &syncConfig{waitTillHealthy: true, degradedTimeout: time.Minute}, m: &syncMemo{}, tag: syncTag(sc), now: t0.Add(c.at)}
+		r := &syncRun{sc: sc, cfg: &syncConfig{WaitTillHealthy: true, DegradedStateTimeout: time.Minute}, m: &syncMemo{}, tag: syncTag(sc), now: t0.Add(c.at)}
 		v := r.evaluate(a, st)
 		if (v.fail != "") != c.fail {
 			t.Fatalf("check %d at +%s: fail=%q", i, c.at, v.fail)
@@ -195,7 +195,7 @@ func TestSyncDegradedTimeoutCountsFromFirstSeen(t *testing.T) {
 	// Healthy in between resets the clock.
 	a = &syncApp{State: appSyncing, Revision: "x", DegradedSince: t0.Add(-time.Hour)}
 	st.Health = agent.HealthProgressing
-	(&syncRun{sc: sc, cfg: &syncConfig{waitTillHealthy: true, degradedTimeout: time.Minute}, m: &syncMemo{}, tag: syncTag(sc), now: t0}).evaluate(a, st)
+	(&syncRun{sc: sc, cfg: &syncConfig{WaitTillHealthy: true, DegradedStateTimeout: time.Minute}, m: &syncMemo{}, tag: syncTag(sc), now: t0}).evaluate(a, st)
 	if !a.DegradedSince.IsZero() {
 		t.Fatal("leaving Degraded must reset degradedSince")
 	}
@@ -222,7 +222,7 @@ func TestSyncDriftAfterOurSyncResyncs(t *testing.T) {
 		Resources: agent.ResourceSummary{Total: 1, OutOfSync: 1},
 		Operation: &agent.Operation{Phase: agent.PhaseSucceeded, RunID: "r", Step: "dev/sync/1", SyncedRevision: "x", StartedAt: t0}}
 	a := &syncApp{Agent: "eu", App: "web", State: appSyncing, Requested: t0, Revision: "x"}
-	r := &syncRun{sc: sc, cfg: &syncConfig{waitTillHealthy: true}, m: &syncMemo{Expected: "x"}, tag: syncTag(sc), now: t0.Add(time.Second)}
+	r := &syncRun{sc: sc, cfg: &syncConfig{WaitTillHealthy: true}, m: &syncMemo{Expected: "x"}, tag: syncTag(sc), now: t0.Add(time.Second)}
 	if v := r.evaluate(a, st); v.fail != "" || a.State != appSyncing || strings.Contains(a.Waiting, "does not contain") {
 		t.Fatalf("within the grace: %+v %s %q", v, a.State, a.Waiting)
 	}
@@ -234,12 +234,12 @@ func TestSyncDriftAfterOurSyncResyncs(t *testing.T) {
 	b := &syncApp{Agent: "eu", App: "web", State: appSyncing, Requested: t0, Revision: "x", DriftSince: t0}
 	pr := *st
 	pr.Resources = agent.ResourceSummary{Total: 2, OutOfSync: 1, RequiresPruning: 1}
-	r.cfg.prune = true
+	r.cfg.Prune = true
 	if r.evaluate(b, &pr); b.State != appSyncing || b.Resyncs != 0 {
 		t.Fatalf("pruning leftovers re-synced: %s %d", b.State, b.Resyncs)
 	}
 	// It keeps drifting: fail after syncMaxResyncs.
-	r.cfg.prune = false
+	r.cfg.Prune = false
 	a.State, a.Resyncs, a.DriftSince = appSyncing, syncMaxResyncs, t0
 	again := *st
 	op := *st.Operation

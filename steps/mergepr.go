@@ -11,7 +11,6 @@ import (
 
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps/fileedit"
-	"github.com/prflow/prflow/steps/template"
 )
 
 // MergePR merges the PR of this stage's latest UpdateReleaseRepo or RevertPR (or a given
@@ -23,46 +22,42 @@ import (
 // (outputs.preview), and does not merge a PR that changes nothing.
 func init() {
 	Register(Definition{
-		Type:  "MergePR",
-		Parks: true,
-		New:   func() Step { return StepFunc(runMergePR) },
-		Inputs: append([]Input{
-			{Name: "connector", Type: InputString, Doc: "the worker connector of the repo (default: the previous step's)"},
-			{Name: "repo", Type: InputString, Doc: "the repo (default: the previous step's)"},
-			{Name: "prNumber", Type: InputInt, Doc: "the PR to merge (default: the one the stage's UpdateReleaseRepo or RevertPR opened)"},
-			{Name: "mergeStrategy", Type: InputString, Enum: []string{"merge", "squash", "rebase"}, Default: "merge"},
-			{Name: "deleteSourceBranch", Type: InputBool, Default: false, Doc: "delete the PR's branch after merging"},
-			{Name: "preview", Type: InputBool, Default: false, Doc: "preview what the PR deploys before merging (as DiffPreview)"},
-			{Name: "applicationSet", Type: InputString, Doc: "with preview: also preview the apps this ApplicationSet generates at the PR's head"},
-			{Name: "selector", Type: InputString, Doc: "with preview: a label selector of the apps to preview"},
-			inOutage, inAgent, inAgentAlias,
-		}, previewInputs...),
+		Type:   "MergePR",
+		Parks:  true,
+		New:    func() Step { return StepFunc(runMergePR) },
+		Config: mergeConfig{},
 		Validate: func(in map[string]any) error {
 			if _, err := previewConfigFrom(in, true); err != nil {
 				return err
 			}
-			if _, err := linkedConfigFrom(in, true); err != nil {
-				return err
-			}
-			if s, ok := in["mergeStrategy"].(string); ok && !template.Contains(s) {
-				switch s {
-				case "merge", "squash", "rebase":
-				default:
-					return fmt.Errorf("mergeStrategy: %q is not merge, squash or rebase", s)
-				}
-			}
-			return nil
+			_, err := linkedPart(in, true)
+			return err
 		},
 	})
 }
 
+// mergeConfig is MergePR's `with:`.
+type mergeConfig struct {
+	Connector          string `input:"connector" doc:"the worker connector of the repo (default: the previous step's)"`
+	Repo               string `input:"repo" doc:"the repo (default: the previous step's)"`
+	PRNumber           int    `input:"prNumber" doc:"the PR to merge (default: the one the stage's UpdateReleaseRepo or RevertPR opened)"`
+	MergeStrategy      string `input:"mergeStrategy,enum=merge|squash|rebase,default=merge"`
+	DeleteSourceBranch bool   `input:"deleteSourceBranch,default=false" doc:"delete the PR's branch after merging"`
+	Preview            bool   `input:"preview,default=false" doc:"preview what the PR deploys before merging (as DiffPreview)"`
+	ApplicationSet     string `input:"applicationSet" doc:"with preview: also preview the apps this ApplicationSet generates at the PR's head"`
+	Selector           string `input:"selector" doc:"with preview: a label selector of the apps to preview"`
+	outageInput
+	agentInputs
+	previewOptions
+}
+
 func runMergePR(ctx context.Context, sc *Context) (Result, error) {
-	on, err := BoolInput(sc.Inputs, "preview")
+	cfg, err := Decode[mergeConfig](sc.Inputs, false)
 	if err != nil {
 		return Result{}, Terminal(err)
 	}
-	if !on {
-		return mergePR(ctx, sc)
+	if !cfg.Preview {
+		return mergePR(ctx, sc, cfg)
 	}
 	var mm mergeMemo
 	if _, err := sc.DecodeMemo(&mm); err != nil {
@@ -76,7 +71,7 @@ func runMergePR(ctx context.Context, sc *Context) (Result, error) {
 		}
 		previewed, warnings = res.Outputs, res.Warnings
 	}
-	res, err := mergePR(ctx, sc)
+	res, err := mergePR(ctx, sc, cfg)
 	if err != nil || previewed == nil {
 		return res, err
 	}
@@ -140,20 +135,10 @@ func mergePreview(ctx context.Context, sc *Context, pm *previewMemo) (Result, er
 	return res, nil
 }
 
-func mergePR(ctx context.Context, sc *Context) (Result, error) {
-	in := sc.Inputs
-	connector, _ := StringInput(in, "connector")
-	repo, _ := StringInput(in, "repo")
-	number := 0
+func mergePR(ctx context.Context, sc *Context, cfg mergeConfig) (Result, error) {
+	connector, repo, number := cfg.Connector, cfg.Repo, cfg.PRNumber
 	var edits []fileEdit
 	var known *scm.PullRequest // what the prior step reported about its PR, if anything
-	if v, ok := in["prNumber"]; ok && v != nil && v != "" {
-		n, err := intInput(v, "prNumber", false)
-		if err != nil {
-			return Result{}, Terminal(err)
-		}
-		number = n
-	}
 	if number == 0 {
 		prior := priorPR(sc)
 		if prior == nil {
@@ -194,15 +179,8 @@ func mergePR(ctx context.Context, sc *Context) (Result, error) {
 	if repo == "" {
 		return Result{}, Terminalf("repo: required with prNumber")
 	}
-	method := scm.MergeCommit
-	if s, _ := StringInput(in, "mergeStrategy"); s != "" {
-		method = scm.MergeMethod(s)
-	}
-	del, err := BoolInput(in, "deleteSourceBranch")
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	del = deleteRevertBranch(sc, number, del)
+	method := scm.MergeMethod(orDefault(cfg.MergeStrategy, string(scm.MergeCommit)))
+	del := deleteRevertBranch(sc, number, cfg.DeleteSourceBranch)
 	p, err := scmFor(ctx, sc, connector)
 	if err != nil {
 		return Result{}, err
@@ -221,7 +199,7 @@ func mergePR(ctx context.Context, sc *Context) (Result, error) {
 			return Result{}, err
 		}
 		if res, done := prFinal(pr); done {
-			if q, _ := sc.Services.Get(ServiceLocks).(MergeQueue); q != nil {
+			if q, _ := sc.Services.Locks.(MergeQueue); q != nil {
 				// An earlier delivery merged it and died before leaving the line.
 				if err := q.LeaveMergeQueue(ctx, queueID(sc), connector, repo, pr.Base); err != nil {
 					return Result{}, fmt.Errorf("merge queue of %s@%s: %w", repo, pr.Base, err)
@@ -234,7 +212,7 @@ func mergePR(ctx context.Context, sc *Context) (Result, error) {
 	// parks in the branch's line (holding no worker) and is woken when the one ahead ends.
 	id := queueID(sc)
 	var turn *QueueTurn
-	q, _ := sc.Services.Get(ServiceLocks).(MergeQueue)
+	q, _ := sc.Services.Locks.(MergeQueue)
 	if q != nil {
 		if turn, err = q.JoinMergeQueue(ctx, id, connector, repo, pr.Base); err != nil {
 			return Result{}, fmt.Errorf("merge queue of %s@%s: %w", repo, pr.Base, err)

@@ -78,12 +78,12 @@ func runNotify(ctx context.Context, sc *Context) (Result, error) {
 	if channel == "" || event == "" {
 		return Fail("notification job without channel or event"), nil
 	}
-	n, _ := sc.Services.Get(ServiceNotify).(Notifier)
+	n := sc.Services.Notify
 	if n == nil {
 		return Fail(fmt.Sprintf("channel %s: this worker has no notification channels (prflow worker --notifiers FILE)", channel)), nil
 	}
 	id := sc.RunID + "/" + sc.StepID
-	marks, _ := sc.Services.Get(ServiceNotifyMarks).(NotifyMarks)
+	marks := sc.Services.NotifyMarks
 	if marks != nil {
 		sent, err := marks.Sent(ctx, id)
 		if err != nil {

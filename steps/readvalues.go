@@ -31,19 +31,24 @@ func init() {
 		Type:     TypeReadReleaseValues,
 		Internal: true,
 		New:      func() Step { return StepFunc(runReadReleaseValues) },
-		Inputs: []Input{inConnector, inRepo,
-			{Name: "commit", Type: InputString, Required: true, Doc: "the release-branch commit to read at"},
-			{Name: "before", Type: InputString, Doc: "with it: also list the files before..commit changed"},
-			{Name: "files", Type: InputStrings, Doc: "the files to read"},
-			{Name: "keys", Type: InputList, Doc: "the keys to look up", Items: &Input{Type: InputObject, Fields: []Input{
-				{Name: "file", Type: InputString, Required: true}, {Name: "key", Type: InputString, Required: true}}}}},
+		Config:   readValuesConfig{},
 	})
+}
+
+// readValuesConfig is what a ReadReleaseValues job takes.
+type readValuesConfig struct {
+	Connector string    `input:"connector" doc:"the worker connector (SCM credentials) of the repo"`
+	Repo      string    `input:"repo" doc:"the repo, e.g. acme/release"`
+	Commit    string    `input:"commit,required" doc:"the release-branch commit to read at"`
+	Before    string    `input:"before" doc:"with it: also list the files before..commit changed"`
+	Files     []string  `input:"files" doc:"the files to read"`
+	Keys      []ReadKey `input:"keys" doc:"the keys to look up"`
 }
 
 // ReadKey is one key a ReadReleaseValues job looks up.
 type ReadKey struct {
-	File string `json:"file"`
-	Key  string `json:"key"`
+	File string `json:"file" input:"file,required"`
+	Key  string `json:"key" input:"key,required"`
 }
 
 // ReadValue is what one key holds at the commit read.
@@ -87,19 +92,22 @@ func DecodeReadResult(outputs map[string]any) (*ReadResult, error) {
 }
 
 func runReadReleaseValues(ctx context.Context, sc *Context) (Result, error) {
-	v, err := requiredStrings(sc.Inputs, "connector", "repo", "commit")
-	if err != nil {
-		return Result{}, err
-	}
-	before, _ := sc.Inputs["before"].(string)
-	files, err := stringList(sc.Inputs["files"], "files")
+	cfg, err := Decode[readValuesConfig](sc.Inputs, false)
 	if err != nil {
 		return Result{}, Terminal(err)
 	}
-	keys, err := readKeys(sc.Inputs["keys"])
-	if err != nil {
-		return Result{}, Terminal(err)
+	for _, f := range [][2]string{{"connector", cfg.Connector}, {"repo", cfg.Repo}, {"commit", cfg.Commit}} {
+		if f[1] == "" {
+			return Result{}, Terminalf("%s: required", f[0])
+		}
 	}
+	for i, k := range cfg.Keys {
+		if k.File == "" || k.Key == "" {
+			return Result{}, Terminalf("keys[%d]: want {file, key} with both set", i)
+		}
+	}
+	v := map[string]string{"connector": cfg.Connector, "repo": cfg.Repo, "commit": cfg.Commit}
+	before, files, keys := cfg.Before, cfg.Files, cfg.Keys
 	byFile := map[string][]string{}
 	for _, k := range keys {
 		if _, ok := byFile[k.File]; !ok && !contains(files, k.File) {
@@ -191,28 +199,6 @@ func lookupValues(path string, data []byte, keys []string) ([]ReadValue, string)
 		out = append(out, rv)
 	}
 	return out, ""
-}
-
-// readKeys parses the keys input: a list of {file, key}.
-func readKeys(v any) ([]ReadKey, error) {
-	if v == nil {
-		return nil, nil
-	}
-	list, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("keys: want a list of {file, key}, got %T", v)
-	}
-	out := make([]ReadKey, 0, len(list))
-	for i, x := range list {
-		m, _ := x.(map[string]any)
-		file, _ := m["file"].(string)
-		key, _ := m["key"].(string)
-		if file == "" || key == "" {
-			return nil, fmt.Errorf("keys[%d]: want {file, key} with both set", i)
-		}
-		out = append(out, ReadKey{File: file, Key: key})
-	}
-	return out, nil
 }
 
 func contains(list []string, s string) bool {

@@ -2,6 +2,7 @@ package steps
 
 import (
 	"fmt"
+	"reflect"
 	"sort"
 	"sync"
 )
@@ -15,6 +16,13 @@ type Definition struct {
 	// takes any key (test doubles only: every built-in type declares). Pipeline load refuses
 	// other keys and literal values of the wrong type; the JSON Schema is generated from it.
 	Inputs []Input
+	// Config is a zero value of the step's config struct (steps/config.go); Register derives
+	// Inputs from its tags, and the step reads its inputs with Decode into the same type.
+	Config any
+	// check is the step's own Validate once Register wrapped it (wrapped) in the decoding
+	// of Config.
+	check   func(inputs map[string]any) error
+	wrapped bool
 	// Internal step types are run by the controller itself (commit statuses, PR comments,
 	// trigger path checks, stage gates): a pipeline cannot name them, and the schema omits them.
 	Internal bool
@@ -59,6 +67,31 @@ func (r *Registry) Register(d Definition) {
 			panic(fmt.Sprintf("steps: type %q registered twice", n))
 		}
 		r.alias[n] = d.Type
+	}
+	if d.Config != nil {
+		t := reflect.TypeOf(d.Config)
+		derived := inputsOfType(t)
+		// A Definition looked up and registered again (into another registry) holds the
+		// derived inputs and the wrapped Validate already.
+		if d.Inputs != nil && !reflect.DeepEqual(d.Inputs, derived) {
+			panic(fmt.Sprintf("steps: type %q declares both Inputs and Config", d.Type))
+		}
+		d.Inputs = derived
+		if !d.wrapped {
+			d.wrapped, d.check = true, d.Validate
+		}
+		check := d.check
+		// At load the whole config is decoded too: enums, durations, selectors, nested
+		// objects are refused there, not when the step runs.
+		d.Validate = func(in map[string]any) error {
+			if err := decodeStruct(reflect.New(t).Elem(), in, "", true); err != nil {
+				return err
+			}
+			if check != nil {
+				return check(in)
+			}
+			return nil
+		}
 	}
 	if err := checkDecl(d.Inputs, d.Type); err != nil {
 		panic("steps: " + err.Error())

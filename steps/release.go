@@ -31,8 +31,8 @@ func scmFor(ctx context.Context, sc *Context, connector string) (scm.Provider, e
 	if connector == "" {
 		return nil, Terminalf("connector: required (a connector name from the worker's connectors file)")
 	}
-	res, ok := sc.Services.Get(ServiceSCM).(SCM)
-	if !ok || res == nil {
+	res := sc.Services.SCM
+	if res == nil {
 		return nil, Terminalf("connector %q: this worker has no connectors configured (start it with --connectors FILE)", connector)
 	}
 	p, err := res.Provider(ctx, connector)
@@ -43,8 +43,8 @@ func scmFor(ctx context.Context, sc *Context, connector string) (scm.Provider, e
 }
 
 func lock(ctx context.Context, sc *Context, parts ...string) (func(), error) {
-	l, ok := sc.Services.Get(ServiceLocks).(Locker)
-	if !ok || l == nil {
+	l := sc.Services.Locks
+	if l == nil {
 		return func() {}, nil
 	}
 	return l.Lock(ctx, strings.Join(parts, "/"))
@@ -55,13 +55,11 @@ func lock(ctx context.Context, sc *Context, parts ...string) (func(), error) {
 // off by default: the repo+branch leases and the per-connector rate limiter already protect
 // the forge, and a global queue per token is what Harness users complain about.
 func restraint(ctx context.Context, sc *Context, connector string, parts ...string) (func(), error) {
-	on, err := BoolInput(sc.Inputs, "gitRestraint")
+	in, err := decodePart[restraintInputs](sc.Inputs, false)
 	if err != nil {
 		return nil, Terminal(err)
 	}
-	if off, _ := BoolInput(sc.Inputs, "disableGitRestraint"); off {
-		on = false
-	}
+	on := in.GitRestraint && !in.DisableGitRestraint
 	var first func()
 	if on {
 		if first, err = lock(ctx, sc, "restraint", connector); err != nil {

@@ -12,14 +12,9 @@ import (
 // reverted against their first parent) on a new branch, and opens a PR. MergePR merges it.
 func init() {
 	Register(Definition{
-		Type: "RevertPR",
-		New:  func() Step { return StepFunc(runRevertPR) },
-		Inputs: inputs([]Input{inConnector, inRepo, inBaseBranch,
-			{Name: "commitId", Type: InputString, Required: true, Doc: "the commit to revert, e.g. MergePR's commitId"},
-			{Name: "mainline", Type: InputInt, Default: 1, Doc: "the parent a merge commit is reverted against"},
-			{Name: "prTitle", Type: InputString},
-			{Name: "prBody", Type: InputString},
-		}, inRestraint),
+		Type:   "RevertPR",
+		New:    func() Step { return StepFunc(runRevertPR) },
+		Config: revertConfig{},
 		Validate: func(in map[string]any) error {
 			if s, _ := in["commitId"].(string); s == "" {
 				return fmt.Errorf("commitId: required (the commit to revert, e.g. MergePR's commitId)")
@@ -29,11 +24,25 @@ func init() {
 	})
 }
 
+// revertConfig is RevertPR's `with:`.
+type revertConfig struct {
+	Connector string `input:"connector" doc:"the worker connector (SCM credentials) of the repo"`
+	Repo      string `input:"repo" doc:"the repo, e.g. acme/release"`
+	// BaseBranch falls back to the stage's UpdateReleaseRepo's, then to main.
+	BaseBranch string `input:"baseBranch,default=main,fallback" doc:"the branch the PR targets"`
+	CommitID   string `input:"commitId,required" doc:"the commit to revert, e.g. MergePR's commitId"`
+	Mainline   int    `input:"mainline,default=1" doc:"the parent a merge commit is reverted against"`
+	PRTitle    string `input:"prTitle"`
+	PRBody     string `input:"prBody"`
+	restraintInputs
+}
+
 func runRevertPR(ctx context.Context, sc *Context) (Result, error) {
-	in := sc.Inputs
-	connector, _ := StringInput(in, "connector")
-	repo, _ := StringInput(in, "repo")
-	base, _ := StringInput(in, "baseBranch")
+	cfg, err := Decode[revertConfig](sc.Inputs, false)
+	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	connector, repo, base := cfg.Connector, cfg.Repo, cfg.BaseBranch
 	// Rollback steps usually revert what this stage's UpdateReleaseRepo did: default to it.
 	for i := len(sc.Priors) - 1; i >= 0 && (connector == "" || repo == "" || base == ""); i-- {
 		p := sc.Priors[i]
@@ -53,21 +62,14 @@ func runRevertPR(ctx context.Context, sc *Context) (Result, error) {
 	if base == "" {
 		base = "main"
 	}
-	sha, _ := StringInput(in, "commitId")
+	sha := cfg.CommitID
 	if sha == "" {
 		return Result{}, Terminalf("commitId: empty (nothing to revert)")
 	}
 	if repo == "" {
 		return Result{}, Terminalf("repo: required")
 	}
-	mainline := 1
-	if v, ok := in["mainline"]; ok {
-		n, err := intInput(v, "mainline", false)
-		if err != nil {
-			return Result{}, Terminal(err)
-		}
-		mainline = n
-	}
+	mainline := cfg.Mainline
 	p, err := scmFor(ctx, sc, connector)
 	if err != nil {
 		return Result{}, err
@@ -105,11 +107,11 @@ func runRevertPR(ctx context.Context, sc *Context) (Result, error) {
 	} else {
 		return Result{}, classify(err, "branch "+branch)
 	}
-	title, _ := StringInput(in, "prTitle")
+	title := cfg.PRTitle
 	if title == "" {
 		title = fmt.Sprintf("prflow: revert %.12s (%s / %s)", sha, sc.Pipeline, sc.Stage)
 	}
-	body, _ := StringInput(in, "prBody")
+	body := cfg.PRBody
 	if body == "" {
 		body = fmt.Sprintf("Reverts %s. Opened by prflow run %s (stage %s, step %s).", sha, sc.RunID, sc.Stage, sc.StepID)
 	}
@@ -127,7 +129,7 @@ func runRevertPR(ctx context.Context, sc *Context) (Result, error) {
 // revert branch exists only for its PR, so leaving it after the merge would leave one
 // branch behind per rollback.
 func deleteRevertBranch(sc *Context, number int, given bool) bool {
-	if v, set := sc.Inputs["deleteSourceBranch"]; set && v != nil && v != "" {
+	if hasValue(sc.Inputs, "deleteSourceBranch") {
 		return given
 	}
 	for _, p := range sc.Priors {

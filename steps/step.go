@@ -7,6 +7,7 @@ package steps
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -182,16 +183,67 @@ func (sc *Context) DecodeMemo(v any) (bool, error) {
 	return true, json.Unmarshal(sc.Memo, v)
 }
 
-// Services are the worker-side capabilities steps may use. Each is an interface defined by the
-// package that consumes it; nil when the worker was started without it.
+// Services are the worker-side capabilities steps may use. Each is an interface defined in
+// this package; nil when the worker was started without it (the step then fails saying so).
 type Services struct {
-	// Named values by capability, e.g. "scm" → a connector set. Step packages type-assert to the
-	// small interface they need, so this package does not depend on them.
-	values map[string]any
+	SCM     SCM               // forge connectors
+	Locks   Locker            // leases; the worker's also queue runs (RunQueues), merges (MergeQueue) and comments (Sequencer)
+	GitOps  GitOps            // the GitOps agents
+	Metrics MetricsConnectors // Verify's metrics servers
+	Notify  Notifier          // notification channels
+	// NotifyMarks records which notifications were sent.
+	NotifyMarks NotifyMarks
+	// RunURL is the run's page for a run ID ("" when there is none), linked from PR comments.
+	RunURL func(runID string) string
 }
 
-// NewServices builds a Services from named capabilities.
-func NewServices(kv map[string]any) Services { return Services{values: kv} }
+// serviceNames maps the Service* names to the fields of Services, for NewServices and Get.
+var serviceNames = map[string]struct {
+	get func(Services) any
+	set func(*Services, any) // leaves the field nil when v lacks its interface
+}{
+	ServiceSCM:         {func(s Services) any { return nilOr(s.SCM) }, func(s *Services, v any) { s.SCM, _ = v.(SCM) }},
+	ServiceLocks:       {func(s Services) any { return nilOr(s.Locks) }, func(s *Services, v any) { s.Locks, _ = v.(Locker) }},
+	ServiceGitOps:      {func(s Services) any { return nilOr(s.GitOps) }, func(s *Services, v any) { s.GitOps, _ = v.(GitOps) }},
+	ServiceMetrics:     {func(s Services) any { return nilOr(s.Metrics) }, func(s *Services, v any) { s.Metrics, _ = v.(MetricsConnectors) }},
+	ServiceNotify:      {func(s Services) any { return nilOr(s.Notify) }, func(s *Services, v any) { s.Notify, _ = v.(Notifier) }},
+	ServiceNotifyMarks: {func(s Services) any { return nilOr(s.NotifyMarks) }, func(s *Services, v any) { s.NotifyMarks, _ = v.(NotifyMarks) }},
+	ServiceRunURL: {func(s Services) any {
+		if s.RunURL == nil {
+			return nil
+		}
+		return s.RunURL
+	}, func(s *Services, v any) { s.RunURL, _ = v.(func(string) string) }},
+}
 
-// Get returns a named capability.
-func (s Services) Get(name string) any { return s.values[name] }
+// NewServices builds Services from capabilities named by the Service* constants. It is the
+// compatibility path for code outside this package that assembles them by name (cmd/prflow,
+// the controller test harness, deploy's end-to-end tests); a value that does not implement
+// its capability's interface is left out, and an unknown name panics (a programming error).
+func NewServices(kv map[string]any) Services {
+	var s Services
+	for k, v := range kv {
+		f, ok := serviceNames[k]
+		if !ok {
+			panic(fmt.Sprintf("steps: unknown service %q", k))
+		}
+		f.set(&s, v)
+	}
+	return s
+}
+
+// Get returns a capability by its Service* name (nil when absent), for code outside this
+// package that looks them up by name (the worker's connector list).
+func (s Services) Get(name string) any {
+	if f, ok := serviceNames[name]; ok {
+		return f.get(s)
+	}
+	return nil
+}
+
+func nilOr[T any](v T) any {
+	if any(v) == nil {
+		return nil
+	}
+	return v
+}

@@ -29,35 +29,47 @@ func init() {
 		Type:     "UpdateGitOpsApp",
 		New:      func() Step { return StepFunc(runUpdateGitOpsApp) },
 		Validate: func(in map[string]any) error { _, err := updateConfigFrom(in, true); return err },
-		Inputs: []Input{
-			{Name: "applicationName", Type: InputString, Doc: "the app to change (namespace/name for apps outside Argo CD's namespace); required unless rollback"},
-			{Name: "source", Type: InputString, Doc: "the source of a multi-source app to change: its name or index (required for multi-source apps)"},
-			{Name: "targetRevision", Type: InputString, Doc: "the branch, tag or commit the app's source points at"},
-			{Name: "helm", Type: InputObject, Doc: "Helm overrides", Fields: []Input{
-				{Name: "parameters", Type: InputList, Doc: "merged by name with the app's parameters", Items: &Input{Type: InputObject, Fields: []Input{
-					{Name: "name", Type: InputString, Required: true}, {Name: "value", Type: InputString, Required: true},
-					{Name: "forceString", Type: InputBool},
-				}}},
-				{Name: "fileParameters", Type: InputList, Doc: "merged by name with the app's file parameters", Items: &Input{Type: InputObject, Fields: []Input{
-					{Name: "name", Type: InputString, Required: true}, {Name: "path", Type: InputString, Required: true},
-				}}},
-				{Name: "valueFiles", Type: InputStrings, Doc: "replaces the app's values files"},
-			}},
-			{Name: "kustomize", Type: InputObject, Doc: "Kustomize overrides", Fields: []Input{
-				{Name: "images", Type: InputStrings, Doc: "image overrides (name=newName:tag, name:tag, name@digest), merged by image name"},
-				{Name: "namespace", Type: InputString},
-				{Name: "replicas", Type: InputList, Doc: "merged by name", Items: &Input{Type: InputObject, Fields: []Input{
-					{Name: "name", Type: InputString, Required: true}, {Name: "count", Type: InputInt, Required: true},
-				}}},
-				{Name: "namePrefix", Type: InputString}, {Name: "nameSuffix", Type: InputString},
-				{Name: "commonLabels", Type: InputMap, Doc: "merged by key", Items: &Input{Type: InputString}},
-				{Name: "commonAnnotations", Type: InputMap, Doc: "merged by key", Items: &Input{Type: InputString}},
-				{Name: "forceCommonLabels", Type: InputBool}, {Name: "forceCommonAnnotations", Type: InputBool},
-			}},
-			{Name: "rollback", Type: InputBool, Default: false, Doc: "put back what the stage's UpdateGitOpsApp changed (in rollbackSteps); takes no other change"},
-			inAgent, inAgentAlias,
-		},
+		Config:   updateAppInputs{},
 	})
+}
+
+// updateAppInputs is UpdateGitOpsApp's `with:`.
+type updateAppInputs struct {
+	ApplicationName string           `input:"applicationName" doc:"the app to change (namespace/name for apps outside Argo CD's namespace); required unless rollback"`
+	Source          string           `input:"source" doc:"the source of a multi-source app to change: its name or index (required for multi-source apps)"`
+	TargetRevision  *string          `input:"targetRevision" doc:"the branch, tag or commit the app's source points at"`
+	Helm            *helmInputs      `input:"helm" doc:"Helm overrides"`
+	Kustomize       *kustomizeInputs `input:"kustomize" doc:"Kustomize overrides"`
+	Rollback        bool             `input:"rollback,default=false" doc:"put back what the stage's UpdateGitOpsApp changed (in rollbackSteps); takes no other change"`
+	agentInputs
+}
+
+type helmInputs struct {
+	Parameters []struct {
+		Name        string `input:"name,required"`
+		Value       string `input:"value,required"`
+		ForceString bool   `input:"forceString"`
+	} `input:"parameters" doc:"merged by name with the app's parameters"`
+	FileParameters []struct {
+		Name string `input:"name,required"`
+		Path string `input:"path,required"`
+	} `input:"fileParameters" doc:"merged by name with the app's file parameters"`
+	ValueFiles *[]string `input:"valueFiles" doc:"replaces the app's values files"`
+}
+
+type kustomizeInputs struct {
+	Images    []string `input:"images" doc:"image overrides (name=newName:tag, name:tag, name@digest), merged by image name"`
+	Namespace *string  `input:"namespace"`
+	Replicas  []struct {
+		Name  string `input:"name,required"`
+		Count int64  `input:"count,required"`
+	} `input:"replicas" doc:"merged by name"`
+	NamePrefix             *string           `input:"namePrefix"`
+	NameSuffix             *string           `input:"nameSuffix"`
+	CommonLabels           map[string]string `input:"commonLabels" doc:"merged by key"`
+	CommonAnnotations      map[string]string `input:"commonAnnotations" doc:"merged by key"`
+	ForceCommonLabels      *bool             `input:"forceCommonLabels"`
+	ForceCommonAnnotations *bool             `input:"forceCommonAnnotations"`
 }
 
 type updateConfig struct {
@@ -71,46 +83,35 @@ type updateConfig struct {
 // updateConfigFrom reads the inputs. static: at pipeline load, where values may still be
 // unresolved expressions (checked when the step runs).
 func updateConfigFrom(in map[string]any, static bool) (*updateConfig, error) {
-	c := &updateConfig{}
-	var err error
-	for _, f := range []string{"agentId", "agent"} {
-		if c.agentID, err = StringInput(in, f); err != nil {
-			return nil, err
-		}
-		if c.agentID != "" {
-			break
-		}
-	}
-	if c.app, err = StringInput(in, "applicationName"); err != nil {
+	u, err := Decode[updateAppInputs](in, static)
+	if err != nil {
 		return nil, err
 	}
-	if c.source, err = StringInput(in, "source"); err != nil {
-		return nil, err
-	}
-	expr := func(v any) bool { s, ok := v.(string); return static && ok && template.Contains(s) }
-	if v := in["rollback"]; !expr(v) {
-		if c.rollback, err = BoolInput(in, "rollback"); err != nil {
-			return nil, err
-		}
-	}
-	if v, ok := in["targetRevision"]; ok && v != nil {
-		s, err := StringInput(in, "targetRevision")
-		if err != nil {
-			return nil, err
-		}
-		if strings.TrimSpace(s) == "" {
+	c := &updateConfig{agentID: u.agent(), app: u.ApplicationName, source: u.Source, rollback: u.Rollback}
+	if u.TargetRevision != nil {
+		if strings.TrimSpace(*u.TargetRevision) == "" {
 			return nil, errors.New("targetRevision: empty (leave it out to keep the app's)")
 		}
-		c.patch.TargetRevision = &s
+		c.patch.TargetRevision = u.TargetRevision
 	}
-	if v, ok := in["helm"]; ok && v != nil && !expr(v) {
-		if c.patch.Helm, err = helmPatchFrom(v, static); err != nil {
-			return nil, err
+	if h := u.Helm; h != nil {
+		c.patch.Helm = &agent.HelmPatch{ValueFiles: h.ValueFiles}
+		if h.ValueFiles != nil && *h.ValueFiles == nil {
+			c.patch.Helm.ValueFiles = &[]string{} // valueFiles: "" clears them
+		}
+		for _, p := range h.Parameters {
+			c.patch.Helm.Parameters = append(c.patch.Helm.Parameters, agent.HelmParameter(p))
+		}
+		for _, p := range h.FileParameters {
+			c.patch.Helm.FileParameters = append(c.patch.Helm.FileParameters, agent.HelmFileParameter(p))
 		}
 	}
-	if v, ok := in["kustomize"]; ok && v != nil && !expr(v) {
-		if c.patch.Kustomize, err = kustomizePatchFrom(v, static); err != nil {
-			return nil, err
+	if k := u.Kustomize; k != nil {
+		c.patch.Kustomize = &agent.KustomizePatch{Images: k.Images, Namespace: k.Namespace, NamePrefix: k.NamePrefix, NameSuffix: k.NameSuffix,
+			CommonLabels: k.CommonLabels, CommonAnnotations: k.CommonAnnotations,
+			ForceCommonLabels: k.ForceCommonLabels, ForceCommonAnnotations: k.ForceCommonAnnotations}
+		for _, r := range k.Replicas {
+			c.patch.Kustomize.Replicas = append(c.patch.Kustomize.Replicas, agent.KustomizeReplica(r))
 		}
 	}
 	if c.rollback {
@@ -157,188 +158,6 @@ func hasExpr(v any) bool {
 		}
 	}
 	return false
-}
-
-func objectInput(v any, field string) (map[string]any, error) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%s: want a mapping, got %T", field, v)
-	}
-	return m, nil
-}
-
-// listOfObjects reads a list of mappings; elements that are still expressions at load are
-// skipped (static).
-func listOfObjects(v any, field string, static bool) ([]map[string]any, error) {
-	if s, ok := v.(string); ok && static && template.Contains(s) {
-		return nil, nil
-	}
-	l, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%s: want a list, got %T", field, v)
-	}
-	var out []map[string]any
-	for i, e := range l {
-		if s, ok := e.(string); ok && static && template.Contains(s) {
-			continue
-		}
-		m, ok := e.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("%s[%d]: want a mapping, got %T", field, i, e)
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-func helmPatchFrom(v any, static bool) (*agent.HelmPatch, error) {
-	m, err := objectInput(v, "helm")
-	if err != nil {
-		return nil, err
-	}
-	h := &agent.HelmPatch{}
-	params, err := listOfObjects(m["parameters"], "helm.parameters", static)
-	if m["parameters"] != nil && err != nil {
-		return nil, err
-	}
-	for i, p := range params {
-		f := fmt.Sprintf("helm.parameters[%d]", i)
-		name, err := StringInput(p, "name")
-		if err != nil {
-			return nil, fmt.Errorf("%s.%w", f, err)
-		}
-		value, err := StringInput(p, "value")
-		if err != nil {
-			return nil, fmt.Errorf("%s.%w", f, err)
-		}
-		force, err := BoolInput(p, "forceString")
-		if err != nil && !(static && template.Contains(fmt.Sprint(p["forceString"]))) {
-			return nil, fmt.Errorf("%s.%w", f, err)
-		}
-		h.Parameters = append(h.Parameters, agent.HelmParameter{Name: name, Value: value, ForceString: force})
-	}
-	files, err := listOfObjects(m["fileParameters"], "helm.fileParameters", static)
-	if m["fileParameters"] != nil && err != nil {
-		return nil, err
-	}
-	for i, p := range files {
-		f := fmt.Sprintf("helm.fileParameters[%d]", i)
-		name, err := StringInput(p, "name")
-		if err != nil {
-			return nil, fmt.Errorf("%s.%w", f, err)
-		}
-		path, err := StringInput(p, "path")
-		if err != nil {
-			return nil, fmt.Errorf("%s.%w", f, err)
-		}
-		h.FileParameters = append(h.FileParameters, agent.HelmFileParameter{Name: name, Path: path})
-	}
-	if vf, ok := m["valueFiles"]; ok && vf != nil {
-		if s, ok := vf.(string); !(ok && static && template.Contains(s)) {
-			l, err := stringList(vf, "helm.valueFiles")
-			if err != nil {
-				return nil, err
-			}
-			if l == nil {
-				l = []string{}
-			}
-			h.ValueFiles = &l
-		}
-	}
-	return h, nil
-}
-
-func kustomizePatchFrom(v any, static bool) (*agent.KustomizePatch, error) {
-	m, err := objectInput(v, "kustomize")
-	if err != nil {
-		return nil, err
-	}
-	k := &agent.KustomizePatch{}
-	isExpr := func(x any) bool { s, ok := x.(string); return static && ok && template.Contains(s) }
-	if x, ok := m["images"]; ok && x != nil && !isExpr(x) {
-		if k.Images, err = stringList(x, "kustomize.images"); err != nil {
-			return nil, err
-		}
-	}
-	strPtr := func(key string) (*string, error) {
-		x, ok := m[key]
-		if !ok || x == nil {
-			return nil, nil
-		}
-		s, err := StringInput(m, key)
-		if err != nil {
-			return nil, fmt.Errorf("kustomize.%w", err)
-		}
-		return &s, nil
-	}
-	if k.Namespace, err = strPtr("namespace"); err != nil {
-		return nil, err
-	}
-	if k.NamePrefix, err = strPtr("namePrefix"); err != nil {
-		return nil, err
-	}
-	if k.NameSuffix, err = strPtr("nameSuffix"); err != nil {
-		return nil, err
-	}
-	reps, err := listOfObjects(m["replicas"], "kustomize.replicas", static)
-	if m["replicas"] != nil && err != nil {
-		return nil, err
-	}
-	for i, r := range reps {
-		f := fmt.Sprintf("kustomize.replicas[%d]", i)
-		name, err := StringInput(r, "name")
-		if err != nil {
-			return nil, fmt.Errorf("%s.%w", f, err)
-		}
-		n, err := intInput(r["count"], f+".count", static)
-		if err != nil {
-			return nil, err
-		}
-		k.Replicas = append(k.Replicas, agent.KustomizeReplica{Name: name, Count: int64(n)})
-	}
-	strMap := func(key string) (map[string]string, error) {
-		x, ok := m[key]
-		if !ok || x == nil || isExpr(x) {
-			return nil, nil
-		}
-		mm, ok := x.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("kustomize.%s: want a mapping of strings, got %T", key, x)
-		}
-		out := map[string]string{}
-		for kk := range mm {
-			s, err := StringInput(mm, kk)
-			if err != nil {
-				return nil, fmt.Errorf("kustomize.%s.%w", key, err)
-			}
-			out[kk] = s
-		}
-		return out, nil
-	}
-	if k.CommonLabels, err = strMap("commonLabels"); err != nil {
-		return nil, err
-	}
-	if k.CommonAnnotations, err = strMap("commonAnnotations"); err != nil {
-		return nil, err
-	}
-	boolPtr := func(key string) (*bool, error) {
-		x, ok := m[key]
-		if !ok || x == nil || isExpr(x) {
-			return nil, nil
-		}
-		b, err := BoolInput(m, key)
-		if err != nil {
-			return nil, fmt.Errorf("kustomize.%w", err)
-		}
-		return &b, nil
-	}
-	if k.ForceCommonLabels, err = boolPtr("forceCommonLabels"); err != nil {
-		return nil, err
-	}
-	if k.ForceCommonAnnotations, err = boolPtr("forceCommonAnnotations"); err != nil {
-		return nil, err
-	}
-	return k, nil
 }
 
 // appUpdater changes an app through its agent (*agent.Client has it).

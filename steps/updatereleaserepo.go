@@ -21,108 +21,128 @@ import (
 // of the stage's environment, in one commit on one branch, and opens one PR. Edits keep
 // everything they do not change (comments, order, quoting). It is idempotent: the branch is
 // derived from run+stage+step, and a re-run finds its branch, commit and PR.
-// inDocument selects the document of a multi-document YAML file: {index: N} or {kind, name}.
-var inDocument = Input{Name: "document", Type: InputObject, Doc: "the YAML document to edit in a multi-document file: {index: N} or {kind: K, name: N}",
-	Fields: []Input{
-		{Name: "index", Type: InputInt, Doc: "the document's position, from 0"},
-		{Name: "kind", Type: InputString, Doc: "the document's kind"},
-		{Name: "name", Type: InputString, Doc: "the document's metadata.name"},
-	}}
-
 func init() {
 	Register(Definition{
 		Type:      "UpdateReleaseRepo",
 		Aliases:   []string{"GitOpsUpdateReleaseRepo"},
 		New:       func() Step { return StepFunc(runUpdateReleaseRepo) },
 		PerTarget: []string{"filePath", "filePaths", "variables", "document"},
-		Inputs: inputs([]Input{
-			{Name: "connector", Type: InputString, Required: true, Doc: "the worker connector of the release repo"},
-			{Name: "repo", Type: InputString, Required: true, Doc: "the release repo, e.g. acme/release"},
-			inBaseBranch,
-			{Name: "filePath", Type: InputString, Doc: "the config file, per target: envs/<+env.name>/config.json"},
-			{Name: "filePaths", Type: InputStrings, Doc: "several config files"},
-			{Name: "variables", Type: InputList, Doc: "the keys to set (dotted paths) and their values",
-				Items: &Input{Type: InputObject, Fields: []Input{
-					{Name: "name", Type: InputString, Required: true, Doc: "the key, e.g. image.tag or env[0].value"},
-					{Name: "type", Type: InputString, Default: "String", Enum: []string{fileedit.TypeString, fileedit.TypeNumber, fileedit.TypeBoolean, fileedit.TypeRaw, "Object", "string", "number", "boolean", "raw", "object"}, Doc: "String keeps the value's text as written"},
-					{Name: "value", Type: InputAny, TypedBy: "type"},
-					{Name: "create", Type: InputBool, Default: false, Doc: "the key may be new: without it a key the file lacks is refused (a typo)"},
-					inDocument,
-				}}},
-			inDocument,
-			{Name: "create", Type: InputBool, Default: false, Doc: "files and keys may be new: without it a file or key that does not exist is refused (a typo)"},
-			{Name: "harnessCreate", Type: InputBool, Default: false, Doc: "set by the Harness importer: create missing files and keys as Harness does, listed in the created output and as a run warning"},
-			{Name: "commitMessage", Type: InputString},
-			{Name: "prTitle", Type: InputString},
-			{Name: "prBody", Type: InputString},
-			{Name: "labels", Type: InputStrings, Doc: "PR labels"},
-			{Name: "reviewers", Type: InputStrings, Doc: "PR reviewers"},
-			{Name: "draft", Type: InputBool, Default: false, Doc: "open the PR as a draft"},
-			{Name: "allowEmptyCommit", Type: InputBool, Default: false},
-			{Name: "allowNoFilesChanged", Type: InputBool, Default: false, Doc: "succeed without a PR when every value already matches"},
-			{Name: "ignoreMissingFiles", Type: InputBool, Default: false},
-			{Name: "ignoreMissingValues", Type: InputBool, Default: false},
-			{Name: "skipPipelineVariables", Type: InputBool, Default: false, Doc: "write only this step's variables, not the service's and environment's"},
-			{Name: "waitForMerge", Type: InputBool, Default: false, Doc: "succeed only when someone has merged the PR"},
-		}, inRestraint),
-		Validate: func(in map[string]any) error {
-			for _, f := range []string{"connector", "repo"} {
-				if s, _ := in[f].(string); s == "" {
-					return fmt.Errorf("%s: required", f)
-				}
-			}
-			if in["filePath"] == nil && in["filePaths"] == nil {
-				return fmt.Errorf("filePath: required (e.g. \"envs/<+env.name>/config.json\")")
-			}
-			if err := checkFilePaths(in); err != nil {
-				return err
-			}
-			if _, err := documentInput(in["document"], "document", true); err != nil {
-				return err
-			}
-			if vars, ok := in["variables"].([]any); ok {
-				for i, v := range vars {
-					m, ok := v.(map[string]any)
-					if !ok {
-						return fmt.Errorf("variables[%d]: want {name, type, value}", i)
-					}
-					n, _ := m["name"].(string)
-					if n == "" {
-						return fmt.Errorf("variables[%d].name: required", i)
-					}
-					if !template.Contains(n) {
-						if err := fileedit.CheckKey(n); err != nil {
-							var ke *fileedit.KeyError
-							if errors.As(err, &ke) {
-								err = errors.New(ke.Detail)
-							}
-							return &InputError{Field: fmt.Sprintf("variables[%d].name", i), Err: fmt.Errorf("%q: %w", n, err)}
-						}
-					}
-					if _, err := documentInput(m["document"], fmt.Sprintf("variables[%d].document", i), true); err != nil {
-						return err
-					}
-					if t, _ := m["type"].(string); t != "" && !template.Contains(t) {
-						switch strings.ToLower(t) {
-						case "string", "number", "boolean", "raw", "object":
-						case "secret":
-							return fmt.Errorf("variables[%d] (%v): type Secret is not written to release files", i, m["name"])
-						default:
-							return fmt.Errorf("variables[%d].type: %q is not String, Number, Boolean or Raw", i, t)
-						}
-					}
-				}
-			}
-			return nil
-		},
+		Config:    releaseConfig{},
+		Validate:  validateRelease,
 	})
+}
+
+// releaseConfig is UpdateReleaseRepo's `with:`. The releaseTarget inputs are evaluated per
+// target cluster and arrive as Targets (PerTarget).
+type releaseConfig struct {
+	Connector  string `input:"connector,required" doc:"the worker connector of the release repo"`
+	Repo       string `input:"repo,required" doc:"the release repo, e.g. acme/release"`
+	BaseBranch string `input:"baseBranch,default=main" doc:"the branch the PR targets"`
+	releaseTarget
+	Create                bool     `input:"create,default=false" doc:"files and keys may be new: without it a file or key that does not exist is refused (a typo)"`
+	HarnessCreate         bool     `input:"harnessCreate,default=false" doc:"set by the Harness importer: create missing files and keys as Harness does, listed in the created output and as a run warning"`
+	CommitMessage         string   `input:"commitMessage"`
+	PRTitle               string   `input:"prTitle"`
+	PRBody                string   `input:"prBody"`
+	Labels                []string `input:"labels" doc:"PR labels"`
+	Reviewers             []string `input:"reviewers" doc:"PR reviewers"`
+	Draft                 bool     `input:"draft,default=false" doc:"open the PR as a draft"`
+	AllowEmptyCommit      bool     `input:"allowEmptyCommit,default=false"`
+	AllowNoFilesChanged   bool     `input:"allowNoFilesChanged,default=false" doc:"succeed without a PR when every value already matches"`
+	IgnoreMissingFiles    bool     `input:"ignoreMissingFiles,default=false"`
+	IgnoreMissingValues   bool     `input:"ignoreMissingValues,default=false"`
+	SkipPipelineVariables bool     `input:"skipPipelineVariables,default=false" doc:"write only this step's variables, not the service's and environment's"`
+	WaitForMerge          bool     `input:"waitForMerge,default=false" doc:"succeed only when someone has merged the PR"`
+	restraintInputs
+
+	Targets []releaseTarget `input:"targets,internal"`
+}
+
+// releaseTarget is what UpdateReleaseRepo writes on one target cluster.
+type releaseTarget struct {
+	FilePath  string            `input:"filePath" doc:"the config file, per target: envs/<+env.name>/config.json"`
+	FilePaths []string          `input:"filePaths" doc:"several config files"`
+	Variables []releaseVariable `input:"variables" doc:"the keys to set (dotted paths) and their values"`
+	Document  documentSel       `input:"document" doc:"the YAML document to edit in a multi-document file: {index: N} or {kind: K, name: N}"`
+	// The target, set by the controller on each of Targets.
+	Env      string `input:"env,internal"`
+	Cluster  string `input:"cluster,internal"`
+	EnvGroup string `input:"envgroup,internal"`
+}
+
+type releaseVariable struct {
+	Name     string      `input:"name,required" doc:"the key, e.g. image.tag or env[0].value"`
+	Type     varType     `input:"type,default=String" doc:"String keeps the value's text as written"`
+	Value    any         `input:"value,typedby=type"`
+	Create   bool        `input:"create,default=false" doc:"the key may be new: without it a key the file lacks is refused (a typo)"`
+	Document documentSel `input:"document" doc:"the YAML document to edit in a multi-document file: {index: N} or {kind: K, name: N}"`
+}
+
+// varType is a variable's type: String, Number, Boolean, Raw (or Object), any case; checked
+// in validateRelease, which names the variable.
+type varType string
+
+func (varType) InputShape() Input {
+	return Input{Type: InputString, Enum: []string{fileedit.TypeString, fileedit.TypeNumber, fileedit.TypeBoolean, fileedit.TypeRaw, "Object", "string", "number", "boolean", "raw", "object"}}
+}
+
+func (t *varType) DecodeInput(v any, field string, _ bool) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("%s: want a string, got %T", field, v)
+	}
+	*t = varType(s)
+	return nil
+}
+
+// validateRelease is UpdateReleaseRepo's load-time check of what declarations cannot say.
+func validateRelease(in map[string]any) error {
+	c, err := Decode[releaseConfig](in, true)
+	if err != nil {
+		return err
+	}
+	for _, f := range [][2]string{{"connector", c.Connector}, {"repo", c.Repo}} {
+		if f[1] == "" {
+			return fmt.Errorf("%s: required", f[0])
+		}
+	}
+	if c.FilePath == "" && len(c.FilePaths) == 0 && !hasExprIn(in, "filePaths") {
+		return fmt.Errorf("filePath: required (e.g. \"envs/<+env.name>/config.json\")")
+	}
+	if err := checkFilePaths(c.releaseTarget); err != nil {
+		return err
+	}
+	for i, v := range c.Variables {
+		if v.Name == "" {
+			return fmt.Errorf("variables[%d].name: required", i)
+		}
+		if !template.Contains(v.Name) {
+			if err := fileedit.CheckKey(v.Name); err != nil {
+				var ke *fileedit.KeyError
+				if errors.As(err, &ke) {
+					err = errors.New(ke.Detail)
+				}
+				return &InputError{Field: fmt.Sprintf("variables[%d].name", i), Err: fmt.Errorf("%q: %w", v.Name, err)}
+			}
+		}
+		if t := string(v.Type); t != "" && !template.Contains(t) {
+			switch strings.ToLower(t) {
+			case "string", "number", "boolean", "raw", "object":
+			case "secret":
+				return fmt.Errorf("variables[%d] (%v): type Secret is not written to release files", i, v.Name)
+			default:
+				return fmt.Errorf("variables[%d].type: %q is not String, Number, Boolean or Raw", i, t)
+			}
+		}
+	}
+	return nil
 }
 
 // checkFilePaths refuses at load what the run would refuse: a file the step cannot edit
 // (values.txt) or a path that leaves the repo. Expressions stand for any text, so only the
 // parts written out are judged: the extension after the last expression, and the whole
 // path when it has none.
-func checkFilePaths(in map[string]any) error {
+func checkFilePaths(t releaseTarget) error {
 	check := func(field, p string) error {
 		if template.Contains(p) {
 			tail := p
@@ -148,18 +168,14 @@ func checkFilePaths(in map[string]any) error {
 		}
 		return nil
 	}
-	if s, ok := in["filePath"].(string); ok {
-		if err := check("filePath", s); err != nil {
+	if t.FilePath != "" {
+		if err := check("filePath", t.FilePath); err != nil {
 			return err
 		}
 	}
-	if l, ok := in["filePaths"].([]any); ok {
-		for i, x := range l {
-			if s, ok := x.(string); ok {
-				if err := check(fmt.Sprintf("filePaths[%d]", i), s); err != nil {
-					return err
-				}
-			}
+	for i, s := range t.FilePaths {
+		if err := check(fmt.Sprintf("filePaths[%d]", i), s); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -299,22 +315,11 @@ type urrMemo struct {
 }
 
 func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
-	in := sc.Inputs
-	connector, _ := StringInput(in, "connector")
-	repo, _ := StringInput(in, "repo")
-	base, _ := StringInput(in, "baseBranch")
-	if base == "" {
-		base = "main"
+	cfg, err := Decode[releaseConfig](sc.Inputs, false)
+	if err != nil {
+		return Result{}, Terminal(err)
 	}
-	flags := map[string]bool{}
-	for _, f := range []string{"allowEmptyCommit", "allowNoFilesChanged", "ignoreMissingFiles", "ignoreMissingValues",
-		"skipPipelineVariables", "waitForMerge", "draft", "create", "harnessCreate"} {
-		b, err := BoolInput(in, f)
-		if err != nil {
-			return Result{}, Terminal(err)
-		}
-		flags[f] = b
-	}
+	connector, repo, base := cfg.Connector, cfg.Repo, orDefault(cfg.BaseBranch, "main")
 	p, err := scmFor(ctx, sc, connector)
 	if err != nil {
 		return Result{}, err
@@ -327,7 +332,7 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 		return waitMerged(ctx, sc, p, connector, r, memo)
 	}
 
-	edits, err := plannedEdits(sc, flags["skipPipelineVariables"])
+	edits, err := plannedEdits(sc, cfg)
 	if err != nil {
 		return Result{}, Terminal(err)
 	}
@@ -367,9 +372,9 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 					sc.Log.Info("found the PR an earlier attempt opened", "pr", found.Number, "url", found.URL)
 					files, _ := p.ChangedFiles(ctx, r, found.Number)
 					out := prOutputs(found, found.HeadSHA, branch, connector, repo, base, files)
-					lookupPrior(ctx, p, r, base, edits, flags["ignoreMissingValues"])
+					lookupPrior(ctx, p, r, base, edits, cfg.IgnoreMissingValues)
 					out["edits"] = editsOutput(edits, nil)
-					return afterPR(ctx, sc, p, connector, r, found, out, flags["waitForMerge"])
+					return afterPR(ctx, sc, p, connector, r, found, out, cfg.WaitForMerge)
 				} else if !errors.Is(err, scm.ErrNotFound) {
 					return Result{}, classify(err, fmt.Sprintf("find PR %s → %s in %s", branch, base, repo))
 				}
@@ -387,7 +392,7 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 			readRef, parent = baseRef.SHA, baseRef.SHA
 		}
 		var changes []scm.FileChange
-		changes, changedFiles, skipped, created, err = editFiles(ctx, sc, p, r, readRef, edits, flags)
+		changes, changedFiles, skipped, created, err = editFiles(ctx, sc, p, r, readRef, edits, cfg)
 		if err != nil {
 			return Result{}, err
 		}
@@ -409,7 +414,7 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 		commit = parent
 		switch {
 		case len(changes) > 0:
-			msg, _ := StringInput(in, "commitMessage")
+			msg := cfg.CommitMessage
 			if msg == "" {
 				msg = fmt.Sprintf("Update %s for %s", strings.Join(changedFiles, ", "), envName(sc))
 			}
@@ -425,15 +430,15 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 		case branchExists && parent != baseRef.SHA:
 			// An earlier attempt committed and died before opening the PR.
 			sc.Log.Info("branch already holds the changes; opening its PR", "branch", branch)
-		case flags["allowNoFilesChanged"]:
+		case cfg.AllowNoFilesChanged:
 			sc.Log.Info("all values already match the release repo; nothing to do")
 			return Done(prOutputs(nil, "", "", connector, repo, base, nil)), nil
-		case flags["allowEmptyCommit"]:
+		case cfg.AllowEmptyCommit:
 			commit, err = p.Commit(ctx, r, scm.CommitInput{Branch: branch, Parent: parent, Message: "Empty commit (allowEmptyCommit)"})
 			if err != nil {
 				return Result{}, classify(err, fmt.Sprintf("empty commit to %s of %s", branch, repo))
 			}
-		case !branchExists && setsSomething(edits, skipped, flags["ignoreMissingValues"]):
+		case !branchExists && setsSomething(edits, skipped, cfg.IgnoreMissingValues):
 			// Every value is already on the base (a re-run of a promotion that failed after
 			// its merge): no PR. commitId stays empty, as this run made no commit (nothing
 			// for a rollback to revert); revision is the base head, which holds the values:
@@ -451,24 +456,16 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 	if len(changedFiles) == 0 && branchExists {
 		changedFiles = pathsOf(edits)
 	}
-	title, _ := StringInput(in, "prTitle")
+	title := cfg.PRTitle
 	if title == "" {
 		title = fmt.Sprintf("prflow: %s / %s: update %s", sc.Pipeline, sc.Stage, envName(sc))
 	}
-	body, _ := StringInput(in, "prBody")
+	body := cfg.PRBody
 	if body == "" {
 		body = fmt.Sprintf("Opened by prflow run %s (pipeline %s, stage %s, step %s).\n\nFiles:\n- %s\n",
 			sc.RunID, sc.Pipeline, sc.Stage, sc.StepID, strings.Join(changedFiles, "\n- "))
 	}
-	labels, err := stringList(in["labels"], "labels")
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	reviewers, err := stringList(in["reviewers"], "reviewers")
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	pr, err := p.OpenPR(ctx, r, scm.NewPR{Title: title, Body: body, Head: branch, Base: base, Labels: labels, Draft: flags["draft"], Reviewers: reviewers})
+	pr, err := p.OpenPR(ctx, r, scm.NewPR{Title: title, Body: body, Head: branch, Base: base, Labels: cfg.Labels, Draft: cfg.Draft, Reviewers: cfg.Reviewers})
 	if err != nil {
 		return Result{}, classify(err, "open PR "+branch+" → "+base)
 	}
@@ -478,8 +475,8 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 	if len(created) > 0 {
 		out["created"] = toAny(created)
 	}
-	res, err := afterPR(ctx, sc, p, connector, r, pr, out, flags["waitForMerge"])
-	if len(created) > 0 && flags["harnessCreate"] && err == nil && res.Status != Failed {
+	res, err := afterPR(ctx, sc, p, connector, r, pr, out, cfg.WaitForMerge)
+	if len(created) > 0 && cfg.HarnessCreate && err == nil && res.Status != Failed {
 		// Harness creates what is missing without a word; an imported pipeline keeps that, but
 		// a mistyped key or file must not go unnoticed: the run carries a warning.
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s/%s created what %s did not have (Harness behaviour; set create: true, or fix a typo): %s",
@@ -494,9 +491,9 @@ func runUpdateReleaseRepo(ctx context.Context, sc *Context) (Result, error) {
 // the closest existing one, unless create allows it (the step's, or the variable's for a
 // key), or harnessCreate (a Harness import) creates it as Harness does. Every refusal comes
 // before any commit.
-func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, flags map[string]bool) (changes []scm.FileChange, changed, skipped, created []string, err error) {
-	opts := fileedit.Options{IgnoreMissingValues: flags["ignoreMissingValues"]}
-	mayCreate := flags["create"] || flags["harnessCreate"]
+func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref string, edits []fileEdit, cfg releaseConfig) (changes []scm.FileChange, changed, skipped, created []string, err error) {
+	opts := fileedit.Options{IgnoreMissingValues: cfg.IgnoreMissingValues}
+	mayCreate := cfg.Create || cfg.HarnessCreate
 	for _, e := range edits {
 		if _, err := fileedit.FormatFor(e.path); err != nil {
 			return nil, nil, nil, nil, Terminal(err)
@@ -505,7 +502,7 @@ func editFiles(ctx context.Context, sc *Context, p scm.Provider, r scm.Repo, ref
 		exists := true
 		switch {
 		case errors.Is(err, scm.ErrNotFound):
-			if flags["ignoreMissingFiles"] {
+			if cfg.IgnoreMissingFiles {
 				skipped = append(skipped, e.path)
 				continue
 			}
@@ -810,75 +807,52 @@ func waitMerged(ctx context.Context, sc *Context, p scm.Provider, connector stri
 
 // plannedEdits turns the per-target inputs into one edit list per file: service → environment
 // → override variables first (unless skipPipelineVariables), then the step's own (step wins).
-func plannedEdits(sc *Context, skipEnvVars bool) ([]fileEdit, error) {
-	targets, _ := sc.Inputs["targets"].([]any)
+func plannedEdits(sc *Context, cfg releaseConfig) ([]fileEdit, error) {
+	targets := cfg.Targets
 	if len(targets) == 0 {
-		targets = []any{map[string]any{"filePath": sc.Inputs["filePath"], "filePaths": sc.Inputs["filePaths"], "variables": sc.Inputs["variables"],
-			"document": sc.Inputs["document"]}}
+		targets = []releaseTarget{cfg.releaseTarget}
 	}
 	byPath := map[string]*fileEdit{}
 	var order []string
 	for _, t := range targets {
-		tm, _ := t.(map[string]any)
 		var paths []string
-		if s, _ := tm["filePath"].(string); s != "" {
-			paths = append(paths, s)
+		if t.FilePath != "" {
+			paths = append(paths, t.FilePath)
 		}
-		more, err := stringList(tm["filePaths"], "filePaths")
-		if err != nil {
-			return nil, err
-		}
-		paths = append(paths, more...)
+		paths = append(paths, t.FilePaths...)
 		if len(paths) == 0 {
 			return nil, fmt.Errorf("filePath: required")
 		}
-		doc, err := documentInput(tm["document"], "document", false)
-		if err != nil {
-			return nil, err
-		}
 		var changes []editChange
-		if !skipEnvVars && sc.Env != nil {
+		if !cfg.SkipPipelineVariables && sc.Env != nil {
 			keys := make([]string, 0, len(sc.Env.Variables))
 			for k := range sc.Env.Variables {
 				keys = append(keys, k)
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				changes = append(changes, editChange{Change: fileedit.Change{Key: k, Value: sc.Env.Variables[k]}, doc: doc})
+				changes = append(changes, editChange{Change: fileedit.Change{Key: k, Value: sc.Env.Variables[k]}, doc: t.Document.Document})
 			}
 		}
-		vars, _ := tm["variables"].([]any)
-		for i, v := range vars {
-			vm, _ := v.(map[string]any)
-			name, _ := vm["name"].(string)
-			if name == "" {
+		for i, v := range t.Variables {
+			if v.Name == "" {
 				return nil, fmt.Errorf("variables[%d].name: required", i)
 			}
-			typ, _ := vm["type"].(string)
-			if typ == "" {
-				typ = fileedit.TypeString
-			}
-			val, err := variableValue(typ, vm["value"])
+			val, err := variableValue(orDefault(string(v.Type), fileedit.TypeString), v.Value)
 			if err != nil {
-				return nil, fmt.Errorf("variables[%d] (%s): %w", i, name, err)
+				return nil, fmt.Errorf("variables[%d] (%s): %w", i, v.Name, err)
 			}
-			vdoc := doc
-			if vm["document"] != nil {
-				if vdoc, err = documentInput(vm["document"], fmt.Sprintf("variables[%d].document", i), false); err != nil {
-					return nil, err
-				}
+			vdoc := t.Document.Document
+			if !v.Document.IsZero() {
+				vdoc = v.Document.Document
 			}
-			create, err := BoolInput(vm, "create")
-			if err != nil {
-				return nil, fmt.Errorf("variables[%d] (%s): %w", i, name, err)
-			}
-			changes = append(changes, editChange{Change: fileedit.Change{Key: name, Value: val}, doc: vdoc, create: create})
+			changes = append(changes, editChange{Change: fileedit.Change{Key: v.Name, Value: val}, doc: vdoc, create: v.Create})
 		}
 		for _, raw := range paths {
 			pth, err := safePath(raw)
 			if err != nil {
-				if c, _ := tm["cluster"].(string); c != "" {
-					return nil, fmt.Errorf("filePath (cluster %s): %w", c, err)
+				if t.Cluster != "" {
+					return nil, fmt.Errorf("filePath (cluster %s): %w", t.Cluster, err)
 				}
 				return nil, fmt.Errorf("filePath: %w", err)
 			}

@@ -419,8 +419,8 @@ func (s *metricState) due(spec metricSpec, start time.Time) time.Time {
 }
 
 func metricsFor(sc *Context) (MetricsConnectors, error) {
-	m, ok := sc.Services.Get(ServiceMetrics).(MetricsConnectors)
-	if !ok || m == nil {
+	m := sc.Services.Metrics
+	if m == nil {
 		return nil, Terminalf("this worker has no metrics connectors (service %q); start the workers of this step's pool with --metrics FILE", ServiceMetrics)
 	}
 	return m, nil

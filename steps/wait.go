@@ -2,11 +2,7 @@ package steps
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	"github.com/prflow/prflow/steps/duration"
-	"github.com/prflow/prflow/steps/template"
 )
 
 // Wait parks for `duration` (Harness's Wait step; also a soak time between environments). It
@@ -15,18 +11,13 @@ func init() {
 	Register(Definition{
 		Type:   "Wait",
 		New:    func() Step { return StepFunc(runWait) },
-		Inputs: []Input{{Name: "duration", Type: InputDuration, Required: true, Doc: "how long to wait, e.g. 10m"}},
-		Validate: func(in map[string]any) error {
-			s, ok := in["duration"].(string)
-			if !ok {
-				return fmt.Errorf("duration: required, e.g. \"10m\"")
-			}
-			if _, err := duration.Parse(s); err != nil && !template.Contains(s) {
-				return fmt.Errorf("duration: %w", err)
-			}
-			return nil
-		},
+		Config: waitConfig{},
 	})
+}
+
+// waitConfig is Wait's `with:`.
+type waitConfig struct {
+	Duration time.Duration `input:"duration,required" doc:"how long to wait, e.g. 10m"`
 }
 
 type waitMemo struct {
@@ -36,12 +27,11 @@ type waitMemo struct {
 func runWait(_ context.Context, sc *Context) (Result, error) {
 	var m waitMemo
 	if ok, err := sc.DecodeMemo(&m); err != nil || !ok {
-		s, _ := sc.Inputs["duration"].(string)
-		d, err := duration.Parse(s)
+		cfg, err := Decode[waitConfig](sc.Inputs, false)
 		if err != nil {
-			return Result{}, Terminalf("duration: %w", err)
+			return Result{}, Terminal(err)
 		}
-		m.Until = time.Now().Add(d)
+		m.Until = time.Now().Add(cfg.Duration)
 	}
 	if !time.Now().Before(m.Until) {
 		return Done(map[string]any{"waitedUntil": m.Until.UTC().Format(time.RFC3339)}), nil
