@@ -67,6 +67,7 @@ type Controller struct {
 	changed     *changeLog                       // key or topic → when it last changed (changes.go)
 	cache       sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
 	own         ownWrites                        // our writes to prflow-runs, which the runs watcher skips
+	runs        runIndex                         // every run's summary, for lists (runindex.go)
 	waiters     map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
 	seenDepth   map[depthKey]struct{}            // queue-depth series reported so far
 	viewMu      sync.Mutex                       // guards view and viewAt (workerView)
@@ -609,6 +610,7 @@ func (c *Controller) writeRun(ctx context.Context, r *pipelines.Run, put func() 
 // run's next event (with decoded, the decoded run only the run's shard may change, or nil),
 // indexed, and handed to Wait calls if the run ended.
 func (c *Controller) stored(r *pipelines.Run, m *pipelines.Machine, rev uint64, data []byte, decoded *pipelines.Run) {
+	c.indexRun(r, rev)
 	if !r.Status.Terminal() {
 		c.cache.Store(r.ID, &cachedRun{rev: rev, data: data, run: decoded})
 	}
@@ -713,6 +715,7 @@ func (c *Controller) Publish(ctx context.Context, ev envelope.Event, msgID strin
 }
 
 func (c *Controller) forget(run string) {
+	c.runs.remove(run)
 	c.own.forget(run)
 	c.cache.Delete(run)
 	c.mu.Lock()

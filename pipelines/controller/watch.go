@@ -93,6 +93,7 @@ func (c *Controller) reload(ctx context.Context, id string) {
 
 // apply takes in a revision of a run this controller did not write.
 func (c *Controller) apply(ctx context.Context, r *pipelines.Run, rev uint64, restart bool) {
+	c.indexRun(r, rev)
 	// Our cached copy is stale (and would stay in memory for good if the other replica
 	// finishes the run).
 	if v, ok := c.cache.Load(r.ID); ok && v.(*cachedRun).rev < rev {
