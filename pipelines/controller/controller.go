@@ -68,6 +68,7 @@ type Controller struct {
 	cache       sync.Map                         // run id → *cachedRun: saves a KV read and a decode per event
 	own         ownWrites                        // our writes to prflow-runs, which the runs watcher skips
 	runs        runIndex                         // every run's summary, for lists (runindex.go)
+	retention   *RunRetention                    // WithRunRetention; nil: prflow-runs keeps every run (retention.go)
 	waiters     map[string][]chan *pipelines.Run // run → Wait calls to tell when it ends
 	seenDepth   map[depthKey]struct{}            // queue-depth series reported so far
 	viewMu      sync.Mutex                       // guards view and viewAt (workerView)
@@ -287,6 +288,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
 	go func() { defer wg.Done(); c.consumeDLQ(ctx, dlq) }()
 	go func() { defer wg.Done(); c.watchRegistrations(ctx, agentsW, workersW) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); c.retainRuns(ctx) }() // retention.go
 	if c.policy != nil {
 		// Stage policies read app status from memory; the watcher runs while a stage policy
 		// is loaded (from now, or from when a reload adds one).
