@@ -52,9 +52,6 @@ func summarize(r *pipelines.Run, rev uint64) *RunSummary {
 	s := &RunSummary{ID: r.ID, Pipeline: r.Pipeline, Spec: r.Spec, Status: r.Shown(), Executor: r.Executor,
 		Error: r.Error, Created: r.Created, Started: r.Started, Ended: r.Ended, StagesTotal: len(r.Stages),
 		Parked: r.Parked(), RerunOf: r.RerunOf, RetryOf: r.RetryOf, stored: r.Status, rev: rev}
-	if s.Started.IsZero() && len(r.Stages) > 0 {
-		s.Started = r.Stages[0].Started
-	}
 	if r.Trigger != nil {
 		t := *r.Trigger
 		t.PathCheck, t.Paths = nil, nil
