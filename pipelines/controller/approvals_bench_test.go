@@ -119,4 +119,3 @@ func stackUnder(pcs []uintptr, prefix string) bool {
 		}
 	}
 }
-
