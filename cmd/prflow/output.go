@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
 )
 
 // outputFlag is -o/--output of the read commands (status, runs, workers, logs, version), as
@@ -171,22 +172,17 @@ func triggerText(r *pipelines.Run) string {
 }
 
 // printRuns is the run list: newest first, as the server sends it.
-func printRuns(w io.Writer, runs []*pipelines.Run, wide bool, now time.Time) error {
+func printRuns(w io.Writer, runs []*controller.RunSummary, wide bool, now time.Time) error {
 	h := []string{"ID", "PIPELINE", "STATUS", "AGE", "DURATION"}
 	if wide {
 		h = append(h, "TRIGGER", "STAGES", "ERROR")
 	}
 	t := newTable(w, h...)
 	for _, r := range runs {
-		cells := []string{r.ID, r.Pipeline, string(r.Status), age(r.Created, now), span(runStart(r), r.Ended, now)}
+		head := &pipelines.Run{Created: r.Created, Started: r.Started, Trigger: r.Trigger, Executor: r.Executor}
+		cells := []string{r.ID, r.Pipeline, string(r.Status), age(r.Created, now), span(runStart(head), r.Ended, now)}
 		if wide {
-			done := 0
-			for _, s := range r.Stages {
-				if s.Status == pipelines.StSucceeded || s.Status == pipelines.StSkipped {
-					done++
-				}
-			}
-			cells = append(cells, triggerText(r), fmt.Sprintf("%d/%d", done, len(r.Stages)), oneLine(r.Error, 80))
+			cells = append(cells, triggerText(head), fmt.Sprintf("%d/%d", r.StagesDone, r.StagesTotal), oneLine(r.Error, 80))
 		}
 		for i, c := range cells {
 			cells[i] = dash(c)

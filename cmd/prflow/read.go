@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/steps/worker"
 )
 
@@ -51,7 +53,8 @@ until Ctrl-C.`,
 			}
 			out := cmd.OutOrStdout()
 			if len(args) == 0 {
-				return listRuns(cmd.Context(), c, out, &o, limit, watch)
+				_, err := listRuns(cmd.Context(), c, out, &o, "limit="+strconv.Itoa(limit), watch)
+				return err
 			}
 			if watch {
 				return watchRun(cmd.Context(), c, args[0], out, cmd.ErrOrStderr(), &o)
@@ -78,6 +81,8 @@ func newRuns(g *globals) *cobra.Command {
 	var o outputFlag
 	var watch bool
 	var limit int
+	var cursor string
+	q := url.Values{}
 	cmd := &cobra.Command{
 		Use:   "runs",
 		Short: "List recent runs, newest first",
@@ -90,38 +95,63 @@ func newRuns(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return listRuns(cmd.Context(), c, cmd.OutOrStdout(), &o, limit, watch)
+			if watch && cursor != "" {
+				return errors.New("--cursor lists an older page; --watch follows the newest runs: use one of them")
+			}
+			q.Set("limit", strconv.Itoa(limit))
+			if cursor != "" {
+				q.Set("cursor", cursor)
+			}
+			next, err := listRuns(cmd.Context(), c, cmd.OutOrStdout(), &o, q.Encode(), watch)
+			if next != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more runs: prflow runs --cursor %s\n", next)
+			}
+			return err
 		},
 	}
 	o.add(cmd)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "keep watching: print runs again when they change")
-	cmd.Flags().IntVar(&limit, "limit", 50, "runs to list (newest first)")
+	cmd.Flags().IntVar(&limit, "limit", 50, "runs to list (newest first; the server gives at most 500 a page)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "list the page after the one that printed this cursor (\"more runs: ...\")")
+	cmd.Flags().Var(queryFlag{q, "pipeline"}, "pipeline", "only runs of this pipeline")
+	cmd.Flags().Var(queryFlag{q, "status"}, "status", "only runs in this state: active, waitingApproval, waiting, succeeded, failed, cancelled, rolledBack")
 	return cmd
 }
 
-func fetchRuns(ctx context.Context, c *client, limit int) ([]*pipelines.Run, error) {
-	var runs []*pipelines.Run
-	err := c.do(ctx, "GET", "/api/v1/runs?limit="+strconv.Itoa(limit), nil, &runs)
-	return runs, err
+// queryFlag sets one query parameter of a list request.
+type queryFlag struct {
+	q   url.Values
+	key string
+}
+
+func (f queryFlag) String() string     { return f.q.Get(f.key) }
+func (f queryFlag) Type() string       { return "string" }
+func (f queryFlag) Set(s string) error { f.q.Set(f.key, s); return nil }
+
+// fetchRuns reads a page of the run list (query: limit, cursor, filters) and the next page's cursor.
+func fetchRuns(ctx context.Context, c *client, query string) ([]*controller.RunSummary, string, error) {
+	var runs []*controller.RunSummary
+	h, err := c.doHeader(ctx, "GET", "/api/v1/runs?"+query, nil, nil, &runs)
+	return runs, h.Get(controller.NextCursorHeader), err
 }
 
 // listRuns prints the run list; with watch it then prints each run again when its status
 // changes (a new run, a run that ends), as kubectl get -w does, until ctx ends.
-func listRuns(ctx context.Context, c *client, w io.Writer, o *outputFlag, limit int, watch bool) error {
-	runs, err := fetchRuns(ctx, c, limit)
+func listRuns(ctx context.Context, c *client, w io.Writer, o *outputFlag, query string, watch bool) (next string, err error) {
+	runs, next, err := fetchRuns(ctx, c, query)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !watch {
 		if o.structured() {
-			return o.print(w, runs)
+			return next, o.print(w, runs)
 		}
-		return printRuns(w, runs, o.wide(), time.Now())
+		return next, printRuns(w, runs, o.wide(), time.Now())
 	}
 	seen := map[string]pipelines.Status{}
 	first := true
 	for {
-		var changed []*pipelines.Run
+		var changed []*controller.RunSummary
 		for i := len(runs) - 1; i >= 0; i-- { // oldest first, so that the newest ends the output
 			if r := runs[i]; seen[r.ID] != r.Status {
 				seen[r.ID] = r.Status
@@ -130,27 +160,27 @@ func listRuns(ctx context.Context, c *client, w io.Writer, o *outputFlag, limit 
 		}
 		if len(changed) > 0 || first {
 			if err := printChanged(w, o, changed, first); err != nil {
-				return err
+				return "", err
 			}
 			first = false
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return "", nil
 		case <-time.After(watchEvery):
 		}
-		if runs, err = fetchRuns(ctx, c, limit); err != nil {
+		if runs, _, err = fetchRuns(ctx, c, query); err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return "", nil
 			}
-			return err
+			return "", err
 		}
 	}
 }
 
 // printChanged prints changed runs of a watch: one JSON document per line, YAML documents, or
 // table rows (with the header only the first time).
-func printChanged(w io.Writer, o *outputFlag, runs []*pipelines.Run, header bool) error {
+func printChanged(w io.Writer, o *outputFlag, runs []*controller.RunSummary, header bool) error {
 	switch o.format {
 	case "json":
 		enc := json.NewEncoder(w)

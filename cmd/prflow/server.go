@@ -26,6 +26,7 @@ func newServer(g *globals) *cobra.Command {
 	var listen, tokens, natsListen, webhooks, pipelineDir, externalURL, policyDir string
 	var rbacFile string
 	var retention audit.Retention
+	var runsRetention controller.RunRetention
 	var prComments bool
 	var hf harnessFlags
 	timeouts := defaultHTTPTimeouts
@@ -100,7 +101,8 @@ func newServer(g *globals) *cobra.Command {
 				return err
 			}
 			log.Info("audit log", "stream", audit.Stream, "max-age", retention.MaxAge, "max-bytes", retention.MaxBytes)
-			copts = append(copts, controller.WithAudit(&audit.Log{JS: conn.JS}))
+			copts = append(copts, controller.WithAudit(&audit.Log{JS: conn.JS}), controller.WithRunRetention(runsRetention))
+			log.Info("runs retention", "keep-days", int(runsRetention.MaxAge/(24*time.Hour)), "keep-count", runsRetention.KeepCount)
 			if policyDir != "" {
 				pe, err := openPolicies(ctx, policyDir, log)
 				if err != nil {
@@ -147,6 +149,7 @@ func newServer(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP API and web UI address (UI at /ui/)")
 	addAuditRetention(cmd.Flags(), &retention)
+	addRunsRetention(cmd.Flags(), &runsRetention)
 	cmd.Flags().StringVar(&policyDir, "policies", "", "directory of Rego policies (packages prflow.pipeline, prflow.run, prflow.stage); reloaded when a file changes")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "tokens file mapping bearer tokens to users and groups")
 	cmd.Flags().StringVar(&rbacFile, "rbac", "", "RBAC policy file (docs/rbac.md): who may do what on which pipeline/environment; reloaded when it changes")

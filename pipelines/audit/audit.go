@@ -30,6 +30,9 @@ const (
 	RunStarted   = "run.started"
 	PolicyDenied = "policy.denied"
 	RunCancelled = "run.cancelled"
+	// RunArchived is a finished run the runs retention deleted from prflow-runs; the entry
+	// keeps its summary (pipeline, status, who, when, trigger).
+	RunArchived = "run.archived"
 	// ApprovalApproved and ApprovalRejected are decisions sent to an Approval step.
 	ApprovalApproved = "approval.approved"
 	ApprovalRejected = "approval.rejected"
@@ -54,7 +57,7 @@ const (
 )
 
 // Actions lists the fixed actions (signal.<kind> comes on top), for filters and help texts.
-var Actions = []string{RunStarted, RunCancelled, PolicyDenied, ApprovalApproved, ApprovalRejected, InterventionDecided,
+var Actions = []string{RunStarted, RunCancelled, RunArchived, PolicyDenied, ApprovalApproved, ApprovalRejected, InterventionDecided,
 	WebhookAccepted, WebhookRejected, TokenUsed, AuthFailed, RBACDenied}
 
 // Entry is one audit record.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -236,34 +237,62 @@ func (c *Controller) apiCheck(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Controller) apiList(w http.ResponseWriter, r *http.Request) {
-	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
-	if limit <= 0 {
-		limit = 50
+	q := r.URL.Query()
+	for k := range q {
+		if !slices.Contains(runsQuery, k) {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("unknown query parameter %q%s (known: %s)", k, didYouMean(k, runsQuery), strings.Join(runsQuery, ", ")))
+			return
+		}
 	}
-	runs, err := c.List(r.Context(), limit)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("limit %.20q: want a whole number from 1 to %d (0 or none: %d)", v, MaxRunsLimit, DefaultRunsLimit))
+			return
+		}
+		limit = n
+	}
+	u := UserFrom(r.Context())
+	page, err := c.ListRuns(r.Context(), ListOptions{Limit: limit, Cursor: q.Get("cursor"), Pipeline: q.Get("pipeline"), Status: q.Get("status"),
+		Keep: func(s *RunSummary) bool { return c.CanGetSummary(r.Context(), u, s) }}) // only the runs the caller may get (rbac.go)
+	switch {
+	case errors.Is(err, ErrBadCursor), errors.Is(err, ErrInvalid):
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
-	// Only the runs the caller may get (rbac.go).
-	u := UserFrom(r.Context())
-	runs = slices.DeleteFunc(runs, func(run *pipelines.Run) bool { return !c.CanGetRun(r.Context(), u, run) })
-	if runs == nil {
-		runs = []*pipelines.Run{}
-	}
-	for _, run := range runs {
-		run.Status = run.Shown() // waitingApproval: derived, never stored (pipelines.StWaitingApproval)
-	}
-	// Runs waiting for a person come first: they are what a reader has to act on.
-	slices.SortStableFunc(runs, func(a, b *pipelines.Run) int {
-		return waitingFirst(a) - waitingFirst(b)
+	// Within a page, runs waiting for a person come first: they are what a reader has to act
+	// on. The cursor is the page's oldest run, so the order does not move the next page.
+	slices.SortStableFunc(page.Runs, func(a, b *RunSummary) int {
+		return waitingFirst(a.Status) - waitingFirst(b.Status)
 	})
-	writeJSON(w, http.StatusOK, runs)
+	if page.Next != "" {
+		// The body stays a plain list (as before pages): the next page's cursor rides in
+		// headers, the RFC 8288 Link one for generic clients and the bare value for scripts.
+		next := url.Values{"cursor": {page.Next}, "limit": {strconv.Itoa(page.Limit)}}
+		for _, k := range []string{"pipeline", "status"} {
+			if v := q.Get(k); v != "" {
+				next.Set(k, v)
+			}
+		}
+		w.Header().Set("Link", "</api/v1/runs?"+next.Encode()+`>; rel="next"`)
+		w.Header().Set(NextCursorHeader, page.Next)
+	}
+	writeJSON(w, http.StatusOK, page.Runs)
 }
 
+// NextCursorHeader carries the cursor of a runs list's next page (none on the last page).
+const NextCursorHeader = "X-Next-Cursor"
+
+// runsQuery are GET /api/v1/runs's query parameters.
+var runsQuery = []string{"limit", "cursor", "pipeline", "status"}
+
 // waitingFirst orders runs waiting for an approval before the others.
-func waitingFirst(r *pipelines.Run) int {
-	if r.Status == pipelines.StWaitingApproval {
+func waitingFirst(s pipelines.Status) int {
+	if s == pipelines.StWaitingApproval {
 		return 0
 	}
 	return 1

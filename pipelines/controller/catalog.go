@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/rbac"
 )
@@ -79,23 +77,22 @@ func (c *Controller) catalog(ctx context.Context) ([]catalogEntry, error) {
 			}
 		}
 	}
-	runs, err := c.List(ctx, 0)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, fmt.Errorf("list runs: %w", err)
+	if err := c.runsLoaded(ctx); err != nil {
+		return nil, err
 	}
-	// Newest first by creation (webhook runs' ids do not sort by time).
-	slices.SortStableFunc(runs, func(a, b *pipelines.Run) int { return b.Created.Compare(a.Created) })
-	for _, r := range runs {
+	// Newest first by creation, from the runs index (nothing decoded).
+	c.runs.walk(nil, func(r *RunSummary) bool {
 		if seen[r.Pipeline] {
-			continue
+			return true
 		}
 		p, err := c.Pipeline(ctx, r.Spec)
 		if err != nil {
-			continue // its source is gone or no longer loads: an older run may still have one
+			return true // its source is gone or no longer loads: an older run may still have one
 		}
 		seen[r.Pipeline] = true
 		out = append(out, catalogEntry{info: describe(p, "run "+r.ID), p: p})
-	}
+		return true
+	})
 	slices.SortFunc(out, func(a, b catalogEntry) int { return strings.Compare(a.info.Name, b.info.Name) })
 	return out, nil
 }

@@ -53,16 +53,18 @@ type Controller struct {
 	rbac       PolicySource // WithRBAC; nil: every authenticated caller is admin (rbac.go)
 
 	// Run state, what wakes parked steps and when runs are due: each part has its own lock.
-	runStore                 // prflow-runs reads and writes, the cached copies (runstore.go)
-	park     *parkIndex      // which parked step waits on which key or topic (parkindex.go)
-	changed  *changeLog      // key or topic → when it last changed (changes.go)
-	timers   *timerScheduler // each run's next due time (timers.go)
-	viewMu   sync.Mutex      // guards view and viewAt (workerView)
-	view     []worker.Info
-	viewAt   time.Time
-	ready    chan struct{}
-	loaded   chan struct{} // closed once the runs watcher replayed every run
-	loadOne  sync.Once
+	runStore                  // prflow-runs reads and writes, the cached copies (runstore.go)
+	park      *parkIndex      // which parked step waits on which key or topic (parkindex.go)
+	changed   *changeLog      // key or topic → when it last changed (changes.go)
+	timers    *timerScheduler // each run's next due time (timers.go)
+	runs      runIndex        // every run's summary, for lists (runindex.go)
+	retention *RunRetention   // WithRunRetention; nil: prflow-runs keeps every run (retention.go)
+	viewMu    sync.Mutex      // guards view and viewAt (workerView)
+	view      []worker.Info
+	viewAt    time.Time
+	ready     chan struct{}
+	loaded    chan struct{} // closed once the runs watcher replayed every run
+	loadOne   sync.Once
 
 	mu        sync.Mutex                       // guards the maps below
 	machines  map[string]*pipelines.Machine    // by spec hash
@@ -261,6 +263,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); c.watchApps(ctx, appsW) }()
 	go func() { defer wg.Done(); c.consumeDLQ(ctx, dlq) }()
 	go func() { defer wg.Done(); c.watchRegistrations(ctx, agentsW, workersW) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); c.retainRuns(ctx) }() // retention.go
 	if c.policy != nil {
 		// Stage policies read app status from memory; the watcher runs while a stage policy
 		// is loaded (from now, or from when a reload adds one).
@@ -593,6 +597,7 @@ func (c *Controller) writeRun(ctx context.Context, r *pipelines.Run, put func() 
 // run's next event (with decoded, the decoded run only the run's shard may change, or nil),
 // indexed, and handed to Wait calls if the run ended.
 func (c *Controller) stored(r *pipelines.Run, m *pipelines.Machine, rev uint64, data []byte, decoded *pipelines.Run) {
+	c.indexRun(r, rev)
 	c.runStore.keep(r.ID, rev, data, decoded, r.Status.Terminal())
 	c.index(r, m, rev)
 	if r.Status.Terminal() {

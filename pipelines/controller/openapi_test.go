@@ -79,7 +79,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	}
 
 	types := map[string]reflect.Type{
-		"Run": reflect.TypeFor[pipelines.Run](), "StageRun": reflect.TypeFor[pipelines.StageRun](), "StepRun": reflect.TypeFor[pipelines.StepRun](),
+		"Run": reflect.TypeFor[pipelines.Run](), "RunSummary": reflect.TypeFor[RunSummary](), "StageRun": reflect.TypeFor[pipelines.StageRun](), "StepRun": reflect.TypeFor[pipelines.StepRun](),
 		"TriggerInfo": reflect.TypeFor[pipelines.TriggerInfo](), "Wait": reflect.TypeFor[steps.Wait](), "Approvers": reflect.TypeFor[steps.Approvers](),
 		"Signal": reflect.TypeFor[steps.Signal](), "Worker": reflect.TypeFor[worker.Info](), "LogLine": reflect.TypeFor[worker.LogLine](),
 		"StartRequest": reflect.TypeFor[StartRequest](), "CheckRequest": reflect.TypeFor[CheckRequest](), "CheckResult": reflect.TypeFor[CheckResult](),

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -241,23 +240,21 @@ func (c *Controller) Get(ctx context.Context, id string) (*pipelines.Run, error)
 	return &r, nil
 }
 
-// List returns runs, newest first, at most limit.
+// List returns runs, newest first by creation time, at most limit (0: all), read whole from
+// prflow-runs. The order and the selection come from the runs index; a list that shows runs
+// should use ListRuns, which reads nothing.
 func (c *Controller) List(ctx context.Context, limit int) ([]*pipelines.Run, error) {
-	lister, err := c.b.Runs.ListKeys(ctx)
-	if err != nil {
+	if err := c.runsLoaded(ctx); err != nil {
 		return nil, err
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(keys)))
-	if limit > 0 && len(keys) > limit {
-		keys = keys[:limit]
-	}
+	var ids []string
+	c.runs.walk(nil, func(s *RunSummary) bool {
+		ids = append(ids, s.ID)
+		return limit <= 0 || len(ids) < limit
+	})
 	var out []*pipelines.Run
-	for _, k := range keys {
-		if r, err := c.Get(ctx, k); err == nil {
+	for _, id := range ids {
+		if r, err := c.Get(ctx, id); err == nil {
 			out = append(out, r)
 		}
 	}

@@ -31,6 +31,7 @@ func (c *Controller) index(r *pipelines.Run, m *pipelines.Machine, rev uint64) {
 
 // forget drops everything the controller holds about a run that was deleted.
 func (c *Controller) forget(run string) {
+	c.runs.remove(run)
 	c.runStore.drop(run)
 	c.park.unpark(run, func() {
 		c.metrics.untrack(run)

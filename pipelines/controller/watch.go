@@ -92,6 +92,7 @@ func (c *Controller) reload(ctx context.Context, id string) {
 
 // apply takes in a revision of a run this controller did not write.
 func (c *Controller) apply(ctx context.Context, r *pipelines.Run, rev uint64, restart bool) {
+	c.indexRun(r, rev)
 	c.runStore.seen(r.ID, rev)
 	m, err := c.machine(ctx, r.Spec)
 	if err != nil {

@@ -69,7 +69,7 @@ func newEnvEnv(t *testing.T) *envEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := ctltest.New(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}})
+	e := ctltest.New(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}, Audit: true})
 	e.Ctl.SetWebhooks(controller.NewWebhooks(0, map[string]string{"github": hookSecret}))
 	srv := httptest.NewServer(e.Ctl.Handler(&controller.Auth{}))
 	t.Cleanup(srv.Close)

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,114 +24,111 @@ import (
 // PageSize is how many runs the runs page shows at a time.
 const PageSize = 25
 
-// allRuns reads every run, newest first (by creation time: webhook runs have delivery ids,
-// which do not sort by time).
-func (u *UI) allRuns(ctx context.Context) ([]*pipelines.Run, error) {
-	runs, err := u.ctl.List(ctx, 0)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	slices.SortStableFunc(runs, func(a, b *pipelines.Run) int {
-		if c := b.Created.Compare(a.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(b.ID, a.ID)
-	})
-	return runs, nil
-}
-
 type runRow struct {
-	*pipelines.Run
-	Status   pipelines.Status // shown: waitingApproval while an approval is pending
+	*controller.RunSummary
 	Duration string
 	Trigger  triggerView
 }
 
+// runsPage lists runs newest first from the controller's runs index, a page at a time: the
+// "older" link carries the cursor of the page's oldest run, so runs that start while someone
+// pages never show twice or push others out of sight. Runs waiting for an approval are what
+// someone has to act on: the first page shows them above the others (PageSize at most, with
+// a link to all of them), and the pages leave them out of the newest-first list.
 func (u *UI) runsPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	pipeline, status := q.Get("pipeline"), q.Get("status")
-	if status != "" && !slices.Contains(statusFilters, status) {
-		u.fail(w, r, http.StatusBadRequest, fmt.Sprintf("status filter %q: want one of %s", status, strings.Join(statusFilters, ", ")))
+	pipeline, status, cursor := q.Get("pipeline"), q.Get("status"), q.Get("cursor")
+	if status != "" && !slices.Contains(controller.RunStatusFilters, status) {
+		u.fail(w, r, http.StatusBadRequest, fmt.Sprintf("status filter %q: want one of %s", status, strings.Join(controller.RunStatusFilters, ", ")))
 		return
 	}
-	page, _ := strconv.Atoi(q.Get("page"))
-	page = max(page, 1)
-	runs, err := u.allRuns(r.Context())
+	ctx, user := r.Context(), userOf(r.Context())
+	mayGet := func(s *controller.RunSummary) bool { return u.ctl.CanGetSummary(ctx, user, s) } // rbac.go
+	names, err := u.ctl.RunPipelines(ctx, mayGet)
 	if err != nil {
 		u.fail(w, r, http.StatusInternalServerError, err.Error())
 		return
 	}
-	var names []string
-	var match []*pipelines.Run
-	user := userOf(r.Context())
-	for _, run := range runs {
-		if !u.ctl.CanGetRun(r.Context(), user, run) {
-			continue // rbac.go: only the runs the user may get
+	// Approvals are pinned unless the filter already is them or leaves them out.
+	pin := status == "" || status == "active" || status == "waiting"
+	var pinned []*controller.RunSummary
+	waitingApprovals := 0
+	if pin && cursor == "" {
+		pinned, waitingApprovals, err = u.approvals(ctx, pipeline, mayGet)
+		if err != nil {
+			u.fail(w, r, http.StatusInternalServerError, err.Error())
+			return
 		}
-		if !slices.Contains(names, run.Pipeline) {
-			names = append(names, run.Pipeline)
-		}
-		if pipeline != "" && run.Pipeline != pipeline {
-			continue
-		}
-		if status != "" && !statusMatches(run, status) {
-			continue
-		}
-		match = append(match, run)
 	}
-	slices.Sort(names)
-	// Runs waiting for an approval first: they are what someone has to act on.
-	slices.SortStableFunc(match, func(a, b *pipelines.Run) int {
-		return cmpBool(b.WaitingApproval(), a.WaitingApproval())
-	})
-	from := min((page-1)*PageSize, len(match))
-	to := min(from+PageSize, len(match))
-	rows := make([]runRow, 0, to-from)
+	keep := mayGet
+	if pin {
+		keep = func(s *controller.RunSummary) bool { return s.Status != pipelines.StWaitingApproval && mayGet(s) }
+	}
+	page, err := u.ctl.ListRuns(ctx, controller.ListOptions{Limit: PageSize, Cursor: cursor, Pipeline: pipeline, Status: status, Keep: keep})
+	if errors.Is(err, controller.ErrBadCursor) {
+		u.fail(w, r, http.StatusBadRequest, err.Error()+": start again from the newest runs")
+		return
+	}
+	if err != nil {
+		u.fail(w, r, http.StatusInternalServerError, err.Error())
+		return
+	}
+	rows := make([]runRow, 0, len(pinned)+len(page.Runs))
 	now := time.Now()
-	for _, run := range match[from:to] {
-		rows = append(rows, runRow{Run: run, Status: run.Shown(), Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger)})
+	for _, run := range append(pinned, page.Runs...) {
+		rows = append(rows, runRow{RunSummary: run, Duration: duration(run.Started, run.Ended, now), Trigger: trigger(run.Trigger)})
 	}
-	link := func(p int) string {
-		v := q
-		v.Set("page", strconv.Itoa(p))
+	link := func(cursor string) string {
+		v := url.Values{}
+		for k, x := range map[string]string{"pipeline": pipeline, "status": status, "cursor": cursor} {
+			if x != "" {
+				v.Set(k, x)
+			}
+		}
+		if len(v) == 0 {
+			return "/ui/"
+		}
 		return "/ui/?" + v.Encode()
 	}
 	data := map[string]any{"Title": "Runs", "Nav": "runs", "Rows": rows, "Pipelines": names, "Pipeline": pipeline, "Status": status,
-		"Statuses": statusFilters, "Total": len(match), "Page": page, "From": from + 1, "To": to}
-	if page > 1 {
-		data["Prev"] = link(page - 1)
+		"Statuses": controller.RunStatusFilters, "Pinned": len(pinned)}
+	if waitingApprovals > len(pinned) {
+		v := url.Values{"status": {"waitingApproval"}}
+		if pipeline != "" {
+			v.Set("pipeline", pipeline)
+		}
+		data["MoreApprovals"], data["ApprovalsLink"] = waitingApprovals, "/ui/?"+v.Encode()
 	}
-	if to < len(match) {
-		data["Next"] = link(page + 1)
+	if cursor != "" {
+		data["Newest"] = link("")
+	}
+	if page.Next != "" {
+		data["Older"] = link(page.Next)
 	}
 	u.render(w, r, http.StatusOK, "runs", data)
 }
 
-// statusFilters are the runs page's status choices; "active" is every run not finished,
-// "waiting" every run with a parked step (an approval, a PR merge, a sync), "waitingApproval"
-// those waiting for an approval. A run's stored status is never "waiting" (only steps park).
-var statusFilters = []string{"active", "waitingApproval", "waiting", "succeeded", "failed", "cancelled", "rolledBack"}
-
-func statusMatches(r *pipelines.Run, f string) bool {
-	switch f {
-	case "active":
-		return !r.Status.Terminal()
-	case "waiting":
-		return r.Parked()
-	case "waitingApproval":
-		return r.WaitingApproval()
+// approvals returns the runs waiting for an approval that the user may see, newest first:
+// the first PageSize of them and how many there are.
+func (u *UI) approvals(ctx context.Context, pipeline string, keep func(*controller.RunSummary) bool) ([]*controller.RunSummary, int, error) {
+	var first []*controller.RunSummary
+	n := 0
+	cursor := ""
+	for {
+		page, err := u.ctl.ListRuns(ctx, controller.ListOptions{Limit: controller.MaxRunsLimit, Cursor: cursor, Pipeline: pipeline, Status: "waitingApproval", Keep: keep})
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, s := range page.Runs {
+			if len(first) < PageSize {
+				first = append(first, s)
+			}
+			n++
+		}
+		if cursor = page.Next; cursor == "" {
+			return first, n, nil
+		}
 	}
-	return string(r.Status) == f
-}
-
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
 }
 
 func (u *UI) runPage(w http.ResponseWriter, r *http.Request) {
