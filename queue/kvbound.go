@@ -198,7 +198,7 @@ func (b *boundKV) ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jet
 }
 
 func (b *boundKV) ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error) {
-	if b.direct != nil {
+	if b.direct != nil && !b.direct.off.Load() {
 		keys, err := read(ctx, b.attempt, func(ctx context.Context) ([]string, error) { return b.direct.keys(ctx, filters) })
 		if !errors.Is(err, errDirectIncomplete) {
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,10 @@ type directList struct {
 	nc     *nats.Conn
 	api    string // $JS.API.DIRECT.GET.<stream>
 	prefix string // $KV.<bucket>.
+	// off: a request went unanswered for a whole attempt, as a publish the user's NATS
+	// permissions deny does (the server drops it and tells only the connection's error
+	// handler). The watch lists from then on.
+	off atomic.Bool
 }
 
 // directLister returns the direct lister for kv's bucket, or nil when a direct get would not
@@ -88,11 +93,15 @@ func (d *directList) keys(ctx context.Context, filters []string) ([]string, erro
 		return nil, err
 	}
 	var keys []string
-	for {
+	for answered := false; ; answered = true {
 		var m *nats.Msg
 		select {
 		case m = <-ch:
 		case <-ctx.Done():
+			if !answered {
+				d.off.Store(true)
+				return nil, fmt.Errorf("%w: no answer from %s (not permitted?)", errDirectIncomplete, d.api)
+			}
 			return nil, errListUnfinished // asked again by read while the caller's ctx lives
 		}
 		if status := m.Header.Get("Status"); status != "" {
@@ -102,7 +111,10 @@ func (d *directList) keys(ctx context.Context, filters []string) ([]string, erro
 				return slices.Compact(keys), nil
 			case status == "404" && len(keys) == 0 && strings.EqualFold(m.Header.Get("Description"), "No Results"):
 				return nil, nil
-			default: // 413 Too Many Results, an end with messages still pending, no responder, an older server
+			case status == "503": // no responders: this stream does not answer direct gets
+				d.off.Store(true)
+				return nil, fmt.Errorf("%w: %s %s", errDirectIncomplete, status, m.Header.Get("Description"))
+			default: // 413 Too Many Results, an end with messages still pending, an older server
 				return nil, fmt.Errorf("%w: %s %s", errDirectIncomplete, status, m.Header.Get("Description"))
 			}
 		}

@@ -228,3 +228,45 @@ func TestListKeysFilteredConcurrent(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// A direct get nobody answers (a user whose NATS permissions deny the batched request: the
+// server drops it and tells only the connection's error handler) costs one attempt; the
+// listing is then done by watch, and later listings go straight to the watch.
+func TestListKeysFilteredFallsBackWhenDirectGetUnanswered(t *testing.T) {
+	c, b := setupBuckets(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, k := range []string{"eu.r1", "eu.r2", "us.r1"} {
+		if _, err := b.Agents.PutString(ctx, k, "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bk := &boundKV{KeyValue: b.Agents.(*boundKV).KeyValue, attempt: 500 * time.Millisecond,
+		direct: &directList{nc: c.NC, api: "$JS.API.DIRECT.GET.NOBODY_ANSWERS", prefix: "$KV.prflow-agents."}}
+	// Something takes the request and never answers, so no "no responders" status comes back.
+	sink, err := c.NC.Subscribe("$JS.API.DIRECT.GET.NOBODY_ANSWERS", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sink.Unsubscribe() }()
+	created := consumersCreated(t, c)
+	for i := 0; i < 2; i++ {
+		l, err := bk.ListKeysFiltered(ctx, "eu.*")
+		if err != nil {
+			t.Fatalf("listing %d: %v", i, err)
+		}
+		var got []string
+		for k := range l.Keys() {
+			got = append(got, k)
+		}
+		if !slices.Equal(got, []string{"eu.r1", "eu.r2"}) {
+			t.Fatalf("listing %d: %q", i, got)
+		}
+	}
+	if !bk.direct.off.Load() {
+		t.Fatal("the unanswered direct get was not turned off")
+	}
+	if n := created(); n != 2 {
+		t.Errorf("%d consumers created, want 2 (both listings by watch)", n)
+	}
+}

@@ -46,8 +46,8 @@ var Roles = map[string]Role{
 			"$JS.API.STREAM.INFO.*",
 			"$JS.API.CONSUMER.CREATE.PRFLOW_JOBS.>", "$JS.API.CONSUMER.INFO.PRFLOW_JOBS.>",
 			"$JS.API.CONSUMER.MSG.NEXT.PRFLOW_JOBS.>", "$JS.ACK.PRFLOW_JOBS.>",
-			"$JS.API.DIRECT.GET.KV_prflow-meta.$KV.prflow-meta.schema", "$JS.API.DIRECT.GET.KV_prflow-apps.>",
-			"$JS.API.DIRECT.GET.KV_prflow-agents.>", "$JS.API.STREAM.MSG.GET.KV_prflow-locks",
+			"$JS.API.DIRECT.GET.KV_prflow-meta.$KV.prflow-meta.schema", "$JS.API.DIRECT.GET.KV_prflow-apps", "$JS.API.DIRECT.GET.KV_prflow-apps.>",
+			"$JS.API.DIRECT.GET.KV_prflow-agents", "$JS.API.DIRECT.GET.KV_prflow-agents.>", "$JS.API.STREAM.MSG.GET.KV_prflow-locks",
 			"$JS.API.STREAM.MSG.GET.KV_prflow-mergeq", "$JS.API.DIRECT.GET.KV_prflow-workers.>",
 			"$JS.API.DIRECT.GET.KV_prflow-notify.>",
 			"$JS.API.CONSUMER.CREATE.KV_prflow-mergeq.>", "$JS.API.CONSUMER.DELETE.KV_prflow-mergeq.>",
@@ -64,8 +64,8 @@ var Roles = map[string]Role{
 	"prflow-agent": {
 		PubAllow: []string{
 			"$JS.API.STREAM.INFO.*",
-			"$JS.API.DIRECT.GET.KV_prflow-meta.$KV.prflow-meta.schema", "$JS.API.DIRECT.GET.KV_prflow-apps.>",
-			"$JS.API.DIRECT.GET.KV_prflow-agents.>", "$JS.API.STREAM.MSG.GET.KV_prflow-locks",
+			"$JS.API.DIRECT.GET.KV_prflow-meta.$KV.prflow-meta.schema", "$JS.API.DIRECT.GET.KV_prflow-apps", "$JS.API.DIRECT.GET.KV_prflow-apps.>",
+			"$JS.API.DIRECT.GET.KV_prflow-agents", "$JS.API.DIRECT.GET.KV_prflow-agents.>", "$JS.API.STREAM.MSG.GET.KV_prflow-locks",
 			"$JS.API.CONSUMER.CREATE.KV_prflow-apps.>", "$JS.API.CONSUMER.DELETE.KV_prflow-apps.>",
 			"$JS.FC.>",
 			"$KV.prflow-apps.>", "$KV.prflow-agents.>", "$KV.prflow-locks.>",
