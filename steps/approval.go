@@ -17,21 +17,63 @@ func init() {
 		Aliases:  []string{"HarnessApproval"},
 		New:      func() Step { return StepFunc(runApproval) },
 		Validate: validateApproval,
-		Inputs: []Input{
-			{Name: "approvers", Type: InputStrings, Required: true, Doc: "who may approve: user names and group:NAME, or {users, groups, minimumCount}",
-				Or: []Input{{Type: InputObject, Fields: []Input{
-					{Name: "users", Type: InputStrings, Doc: "user names"},
-					{Name: "groups", Type: InputStrings, Doc: "groups from the tokens file"},
-					{Name: "minimumCount", Type: InputInt, Default: 1, Doc: "approvals needed"},
-					{Name: "disallowPipelineExecutor", Type: InputBool, Default: false, Doc: "the run's starter may not approve"},
-				}}}},
-			{Name: "minimumCount", Type: InputInt, Default: 1, Doc: "approvals needed"},
-			{Name: "disallowPipelineExecutor", Type: InputBool, Default: false, Doc: "the run's starter may not approve"},
-			{Name: "message", Type: InputString, Doc: "shown to approvers"},
-		},
+		Config:   approvalInputs{},
 	})
 }
 
+// approvalInputs is Approval's `with:`. The top-level minimumCount and
+// disallowPipelineExecutor, when given, win over the ones inside approvers.
+type approvalInputs struct {
+	Approvers                approversInput `input:"approvers,required" doc:"who may approve: user names and group:NAME, or {users, groups, minimumCount}"`
+	MinimumCount             *int           `input:"minimumCount,default=1,fallback" doc:"approvals needed"`
+	DisallowPipelineExecutor *bool          `input:"disallowPipelineExecutor,default=false,fallback" doc:"the run's starter may not approve"`
+	Message                  string         `input:"message" doc:"shown to approvers"`
+}
+
+// approversObject is approvers given as a mapping.
+type approversObject struct {
+	Users                    []string `input:"users" doc:"user names"`
+	Groups                   []string `input:"groups" doc:"groups from the tokens file"`
+	MinimumCount             *int     `input:"minimumCount,default=1,fallback" doc:"approvals needed"`
+	DisallowPipelineExecutor *bool    `input:"disallowPipelineExecutor,default=false,fallback" doc:"the run's starter may not approve"`
+}
+
+// approversInput is approvers: a list of user names and group:NAME, or an approversObject.
+type approversInput struct{ approversObject }
+
+func (approversInput) InputShape() Input {
+	return Input{Type: InputStrings, Or: []Input{{Type: InputObject, Fields: InputsOf[approversObject]()}}}
+}
+
+func (a *approversInput) DecodeInput(v any, field string, static bool) error {
+	switch x := v.(type) {
+	case map[string]any:
+		o, err := decodeAs[approversObject](x, field, static)
+		a.approversObject = o
+		return err
+	case []any:
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("%s: want user names or group:NAME, got %v", field, e)
+			}
+			if g, ok := strings.CutPrefix(s, "group:"); ok {
+				a.Groups = append(a.Groups, g)
+			} else {
+				a.Users = append(a.Users, s)
+			}
+		}
+		return nil
+	case string:
+		if !static { // at load it may be an expression
+			return fmt.Errorf("%s: want a list or {users, groups}, got %q", field, x)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s: want a list or {users, groups}, got %T", field, v)
+}
+
+// approvalConfig is what runApproval needs, resolved from approvalInputs.
 type approvalConfig struct {
 	users, groups    []string
 	min              int
@@ -45,58 +87,22 @@ func validateApproval(in map[string]any) error {
 }
 
 func approvalFrom(in map[string]any, static bool) (approvalConfig, error) {
-	c := approvalConfig{min: 1}
-	switch a := in["approvers"].(type) {
-	case map[string]any:
-		var err error
-		if c.users, err = stringList(a["users"], "approvers.users"); err != nil {
-			return c, err
-		}
-		if c.groups, err = stringList(a["groups"], "approvers.groups"); err != nil {
-			return c, err
-		}
-		if v, ok := a["minimumCount"]; ok {
-			n, err := intInput(v, "approvers.minimumCount", static)
-			if err != nil {
-				return c, err
-			}
-			c.min = n
-		}
-		if b, ok := a["disallowPipelineExecutor"].(bool); ok {
-			c.disallowExecutor = b
-		}
-	case []any:
-		for _, x := range a {
-			s, ok := x.(string)
-			if !ok {
-				return c, fmt.Errorf("approvers: want user names or group:NAME, got %v", x)
-			}
-			if g, ok := strings.CutPrefix(s, "group:"); ok {
-				c.groups = append(c.groups, g)
-			} else {
-				c.users = append(c.users, s)
-			}
-		}
-	case nil:
-		return c, fmt.Errorf("approvers: required (users and/or groups allowed to approve)")
-	case string:
-		if !static {
-			return c, fmt.Errorf("approvers: want a list or {users, groups}, got %q", a)
-		}
-	default:
-		return c, fmt.Errorf("approvers: want a list or {users, groups}, got %T", a)
+	cfg, err := Decode[approvalInputs](in, static)
+	if err != nil {
+		return approvalConfig{}, err
 	}
-	if v, ok := in["minimumCount"]; ok {
-		n, err := intInput(v, "minimumCount", static)
-		if err != nil {
-			return c, err
+	a := cfg.Approvers
+	c := approvalConfig{min: 1, users: a.Users, groups: a.Groups, message: cfg.Message}
+	for _, n := range []*int{a.MinimumCount, cfg.MinimumCount} {
+		if n != nil {
+			c.min = *n
 		}
-		c.min = n
 	}
-	if b, ok := in["disallowPipelineExecutor"].(bool); ok {
-		c.disallowExecutor = b
+	for _, b := range []*bool{a.DisallowPipelineExecutor, cfg.DisallowPipelineExecutor} {
+		if b != nil {
+			c.disallowExecutor = *b
+		}
 	}
-	c.message, _ = in["message"].(string)
 	if c.min < 1 {
 		return c, fmt.Errorf("minimumCount: must be ≥ 1")
 	}

@@ -16,12 +16,27 @@ const TypeCleanup = "Cleanup"
 func init() {
 	// Dispatched by the controller when a run ends failed or cancelled; never in a pipeline.
 	Register(Definition{Type: TypeCleanup, Internal: true, New: func() Step { return StepFunc(runCleanup) },
-		Inputs: []Input{
-			{Name: "prs", Type: InputList, Items: &Input{Type: InputObject}, Doc: "the PRs the run opened"},
-			{Name: "branches", Type: InputList, Items: &Input{Type: InputObject}, Doc: "work branches of release steps that reported no PR"},
-			{Name: "reason", Type: InputString, Doc: "why the run ended, for the PR comment"},
-			{Name: "keepFailedPRs", Type: InputBool, Doc: "leave the PRs and branches for debugging"},
-		}})
+		Config: cleanupConfig{}})
+}
+
+// cleanupConfig is a cleanup job's inputs, set by the controller (pipelines.Machine.CleanupJob).
+type cleanupConfig struct {
+	PRs           []cleanupEntry `input:"prs" doc:"the PRs the run opened"`
+	Branches      []cleanupEntry `input:"branches" doc:"work branches of release steps that reported no PR"`
+	Reason        string         `input:"reason" doc:"why the run ended, for the PR comment"`
+	KeepFailedPRs bool           `input:"keepFailedPRs" doc:"leave the PRs and branches for debugging"`
+}
+
+// cleanupEntry is one entry of prs or branches. Each is checked when it is cleared up
+// (cleanupPR, cleanupBranch), so that a bad entry does not stop the others: one that is not a
+// mapping is read as an empty one, which is reported as lacking its fields.
+type cleanupEntry map[string]any
+
+func (cleanupEntry) InputShape() Input { return Input{Type: InputObject} }
+
+func (e *cleanupEntry) DecodeInput(v any, _ string, _ bool) error {
+	*e, _ = v.(map[string]any)
+	return nil
 }
 
 // RunQueues takes a run's merges out of the merge queues they joined (worker.LeaseLocker).
@@ -44,22 +59,23 @@ func runCleanup(ctx context.Context, sc *Context) (Result, error) {
 		}
 		out["dequeued"] = n
 	}
-	list, _ := sc.Inputs["prs"].([]any)
-	branchList, _ := sc.Inputs["branches"].([]any)
-	keep, _ := BoolInput(sc.Inputs, "keepFailedPRs")
-	if keep {
+	cfg, err := Decode[cleanupConfig](sc.Inputs, false)
+	if err != nil {
+		return Fail("cleanup of run " + sc.RunID + ": " + err.Error()), nil
+	}
+	list, branchList := cfg.PRs, cfg.Branches
+	if cfg.KeepFailedPRs {
 		if len(list)+len(branchList) > 0 {
 			sc.Log.Info("keeping the PRs and branches of this run (cleanup.keepFailedPRs)", "prs", len(list), "branches", len(branchList))
 		}
 		out["kept"] = len(list) + len(branchList)
 		return Done(out), nil
 	}
-	reason, _ := StringInput(sc.Inputs, "reason")
+	reason := cfg.Reason
 	var closed, merged []any
 	var problems []string
 	var retry error
-	for _, item := range list {
-		m, _ := item.(map[string]any)
+	for _, m := range list {
 		res, err := cleanupPR(ctx, sc, m, reason)
 		switch {
 		case err == nil && res == "merged":
@@ -74,8 +90,7 @@ func runCleanup(ctx context.Context, sc *Context) (Result, error) {
 		}
 	}
 	var deleted []any
-	for _, item := range branchList {
-		m, _ := item.(map[string]any)
+	for _, m := range branchList {
 		res, err := cleanupBranch(ctx, sc, m, reason)
 		switch {
 		case err == nil && res == "merged":

@@ -345,3 +345,29 @@ func TestCleanupDeletesOnlyItsRunsBranches(t *testing.T) {
 		t.Errorf("%s still there", opened)
 	}
 }
+
+// TestCleanupRefusesMalformedJob: a cleanup job whose inputs have the wrong shape fails naming
+// the input, rather than reporting success having cleared up nothing (prs not a list) or
+// deleting what keepFailedPRs meant to keep (a flag that is not a boolean).
+func TestCleanupRefusesMalformedJob(t *testing.T) {
+	def, ok := steps.Default.Lookup(steps.TypeCleanup)
+	if !ok {
+		t.Fatal("no Cleanup step")
+	}
+	pr := map[string]any{"connector": "release", "repo": "acme/release", "prNumber": 1, "step": "s.u"}
+	for _, c := range []struct {
+		in   map[string]any
+		want string
+	}{
+		{map[string]any{"prs": "acme/release#1", "reason": "failed"}, "prs: want a list"},
+		{map[string]any{"prs": []any{pr}, "keepFailedPRs": "maybe"}, "keepFailedPRs: want true or false"},
+		{map[string]any{"prs": []any{pr}, "keepFailedPR": true}, "keepFailedPR: unknown input"},
+	} {
+		sc := &steps.Context{RunID: "r1", Pipeline: "p", Stage: pipelines.CleanupStage, StepID: "cleanup", Type: steps.TypeCleanup,
+			Inputs: c.in, Log: slog.New(slog.DiscardHandler)}
+		res, err := def.New().Run(t.Context(), sc)
+		if err != nil || res.Status != steps.Failed || !strings.Contains(res.Message, c.want) {
+			t.Errorf("%v: %v %+v, want a failure with %q", c.in, err, res, c.want)
+		}
+	}
+}

@@ -22,27 +22,39 @@ func init() {
 		Type:     TypeCommitStatus,
 		Internal: true,
 		New:      func() Step { return StepFunc(runCommitStatus) },
-		Inputs: []Input{inConnector, inRepo,
-			{Name: "sha", Type: InputString, Required: true, Doc: "the commit"},
-			{Name: "context", Type: InputString, Required: true, Doc: "the status's name"},
-			{Name: "state", Type: InputString, Required: true, Enum: []string{"pending", "success", "failure", "error"}},
-			{Name: "description", Type: InputString},
-			{Name: "targetUrl", Type: InputString},
-			{Name: "order", Type: InputInt, Doc: "sequence number: an older status never replaces a newer one"},
-		},
-		Validate: func(in map[string]any) error {
-			if s, ok := in["state"].(string); ok && !isStatusState(s) {
-				return fmt.Errorf("state: %q is not one of pending, success, failure, error", s)
-			}
-			return nil
-		},
+		Config:   commitStatusConfig{},
 	})
 	Register(Definition{
 		Type:     TypePRComment,
 		Internal: true,
 		New:      func() Step { return StepFunc(runPRComment) },
-		Inputs:   []Input{inConnector, inRepo, inPRNumber, {Name: "body", Type: InputString, Required: true}},
+		Config:   prCommentConfig{},
 	})
+}
+
+// repoInputs are connector and repo, which the feedback steps need (checked by nonEmpty at run
+// time; the controller always sets them).
+type repoInputs struct {
+	Connector string `input:"connector" doc:"the worker connector (SCM credentials) of the repo"`
+	Repo      string `input:"repo" doc:"the repo, e.g. acme/release"`
+}
+
+// commitStatusConfig is CommitStatus's `with:`.
+type commitStatusConfig struct {
+	repoInputs
+	SHA         string `input:"sha,required" doc:"the commit"`
+	Context     string `input:"context,required" doc:"the status's name"`
+	State       string `input:"state,required,enum=pending|success|failure|error"`
+	Description string `input:"description"`
+	TargetURL   string `input:"targetUrl"`
+	Order       int    `input:"order" doc:"sequence number: an older status never replaces a newer one"`
+}
+
+// prCommentConfig is PRComment's `with:`.
+type prCommentConfig struct {
+	repoInputs
+	PRNumber int    `input:"prNumber" doc:"the pull request's number"`
+	Body     string `input:"body,required"`
 }
 
 // CommitTopic is the event topic a commit's status and check webhooks wake:
@@ -55,27 +67,14 @@ func CommitTopic(provider, repo, sha string) string {
 	return "commit:" + provider + ":" + repo + "@" + sha
 }
 
-func isStatusState(s string) bool {
-	switch scm.StatusState(s) {
-	case scm.StatusPending, scm.StatusSuccess, scm.StatusFailure, scm.StatusError:
-		return true
-	}
-	return false
-}
-
-func requiredStrings(in map[string]any, names ...string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, n := range names {
-		s, err := StringInput(in, n)
-		if err != nil {
-			return nil, Terminal(err)
+// nonEmpty is the first of name, value pairs whose value is "", as a terminal "required".
+func nonEmpty(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] == "" {
+			return Terminalf("%s: required", pairs[i])
 		}
-		if s == "" {
-			return nil, Terminalf("%s: required", n)
-		}
-		out[n] = s
 	}
-	return out, nil
+	return nil
 }
 
 // Sequencer records the newest step of an ordered sequence (worker.LeaseLocker implements it).
@@ -86,24 +85,22 @@ type Sequencer interface {
 // runCommitStatus sets one commit status: {connector, repo, sha, context, state, description,
 // targetUrl}. Setting the same status again is harmless on every forge.
 func runCommitStatus(ctx context.Context, sc *Context) (Result, error) {
-	v, err := requiredStrings(sc.Inputs, "connector", "repo", "sha", "context", "state")
+	c, err := Decode[commitStatusConfig](sc.Inputs, false)
 	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	if err := nonEmpty("connector", c.Connector, "repo", c.Repo, "sha", c.SHA, "context", c.Context, "state", c.State); err != nil {
 		return Result{}, err
 	}
-	if !isStatusState(v["state"]) {
-		return Result{}, Terminalf("state: %q is not one of pending, success, failure, error", v["state"])
-	}
-	desc, _ := StringInput(sc.Inputs, "description")
-	target, _ := StringInput(sc.Inputs, "targetUrl")
-	p, err := scmFor(ctx, sc, v["connector"])
+	p, err := scmFor(ctx, sc, c.Connector)
 	if err != nil {
 		return Result{}, err
 	}
 	// A stage's pending and final statuses are separate jobs that two worker slots may run in
 	// either order. With an `order` (pending 1, final 2, …) they are written under one lock and a
 	// stale one is skipped, so a fast stage cannot end on "pending".
-	if order, _ := intInput(sc.Inputs["order"], "order", false); order > 0 {
-		key := strings.Join([]string{sc.RunID, v["repo"], v["sha"], v["context"]}, "/")
+	if order := c.Order; order > 0 {
+		key := strings.Join([]string{sc.RunID, c.Repo, c.SHA, c.Context}, "/")
 		unlock, err := lock(ctx, sc, "status", key)
 		if err != nil {
 			return Result{}, err
@@ -115,46 +112,49 @@ func runCommitStatus(ctx context.Context, sc *Context) (Result, error) {
 				return Result{}, err
 			}
 			if !current {
-				sc.Log.Info("commit status skipped: a later one is already set", "context", v["context"], "state", v["state"])
+				sc.Log.Info("commit status skipped: a later one is already set", "context", c.Context, "state", c.State)
 				return Done(map[string]any{"skipped": true}), nil
 			}
 		}
 	}
-	st := scm.Status{Context: v["context"], State: scm.StatusState(v["state"]), Description: desc, TargetURL: target}
-	if err := p.SetStatus(ctx, scm.Repo(v["repo"]), v["sha"], st); err != nil {
-		return Result{}, classify(err, fmt.Sprintf("set status %s on %.12s", st.Context, v["sha"]))
+	st := scm.Status{Context: c.Context, State: scm.StatusState(c.State), Description: c.Description, TargetURL: c.TargetURL}
+	if err := p.SetStatus(ctx, scm.Repo(c.Repo), c.SHA, st); err != nil {
+		return Result{}, classify(err, fmt.Sprintf("set status %s on %.12s", st.Context, c.SHA))
 	}
-	sc.Log.Info("commit status set", "repo", v["repo"], "sha", v["sha"], "context", st.Context, "state", string(st.State))
+	sc.Log.Info("commit status set", "repo", c.Repo, "sha", c.SHA, "context", st.Context, "state", string(st.State))
 	return Done(nil), nil
 }
 
 // runPRComment comments on a PR: {connector, repo, prNumber, body}.
 func runPRComment(ctx context.Context, sc *Context) (Result, error) {
-	v, err := requiredStrings(sc.Inputs, "connector", "repo", "body")
+	c, err := Decode[prCommentConfig](sc.Inputs, false)
 	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	if err := nonEmpty("connector", c.Connector, "repo", c.Repo, "body", c.Body); err != nil {
 		return Result{}, err
 	}
-	n, err := prNumberInput(sc.Inputs)
-	if err != nil {
-		return Result{}, err
+	n := c.PRNumber
+	if n <= 0 {
+		return Result{}, Terminalf("prNumber: required")
 	}
-	p, err := scmFor(ctx, sc, v["connector"])
+	p, err := scmFor(ctx, sc, c.Connector)
 	if err != nil {
 		return Result{}, err
 	}
 	// Posted once: a worker killed after posting and before its result was stored leaves the
 	// job to be redelivered, and the redelivery finds the comment by its marker. The body's
 	// hash is in the key because a run's rollback step may share an id with a forward step.
-	sum := sha256.Sum256([]byte(v["body"]))
+	sum := sha256.Sum256([]byte(c.Body))
 	key := fmt.Sprintf("%s/%s/%s/%x", sc.RunID, sc.Stage, sc.StepID, sum[:4])
-	posted, err := scm.CommentOnce(ctx, p, scm.Repo(v["repo"]), n, key, v["body"])
+	posted, err := scm.CommentOnce(ctx, p, scm.Repo(c.Repo), n, key, c.Body)
 	if err != nil {
 		return Result{}, classify(err, fmt.Sprintf("comment on PR #%d", n))
 	}
 	if !posted {
-		sc.Log.Info("PR comment already posted by an earlier delivery", "repo", v["repo"], "pr", n)
+		sc.Log.Info("PR comment already posted by an earlier delivery", "repo", c.Repo, "pr", n)
 		return Done(map[string]any{"posted": false}), nil
 	}
-	sc.Log.Info("commented on PR", "repo", v["repo"], "pr", n)
+	sc.Log.Info("commented on PR", "repo", c.Repo, "pr", n)
 	return Done(map[string]any{"posted": true}), nil
 }

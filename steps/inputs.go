@@ -59,19 +59,6 @@ func intInput(v any, field string, static bool) (int, error) {
 	return 0, fmt.Errorf("%s: want a whole number, got %v", field, v)
 }
 
-// prNumberInput reads the required prNumber input (a whole number above zero). Its errors
-// are terminal: a retry cannot fix them.
-func prNumberInput(in map[string]any) (int, error) {
-	n, err := intInput(in["prNumber"], "prNumber", false)
-	if err != nil {
-		return 0, Terminal(err)
-	}
-	if n <= 0 {
-		return 0, Terminalf("prNumber: required")
-	}
-	return n, nil
-}
-
 // BoolInput reads a boolean input that may arrive as a string ("true").
 func BoolInput(in map[string]any, field string) (bool, error) {
 	switch x := in[field].(type) {

@@ -58,23 +58,29 @@ type NotifyMarks interface {
 
 func init() {
 	Register(Definition{Type: TypeNotify, Internal: true, New: func() Step { return StepFunc(runNotify) },
-		Inputs: []Input{
-			{Name: "channel", Type: InputString, Required: true, Doc: "the channel (workers' notifiers file)"},
-			{Name: "event", Type: InputString, Required: true, Doc: "run.started, stage.failed, …"},
-			{Name: "status", Type: InputString, Doc: "the run's, stage's or step's status"},
-			{Name: "stage", Type: InputString, Doc: "the stage of a stage event"},
-			{Name: "step", Type: InputString, Doc: "the step of a step event (approval.waiting)"},
-			{Name: "message", Type: InputString, Doc: "the error of a failure, the reason of a wait"},
-			{Name: "url", Type: InputString, Doc: "the run's page"},
-		}})
+		Config: notifyConfig{}})
+}
+
+// notifyConfig is a notification job's inputs, set by the controller (pipelines.Machine.notifyJob).
+type notifyConfig struct {
+	Channel string `input:"channel,required" doc:"the channel (workers' notifiers file)"`
+	Event   string `input:"event,required" doc:"run.started, stage.failed, …"`
+	Status  string `input:"status" doc:"the run's, stage's or step's status"`
+	Stage   string `input:"stage" doc:"the stage of a stage event"`
+	Step    string `input:"step" doc:"the step of a step event (approval.waiting)"`
+	Message string `input:"message" doc:"the error of a failure, the reason of a wait"`
+	URL     string `input:"url" doc:"the run's page"`
 }
 
 // runNotify sends the notification once: a repeat (redelivery) that finds it marked sent does
 // nothing; transient failures are retried by the worker with backoff up to the channel's
 // attempts, then reported as a failed result, which the controller records as a warning.
 func runNotify(ctx context.Context, sc *Context) (Result, error) {
-	channel, _ := StringInput(sc.Inputs, "channel")
-	event, _ := StringInput(sc.Inputs, "event")
+	cfg, err := Decode[notifyConfig](sc.Inputs, false)
+	if err != nil {
+		return Fail("notification job: " + err.Error()), nil
+	}
+	channel, event := cfg.Channel, cfg.Event
 	if channel == "" || event == "" {
 		return Fail("notification job without channel or event"), nil
 	}
@@ -94,9 +100,8 @@ func runNotify(ctx context.Context, sc *Context) (Result, error) {
 			return Done(map[string]any{"channel": channel, "sent": false, "duplicate": true}), nil
 		}
 	}
-	str := func(k string) string { s, _ := StringInput(sc.Inputs, k); return s }
-	msg := Notification{ID: id, Event: event, Run: sc.RunID, Pipeline: sc.Pipeline, Stage: str("stage"), Step: str("step"),
-		Status: str("status"), Message: str("message"), URL: str("url"), Executor: sc.Executor, Time: time.Now().UTC()}
+	msg := Notification{ID: id, Event: event, Run: sc.RunID, Pipeline: sc.Pipeline, Stage: cfg.Stage, Step: cfg.Step,
+		Status: cfg.Status, Message: cfg.Message, URL: cfg.URL, Executor: sc.Executor, Time: time.Now().UTC()}
 	if err := n.Send(ctx, channel, msg); err != nil {
 		if IsTerminal(err) {
 			return Fail(fmt.Sprintf("channel %s: %v", channel, err)), nil

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/steps/template"
 )
 
 // The GitOps gates (GitOpsSync, FetchLinkedApps, StageGate) never decide on a stale view: while
@@ -18,36 +17,12 @@ import (
 // agentOutageTimeout, or one still going at the step's deadline, fails the step with
 // NoRollback: the stage fails without a rollback it could not observe.
 
-// inOutage declares agentOutageTimeout on the steps that read the agent's view.
-var inOutage = Input{Name: "agentOutageTimeout", Type: InputDuration,
-	Doc: "how long the agent may be unable to see Argo CD before the stage fails, without rollback (default 10m)"}
-
 // defaultOutageTimeout is agentOutageTimeout when the pipeline does not set it.
 const defaultOutageTimeout = 10 * time.Minute
 
 // outagePoll is how often a step parked on an outage looks again: recovery of a registration
 // changes no prflow-apps key, so it is not a wake.
 const outagePoll = 3 * time.Second
-
-// outageTimeoutFrom reads the agentOutageTimeout input ("" = default, "0" = default).
-func outageTimeoutFrom(in map[string]any, static bool) (time.Duration, error) {
-	v, ok := in["agentOutageTimeout"]
-	if !ok || v == nil || v == "" {
-		return defaultOutageTimeout, nil
-	}
-	s := fmt.Sprint(v)
-	if static && template.Contains(s) {
-		return defaultOutageTimeout, nil
-	}
-	d, err := durationInput(s)
-	if err != nil {
-		return 0, fmt.Errorf("agentOutageTimeout: %w", err)
-	}
-	if d <= 0 {
-		return defaultOutageTimeout, nil
-	}
-	return d, nil
-}
 
 // outage is what a step knows about the agents it cannot see right now.
 type outage struct {

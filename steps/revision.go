@@ -28,34 +28,21 @@ type revisionGate struct {
 	notFound map[string]bool
 }
 
-// validateSync is GitOpsSync's load-time check: its sync inputs and the revision gate's.
+// validateSync is GitOpsSync's load-time check. The revision gate's `connector` and `repo`
+// (either may be left out: it then comes from the stage's UpdateReleaseRepo or RevertPR at run
+// time) are fields of syncConfig, decoded at load with the rest.
 func validateSync(in map[string]any) error {
-	if _, err := syncConfigFrom(in, true); err != nil {
-		return err
-	}
-	return checkRevisionInputs(in)
-}
-
-// checkRevisionInputs checks at load that the `connector` and `repo` inputs are strings (either
-// may be left out: it then comes from the stage's UpdateReleaseRepo or RevertPR at run time).
-func checkRevisionInputs(in map[string]any) error {
-	for _, f := range []string{"connector", "repo"} {
-		if _, err := StringInput(in, f); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := syncConfigFrom(in, true)
+	return err
 }
 
 func newRevisionGate(sc *Context) (*revisionGate, error) {
 	g := &revisionGate{sc: sc, known: map[string]bool{}, notFound: map[string]bool{}}
-	var err error
-	if g.connector, err = StringInput(sc.Inputs, "connector"); err != nil {
+	ri, err := decodePart[repoInputs](sc.Inputs, false)
+	if err != nil {
 		return nil, Terminal(err)
 	}
-	if g.repo, err = StringInput(sc.Inputs, "repo"); err != nil {
-		return nil, Terminal(err)
-	}
+	g.connector, g.repo = ri.Connector, ri.Repo
 	if p := priorPR(sc); p != nil {
 		if g.connector == "" {
 			g.connector, _ = p.Outputs["connector"].(string)

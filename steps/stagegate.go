@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/steps/duration"
 	"github.com/prflow/prflow/steps/template"
 )
 
@@ -23,26 +22,23 @@ func init() {
 		Type:     "StageGate",
 		Internal: true, // written as a stage's `gate:`
 		New:      func() Step { return StepFunc(runStageGate) },
-		Inputs: []Input{
-			{Name: "condition", Type: InputString, Doc: "an expression over the apps' status (apps)"},
-			{Name: "soak", Type: InputDuration, Doc: "how long the condition must hold"},
-			inOutage,
-		},
+		Config:   stageGateConfig{},
 		Validate: func(in map[string]any) error {
 			if c, _ := in["condition"].(string); c != "" {
 				if _, err := template.CompileCondition(c); err != nil {
 					return fmt.Errorf("condition: %w", err)
 				}
 			}
-			if s, _ := in["soak"].(string); s != "" {
-				if _, err := duration.Parse(s); err != nil {
-					return fmt.Errorf("soak: %w", err)
-				}
-			}
-			_, err := outageTimeoutFrom(in, true)
-			return err
+			return nil
 		},
 	})
+}
+
+// stageGateConfig is StageGate's `with:`, written by the loader from a stage's `gate:`.
+type stageGateConfig struct {
+	Condition string        `input:"condition" doc:"an expression over the apps' status (apps)"`
+	Soak      time.Duration `input:"soak" doc:"how long the condition must hold"`
+	outageInput
 }
 
 type gateMemo struct {
@@ -51,24 +47,16 @@ type gateMemo struct {
 }
 
 func runStageGate(ctx context.Context, sc *Context) (Result, error) {
-	cond, _ := sc.Inputs["condition"].(string)
-	soakS, _ := sc.Inputs["soak"].(string)
-	var soak time.Duration
-	if soakS != "" {
-		d, err := duration.Parse(soakS)
-		if err != nil {
-			return Result{}, Terminalf("soak: %w", err)
-		}
-		soak = d
+	cfg, err := Decode[stageGateConfig](sc.Inputs, false)
+	if err != nil {
+		return Result{}, Terminal(err)
 	}
+	cond, soak := cfg.Condition, cfg.Soak
 	g, gerr := gitopsFor(sc)
 	if gerr != nil && cond != "" {
 		return Result{}, gerr
 	}
-	outageLimit, err := outageTimeoutFrom(sc.Inputs, false)
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
+	outageLimit := cfg.outageTimeout()
 	targets := gateApps(sc)
 	if gerr != nil && len(targets) > 0 {
 		return Result{}, gerr

@@ -24,37 +24,42 @@ func init() {
 		Type:     TypeTriggerPaths,
 		Internal: true,
 		New:      func() Step { return StepFunc(runTriggerPaths) },
-		Inputs: []Input{inConnector, inRepo, {Name: "prNumber", Type: InputInt, Doc: "the PR (or before and after)"},
-			{Name: "before", Type: InputString, Doc: "a push's previous head"}, {Name: "after", Type: InputString, Doc: "a push's new head"},
-			{Name: "paths", Type: InputStrings, Required: true, Doc: "glob patterns"}},
+		Config:   triggerPathsConfig{},
 	})
+}
+
+// triggerPathsConfig is a TriggerPaths job's inputs: a PR (prNumber) or a push (before, after).
+type triggerPathsConfig struct {
+	repoInputs
+	PRNumber int      `input:"prNumber" doc:"the PR (or before and after)"`
+	Before   string   `input:"before" doc:"a push's previous head"`
+	After    string   `input:"after" doc:"a push's new head"`
+	Paths    []string `input:"paths,required" doc:"glob patterns"`
 }
 
 // runTriggerPaths: inputs {connector, repo, prNumber, paths}; outputs {matched, files (the
 // matching files, at most MaxPathCheckFiles), changed (how many files the PR changes)}.
 func runTriggerPaths(ctx context.Context, sc *Context) (Result, error) {
-	v, err := requiredStrings(sc.Inputs, "connector", "repo")
+	c, err := Decode[triggerPathsConfig](sc.Inputs, false)
 	if err != nil {
+		return Result{}, Terminal(err)
+	}
+	if err := nonEmpty("connector", c.Connector, "repo", c.Repo); err != nil {
 		return Result{}, err
 	}
-	before, _ := sc.Inputs["before"].(string)
-	after, _ := sc.Inputs["after"].(string)
-	n := 0
+	before, after, n := c.Before, c.After, 0
 	if before == "" && after == "" {
-		if n, err = prNumberInput(sc.Inputs); err != nil {
-			return Result{}, err
+		if n = c.PRNumber; n <= 0 {
+			return Result{}, Terminalf("prNumber: required")
 		}
 	} else if before == "" || after == "" {
 		return Result{}, Terminalf("before and after: set both (a push) or neither (a PR: prNumber)")
 	}
-	paths, err := stringList(sc.Inputs["paths"], "paths")
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
+	paths := c.Paths
 	if len(paths) == 0 {
 		return Result{}, Terminalf("paths: required")
 	}
-	p, err := scmFor(ctx, sc, v["connector"])
+	p, err := scmFor(ctx, sc, c.Connector)
 	if err != nil {
 		return Result{}, err
 	}
@@ -64,11 +69,11 @@ func runTriggerPaths(ctx context.Context, sc *Context) (Result, error) {
 		what = fmt.Sprintf("the push %s..%s", before, after)
 		cmp, ok := p.(scm.Comparer)
 		if !ok {
-			return Result{}, Terminalf("connector %s: the %s driver cannot compare commits", v["connector"], p.Name())
+			return Result{}, Terminalf("connector %s: the %s driver cannot compare commits", c.Connector, p.Name())
 		}
-		files, err = cmp.ChangedBetween(ctx, scm.Repo(v["repo"]), before, after)
+		files, err = cmp.ChangedBetween(ctx, scm.Repo(c.Repo), before, after)
 	} else {
-		files, err = p.ChangedFiles(ctx, scm.Repo(v["repo"]), n)
+		files, err = p.ChangedFiles(ctx, scm.Repo(c.Repo), n)
 	}
 	truncated := errors.Is(err, scm.ErrTruncated)
 	if err != nil && !truncated {
@@ -88,6 +93,6 @@ func runTriggerPaths(ctx context.Context, sc *Context) (Result, error) {
 		// A match in the part listed is a match; no match in it decides nothing.
 		return Result{}, Terminalf("list the files of %s: %v; none of the %d listed matches paths %v, the rest cannot be read", what, err, len(files), paths)
 	}
-	sc.Log.Info("changed files checked against trigger paths", "repo", v["repo"], "of", what, "changed", len(files), "matched", len(matched))
+	sc.Log.Info("changed files checked against trigger paths", "repo", c.Repo, "of", what, "changed", len(files), "matched", len(matched))
 	return Done(map[string]any{"matched": len(matched) > 0, "files": matched, "changed": len(files)}), nil
 }

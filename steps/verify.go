@@ -64,29 +64,63 @@ func init() {
 		Parks:    true,
 		New:      func() Step { return StepFunc(runVerify) },
 		Validate: func(in map[string]any) error { _, err := verifyConfigFrom(in, true); return err },
-		Inputs: []Input{
-			{Name: "metrics", Type: InputList, Required: true, Doc: "the metrics to measure",
-				Items: &Input{Type: InputObject, Fields: []Input{
-					{Name: "name", Type: InputString, Required: true, Doc: "names the metric in outputs and charts"},
-					{Name: "provider", Type: InputString, Required: true, Doc: "the metrics connector (Prometheus or Datadog) in the worker's --metrics file"},
-					{Name: "query", Type: InputString, Required: true, Doc: "the query; it must return one series (aggregate it)"},
-					{Name: "interval", Type: InputDuration, Default: "1m", Doc: "time between measurements; each covers the interval before it"},
-					{Name: "count", Type: InputInt, Doc: "how many measurements (or duration)"},
-					{Name: "duration", Type: InputDuration, Doc: "measure for this long (count = duration / interval)"},
-					{Name: "successCondition", Type: InputString, Doc: "expression over result (and baseline, ratio): true = a good measurement"},
-					{Name: "failureCondition", Type: InputString, Doc: "expression over result (and baseline, ratio): true = a bad measurement"},
-					{Name: "failureLimit", Type: InputInt, Default: 0, Doc: "failed measurements allowed before the metric fails"},
-					{Name: "inconclusiveLimit", Type: InputInt, Default: 0, Doc: "inconclusive measurements allowed before the metric is inconclusive"},
-					{Name: "consecutiveSuccessLimit", Type: InputInt, Default: 0, Doc: "succeed once this many measurements in a row were good (0: run all)"},
-					{Name: "baseline", Type: InputString, Doc: "last (or LAST): also query the same window length before the promotion, as baseline; none: no baseline"},
-					{Name: "failOnNoAnalysis", Type: InputString, Default: noDataInconclusive,
-						Doc: "when a query returns no data: fail, pass or inconclusive (true = fail, false = pass)"},
-				}}},
-			{Name: "onInconclusive", Type: InputString, Enum: []string{"fail", "succeed"}, Default: "fail",
-				Doc: "what an inconclusive verdict does to the step"},
-			{Name: "startTime", Type: InputString, Doc: "the promotion time measurements start from (RFC 3339; default: when the step first runs)"},
-		},
+		Config:   verifyInputs{},
 	})
+}
+
+// verifyInputs is Verify's `with:`; verifyConfigFrom checks it and resolves it to verifyConfig.
+type verifyInputs struct {
+	Metrics        []metricInput `input:"metrics,required" doc:"the metrics to measure"`
+	OnInconclusive string        `input:"onInconclusive,enum=fail|succeed,default=fail" doc:"what an inconclusive verdict does to the step"`
+	StartTime      string        `input:"startTime" doc:"the promotion time measurements start from (RFC 3339; default: when the step first runs)"`
+}
+
+// metricInput is one entry of metrics. count and duration are pointers: "not given" decides
+// which one sets the number of measurements.
+type metricInput struct {
+	Name                    string         `input:"name,required" doc:"names the metric in outputs and charts"`
+	Provider                string         `input:"provider,required" doc:"the metrics connector (Prometheus or Datadog) in the worker's --metrics file"`
+	Query                   string         `input:"query,required" doc:"the query; it must return one series (aggregate it)"`
+	Interval                time.Duration  `input:"interval,default=1m" doc:"time between measurements; each covers the interval before it"`
+	Count                   *int           `input:"count" doc:"how many measurements (or duration)"`
+	Duration                *time.Duration `input:"duration" doc:"measure for this long (count = duration / interval)"`
+	SuccessCondition        string         `input:"successCondition" doc:"expression over result (and baseline, ratio): true = a good measurement"`
+	FailureCondition        string         `input:"failureCondition" doc:"expression over result (and baseline, ratio): true = a bad measurement"`
+	FailureLimit            int            `input:"failureLimit,default=0" doc:"failed measurements allowed before the metric fails"`
+	InconclusiveLimit       int            `input:"inconclusiveLimit,default=0" doc:"inconclusive measurements allowed before the metric is inconclusive"`
+	ConsecutiveSuccessLimit int            `input:"consecutiveSuccessLimit,default=0" doc:"succeed once this many measurements in a row were good (0: run all)"`
+	Baseline                string         `input:"baseline" doc:"last (or LAST): also query the same window length before the promotion, as baseline; none: no baseline"`
+	FailOnNoAnalysis        noDataInput    `input:"failOnNoAnalysis,default=inconclusive" doc:"when a query returns no data: fail, pass or inconclusive (true = fail, false = pass)"`
+}
+
+// noDataInput is failOnNoAnalysis: fail, pass or inconclusive, or Harness's true (fail) and
+// false (pass).
+type noDataInput string
+
+func (noDataInput) InputShape() Input { return Input{Type: InputString} }
+
+func (n *noDataInput) DecodeInput(v any, field string, static bool) error {
+	switch x := v.(type) {
+	case bool:
+		*n = noDataInput(map[bool]string{true: noDataFail, false: noDataPass}[x])
+	case string:
+		switch strings.ToLower(strings.TrimSpace(x)) {
+		case "fail", "true":
+			*n = noDataFail
+		case "pass", "false":
+			*n = noDataPass
+		case "inconclusive", "":
+			*n = noDataInconclusive
+		default:
+			if !(static && template.Contains(x)) {
+				return fmt.Errorf("%s: %q is not fail, pass or inconclusive", field, x)
+			}
+			*n = noDataInconclusive
+		}
+	default:
+		return fmt.Errorf("%s: want fail, pass or inconclusive, got %T", field, v)
+	}
+	return nil
 }
 
 // Verdicts of measurements, metrics and the step.
@@ -161,53 +195,37 @@ func compileCondition(src string, baseline bool) (*vm.Program, error) {
 func verifyConfigFrom(in map[string]any, static bool) (*verifyConfig, error) {
 	c := &verifyConfig{}
 	unresolved := func(v any) bool { s, ok := v.(string); return static && ok && template.Contains(s) }
-	switch s, _ := in["onInconclusive"].(string); s {
-	case "", "fail":
-	case "succeed":
-		c.succeedOnIncon = true
-	default:
-		if !unresolved(s) {
-			return nil, fmt.Errorf("onInconclusive: %q is not fail or succeed", s)
-		}
-	}
-	if s, err := StringInput(in, "startTime"); err != nil {
+	cfg, err := Decode[verifyInputs](in, static)
+	if err != nil {
 		return nil, err
-	} else if s != "" && !unresolved(s) {
+	}
+	c.succeedOnIncon = cfg.OnInconclusive == "succeed"
+	if s := cfg.StartTime; s != "" && !unresolved(s) {
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
 			return nil, fmt.Errorf("startTime: %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", s)
 		}
 		c.start = t
 	}
-	raw := in["metrics"]
-	if unresolved(raw) {
-		return c, nil
+	if unresolved(in["metrics"]) {
+		return c, nil // a list once evaluated: checked then
 	}
-	list, ok := raw.([]any)
-	if !ok || len(list) == 0 {
+	if len(cfg.Metrics) == 0 {
 		return nil, fmt.Errorf("metrics: required, a list of {name, provider, query, …}")
 	}
-	if len(list) > verifyMaxMetrics {
-		return nil, fmt.Errorf("metrics: %d metrics, at most %d", len(list), verifyMaxMetrics)
+	if len(cfg.Metrics) > verifyMaxMetrics {
+		return nil, fmt.Errorf("metrics: %d metrics, at most %d", len(cfg.Metrics), verifyMaxMetrics)
 	}
+	raw, _ := in["metrics"].([]any)
 	seen := map[string]bool{}
-	for i, item := range list {
+	for i, mi := range cfg.Metrics {
 		f := fmt.Sprintf("metrics[%d]", i)
-		m, ok := item.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("%s: want a mapping {name, provider, query, …}, got %T", f, item)
-		}
-		var s metricSpec
-		for _, r := range []struct {
-			k   string
-			dst *string
-		}{{"name", &s.Name}, {"provider", &s.Provider}, {"query", &s.Query}, {"successCondition", &s.Success}, {"failureCondition", &s.Failure}} {
-			v, err := StringInput(m, r.k)
-			if err != nil {
-				return nil, fmt.Errorf("%s.%w", f, err)
-			}
-			*r.dst = strings.TrimSpace(v)
-		}
+		// m is the entry as written, for what is still an expression at load.
+		m, _ := raw[i].(map[string]any)
+		s := metricSpec{Name: strings.TrimSpace(mi.Name), Provider: strings.TrimSpace(mi.Provider), Query: strings.TrimSpace(mi.Query),
+			Success: strings.TrimSpace(mi.SuccessCondition), Failure: strings.TrimSpace(mi.FailureCondition),
+			Interval: mi.Interval, FailureLimit: mi.FailureLimit, InconclusiveLim: mi.InconclusiveLimit,
+			ConsecutiveSuccess: mi.ConsecutiveSuccessLimit, NoData: string(mi.FailOnNoAnalysis)}
 		for _, r := range [][2]string{{"name", s.Name}, {"provider", s.Provider}, {"query", s.Query}} {
 			if r[1] == "" {
 				return nil, fmt.Errorf("%s.%s: required", f, r[0])
@@ -222,67 +240,44 @@ func verifyConfigFrom(in map[string]any, static bool) (*verifyConfig, error) {
 			}
 			seen[s.Name] = true
 		}
-		s.Interval = time.Minute
-		if v, ok := m["interval"]; ok && v != nil && !unresolved(v) {
-			d, err := durationInput(fmt.Sprint(v))
-			if err != nil {
-				return nil, fmt.Errorf("%s.interval: %w", f, err)
-			}
-			if d < verifyMinIntvl {
-				return nil, fmt.Errorf("%s.interval: %s is below the minimum of %s", f, d, verifyMinIntvl)
-			}
-			s.Interval = d
+		if s.Interval < verifyMinIntvl && !unresolved(m["interval"]) {
+			return nil, fmt.Errorf("%s.interval: %s is below the minimum of %s", f, s.Interval, verifyMinIntvl)
 		}
-		_, hasCount := m["count"]
-		_, hasDur := m["duration"]
+		hasCount := mi.Count != nil || unresolved(m["count"])
+		hasDur := mi.Duration != nil || unresolved(m["duration"])
 		switch {
 		case hasCount && hasDur:
 			return nil, fmt.Errorf("%s: set count or duration, not both", f)
-		case hasCount:
-			if !unresolved(m["count"]) {
-				n, err := intInput(m["count"], f+".count", static)
-				if err != nil {
-					return nil, err
-				}
-				s.Count = n
-			}
-		case hasDur:
-			if !unresolved(m["duration"]) && !unresolved(m["interval"]) {
-				d, err := durationInput(fmt.Sprint(m["duration"]))
-				if err != nil {
-					return nil, fmt.Errorf("%s.duration: %w", f, err)
-				}
+		case mi.Count != nil:
+			s.Count = *mi.Count
+		case mi.Duration != nil:
+			if d := *mi.Duration; !unresolved(m["interval"]) {
 				if d < s.Interval {
 					return nil, fmt.Errorf("%s.duration: %s is shorter than interval %s", f, d, s.Interval)
 				}
 				s.Count = int(d / s.Interval)
 			}
-		default:
+		case !hasCount && !hasDur:
 			return nil, fmt.Errorf("%s: set count (how many measurements) or duration", f)
 		}
 		if s.Count > verifyMaxCount {
 			return nil, fmt.Errorf("%s: %d measurements, at most %d (use a longer interval)", f, s.Count, verifyMaxCount)
 		}
-		if s.Count < 1 && (hasCount && !unresolved(m["count"])) {
+		if s.Count < 1 && mi.Count != nil {
 			return nil, fmt.Errorf("%s.count: want at least 1, got %d", f, s.Count)
 		}
-		for k, dst := range map[string]*int{"failureLimit": &s.FailureLimit, "inconclusiveLimit": &s.InconclusiveLim,
-			"consecutiveSuccessLimit": &s.ConsecutiveSuccess} {
-			if v, ok := m[k]; ok && v != nil && !unresolved(v) {
-				n, err := intInput(v, f+"."+k, static)
-				if err != nil {
-					return nil, err
-				}
-				if n < 0 {
-					return nil, fmt.Errorf("%s.%s: must not be negative", f, k)
-				}
-				*dst = n
+		for _, l := range []struct {
+			k string
+			n int
+		}{{"failureLimit", s.FailureLimit}, {"inconclusiveLimit", s.InconclusiveLim}, {"consecutiveSuccessLimit", s.ConsecutiveSuccess}} {
+			if l.n < 0 {
+				return nil, fmt.Errorf("%s.%s: must not be negative", f, l.k)
 			}
 		}
 		if s.ConsecutiveSuccess > s.Count && s.Count > 0 {
 			return nil, fmt.Errorf("%s.consecutiveSuccessLimit: %d is more than the %d measurements", f, s.ConsecutiveSuccess, s.Count)
 		}
-		switch b, _ := StringInput(m, "baseline"); strings.ToLower(strings.TrimSpace(b)) {
+		switch b := mi.Baseline; strings.ToLower(strings.TrimSpace(b)) {
 		case "", "none":
 		case "last":
 			s.Baseline = true
@@ -290,26 +285,6 @@ func verifyConfigFrom(in map[string]any, static bool) (*verifyConfig, error) {
 			if !unresolved(b) {
 				return nil, fmt.Errorf("%s.baseline: %q is not last (or none)", f, b)
 			}
-		}
-		s.NoData = noDataInconclusive
-		switch v := m["failOnNoAnalysis"].(type) {
-		case nil:
-		case bool:
-			s.NoData = map[bool]string{true: noDataFail, false: noDataPass}[v]
-		case string:
-			switch strings.ToLower(strings.TrimSpace(v)) {
-			case "fail", "true":
-				s.NoData = noDataFail
-			case "pass", "false":
-				s.NoData = noDataPass
-			case "inconclusive", "":
-			default:
-				if !unresolved(v) {
-					return nil, fmt.Errorf("%s.failOnNoAnalysis: %q is not fail, pass or inconclusive", f, v)
-				}
-			}
-		default:
-			return nil, fmt.Errorf("%s.failOnNoAnalysis: want fail, pass or inconclusive, got %T", f, v)
 		}
 		if s.Success == "" && s.Failure == "" {
 			return nil, fmt.Errorf("%s: set successCondition or failureCondition (e.g. result < 0.01)", f)
