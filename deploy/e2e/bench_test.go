@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"sort"
@@ -21,6 +20,7 @@ import (
 	"github.com/prflow/prflow/deploy/argocdtest"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
 )
 
 // BenchmarkStatusChangeToResume measures an app status change on Argo CD → agent → prflow-apps
@@ -118,7 +118,7 @@ func BenchmarkParkedGitOpsSync(b *testing.B) {
 `, false)
 	before := rssKB()
 	heapBefore := heapInUse()
-	ctlBefore := heapUnder("github.com/prflow/prflow/pipelines")
+	ctlBefore := ctltest.HeapUnder("github.com/prflow/prflow/pipelines")
 	b.ResetTimer()
 	start := time.Now()
 	ids := make([]string, runs)
@@ -143,7 +143,7 @@ func BenchmarkParkedGitOpsSync(b *testing.B) {
 	parked := m.Parked()
 	after := rssKB()
 	heapAfter := heapInUse()
-	ctlAfter := heapUnder("github.com/prflow/prflow/pipelines")
+	ctlAfter := ctltest.HeapUnder("github.com/prflow/prflow/pipelines")
 	b.ReportMetric(float64(parked), "parked")
 	b.ReportMetric(startTime.Seconds(), "s-to-start-all")
 	b.ReportMetric(float64(startTime)/float64(ref), "start-time/ref")
@@ -200,47 +200,6 @@ func rawStartTime(b *testing.B, s *stack, n int) time.Duration {
 		}
 	}
 	return time.Since(t0)
-}
-
-// heapUnder is the in-use heap (scaled from the heap profile's samples, as pprof does) of
-// allocations whose stack passes through a function of the package path prefix.
-func heapUnder(prefix string) int64 {
-	runtime.GC()
-	runtime.GC() // the profile reflects the heap as of the last completed GC cycle
-	var recs []runtime.MemProfileRecord
-	n, _ := runtime.MemProfile(nil, true)
-	for {
-		recs = make([]runtime.MemProfileRecord, n+64)
-		var ok bool
-		if n, ok = runtime.MemProfile(recs, true); ok {
-			recs = recs[:n]
-			break
-		}
-	}
-	rate := float64(runtime.MemProfileRate)
-	var total float64
-	for _, r := range recs {
-		objs, bytes := r.InUseObjects(), r.InUseBytes()
-		if objs == 0 || !stackUnder(r.Stack(), prefix) {
-			continue
-		}
-		avg := float64(bytes) / float64(objs)
-		total += float64(bytes) / (1 - math.Exp(-avg/rate))
-	}
-	return int64(total)
-}
-
-func stackUnder(pcs []uintptr, prefix string) bool {
-	frames := runtime.CallersFrames(pcs)
-	for {
-		f, more := frames.Next()
-		if strings.HasPrefix(f.Function, prefix) {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

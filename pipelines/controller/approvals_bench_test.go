@@ -3,9 +3,7 @@ package controller_test
 import (
 	"context"
 	"flag"
-	"math"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +31,7 @@ func BenchmarkParkedApprovals(b *testing.B) {
 	m := controller.NewMetrics(nil)
 	e := ctltest.New(b, ctltest.Options{Concurrency: 32, Controller: []controller.Option{controller.WithMetrics(m)}})
 	ctx := context.Background()
-	ctlBefore := heapUnder("github.com/prflow/prflow/pipelines")
+	ctlBefore := ctltest.HeapUnder("github.com/prflow/prflow/pipelines")
 	b.ResetTimer()
 	start := time.Now()
 	var next atomic.Int64
@@ -64,7 +62,7 @@ func BenchmarkParkedApprovals(b *testing.B) {
 	}
 	allParked := time.Since(start)
 	b.StopTimer()
-	ctlAfter := heapUnder("github.com/prflow/prflow/pipelines")
+	ctlAfter := ctltest.HeapUnder("github.com/prflow/prflow/pipelines")
 	t0 := time.Now()
 	page, err := e.Ctl.ListRuns(ctx, controller.ListOptions{Limit: 50, Status: "waitingApproval"})
 	list := time.Since(t0)
@@ -77,45 +75,4 @@ func BenchmarkParkedApprovals(b *testing.B) {
 	b.ReportMetric(float64(ctlAfter-ctlBefore)/1024/float64(runs), "controller-KB/parked-run")
 	b.ReportMetric(float64(list.Microseconds())/1000, "list-ms")
 	b.ReportMetric(0, "ns/op")
-}
-
-// heapUnder is the in-use heap (scaled from the heap profile's samples, as pprof does) of
-// allocations whose stack passes through a function of the package path prefix.
-func heapUnder(prefix string) int64 {
-	runtime.GC()
-	runtime.GC() // the profile reflects the heap as of the last completed GC cycle
-	var recs []runtime.MemProfileRecord
-	n, _ := runtime.MemProfile(nil, true)
-	for {
-		recs = make([]runtime.MemProfileRecord, n+64)
-		var ok bool
-		if n, ok = runtime.MemProfile(recs, true); ok {
-			recs = recs[:n]
-			break
-		}
-	}
-	rate := float64(runtime.MemProfileRate)
-	var total float64
-	for _, r := range recs {
-		objs, bytes := r.InUseObjects(), r.InUseBytes()
-		if objs == 0 || !stackUnder(r.Stack(), prefix) {
-			continue
-		}
-		avg := float64(bytes) / float64(objs)
-		total += float64(bytes) / (1 - math.Exp(-avg/rate))
-	}
-	return int64(total)
-}
-
-func stackUnder(pcs []uintptr, prefix string) bool {
-	frames := runtime.CallersFrames(pcs)
-	for {
-		f, more := frames.Next()
-		if strings.HasPrefix(f.Function, prefix) && !strings.Contains(f.Function, "_test.") {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
 }

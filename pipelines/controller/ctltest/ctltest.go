@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -286,4 +288,46 @@ func Step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
 		return st
 	}
 	return s.Step(id, true)
+}
+
+// HeapUnder is the in-use heap (scaled from the heap profile's samples, as pprof does) of
+// allocations whose stack passes through a function of the package path prefix, test code
+// excluded. Benchmarks take it before and after to tell the controller's share of a heap.
+func HeapUnder(prefix string) int64 {
+	runtime.GC()
+	runtime.GC() // the profile reflects the heap as of the last completed GC cycle
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, true)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, true); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	rate := float64(runtime.MemProfileRate)
+	var total float64
+	for _, r := range recs {
+		objs, bytes := r.InUseObjects(), r.InUseBytes()
+		if objs == 0 || !stackUnder(r.Stack(), prefix) {
+			continue
+		}
+		avg := float64(bytes) / float64(objs)
+		total += float64(bytes) / (1 - math.Exp(-avg/rate))
+	}
+	return int64(total)
+}
+
+func stackUnder(pcs []uintptr, prefix string) bool {
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, prefix) && !strings.Contains(f.Function, "_test.") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
