@@ -135,6 +135,9 @@ func (c *Controller) start(ctx context.Context, req StartRequest, prepare func(*
 // restarts, as for a controller that died right after storing the run.
 const firstJobsRetry = 2 * time.Minute
 
+// firstJobsAckWait is how long the acks of a new run's first jobs are waited for together.
+const firstJobsAckWait = 30 * time.Second
+
 // sendFirstJobs writes a new run's first jobs to the connection before it returns, so that
 // anything the caller sends afterwards (a cancel) comes after them, and waits for their acks
 // in the background: a start costs one round trip (storing the run), not two. A job the stream
@@ -165,6 +168,10 @@ func (c *Controller) sendFirstJobs(ctx context.Context, run string, jobs []*enve
 	}
 	bg := context.WithoutCancel(ctx)
 	go func() {
+		// An ack can be lost for good: nats.go fails pending acks on a reconnect but not when
+		// the connection closes. Past this wait the job is sent again (its id dedups).
+		ackCtx, cancel := context.WithTimeout(bg, firstJobsAckWait)
+		defer cancel()
 		for _, s := range out {
 			if s.job == nil {
 				continue
@@ -175,6 +182,8 @@ func (c *Controller) sendFirstJobs(ctx context.Context, run string, jobs []*enve
 				case <-s.ack.Ok():
 					continue
 				case err = <-s.ack.Err():
+				case <-ackCtx.Done():
+					err = fmt.Errorf("no ack within %s", firstJobsAckWait)
 				}
 			}
 			c.log.Warn("a new run's first job was not taken by the jobs stream; sending it again", "run", run, "step", s.job.Step, "err", err)
