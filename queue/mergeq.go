@@ -227,10 +227,10 @@ func seqAtLeast(rev uint64) until { return func(v *lineView) bool { return v.seq
 // moved holds once the view no longer shows key at revision rev (it applied a rewrite or the
 // delete, and so everything written before them).
 func moved(key string, rev uint64) until {
-	return func(v *lineView) bool { e := v.entries[key]; return e == nil || e.rev != rev }
+	return func(v *lineView) bool { e := v.entries.byKey[key]; return e == nil || e.rev != rev }
 }
 
-func gone(key string) until { return func(v *lineView) bool { return v.entries[key] == nil } }
+func gone(key string) until { return func(v *lineView) bool { return v.entries.byKey[key] == nil } }
 
 func all(us ...until) until {
 	return func(v *lineView) bool {
@@ -744,8 +744,8 @@ type lineView struct {
 	resync chan struct{} // (buffered) asks the watch loop to read the line afresh
 
 	mu      sync.Mutex
-	changed chan struct{}     // closed at every change, then replaced
-	entries map[string]*entry // the live entries by key
+	changed chan struct{} // closed at every change, then replaced
+	entries *lineEntries  // the live entries
 	old     jetstream.KeyValueEntry
 	seq     uint64 // the last stream sequence applied
 	ready   bool   // the current watch's initial values are in
@@ -771,7 +771,7 @@ func (q *MergeQueue) view(line string) *lineView {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	v := &lineView{q: q, line: line, stop: cancel, done: make(chan struct{}), resync: make(chan struct{}, 1),
-		changed: make(chan struct{}), entries: map[string]*entry{}, used: time.Now()}
+		changed: make(chan struct{}), entries: newLineEntries(), used: time.Now()}
 	q.views[line] = v
 	go v.run(ctx)
 	return v
@@ -821,7 +821,7 @@ func (v *lineView) follow(ctx context.Context, w jetstream.KeyWatcher) bool {
 	v.ready, v.deaf, v.err = false, false, nil
 	v.reads++
 	v.mu.Unlock()
-	fresh := map[string]*entry{}
+	fresh := newLineEntries()
 	var old jetstream.KeyValueEntry
 	var seq uint64
 	initial, started := true, time.Now()
@@ -880,7 +880,7 @@ func (v *lineView) follow(ctx context.Context, w jetstream.KeyWatcher) bool {
 }
 
 // apply puts one watched key into entries (or old, for the old-format value).
-func (q *MergeQueue) apply(line string, entries map[string]*entry, old *jetstream.KeyValueEntry, kve jetstream.KeyValueEntry) {
+func (q *MergeQueue) apply(line string, entries *lineEntries, old *jetstream.KeyValueEntry, kve jetstream.KeyValueEntry) {
 	del := kve.Operation() != jetstream.KeyValuePut
 	switch k := kve.Key(); {
 	case k == fenceKey(line):
@@ -889,17 +889,17 @@ func (q *MergeQueue) apply(line string, entries map[string]*entry, old *jetstrea
 	case k == lineKV(line):
 		*old = kve
 	case del:
-		delete(entries, k)
+		entries.del(k)
 	default:
 		e, err := parseEntry(line, kve)
 		if err != nil {
 			// Left out rather than blocking every merge to the branch behind it.
 			q.log().Warn("merge queue: a key that is not an entry is left out of its line",
 				"line", line, "key", k, "revision", kve.Revision(), "err", err)
-			delete(entries, k)
+			entries.del(k)
 			return
 		}
-		entries[k] = e
+		entries.put(e)
 	}
 }
 
@@ -955,8 +955,8 @@ func (v *lineView) drop() {
 func (v *lineView) forget(key string, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if e := v.entries[key]; e != nil && e.rev == rev {
-		delete(v.entries, key)
+	if e := v.entries.byKey[key]; e != nil && e.rev == rev {
+		v.entries.del(key)
 		v.broadcast()
 	}
 }
@@ -980,7 +980,7 @@ func (v *lineView) read(ctx context.Context, u until) ([]*entry, jetstream.KeyVa
 				return nil, nil, errViewClosed
 			}
 			if v.ready && (u == nil || u(v)) {
-				es := v.sorted()
+				es := slices.Clone(v.entries.list)
 				old := v.old
 				v.used = time.Now()
 				v.mu.Unlock()
@@ -1011,15 +1011,35 @@ func (v *lineView) read(ctx context.Context, u until) ([]*entry, jetstream.KeyVa
 	}
 }
 
-// sorted copies the live entries in line order; v.mu is held.
-func (v *lineView) sorted() []*entry {
-	es := make([]*entry, 0, len(v.entries))
-	for _, e := range v.entries {
-		c := *e
-		es = append(es, &c)
+// lineEntries are a line's live entries by key and in line order. An entry is never changed
+// in place (a new value replaces it), so readers may keep a copy of list.
+type lineEntries struct {
+	byKey map[string]*entry
+	list  []*entry // in line order
+}
+
+func newLineEntries() *lineEntries { return &lineEntries{byKey: map[string]*entry{}} }
+
+func before(a, b *entry) int {
+	return cmp.Or(cmp.Compare(a.order(), b.order()), cmp.Compare(a.Sub, b.Sub), strings.Compare(a.key, b.key))
+}
+
+// put adds or replaces e; a new entry normally goes at the end, so this is a binary search
+// and an append.
+func (l *lineEntries) put(e *entry) {
+	l.del(e.key)
+	l.byKey[e.key] = e
+	i, _ := slices.BinarySearchFunc(l.list, e, before)
+	l.list = slices.Insert(l.list, i, e)
+}
+
+func (l *lineEntries) del(key string) {
+	e := l.byKey[key]
+	if e == nil {
+		return
 	}
-	slices.SortFunc(es, func(a, b *entry) int {
-		return cmp.Or(cmp.Compare(a.order(), b.order()), cmp.Compare(a.Sub, b.Sub), strings.Compare(a.key, b.key))
-	})
-	return es
+	delete(l.byKey, key)
+	if i, ok := slices.BinarySearchFunc(l.list, e, before); ok {
+		l.list = slices.Delete(l.list, i, i+1)
+	}
 }
