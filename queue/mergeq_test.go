@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -231,5 +233,288 @@ func TestMergeQueueRemoveRunWakesTheNext(t *testing.T) {
 	}
 	if _, err := q.Join(ctx, "", "a"); err == nil {
 		t.Fatal("empty line accepted")
+	}
+}
+
+// mergeQueues opens n merge queues on one embedded server, each on its own connection, as n
+// worker processes would.
+func mergeQueues(t *testing.T, n int, lockTTL, renew, grace time.Duration) []*MergeQueue {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := Open(ctx, Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	if _, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketLocks, TTL: lockTTL}); err != nil {
+		t.Fatal(err)
+	}
+	var qs []*MergeQueue
+	for i := range n {
+		c := srv
+		if i > 0 {
+			if c, err = Open(ctx, Options{URL: srv.ClientURL(), Name: fmt.Sprintf("worker-%d", i)}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+		}
+		locks, err := c.JS.KeyValue(ctx, BucketLocks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := OpenMergeQueue(ctx, c.JS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: renew}, Grace: grace}
+		t.Cleanup(q.Close)
+		qs = append(qs, q)
+	}
+	return qs
+}
+
+func ids(es []QueueEntry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.ID)
+	}
+	return out
+}
+
+// written collects the keys of the merge-queue bucket written from now on, until stop.
+func written(t *testing.T, q *MergeQueue) (stop func() []string) {
+	t.Helper()
+	w, err := q.KV.WatchAll(context.Background(), jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var keys []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			if e != nil {
+				mu.Lock()
+				keys = append(keys, e.Key())
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		// A marker put after the operations: once it arrives, so has everything before it.
+		if _, err := q.KV.Put(context.Background(), "zz-marker", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mu.Lock()
+			got := slices.Contains(keys, "zz-marker")
+			out := slices.Clone(keys)
+			mu.Unlock()
+			if got {
+				_ = w.Stop()
+				<-done
+				return out[:len(out)-1]
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the marker key never arrived")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// A join or a leave writes its own entry's key (and the run's index), never the other
+// entries of the line: the single line value was rewritten whole by every one (O(q) bytes
+// per join, O(q²) under contention).
+func TestMergeQueueJoinAndLeaveWriteOnlyTheirOwnKey(t *testing.T) {
+	q := mergeQueue(t, 30*time.Second, 10*time.Second, time.Hour)
+	ctx := context.Background()
+	line := LineKey("gh", "acme/release", "main")
+	for i := range 5 {
+		join(t, q, line, fmt.Sprintf("r%d/s/m", i))
+	}
+	stop := written(t, q)
+	join(t, q, line, "r9/s/m")
+	join(t, q, line, "r3/s/m") // a woken park: nothing to write
+	if err := q.Leave(ctx, line, "r2/s/m", nil); err != nil {
+		t.Fatal(err)
+	}
+	got := stop()
+	want := []string{runKey("r9", line), "q." + line + "." + LeaseKey("r9/s/m"), "q." + line + "." + LeaseKey("r2/s/m")}
+	if !slices.Equal(got, want) {
+		t.Fatalf("keys written:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	es, _ := q.Entries(ctx, line)
+	if want := []string{"r0/s/m", "r1/s/m", "r3/s/m", "r4/s/m", "r9/s/m"}; !slices.Equal(ids(es), want) {
+		t.Fatalf("line %v, want %v", ids(es), want)
+	}
+}
+
+// Three worker processes put 36 merges in one line at once and then merge them: every
+// process sees the same order, a merge whose join returned before another's began is ahead
+// of it, and the merges run one at a time in that order.
+func TestMergeQueueProcessesAgreeOnTheOrderAndMergeOneAtATime(t *testing.T) {
+	qs := mergeQueues(t, 3, 30*time.Second, 10*time.Second, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	line := LineKey("gh", "acme/release", "main")
+	const per = 12
+	type span struct{ start, end time.Time }
+	var mu sync.Mutex
+	spans := map[string]span{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*per)
+	for w, q := range qs {
+		for i := range per {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("w%d-%02d/s/m", w, i)
+				start := time.Now()
+				p, err := q.Join(ctx, line, id)
+				if err == nil && p.Lease != nil {
+					err = p.Lease.Release(ctx) // the merges start below, once all are in line
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				spans[id] = span{start, time.Now()}
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var order []string
+	for w, q := range qs {
+		es, err := q.Entries(ctx, line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w == 0 {
+			order = ids(es)
+		} else if !slices.Equal(ids(es), order) {
+			t.Fatalf("worker %d sees %v\nworker 0 sees %v", w, ids(es), order)
+		}
+	}
+	if len(order) != 3*per {
+		t.Fatalf("%d entries, want %d: %v", len(order), 3*per, order)
+	}
+	pos := map[string]int{}
+	for i, id := range order {
+		pos[id] = i
+	}
+	for a, sa := range spans {
+		for b, sb := range spans {
+			if sa.end.Before(sb.start) && pos[a] > pos[b] {
+				t.Fatalf("%s joined before %s began to but is behind it (%d > %d)", a, b, pos[a], pos[b])
+			}
+		}
+	}
+
+	// Now each merge waits for its turn (polling, as a parked step woken by its turn key
+	// would) and merges; merging counts the merges under way.
+	var merging, most int
+	var merged []string
+	errs = make(chan error, 3*per)
+	for _, id := range order {
+		q := qs[int(id[1]-'0')]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				p, err := q.Join(ctx, line, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if p.Lease == nil {
+					select {
+					case <-ctx.Done():
+						errs <- fmt.Errorf("%s never got its turn: %w", id, ctx.Err())
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+					continue
+				}
+				mu.Lock()
+				merging++
+				most = max(most, merging)
+				merged = append(merged, id)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+				mu.Lock()
+				merging--
+				mu.Unlock()
+				if err := q.Leave(ctx, line, id, p.Lease); err != nil {
+					errs <- err
+				}
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if most != 1 {
+		t.Fatalf("%d merges ran at once", most)
+	}
+	if !slices.Equal(merged, order) {
+		t.Fatalf("merged in the order\n%v\nnot the line's\n%v", merged, order)
+	}
+	for w, q := range qs {
+		if es, err := q.Entries(ctx, line); err != nil || len(es) != 0 {
+			t.Fatalf("worker %d: line after all merged: %v, %v", w, ids(es), err)
+		}
+	}
+}
+
+// When a dead head is removed, the entry behind it becomes the head with its own grace to
+// start and is woken: it is not judged dead too because it never held the lease.
+func TestMergeQueueEntryBehindADeadHeadIsWokenNotDropped(t *testing.T) {
+	q := mergeQueue(t, time.Second, time.Hour, 300*time.Millisecond)
+	line := LineKey("gh", "acme/release", "main")
+	if a := join(t, q, line, "ra/s/m"); a.Lease == nil { // its holder dies: never renews, never leaves
+		t.Fatal("head without lease")
+	}
+	join(t, q, line, "rb/s/m")
+	join(t, q, line, "rc/s/m")
+	time.Sleep(1500 * time.Millisecond) // past a's lease TTL and grace
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// c polls first: it removes a and makes b the head, but stays behind b.
+		p := join(t, q, line, "rc/s/m")
+		es, err := q.Entries(context.Background(), line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) > 0 && es[0].ID == "rb/s/m" {
+			if p.Position != 1 || p.Lease != nil {
+				t.Fatalf("c at %d (lease %v) behind the new head b: %v", p.Position, p.Lease != nil, ids(es))
+			}
+			if es[0].Head.IsZero() || !turned(t, q, line, "rb/s/m") {
+				t.Fatalf("b is first but not made the head and woken: %+v", es[0])
+			}
+			break
+		}
+		if !slices.Contains(ids(es), "rb/s/m") {
+			t.Fatalf("b was dropped with the dead head: %v", ids(es))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead head was never removed: %v", ids(es))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p := join(t, q, line, "rb/s/m"); p.Position != 0 || p.Lease == nil {
+		t.Fatalf("b at %d, lease %v", p.Position, p.Lease != nil)
 	}
 }
