@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -516,5 +518,303 @@ func TestMergeQueueEntryBehindADeadHeadIsWokenNotDropped(t *testing.T) {
 	}
 	if p := join(t, q, line, "rb/s/m"); p.Position != 0 || p.Lease == nil {
 		t.Fatalf("b at %d, lease %v", p.Position, p.Lease != nil)
+	}
+}
+
+// deafen makes q's view of line drop every update from now on, as a watch that silently
+// stopped delivering would, until the view is read afresh.
+func deafen(t *testing.T, q *MergeQueue, line string) (reads int) {
+	t.Helper()
+	v := q.view(line)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.deaf = true
+	return v.reads
+}
+
+func viewReads(q *MergeQueue, line string) int {
+	v := q.view(line)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.reads
+}
+
+// A view that misses what another worker wrote still gives the right answers: a woken head
+// finds its turn, a new join finds its place behind an entry it never saw, and an entry
+// another worker removed does not take the lease from the head behind it.
+func TestMergeQueueViewThatMissedEventsConverges(t *testing.T) {
+	qs := mergeQueues(t, 2, 30*time.Second, 10*time.Second, time.Minute)
+	a, b := qs[0], qs[1]
+	a.catchUp = 300 * time.Millisecond
+	ctx := context.Background()
+	line := LineKey("gh", "acme/release", "main")
+	h := join(t, b, line, "rh/s/m")
+	join(t, a, line, "rx/s/m")
+
+	reads := deafen(t, a, line)
+	if err := b.Leave(ctx, line, "rh/s/m", h.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if !turned(t, b, line, "rx/s/m") {
+		t.Fatal("x not woken when h left")
+	}
+	x := join(t, a, line, "rx/s/m")
+	if x.Position != 0 || x.Lease == nil {
+		t.Fatalf("woken x on a view that missed h leaving: position %d, lease %v", x.Position, x.Lease != nil)
+	}
+	if viewReads(a, line) <= reads {
+		t.Fatal("the view was not read afresh")
+	}
+
+	deafen(t, a, line)
+	if p := join(t, b, line, "ry/s/m"); p.Position != 1 {
+		t.Fatalf("y at %d", p.Position)
+	}
+	if z := join(t, a, line, "rz/s/m"); z.Position != 2 {
+		t.Fatalf("z joined on a view that missed y at %d, want 2", z.Position)
+	}
+
+	// x's run is cancelled on b's worker (its job gone, its lease released): y is the head.
+	deafen(t, a, line)
+	if err := x.Lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.RemoveRun(ctx, "rx"); err != nil || n != 1 {
+		t.Fatalf("RemoveRun: %d, %v", n, err)
+	}
+	if !turned(t, b, line, "ry/s/m") {
+		t.Fatal("y not woken when x was removed")
+	}
+	// A late delivery of x's job on a, whose view still shows x as the head.
+	if p := join(t, a, line, "rx/s/m"); p.Position != 2 || p.Lease != nil {
+		t.Fatalf("removed x on a stale view: position %d, lease %v", p.Position, p.Lease != nil)
+	}
+	if y := join(t, b, line, "ry/s/m"); y.Position != 0 || y.Lease == nil {
+		t.Fatalf("y: position %d, lease %v", y.Position, y.Lease != nil)
+	}
+	for w, q := range qs {
+		es, err := q.Entries(ctx, line)
+		if want := []string{"ry/s/m", "rz/s/m", "rx/s/m"}; err != nil || !slices.Equal(ids(es), want) {
+			t.Fatalf("worker %d sees %v (%v), want %v", w, ids(es), err, want)
+		}
+	}
+}
+
+// Lines and ids that cannot be keys are refused with the reason; keys in a line that are not
+// entries (garbage, an entry filed under another's key, an order it cannot have) are left out
+// with a warning naming them, and the line keeps working.
+func TestMergeQueueRefusesOrLeavesOutHostileInput(t *testing.T) {
+	q := mergeQueue(t, 30*time.Second, 10*time.Second, time.Minute)
+	var logs syncBuffer
+	q.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx := context.Background()
+	line := LineKey("gh", "acme/release", "main")
+	for _, c := range []struct{ line, id, want string }{
+		{"", "r/s/m", "required"},
+		{line, "", "required"},
+		{"merge.gh.>", "r/s/m", `">" in part #3`},
+		{"merge.*.main", "r/s/m", `"*" in part #2`},
+		{"merge..main", "r/s/m", "empty part (#2)"},
+		{"merge.gh main", "r/s/m", `" " in part #2`},
+		{line, strings.Repeat("x", 2000), "bytes, more than 1024"},
+	} {
+		_, err := q.Join(ctx, c.line, c.id)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("join %.30q %.30q: %v, want %q", c.line, c.id, err, c.want)
+		}
+		if err := q.Leave(ctx, c.line, c.id, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("leave %.30q %.30q: %v, want %q", c.line, c.id, err, c.want)
+		}
+	}
+	hostile := map[string]string{
+		entryKey(line, "rg/s/m"): "{not json",
+		entryKey(line, "rh/s/m"): `{"id":"ro/s/m","at":"2026-01-01T00:00:00Z"}`,
+		entryKey(line, "rk/s/m"): `{"id":"rk/s/m","order":1000000}`,
+		entryKey(line, "rn/s/m"): `{"at":"2026-01-01T00:00:00Z"}`,
+	}
+	for k, v := range hostile {
+		if _, err := q.KV.Put(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := join(t, q, line, "r1/s/m")
+	if p.Position != 0 || p.Lease == nil {
+		t.Fatalf("first real merge behind hostile keys: position %d, lease %v", p.Position, p.Lease != nil)
+	}
+	if p := join(t, q, line, "r2/s/m"); p.Position != 1 {
+		t.Fatalf("second at %d", p.Position)
+	}
+	es, err := q.Entries(ctx, line)
+	if want := []string{"r1/s/m", "r2/s/m"}; err != nil || !slices.Equal(ids(es), want) {
+		t.Fatalf("line %v (%v), want %v", ids(es), err, want)
+	}
+	for k := range hostile {
+		if !strings.Contains(logs.String(), "key="+k) {
+			t.Errorf("no warning names %s:\n%s", k, logs.String())
+		}
+	}
+	// A merge leaving whose key holds garbage still removes it.
+	if err := q.Leave(ctx, line, "rg/s/m", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.KV.Get(ctx, entryKey(line, "rg/s/m")); err == nil {
+		t.Fatal("leave left its unreadable key")
+	}
+}
+
+// Four workers put 400 merges in one line at once, each twice (a redelivery): every worker
+// sees the same 400, once each, without reading the line afresh (no listing per join), and
+// one more joins at 400.
+func TestMergeQueueHugeLineFromManyWorkers(t *testing.T) {
+	qs := mergeQueues(t, 4, 30*time.Second, 10*time.Second, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	line := LineKey("gh", "acme/monorepo", "main")
+	const per = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*per)
+	for w, q := range qs {
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < per; i += 4 {
+					for range 2 {
+						p, err := q.Join(ctx, line, fmt.Sprintf("w%d-%03d/s/m", w, i))
+						if err != nil {
+							errs <- err
+							return
+						}
+						if p.Lease != nil {
+							defer func() { _ = p.Lease.Release(ctx) }()
+						}
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var first []string
+	for w, q := range qs {
+		es, err := q.Entries(ctx, line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ids(es)
+		if w == 0 {
+			first = got
+			seen := map[string]bool{}
+			for _, id := range got {
+				if seen[id] {
+					t.Fatalf("%s twice in the line", id)
+				}
+				seen[id] = true
+			}
+			if len(got) != 4*per {
+				t.Fatalf("%d entries, want %d", len(got), 4*per)
+			}
+		} else if !slices.Equal(got, first) {
+			t.Fatalf("worker %d sees another order than worker 0", w)
+		}
+		if r := viewReads(q, line); r != 1 {
+			t.Errorf("worker %d read the line afresh %d times", w, r)
+		}
+	}
+	if p := join(t, qs[2], line, "late/s/m"); p.Position != 4*per {
+		t.Fatalf("late join at %d, want %d", p.Position, 4*per)
+	}
+}
+
+// A line written by a version that kept the whole line in one value keeps its merges, in
+// their order and ahead of merges that join after the upgrade, with its head still the head;
+// a value that is not a line is an error naming it.
+func TestMergeQueueKeepsALineWrittenInTheOldFormat(t *testing.T) {
+	q := mergeQueue(t, 30*time.Second, 10*time.Second, time.Hour)
+	ctx := context.Background()
+	oldLine := func(line string, entries ...QueueEntry) {
+		t.Helper()
+		data, _ := json.Marshal(mergeLine{Entries: entries, Touched: time.Now()})
+		if _, err := q.KV.Put(ctx, lineKV(line), data); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if _, err := q.KV.Put(ctx, runKey(runOf(e.ID), line), []byte(line)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	line := LineKey("gh", "acme/release", "main")
+	at := time.Now().Add(-time.Minute).UTC().Round(time.Millisecond)
+	head, err := q.Leases.TryAcquire(ctx, line, "ra/s/m") // the old head is merging
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldLine(line, QueueEntry{ID: "ra/s/m", At: at, Head: at}, QueueEntry{ID: "rb/s/m", At: at}, QueueEntry{ID: "rc/s/m", At: at})
+	if p := join(t, q, line, "rd/s/m"); p.Position != 3 || p.Lease != nil {
+		t.Fatalf("a new merge behind an old-format line of 3: position %d lease %v", p.Position, p.Lease != nil)
+	}
+	if _, err := q.KV.Get(ctx, lineKV(line)); err == nil {
+		t.Fatal("the old-format value is still there after its entries moved")
+	}
+	es, _ := q.Entries(ctx, line)
+	if want := []string{"ra/s/m", "rb/s/m", "rc/s/m", "rd/s/m"}; !slices.Equal(ids(es), want) || !es[0].Head.Equal(at) || !es[1].Head.IsZero() {
+		t.Fatalf("line after the move: %+v", es)
+	}
+	if err := q.Leave(ctx, line, "ra/s/m", head); err != nil {
+		t.Fatal(err)
+	}
+	if !turned(t, q, line, "rb/s/m") {
+		t.Fatal("rb not woken when the old head left")
+	}
+
+	// A line whose first operation after the upgrade is a leave, then a cancelled head.
+	l2 := LineKey("gh", "acme/other", "main")
+	oldLine(l2, QueueEntry{ID: "rx/s/m", At: at, Head: at}, QueueEntry{ID: "ry/s/m", At: at}, QueueEntry{ID: "rz/s/m", At: at})
+	if err := q.Leave(ctx, l2, "ry/s/m", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.RemoveRun(ctx, "rx"); err != nil || n != 1 {
+		t.Fatalf("RemoveRun of the old head: %d, %v", n, err)
+	}
+	es, _ = q.Entries(ctx, l2)
+	if len(es) != 1 || es[0].ID != "rz/s/m" || es[0].Head.IsZero() || !turned(t, q, l2, "rz/s/m") {
+		t.Fatalf("old-format line after a leave and a cancelled head: %+v", es)
+	}
+
+	l3 := LineKey("gh", "acme/broken", "main")
+	if _, err := q.KV.Put(ctx, lineKV(l3), []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Join(ctx, l3, "rq/s/m"); err == nil || !strings.Contains(err.Error(), l3) || !strings.Contains(err.Error(), "old-format") {
+		t.Fatalf("join of a broken old-format line: %v", err)
+	}
+}
+
+// A view nobody uses stops its watch; the next use starts a new one.
+func TestMergeQueueIdleViewStopsItsWatch(t *testing.T) {
+	q := mergeQueue(t, 30*time.Second, 10*time.Second, time.Minute)
+	q.idleAfter = 300 * time.Millisecond
+	line := LineKey("gh", "acme/release", "main")
+	join(t, q, line, "ra/s/m")
+	q.mu.Lock()
+	v := q.views[line]
+	q.mu.Unlock()
+	select {
+	case <-v.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("an idle view kept its watch")
+	}
+	q.mu.Lock()
+	n := len(q.views)
+	q.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d views left", n)
+	}
+	if p := join(t, q, line, "rb/s/m"); p.Position != 1 {
+		t.Fatalf("join after the view stopped: position %d", p.Position)
 	}
 }
