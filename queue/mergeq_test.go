@@ -1,13 +1,17 @@
 package queue
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,37 +246,47 @@ func TestMergeQueueRemoveRunWakesTheNext(t *testing.T) {
 // worker processes would.
 func mergeQueues(t *testing.T, n int, lockTTL, renew, grace time.Duration) []*MergeQueue {
 	t.Helper()
-	ctx := context.Background()
-	srv, err := Open(ctx, Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	srv := mergeServer(t, lockTTL)
+	qs := []*MergeQueue{mergeQueueOn(t, srv, renew, grace)}
+	for i := 1; i < n; i++ {
+		c, err := Open(context.Background(), Options{URL: srv.ClientURL(), Name: fmt.Sprintf("worker-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		qs = append(qs, mergeQueueOn(t, c, renew, grace))
+	}
+	return qs
+}
+
+// mergeServer starts an embedded server listening on TCP with a locks bucket of lockTTL.
+func mergeServer(t *testing.T, lockTTL time.Duration) *Conn {
+	t.Helper()
+	srv, err := Open(context.Background(), Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	if _, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketLocks, TTL: lockTTL}); err != nil {
+	if _, err := srv.JS.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: BucketLocks, TTL: lockTTL}); err != nil {
 		t.Fatal(err)
 	}
-	var qs []*MergeQueue
-	for i := range n {
-		c := srv
-		if i > 0 {
-			if c, err = Open(ctx, Options{URL: srv.ClientURL(), Name: fmt.Sprintf("worker-%d", i)}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
-		}
-		locks, err := c.JS.KeyValue(ctx, BucketLocks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kv, err := OpenMergeQueue(ctx, c.JS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: renew}, Grace: grace}
-		t.Cleanup(q.Close)
-		qs = append(qs, q)
+	return srv
+}
+
+func mergeQueueOn(t *testing.T, c *Conn, renew, grace time.Duration) *MergeQueue {
+	t.Helper()
+	ctx := context.Background()
+	locks, err := c.JS.KeyValue(ctx, BucketLocks)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return qs
+	kv, err := OpenMergeQueue(ctx, c.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: renew}, Grace: grace}
+	t.Cleanup(q.Close)
+	return q
 }
 
 func ids(es []QueueEntry) []string {
@@ -816,5 +830,113 @@ func TestMergeQueueIdleViewStopsItsWatch(t *testing.T) {
 	}
 	if p := join(t, q, line, "rb/s/m"); p.Position != 1 {
 		t.Fatalf("join after the view stopped: position %d", p.Position)
+	}
+}
+
+// TestMain runs this test binary as a merge-queue holder process when asked (see
+// runMergeHolder); otherwise it runs the tests.
+func TestMain(m *testing.M) {
+	if url := os.Getenv("PRFLOW_TEST_MERGEQ_URL"); url != "" {
+		runMergeHolder(url, os.Getenv("PRFLOW_TEST_MERGEQ_LINE"), os.Getenv("PRFLOW_TEST_MERGEQ_ID"))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runMergeHolder joins line as id, and once it holds the line's lease says "head" and keeps
+// renewing it until it is killed.
+func runMergeHolder(url, line, id string) {
+	ctx := context.Background()
+	c, err := Open(ctx, Options{URL: url, Name: "merge-holder"})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(2)
+	}
+	locks, err := c.JS.KeyValue(ctx, BucketLocks)
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(2)
+	}
+	kv, err := OpenMergeQueue(ctx, c.JS)
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(2)
+	}
+	q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: 300 * time.Millisecond}, Grace: 500 * time.Millisecond}
+	for {
+		p, err := q.Join(ctx, line, id)
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(2)
+		}
+		if p.Lease != nil {
+			fmt.Println("head")
+			select {}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A worker process merging at the head keeps its place for as long as it lives, however long
+// past the lease TTL; killed with SIGKILL (no leave, no release), its entry goes once its
+// lease expired and the merge behind it takes the line.
+func TestMergeQueueHeadKilledWithSIGKILLLosesItsPlace(t *testing.T) {
+	const lockTTL = 2 * time.Second
+	srv := mergeServer(t, lockTTL)
+	q := mergeQueueOn(t, srv, time.Hour, 500*time.Millisecond)
+	line := LineKey("gh", "acme/release", "main")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PRFLOW_TEST_MERGEQ_URL="+srv.ClientURL(), "PRFLOW_TEST_MERGEQ_LINE="+line, "PRFLOW_TEST_MERGEQ_ID=ra/s/m")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	said := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			said <- sc.Text()
+		}
+		close(said)
+	}()
+	select {
+	case s := <-said:
+		if s != "head" {
+			t.Fatalf("holder process: %s", s)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the holder process never became the head")
+	}
+	// Alive, it keeps the head past its grace and its lease TTL (it renews).
+	until := time.Now().Add(lockTTL + time.Second)
+	for time.Now().Before(until) {
+		if p := join(t, q, line, "rb/s/m"); p.Position != 1 || p.Lease != nil {
+			t.Fatalf("b at %d (lease %v) while the head's process lives", p.Position, p.Lease != nil)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	_ = cmd.Wait()
+	for {
+		p := join(t, q, line, "rb/s/m")
+		if p.Position == 0 && p.Lease != nil {
+			break
+		}
+		if time.Since(killed) > 60*time.Second {
+			t.Fatalf("b still at %d a minute after the head's process was killed", p.Position)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	es, err := q.Entries(context.Background(), line)
+	if err != nil || !slices.Equal(ids(es), []string{"rb/s/m"}) {
+		t.Fatalf("line after the dead head went: %v, %v", ids(es), err)
 	}
 }
