@@ -53,7 +53,18 @@ const MergeQueueTurnFilter = "turn.>"
 // bucket) when it does not exist yet, so that workers and controllers of any version of the
 // topology can use it.
 func OpenMergeQueue(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	return openOrCreate(ctx, js, mergeQueueBucketConfig)
+	kv, err := openOrCreate(ctx, js, mergeQueueBucketConfig)
+	if err != nil {
+		return nil, err
+	}
+	return connKV{KeyValue: kv, nc: js.Conn()}, nil
+}
+
+// connKV is the merge-queue bucket with the connection it was opened on: a MergeQueue's line
+// views read their line afresh when it reconnects.
+type connKV struct {
+	jetstream.KeyValue
+	nc *nats.Conn
 }
 
 func mergeQueueBucketConfig(replicas int) jetstream.KeyValueConfig {
@@ -203,6 +214,14 @@ func (q *MergeQueue) grace() time.Duration {
 		return q.Grace
 	}
 	return LeaseTTL
+}
+
+// conn is the connection of q.KV when OpenMergeQueue opened it, else nil.
+func (q *MergeQueue) conn() *nats.Conn {
+	if c, ok := q.KV.(connKV); ok {
+		return c.nc
+	}
+	return nil
 }
 
 func (q *MergeQueue) log() *slog.Logger {
@@ -835,11 +854,20 @@ func (v *lineView) follow(ctx context.Context, w jetstream.KeyWatcher) bool {
 	if resync <= 0 {
 		resync = viewResync
 	}
+	// After a reconnect the line is read afresh at once: the watch may have missed what was
+	// written while the connection was down, and would only find out after a while.
+	var reconnected chan nats.Status
+	if nc := v.q.conn(); nc != nil {
+		reconnected = nc.StatusChanged(nats.CONNECTED)
+		defer nc.RemoveStatusListener(reconnected)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return true
 		case <-v.resync:
+			return false
+		case <-reconnected:
 			return false
 		case <-tick.C:
 			if v.idle(every) {

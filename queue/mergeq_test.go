@@ -284,7 +284,9 @@ func mergeQueueOn(t *testing.T, c *Conn, renew, grace time.Duration) *MergeQueue
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: renew}, Grace: grace}
+	// Bounded, as OpenBuckets gives the workers their locks bucket: a request lost in a server
+	// restart fails after KVAttempt instead of waiting for the caller's deadline.
+	q := &MergeQueue{KV: kv, Leases: &Leases{KV: BoundKV(locks, 0), Renew: renew}, Grace: grace}
 	t.Cleanup(q.Close)
 	return q
 }
@@ -938,5 +940,94 @@ func TestMergeQueueHeadKilledWithSIGKILLLosesItsPlace(t *testing.T) {
 	es, err := q.Entries(context.Background(), line)
 	if err != nil || !slices.Equal(ids(es), []string{"rb/s/m"}) {
 		t.Fatalf("line after the dead head went: %v, %v", ids(es), err)
+	}
+}
+
+// Two workers' views of one line live through a restart of the NATS server: both are read
+// afresh when their connection is back, then a leave on one wakes the next merge on the
+// other, which finds its turn, and a join on one is seen by the other.
+func TestMergeQueueViewsConvergeAfterTheServerRestarts(t *testing.T) {
+	dir := t.TempDir()
+	s, err := StartEmbedded(dir, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr().String()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var qs []*MergeQueue
+	for i := range 2 {
+		c, err := Open(ctx, Options{URL: "nats://" + addr, Name: fmt.Sprintf("worker-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		if i == 0 {
+			// A release lost in the restart leaves h's lease to expire: 5 s.
+			if _, err := c.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketLocks, TTL: 5 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		qs = append(qs, mergeQueueOn(t, c, time.Second, time.Minute))
+	}
+	a, b := qs[0], qs[1]
+	// Only the reconnect may make a view read its line afresh here, not a write it waits for.
+	a.catchUp, b.catchUp = 10*time.Minute, 10*time.Minute
+	line := LineKey("gh", "acme/release", "main")
+	h := join(t, b, line, "rh/s/m")
+	if x := join(t, a, line, "rx/s/m"); x.Position != 1 {
+		t.Fatalf("x at %d", x.Position)
+	}
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	if s, err = StartEmbedded(dir, addr); err != nil {
+		t.Fatal(err)
+	}
+	// retry runs op until it stops failing: the clients reconnect on their own.
+	retry := func(what string, op func() error) {
+		t.Helper()
+		for {
+			err := op()
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s after the restart: %v", what, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	restarted := time.Now()
+	for viewReads(a, line) < 2 || viewReads(b, line) < 2 {
+		if time.Since(restarted) > time.Minute {
+			t.Fatalf("the views were not read afresh after the reconnect (reads %d and %d)", viewReads(a, line), viewReads(b, line))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	retry("h leaves", func() error { return b.Leave(ctx, line, "rh/s/m", h.Lease) })
+	retry("x's turn", func() error {
+		p, err := a.Join(ctx, line, "rx/s/m")
+		if err == nil && (p.Position != 0 || p.Lease == nil) {
+			err = fmt.Errorf("x at %d, lease %v", p.Position, p.Lease != nil)
+		}
+		return err
+	})
+	retry("y joins", func() error {
+		p, err := b.Join(ctx, line, "ry/s/m")
+		if err == nil && p.Position != 1 {
+			t.Fatalf("y at %d", p.Position)
+		}
+		return err
+	})
+	if z := join(t, a, line, "rz/s/m"); z.Position != 2 {
+		t.Fatalf("z joined at %d on the worker that did not see y join, want 2", z.Position)
+	}
+	for w, q := range qs {
+		es, err := q.Entries(ctx, line)
+		if want := []string{"rx/s/m", "ry/s/m", "rz/s/m"}; err != nil || !slices.Equal(ids(es), want) {
+			t.Fatalf("worker %d sees %v (%v), want %v", w, ids(es), err, want)
+		}
 	}
 }
