@@ -32,6 +32,7 @@ func BenchmarkMergeQueueJoinLeave(b *testing.B) {
 					b.Fatal(err)
 				}
 				q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: 10 * time.Second}, Grace: time.Hour}
+				defer q.Close()
 				line := LineKey("gh", "acme/release", "main")
 				for i := range depth {
 					if _, err := q.Join(ctx, line, fmt.Sprintf("w%03d/s/m", i)); err != nil {
@@ -70,5 +71,47 @@ func BenchmarkMergeQueueJoinLeave(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkMergeQueuePoll measures what a parked merge costs each time it polls or is woken
+// while q-1 merges wait with it: a Join that finds its entry in the middle of the line.
+func BenchmarkMergeQueuePoll(b *testing.B) {
+	for _, depth := range []int{10, 200} {
+		b.Run(fmt.Sprintf("q=%d", depth), func(b *testing.B) {
+			ctx := context.Background()
+			c, err := Open(ctx, Options{DataDir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			locks, err := c.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketLocks, TTL: time.Minute})
+			if err != nil {
+				b.Fatal(err)
+			}
+			kv, err := OpenMergeQueue(ctx, c.JS)
+			if err != nil {
+				b.Fatal(err)
+			}
+			q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: 10 * time.Second}, Grace: time.Hour}
+			defer q.Close()
+			line := LineKey("gh", "acme/release", "main")
+			for i := range depth {
+				if _, err := q.Join(ctx, line, fmt.Sprintf("w%03d/s/m", i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			mid := fmt.Sprintf("w%03d/s/m", depth/2)
+			b.ResetTimer()
+			for range b.N {
+				p, err := q.Join(ctx, line, mid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if p.Position != depth/2 {
+					b.Fatalf("at %d, want %d", p.Position, depth/2)
+				}
+			}
+		})
 	}
 }
