@@ -24,12 +24,12 @@ func (l *loader) checkWith(def *steps.Definition, stepNode, w *yaml.Node, path s
 	if def.Inputs == nil {
 		return true // a type that declares nothing (test doubles) takes any keys
 	}
-	before := len(l.errs)
+	before := l.d.Count()
 	if w == nil || w.Kind != yaml.MappingNode {
 		w = &yaml.Node{Kind: yaml.MappingNode, Line: stepNode.Line, Column: stepNode.Column}
 	}
 	l.checkObject(def.Inputs, w, path+".with", def.Type+" input")
-	return len(l.errs) == before
+	return l.d.Count() == before
 }
 
 // checkObject checks a mapping against declared fields; what names them in messages
@@ -192,6 +192,24 @@ func (l *loader) keepText(n *yaml.Node) {
 	}
 }
 
+// kindName names what a node is in messages about step inputs.
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "null"
+		}
+		return "a scalar (" + strings.TrimPrefix(n.Tag, "!!") + ")"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "unknown"
+}
+
 func isExpr(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!str" && template.Contains(n.Value)
 }
@@ -293,8 +311,7 @@ func (l *loader) checkLinkedApps(s *Stage, p *Pipeline, path string) {
 			}
 			where := fmt.Sprintf("%s.%s[%d]", path, list.name, i)
 			msgf := func(format string, a ...any) {
-				l.errs = append(l.errs, FieldError{File: l.file, Line: st.Line, Path: where,
-					Msg: fmt.Sprintf("stage %q, step %q (%s): ", s.ID, st.ID, st.Type) + fmt.Sprintf(format, a...)})
+				l.errLine(st.Line, where, "%s", fmt.Sprintf("stage %q, step %q (%s): ", s.ID, st.ID, st.Type)+fmt.Sprintf(format, a...))
 			}
 			switch st.Type {
 			case "UpdateGitOpsApp":

@@ -2,6 +2,8 @@ package yamlconf
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,20 +17,64 @@ import (
 // or instead of Decode for files that have a schema (pipelines/schema.json): the schema
 // catches shape, Decode and the file's checks the rest.
 func (d *Doc) Validate(s *jsonschema.Schema) {
+	d.validate(s, d.ErrorAt)
+}
+
+// Violations returns what Validate would record, without recording it (see AddUnrelated).
+func (d *Doc) Violations(s *jsonschema.Schema) Errors {
+	var out Errors
+	d.validate(s, func(n *yaml.Node, field, format string, a ...any) {
+		e := &Error{File: d.File, Field: field, Msg: fmt.Sprintf(format, a...)}
+		if n != nil {
+			e.Line, e.Column = n.Line, n.Column
+		}
+		out = append(out, e)
+	})
+	return out
+}
+
+// AddUnrelated records each problem of es unless one is already recorded at its field, at a
+// field inside it or at one enclosing it. A check that runs after the decode (a schema)
+// so adds what the decode and the file's own checks missed, and one mistake is not reported
+// twice in two wordings.
+func (d *Doc) AddUnrelated(es Errors) {
+	known := make([]string, len(d.errs))
+	for i, e := range d.errs {
+		known[i] = e.Field
+	}
+	for _, e := range es {
+		if !slices.ContainsFunc(known, func(k string) bool { return related(k, e.Field) }) {
+			d.ErrorAt(&yaml.Node{Line: e.Line, Column: e.Column}, e.Field, "%s", e.Msg)
+		}
+	}
+}
+
+// related reports whether field paths a and b are the same or one encloses the other.
+func related(a, b string) bool {
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	if a == "" || a == b {
+		return true
+	}
+	return strings.HasPrefix(b, a) && (b[len(a)] == '.' || b[len(a)] == '[')
+}
+
+func (d *Doc) validate(s *jsonschema.Schema, report func(n *yaml.Node, field, format string, a ...any)) {
 	if d.Root == nil {
 		return
 	}
 	budget := DefaultMaxNodes
 	v, ok := jsonValue(d.Root, 0, &budget)
 	if !ok {
-		d.ErrorAt(d.Root, "", "too large or too deeply nested to check against the schema")
+		report(d.Root, "", "too large or too deeply nested to check against the schema")
 		return
 	}
 	err := s.Validate(v)
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		if err != nil {
-			d.ErrorAt(d.Root, "", "schema: %v", err)
+			report(d.Root, "", "schema: %v", err)
 		}
 		return
 	}
@@ -37,7 +83,7 @@ func (d *Doc) Validate(s *jsonschema.Schema) {
 		if ap, ok := leaf.ErrorKind.(*kind.AdditionalProperties); ok {
 			// a stray key: report it where it is written, as Decode does
 			for _, k := range ap.Properties {
-				d.ErrorAt(keyNode(n, k), Join(path, k), "unknown field (the schema does not allow it)")
+				report(keyNode(n, k), Join(path, k), "unknown field (the schema does not allow it)")
 			}
 			continue
 		}
@@ -45,7 +91,7 @@ func (d *Doc) Validate(s *jsonschema.Schema) {
 		if out := leaf.BasicOutput(); out.Error != nil {
 			msg = out.Error.String()
 		}
-		d.ErrorAt(n, path, "%s", msg)
+		report(n, path, "%s", msg)
 	}
 }
 

@@ -91,6 +91,13 @@ type Option func(*Doc)
 // MaxBytes sets the largest file accepted.
 func MaxBytes(n int) Option { return func(d *Doc) { d.maxBytes = n } }
 
+// UnknownField sets how a key no field names is reported: msg gets the key and the known
+// field names and returns the message (the default lists them after a typo hint). A file
+// type whose messages people already know keeps its wording this way.
+func UnknownField(msg func(key string, known []string) string) Option {
+	return func(d *Doc) { d.unknown = msg }
+}
+
 // Doc is one parsed file: its node tree, the problems found so far, and the nodes decoded at
 // each field path (so that checks after decoding can point at them).
 type Doc struct {
@@ -101,6 +108,7 @@ type Doc struct {
 	nodes     map[string]*yaml.Node
 	keys      map[string]*yaml.Node
 	maxBytes  int
+	unknown   func(key string, known []string) string
 	visited   int
 	truncated bool // problems past MaxErrors were dropped
 }
@@ -262,13 +270,14 @@ type Unmarshaler interface {
 
 var (
 	unmarshalerType = reflect.TypeFor[Unmarshaler]()
+	selfDecoderType = reflect.TypeFor[selfDecoder]()
 	nodeType        = reflect.TypeFor[yaml.Node]()
 	durationType    = reflect.TypeFor[time.Duration]()
 )
 
 // Decode reads n into v (a pointer), recording every problem at its place. Struct fields
 // are named by their `yaml:"name"` tag (untagged fields by their name with the first letter
-// lower-cased; `yaml:"-"` is skipped; `want:"a list of group names"` says what the value
+// lower-cased; `yaml:"-"` is skipped; `yaml:",inline"` on an embedded struct reads its fields as the outer's; `want:"a list of group names"` says what the value
 // should be when it is of the wrong kind); a key no field names is refused with the known
 // names, a key given twice is refused, and a value of the wrong kind is refused with what
 // was wanted. A field of type yaml.Node or *yaml.Node keeps the node as it is.
@@ -314,6 +323,10 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int, want
 	}
 	if v.Kind() == reflect.Pointer && v.Type().Elem() == nodeType {
 		v.Set(reflect.ValueOf(n))
+		return
+	}
+	if v.CanAddr() && v.Addr().Type().Implements(selfDecoderType) {
+		v.Addr().Interface().(selfDecoder).decodeSelf(d, n, path, depth, want)
 		return
 	}
 	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
@@ -404,14 +417,23 @@ func or(a, b string) string {
 	return b
 }
 
+// fieldsOf lists the fields of struct t; the fields of an embedded struct tagged
+// `yaml:",inline"` are read as the outer struct's own.
 func fieldsOf(t reflect.Type) []field {
 	var out []field
 	for i := range t.NumField() {
 		f := t.Field(i)
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if f.Anonymous && opts == "inline" && f.Type.Kind() == reflect.Struct {
+			for _, in := range fieldsOf(f.Type) {
+				in.index = append([]int{i}, in.index...)
+				out = append(out, in)
+			}
+			continue
+		}
 		if !f.IsExported() {
 			continue
 		}
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if tag == "-" {
 			continue
 		}
@@ -438,8 +460,12 @@ func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int
 			continue
 		}
 		f, ok := lookup(fields, k.Value)
+		if !ok && d.unknown != nil {
+			d.ErrorAt(k, p, "%s", d.unknown(k.Value, names(fields)))
+			continue
+		}
 		if !ok {
-			d.ErrorAt(k, p, "unknown field%s; known fields: %s", hint(fields, k.Value), names(fields))
+			d.ErrorAt(k, p, "unknown field%s; known fields: %s", hint(fields, k.Value), strings.Join(names(fields), ", "))
 			continue
 		}
 		if prev := first[k.Value]; prev != nil {
@@ -461,12 +487,12 @@ func lookup(fields []field, name string) (field, bool) {
 	return field{}, false
 }
 
-func names(fields []field) string {
+func names(fields []field) []string {
 	s := make([]string, len(fields))
 	for i, f := range fields {
 		s[i] = f.name
 	}
-	return strings.Join(s, ", ")
+	return s
 }
 
 // hint suggests the field a key is likely a typo of: the closest name, ignoring case, within
