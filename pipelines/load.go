@@ -86,6 +86,9 @@ func Load(file string, src []byte, reg *steps.Registry) (*Pipeline, error) {
 		l.errf(root, "", "this is a Harness pipeline (root key `pipeline:`): run it with --harness-map FILE (services, environments and GitOps clusters), or convert it with `prflow import harness FILE --harness-map MAP`")
 		return nil, FromYAMLConf(d.Err())
 	}
+	if !d.Bounded() { // an alias bomb: the step inputs and variables are walked as nodes
+		return nil, FromYAMLConf(d.Err())
+	}
 	sch, err := schemaFor(reg)
 	if err != nil {
 		return nil, err
@@ -501,6 +504,9 @@ func (l *loader) manual(md *manualDoc, path string) *ManualStrategy {
 		ap := path + ".approvers"
 		ms.Approvers = &steps.Approvers{}
 		for i, who := range md.Approvers {
+			if l.d.Bad(yamlconf.Index(ap, i)) {
+				continue // a null, reported by the decode
+			}
 			switch g, isGroup := strings.CutPrefix(who, "group:"); {
 			case strings.TrimSpace(g) == "":
 				l.errf(l.node(ap), yamlconf.Index(ap, i), "want a user name or group:NAME, got %q", who)
@@ -676,7 +682,9 @@ func (l *loader) step(sd *stepDoc, path string) *Step {
 func (l *loader) gate(g *gateDoc, path string) *Step {
 	n := l.node(path)
 	if g.Condition == "" && g.Soak == "" {
-		l.errf(n, path, "give a condition, a soak time or both")
+		if !l.d.Bad(path+".condition") && !l.d.Bad(path+".soak") {
+			l.errf(n, path, "give a condition, a soak time or both")
+		}
 		return nil
 	}
 	if g.Condition != "" {

@@ -53,14 +53,13 @@ func (ps *Pairs[T]) decodeSelf(d *Doc, n *yaml.Node, path string, depth int, wan
 }
 
 // Strings is one string or a list of them (`branches: main` or `branches: [main, release]`).
-// Null leaves it unset; a null or a mapping among the items is refused.
+// Null is refused, as is a null or a mapping among the items: a key given with no value is
+// more likely a slip than a wish for no items.
 type Strings []string
 
 func (s *Strings) decodeSelf(d *Doc, n *yaml.Node, path string, depth int, want string) {
 	switch {
-	case isNull(n):
-		return
-	case n.Kind == yaml.ScalarNode:
+	case n.Kind == yaml.ScalarNode && !isNull(n):
 		*s = Strings{n.Value}
 	case n.Kind == yaml.SequenceNode:
 		out := make(Strings, 0, len(n.Content))

@@ -17,14 +17,14 @@ import (
 // or instead of Decode for files that have a schema (pipelines/schema.json): the schema
 // catches shape, Decode and the file's checks the rest.
 func (d *Doc) Validate(s *jsonschema.Schema) {
-	d.validate(s, d.ErrorAt)
+	d.validate(s, func(n *yaml.Node, field, _, format string, a ...any) { d.ErrorAt(n, field, format, a...) })
 }
 
 // Violations returns what Validate would record, without recording it (see AddUnrelated).
 func (d *Doc) Violations(s *jsonschema.Schema) Errors {
 	var out Errors
-	d.validate(s, func(n *yaml.Node, field, format string, a ...any) {
-		e := &Error{File: d.File, Field: field, Msg: fmt.Sprintf(format, a...)}
+	d.validate(s, func(n *yaml.Node, field, scope, format string, a ...any) {
+		e := &Error{File: d.File, Field: field, Msg: fmt.Sprintf(format, a...), scope: scope}
 		if n != nil {
 			e.Line, e.Column = n.Line, n.Column
 		}
@@ -34,19 +34,40 @@ func (d *Doc) Violations(s *jsonschema.Schema) Errors {
 }
 
 // AddUnrelated records each problem of es unless one is already recorded at its field, at a
-// field inside it or at one enclosing it. A check that runs after the decode (a schema)
-// so adds what the decode and the file's own checks missed, and one mistake is not reported
-// twice in two wordings.
+// field inside it or at one enclosing it (for a schema violation inside an anyOf or oneOf,
+// the field of the anyOf: its other branches' complaints are about the same value). A check
+// that runs after the decode (a schema) so adds what the decode and the file's own checks
+// missed, and one mistake is not reported twice in two wordings.
 func (d *Doc) AddUnrelated(es Errors) {
 	known := make([]string, len(d.errs))
 	for i, e := range d.errs {
 		known[i] = e.Field
 	}
 	for _, e := range es {
-		if !slices.ContainsFunc(known, func(k string) bool { return related(k, e.Field) }) {
+		scope := e.Field
+		if e.scope != "" || e.Field == "" {
+			scope = e.scope
+		}
+		if !slices.ContainsFunc(known, func(k string) bool { return related(k, scope) }) {
 			d.ErrorAt(&yaml.Node{Line: e.Line, Column: e.Column}, e.Field, "%s", e.Msg)
 		}
 	}
+}
+
+// Bounded reports whether the document, aliases followed, holds at most DefaultMaxNodes
+// values nested at most DefaultMaxDepth levels; when not, it records why. A reader that
+// keeps parts of the file as nodes and walks them itself (a pipeline's step inputs) calls
+// it first, so that an alias bomb costs it nothing.
+func (d *Doc) Bounded() bool {
+	if d.Root == nil {
+		return true
+	}
+	budget := DefaultMaxNodes
+	if _, ok := jsonValue(d.Root, 0, &budget); !ok {
+		d.ErrorAt(d.Root, "", "the file expands to more than %d values or %d levels (aliases counted each time they are used)", DefaultMaxNodes, DefaultMaxDepth)
+		return false
+	}
+	return true
 }
 
 // related reports whether field paths a and b are the same or one encloses the other.
@@ -60,39 +81,61 @@ func related(a, b string) bool {
 	return strings.HasPrefix(b, a) && (b[len(a)] == '.' || b[len(a)] == '[')
 }
 
-func (d *Doc) validate(s *jsonschema.Schema, report func(n *yaml.Node, field, format string, a ...any)) {
+func (d *Doc) validate(s *jsonschema.Schema, report func(n *yaml.Node, field, scope, format string, a ...any)) {
 	if d.Root == nil {
 		return
 	}
 	budget := DefaultMaxNodes
 	v, ok := jsonValue(d.Root, 0, &budget)
 	if !ok {
-		report(d.Root, "", "too large or too deeply nested to check against the schema")
+		report(d.Root, "", "", "too large or too deeply nested to check against the schema")
 		return
 	}
 	err := s.Validate(v)
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		if err != nil {
-			report(d.Root, "", "schema: %v", err)
+			report(d.Root, "", "", "schema: %v", err)
 		}
 		return
 	}
-	for _, leaf := range leaves(ve, nil) {
+	for _, leaf := range leaves(ve, nil, nil) {
 		n, path := d.locate(leaf.InstanceLocation)
+		scope := path
+		if leaf.scope != nil {
+			_, scope = d.locate(leaf.scope)
+		}
 		if ap, ok := leaf.ErrorKind.(*kind.AdditionalProperties); ok {
 			// a stray key: report it where it is written, as Decode does
 			for _, k := range ap.Properties {
-				report(keyNode(n, k), Join(path, k), "unknown field (the schema does not allow it)")
+				report(keyNode(n, k), Join(path, k), scope, "unknown field (the schema does not allow it)")
 			}
+			continue
+		}
+		if t, ok := leaf.ErrorKind.(*kind.Type); ok {
+			if n.Kind == yaml.ScalarNode && !isNull(n) && slices.Contains(t.Want, "string") {
+				continue // a scalar where text is wanted is taken as its text, as Decode does
+			}
+			report(n, path, scope, "want %s, got %s", jsonTypes(t.Want), Kind(n))
 			continue
 		}
 		msg := "does not match the schema"
 		if out := leaf.BasicOutput(); out.Error != nil {
 			msg = out.Error.String()
 		}
-		report(n, path, "%s", msg)
+		report(n, path, scope, "%s", msg)
 	}
+}
+
+// jsonTypes words JSON Schema types as Decode words what it wants.
+func jsonTypes(types []string) string {
+	words := map[string]string{"string": "a string", "boolean": "true or false", "integer": "a whole number",
+		"number": "a number", "array": "a list", "object": "a mapping", "null": "null"}
+	out := make([]string, len(types))
+	for i, t := range types {
+		out[i] = or(words[t], t)
+	}
+	return strings.Join(out, " or ")
 }
 
 // keyNode returns the key node named k of mapping n, or n.
@@ -107,13 +150,25 @@ func keyNode(n *yaml.Node, k string) *yaml.Node {
 	return n
 }
 
-// leaves returns the innermost errors: the ones that say what is wrong.
-func leaves(e *jsonschema.ValidationError, out []*jsonschema.ValidationError) []*jsonschema.ValidationError {
+// leaf is an innermost error (one that says what is wrong) with the instance location of
+// the outermost anyOf or oneOf it is one branch of (nil when none): its scope.
+type leaf struct {
+	*jsonschema.ValidationError
+	scope []string
+}
+
+func leaves(e *jsonschema.ValidationError, scope []string, out []leaf) []leaf {
 	if len(e.Causes) == 0 {
-		return append(out, e)
+		return append(out, leaf{e, scope})
+	}
+	if scope == nil {
+		switch e.ErrorKind.(type) {
+		case *kind.AnyOf, *kind.OneOf:
+			scope = e.InstanceLocation
+		}
 	}
 	for _, c := range e.Causes {
-		out = leaves(c, out)
+		out = leaves(c, scope, out)
 	}
 	return out
 }

@@ -33,6 +33,8 @@ type Error struct {
 	Column int
 	Field  string // e.g. connectors[1].auth.token
 	Msg    string
+
+	scope string // a schema violation's anyOf or oneOf (see AddUnrelated)
 }
 
 func (e *Error) Error() string {
