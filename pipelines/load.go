@@ -126,7 +126,7 @@ type (
 		Service       *serviceDoc
 		Stages        []stageDoc `want:"a non-empty list of stages"`
 		Timeout       string
-		Promotion     *yaml.Node // expanded into stages before the decode (promotion.go)
+		Promotion     *yaml.Node   // expanded into stages before the decode (promotion.go)
 		Triggers      []triggerDoc `want:"a list of triggers"`
 		Cleanup       *cleanupDoc
 		Notifications []notifyDoc `want:"a list of rules ({on: [events], channel: name})"`
@@ -141,7 +141,7 @@ type (
 	environmentDoc struct {
 		Name      string
 		Group     string
-		Clusters  []clusterDoc `want:"a list of {name, agent}"`
+		Clusters  []clusterDoc               `want:"a list of {name, agent}"`
 		Variables yamlconf.Pairs[*yaml.Node] `want:"a mapping of name: value"`
 		Overrides yamlconf.Pairs[*yaml.Node] `want:"a mapping of name: value"`
 	}

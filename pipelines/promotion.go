@@ -39,12 +39,12 @@ type promotionDoc struct {
 	Create          bool
 	MergedBy        string `yaml:"mergedBy"`
 	Preview         bool
-	AllowNoop       bool   `yaml:"allowNoop"`
-	MergeStrategy   string `yaml:"mergeStrategy"`
-	PrTitle         string `yaml:"prTitle"`
-	AppWaitTimeout  string `yaml:"appWaitTimeout"`
-	SyncTimeout     string `yaml:"syncTimeout"`
-	DegradedTimeout string `yaml:"degradedTimeout"`
+	AllowNoop       bool         `yaml:"allowNoop"`
+	MergeStrategy   string       `yaml:"mergeStrategy"`
+	PrTitle         string       `yaml:"prTitle"`
+	AppWaitTimeout  string       `yaml:"appWaitTimeout"`
+	SyncTimeout     string       `yaml:"syncTimeout"`
+	DegradedTimeout string       `yaml:"degradedTimeout"`
 	Environments    []*yaml.Node `want:"a non-empty list of environments (names, or {name, clusters, approval, soak, set, timeout})"`
 }
 
