@@ -1,6 +1,6 @@
-// Package yamlconf reads prflow's YAML configuration files (connectors, tokens, webhooks,
-// notifiers, OIDC, RBAC, the Harness map, --config) into typed structs. It is the one place
-// that walks yaml.Node: a file's own code declares a struct with `yaml:"name"` tags, calls
+// Package yamlconf reads prflow's YAML configuration files (pipelines, connectors, tokens,
+// webhooks, notifiers, OIDC, RBAC, the Harness map, --config) into typed structs. It is the
+// one place that walks a file's structure: a file's own code declares a struct with `yaml:"name"` tags, calls
 // Load (or Parse then Decode) and checks the decoded values, reporting what is wrong with
 // Doc.Errorf at the path of the field. Every problem is collected, each as
 // "file:line:col: field.path: what is wrong"; unknown and duplicate keys are refused.
@@ -279,10 +279,12 @@ var (
 
 // Decode reads n into v (a pointer), recording every problem at its place. Struct fields
 // are named by their `yaml:"name"` tag (untagged fields by their name with the first letter
-// lower-cased; `yaml:"-"` is skipped; `yaml:",inline"` on an embedded struct reads its fields as the outer's; `want:"a list of group names"` says what the value
-// should be when it is of the wrong kind); a key no field names is refused with the known
-// names, a key given twice is refused, and a value of the wrong kind is refused with what
-// was wanted. A field of type yaml.Node or *yaml.Node keeps the node as it is.
+// lower-cased; `yaml:"-"` is skipped; `yaml:",inline"` on an embedded struct reads its
+// fields as the outer struct's; `want:"a list of group names"` says what the value should
+// be when it is of the wrong kind); a key no field names is refused with the known names, a
+// key given twice is refused, and a value of the wrong kind is refused with what was
+// wanted. A field of type yaml.Node or *yaml.Node keeps the node as it is; Pairs keeps a
+// mapping's order, Strings takes one string or a list.
 func (d *Doc) Decode(n *yaml.Node, path string, v any) {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
