@@ -31,24 +31,11 @@ func (ps *Pairs[T]) decodeSelf(d *Doc, n *yaml.Node, path string, depth int, wan
 		d.ErrorAt(n, path, "want %s, got %s", or(want, "a mapping"), Kind(n))
 		return
 	}
-	first := map[string]*yaml.Node{}
 	out := make(Pairs[T], 0, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		p := Join(path, k.Value)
-		if k.Kind != yaml.ScalarNode {
-			d.ErrorAt(k, path, "want a name as key, got %s", Kind(k))
-			continue
-		}
-		if prev := first[k.Value]; prev != nil {
-			d.ErrorAt(k, p, "set twice (first at line %d)", prev.Line)
-			continue
-		}
-		first[k.Value] = k
-		d.keys[p] = k
+	d.entries(n, path, func(k, val *yaml.Node, p string) {
 		out = append(out, Pair[T]{Key: k.Value, KeyNode: k})
 		d.decode(val, p, reflect.ValueOf(&out[len(out)-1].Value).Elem(), depth+1, "")
-	}
+	})
 	*ps = out
 }
 

@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/prflow/prflow/yamlconf"
 )
 
@@ -70,24 +68,13 @@ func TestUnknownFieldOption(t *testing.T) {
 // around it (the field of an anyOf for its branches); a type mismatch is worded as Decode
 // words it, and a scalar where a string is wanted is taken as its text.
 func TestAddUnrelated(t *testing.T) {
-	c := jsonschema.NewCompiler()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(`{
+	s := compileSchema(t, `{
 		"type": "object",
 		"properties": {
 			"name": {"type": "string"},
 			"when": {"anyOf": [{"type": "string"}, {"type": "object", "additionalProperties": false, "properties": {"x": {"type": "integer"}}}]},
 			"size": {"type": "integer"},
-			"other": {"type": "boolean"}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddResource("mem://s.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Compile("mem://s.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+			"other": {"type": "boolean"}}}`)
 	d, err := yamlconf.Parse("c.yaml", []byte("name: 5\nwhen: {x: a, y: 1}\nsize: ~\nother: ~\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -374,20 +374,11 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int, want
 		if v.IsNil() {
 			v.Set(reflect.MakeMap(v.Type()))
 		}
-		first := map[string]*yaml.Node{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			p := Join(path, k.Value)
-			if prev := first[k.Value]; prev != nil {
-				d.ErrorAt(k, p, "set twice (first at line %d)", prev.Line)
-				continue
-			}
-			first[k.Value] = k
-			d.keys[p] = k
+		d.entries(n, path, func(k, val *yaml.Node, p string) {
 			e := reflect.New(v.Type().Elem()).Elem()
 			d.decode(val, p, e, depth+1, "")
 			v.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), e)
-		}
+		})
 	case reflect.Interface:
 		budget := DefaultMaxNodes - d.visited
 		a, ok := jsonValue(n, depth, &budget)
@@ -455,6 +446,22 @@ func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int
 		d.ErrorAt(n, path, "want %s, got %s", or(want, "a mapping"), Kind(n))
 		return
 	}
+	d.entries(n, path, func(k, val *yaml.Node, p string) {
+		f, ok := lookup(fields, k.Value)
+		switch {
+		case !ok && d.unknown != nil:
+			d.ErrorAt(k, p, "%s", d.unknown(k.Value, names(fields)))
+		case !ok:
+			d.ErrorAt(k, p, "unknown field%s; known fields: %s", hint(fields, k.Value), strings.Join(names(fields), ", "))
+		default:
+			d.decode(val, p, v.FieldByIndex(f.index), depth+1, f.want)
+		}
+	})
+}
+
+// entries calls fn with each key of mapping n that is a name given once, its value and its
+// path, reporting the other keys.
+func (d *Doc) entries(n *yaml.Node, path string, fn func(k, val *yaml.Node, p string)) {
 	first := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
@@ -463,22 +470,13 @@ func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int
 			d.ErrorAt(k, path, "want a name as key, got %s", Kind(k))
 			continue
 		}
-		f, ok := lookup(fields, k.Value)
-		if !ok && d.unknown != nil {
-			d.ErrorAt(k, p, "%s", d.unknown(k.Value, names(fields)))
-			continue
-		}
-		if !ok {
-			d.ErrorAt(k, p, "unknown field%s; known fields: %s", hint(fields, k.Value), strings.Join(names(fields), ", "))
-			continue
-		}
 		if prev := first[k.Value]; prev != nil {
 			d.ErrorAt(k, p, "set twice (first at line %d)", prev.Line)
 			continue
 		}
 		first[k.Value] = k
 		d.keys[p] = k
-		d.decode(val, p, v.FieldByIndex(f.index), depth+1, f.want)
+		fn(k, val, p)
 	}
 }
 
