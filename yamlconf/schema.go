@@ -62,8 +62,7 @@ func (d *Doc) Bounded() bool {
 	if d.Root == nil {
 		return true
 	}
-	budget := DefaultMaxNodes
-	if _, ok := jsonValue(d.Root, 0, &budget); !ok {
+	if _, ok := d.jsonRoot(); !ok {
 		d.ErrorAt(d.Root, "", "the file expands to more than %d values or %d levels (aliases counted each time they are used)", DefaultMaxNodes, DefaultMaxDepth)
 		return false
 	}
@@ -85,8 +84,7 @@ func (d *Doc) validate(s *jsonschema.Schema, report func(n *yaml.Node, field, sc
 	if d.Root == nil {
 		return
 	}
-	budget := DefaultMaxNodes
-	v, ok := jsonValue(d.Root, 0, &budget)
+	v, ok := d.jsonRoot()
 	if !ok {
 		report(d.Root, "", "", "too large or too deeply nested to check against the schema")
 		return
@@ -204,6 +202,16 @@ func (d *Doc) locate(loc []string) (*yaml.Node, string) {
 		}
 	}
 	return n, path
+}
+
+// jsonRoot is jsonValue of the document, computed once (Bounded, then Violations).
+func (d *Doc) jsonRoot() (any, bool) {
+	if !d.json.done {
+		budget := DefaultMaxNodes
+		d.json.v, d.json.ok = jsonValue(d.Root, 0, &budget)
+		d.json.done = true
+	}
+	return d.json.v, d.json.ok
 }
 
 // jsonValue converts a node into the values encoding/json would produce (with whole numbers

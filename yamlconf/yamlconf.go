@@ -113,6 +113,10 @@ type Doc struct {
 	unknown   func(key string, known []string) string
 	visited   int
 	truncated bool // problems past MaxErrors were dropped
+	json      struct {
+		v        any
+		ok, done bool
+	} // the document as JSON values (jsonRoot)
 }
 
 // Parse reads src as one YAML document. A syntax error is reported at the line of the
