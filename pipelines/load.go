@@ -455,7 +455,7 @@ func (l *loader) failure(fd *failureDoc, path string) *FailureStrategy {
 	}
 	fs := &FailureStrategy{Action: fd.Action, Retries: fd.Retries, Backoff: l.dur(fd.Backoff, path+".backoff"), Then: fd.Then}
 	if fs.Retries < 0 {
-		l.errf(l.node(path+".retries"), path+".retries", "want a whole number ≥ 0, got %d", fs.Retries)
+		l.errf(l.node(path+".retries"), path+".retries", "want a whole number ≥ 0, got %q", strconv.Itoa(fs.Retries))
 	}
 	if fd.Manual != nil {
 		if fs.Action != "" && fs.Action != ActManual {
