@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/prflow/prflow/steps"
 )
 
 // The pipeline loader decodes through yamlconf: keys given twice in name → value mappings
@@ -99,5 +102,43 @@ func TestLoadRefusesAliasBomb(t *testing.T) {
 	_, err := Load("p.yaml", []byte(b.String()), nil)
 	if err == nil || !strings.Contains(err.Error(), "p.yaml:1:1: the file expands to more than") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// Loads run concurrently (the controller loads on several goroutines) with the default
+// registry and with one whose types change between loads: the schema of a registry follows
+// the types registered in it.
+func TestLoadConcurrentRegistries(t *testing.T) {
+	reg := steps.NewRegistry()
+	reg.Register(steps.Definition{Type: "First", New: func() steps.Step { return nil }})
+	src := func(typ string) []byte {
+		return []byte("name: x\nstages:\n  - id: s\n    steps: [{id: a, type: " + typ + ", with: {any: 1}}]\n")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, typ := reg, "First"
+			if i%2 == 0 {
+				r, typ = steps.Default, "Noop"
+			}
+			if _, err := Load("p.yaml", src(typ), r); err != nil && typ == "First" {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	reg.Register(steps.Definition{Type: "Second", New: func() steps.Step { return nil }})
+	if _, err := Load("p.yaml", src("Second"), reg); err != nil {
+		t.Fatalf("a type registered after the first load: %v", err)
+	}
+	if _, err := Load("p.yaml", src("Third"), reg); err == nil || !strings.Contains(err.Error(), `p.yaml:4:27: stages[0].steps[0].type: unknown step type "Third"`) {
+		t.Fatalf("unknown type: %v", err)
 	}
 }

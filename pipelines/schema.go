@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -197,12 +198,21 @@ func isSimple(t steps.InputType) bool {
 
 // schemas holds the compiled schema of each registry Load was given: the generated
 // schema.json for steps.Default, one generated from the registry's types for any other (a
-// build or a test with types of its own).
-var schemas sync.Map // *steps.Registry → *jsonschema.Schema
+// build or a test with types of its own), again when types were registered since.
+var schemas sync.Map // schemaKey → *jsonschema.Schema
+
+type schemaKey struct {
+	reg   *steps.Registry
+	types string
+}
 
 // schemaFor returns the compiled pipeline schema for the step types of reg.
 func schemaFor(reg *steps.Registry) (*jsonschema.Schema, error) {
-	if s, ok := schemas.Load(reg); ok {
+	key := schemaKey{reg: reg}
+	if reg != steps.Default {
+		key.types = strings.Join(reg.Types(), ",")
+	}
+	if s, ok := schemas.Load(key); ok {
 		return s.(*jsonschema.Schema), nil
 	}
 	src := Schema
@@ -224,6 +234,6 @@ func schemaFor(reg *steps.Registry) (*jsonschema.Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pipeline schema: %w", err)
 	}
-	schemas.Store(reg, s)
+	schemas.Store(key, s)
 	return s, nil
 }
