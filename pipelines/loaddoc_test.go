@@ -142,3 +142,21 @@ func TestLoadConcurrentRegistries(t *testing.T) {
 		t.Fatalf("unknown type: %v", err)
 	}
 }
+
+// A key given twice in a step, a trigger filter or a promotion environment names the line of
+// the first one (the walker said only "duplicate key").
+func TestLoadDuplicateKeyNamesTheFirst(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"step", "name: x\nstages:\n  - id: s\n    steps:\n      - id: a\n        type: Noop\n        id: b\n",
+			"p.yaml:7:9: stages[0].steps[0].id: set twice (first at line 5)"},
+		{"trigger filter", "name: x\ntriggers:\n  - push:\n      repo: a/b\n      repo: c/d\nstages:\n  - id: s\n    steps: [{id: a, type: Noop}]\n",
+			"p.yaml:5:7: triggers[0].push.repo: set twice (first at line 4)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load("p.yaml", []byte(tc.src), nil)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("got  %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
