@@ -88,6 +88,25 @@ func TestLoadSchemaAndDecodeReportOnce(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("got\n%v\nwant\n%s", err, want)
 	}
+	// A scalar is judged by the field's type, as the loader always did, not refused by the
+	// schema for its YAML type: yes and on are true, a number is text where text is wanted.
+	ok := "name: x
+description: 5
+inputs:
+  a: {type: string, required: on, default: b}
+cleanup: {keepFailedPRs: yes}
+" +
+		"stages:
+  - id: s
+    steps: [{id: a, type: Noop, pool: 1}]
+"
+	p, err := Load("p.yaml", []byte(ok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Description != "5" || !p.Inputs[0].Required || !p.Cleanup.KeepFailedPRs || p.Stages[0].Steps[0].Pool != "1" {
+		t.Errorf("decoded %q %v %v %q", p.Description, p.Inputs[0].Required, p.Cleanup.KeepFailedPRs, p.Stages[0].Steps[0].Pool)
+	}
 }
 
 // A hostile file (an alias bomb under variables, which the loader keeps as nodes and walks

@@ -17,13 +17,15 @@ import (
 // or instead of Decode for files that have a schema (pipelines/schema.json): the schema
 // catches shape, Decode and the file's checks the rest.
 func (d *Doc) Validate(s *jsonschema.Schema) {
-	d.validate(s, func(n *yaml.Node, field, _, format string, a ...any) { d.ErrorAt(n, field, format, a...) })
+	d.validate(s, false, func(n *yaml.Node, field, _, format string, a ...any) { d.ErrorAt(n, field, format, a...) })
 }
 
-// Violations returns what Validate would record, without recording it (see AddUnrelated).
+// Violations returns what Validate would record, without recording it, for a file that is
+// also decoded (see AddUnrelated): a non-null scalar where the schema wants a scalar of
+// another type is left to Decode, which reads it as the field's Go type.
 func (d *Doc) Violations(s *jsonschema.Schema) Errors {
 	var out Errors
-	d.validate(s, func(n *yaml.Node, field, scope, format string, a ...any) {
+	d.validate(s, true, func(n *yaml.Node, field, scope, format string, a ...any) {
 		e := &Error{File: d.File, Field: field, Msg: fmt.Sprintf(format, a...), scope: scope}
 		if n != nil {
 			e.Line, e.Column = n.Line, n.Column
@@ -80,7 +82,8 @@ func related(a, b string) bool {
 	return strings.HasPrefix(b, a) && (b[len(a)] == '.' || b[len(a)] == '[')
 }
 
-func (d *Doc) validate(s *jsonschema.Schema, report func(n *yaml.Node, field, scope, format string, a ...any)) {
+// decoded: the caller decodes the file too (Violations), and its decode judges the scalars.
+func (d *Doc) validate(s *jsonschema.Schema, decoded bool, report func(n *yaml.Node, field, scope, format string, a ...any)) {
 	if d.Root == nil {
 		return
 	}
@@ -111,8 +114,10 @@ func (d *Doc) validate(s *jsonschema.Schema, report func(n *yaml.Node, field, sc
 			continue
 		}
 		if t, ok := leaf.ErrorKind.(*kind.Type); ok {
-			if n.Kind == yaml.ScalarNode && !isNull(n) && slices.Contains(t.Want, "string") {
-				continue // a scalar where text is wanted is taken as its text, as Decode does
+			if decoded && n.Kind == yaml.ScalarNode && !isNull(n) && scalarTypes(t.Want) {
+				// Decode judges a scalar by the field's Go type: 1.10 is text where a string
+				// is wanted, yes is true where a bool is (as yaml.v3 has it).
+				continue
 			}
 			report(n, path, scope, "want %s, got %s", jsonTypes(t.Want), Kind(n))
 			continue
@@ -123,6 +128,16 @@ func (d *Doc) validate(s *jsonschema.Schema, report func(n *yaml.Node, field, sc
 		}
 		report(n, path, scope, "%s", msg)
 	}
+}
+
+// scalarTypes reports whether every type of types is a scalar one.
+func scalarTypes(types []string) bool {
+	for _, t := range types {
+		if t != "string" && t != "boolean" && t != "integer" && t != "number" {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonTypes words JSON Schema types as Decode words what it wants.
