@@ -90,16 +90,8 @@ func TestLoadSchemaAndDecodeReportOnce(t *testing.T) {
 	}
 	// A scalar is judged by the field's type, as the loader always did, not refused by the
 	// schema for its YAML type: yes and on are true, a number is text where text is wanted.
-	ok := "name: x
-description: 5
-inputs:
-  a: {type: string, required: on, default: b}
-cleanup: {keepFailedPRs: yes}
-" +
-		"stages:
-  - id: s
-    steps: [{id: a, type: Noop, pool: 1}]
-"
+	ok := "name: x\ndescription: 5\ninputs:\n  a: {type: string, required: on, default: b}\ncleanup: {keepFailedPRs: yes}\n" +
+		"stages:\n  - id: s\n    steps: [{id: a, type: Noop, pool: 1}]\n"
 	p, err := Load("p.yaml", []byte(ok), nil)
 	if err != nil {
 		t.Fatal(err)
