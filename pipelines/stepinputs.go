@@ -13,6 +13,7 @@ import (
 	"github.com/prflow/prflow/steps/fileedit"
 	"github.com/prflow/prflow/steps/spelling"
 	"github.com/prflow/prflow/steps/template"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // checkWith checks a step's `with:` mapping w (nil when absent) against the inputs its type
@@ -192,22 +193,13 @@ func (l *loader) keepText(n *yaml.Node) {
 	}
 }
 
-// kindName names what a node is in messages about step inputs.
+// kindName names what a node is in messages about step inputs: a scalar by its YAML type,
+// as these messages always have (`got a scalar (int) "1"`).
 func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "null"
-		}
+	if n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
 		return "a scalar (" + strings.TrimPrefix(n.Tag, "!!") + ")"
-	case yaml.AliasNode:
-		return "an alias"
 	}
-	return "unknown"
+	return yamlconf.Kind(n)
 }
 
 func isExpr(n *yaml.Node) bool {
