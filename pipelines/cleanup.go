@@ -25,14 +25,6 @@ const (
 	cleanupStep  = "cleanup"
 )
 
-func (l *loader) cleanup(f field) *CleanupSpec {
-	if f.val == nil {
-		return nil
-	}
-	m := l.fields(f.val, "cleanup", "keepFailedPRs")
-	return &CleanupSpec{KeepFailedPRs: l.boolean(m["keepFailedPRs"], "cleanup.keepFailedPRs")}
-}
-
 // CleanupJob is the job that clears up after run r, which just ended failed or cancelled
 // (nil when it has nothing to clear up, or did not end that way). Invariant 5: every PR or
 // branch prflow opened is merged, or closed and deleted when its run fails. The controller

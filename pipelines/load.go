@@ -59,201 +59,202 @@ func LoadFile(path string, reg *steps.Registry) (*Pipeline, error) {
 }
 
 // Load parses and validates a pipeline. All problems are reported together.
+//
+// Package yamlconf decodes the file into the structs below (unknown and duplicate keys,
+// values of the wrong kind), the loader checks what the values mean, and the file as written
+// is checked against the generated JSON Schema (schema.json). A schema violation is reported
+// only when nothing was reported at its field, inside it or around it: the decode and the
+// loader say what is wrong in the pipeline's own words, the schema adds what they let through
+// (a null where a value is wanted, say), and no mistake is reported twice.
 func Load(file string, src []byte, reg *steps.Registry) (*Pipeline, error) {
 	if reg == nil {
 		reg = steps.Default
 	}
-	l := &loader{file: file, reg: reg}
-	// yamlconf parses (size limit, syntax errors at the mistake's line, one document); the
-	// walk below is still this loader's own.
-	d, err := yamlconf.Parse(file, src, yamlconf.MaxBytes(MaxSource))
+	d, err := yamlconf.Parse(file, src, yamlconf.MaxBytes(MaxSource), yamlconf.UnknownField(unknownField))
 	if err != nil {
 		return nil, FromYAMLConf(err)
 	}
 	if d.Root == nil {
 		return nil, &LoadError{[]FieldError{{File: file, Msg: "empty file"}}}
 	}
+	l := &loader{file: file, reg: reg, d: d}
 	root := d.Root
 	p := &Pipeline{File: file, Source: src}
 	sum := sha256.Sum256(src)
 	p.Hash = hex.EncodeToString(sum[:16])
 	if root.Kind == yaml.MappingNode && findKey(root, "pipeline") != nil {
 		l.errf(root, "", "this is a Harness pipeline (root key `pipeline:`): run it with --harness-map FILE (services, environments and GitOps clusters), or convert it with `prflow import harness FILE --harness-map MAP`")
-		return nil, l.result()
+		return nil, FromYAMLConf(d.Err())
 	}
-	l.pipeline(root, p)
-	if err := l.result(); err != nil {
+	if !d.Bounded() { // an alias bomb: the step inputs and variables are walked as nodes
+		return nil, FromYAMLConf(d.Err())
+	}
+	sch, err := schemaFor(reg)
+	if err != nil {
 		return nil, err
+	}
+	violations := d.Violations(sch) // the file as written, before the promotion is expanded
+	l.pipeline(root, p)
+	d.AddUnrelated(violations)
+	if err := d.Err(); err != nil {
+		return nil, FromYAMLConf(err)
 	}
 	return p, nil
 }
 
+// unknownField words a key no field names as pipeline files always have: the allowed keys,
+// then a likely typo.
+func unknownField(key string, known []string) string {
+	msg := "unknown field (allowed: " + strings.Join(known, ", ") + ")"
+	if s := suggest(key, known); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return msg
+}
+
 var idRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,62}$`)
+
+// The pipeline file as written. Fields whose meaning depends on other fields (a step's
+// `with:`, an input's default) or whose expressions need their node's line stay *yaml.Node.
+type (
+	pipelineDoc struct {
+		Name          string
+		Description   string
+		Variables     yamlconf.Pairs[*yaml.Node] `want:"a mapping of name: value"`
+		Inputs        yamlconf.Pairs[inputDoc]   `want:"a mapping of input name → {type, default, required, description}"`
+		Environments  []environmentDoc           `want:"a list of environments"`
+		Service       *serviceDoc
+		Stages        []stageDoc `want:"a non-empty list of stages"`
+		Timeout       string
+		Promotion     *yaml.Node   // expanded into stages before the decode (promotion.go)
+		Triggers      []triggerDoc `want:"a list of triggers"`
+		Cleanup       *cleanupDoc
+		Notifications []notifyDoc `want:"a list of rules ({on: [events], channel: name})"`
+	}
+	inputDoc struct {
+		Type        string
+		Default     *yaml.Node // of the input's type
+		Required    bool
+		Description string
+		Allowed     *yaml.Node
+	}
+	environmentDoc struct {
+		Name      string
+		Group     string
+		Clusters  []clusterDoc               `want:"a list of {name, agent}"`
+		Variables yamlconf.Pairs[*yaml.Node] `want:"a mapping of name: value"`
+		Overrides yamlconf.Pairs[*yaml.Node] `want:"a mapping of name: value"`
+	}
+	clusterDoc struct {
+		Name  string
+		Agent string
+	}
+	serviceDoc struct {
+		Name      string
+		Variables yamlconf.Pairs[*yaml.Node] `want:"a mapping of name: value"`
+	}
+	stageDoc struct {
+		ID            string `yaml:"id"`
+		Name          string
+		Needs         yamlconf.Strings `want:"a list of stage ids"`
+		Environment   string
+		Clusters      yamlconf.Strings `want:"a list of cluster names"`
+		When          string
+		Timeout       string
+		OnFailure     *failureDoc
+		Variables     yamlconf.Pairs[*yaml.Node] `want:"a mapping of name: value"`
+		Steps         []stepDoc                  `want:"a non-empty list of steps"`
+		RollbackSteps []stepDoc                  `want:"a list of steps"`
+		Gate          *gateDoc
+	}
+	stepDoc struct {
+		ID        string `yaml:"id"`
+		Name      string
+		Type      string
+		With      *yaml.Node // checked against the type's declared inputs (stepinputs.go)
+		When      string
+		Timeout   string
+		Pool      string
+		OnFailure *failureDoc
+	}
+	// failureDoc is `onFailure: ACTION` or the mapping below.
+	failureDoc struct {
+		Action  string
+		Retries int `want:"a whole number ≥ 0"`
+		Backoff string
+		Then    string
+		Manual  *manualDoc `want:"{timeout, onTimeout, approvers}"`
+	}
+	manualDoc struct {
+		Timeout   string
+		OnTimeout string
+		Approvers yamlconf.Strings `want:"a list of user names and group:NAME"`
+	}
+	gateDoc struct {
+		Condition          string
+		Soak               string
+		Timeout            string
+		AgentOutageTimeout string
+	}
+	cleanupDoc struct {
+		KeepFailedPRs bool `yaml:"keepFailedPRs"`
+	}
+)
+
+// UnmarshalYAMLConf reads the short form `onFailure: retry` and the mapping.
+func (f *failureDoc) UnmarshalYAMLConf(d *yamlconf.Doc, n *yaml.Node, path string) {
+	if n.Kind == yaml.ScalarNode {
+		f.Action = n.Value
+		return
+	}
+	type plain failureDoc // without this method
+	d.Decode(n, path, (*plain)(f))
+}
 
 type loader struct {
 	file string
 	reg  *steps.Registry
-	errs []FieldError
+	d    *yamlconf.Doc
 	text map[*yaml.Node]bool // scalars of string-typed step inputs: value() keeps their text
 }
 
 func (l *loader) errf(n *yaml.Node, path, format string, a ...any) {
-	fe := FieldError{File: l.file, Path: path, Msg: fmt.Sprintf(format, a...)}
-	if n != nil {
-		fe.Line, fe.Col = n.Line, n.Column
-	}
-	l.errs = append(l.errs, fe)
+	l.d.ErrorAt(n, path, format, a...)
 }
 
-func (l *loader) result() error {
-	if len(l.errs) == 0 {
-		return nil
-	}
-	sort.SliceStable(l.errs, func(i, j int) bool { return l.errs[i].Line < l.errs[j].Line })
-	return &LoadError{Errs: l.errs}
+// errLine records a problem known by its line only (a stage or step as a whole).
+func (l *loader) errLine(line int, path, format string, a ...any) {
+	l.d.ErrorAt(&yaml.Node{Line: line}, path, format, a...)
 }
 
-type field struct {
-	key *yaml.Node
-	val *yaml.Node
-}
+// node is the value node of path (for a field the file does not set, the closest enclosing
+// one), to report a problem at.
+func (l *loader) node(path string) *yaml.Node { return l.d.Near(path) }
 
-// fields reads a mapping, reporting keys not in allowed and duplicate keys.
-func (l *loader) fields(n *yaml.Node, path string, allowed ...string) map[string]field {
-	out := map[string]field{}
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	if n.Kind != yaml.MappingNode {
-		l.errf(n, path, "want a mapping, got %s", kindName(n))
-		return out
-	}
-	ok := map[string]bool{}
-	for _, a := range allowed {
-		ok[a] = true
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		for v.Kind == yaml.AliasNode && v.Alias != nil {
-			v = v.Alias // YAML anchors let stages share step lists
-		}
-		name := k.Value
-		if _, dup := out[name]; dup {
-			l.errf(k, join(path, name), "duplicate key")
-			continue
-		}
-		if !ok[name] {
-			l.errf(k, join(path, name), "unknown field (allowed: %s)", strings.Join(allowed, ", "))
-			continue
-		}
-		out[name] = field{k, v}
-	}
-	return out
-}
-
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "null"
-		}
-		return "a scalar (" + strings.TrimPrefix(n.Tag, "!!") + ")"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "unknown"
-}
-
-func (l *loader) str(f field, path string) string {
-	if f.val == nil {
-		return ""
-	}
-	if f.val.Kind != yaml.ScalarNode || f.val.Tag == "!!null" {
-		l.errf(f.val, path, "want a string, got %s", kindName(f.val))
-		return ""
-	}
-	return f.val.Value
-}
-
-func (l *loader) boolean(f field, path string) bool {
-	if f.val == nil {
-		return false
-	}
-	var b bool
-	if f.val.Kind != yaml.ScalarNode || f.val.Decode(&b) != nil {
-		l.errf(f.val, path, "want true or false, got %q", f.val.Value)
-	}
-	return b
-}
-
-func (l *loader) integer(f field, path string) int {
-	if f.val == nil {
-		return 0
-	}
-	var i int
-	if f.val.Kind != yaml.ScalarNode || f.val.Decode(&i) != nil || i < 0 {
-		l.errf(f.val, path, "want a whole number ≥ 0, got %q", f.val.Value)
-	}
-	return i
-}
-
-func (l *loader) dur(f field, path string) int64 {
-	s := l.str(f, path)
+// dur parses the duration s read at path ("" is none).
+func (l *loader) dur(s, path string) time.Duration {
 	if s == "" {
 		return 0
 	}
 	d, err := duration.Parse(s)
 	if err != nil {
-		l.errf(f.val, path, "%v", err)
+		l.errf(l.node(path), path, "%v", err)
 	}
-	return int64(d)
+	return d
 }
 
-func (l *loader) strList(f field, path string) []string {
-	if f.val == nil {
+func (l *loader) cond(s, path string, opts ...template.Option) *template.Template {
+	n := l.d.Node(path)
+	if n == nil || s == "" {
 		return nil
 	}
-	if f.val.Kind == yaml.ScalarNode && f.val.Tag != "!!null" {
-		return []string{f.val.Value}
-	}
-	if f.val.Kind != yaml.SequenceNode {
-		l.errf(f.val, path, "want a list of strings, got %s", kindName(f.val))
-		return nil
-	}
-	out := []string{}
-	for i, c := range f.val.Content {
-		out = append(out, l.str(field{val: c}, fmt.Sprintf("%s[%d]", path, i)))
-	}
-	return out
-}
-
-func (l *loader) cond(f field, path string, opts ...template.Option) *template.Template {
-	if f.val == nil {
-		return nil
-	}
-	if f.val.Kind == yaml.ScalarNode && f.val.Tag == "!!bool" {
-		s := f.val.Value
+	if n.Tag == "!!bool" {
 		t, _ := template.CompileCondition(s)
 		return t
 	}
-	s := l.str(f, path)
-	if s == "" {
-		return nil
-	}
 	t, err := template.CompileCondition(s, opts...)
 	if err != nil {
-		l.exprErr(f.val, path, err)
+		l.exprErr(n, path, err)
 		return nil
 	}
 	return t
@@ -265,8 +266,7 @@ func (l *loader) exprErr(n *yaml.Node, path string, err error) {
 	if errors.As(err, &te) && n.Style == 0 && n.Kind == yaml.ScalarNode {
 		col = te.Offset // plain scalars on one line: the offset maps to a column
 	}
-	fe := FieldError{File: l.file, Line: n.Line, Col: n.Column + col, Path: path, Msg: err.Error()}
-	l.errs = append(l.errs, fe)
+	l.errf(&yaml.Node{Line: n.Line, Column: n.Column + col}, path, "%s", err.Error())
 }
 
 // value converts a YAML node into a Value, compiling expressions in strings.
@@ -323,188 +323,160 @@ func (l *loader) value(n *yaml.Node, path string) *Value {
 	return v
 }
 
+func join(path, name string) string { return yamlconf.Join(path, name) }
+
 func (l *loader) pipeline(root *yaml.Node, p *Pipeline) {
 	l.expandPromotion(root) // promotion: becomes ordinary stages (promotion.go)
-	f := l.fields(root, "", "name", "description", "variables", "inputs", "environments", "service", "stages", "timeout", "promotion", "triggers", "cleanup", "notifications")
-	p.Name = l.str(f["name"], "name")
+	var doc pipelineDoc
+	l.d.Decode(root, "", &doc)
+	p.Name = doc.Name
 	if p.Name == "" {
-		l.errf(root, "name", "required")
+		if !l.d.Bad("name") {
+			l.errf(root, "name", "required")
+		}
 	} else if !idRE.MatchString(p.Name) {
-		l.errf(f["name"].val, "name", "%q: use letters, digits, - and _ (start with a letter, ≤ 63 chars)", p.Name)
+		l.errf(l.node("name"), "name", "%q: use letters, digits, - and _ (start with a letter, ≤ 63 chars)", p.Name)
 	}
-	p.Description = l.str(f["description"], "description")
-	p.Timeout = timeDur(l.dur(f["timeout"], "timeout"))
-	p.Variables = l.variables(f["variables"], "variables")
-	if fv := f["inputs"]; fv.val != nil {
-		l.inputs(fv.val, p)
+	p.Description = doc.Description
+	p.Timeout = l.dur(doc.Timeout, "timeout")
+	p.Variables = l.variables(doc.Variables, "variables")
+	l.inputs(doc.Inputs, p)
+	l.environments(doc.Environments, p)
+	if sv := doc.Service; sv != nil {
+		p.Service = &Service{Name: sv.Name, Variables: l.variables(sv.Variables, "service.variables")}
 	}
-	if fv := f["environments"]; fv.val != nil {
-		l.environments(fv.val, p)
+	p.Triggers = l.triggers(doc.Triggers, p)
+	if doc.Cleanup != nil {
+		p.Cleanup = &CleanupSpec{KeepFailedPRs: doc.Cleanup.KeepFailedPRs}
 	}
-	if fv := f["service"]; fv.val != nil {
-		sf := l.fields(fv.val, "service", "name", "variables")
-		p.Service = &Service{Name: l.str(sf["name"], "service.name"), Variables: l.variables(sf["variables"], "service.variables")}
-	}
-	p.Triggers = l.triggers(f["triggers"], p)
-	p.Cleanup = l.cleanup(f["cleanup"])
-	p.Notifications = l.notifications(f["notifications"])
-	st := f["stages"]
-	if st.val == nil {
+	p.Notifications = l.notifications(doc.Notifications)
+	switch sn := l.d.Node("stages"); {
+	case sn == nil:
 		l.errf(root, "stages", "required: a pipeline needs at least one stage")
 		return
-	}
-	if st.val.Kind != yaml.SequenceNode || len(st.val.Content) == 0 {
-		l.errf(st.val, "stages", "want a non-empty list of stages")
+	case sn.Kind != yaml.SequenceNode:
+		return // reported by the decode
+	case len(doc.Stages) == 0:
+		l.errf(l.node("stages"), "stages", "want a non-empty list of stages")
 		return
 	}
 	seen := map[string]bool{}
-	for i, sn := range st.val.Content {
-		s := l.stage(sn, fmt.Sprintf("stages[%d]", i), p)
+	for i := range doc.Stages {
+		path := yamlconf.Index("stages", i)
+		s := l.stage(&doc.Stages[i], path, p)
 		if s == nil {
 			continue
 		}
 		if seen[s.ID] {
-			l.errf(sn, fmt.Sprintf("stages[%d].id", i), "duplicate stage id %q", s.ID)
+			l.errf(l.node(path), path+".id", "duplicate stage id %q", s.ID)
 		}
 		seen[s.ID] = true
 		p.Stages = append(p.Stages, s)
 	}
-	l.checkNeeds(p, st.val)
+	l.checkNeeds(p)
 	l.checkRefs(p)
-	l.checkNotifyStages(p, f["notifications"])
+	l.checkNotifyStages(p)
 }
 
-func (l *loader) variables(f field, path string) []Variable {
-	if f.val == nil {
-		return nil
-	}
+func (l *loader) variables(vars yamlconf.Pairs[*yaml.Node], path string) []Variable {
 	var out []Variable
-	switch f.val.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(f.val.Content); i += 2 {
-			k := f.val.Content[i]
-			if !idRE.MatchString(k.Value) {
-				l.errf(k, join(path, k.Value), "variable names use letters, digits, - and _")
-			}
-			out = append(out, Variable{Name: k.Value, Value: l.value(f.val.Content[i+1], join(path, k.Value))})
+	for _, v := range vars {
+		if !idRE.MatchString(v.Key) {
+			l.errf(v.KeyNode, join(path, v.Key), "variable names use letters, digits, - and _")
 		}
-	default:
-		l.errf(f.val, path, "want a mapping of name: value, got %s", kindName(f.val))
+		out = append(out, Variable{Name: v.Key, Value: l.value(v.Value, join(path, v.Key))})
 	}
 	return out
 }
 
-func (l *loader) inputs(n *yaml.Node, p *Pipeline) {
-	if n.Kind != yaml.MappingNode {
-		l.errf(n, "inputs", "want a mapping of input name → {type, default, required, description}")
-		return
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		path := "inputs." + k.Value
-		in := Input{Name: k.Value, Type: "string"}
-		if !idRE.MatchString(k.Value) {
-			l.errf(k, path, "input names use letters, digits, - and _")
+func (l *loader) inputs(ins yamlconf.Pairs[inputDoc], p *Pipeline) {
+	for _, kv := range ins {
+		path := "inputs." + kv.Key
+		d := kv.Value
+		in := Input{Name: kv.Key, Type: "string", Required: d.Required, Description: d.Description}
+		if !idRE.MatchString(kv.Key) {
+			l.errf(kv.KeyNode, path, "input names use letters, digits, - and _")
 		}
-		f := l.fields(v, path, "type", "default", "required", "description", "allowed")
-		if t := l.str(f["type"], path+".type"); t != "" {
+		if t := d.Type; t != "" {
 			if t != "string" && t != "number" && t != "boolean" {
-				l.errf(f["type"].val, path+".type", "want string, number or boolean, got %q", t)
+				l.errf(l.node(path+".type"), path+".type", "want string, number or boolean, got %q", t)
 			}
 			in.Type = t
 		}
-		if d := f["default"]; d.val != nil {
-			_ = d.val.Decode(&in.Default)
-			if in.Type == "string" && d.val.Kind == yaml.ScalarNode && d.val.Tag != "!!null" {
-				in.Default = d.val.Value // as written: a default of 1.10 is "1.10"
+		if dv := d.Default; dv != nil {
+			_ = dv.Decode(&in.Default)
+			if in.Type == "string" && dv.Kind == yaml.ScalarNode && dv.Tag != "!!null" {
+				in.Default = dv.Value // as written: a default of 1.10 is "1.10"
 			}
 		}
-		if a := f["allowed"]; a.val != nil {
-			if a.val.Decode(&in.Allowed) != nil || a.val.Kind != yaml.SequenceNode {
-				l.errf(a.val, path+".allowed", "want a list of values")
+		if a := d.Allowed; a != nil {
+			if a.Decode(&in.Allowed) != nil || a.Kind != yaml.SequenceNode {
+				l.errf(a, path+".allowed", "want a list of values")
 			} else if in.Type == "string" {
-				for i, c := range a.val.Content {
+				for i, c := range a.Content {
 					if c.Kind == yaml.ScalarNode && c.Tag != "!!null" && i < len(in.Allowed) {
 						in.Allowed[i] = c.Value
 					}
 				}
 			}
 		}
-		in.Required = l.boolean(f["required"], path+".required")
-		in.Description = l.str(f["description"], path+".description")
 		p.Inputs = append(p.Inputs, in)
 	}
 }
 
-func (l *loader) environments(n *yaml.Node, p *Pipeline) {
-	if n.Kind != yaml.SequenceNode {
-		l.errf(n, "environments", "want a list of environments")
-		return
-	}
-	for i, en := range n.Content {
-		path := fmt.Sprintf("environments[%d]", i)
-		f := l.fields(en, path, "name", "group", "clusters", "variables", "overrides")
-		e := Environment{Name: l.str(f["name"], path+".name"), Group: l.str(f["group"], path+".group"),
-			Variables: l.variables(f["variables"], path+".variables"), Overrides: l.variables(f["overrides"], path+".overrides")}
+func (l *loader) environments(envs []environmentDoc, p *Pipeline) {
+	for i, ed := range envs {
+		path := yamlconf.Index("environments", i)
+		e := Environment{Name: ed.Name, Group: ed.Group,
+			Variables: l.variables(ed.Variables, path+".variables"), Overrides: l.variables(ed.Overrides, path+".overrides")}
 		if e.Name == "" {
-			l.errf(en, path+".name", "required")
-		} else if p.Env(e.Name) != nil {
-			l.errf(f["name"].val, path+".name", "duplicate environment %q", e.Name)
-		}
-		if c := f["clusters"]; c.val != nil {
-			if c.val.Kind != yaml.SequenceNode {
-				l.errf(c.val, path+".clusters", "want a list of {name, agent}")
-			} else {
-				for j, cn := range c.val.Content {
-					cp := fmt.Sprintf("%s.clusters[%d]", path, j)
-					cf := l.fields(cn, cp, "name", "agent")
-					cl := Cluster{Name: l.str(cf["name"], cp+".name"), Agent: l.str(cf["agent"], cp+".agent")}
-					if cl.Name == "" {
-						l.errf(cn, cp+".name", "required")
-					}
-					e.Clusters = append(e.Clusters, cl)
-				}
+			if !l.d.Bad(path+".name") && !l.d.Bad(path) {
+				l.errf(l.node(path), path+".name", "required")
 			}
+		} else if p.Env(e.Name) != nil {
+			l.errf(l.node(path+".name"), path+".name", "duplicate environment %q", e.Name)
+		}
+		for j, cd := range ed.Clusters {
+			cp := yamlconf.Index(path+".clusters", j)
+			if cd.Name == "" && !l.d.Bad(cp+".name") && !l.d.Bad(cp) {
+				l.errf(l.node(cp), cp+".name", "required")
+			}
+			e.Clusters = append(e.Clusters, Cluster(cd))
 		}
 		p.Environments = append(p.Environments, e)
 	}
 }
 
-func (l *loader) failure(f field, path string) *FailureStrategy {
-	if f.val == nil {
+var failureActions = map[string]bool{ActFail: true, ActIgnore: true, ActRetry: true, ActRollbackStage: true, ActRollbackPipeline: true}
+
+func (l *loader) failure(fd *failureDoc, path string) *FailureStrategy {
+	if fd == nil {
 		return nil
 	}
-	fs := &FailureStrategy{}
-	if f.val.Kind == yaml.ScalarNode {
-		fs.Action = f.val.Value
-	} else {
-		m := l.fields(f.val, path, "action", "retries", "backoff", "then", "manual")
-		fs.Action = l.str(m["action"], path+".action")
-		fs.Retries = l.integer(m["retries"], path+".retries")
-		fs.Backoff = timeDur(l.dur(m["backoff"], path+".backoff"))
-		fs.Then = l.str(m["then"], path+".then")
-		if mf := m["manual"]; mf.val != nil {
-			if fs.Action != "" && fs.Action != ActManual {
-				l.errf(mf.val, path+".manual", "manual decides instead of action %q: give one of them", fs.Action)
-			}
-			fs.Action, fs.Manual = ActManual, l.manual(mf, path+".manual")
-		}
+	fs := &FailureStrategy{Action: fd.Action, Retries: fd.Retries, Backoff: l.dur(fd.Backoff, path+".backoff"), Then: fd.Then}
+	if fs.Retries < 0 {
+		l.errf(l.node(path+".retries"), path+".retries", "want a whole number ≥ 0, got %q", strconv.Itoa(fs.Retries))
 	}
-	valid := map[string]bool{ActFail: true, ActIgnore: true, ActRetry: true, ActRollbackStage: true, ActRollbackPipeline: true}
+	if fd.Manual != nil {
+		if fs.Action != "" && fs.Action != ActManual {
+			l.errf(l.node(path+".manual"), path+".manual", "manual decides instead of action %q: give one of them", fs.Action)
+		}
+		fs.Action, fs.Manual = ActManual, l.manual(fd.Manual, path+".manual")
+	}
 	switch {
 	case fs.Action == ActManual && fs.Manual == nil:
 		fs.Manual = &ManualStrategy{Timeout: DefaultManualTimeout} // onFailure: manual
-	case !valid[fs.Action] && fs.Action != ActManual:
-		l.errf(f.val, path+".action", "unknown action %q (want fail, ignore, retry, rollbackStage, rollbackPipeline or manual)", fs.Action)
+	case !failureActions[fs.Action] && fs.Action != ActManual && !l.d.Bad(path) && !l.d.Bad(path+".manual"):
+		l.errf(l.d.Node(path), path+".action", "unknown action %q (want fail, ignore, retry, rollbackStage, rollbackPipeline or manual)", fs.Action)
 	}
 	if fs.Action == ActRetry && fs.Retries == 0 {
 		fs.Retries = 1
 	}
-	if fs.Then != "" && (!valid[fs.Then] || fs.Then == ActRetry) {
-		l.errf(f.val, path+".then", "unknown action %q (want fail, ignore, rollbackStage or rollbackPipeline)", fs.Then)
+	if fs.Then != "" && (!failureActions[fs.Then] || fs.Then == ActRetry) {
+		l.errf(l.d.Node(path), path+".then", "unknown action %q (want fail, ignore, rollbackStage or rollbackPipeline)", fs.Then)
 	}
 	if fs.Backoff == 0 {
-		fs.Backoff = timeDur(int64(1e9))
+		fs.Backoff = time.Second
 	}
 	return fs
 }
@@ -513,53 +485,54 @@ func (l *loader) failure(f field, path string) *FailureStrategy {
 const DefaultManualTimeout = 24 * time.Hour
 
 // manual reads onFailure.manual: {timeout, onTimeout, approvers}.
-func (l *loader) manual(f field, path string) *ManualStrategy {
-	ms := &ManualStrategy{Timeout: DefaultManualTimeout}
-	if f.val.Kind != yaml.MappingNode {
-		l.errf(f.val, path, "want {timeout, onTimeout, approvers}, got %s", kindName(f.val))
-		return ms
+func (l *loader) manual(md *manualDoc, path string) *ManualStrategy {
+	ms := &ManualStrategy{Timeout: DefaultManualTimeout, OnTimeout: md.OnTimeout}
+	if md.Timeout != "" {
+		n := l.d.Count()
+		if d := l.dur(md.Timeout, path+".timeout"); d > 0 {
+			ms.Timeout = d
+		} else if l.d.Count() == n {
+			l.errf(l.node(path+".timeout"), path+".timeout", "want a duration > 0 (e.g. 2h), got %q", md.Timeout)
+		}
 	}
-	m := l.fields(f.val, path, "timeout", "onTimeout", "approvers")
-	if d := timeDur(l.dur(m["timeout"], path+".timeout")); d > 0 {
-		ms.Timeout = d
-	} else if m["timeout"].val != nil {
-		l.errf(m["timeout"].val, path+".timeout", "want a duration > 0 (e.g. 2h), got %q", m["timeout"].val.Value)
-	}
-	ms.OnTimeout = l.str(m["onTimeout"], path+".onTimeout")
 	switch ms.OnTimeout {
 	case "", ActFail, ActIgnore, ActRollbackStage, ActRollbackPipeline:
 	default:
-		l.errf(m["onTimeout"].val, path+".onTimeout", "unknown action %q (want fail, ignore, rollbackStage or rollbackPipeline)", ms.OnTimeout)
+		l.errf(l.node(path+".onTimeout"), path+".onTimeout", "unknown action %q (want fail, ignore, rollbackStage or rollbackPipeline)", ms.OnTimeout)
 	}
-	if a := m["approvers"]; a.val != nil {
+	if l.d.Has(path + ".approvers") {
+		ap := path + ".approvers"
 		ms.Approvers = &steps.Approvers{}
-		for i, who := range l.strList(a, path+".approvers") {
+		for i, who := range md.Approvers {
+			if l.d.Bad(yamlconf.Index(ap, i)) {
+				continue // a null, reported by the decode
+			}
 			switch g, isGroup := strings.CutPrefix(who, "group:"); {
 			case strings.TrimSpace(g) == "":
-				l.errf(a.val, fmt.Sprintf("%s.approvers[%d]", path, i), "want a user name or group:NAME, got %q", who)
+				l.errf(l.node(ap), yamlconf.Index(ap, i), "want a user name or group:NAME, got %q", who)
 			case isGroup:
 				ms.Approvers.Groups = append(ms.Approvers.Groups, g)
 			default:
 				ms.Approvers.Users = append(ms.Approvers.Users, who)
 			}
 		}
-		if len(ms.Approvers.Users)+len(ms.Approvers.Groups) == 0 {
-			l.errf(a.val, path+".approvers", "empty: nobody could decide (leave approvers out to let anyone authenticated decide)")
+		if len(ms.Approvers.Users)+len(ms.Approvers.Groups) == 0 && !l.d.Bad(ap) {
+			l.errf(l.node(ap), ap, "empty: nobody could decide (leave approvers out to let anyone authenticated decide)")
 		}
 	}
 	return ms
 }
 
-func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
-	f := l.fields(n, path, "id", "name", "needs", "environment", "clusters", "when", "timeout", "onFailure", "variables", "steps", "rollbackSteps", "gate")
-	s := &Stage{Line: n.Line}
-	s.ID = l.str(f["id"], path+".id")
-	s.Name = l.str(f["name"], path+".name")
+func (l *loader) stage(sd *stageDoc, path string, p *Pipeline) *Stage {
+	n := l.node(path)
+	s := &Stage{Line: n.Line, ID: sd.ID, Name: sd.Name}
 	if s.ID == "" {
 		s.ID = slug(s.Name)
 	}
 	if s.ID == "" {
-		l.errf(n, path+".id", "required (or give a name)")
+		if !l.d.Bad(path) {
+			l.errf(n, path+".id", "required (or give a name)")
+		}
 		return nil
 	}
 	if !idRE.MatchString(s.ID) {
@@ -568,15 +541,15 @@ func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
 	if s.Name == "" {
 		s.Name = s.ID
 	}
-	if nf := f["needs"]; nf.val != nil {
+	if l.d.Has(path + ".needs") {
 		s.NeedsSet = true
-		s.Needs = l.strList(nf, path+".needs")
+		s.Needs = sd.Needs
 	}
-	s.Environment = l.str(f["environment"], path+".environment")
+	s.Environment = sd.Environment
 	if s.Environment != "" && !template.Contains(s.Environment) && p.Env(s.Environment) == nil {
-		l.errf(f["environment"].val, path+".environment", "unknown environment %q (declare it under environments:)", s.Environment)
+		l.errf(l.node(path+".environment"), path+".environment", "unknown environment %q (declare it under environments:)", s.Environment)
 	}
-	s.Clusters = l.strList(f["clusters"], path+".clusters")
+	s.Clusters = sd.Clusters
 	if env := p.Env(s.Environment); env != nil {
 		for i, c := range s.Clusters {
 			found := false
@@ -584,18 +557,18 @@ func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
 				found = found || ec.Name == c
 			}
 			if !found {
-				l.errf(f["clusters"].val, fmt.Sprintf("%s.clusters[%d]", path, i), "environment %q has no cluster %q", s.Environment, c)
+				l.errf(l.node(path+".clusters"), yamlconf.Index(path+".clusters", i), "environment %q has no cluster %q", s.Environment, c)
 			}
 		}
 	}
-	s.When = l.cond(f["when"], path+".when", template.WithStatusFunctions())
-	s.Timeout = timeDur(l.dur(f["timeout"], path+".timeout"))
-	s.OnFailure = l.failure(f["onFailure"], path+".onFailure")
-	s.Variables = l.variables(f["variables"], path+".variables")
-	s.Steps = l.stepList(f["steps"], path+".steps", true)
-	s.Rollback = l.stepList(f["rollbackSteps"], path+".rollbackSteps", false)
-	if g := f["gate"]; g.val != nil {
-		if st := l.gate(g, path+".gate"); st != nil {
+	s.When = l.cond(sd.When, path+".when", template.WithStatusFunctions())
+	s.Timeout = l.dur(sd.Timeout, path+".timeout")
+	s.OnFailure = l.failure(sd.OnFailure, path+".onFailure")
+	s.Variables = l.variables(sd.Variables, path+".variables")
+	s.Steps = l.stepList(sd.Steps, path+".steps", true)
+	s.Rollback = l.stepList(sd.RollbackSteps, path+".rollbackSteps", false)
+	if sd.Gate != nil {
+		if st := l.gate(sd.Gate, path+".gate"); st != nil {
 			s.Steps = append(s.Steps, st)
 		}
 	}
@@ -604,7 +577,7 @@ func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
 	for _, list := range [][]*Step{s.Steps, s.Rollback} {
 		for _, st := range list {
 			if ids[st.ID] {
-				l.errs = append(l.errs, FieldError{File: l.file, Line: st.Line, Path: path, Msg: fmt.Sprintf("duplicate step id %q in stage %q", st.ID, s.ID)})
+				l.errLine(st.Line, path, "duplicate step id %q in stage %q", st.ID, s.ID)
 			}
 			ids[st.ID] = true
 		}
@@ -612,54 +585,58 @@ func (l *loader) stage(n *yaml.Node, path string, p *Pipeline) *Stage {
 	return s
 }
 
-func (l *loader) stepList(f field, path string, required bool) []*Step {
-	if f.val == nil {
+func (l *loader) stepList(list []stepDoc, path string, required bool) []*Step {
+	switch n := l.d.Node(path); {
+	case n == nil:
 		if required {
-			l.errf(f.key, path, "required: a stage needs at least one step")
+			l.errf(l.node(path), path, "required: a stage needs at least one step")
 		}
 		return nil
-	}
-	if f.val.Kind != yaml.SequenceNode || (required && len(f.val.Content) == 0) {
-		l.errf(f.val, path, "want a non-empty list of steps")
+	case n.Kind != yaml.SequenceNode:
+		return nil // reported by the decode
+	case required && len(list) == 0:
+		l.errf(l.node(path), path, "want a non-empty list of steps")
 		return nil
 	}
 	var out []*Step
-	for i, sn := range f.val.Content {
-		if st := l.step(sn, fmt.Sprintf("%s[%d]", path, i)); st != nil {
+	for i := range list {
+		if st := l.step(&list[i], yamlconf.Index(path, i)); st != nil {
 			out = append(out, st)
 		}
 	}
 	return out
 }
 
-func (l *loader) step(n *yaml.Node, path string) *Step {
-	f := l.fields(n, path, "id", "name", "type", "with", "when", "timeout", "pool", "onFailure")
-	st := &Step{Line: n.Line}
-	st.ID = l.str(f["id"], path+".id")
-	st.Name = l.str(f["name"], path+".name")
+func (l *loader) step(sd *stepDoc, path string) *Step {
+	n := l.node(path)
+	st := &Step{Line: n.Line, ID: sd.ID, Name: sd.Name}
 	if st.ID == "" {
 		st.ID = slug(st.Name)
 	}
 	if st.ID == "" {
-		l.errf(n, path+".id", "required (or give a name)")
+		if !l.d.Bad(path) {
+			l.errf(n, path+".id", "required (or give a name)")
+		}
 		return nil
 	}
 	if !idRE.MatchString(st.ID) {
 		l.errf(n, path+".id", "%q: use letters, digits, - and _ (start with a letter)", st.ID)
 	}
-	typ := l.str(f["type"], path+".type")
+	typ := sd.Type
 	def, ok := l.reg.Lookup(typ)
 	switch {
 	case typ == "":
-		l.errf(n, path+".type", "required (one of %s)", strings.Join(userTypes(l.reg), ", "))
+		if !l.d.Bad(path + ".type") {
+			l.errf(n, path+".type", "required (one of %s)", strings.Join(userTypes(l.reg), ", "))
+		}
 	case !ok:
 		msg := fmt.Sprintf("unknown step type %q", typ)
 		if s := suggest(typ, userTypes(l.reg)); s != "" {
 			msg += fmt.Sprintf("; did you mean %q?", s)
 		}
-		l.errf(f["type"].val, path+".type", "%s (known: %s)", msg, strings.Join(userTypes(l.reg), ", "))
+		l.errf(l.node(path+".type"), path+".type", "%s (known: %s)", msg, strings.Join(userTypes(l.reg), ", "))
 	case def.Internal:
-		l.errf(f["type"].val, path+".type", "step type %q is internal to prflow and cannot be used in a pipeline%s (known: %s)",
+		l.errf(l.node(path+".type"), path+".type", "step type %q is internal to prflow and cannot be used in a pipeline%s (known: %s)",
 			typ, internalHint(def.Type), strings.Join(userTypes(l.reg), ", "))
 		ok = false
 	default:
@@ -667,20 +644,20 @@ func (l *loader) step(n *yaml.Node, path string) *Step {
 	}
 	inputsOK := true
 	if ok {
-		inputsOK = l.checkWith(def, n, f["with"].val, path)
+		inputsOK = l.checkWith(def, n, sd.With, path)
 	}
-	if w := f["with"]; w.val != nil {
-		if w.val.Kind != yaml.MappingNode {
-			l.errf(w.val, path+".with", "want a mapping of inputs, got %s", kindName(w.val))
+	if w := sd.With; w != nil {
+		if w.Kind != yaml.MappingNode {
+			l.errf(w, path+".with", "want a mapping of inputs, got %s", kindName(w))
 		} else {
-			st.With = l.value(w.val, path+".with")
+			st.With = l.value(w, path+".with")
 		}
 	}
 	if ok && inputsOK && def.Validate != nil {
 		if err := def.Validate(st.With.Static()); err != nil {
 			line, at := n, path+".with"
-			if w := f["with"]; w.val != nil {
-				line = w.val
+			if w := sd.With; w != nil {
+				line = w
 			}
 			// An error about one input points at that input.
 			var ie *steps.InputError
@@ -692,57 +669,48 @@ func (l *loader) step(n *yaml.Node, path string) *Step {
 			l.errf(line, at, "%v", err)
 		}
 	}
-	st.When = l.cond(f["when"], path+".when", template.WithStatusFunctions())
-	st.Timeout = timeDur(l.dur(f["timeout"], path+".timeout"))
-	st.Pool = l.str(f["pool"], path+".pool")
-	st.OnFailure = l.failure(f["onFailure"], path+".onFailure")
+	st.When = l.cond(sd.When, path+".when", template.WithStatusFunctions())
+	st.Timeout = l.dur(sd.Timeout, path+".timeout")
+	st.Pool = sd.Pool
+	st.OnFailure = l.failure(sd.OnFailure, path+".onFailure")
 	return st
 }
 
 // gate turns a stage's `gate: {condition, soak, timeout}` into its last step, a StageGate.
 // The condition is evaluated on the worker over the apps' live status (`apps`), so it is kept
 // as text here and only checked for syntax.
-func (l *loader) gate(f field, path string) *Step {
-	m := l.fields(f.val, path, "condition", "soak", "timeout", "agentOutageTimeout")
-	cond := l.str(m["condition"], path+".condition")
-	soak := l.str(m["soak"], path+".soak")
-	if cond == "" && soak == "" {
-		l.errf(f.val, path, "give a condition, a soak time or both")
+func (l *loader) gate(g *gateDoc, path string) *Step {
+	n := l.node(path)
+	if g.Condition == "" && g.Soak == "" {
+		if !l.d.Bad(path+".condition") && !l.d.Bad(path+".soak") {
+			l.errf(n, path, "give a condition, a soak time or both")
+		}
 		return nil
 	}
-	if cond != "" {
-		if _, err := template.CompileCondition(cond); err != nil {
-			l.exprErr(m["condition"].val, path+".condition", err)
+	if g.Condition != "" {
+		if _, err := template.CompileCondition(g.Condition); err != nil {
+			l.exprErr(l.node(path+".condition"), path+".condition", err)
 		}
 	}
-	if soak != "" {
-		if _, err := duration.Parse(soak); err != nil {
-			l.errf(m["soak"].val, path+".soak", "%v", err)
-		}
-	}
-	outage := l.str(m["agentOutageTimeout"], path+".agentOutageTimeout")
-	if outage != "" {
-		if _, err := duration.Parse(outage); err != nil {
-			l.errf(m["agentOutageTimeout"].val, path+".agentOutageTimeout", "%v", err)
-		}
-	}
-	with := &Value{Map: map[string]*Value{}, Line: f.val.Line}
-	for k, v := range map[string]string{"condition": cond, "soak": soak, "agentOutageTimeout": outage} {
+	l.dur(g.Soak, path+".soak")
+	l.dur(g.AgentOutageTimeout, path+".agentOutageTimeout")
+	with := &Value{Map: map[string]*Value{}, Line: n.Line}
+	for k, v := range map[string]string{"condition": g.Condition, "soak": g.Soak, "agentOutageTimeout": g.AgentOutageTimeout} {
 		if v != "" {
 			with.Keys = append(with.Keys, k)
-			with.Map[k] = &Value{Lit: v, Line: f.val.Line}
+			with.Map[k] = &Value{Lit: v, Line: n.Line}
 		}
 	}
 	sort.Strings(with.Keys)
 	typ := "StageGate"
 	if _, ok := l.reg.Lookup(typ); !ok {
-		l.errf(f.val, path, "this build has no StageGate step")
+		l.errf(n, path, "this build has no StageGate step")
 		return nil
 	}
-	return &Step{ID: "gate", Name: "stage gate", Type: typ, With: with, Timeout: timeDur(l.dur(m["timeout"], path+".timeout")), Line: f.val.Line}
+	return &Step{ID: "gate", Name: "stage gate", Type: typ, With: with, Timeout: l.dur(g.Timeout, path+".timeout"), Line: n.Line}
 }
 
-func (l *loader) checkNeeds(p *Pipeline, stagesNode *yaml.Node) {
+func (l *loader) checkNeeds(p *Pipeline) {
 	idx := map[string]int{}
 	for i, s := range p.Stages {
 		idx[s.ID] = i
@@ -750,9 +718,9 @@ func (l *loader) checkNeeds(p *Pipeline, stagesNode *yaml.Node) {
 	for i, s := range p.Stages {
 		for _, n := range s.Needs {
 			if _, ok := idx[n]; !ok {
-				l.errs = append(l.errs, FieldError{File: l.file, Line: s.Line, Path: fmt.Sprintf("stages[%d].needs", i), Msg: fmt.Sprintf("unknown stage %q", n)})
+				l.errLine(s.Line, fmt.Sprintf("stages[%d].needs", i), "unknown stage %q", n)
 			} else if n == s.ID {
-				l.errs = append(l.errs, FieldError{File: l.file, Line: s.Line, Path: fmt.Sprintf("stages[%d].needs", i), Msg: "a stage cannot need itself"})
+				l.errLine(s.Line, fmt.Sprintf("stages[%d].needs", i), "a stage cannot need itself")
 			}
 		}
 	}
@@ -777,11 +745,10 @@ func (l *loader) checkNeeds(p *Pipeline, stagesNode *yaml.Node) {
 	}
 	for i := range p.Stages {
 		if visit(i) {
-			l.errs = append(l.errs, FieldError{File: l.file, Line: p.Stages[i].Line, Path: fmt.Sprintf("stages[%d].needs", i), Msg: "stages need each other in a cycle"})
+			l.errLine(p.Stages[i].Line, fmt.Sprintf("stages[%d].needs", i), "stages need each other in a cycle")
 			return
 		}
 	}
-	_ = stagesNode
 }
 
 // Deps returns the indexes of the stages stage i waits for.
@@ -837,7 +804,7 @@ func (l *loader) checkRefs(p *Pipeline) {
 			}
 			for _, ref := range t.Refs() {
 				if msg := refProblem(ref, inputs, pvars, svars, stageSteps, s.ID); msg != "" {
-					l.errs = append(l.errs, FieldError{File: l.file, Line: line, Path: path, Msg: msg})
+					l.errLine(line, path, "%s", msg)
 				}
 			}
 		}
@@ -862,7 +829,7 @@ func (l *loader) checkRefs(p *Pipeline) {
 			for _, ref := range t.Refs() {
 				root := strings.SplitN(ref, ".", 2)[0]
 				if root == "steps" || root == "stages" || root == "stage" {
-					l.errs = append(l.errs, FieldError{File: l.file, Line: line, Path: "variables." + v.Name, Msg: ref + ": pipeline variables cannot read step outputs (use a stage variable)"})
+					l.errLine(line, "variables."+v.Name, "%s: pipeline variables cannot read step outputs (use a stage variable)", ref)
 				}
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/envelope"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // NotifyRule is one entry of a pipeline's `notifications:` list: on which events a message goes
@@ -49,35 +50,35 @@ var NotifyEvents = []string{EvRunStarted, EvRunSucceeded, EvRunFailed, EvRunCanc
 // with a letter), so their Nats-Msg-Ids never collide with a step's.
 const NotifyStage = "_notify"
 
-func (l *loader) notifications(f field) []*NotifyRule {
-	if f.val == nil {
-		return nil
-	}
-	if f.val.Kind != yaml.SequenceNode {
-		l.errf(f.val, "notifications", "want a list of rules ({on: [events], channel: name}), got %s", kindName(f.val))
-		return nil
-	}
+// notifyDoc is one entry of notifications: as written.
+type notifyDoc struct {
+	On      yamlconf.Strings `want:"a list of strings"`
+	Stages  yamlconf.Strings `want:"a list of stage ids"`
+	Channel string
+}
+
+func (l *loader) notifications(docs []notifyDoc) []*NotifyRule {
 	var out []*NotifyRule
-	for i, n := range f.val.Content {
+	for i, nd := range docs {
 		path := fmt.Sprintf("notifications[%d]", i)
-		m := l.fields(n, path, "on", "stages", "channel")
-		r := &NotifyRule{Line: n.Line, Channel: l.str(m["channel"], path+".channel"), Stages: l.strList(m["stages"], path+".stages")}
+		n := l.node(path)
+		r := &NotifyRule{Line: n.Line, Channel: nd.Channel, Stages: nd.Stages}
 		switch {
-		case m["channel"].val == nil:
-			l.errf(n, path+".channel", "required: the name of a channel configured on the workers (--notifiers)")
-		case r.Channel != "" && !idRE.MatchString(r.Channel):
-			l.errf(m["channel"].val, path+".channel", "%q: use letters, digits, - and _ (start with a letter, ≤ 63 chars)", r.Channel)
-		}
-		on := m["on"]
-		if on.val == nil {
-			l.errf(n, path+".on", "required: one or more of %s", strings.Join(NotifyEvents, ", "))
-		}
-		for j, ev := range l.strList(on, path+".on") {
-			ep := fmt.Sprintf("%s.on[%d]", path, j)
-			node := on.val
-			if on.val.Kind == yaml.SequenceNode && j < len(on.val.Content) {
-				node = on.val.Content[j]
+		case !l.d.Has(path + ".channel"):
+			if !l.d.Bad(path) {
+				l.errf(n, path+".channel", "required: the name of a channel configured on the workers (--notifiers)")
 			}
+		case r.Channel != "" && !idRE.MatchString(r.Channel):
+			l.errf(l.node(path+".channel"), path+".channel", "%q: use letters, digits, - and _ (start with a letter, ≤ 63 chars)", r.Channel)
+		}
+		op := path + ".on"
+		on := l.d.Node(op)
+		if on == nil && !l.d.Bad(path) {
+			l.errf(n, op, "required: one or more of %s", strings.Join(NotifyEvents, ", "))
+		}
+		for j, ev := range nd.On {
+			ep := yamlconf.Index(op, j)
+			node := l.node(ep)
 			if !slices.Contains(NotifyEvents, ev) {
 				hint := ""
 				if s := suggest(ev, NotifyEvents); s != "" {
@@ -92,8 +93,8 @@ func (l *loader) notifications(f field) []*NotifyRule {
 			}
 			r.On = append(r.On, ev)
 		}
-		if on.val != nil && on.val.Kind == yaml.SequenceNode && len(on.val.Content) == 0 {
-			l.errf(on.val, path+".on", "empty: name one or more of %s", strings.Join(NotifyEvents, ", "))
+		if on != nil && on.Kind == yaml.SequenceNode && len(on.Content) == 0 {
+			l.errf(on, op, "empty: name one or more of %s", strings.Join(NotifyEvents, ", "))
 		}
 		out = append(out, r)
 	}
@@ -102,10 +103,7 @@ func (l *loader) notifications(f field) []*NotifyRule {
 
 // checkNotifyStages reports rule stage filters that name no stage of p (a typo would
 // otherwise silence the rule for ever).
-func (l *loader) checkNotifyStages(p *Pipeline, f field) {
-	if f.val == nil || f.val.Kind != yaml.SequenceNode {
-		return
-	}
+func (l *loader) checkNotifyStages(p *Pipeline) {
 	var ids []string
 	for _, s := range p.Stages {
 		ids = append(ids, s.ID)
@@ -115,20 +113,12 @@ func (l *loader) checkNotifyStages(p *Pipeline, f field) {
 			if slices.Contains(ids, s) {
 				continue
 			}
-			var node *yaml.Node
-			if i < len(f.val.Content) {
-				if sn := findKey(f.val.Content[i], "stages"); sn != nil {
-					node = sn
-					if sn.Kind == yaml.SequenceNode && j < len(sn.Content) {
-						node = sn.Content[j]
-					}
-				}
-			}
+			path := yamlconf.Index(fmt.Sprintf("notifications[%d].stages", i), j)
 			hint := ""
 			if sg := suggest(s, ids); sg != "" {
 				hint = fmt.Sprintf(" (did you mean %q?)", sg)
 			}
-			l.errf(node, fmt.Sprintf("notifications[%d].stages[%d]", i, j), "no stage %q%s; stages: %s", s, hint, strings.Join(ids, ", "))
+			l.errf(l.node(path), path, "no stage %q%s; stages: %s", s, hint, strings.Join(ids, ", "))
 		}
 	}
 }

@@ -7,7 +7,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/prflow/prflow/steps/duration"
 	"github.com/prflow/prflow/steps/template"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // A pipeline's `promotion:` section promotes values through the environments of an Argo CD
@@ -24,11 +26,38 @@ import (
 // out; `allowNoop: true` lets a PR that changes nothing deployed merge. The generated YAML nodes carry the line of the
 // promotion entry they come from, so any error in them points into the promotion section.
 
-// Promotion field names, in the order the schema lists them.
-var promotionFields = []string{"applicationSet", "appSelector", "connector", "repo", "filePath", "set", "create", "mergedBy",
-	"preview", "allowNoop", "mergeStrategy", "prTitle", "appWaitTimeout", "syncTimeout", "degradedTimeout", "environments"}
+// promotionDoc is the promotion: section as written (its fields in the order the schema
+// lists them). The values copied into the generated stages are taken as their nodes (Doc.Node),
+// so that a problem in a stage points into the promotion section.
+type promotionDoc struct {
+	ApplicationSet  string `yaml:"applicationSet"`
+	AppSelector     string `yaml:"appSelector"`
+	Connector       string
+	Repo            string
+	FilePath        string     `yaml:"filePath"`
+	Set             *yaml.Node // checked by setMap
+	Create          bool
+	MergedBy        string `yaml:"mergedBy"`
+	Preview         bool
+	AllowNoop       bool         `yaml:"allowNoop"`
+	MergeStrategy   string       `yaml:"mergeStrategy"`
+	PrTitle         string       `yaml:"prTitle"`
+	AppWaitTimeout  string       `yaml:"appWaitTimeout"`
+	SyncTimeout     string       `yaml:"syncTimeout"`
+	DegradedTimeout string       `yaml:"degradedTimeout"`
+	Environments    []*yaml.Node `want:"a non-empty list of environments (names, or {name, clusters, approval, soak, set, timeout})"`
+}
 
-var promotionEnvFields = []string{"name", "clusters", "set", "create", "approval", "soak", "timeout"}
+// promotionEnvDoc is an entry of promotion.environments written as a mapping.
+type promotionEnvDoc struct {
+	Name     string
+	Clusters *yaml.Node // copied into environments:
+	Set      *yaml.Node
+	Create   bool
+	Approval *yaml.Node // Approval step inputs plus a timeout
+	Soak     string
+	Timeout  string
+}
 
 // Step ids of a generated stage; pipelines refer to them as stages.<env>.steps.<id>.
 const (
@@ -73,85 +102,82 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 		return
 	}
 	root.Content = kept
-	f := l.fields(val, "promotion", promotionFields...)
+	var pd promotionDoc
+	l.d.Decode(val, "promotion", &pd)
 	if val.Kind != yaml.MappingNode {
 		return
 	}
-	req := func(name string) string {
-		s := l.str(f[name], "promotion."+name)
-		if f[name].val == nil {
-			l.errf(val, "promotion."+name, "required")
-		} else if s == "" && f[name].val.Kind == yaml.ScalarNode && f[name].val.Tag != "!!null" {
-			l.errf(f[name].val, "promotion."+name, "must not be empty")
+	// opt is a field's node for the generated stages: nil when absent or when it has a
+	// problem, which is then reported once, here, not again per environment.
+	dropped := map[string]bool{}
+	opt := func(name string) *yaml.Node {
+		p := "promotion." + name
+		if dropped[name] || l.d.Bad(p) {
+			return nil
 		}
-		return s
+		return l.d.Node(p)
 	}
-	req("applicationSet")
-	req("connector")
-	req("repo")
-	filePath := req("filePath")
-	if filePath != "" {
+	req := func(name, v string) string {
+		p := "promotion." + name
+		switch n := l.d.Node(p); {
+		case n == nil:
+			l.errf(val, p, "required")
+		case v == "" && n.Kind == yaml.ScalarNode && n.Tag != "!!null":
+			l.errf(n, p, "must not be empty")
+		}
+		return v
+	}
+	req("applicationSet", pd.ApplicationSet)
+	req("connector", pd.Connector)
+	req("repo", pd.Repo)
+	if filePath := req("filePath", pd.FilePath); filePath != "" {
 		if msg := badPathTemplate(filePath); msg != "" {
-			l.errf(f["filePath"].val, "promotion.filePath", "%s", msg)
+			l.errf(l.node("promotion.filePath"), "promotion.filePath", "%s", msg)
 		}
 	}
-	if s := f["set"]; s.val == nil {
+	if pd.Set == nil {
 		l.errf(val, "promotion.set", "required: the keys to write in each environment's file, e.g. {image.tag: \"${{ inputs.tag }}\"}")
 	} else {
-		l.setMap(s.val, "promotion.set", false)
-		l.setRefs(root, s.val, "promotion.set")
-	}
-	if f["create"].val != nil {
-		n := len(l.errs)
-		if l.boolean(f["create"], "promotion.create"); len(l.errs) > n {
-			delete(f, "create") // reported once, here
-		}
+		l.setMap(pd.Set, "promotion.set", false)
+		l.setRefs(root, pd.Set, "promotion.set")
 	}
 	people := false
-	switch by := l.str(f["mergedBy"], "promotion.mergedBy"); by {
+	switch pd.MergedBy {
 	case "", "prflow":
 	case "people":
 		people = true
 	default:
-		l.errf(f["mergedBy"].val, "promotion.mergedBy", "want prflow (prflow merges each PR) or people (prflow waits until someone merges it), got %q", by)
+		l.errf(l.node("promotion.mergedBy"), "promotion.mergedBy", "want prflow (prflow merges each PR) or people (prflow waits until someone merges it), got %q", pd.MergedBy)
 	}
 	// Fields copied into every generated stage are checked here, once, with their promotion
 	// path; a bad one is left out of the stages so it is not reported again per environment.
-	for _, d := range []string{"appWaitTimeout", "syncTimeout", "degradedTimeout"} {
-		if !l.durOK(f[d], "promotion."+d) {
-			delete(f, d)
+	for name, v := range map[string]string{"appWaitTimeout": pd.AppWaitTimeout, "syncTimeout": pd.SyncTimeout, "degradedTimeout": pd.DegradedTimeout} {
+		if !l.durOK(v, "promotion."+name) {
+			dropped[name] = true
 		}
 	}
 	// Environments sharing a cluster: the ApplicationSet's apps there belong to several of
 	// them, and a label selector (e.g. harness.io/envRef=<+env.name>) tells them apart.
-	if sel := f["appSelector"]; sel.val != nil && !l.stepInputsOK("FetchLinkedApps", sel.val, "promotion.appSelector", "selector", sel.val) {
-		delete(f, "appSelector")
+	if sel := opt("appSelector"); sel != nil && !l.stepInputsOK("FetchLinkedApps", sel, "promotion.appSelector", "selector", sel) {
+		dropped["appSelector"] = true
 	}
-	for _, b := range []string{"preview", "allowNoop"} {
-		if f[b].val != nil {
-			n := len(l.errs)
-			if l.boolean(f[b], "promotion."+b); len(l.errs) > n {
-				delete(f, b) // reported once, here
-			}
-		}
+	if people && opt("preview") != nil && pd.Preview {
+		l.errf(opt("preview"), "promotion.preview", "mergedBy: people merges outside prflow; the preview runs before prflow's merge only")
 	}
-	if f["mergedBy"].val != nil && people && isTrue(f["preview"].val) {
-		l.errf(f["preview"].val, "promotion.preview", "mergedBy: people merges outside prflow; the preview runs before prflow's merge only")
-	}
-	if ms := f["mergeStrategy"]; ms.val != nil && !l.stepInputsOK("MergePR", ms.val, "promotion.mergeStrategy", "mergeStrategy", ms.val) {
-		delete(f, "mergeStrategy")
+	if ms := opt("mergeStrategy"); ms != nil && !l.stepInputsOK("MergePR", ms, "promotion.mergeStrategy", "mergeStrategy", ms) {
+		dropped["mergeStrategy"] = true
 	}
 
 	declared, envsNode := declaredEnvs(root)
-	ef := f["environments"]
-	if ef.val == nil {
+	if en := l.d.Node("promotion.environments"); en == nil {
 		// Discovering environments from the generator needs the release repo, which only
 		// workers can read; the list is required instead.
 		l.errf(val, "promotion.environments", "required: the environments to promote through, in order")
 		return
-	}
-	if ef.val.Kind != yaml.SequenceNode || len(ef.val.Content) == 0 {
-		l.errf(ef.val, "promotion.environments", "want a non-empty list of environments (names, or {name, clusters, approval, soak, set, timeout})")
+	} else if en.Kind != yaml.SequenceNode {
+		return // reported by the decode
+	} else if len(pd.Environments) == 0 {
+		l.errf(en, "promotion.environments", "want a non-empty list of environments (names, or {name, clusters, approval, soak, set, timeout})")
 		return
 	}
 	stagesNode := findKey(root, "stages")
@@ -171,7 +197,7 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 		}
 	}
 	seen := map[string]bool{}
-	for i, en := range ef.val.Content {
+	for i, en := range pd.Environments {
 		p := fmt.Sprintf("promotion.environments[%d]", i)
 		e := l.promotionEnv(deref(en), p)
 		if e.name == "" {
@@ -204,7 +230,7 @@ func (l *loader) expandPromotion(root *yaml.Node) {
 			l.errf(e.nameNode, p, "unknown environment %q (declare it under environments:, or give its clusters: here)", e.name)
 			continue
 		}
-		stagesNode.Content = append(stagesNode.Content, promotionStage(f, e, people))
+		stagesNode.Content = append(stagesNode.Content, promotionStage(opt, e, people))
 	}
 }
 
@@ -231,63 +257,57 @@ func (l *loader) promotionEnv(n *yaml.Node, p string) promoEnv {
 		e.name = n.Value
 		return e
 	}
-	f := l.fields(n, p, promotionEnvFields...)
+	var ed promotionEnvDoc
+	l.d.Decode(n, p, &ed)
 	if n.Kind != yaml.MappingNode {
 		return e
 	}
-	e.name = l.str(f["name"], p+".name")
-	if f["name"].val != nil {
-		e.nameNode = f["name"].val
+	e.name = ed.Name
+	if nn := l.d.Node(p + ".name"); nn != nil {
+		e.nameNode = nn
 	}
-	if e.name == "" {
+	if e.name == "" && !l.d.Bad(p+".name") {
 		l.errf(n, p+".name", "required")
 	}
 	if template.Contains(e.name) {
 		l.errf(e.nameNode, p+".name", "an environment name is fixed at load; it cannot be an expression")
 		e.name = ""
 	}
-	if c := f["clusters"]; c.val != nil {
-		if c.val.Kind != yaml.SequenceNode || len(c.val.Content) == 0 {
-			l.errf(c.val, p+".clusters", "want a non-empty list of {name, agent}")
+	if c := ed.Clusters; c != nil {
+		if c.Kind != yaml.SequenceNode || len(c.Content) == 0 {
+			l.errf(c, p+".clusters", "want a non-empty list of {name, agent}")
 		} else {
-			e.clusters = c.val
+			e.clusters = c
 		}
 	}
-	if s := f["set"]; s.val != nil {
-		l.setMap(s.val, p+".set", true)
-		e.set = s.val
+	if ed.Set != nil {
+		l.setMap(ed.Set, p+".set", true)
+		e.set = ed.Set
 	}
-	if c := f["create"]; c.val != nil {
-		n := len(l.errs)
-		if l.boolean(c, p+".create"); len(l.errs) == n {
-			e.create = c.val
+	if !l.d.Bad(p + ".create") {
+		e.create = l.d.Node(p + ".create")
+	}
+	if a := ed.Approval; a != nil {
+		if a.Kind != yaml.MappingNode {
+			l.errf(a, p+".approval", "want a mapping of Approval inputs, e.g. {approvers: {groups: [release-managers]}, timeout: 1d}")
+		} else if l.approvalOK(a, p+".approval") {
+			e.approval = a
 		}
 	}
-	if a := f["approval"]; a.val != nil {
-		if a.val.Kind != yaml.MappingNode {
-			l.errf(a.val, p+".approval", "want a mapping of Approval inputs, e.g. {approvers: {groups: [release-managers]}, timeout: 1d}")
-		} else if l.approvalOK(a.val, p+".approval") {
-			e.approval = a.val
-		}
+	if l.dur(ed.Soak, p+".soak") > 0 {
+		e.soak = l.d.Node(p + ".soak")
 	}
-	if s := f["soak"]; s.val != nil {
-		if l.dur(s, p+".soak") > 0 {
-			e.soak = s.val
-		}
-	}
-	if t := f["timeout"]; t.val != nil {
-		if l.durOK(t, p+".timeout") {
-			e.timeout = t.val
-		}
+	if ed.Timeout != "" && l.durOK(ed.Timeout, p+".timeout") {
+		e.timeout = l.d.Node(p + ".timeout")
 	}
 	return e
 }
 
-// durOK reports whether a duration field is absent or valid (reporting it when not).
-func (l *loader) durOK(f field, path string) bool {
-	n := len(l.errs)
-	l.dur(f, path)
-	return len(l.errs) == n
+// durOK reports whether the duration s read at path is absent or valid (reporting it when not).
+func (l *loader) durOK(s, path string) bool {
+	n := l.d.Count()
+	l.dur(s, path)
+	return l.d.Count() == n
 }
 
 // approvalOK checks an environment's approval: the Approval step's inputs plus a timeout.
@@ -296,7 +316,12 @@ func (l *loader) approvalOK(n *yaml.Node, p string) bool {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Value == "timeout" {
-			if !l.durOK(field{k, v}, p+".timeout") {
+			if v.Kind != yaml.ScalarNode {
+				l.errf(v, p+".timeout", "want a duration such as 1d, got %s", yamlconf.Kind(v))
+				return false
+			}
+			if _, err := duration.Parse(v.Value); err != nil {
+				l.errf(v, p+".timeout", "%v", err)
 				return false
 			}
 			continue
@@ -314,7 +339,8 @@ func (l *loader) stepInputsOK(typ string, n *yaml.Node, p string, kv ...any) boo
 		return true
 	}
 	// A scratch loader: expression errors in the inputs are reported by the stage loader.
-	scratch := &loader{file: l.file, reg: l.reg}
+	d, _ := yamlconf.Parse(l.file, nil)
+	scratch := &loader{file: l.file, reg: l.reg, d: d}
 	if err := def.Validate(scratch.value(mapping(n.Line, kv...), p).Static()); err != nil {
 		l.errf(n, p, "%v", err)
 		return false
@@ -325,7 +351,7 @@ func (l *loader) stepInputsOK(typ string, n *yaml.Node, p string, kv ...any) boo
 // setMap checks a `set:` mapping: dotted keys (with [i] list indexes) → values.
 func (l *loader) setMap(n *yaml.Node, p string, allowEmpty bool) {
 	if n.Kind != yaml.MappingNode {
-		l.errf(n, p, "want a mapping of key → value (dotted keys such as image.tag), got %s", kindName(n))
+		l.errf(n, p, "want a mapping of key → value (dotted keys such as image.tag), got %s", yamlconf.Kind(n))
 		return
 	}
 	if len(n.Content) == 0 && !allowEmpty {
@@ -424,10 +450,9 @@ func declaredEnvs(root *yaml.Node) (map[string]bool, *yaml.Node) {
 }
 
 // promotionStage builds one environment's stage as the YAML a person would have written.
-func promotionStage(f map[string]field, e promoEnv, people bool) *yaml.Node {
+func promotionStage(opt func(name string) *yaml.Node, e promoEnv, people bool) *yaml.Node {
 	ln := e.line
 	s := func(v string) *yaml.Node { return scalar(ln, v) }
-	opt := func(name string) *yaml.Node { return f[name].val } // nil when absent
 	var steps []*yaml.Node
 	if e.approval != nil {
 		var with []any

@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/prflow/prflow/steps"
 )
@@ -190,4 +194,46 @@ func isSimple(t steps.InputType) bool {
 		return true
 	}
 	return false
+}
+
+// schemas holds the compiled schema of each registry Load was given: the generated
+// schema.json for steps.Default, one generated from the registry's types for any other (a
+// build or a test with types of its own), again when types were registered since.
+var schemas sync.Map // schemaKey → *jsonschema.Schema
+
+type schemaKey struct {
+	reg   *steps.Registry
+	types string
+}
+
+// schemaFor returns the compiled pipeline schema for the step types of reg.
+func schemaFor(reg *steps.Registry) (*jsonschema.Schema, error) {
+	key := schemaKey{reg: reg}
+	if reg != steps.Default {
+		key.types = strings.Join(reg.Types(), ",")
+	}
+	if s, ok := schemas.Load(key); ok {
+		return s.(*jsonschema.Schema), nil
+	}
+	src := Schema
+	if reg != steps.Default {
+		var err error
+		if src, err = GenerateSchema(reg); err != nil {
+			return nil, err
+		}
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(src))
+	if err != nil {
+		return nil, fmt.Errorf("pipeline schema: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("schema.json", doc); err != nil {
+		return nil, fmt.Errorf("pipeline schema: %w", err)
+	}
+	s, err := c.Compile("schema.json")
+	if err != nil {
+		return nil, fmt.Errorf("pipeline schema: %w", err)
+	}
+	schemas.Store(key, s)
+	return s, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prflow/prflow/steps/fileedit"
 	"github.com/prflow/prflow/steps/spelling"
 	"github.com/prflow/prflow/steps/template"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // checkWith checks a step's `with:` mapping w (nil when absent) against the inputs its type
@@ -24,12 +25,12 @@ func (l *loader) checkWith(def *steps.Definition, stepNode, w *yaml.Node, path s
 	if def.Inputs == nil {
 		return true // a type that declares nothing (test doubles) takes any keys
 	}
-	before := len(l.errs)
+	before := l.d.Count()
 	if w == nil || w.Kind != yaml.MappingNode {
 		w = &yaml.Node{Kind: yaml.MappingNode, Line: stepNode.Line, Column: stepNode.Column}
 	}
 	l.checkObject(def.Inputs, w, path+".with", def.Type+" input")
-	return len(l.errs) == before
+	return l.d.Count() == before
 }
 
 // checkObject checks a mapping against declared fields; what names them in messages
@@ -192,6 +193,15 @@ func (l *loader) keepText(n *yaml.Node) {
 	}
 }
 
+// kindName names what a node is in messages about step inputs: a scalar by its YAML type,
+// as these messages always have (`got a scalar (int) "1"`).
+func kindName(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
+		return "a scalar (" + strings.TrimPrefix(n.Tag, "!!") + ")"
+	}
+	return yamlconf.Kind(n)
+}
+
 func isExpr(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!str" && template.Contains(n.Value)
 }
@@ -293,8 +303,7 @@ func (l *loader) checkLinkedApps(s *Stage, p *Pipeline, path string) {
 			}
 			where := fmt.Sprintf("%s.%s[%d]", path, list.name, i)
 			msgf := func(format string, a ...any) {
-				l.errs = append(l.errs, FieldError{File: l.file, Line: st.Line, Path: where,
-					Msg: fmt.Sprintf("stage %q, step %q (%s): ", s.ID, st.ID, st.Type) + fmt.Sprintf(format, a...)})
+				l.errLine(st.Line, where, "%s", fmt.Sprintf("stage %q, step %q (%s): ", s.ID, st.ID, st.Type)+fmt.Sprintf(format, a...))
 			}
 			switch st.Type {
 			case "UpdateGitOpsApp":

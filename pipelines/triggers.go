@@ -14,6 +14,7 @@ import (
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/steps/glob"
 	"github.com/prflow/prflow/steps/template"
+	"github.com/prflow/prflow/yamlconf"
 )
 
 // Trigger starts a run of its pipeline when a forge webhook matches it:
@@ -60,23 +61,44 @@ type TriggerInput struct {
 // it trigger, as in <+trigger.commitSha>).
 var TriggerRoots = []string{"event", "trigger"}
 
-func (l *loader) triggers(f field, p *Pipeline) []*Trigger {
-	if f.val == nil {
-		return nil
+// The triggers: list as written.
+type (
+	triggerDoc struct {
+		Name        string
+		Connector   string
+		PullRequest *prTriggerDoc
+		Push        *pushTriggerDoc
+		If          string
+		Inputs      yamlconf.Pairs[*yaml.Node] `want:"a mapping of input name to value"`
 	}
-	if f.val.Kind != yaml.SequenceNode {
-		l.errf(f.val, "triggers", "want a list of triggers, got %s", kindName(f.val))
-		return nil
+	// triggerFilterDoc is what pullRequest and push filters share.
+	triggerFilterDoc struct {
+		Provider string
+		Repo     yamlconf.Strings `want:"a list of repo globs"`
+		Branches yamlconf.Strings `want:"a list of branch globs"`
+		Paths    yamlconf.Strings `want:"a list of path globs"`
 	}
+	prTriggerDoc struct {
+		triggerFilterDoc `yaml:",inline"`
+		Actions          yamlconf.Strings `want:"a list of actions"`
+		Labels           yamlconf.Strings `want:"a list of labels"`
+	}
+	pushTriggerDoc struct {
+		triggerFilterDoc `yaml:",inline"`
+		Deleted          bool
+	}
+)
+
+func (l *loader) triggers(docs []triggerDoc, p *Pipeline) []*Trigger {
 	var out []*Trigger
 	names := map[string]bool{}
-	for i, n := range f.val.Content {
-		t := l.trigger(n, i, p)
+	for i := range docs {
+		t := l.trigger(&docs[i], i, p)
 		if t == nil {
 			continue
 		}
 		if names[t.Name] {
-			l.errf(n, fmt.Sprintf("triggers[%d].name", i), "duplicate trigger name %q", t.Name)
+			l.errf(l.node(yamlconf.Index("triggers", i)), fmt.Sprintf("triggers[%d].name", i), "duplicate trigger name %q", t.Name)
 		}
 		names[t.Name] = true
 		out = append(out, t)
@@ -84,92 +106,83 @@ func (l *loader) triggers(f field, p *Pipeline) []*Trigger {
 	return out
 }
 
-func (l *loader) trigger(n *yaml.Node, i int, p *Pipeline) *Trigger {
+func (l *loader) trigger(td *triggerDoc, i int, p *Pipeline) *Trigger {
 	path := fmt.Sprintf("triggers[%d]", i)
-	f := l.fields(n, path, "name", "connector", "pullRequest", "push", "if", "inputs")
-	t := &Trigger{Index: i, Line: n.Line, Name: l.str(f["name"], path+".name"), Connector: l.str(f["connector"], path+".connector")}
+	n := l.node(path)
+	t := &Trigger{Index: i, Line: n.Line, Name: td.Name, Connector: td.Connector}
 	if t.Name == "" {
 		t.Name = "trigger" + strconv.Itoa(i)
 	} else if !idRE.MatchString(t.Name) {
-		l.errf(f["name"].val, path+".name", "%q: use letters, digits, - and _ (start with a letter)", t.Name)
+		l.errf(l.node(path+".name"), path+".name", "%q: use letters, digits, - and _ (start with a letter)", t.Name)
 	}
-	pr, push := f["pullRequest"], f["push"]
-	switch {
-	case pr.val != nil && push.val != nil:
-		l.errf(push.key, path, "set either pullRequest or push, not both (use two triggers)")
+	switch pr, push := td.PullRequest, td.Push; {
+	case pr != nil && push != nil:
+		l.errf(l.d.Key(path+".push"), path, "set either pullRequest or push, not both (use two triggers)")
 		return nil
-	case pr.val != nil:
+	case pr != nil:
 		t.Kind = scm.EventPullRequest
-		ff := l.fields(pr.val, path+".pullRequest", "provider", "repo", "actions", "branches", "paths", "labels")
-		l.triggerCommon(t, ff, path+".pullRequest")
-		for j, a := range l.strList(ff["actions"], path+".pullRequest.actions") {
+		fp := path + ".pullRequest"
+		l.triggerCommon(t, &pr.triggerFilterDoc, fp)
+		for j, a := range pr.Actions {
 			act := scm.PRAction(a)
 			if a == "synchronize" {
 				act = scm.PRSynchronize
 			}
 			if !containsAction(scm.PRActions, act) {
-				l.errf(ff["actions"].val.Content[min(j, len(ff["actions"].val.Content)-1)], fmt.Sprintf("%s.pullRequest.actions[%d]", path, j),
-					"unknown action %q (one of %s)", a, actionNames())
+				ap := yamlconf.Index(fp+".actions", j)
+				l.errf(l.node(ap), ap, "unknown action %q (one of %s)", a, actionNames())
 				continue
 			}
 			t.Actions = append(t.Actions, act)
 		}
-		t.Labels = l.strList(ff["labels"], path+".pullRequest.labels")
+		t.Labels = pr.Labels
 		if len(t.Paths) > 0 && t.Connector == "" {
 			// PR webhooks list no files: a worker asks the forge through this connector.
-			l.errf(ff["paths"].key, path+".pullRequest.paths",
+			l.errf(l.d.Key(fp+".paths"), fp+".paths",
 				"a pullRequest trigger with paths needs a connector (the PR's changed files are read through it): set triggers[%d].connector", i)
 		}
-	case push.val != nil:
+	case push != nil:
 		t.Kind = scm.EventPush
-		ff := l.fields(push.val, path+".push", "provider", "repo", "branches", "paths", "deleted")
-		l.triggerCommon(t, ff, path+".push")
-		if d := ff["deleted"]; d.val != nil {
-			if d.val.Kind != yaml.ScalarNode || d.val.Decode(&t.Deleted) != nil {
-				l.errf(d.val, path+".push.deleted", "want true or false, got %q", d.val.Value)
-			}
-		}
+		fp := path + ".push"
+		l.triggerCommon(t, &push.triggerFilterDoc, fp)
+		t.Deleted = push.Deleted
 		if len(t.Paths) > 0 && t.Connector == "" && t.Provider != "github" {
 			// Bitbucket push webhooks list no files and GitLab's only the newest 20 commits: a
 			// worker asks the forge's compare API through the connector. GitHub lists the files
 			// of up to 2,048 commits, so there the webhook is enough.
-			l.errf(ff["paths"].key, path+".push.paths",
+			l.errf(l.d.Key(fp+".paths"), fp+".paths",
 				"a push trigger with paths needs a connector unless provider is github (Bitbucket push webhooks list no files, GitLab's only the newest 20 commits; a worker reads the changed files through the connector): set triggers[%d].connector", i)
 		}
 	default:
-		l.errf(n, path, "required: pullRequest or push")
+		if !l.d.Bad(path) {
+			l.errf(n, path, "required: pullRequest or push")
+		}
 		return nil
 	}
-	if c := f["if"]; c.val != nil {
-		t.If = l.cond(c, path+".if")
+	if td.If != "" {
+		t.If = l.cond(td.If, path+".if")
 		if t.If != nil {
-			l.triggerRefs(c.val, path+".if", t.If)
+			l.triggerRefs(l.node(path+".if"), path+".if", t.If)
 		}
 	}
-	if in := f["inputs"]; in.val != nil {
-		if in.val.Kind != yaml.MappingNode {
-			l.errf(in.val, path+".inputs", "want a mapping of input name to value, got %s", kindName(in.val))
-		} else {
-			for k := 0; k+1 < len(in.val.Content); k += 2 {
-				kn, vn := in.val.Content[k], in.val.Content[k+1]
-				ip := path + ".inputs." + kn.Value
-				if p.input(kn.Value) == nil {
-					l.errf(kn, ip, "the pipeline has no input %q (declare it under inputs:)", kn.Value)
-					continue
-				}
-				if vn.Kind != yaml.ScalarNode {
-					l.errf(vn, ip, "want a string or an expression, got %s", kindName(vn))
-					continue
-				}
-				tm, err := template.Compile(vn.Value)
-				if err != nil {
-					l.exprErr(vn, ip, err)
-					continue
-				}
-				l.triggerRefs(vn, ip, tm)
-				t.Inputs = append(t.Inputs, TriggerInput{Name: kn.Value, Line: vn.Line, Tmpl: tm})
-			}
+	for _, kv := range td.Inputs {
+		ip := path + ".inputs." + kv.Key
+		vn := kv.Value
+		if p.input(kv.Key) == nil {
+			l.errf(kv.KeyNode, ip, "the pipeline has no input %q (declare it under inputs:)", kv.Key)
+			continue
 		}
+		if vn.Kind != yaml.ScalarNode {
+			l.errf(vn, ip, "want a string or an expression, got %s", yamlconf.Kind(vn))
+			continue
+		}
+		tm, err := template.Compile(vn.Value)
+		if err != nil {
+			l.exprErr(vn, ip, err)
+			continue
+		}
+		l.triggerRefs(vn, ip, tm)
+		t.Inputs = append(t.Inputs, TriggerInput{Name: kv.Key, Line: vn.Line, Tmpl: tm})
 	}
 	set := map[string]bool{}
 	for _, ti := range t.Inputs {
@@ -183,20 +196,18 @@ func (l *loader) trigger(n *yaml.Node, i int, p *Pipeline) *Trigger {
 	return t
 }
 
-func (l *loader) triggerCommon(t *Trigger, ff map[string]field, path string) {
-	t.Provider = l.str(ff["provider"], path+".provider")
+func (l *loader) triggerCommon(t *Trigger, fd *triggerFilterDoc, path string) {
+	t.Provider = fd.Provider
 	switch t.Provider {
 	case "", "github", "gitlab", "bitbucket":
 	default:
-		l.errf(ff["provider"].val, path+".provider", "unknown provider %q (github, gitlab or bitbucket)", t.Provider)
+		l.errf(l.node(path+".provider"), path+".provider", "unknown provider %q (github, gitlab or bitbucket)", t.Provider)
 	}
-	t.Repos = l.strList(ff["repo"], path+".repo")
-	t.Branches = l.strList(ff["branches"], path+".branches")
-	t.Paths = l.strList(ff["paths"], path+".paths")
+	t.Repos, t.Branches, t.Paths = fd.Repo, fd.Branches, fd.Paths
 	for name, list := range map[string][]string{"repo": t.Repos, "branches": t.Branches, "paths": t.Paths} {
 		for j, g := range list {
 			if _, err := path2Match(g, ""); err != nil {
-				l.errf(ff[name].val, fmt.Sprintf("%s.%s[%d]", path, name, j), "bad glob %q: %v", g, err)
+				l.errf(l.node(path+"."+name), fmt.Sprintf("%s.%s[%d]", path, name, j), "bad glob %q: %v", g, err)
 			}
 		}
 	}

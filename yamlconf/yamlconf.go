@@ -1,6 +1,6 @@
-// Package yamlconf reads prflow's YAML configuration files (connectors, tokens, webhooks,
-// notifiers, OIDC, RBAC, the Harness map, --config) into typed structs. It is the one place
-// that walks yaml.Node: a file's own code declares a struct with `yaml:"name"` tags, calls
+// Package yamlconf reads prflow's YAML configuration files (pipelines, connectors, tokens,
+// webhooks, notifiers, OIDC, RBAC, the Harness map, --config) into typed structs. It is the
+// one place that walks a file's structure: a file's own code declares a struct with `yaml:"name"` tags, calls
 // Load (or Parse then Decode) and checks the decoded values, reporting what is wrong with
 // Doc.Errorf at the path of the field. Every problem is collected, each as
 // "file:line:col: field.path: what is wrong"; unknown and duplicate keys are refused.
@@ -33,6 +33,8 @@ type Error struct {
 	Column int
 	Field  string // e.g. connectors[1].auth.token
 	Msg    string
+
+	scope string // a schema violation's anyOf or oneOf (see AddUnrelated)
 }
 
 func (e *Error) Error() string {
@@ -91,6 +93,13 @@ type Option func(*Doc)
 // MaxBytes sets the largest file accepted.
 func MaxBytes(n int) Option { return func(d *Doc) { d.maxBytes = n } }
 
+// UnknownField sets how a key no field names is reported: msg gets the key and the known
+// field names and returns the message (the default lists them after a typo hint). A file
+// type whose messages people already know keeps its wording this way.
+func UnknownField(msg func(key string, known []string) string) Option {
+	return func(d *Doc) { d.unknown = msg }
+}
+
 // Doc is one parsed file: its node tree, the problems found so far, and the nodes decoded at
 // each field path (so that checks after decoding can point at them).
 type Doc struct {
@@ -101,8 +110,13 @@ type Doc struct {
 	nodes     map[string]*yaml.Node
 	keys      map[string]*yaml.Node
 	maxBytes  int
+	unknown   func(key string, known []string) string
 	visited   int
 	truncated bool // problems past MaxErrors were dropped
+	json      struct {
+		v        any
+		ok, done bool
+	} // the document as JSON values (jsonRoot)
 }
 
 // Parse reads src as one YAML document. A syntax error is reported at the line of the
@@ -262,16 +276,19 @@ type Unmarshaler interface {
 
 var (
 	unmarshalerType = reflect.TypeFor[Unmarshaler]()
+	selfDecoderType = reflect.TypeFor[selfDecoder]()
 	nodeType        = reflect.TypeFor[yaml.Node]()
 	durationType    = reflect.TypeFor[time.Duration]()
 )
 
 // Decode reads n into v (a pointer), recording every problem at its place. Struct fields
 // are named by their `yaml:"name"` tag (untagged fields by their name with the first letter
-// lower-cased; `yaml:"-"` is skipped; `want:"a list of group names"` says what the value
-// should be when it is of the wrong kind); a key no field names is refused with the known
-// names, a key given twice is refused, and a value of the wrong kind is refused with what
-// was wanted. A field of type yaml.Node or *yaml.Node keeps the node as it is.
+// lower-cased; `yaml:"-"` is skipped; `yaml:",inline"` on an embedded struct reads its
+// fields as the outer struct's; `want:"a list of group names"` says what the value should
+// be when it is of the wrong kind); a key no field names is refused with the known names, a
+// key given twice is refused, and a value of the wrong kind is refused with what was
+// wanted. A field of type yaml.Node or *yaml.Node keeps the node as it is; Pairs keeps a
+// mapping's order, Strings takes one string or a list.
 func (d *Doc) Decode(n *yaml.Node, path string, v any) {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
@@ -316,6 +333,10 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int, want
 		v.Set(reflect.ValueOf(n))
 		return
 	}
+	if v.CanAddr() && v.Addr().Type().Implements(selfDecoderType) {
+		v.Addr().Interface().(selfDecoder).decodeSelf(d, n, path, depth, want)
+		return
+	}
 	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
 		v.Addr().Interface().(Unmarshaler).UnmarshalYAMLConf(d, n, path)
 		return
@@ -357,20 +378,11 @@ func (d *Doc) decode(n *yaml.Node, path string, v reflect.Value, depth int, want
 		if v.IsNil() {
 			v.Set(reflect.MakeMap(v.Type()))
 		}
-		first := map[string]*yaml.Node{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			p := Join(path, k.Value)
-			if prev := first[k.Value]; prev != nil {
-				d.ErrorAt(k, p, "set twice (first at line %d)", prev.Line)
-				continue
-			}
-			first[k.Value] = k
-			d.keys[p] = k
+		d.entries(n, path, func(k, val *yaml.Node, p string) {
 			e := reflect.New(v.Type().Elem()).Elem()
 			d.decode(val, p, e, depth+1, "")
 			v.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), e)
-		}
+		})
 	case reflect.Interface:
 		budget := DefaultMaxNodes - d.visited
 		a, ok := jsonValue(n, depth, &budget)
@@ -404,14 +416,23 @@ func or(a, b string) string {
 	return b
 }
 
+// fieldsOf lists the fields of struct t; the fields of an embedded struct tagged
+// `yaml:",inline"` are read as the outer struct's own.
 func fieldsOf(t reflect.Type) []field {
 	var out []field
 	for i := range t.NumField() {
 		f := t.Field(i)
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if f.Anonymous && opts == "inline" && f.Type.Kind() == reflect.Struct {
+			for _, in := range fieldsOf(f.Type) {
+				in.index = append([]int{i}, in.index...)
+				out = append(out, in)
+			}
+			continue
+		}
 		if !f.IsExported() {
 			continue
 		}
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if tag == "-" {
 			continue
 		}
@@ -429,6 +450,22 @@ func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int
 		d.ErrorAt(n, path, "want %s, got %s", or(want, "a mapping"), Kind(n))
 		return
 	}
+	d.entries(n, path, func(k, val *yaml.Node, p string) {
+		f, ok := lookup(fields, k.Value)
+		switch {
+		case !ok && d.unknown != nil:
+			d.ErrorAt(k, p, "%s", d.unknown(k.Value, names(fields)))
+		case !ok:
+			d.ErrorAt(k, p, "unknown field%s; known fields: %s", hint(fields, k.Value), strings.Join(names(fields), ", "))
+		default:
+			d.decode(val, p, v.FieldByIndex(f.index), depth+1, f.want)
+		}
+	})
+}
+
+// entries calls fn with each key of mapping n that is a name given once, its value and its
+// path, reporting the other keys.
+func (d *Doc) entries(n *yaml.Node, path string, fn func(k, val *yaml.Node, p string)) {
 	first := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
@@ -437,18 +474,13 @@ func (d *Doc) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth int
 			d.ErrorAt(k, path, "want a name as key, got %s", Kind(k))
 			continue
 		}
-		f, ok := lookup(fields, k.Value)
-		if !ok {
-			d.ErrorAt(k, p, "unknown field%s; known fields: %s", hint(fields, k.Value), names(fields))
-			continue
-		}
 		if prev := first[k.Value]; prev != nil {
 			d.ErrorAt(k, p, "set twice (first at line %d)", prev.Line)
 			continue
 		}
 		first[k.Value] = k
 		d.keys[p] = k
-		d.decode(val, p, v.FieldByIndex(f.index), depth+1, f.want)
+		fn(k, val, p)
 	}
 }
 
@@ -461,12 +493,12 @@ func lookup(fields []field, name string) (field, bool) {
 	return field{}, false
 }
 
-func names(fields []field) string {
+func names(fields []field) []string {
 	s := make([]string, len(fields))
 	for i, f := range fields {
 		s[i] = f.name
 	}
-	return strings.Join(s, ", ")
+	return s
 }
 
 // hint suggests the field a key is likely a typo of: the closest name, ignoring case, within

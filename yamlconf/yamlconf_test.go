@@ -203,22 +203,11 @@ func TestDecodeHostileInput(t *testing.T) {
 
 // A schema violation is reported at the node it concerns, with its path.
 func TestValidateSchema(t *testing.T) {
-	c := jsonschema.NewCompiler()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(`{
+	s := compileSchema(t, `{
 		"type": "object",
 		"properties": {"entries": {"type": "array", "items": {
 			"type": "object", "required": ["name"], "additionalProperties": false,
-			"properties": {"name": {"type": "string", "pattern": "^[a-z]+$"}, "burst": {"type": "integer", "minimum": 0}}}}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddResource("mem://s.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Compile("mem://s.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+			"properties": {"name": {"type": "string", "pattern": "^[a-z]+$"}, "burst": {"type": "integer", "minimum": 0}}}}}}`)
 	d, err := yamlconf.Parse("c.yaml", []byte("entries:\n  - name: Bad\n    burst: -1\n  - burst: 2\n  - name: ok\n    burst: 3\n    colour: red\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -248,3 +237,20 @@ func TestValidateSchema(t *testing.T) {
 }
 
 func itoa(i int) string { return string(rune('0' + i)) }
+
+func compileSchema(t *testing.T, src string) *jsonschema.Schema {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("mem://s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile("mem://s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
