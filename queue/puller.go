@@ -68,6 +68,7 @@ type Puller struct {
 
 	mu        sync.Mutex
 	gen       uint64 // the current request generation
+	genConn   uint64 // the connection's reconnect count when this generation began
 	sub       *nats.Subscription
 	inbox     string
 	free      int // slots holding no job (a job in out holds its slot)
@@ -238,6 +239,7 @@ func (p *Puller) newGeneration() error {
 	if p.stopped.Load() && p.sub != nil {
 		return nil // Stop drains the current inbox; no new one
 	}
+	conn := p.nc.Stats().Reconnects
 	inbox := p.nc.NewInbox()
 	gen := p.gen + 1
 	sub, err := p.nc.Subscribe(inbox, func(m *nats.Msg) { p.onMsg(gen, m) })
@@ -249,7 +251,7 @@ func (p *Puller) newGeneration() error {
 		// Messages it already holds still reach onMsg, as jobs of an old generation.
 		_ = old.Drain()
 	}
-	p.sub, p.inbox, p.gen, p.asked, p.lastSeen = sub, inbox, gen, 0, time.Now()
+	p.sub, p.inbox, p.gen, p.genConn, p.asked, p.lastSeen = sub, inbox, gen, conn, 0, time.Now()
 	return nil
 }
 
@@ -306,6 +308,14 @@ func (p *Puller) pull(force bool) {
 	p.mu.Lock()
 	n := p.free - p.asked
 	if n <= 0 || p.err != nil || p.checking || time.Now().Before(p.holdUntil) {
+		p.mu.Unlock()
+		return
+	}
+	if !p.nc.IsConnected() || p.nc.Stats().Reconnects != p.genConn {
+		// Disconnected, or reconnected before watch started a new generation: a request now
+		// would wait in the reconnect buffer, or go out on the old inbox, which nats.go
+		// subscribes again after a reconnect, so the server would honour it besides the new
+		// generation's request. The reconnect's reset asks for these slots.
 		p.mu.Unlock()
 		return
 	}
@@ -641,8 +651,14 @@ func (p *Puller) watch() {
 		case <-t.C:
 			p.mu.Lock()
 			lost := p.asked > 0 && time.Since(p.lastSeen) > 2*p.cfg.Heartbeat+p.cfg.Heartbeat/2
+			missed := p.nc.IsConnected() && p.nc.Stats().Reconnects != p.genConn
 			p.mu.Unlock()
-			if lost {
+			if missed {
+				// A reconnect whose status event never came (the listener's channel was full):
+				// pull refuses the old generation, so start a new one here.
+				p.logf(slog.LevelInfo, "reconnected", "reconnected to NATS; pulling on a new inbox")
+				p.reset("reconnected", 0)
+			} else if lost {
 				p.logf(slog.LevelWarn, "heartbeats_missed", "no heartbeat for the open pull requests; pulling again on a new inbox")
 				p.reset("heartbeats_missed", 0)
 			}
