@@ -63,6 +63,7 @@ type stackOpts struct {
 	services map[string]any
 	registry *steps.Registry
 	noAgent  bool // start no agent (the test starts it with startAgent)
+	noWorker bool // start no worker (the test starts it with startWorker)
 	// appsetRefresh configures the agents' ApplicationSet refresh (default: annotate).
 	appsetRefresh argocd.AppSetRefreshOptions
 	// clock, when set, is the time of the fake Argo CD and of the agents' sync window
@@ -93,6 +94,7 @@ type stack struct {
 	appsetRefresh argocd.AppSetRefreshOptions
 	clock         func() time.Time // stackOpts.clock
 	windowRefresh time.Duration    // stackOpts.windowRefresh
+	startWorker   func()           // starts the stack's worker (once; newStack does unless noWorker)
 }
 
 type logBuf struct {
@@ -175,8 +177,13 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	}
 	w := &worker.Worker{ID: "w1", Concurrency: o.concurrency, Registry: reg, Log: log, DrainTimeout: 2 * time.Second,
 		Services: steps.NewServices(services)}
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); _ = w.Run(ctx, conn) }()
+	s.startWorker = sync.OnceFunc(func() {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); _ = w.Run(ctx, conn) }()
+	})
+	if !o.noWorker {
+		s.startWorker()
+	}
 
 	t.Cleanup(s.stop)
 	if !o.noAgent {
