@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -76,13 +78,15 @@ func BenchmarkStatusChangeToResume(b *testing.B) {
 
 // Flags of BenchmarkParkedGitOpsSync: the 10,000-run case is -parked 10000.
 var (
-	parkedRuns   = flag.Int("parked", 1000, "BenchmarkParkedGitOpsSync: how many runs park at once")
-	parkedIdle   = flag.Duration("parked-idle", time.Minute, "BenchmarkParkedGitOpsSync: how long the parked runs sit while idle jobs are counted")
-	parkedSettle = flag.Duration("parked-settle", 2*time.Second, "BenchmarkParkedGitOpsSync: how long prflow-apps must go without a change (and the fake Argo CD without an operation) before the idle window opens")
-	parkedPaused = flag.Bool("parked-worker-paused", false, "BenchmarkParkedGitOpsSync: start every run before the worker starts, so the starts compete with no step work")
-	parkedCPU    = flag.String("parked-cpuprofile", "", "BenchmarkParkedGitOpsSync: write a CPU profile of the start loop to this file and report its split")
-	parkedMutex  = flag.String("parked-mutexprofile", "", "BenchmarkParkedGitOpsSync: write a mutex profile of the start loop to this file")
-	parkedBlock  = flag.String("parked-blockprofile", "", "BenchmarkParkedGitOpsSync: write a block profile of the start loop to this file")
+	parkedRuns       = flag.Int("parked", 1000, "BenchmarkParkedGitOpsSync: how many runs park at once")
+	parkedIdle       = flag.Duration("parked-idle", time.Minute, "BenchmarkParkedGitOpsSync: how long the parked runs sit while idle jobs are counted")
+	parkedSettle     = flag.Duration("parked-settle", 2*time.Second, "BenchmarkParkedGitOpsSync: how long prflow-apps must go without a change (and the fake Argo CD without an operation) before the idle window opens")
+	parkedPaused     = flag.Bool("parked-worker-paused", false, "BenchmarkParkedGitOpsSync: start every run before the worker starts, so the starts compete with no step work")
+	parkedStarters   = flag.Int("parked-starters", 1, "BenchmarkParkedGitOpsSync: how many goroutines start the runs (1: one after the other)")
+	parkedWorkerConn = flag.Bool("parked-worker-conn", false, "BenchmarkParkedGitOpsSync: the worker has its own NATS connection (as a worker process has) instead of sharing the controller's")
+	parkedCPU        = flag.String("parked-cpuprofile", "", "BenchmarkParkedGitOpsSync: write a CPU profile of the start loop to this file and report its split")
+	parkedMutex      = flag.String("parked-mutexprofile", "", "BenchmarkParkedGitOpsSync: write a mutex profile of the start loop to this file")
+	parkedBlock      = flag.String("parked-blockprofile", "", "BenchmarkParkedGitOpsSync: write a block profile of the start loop to this file")
 )
 
 // BenchmarkParkedGitOpsSync parks -parked runs (1,000 by default) in GitOpsSync at once, each
@@ -104,7 +108,7 @@ func BenchmarkParkedGitOpsSync(b *testing.B) {
 	runs := *parkedRuns
 	runtime.MemProfileRate = 64 << 10
 	m := controller.NewMetrics(nil)
-	s := newStack(b, stackOpts{quiet: true, concurrency: 32, metrics: m, noWorker: *parkedPaused})
+	s := newStack(b, stackOpts{quiet: true, concurrency: 32, metrics: m, noWorker: *parkedPaused, workerConn: *parkedWorkerConn})
 	for i := 0; i < runs; i++ {
 		name := fmt.Sprintf("app-%05d", i)
 		s.addApp(app(name, "apps/web", nil))
@@ -143,8 +147,25 @@ func BenchmarkParkedGitOpsSync(b *testing.B) {
 	ids := make([]string, runs)
 	// Labelled, so that a CPU profile tells the start path (and what it spawns) from the rest.
 	pprof.Do(context.Background(), pprof.Labels("phase", "start"), func(context.Context) {
-		for i := range ids {
-			ids[i] = s.start(src, map[string]any{"app": fmt.Sprintf("app-%05d", i)}).ID
+		starters := max(1, *parkedStarters)
+		errs := make([]error, starters)
+		var wg sync.WaitGroup
+		for g := range starters {
+			wg.Go(func() {
+				for i := g; i < len(ids) && errs[g] == nil; i += starters {
+					r, err := s.ctl.Start(context.Background(), controller.StartRequest{File: "test.yaml", Source: []byte(src),
+						Inputs: map[string]any{"app": fmt.Sprintf("app-%05d", i)}, Executor: "tester"})
+					if err != nil {
+						errs[g] = fmt.Errorf("start %d: %w", i, err)
+						continue
+					}
+					ids[i] = r.ID
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			b.Fatal(err)
 		}
 	})
 	startTime := time.Since(start)
@@ -193,6 +214,12 @@ func BenchmarkParkedGitOpsSync(b *testing.B) {
 	paused := ""
 	if *parkedPaused {
 		paused = ", worker paused during the starts"
+	}
+	if *parkedStarters > 1 {
+		paused += fmt.Sprintf(", %d starters", *parkedStarters)
+	}
+	if *parkedWorkerConn {
+		paused += ", worker on its own connection"
 	}
 	for _, f := range figures {
 		b.ReportMetric(f.v, f.unit)

@@ -64,6 +64,9 @@ type stackOpts struct {
 	registry *steps.Registry
 	noAgent  bool // start no agent (the test starts it with startAgent)
 	noWorker bool // start no worker (the test starts it with startWorker)
+	// workerConn gives the worker (and its agent client) its own NATS connection, as a worker
+	// process has, instead of sharing the controller's.
+	workerConn bool
 	// appsetRefresh configures the agents' ApplicationSet refresh (default: annotate).
 	appsetRefresh argocd.AppSetRefreshOptions
 	// clock, when set, is the time of the fake Argo CD and of the agents' sync window
@@ -171,7 +174,23 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	if o.concurrency == 0 {
 		o.concurrency = 8
 	}
-	services := map[string]any{steps.ServiceGitOps: s.client}
+	wconn, wclient := conn, s.client
+	if o.workerConn {
+		nc, err := nats.Connect("", nats.InProcessServer(conn.Embedded()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wb, err := queue.OpenBuckets(ctx, js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wconn, wclient = &queue.Conn{NC: nc, JS: js}, agent.NewClient(nc, wb.Apps, wb.Agents)
+	}
+	services := map[string]any{steps.ServiceGitOps: wclient}
 	for k, v := range o.services {
 		services[k] = v
 	}
@@ -179,7 +198,13 @@ func newStack(t testing.TB, o stackOpts) *stack {
 		Services: steps.NewServices(services)}
 	s.startWorker = sync.OnceFunc(func() {
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); _ = w.Run(ctx, conn) }()
+		go func() {
+			defer s.wg.Done()
+			_ = w.Run(ctx, wconn)
+			if wconn != conn {
+				wconn.NC.Close()
+			}
+		}()
 	})
 	if !o.noWorker {
 		s.startWorker()
