@@ -84,6 +84,7 @@ var (
 	parkedPaused     = flag.Bool("parked-worker-paused", false, "BenchmarkParkedGitOpsSync: start every run before the worker starts, so the starts compete with no step work")
 	parkedStarters   = flag.Int("parked-starters", 1, "BenchmarkParkedGitOpsSync: how many goroutines start the runs (1: one after the other)")
 	parkedWorkerConn = flag.Bool("parked-worker-conn", false, "BenchmarkParkedGitOpsSync: the worker has its own NATS connection (as a worker process has) instead of sharing the controller's")
+	parkedAudit      = flag.Bool("parked-audit", false, "BenchmarkParkedGitOpsSync: keep an audit log, as prflow server does (each start appends run.started)")
 	parkedCPU        = flag.String("parked-cpuprofile", "", "BenchmarkParkedGitOpsSync: write a CPU profile of the start loop to this file and report its split")
 	parkedMutex      = flag.String("parked-mutexprofile", "", "BenchmarkParkedGitOpsSync: write a mutex profile of the start loop to this file")
 	parkedBlock      = flag.String("parked-blockprofile", "", "BenchmarkParkedGitOpsSync: write a block profile of the start loop to this file")
@@ -107,7 +108,7 @@ func BenchmarkParkedGitOpsSync(b *testing.B) {
 	runs := *parkedRuns
 	runtime.MemProfileRate = 64 << 10
 	m := controller.NewMetrics(nil)
-	s := newStack(b, stackOpts{quiet: true, concurrency: 32, metrics: m, noWorker: *parkedPaused, workerConn: *parkedWorkerConn})
+	s := newStack(b, stackOpts{quiet: true, concurrency: 32, metrics: m, noWorker: *parkedPaused, workerConn: *parkedWorkerConn, audit: *parkedAudit})
 	for i := 0; i < runs; i++ {
 		name := fmt.Sprintf("app-%05d", i)
 		s.addApp(app(name, "apps/web", nil))
@@ -221,6 +222,9 @@ func BenchmarkParkedGitOpsSync(b *testing.B) {
 	}
 	if *parkedWorkerConn {
 		paused += ", worker on its own connection"
+	}
+	if *parkedAudit {
+		paused += ", audit log"
 	}
 	for _, f := range figures {
 		b.ReportMetric(f.v, f.unit)

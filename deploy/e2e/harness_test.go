@@ -21,6 +21,7 @@ import (
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/argocdtest"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
@@ -67,6 +68,7 @@ type stackOpts struct {
 	// workerConn gives the worker (and its agent client) its own NATS connection, as a worker
 	// process has, instead of sharing the controller's.
 	workerConn bool
+	audit      bool // keep an audit log, as prflow server does
 	// appsetRefresh configures the agents' ApplicationSet refresh (default: annotate).
 	appsetRefresh argocd.AppSetRefreshOptions
 	// clock, when set, is the time of the fake Argo CD and of the agents' sync window
@@ -157,6 +159,12 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	copts := []controller.Option{controller.WithRegistry(reg), controller.WithLogger(log)}
 	if o.metrics != nil {
 		copts = append(copts, controller.WithMetrics(o.metrics))
+	}
+	if o.audit {
+		if err := audit.Setup(ctx, conn.JS, 1, audit.DefaultRetention); err != nil {
+			t.Fatal(err)
+		}
+		copts = append(copts, controller.WithAudit(&audit.Log{JS: conn.JS}))
 	}
 	if o.noAgent {
 		// These tests start runs while the agent is down, as if it had died after the run
