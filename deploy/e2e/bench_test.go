@@ -80,7 +80,7 @@ func BenchmarkStatusChangeToResume(b *testing.B) {
 var (
 	parkedRuns       = flag.Int("parked", 1000, "BenchmarkParkedGitOpsSync: how many runs park at once")
 	parkedIdle       = flag.Duration("parked-idle", time.Minute, "BenchmarkParkedGitOpsSync: how long the parked runs sit while idle jobs are counted")
-	parkedSettle     = flag.Duration("parked-settle", 2*time.Second, "BenchmarkParkedGitOpsSync: how long prflow-apps must go without a change (and the fake Argo CD without an operation) before the idle window opens")
+	parkedSettle     = flag.Duration("parked-settle", 2*time.Second, "BenchmarkParkedGitOpsSync: how long nothing must happen (no prflow-apps change, wake, GitOpsSync job or Argo CD operation) before the idle window opens")
 	parkedPaused     = flag.Bool("parked-worker-paused", false, "BenchmarkParkedGitOpsSync: start every run before the worker starts, so the starts compete with no step work")
 	parkedStarters   = flag.Int("parked-starters", 1, "BenchmarkParkedGitOpsSync: how many goroutines start the runs (1: one after the other)")
 	parkedWorkerConn = flag.Bool("parked-worker-conn", false, "BenchmarkParkedGitOpsSync: the worker has its own NATS connection (as a worker process has) instead of sharing the controller's")
@@ -96,13 +96,16 @@ var (
 //   - start-time/ref: the time to start every run ÷ the time of as many raw KV creates +
 //     publishes measured in the same process (what the transport alone costs);
 //   - starts/s, and start-cpu-s: the whole process's CPU during the start loop;
-//   - idle-jobs/s: GitOpsSync jobs dispatched per second while nothing changes;
+//   - s-to-settle: how long the parking's tail took (waitSettled), and settled: whether it ended;
+//   - idle-jobs/s, idle-wakes/s: GitOpsSync jobs dispatched and parked steps woken per second
+//     while nothing changes;
 //   - controller-KB/parked-run: the heap held by allocations made under prflow's pipelines
 //     packages (controller, state machine), from heap profiles before the starts and after the
 //     idle wait;
 //   - rss figures of the whole process (controller, worker, NATS, agent and fake Argo CD).
 //
-// With -parked-cpuprofile it also reports where the process's CPU went during the start loop
+// With -v it prints one line per figure too (the first ones are the sizing table's). With
+// -parked-cpuprofile it also reports where the process's CPU went during the start loop
 // (cpu%-start-path, cpu%-nats-server, ...; see startProfileSplit).
 func BenchmarkParkedGitOpsSync(b *testing.B) {
 	runs := *parkedRuns
