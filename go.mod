@@ -18,6 +18,7 @@ require (
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/go-github/v62 v62.0.0
 	github.com/google/go-jsonnet v0.21.0
+	github.com/google/pprof v0.0.0-20241029153458-d1b30febd7db
 	github.com/ktrysmt/go-bitbucket v0.10.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

@@ -136,6 +136,20 @@ func (s *Server) Apps() []Application {
 	return out
 }
 
+// RunningOperations counts the apps with an operation under way (a benchmark waits for
+// none before it measures an idle system).
+func (s *Server) RunningOperations() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.apps {
+		if !st.gone && st.op != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // ScriptSync scripts the next operation of an app, whoever starts it (API
 // sync, auto-sync or StartOperation without its own script).
 func (s *Server) ScriptSync(name string, script SyncScript) error {

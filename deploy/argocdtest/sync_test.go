@@ -112,12 +112,18 @@ func TestSyncTimelineMatchesRealArgoCD(t *testing.T) {
 func TestSyncWhileAnotherOperationRuns(t *testing.T) {
 	s, _, sha := newFake(t)
 	addDemo(t, s)
+	if n := s.RunningOperations(); n != 0 {
+		t.Fatalf("RunningOperations before any sync = %d, want 0", n)
+	}
 	if err := s.StartOperation("demo", "someone-else", SyncScript{Hang: true}); err != nil {
 		t.Fatal(err)
 	}
 	running := waitApp(t, s, "demo", func(a Application) bool {
 		return a.Status.OperationState != nil && a.Status.OperationState.Phase == PhaseRunning
 	})
+	if n := s.RunningOperations(); n != 1 {
+		t.Fatalf("RunningOperations while a sync hangs = %d, want 1", n)
+	}
 	if u := running.Status.OperationState.Operation.InitiatedBy.Username; u != "someone-else" {
 		t.Fatalf("foreign operation initiated by %q", u)
 	}
@@ -136,6 +142,9 @@ func TestSyncWhileAnotherOperationRuns(t *testing.T) {
 		t.Fatalf("sync after the foreign operation finished: %d %s", r.status, r.body)
 	}
 	waitApp(t, s, "demo", func(a Application) bool { return a.Operation == nil })
+	if n := s.RunningOperations(); n != 0 {
+		t.Fatalf("RunningOperations once the syncs finished = %d, want 0", n)
+	}
 }
 
 func TestTerminateOperation(t *testing.T) {

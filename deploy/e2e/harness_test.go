@@ -21,6 +21,7 @@ import (
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/argocdtest"
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
@@ -63,6 +64,11 @@ type stackOpts struct {
 	services map[string]any
 	registry *steps.Registry
 	noAgent  bool // start no agent (the test starts it with startAgent)
+	noWorker bool // start no worker (the test starts it with startWorker)
+	// workerConn gives the worker (and its agent client) its own NATS connection, as a worker
+	// process has, instead of sharing the controller's.
+	workerConn bool
+	audit      bool // keep an audit log, as prflow server does
 	// appsetRefresh configures the agents' ApplicationSet refresh (default: annotate).
 	appsetRefresh argocd.AppSetRefreshOptions
 	// clock, when set, is the time of the fake Argo CD and of the agents' sync window
@@ -93,6 +99,7 @@ type stack struct {
 	appsetRefresh argocd.AppSetRefreshOptions
 	clock         func() time.Time // stackOpts.clock
 	windowRefresh time.Duration    // stackOpts.windowRefresh
+	startWorker   func()           // starts the stack's worker (once; newStack does unless noWorker)
 }
 
 type logBuf struct {
@@ -153,6 +160,12 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	if o.metrics != nil {
 		copts = append(copts, controller.WithMetrics(o.metrics))
 	}
+	if o.audit {
+		if err := audit.Setup(ctx, conn.JS, 1, audit.DefaultRetention); err != nil {
+			t.Fatal(err)
+		}
+		copts = append(copts, controller.WithAudit(&audit.Log{JS: conn.JS}))
+	}
 	if o.noAgent {
 		// These tests start runs while the agent is down, as if it had died after the run
 		// started (the run-start check would refuse an agent that is not live).
@@ -169,14 +182,41 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	if o.concurrency == 0 {
 		o.concurrency = 8
 	}
-	services := map[string]any{steps.ServiceGitOps: s.client}
+	wconn, wclient := conn, s.client
+	if o.workerConn {
+		nc, err := nats.Connect("", nats.InProcessServer(conn.Embedded()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wb, err := queue.OpenBuckets(ctx, js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wconn, wclient = &queue.Conn{NC: nc, JS: js}, agent.NewClient(nc, wb.Apps, wb.Agents)
+	}
+	services := map[string]any{steps.ServiceGitOps: wclient}
 	for k, v := range o.services {
 		services[k] = v
 	}
 	w := &worker.Worker{ID: "w1", Concurrency: o.concurrency, Registry: reg, Log: log, DrainTimeout: 2 * time.Second,
 		Services: steps.NewServices(services)}
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); _ = w.Run(ctx, conn) }()
+	s.startWorker = sync.OnceFunc(func() {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_ = w.Run(ctx, wconn)
+			if wconn != conn {
+				wconn.NC.Close()
+			}
+		}()
+	})
+	if !o.noWorker {
+		s.startWorker()
+	}
 
 	t.Cleanup(s.stop)
 	if !o.noAgent {

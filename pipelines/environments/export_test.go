@@ -6,3 +6,7 @@ var (
 	ReadQuiet    = &readQuiet
 	ReadMaxDelay = &readMaxDelay
 )
+
+// RebuildHook runs at the start of every rebuild while set; a test sets it before it starts a
+// model, and puts it back after.
+var RebuildHook = &rebuildHook
