@@ -54,8 +54,11 @@ stages:
 //   - controller-KB/parked-run: the heap held by allocations made under prflow's pipelines
 //     packages (controller, runs index, state machine), from heap profiles before the starts
 //     and after every run parked, ÷ N;
+//   - srv-msgs/park, srv-msgs/approval: messages the NATS server took in per run parked and
+//     per run approved and finished;
 //   - list-ms: the median of 20 runs pages (ListRuns, 50 runs, the API's and UI's list) with
-//     N runs indexed, filtered to waitingApproval;
+//     N runs indexed, filtered to waitingApproval; list-all-ms unfiltered and list-none-ms
+//     with a filter no run matches, after the approvals;
 //   - s-to-finish, approvals/s: from the first approval until every approved run succeeded;
 //   - rss-MB, peak-rss-MB: the whole process (embedded NATS, controller, worker) at the end.
 //
@@ -67,6 +70,7 @@ func BenchmarkParkedApprovals(b *testing.B) {
 	e := ctltest.New(b, ctltest.Options{Concurrency: 32, Quiet: true, Controller: []controller.Option{controller.WithMetrics(m)}})
 	ctx := context.Background()
 	ctlBefore := ctltest.HeapUnder("github.com/prflow/prflow/pipelines")
+	v0, _ := e.Conn.Embedded().Varz(nil)
 	stopCPU := startCPUProfile(b, *approvalCPU)
 	b.ResetTimer()
 	start := time.Now()
@@ -102,9 +106,10 @@ func BenchmarkParkedApprovals(b *testing.B) {
 	allParked := time.Since(start)
 	stopCPU()
 	b.StopTimer()
+	v1, _ := e.Conn.Embedded().Varz(nil)
 	ctlAfter := ctltest.HeapUnder("github.com/prflow/prflow/pipelines")
 	writeHeapProfile(b, *approvalHeap)
-	list := listLatency(b, e.Ctl, 20)
+	list := listLatency(b, e.Ctl, 20, controller.ListOptions{Limit: 50, Status: "waitingApproval"}, 50)
 
 	approve := int(float64(runs) * *approvalShare)
 	b.StartTimer()
@@ -130,6 +135,11 @@ func BenchmarkParkedApprovals(b *testing.B) {
 	toFinish := time.Since(t0)
 	stopCPU()
 	b.StopTimer()
+	v2, _ := e.Conn.Embedded().Varz(nil)
+	// After the approvals: the newest page of all runs, and a filter no run matches (the
+	// list walks every run's summary to learn that).
+	listAll := listLatency(b, e.Ctl, 20, controller.ListOptions{Limit: 50}, min(runs, 50))
+	listNone := listLatency(b, e.Ctl, 5, controller.ListOptions{Limit: 50, Status: "cancelled"}, 0)
 	if left := m.Parked(); left != int64(runs-approve) {
 		b.Fatalf("%d runs parked after approving %d of %d", left, approve, runs)
 	}
@@ -138,10 +148,14 @@ func BenchmarkParkedApprovals(b *testing.B) {
 	b.ReportMetric(float64(runs)/allStarted.Seconds(), "starts/s")
 	b.ReportMetric(allParked.Seconds(), "s-to-park-all")
 	b.ReportMetric(float64(ctlAfter-ctlBefore)/1024/float64(runs), "controller-KB/parked-run")
+	b.ReportMetric(float64(v1.InMsgs-v0.InMsgs)/float64(runs), "srv-msgs/park")
 	b.ReportMetric(float64(list.Microseconds())/1000, "list-ms")
+	b.ReportMetric(float64(listAll.Microseconds())/1000, "list-all-ms")
+	b.ReportMetric(float64(listNone.Microseconds())/1000, "list-none-ms")
 	if approve > 0 {
 		b.ReportMetric(toFinish.Seconds(), "s-to-finish")
 		b.ReportMetric(float64(approve)/toFinish.Seconds(), "approvals/s")
+		b.ReportMetric(float64(v2.InMsgs-v1.InMsgs)/float64(approve), "srv-msgs/approval")
 	}
 	rss, peak := procRSS()
 	b.ReportMetric(float64(rss)/1024, "rss-MB")
@@ -185,16 +199,16 @@ func finished(m *controller.Metrics, status string) float64 {
 	return d.GetCounter().GetValue()
 }
 
-// listLatency is the median time of n runs pages of 50 waitingApproval runs.
-func listLatency(b *testing.B, ctl *controller.Controller, n int) time.Duration {
+// listLatency is the median time of n runs pages listed with o, each of which must hold want runs.
+func listLatency(b *testing.B, ctl *controller.Controller, n int, o controller.ListOptions, want int) time.Duration {
 	b.Helper()
 	var ds []time.Duration
 	for range n {
 		t0 := time.Now()
-		page, err := ctl.ListRuns(context.Background(), controller.ListOptions{Limit: 50, Status: "waitingApproval"})
+		page, err := ctl.ListRuns(context.Background(), o)
 		ds = append(ds, time.Since(t0))
-		if err != nil || len(page.Runs) != 50 {
-			b.Fatalf("list: %v, %d runs", err, len(page.Runs))
+		if err != nil || len(page.Runs) != want {
+			b.Fatalf("list %+v: %v, %d runs, want %d", o, err, len(page.Runs), want)
 		}
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
