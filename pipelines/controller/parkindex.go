@@ -38,7 +38,7 @@ type parkIndex struct {
 
 // approvalTopic marks a parked Approval. A decision reaches its step as a signal to its run
 // (EvSignal), never as a topic wake, so the index leaves it out: under one topic, every parked
-// approval would share one set as large as all of them (~370 B per parked run) that nothing
+// approval would share one set as large as all of them (~250 B per parked run) that nothing
 // ever looks up.
 const approvalTopic = "approval"
 

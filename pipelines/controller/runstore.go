@@ -100,7 +100,7 @@ func (s *runStore) keep(id string, rev uint64, data []byte, run *pipelines.Run, 
 	if !final {
 		if cap(data)-len(data) > len(data)/4 {
 			// Encoded into a buffer with room to grow: one copy is kept per live run, so keep
-			// the bytes only (the room was half of it for a parked Approval).
+			// the bytes only (the room was a third of it for a parked Approval).
 			data = bytes.Clone(data)
 		}
 		s.cache.Store(id, &cachedRun{rev: rev, data: data, run: run})
