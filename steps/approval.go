@@ -14,6 +14,7 @@ func init() {
 	Register(Definition{
 		Type:     "Approval",
 		Parks:    true,
+		Pure:     true, // reads its inputs and the run's decisions only
 		Aliases:  []string{"HarnessApproval"},
 		New:      func() Step { return StepFunc(runApproval) },
 		Validate: validateApproval,

@@ -41,6 +41,11 @@ type Definition struct {
 	// lost with a dead worker are not held against it like a crash loop: when they run out,
 	// the controller dispatches the job again, a bounded number of times.
 	Parks bool
+	// Pure marks a step whose run changes nothing outside its result: it reads its inputs and
+	// the run's signals, calls nothing and writes nothing (Approval). Its jobs take no
+	// execution lease (steps/worker): two deliveries running at once return the same result,
+	// and the controller applies one.
+	Pure bool
 }
 
 // Registry maps step type names to implementations.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -149,5 +150,52 @@ stages:
 	}
 	if cur, _ := e.ctl.Get(t.Context(), r.ID); len(cur.Stages[0].Steps[1].Signals) != 0 {
 		t.Fatalf("a refused decision was recorded: %+v", cur.Stages[0].Steps[1].Signals)
+	}
+}
+
+// TestApprovalParksWithoutExecutionLease: an Approval job only reads its inputs and the run's
+// decisions, so the worker parks it without writing an execution lease to prflow-locks (one
+// server write per park and per decision fewer; a lease only keeps side effects from running
+// twice at once). The run still parks, is approved and succeeds.
+func TestApprovalParksWithoutExecutionLease(t *testing.T) {
+	e := newEnv(t, envOpts{workers: 1})
+	r := e.startRun(`
+name: gated
+stages:
+  - id: prod
+    steps:
+      - id: approve
+        type: Approval
+        timeout: 5m
+        with: {approvers: {groups: [release], minimumCount: 1}}
+`, nil)
+	waitStep(t, e, r.ID, "approve", pipelines.StWaiting)
+	// A lease lives in the bucket for its TTL (30 s) after its job settled: any written would be here.
+	ctx := context.Background()
+	execLeases := func() []string {
+		t.Helper()
+		lister, err := e.ctl.Buckets().Locks.ListKeys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for k := range lister.Keys() {
+			if strings.HasPrefix(k, "exec.") {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	if got := execLeases(); len(got) != 0 {
+		t.Fatalf("parking an Approval wrote execution leases %v", got)
+	}
+	if err := e.ctl.Decide(ctx, r.ID, SignalRequest{Stage: "prod", Step: "approve", Approve: true}, User{Name: "alice", Groups: []string{"release"}}); err != nil {
+		t.Fatal(err)
+	}
+	if done := e.wait(r.ID, 2*time.Minute); done.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s", done.Status, done.Error)
+	}
+	if got := execLeases(); len(got) != 0 {
+		t.Fatalf("the approved Approval's job wrote execution leases %v", got)
 	}
 }

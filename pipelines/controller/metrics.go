@@ -42,11 +42,23 @@ type Metrics struct {
 }
 
 type liveRun struct {
-	pipeline  string
-	status    pipelines.Status
-	approvals int
-	parked    map[string]int // reason → steps
+	pipeline string
+	status   pipelines.Status
+	// parked counts the run's parked steps by reason (parkReasons): counters, not a map,
+	// since one is kept per live run (a map was most of the entry, ~300 B per parked run).
+	parked [len(parkReasons)]int32
 }
+
+// The reasons of the parked-steps gauge (parkReason), and their label values.
+const (
+	reasonApproval = iota
+	reasonPR
+	reasonAppStatus
+	reasonEvent
+	reasonTimer
+)
+
+var parkReasons = [...]string{reasonApproval: "approval", reasonPR: "pr", reasonAppStatus: "app_status", reasonEvent: "event", reasonTimer: "timer"}
 
 // durationBuckets fit promotions: seconds for no-op stages up to hours for gated ones.
 var durationBuckets = []float64{0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600}
@@ -182,14 +194,7 @@ func (m *Metrics) track(r *pipelines.Run, parked []pipelines.Parked) {
 	}
 	lr := liveRun{pipeline: r.Pipeline, status: r.Status}
 	for _, p := range parked {
-		reason := parkReason(p)
-		if reason == "approval" {
-			lr.approvals++
-		}
-		if lr.parked == nil {
-			lr.parked = map[string]int{}
-		}
-		lr.parked[reason]++
+		lr.parked[parkReason(p)]++
 	}
 	m.live[r.ID] = lr
 }
@@ -201,26 +206,26 @@ func (m *Metrics) untrack(run string) {
 	m.liveMu.Unlock()
 }
 
-// parkReason names what a parked step waits for, from a fixed list (the wait's text is
-// free-form and would make a series per run).
-func parkReason(p pipelines.Parked) string {
+// parkReason is what a parked step waits for, as an index into parkReasons (a fixed list: the
+// wait's text is free-form and would make a series per run).
+func parkReason(p pipelines.Parked) int {
 	for _, t := range p.Topics {
 		if t == "approval" {
-			return "approval"
+			return reasonApproval
 		}
 	}
 	for _, t := range p.Topics {
 		if strings.HasPrefix(t, "pr:") {
-			return "pr"
+			return reasonPR
 		}
 	}
 	switch {
 	case len(p.Keys) > 0:
-		return "app_status"
+		return reasonAppStatus
 	case len(p.Topics) > 0:
-		return "event"
+		return reasonEvent
 	}
-	return "timer"
+	return reasonTimer
 }
 
 type liveCollector struct {
@@ -241,13 +246,13 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	runs := map[runKey]int{}
 	approvals := map[string]int{}
-	parked := map[string]int{"approval": 0, "pr": 0, "app_status": 0, "event": 0, "timer": 0}
+	var parked [len(parkReasons)]int
 	c.m.liveMu.Lock()
 	for _, lr := range c.m.live {
 		runs[runKey{lr.pipeline, lr.status}]++
-		approvals[lr.pipeline] += lr.approvals // 0 too: a pipeline with live runs has a series
-		for k, n := range lr.parked {
-			parked[k] += n
+		approvals[lr.pipeline] += int(lr.parked[reasonApproval]) // 0 too: a pipeline with live runs has a series
+		for i, n := range lr.parked {
+			parked[i] += int(n)
 		}
 	}
 	c.m.liveMu.Unlock()
@@ -257,8 +262,8 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	for p, n := range approvals {
 		ch <- prometheus.MustNewConstMetric(c.approvals, prometheus.GaugeValue, float64(n), p)
 	}
-	for k, n := range parked {
-		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n), k)
+	for i, n := range parked {
+		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n), parkReasons[i])
 	}
 }
 

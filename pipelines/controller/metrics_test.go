@@ -10,6 +10,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/prflow/prflow/pipelines"
 )
 
 // metricValue is the value of the series name{labels} in the controller's registry (a
@@ -127,4 +129,41 @@ func TestRunMetrics(t *testing.T) {
 	want("prflow_http_requests_total", map[string]string{"route": "GET /api/v1/runs/{id}", "method": "GET", "code": "200"}, 1)
 	want("prflow_http_requests_total", map[string]string{"route": "POST /api/v1/runs/{id}/signals", "code": "202"}, 1)
 	want("prflow_http_request_duration_seconds", map[string]string{"route": "POST /api/v1/runs/{id}/signals"}, 1)
+}
+
+// TestParkedStepsByReason: the parked-steps gauge sums every live run's parked steps by reason
+// (an approval, a PR, app status, another event, a timer: the first that applies), pending
+// approvals are per pipeline, and a run's newer state replaces its counts; an ended run drops.
+func TestParkedStepsByReason(t *testing.T) {
+	m := NewMetrics(nil)
+	running := func(id, pipeline string) *pipelines.Run {
+		return &pipelines.Run{ID: id, Pipeline: pipeline, Status: pipelines.StRunning}
+	}
+	approval := pipelines.Parked{Topics: []string{"approval"}}
+	merge := pipelines.Parked{Topics: []string{"pr:github:acme/deploy#3", "commit:github:acme/deploy@c0ffee"}, Keys: []string{"eu.web"}}
+	sync := pipelines.Parked{Keys: []string{"eu.web"}}
+	event := pipelines.Parked{Topics: []string{"commit:github:acme/deploy@c0ffee"}}
+	soak := pipelines.Parked{}
+	m.track(running("r1", "gated"), []pipelines.Parked{approval, sync})
+	m.track(running("r2", "gated"), []pipelines.Parked{approval, merge, event, soak, soak})
+	m.track(running("r3", "deploy"), []pipelines.Parked{sync})
+	m.track(running("r4", "deploy"), nil)
+	check := func(reasons map[string]float64, pending map[string]float64) {
+		t.Helper()
+		for reason, want := range reasons {
+			if got, ok := metricValue(t, m, "prflow_parked_steps_by_reason", map[string]string{"reason": reason}); !ok || got != want {
+				t.Errorf("parked for %s = %v (present %v), want %v", reason, got, ok, want)
+			}
+		}
+		for p, want := range pending {
+			if got, ok := metricValue(t, m, "prflow_approvals_pending", map[string]string{"pipeline": p}); !ok || got != want {
+				t.Errorf("approvals pending of %s = %v (present %v), want %v", p, got, ok, want)
+			}
+		}
+	}
+	check(map[string]float64{"approval": 2, "pr": 1, "app_status": 2, "event": 1, "timer": 2}, map[string]float64{"gated": 2, "deploy": 0})
+	// r2 moved on (approved, its merge done) and r1 ended: their counts go.
+	m.track(running("r2", "gated"), []pipelines.Parked{soak})
+	m.track(&pipelines.Run{ID: "r1", Pipeline: "gated", Status: pipelines.StSucceeded}, nil)
+	check(map[string]float64{"approval": 0, "pr": 0, "app_status": 1, "event": 0, "timer": 1}, map[string]float64{"gated": 0, "deploy": 0})
 }

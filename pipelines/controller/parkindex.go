@@ -36,6 +36,12 @@ type parkIndex struct {
 	gauge *atomic.Int64
 }
 
+// approvalTopic marks a parked Approval. A decision reaches its step as a signal to its run
+// (EvSignal), never as a topic wake, so the index leaves it out: under one topic, every parked
+// approval would share one set as large as all of them (~250 B per parked run) that nothing
+// ever looks up.
+const approvalTopic = "approval"
+
 func newParkIndex(changes *changeLog, gauge *atomic.Int64) *parkIndex {
 	return &parkIndex{byKey: map[string]map[parkRef]struct{}{}, byTopic: map[string]map[parkRef]struct{}{},
 		parkedOf: map[string][]parkRef{}, waiting: map[string]int{}, revs: map[string]uint64{},
@@ -79,6 +85,9 @@ func (x *parkIndex) park(run string, rev uint64, final bool, parked []pipelines.
 			add(x.byKey, k, p)
 		}
 		for _, t := range p.Topics {
+			if t == approvalTopic {
+				continue // see approvalTopic
+			}
 			add(x.byTopic, t, p)
 		}
 	}

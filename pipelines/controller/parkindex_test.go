@@ -27,7 +27,8 @@ func refNames(refs []parkRef) []string {
 func TestParkIndex(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
 	sync1 := pipelines.Parked{Stage: "dev", Step: "sync", Keys: []string{"agent1.app-dev"}, Since: t0}
-	appr := pipelines.Parked{Stage: "prod", Step: "ok", Topics: []string{"approval"}, Since: t0}
+	appr := pipelines.Parked{Stage: "prod", Step: "ok", Topics: []string{"commit:github:acme/deploy@c0ffee"}, Since: t0}
+	approval := pipelines.Parked{Stage: "prod", Step: "gate", Topics: []string{"approval"}, Since: t0}
 	pr := pipelines.Parked{Stage: "dev", Step: "merge", Topics: []string{"pr:github:acme/deploy#1"}, Keys: []string{"agent2.app-x"}, Since: t0}
 	type park struct {
 		run    string
@@ -58,13 +59,13 @@ func TestParkIndex(t *testing.T) {
 		{name: "a key and a topic of one step, another run on the topic",
 			parks: []park{{"r1", 3, false, []pipelines.Parked{pr, appr}, true}, {"r2", 4, false, []pipelines.Parked{appr}, true}},
 			key:   "agent2.app-x", want: []string{"r1/dev/merge@agent2.app-x"},
-			topic: "approval", wantTopic: []string{"r1/prod/ok@approval", "r2/prod/ok@approval"},
+			topic: "commit:github:acme/deploy@c0ffee", wantTopic: []string{"r1/prod/ok@commit:github:acme/deploy@c0ffee", "r2/prod/ok@commit:github:acme/deploy@c0ffee"},
 			prefix: "agent2.", wantPref: []string{"r1/dev/merge@agent2.app-x"},
 			steps: 3, runs: 2},
 		{name: "a newer revision replaces the run's parks",
 			parks: []park{{"r1", 1, false, []pipelines.Parked{sync1}, true}, {"r1", 2, false, []pipelines.Parked{appr}, true}},
 			key:   "agent1.app-dev", want: nil,
-			topic: "approval", wantTopic: []string{"r1/prod/ok@approval"},
+			topic: "commit:github:acme/deploy@c0ffee", wantTopic: []string{"r1/prod/ok@commit:github:acme/deploy@c0ffee"},
 			steps: 1, runs: 1},
 		{name: "the same revision again is taken (a read-back of what we wrote)",
 			parks: []park{{"r1", 2, false, []pipelines.Parked{sync1}, true}, {"r1", 2, false, []pipelines.Parked{sync1, appr}, true}},
@@ -73,18 +74,23 @@ func TestParkIndex(t *testing.T) {
 		{name: "an older revision arriving late changes nothing",
 			parks: []park{{"r1", 5, false, []pipelines.Parked{sync1}, true}, {"r1", 4, false, []pipelines.Parked{appr}, false}},
 			key:   "agent1.app-dev", want: []string{"r1/dev/sync@agent1.app-dev"},
-			topic: "approval", wantTopic: nil,
+			topic: "commit:github:acme/deploy@c0ffee", wantTopic: nil,
 			steps: 1, runs: 1},
 		{name: "the run's last revision clears it",
 			parks: []park{{"r1", 5, false, []pipelines.Parked{sync1, appr}, true}, {"r1", 6, true, nil, true}},
-			key:   "agent1.app-dev", want: nil, topic: "approval", wantTopic: nil,
+			key:   "agent1.app-dev", want: nil, topic: "commit:github:acme/deploy@c0ffee", wantTopic: nil,
 			steps: 0, runs: 0},
 		{name: "unpark drops one run, not another",
 			parks:  []park{{"r1", 1, false, []pipelines.Parked{appr}, true}, {"r2", 2, false, []pipelines.Parked{appr, sync1}, true}},
 			unpark: []string{"r1", "never-parked"},
-			topic:  "approval", wantTopic: []string{"r2/prod/ok@approval"},
+			topic:  "commit:github:acme/deploy@c0ffee", wantTopic: []string{"r2/prod/ok@commit:github:acme/deploy@c0ffee"},
 			key: "agent1.app-dev", want: []string{"r2/dev/sync@agent1.app-dev"},
 			steps: 2, runs: 1},
+		{name: "a parked approval counts but is under no topic (a decision comes as a signal to its run)",
+			parks: []park{{"r1", 1, false, []pipelines.Parked{approval}, true}, {"r2", 2, false, []pipelines.Parked{approval, sync1}, true}},
+			topic: "approval", wantTopic: nil,
+			key: "agent1.app-dev", want: []string{"r2/dev/sync@agent1.app-dev"},
+			steps: 3, runs: 2},
 		{name: "a prefix is not a key: agent1. does not match agent10.",
 			parks:  []park{{"r1", 1, false, []pipelines.Parked{{Stage: "s", Step: "x", Keys: []string{"agent10.app"}}}, true}},
 			prefix: "agent1.", wantPref: nil,
@@ -187,7 +193,7 @@ func TestParkIndexConcurrent(t *testing.T) {
 			defer wg.Done()
 			run := fmt.Sprintf("r%d", i)
 			for rev := uint64(1); rev <= revs; rev++ {
-				p := pipelines.Parked{Stage: "s", Step: "x", Wake: int(rev), Keys: []string{fmt.Sprintf("agent%d.app", i%4)}, Topics: []string{"approval"}, Since: time.Now()}
+				p := pipelines.Parked{Stage: "s", Step: "x", Wake: int(rev), Keys: []string{fmt.Sprintf("agent%d.app", i%4)}, Topics: []string{"pr:github:acme/deploy#1"}, Since: time.Now()}
 				if _, ok := x.park(run, rev, false, []pipelines.Parked{p, p}, nil); !ok {
 					t.Errorf("%s rev %d refused", run, rev)
 				}
@@ -217,7 +223,7 @@ func TestParkIndexConcurrent(t *testing.T) {
 				key := fmt.Sprintf("agent%d.app", g)
 				changes.set(key, time.Now(), time.Now())
 				_ = x.woken(key)
-				_ = x.wokenByTopic("approval")
+				_ = x.wokenByTopic("pr:github:acme/deploy#1")
 				_ = x.wokenByPrefix("agent")
 				_ = x.missedWakes()
 				if steps, _ := x.counts(); steps < 0 || steps > 2*runs {

@@ -52,7 +52,7 @@ type execValue struct {
 
 // execLease is one execution's hold on its job.
 type execLease struct {
-	kv   jetstream.KeyValue
+	kv   jetstream.KeyValue // nil: an execution of a pure step, which holds no lease in the bucket
 	key  string
 	val  []byte
 	mu   sync.Mutex
@@ -90,7 +90,7 @@ func (l *execLease) revision() uint64 {
 // cancels the step) when someone else took it over; other errors (an outage) are left for the
 // next beat.
 func (l *execLease) renew(ctx context.Context) {
-	if l == nil || l.lost.Load() || !l.busy.CompareAndSwap(false, true) {
+	if l == nil || l.kv == nil || l.lost.Load() || !l.busy.CompareAndSwap(false, true) {
 		return
 	}
 	defer l.busy.Store(false)
@@ -131,7 +131,7 @@ func (l *execLease) markLost() {
 // release marks the lease released if this execution still has it (the bucket's TTL removes
 // it later).
 func (l *execLease) release() {
-	if l == nil || l.lost.Load() {
+	if l == nil || l.kv == nil || l.lost.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

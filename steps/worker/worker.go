@@ -343,7 +343,13 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		w.jobLog(job).Warn("job redelivered while it still runs here; left to the running execution", "delivery", delivered)
 		return
 	}
-	lease, run, err := w.claim(ctx, msg, job.ID(), delivered)
+	var lease *execLease
+	run := true
+	if def.Pure {
+		lease = &execLease{} // nothing to keep from running twice: held here only (steps.Definition.Pure)
+	} else {
+		lease, run, err = w.claim(ctx, msg, job.ID(), delivered)
+	}
 	if err != nil || !run {
 		w.untrackExec(job.ID(), msg, nil)
 		switch {

@@ -53,6 +53,9 @@ type Options struct {
 	Dir         string
 	Controller  []controller.Option // extra controller options (e.g. a source converter)
 	Audit       bool                // keep an audit log (stream PRFLOW_AUDIT, default retention)
+	// Quiet logs warnings and errors only: benchmarks of many runs, whose debug lines would
+	// otherwise fill Logs (kept in memory) with several lines per step.
+	Quiet bool
 }
 
 // Env is a running prflow.
@@ -101,7 +104,11 @@ func New(t testing.TB, o Options) *Env {
 		o.Dir = t.TempDir()
 	}
 	e := &Env{T: t, Logs: &Buffer{}, opts: o}
-	log := slog.New(slog.NewJSONHandler(e.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	level := slog.LevelDebug
+	if o.Quiet {
+		level = slog.LevelWarn
+	}
+	log := slog.New(slog.NewJSONHandler(e.Logs, &slog.HandlerOptions{Level: level}))
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	conn, err := queue.Open(ctx, queue.Options{DataDir: o.Dir, Listen: o.Listen, Logger: log})
