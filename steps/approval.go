@@ -13,6 +13,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:     "Approval",
+		Priors:   NoPriors,
 		Parks:    true,
 		Aliases:  []string{"HarnessApproval"},
 		New:      func() Step { return StepFunc(runApproval) },

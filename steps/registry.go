@@ -41,7 +41,16 @@ type Definition struct {
 	// lost with a dead worker are not held against it like a crash loop: when they run out,
 	// the controller dispatches the job again, a bounded number of times.
 	Parks bool
+	// Priors names the step types of earlier steps of its stage that the step reads
+	// (Context.Priors); its jobs carry only those, so a job does not grow with every output
+	// the stage produced before it. Nil declares nothing and gets every earlier step (custom
+	// types written before this field); NoPriors reads none. A built-in type declares exactly
+	// what its code reads (TestPriorsDeclaredMatchCode).
+	Priors []string
 }
+
+// NoPriors is the Priors of a step type that reads no earlier step.
+var NoPriors = []string{}
 
 // Registry maps step type names to implementations.
 type Registry struct {
