@@ -329,8 +329,3 @@ func stringLit(e ast.Expr, consts map[string]string) (string, bool) {
 	return "", false
 }
 
-func TestPriorsDump(t *testing.T) {
-	for k, v := range priorReadsOf(parseDir(t, ".")) {
-		t.Logf("%s: %v", k, v)
-	}
-}

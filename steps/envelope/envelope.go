@@ -108,7 +108,7 @@ func CheckPriors(j *Job, def *steps.Definition) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("job for step %s (%s) carries earlier steps of types [%s] only, and this worker's %s reads %s as well: the controller runs an older step definition; upgrade the controllers, then retry the run",
+	return fmt.Errorf("job for step %s (%s) carries earlier steps of types [%s] only, and this worker's %s reads %s as well: the controller runs an older step definition; upgrade the controllers, then retry the step",
 		j.Step, j.Type, strings.Join(j.PriorTypes, ", "), j.Type, strings.Join(missing, ", "))
 }
 
