@@ -328,4 +328,3 @@ func stringLit(e ast.Expr, consts map[string]string) (string, bool) {
 	}
 	return "", false
 }
-
