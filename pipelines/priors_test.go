@@ -141,3 +141,89 @@ stages:
 		t.Errorf("Legacy declares nothing, yet its job says only %v were sent", l.PriorTypes)
 	}
 }
+
+// The built-in step types of a promotion (UpdateReleaseRepo, DiffPreview, MergePR,
+// FetchLinkedApps, GitOpsSync, StageGate; RevertPR, MergePR and GitOpsSync to roll back) get,
+// in their jobs, exactly the earlier steps of the types their Definition.Priors declare, with
+// their outputs: GitOpsSync the merge commit, RevertPR the release repo, StageGate the synced apps.
+func TestBuiltInStepsGetThePriorsTheyRead(t *testing.T) {
+	m := mustLoad(t, promoSrc("", "    - dev\n    - {name: staging, soak: 10m}\n"))
+	r, err := NewRun(m.P, "r1", map[string]any{"tag": "2.0"}, "me", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		stage string
+		j     *envelope.Job
+	}
+	var all []seen
+	jobs := m.Advance(r, testNow)
+	for n := 0; len(jobs) > 0; n++ {
+		if n > 50 {
+			t.Fatal("the run does not end")
+		}
+		j := jobs[0]
+		all = append(all, seen{j.Stage, j})
+		out := map[string]any{"from": j.Step + "@" + j.Stage, "commitId": "c-" + j.Step, "blob": strings.Repeat("x", 2048)}
+		res := steps.Done(out)
+		if j.Stage == "staging" && j.Step == promoSync && !j.Rollback {
+			res = steps.Fail("Degraded") // staging rolls back
+		}
+		jobs = append(jobs[1:], result(m, r, j, res, testNow)...)
+	}
+	ran := map[string]bool{}
+	for _, s := range all {
+		j := s.j
+		key := j.Stage + "/" + j.Step
+		if j.Rollback {
+			key += "(rollback)"
+		}
+		ran[key] = true
+		def, _ := steps.Default.Lookup(j.Type)
+		if def.Priors == nil {
+			t.Errorf("%s: built-in type %s declares no Priors", key, j.Type)
+			continue
+		}
+		// What the job should carry: the succeeded steps before it, of the declared types.
+		var want []string
+		st := r.Find(j.Stage)
+		list := st.Steps
+		if j.Rollback {
+			list = append(append([]*StepRun{}, st.Steps...), st.Rollback...)
+		}
+		for _, p := range list {
+			if p.ID == j.Step && (!j.Rollback || slices.Contains(st.Rollback, p)) {
+				break
+			}
+			if p.Status == StSucceeded && slices.Contains(def.Priors, p.Type) {
+				want = append(want, p.ID)
+			}
+		}
+		if got := priorIDs(j); !slices.Equal(got, want) {
+			t.Errorf("%s (%s): priors %v, want %v", key, j.Type, got, want)
+		}
+		for _, p := range j.Priors {
+			if p.Outputs["from"] != p.ID+"@"+j.Stage {
+				t.Errorf("%s: prior %s carries outputs %v", key, p.ID, p.Outputs["from"])
+			}
+		}
+	}
+	for _, k := range []string{"dev/sync", "dev/merge", "staging/sync", "staging/revert(rollback)", "staging/resync(rollback)"} {
+		if !ran[k] {
+			t.Fatalf("the run never dispatched %s (ran %v)", k, ran)
+		}
+	}
+	for _, s := range all {
+		got := strings.Join(priorIDs(s.j), " ")
+		switch s.stage + "/" + s.j.Step + fmt.Sprint(s.j.Rollback) {
+		case "dev/syncfalse":
+			if got != "update merge apps" {
+				t.Errorf("dev sync got %q, want the update, the merge and the linked apps", got)
+			}
+		case "staging/revertfalse", "staging/reverttrue":
+			if got != "update" {
+				t.Errorf("staging revert got %q, want only the update", got)
+			}
+		}
+	}
+}
