@@ -1,6 +1,7 @@
 package steps
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -15,13 +16,25 @@ import (
 
 // TestPriorsDeclaredMatchCode checks every built-in step type's Priors declaration against
 // its code: from the function its Definition.New names, every function of this package it can
-// reach (by name: a method call reaches every method of that name) that touches Context.Priors
+// reach (by name: a method call reaches every method of that name) that touches sc.Priors
 // contributes the step types it compares a prior's Type with, or "all" when it compares none.
 // A step that reads a prior type it does not declare would run without that prior (the
 // controller leaves it out of the job); one that declares a type it never reads makes its jobs
 // carry outputs for nothing.
 func TestPriorsDeclaredMatchCode(t *testing.T) {
-	files := parseDir(t, ".")
+	fset, files := parseDir(t, ".")
+	// The analysis sees reads through sc (a variable or a field): anything else called Priors
+	// outside the registry would be a read it misses.
+	for _, f := range files {
+		ast.Inspect(f, func(x ast.Node) bool {
+			if s, ok := x.(*ast.SelectorExpr); ok && s.Sel.Name == "Priors" && !isContext(s.X) && f.Name.Name == "steps" {
+				if id, ok := s.X.(*ast.Ident); !ok || id.Name != "d" {
+					t.Errorf("%s: .Priors read through %T, not through a Context named sc: the analysis below cannot see it", fset.Position(s.Pos()), s.X)
+				}
+			}
+			return true
+		})
+	}
 	reads := priorReadsOf(files)
 	if len(reads) < 8 {
 		t.Fatalf("found Register calls for %d step types in steps/*.go; the analysis is broken", len(reads))
@@ -101,7 +114,7 @@ func init() {
 
 const priorsAll = "(all)"
 
-func parseDir(t *testing.T, dir string) []*ast.File {
+func parseDir(t *testing.T, dir string) (*token.FileSet, []*ast.File) {
 	t.Helper()
 	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
@@ -123,7 +136,7 @@ func parseDir(t *testing.T, dir string) []*ast.File {
 		}
 		files = append(files, f)
 	}
-	return files
+	return fset, files
 }
 
 // priorReadsOf maps each step type registered in files to the prior types its code reads
@@ -216,7 +229,7 @@ func priorReadsOf(files []*ast.File) map[string][]string {
 		ast.Inspect(n, func(x ast.Node) bool {
 			switch x := x.(type) {
 			case *ast.SelectorExpr:
-				if x.Sel.Name == "Priors" {
+				if x.Sel.Name == "Priors" && isContext(x.X) {
 					touches = true
 				}
 			case *ast.BinaryExpr:
@@ -308,6 +321,18 @@ func priorReadsOf(files []*ast.File) map[string][]string {
 	return out
 }
 
+// isContext: a step's Context is named sc, as a variable or a field (r.sc.Priors); other
+// things called Priors (a Definition's) are no read of earlier steps.
+func isContext(e ast.Expr) bool {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name == "sc"
+	case *ast.SelectorExpr:
+		return e.Sel.Name == "sc"
+	}
+	return false
+}
+
 // isTypeField: x.Type or x[i].Type (a prior's type, or anything else's: over-counting only
 // asks for a declaration the test then reports as never read).
 func isTypeField(e ast.Expr) bool {
@@ -327,4 +352,33 @@ func stringLit(e ast.Expr, consts map[string]string) (string, bool) {
 		return s, ok
 	}
 	return "", false
+}
+
+// A mistaken Priors declaration (an empty name, a type twice) is refused at Register; a
+// looked-up definition registered again keeps its Priors, nil or empty as declared.
+func TestRegisterChecksPriors(t *testing.T) {
+	run := func() Step { return StepFunc(runNoop) }
+	for _, bad := range [][]string{{""}, {"MergePR", "MergePR"}} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), `type "Bad": Priors names`) {
+					t.Errorf("Priors %q: recover() = %v", bad, r)
+				}
+			}()
+			NewRegistry().Register(Definition{Type: "Bad", Priors: bad, New: run})
+		}()
+	}
+	r := NewRegistry()
+	for _, typ := range []string{"Noop", "GitOpsSync"} {
+		d, _ := Default.Lookup(typ)
+		r.Register(*d)
+		again, _ := r.Lookup(typ)
+		if again.Priors == nil || !slices.Equal(again.Priors, d.Priors) {
+			t.Errorf("%s registered again: Priors %#v, want %#v", typ, again.Priors, d.Priors)
+		}
+	}
+	r.Register(Definition{Type: "Custom", New: run})
+	if c, _ := r.Lookup("Custom"); c.Priors != nil {
+		t.Errorf("a type that declares nothing got Priors %#v", c.Priors)
+	}
 }

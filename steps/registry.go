@@ -3,6 +3,7 @@ package steps
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -104,6 +105,11 @@ func (r *Registry) Register(d Definition) {
 	}
 	if err := checkDecl(d.Inputs, d.Type); err != nil {
 		panic("steps: " + err.Error())
+	}
+	for i, t := range d.Priors {
+		if t == "" || slices.Contains(d.Priors[:i], t) {
+			panic(fmt.Sprintf("steps: type %q: Priors names %q empty or twice", d.Type, t))
+		}
 	}
 	dd := d
 	r.defs[d.Type] = &dd
