@@ -762,12 +762,20 @@ func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env 
 	if j.Env != nil {
 		j.Env.Variables = m.envVariables(si, env)
 	}
+	// Only the earlier steps of the types the step declares it reads: with every prior, a
+	// job carried each earlier output again (O(steps²) bytes per run). PriorTypes tells the
+	// worker what was left out (steps/envelope: CheckPriors).
+	var reads []string
+	if def != nil && def.Priors != nil {
+		reads = def.Priors
+		j.PriorTypes = slices.Clone(reads)
+	}
 	sr := r.Stages[si]
 	for _, p := range sr.Steps {
 		if p == st {
 			break
 		}
-		if p.Status == StSucceeded {
+		if p.Status == StSucceeded && (reads == nil || slices.Contains(reads, p.Type)) {
 			j.Priors = append(j.Priors, steps.Prior{ID: p.ID, Type: p.Type, Outputs: p.Outputs})
 		}
 	}
@@ -776,7 +784,7 @@ func (m *Machine) job(r *Run, si int, st *StepRun, sp *Step, rollback bool, env 
 			if p == st {
 				break
 			}
-			if p.Status == StSucceeded {
+			if p.Status == StSucceeded && (reads == nil || slices.Contains(reads, p.Type)) {
 				j.Priors = append(j.Priors, steps.Prior{ID: p.ID, Type: p.Type, Outputs: p.Outputs})
 			}
 		}

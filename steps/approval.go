@@ -13,6 +13,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:     "Approval",
+		Priors:   NoPriors,
 		Parks:    true,
 		Pure:     true, // reads its inputs and the run's decisions only
 		Aliases:  []string{"HarnessApproval"},

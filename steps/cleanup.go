@@ -15,7 +15,7 @@ const TypeCleanup = "Cleanup"
 
 func init() {
 	// Dispatched by the controller when a run ends failed or cancelled; never in a pipeline.
-	Register(Definition{Type: TypeCleanup, Internal: true, New: func() Step { return StepFunc(runCleanup) },
+	Register(Definition{Type: TypeCleanup, Internal: true, Priors: NoPriors, New: func() Step { return StepFunc(runCleanup) },
 		Config: cleanupConfig{}})
 }
 

@@ -32,6 +32,7 @@ const ServiceRunURL = "runURL"
 func init() {
 	Register(Definition{
 		Type:   TypeDiffPreview,
+		Priors: []string{"UpdateReleaseRepo", "RevertPR", "MergePR", TypeDiffPreview, "FetchLinkedApps"},
 		Parks:  true,
 		New:    func() Step { return StepFunc(runDiffPreview) },
 		Config: diffPreviewConfig{},

@@ -20,12 +20,14 @@ const (
 func init() {
 	Register(Definition{
 		Type:     TypeCommitStatus,
+		Priors:   NoPriors,
 		Internal: true,
 		New:      func() Step { return StepFunc(runCommitStatus) },
 		Config:   commitStatusConfig{},
 	})
 	Register(Definition{
 		Type:     TypePRComment,
+		Priors:   NoPriors,
 		Internal: true,
 		New:      func() Step { return StepFunc(runPRComment) },
 		Config:   prCommentConfig{},

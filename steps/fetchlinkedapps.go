@@ -24,6 +24,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:     "FetchLinkedApps",
+		Priors:   []string{"MergePR", "UpdateReleaseRepo", "RevertPR"},
 		Aliases:  []string{"GitOpsFetchLinkedApps"},
 		New:      func() Step { return StepFunc(runFetchLinkedApps) },
 		Validate: func(in map[string]any) error { _, err := linkedConfigFrom(in, true); return err },

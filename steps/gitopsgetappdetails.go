@@ -20,6 +20,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:     "GetAppDetails",
+		Priors:   NoPriors,
 		Aliases:  []string{"GitOpsGetAppDetails"},
 		Parks:    true,
 		New:      func() Step { return StepFunc(runGetAppDetails) },

@@ -41,6 +41,7 @@ func gitopsFor(sc *Context) (GitOps, error) {
 func init() {
 	Register(Definition{
 		Type:     "GitOpsSync",
+		Priors:   []string{"MergePR", "FetchLinkedApps", "UpdateGitOpsApp", "UpdateReleaseRepo", "RevertPR"},
 		Parks:    true,
 		New:      func() Step { return StepFunc(runGitOpsSync) },
 		Validate: validateSync,

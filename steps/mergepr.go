@@ -23,6 +23,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:   "MergePR",
+		Priors: []string{"UpdateReleaseRepo", "RevertPR", "MergePR", TypeDiffPreview, "FetchLinkedApps"},
 		Parks:  true,
 		New:    func() Step { return StepFunc(runMergePR) },
 		Config: mergeConfig{},

@@ -9,8 +9,9 @@ import (
 // can pass data between steps without touching any system.
 func init() {
 	Register(Definition{
-		Type: "Noop",
-		New:  func() Step { return StepFunc(runNoop) },
+		Type:   "Noop",
+		Priors: NoPriors,
+		New:    func() Step { return StepFunc(runNoop) },
 		Inputs: []Input{
 			{Name: "outputs", Type: InputMap, Doc: "returned as the step's outputs"},
 			{Name: "message", Type: InputString, Doc: "logged"},

@@ -57,7 +57,7 @@ type NotifyMarks interface {
 }
 
 func init() {
-	Register(Definition{Type: TypeNotify, Internal: true, New: func() Step { return StepFunc(runNotify) },
+	Register(Definition{Type: TypeNotify, Internal: true, Priors: NoPriors, New: func() Step { return StepFunc(runNotify) },
 		Config: notifyConfig{}})
 }
 

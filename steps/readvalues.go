@@ -29,6 +29,7 @@ const (
 func init() {
 	Register(Definition{
 		Type:     TypeReadReleaseValues,
+		Priors:   NoPriors,
 		Internal: true,
 		New:      func() Step { return StepFunc(runReadReleaseValues) },
 		Config:   readValuesConfig{},

@@ -3,6 +3,7 @@ package steps
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -46,7 +47,16 @@ type Definition struct {
 	// execution lease (steps/worker): two deliveries running at once return the same result,
 	// and the controller applies one.
 	Pure bool
+	// Priors names the step types of earlier steps of its stage that the step reads
+	// (Context.Priors); its jobs carry only those, so a job does not grow with every output
+	// the stage produced before it. Nil declares nothing and gets every earlier step (custom
+	// types written before this field); NoPriors reads none. A built-in type declares exactly
+	// what its code reads (TestPriorsDeclaredMatchCode).
+	Priors []string
 }
+
+// NoPriors is the Priors of a step type that reads no earlier step.
+var NoPriors = []string{}
 
 // Registry maps step type names to implementations.
 type Registry struct {
@@ -100,6 +110,11 @@ func (r *Registry) Register(d Definition) {
 	}
 	if err := checkDecl(d.Inputs, d.Type); err != nil {
 		panic("steps: " + err.Error())
+	}
+	for i, t := range d.Priors {
+		if t == "" || slices.Contains(d.Priors[:i], t) {
+			panic(fmt.Sprintf("steps: type %q: Priors names %q empty or twice", d.Type, t))
+		}
 	}
 	dd := d
 	r.defs[d.Type] = &dd

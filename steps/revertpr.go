@@ -13,6 +13,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:   "RevertPR",
+		Priors: []string{"UpdateReleaseRepo"},
 		New:    func() Step { return StepFunc(runRevertPR) },
 		Config: revertConfig{},
 		Validate: func(in map[string]any) error {

@@ -20,6 +20,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:     "StageGate",
+		Priors:   []string{"GitOpsSync", "FetchLinkedApps"},
 		Internal: true, // written as a stage's `gate:`
 		New:      func() Step { return StepFunc(runStageGate) },
 		Config:   stageGateConfig{},

@@ -22,6 +22,7 @@ const MaxPathCheckFiles = 100
 func init() {
 	Register(Definition{
 		Type:     TypeTriggerPaths,
+		Priors:   NoPriors,
 		Internal: true,
 		New:      func() Step { return StepFunc(runTriggerPaths) },
 		Config:   triggerPathsConfig{},

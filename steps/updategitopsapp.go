@@ -27,6 +27,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:     "UpdateGitOpsApp",
+		Priors:   []string{"UpdateGitOpsApp"},
 		New:      func() Step { return StepFunc(runUpdateGitOpsApp) },
 		Validate: func(in map[string]any) error { _, err := updateConfigFrom(in, true); return err },
 		Config:   updateAppInputs{},

@@ -24,6 +24,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:      "UpdateReleaseRepo",
+		Priors:    NoPriors,
 		Aliases:   []string{"GitOpsUpdateReleaseRepo"},
 		New:       func() Step { return StepFunc(runUpdateReleaseRepo) },
 		PerTarget: []string{"filePath", "filePaths", "variables", "document"},

@@ -61,6 +61,7 @@ type MetricsConnectors interface {
 func init() {
 	Register(Definition{
 		Type:     TypeVerify,
+		Priors:   NoPriors,
 		Parks:    true,
 		New:      func() Step { return StepFunc(runVerify) },
 		Validate: func(in map[string]any) error { _, err := verifyConfigFrom(in, true); return err },

@@ -10,6 +10,7 @@ import (
 func init() {
 	Register(Definition{
 		Type:   "Wait",
+		Priors: NoPriors,
 		New:    func() Step { return StepFunc(runWait) },
 		Config: waitConfig{},
 	})

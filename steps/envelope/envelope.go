@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,10 +40,13 @@ type Job struct {
 	Connectors []string           `json:"connectors,omitempty"`
 	Env        *steps.Environment `json:"env,omitempty"`
 	Priors     []steps.Prior      `json:"priors,omitempty"`
-	Memo       json.RawMessage    `json:"memo,omitempty"`
-	Signals    []steps.Signal     `json:"signals,omitempty"`
-	Executor   string             `json:"executor,omitempty"`
-	Deadline   time.Time          `json:"deadline,omitzero"`
+	// PriorTypes, when set, are the only step types the controller put in Priors (the step
+	// type's declared Definition.Priors; empty: none). Absent: every earlier step is there.
+	PriorTypes []string        `json:"priorTypes,omitzero"`
+	Memo       json.RawMessage `json:"memo,omitempty"`
+	Signals    []steps.Signal  `json:"signals,omitempty"`
+	Executor   string          `json:"executor,omitempty"`
+	Deadline   time.Time       `json:"deadline,omitzero"`
 	// Token is the job's result token (JobToken); its result must carry it back.
 	Token string `json:"token,omitempty"`
 }
@@ -82,6 +86,30 @@ func DecodeJob(data []byte) (*Job, error) {
 		return &j, errors.New("job payload: attempt must be ≥ 1")
 	}
 	return &j, nil
+}
+
+// CheckPriors reports a job whose priors leave out a step type the worker's definition of
+// the step reads: a controller that knows an older declaration (a rolling upgrade that
+// makes a step read another prior type reached this worker first). The step would otherwise
+// act without that prior, e.g. accept any revision for want of its stage's merge commit.
+func CheckPriors(j *Job, def *steps.Definition) error {
+	if j.PriorTypes == nil {
+		return nil // every earlier step is there
+	}
+	var missing []string
+	if def.Priors == nil {
+		missing = []string{"any type"}
+	}
+	for _, t := range def.Priors {
+		if !slices.Contains(j.PriorTypes, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("job for step %s (%s) carries earlier steps of types [%s] only, and this worker's %s reads %s as well: the controller runs an older step definition; upgrade the controllers, then retry the step",
+		j.Step, j.Type, strings.Join(j.PriorTypes, ", "), j.Type, strings.Join(missing, ", "))
 }
 
 // Event is everything the controller consumes.

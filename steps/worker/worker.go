@@ -337,6 +337,10 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		w.finish(ctx, msg, job, res, started, nil)
 		return
 	}
+	if err := envelope.CheckPriors(job, def); err != nil {
+		w.finish(ctx, msg, job, steps.Fail(err.Error()), started, nil)
+		return
+	}
 	if !w.trackExec(job.ID(), msg) {
 		// A redelivery to the worker that still runs the job (it reconnected to a restarted
 		// server): the running one acks it.
