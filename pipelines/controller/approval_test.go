@@ -14,6 +14,7 @@ import (
 )
 
 func TestApprovalIdentityChecked(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.yaml")
@@ -91,6 +92,7 @@ stages:
 }
 
 func TestApprovalTimesOut(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	r := e.startRun("name: t\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 500ms, with: {approvers: [alice]}}\n", nil)
 	got := e.wait(r.ID, 20*time.Second)
@@ -102,6 +104,7 @@ func TestApprovalTimesOut(t *testing.T) {
 // TestSignalRefusals: a decision on a run or step that does not exist is 404, and on a step that
 // is not waiting for an approval (a Wait step, a finished step) is 409; nothing is recorded.
 func TestSignalRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}}))
 	defer srv.Close()

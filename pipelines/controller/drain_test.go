@@ -13,6 +13,7 @@ import (
 // TestWorkerDrainFinishesInFlightJob: cancelling a worker (SIGTERM) stops it pulling but lets
 // the running step finish and report.
 func TestWorkerDrainFinishesInFlightJob(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0})
 	effects := t.TempDir() + "/e.log"
 	ctx, cancel := context.WithCancel(context.Background())

@@ -53,6 +53,7 @@ func startChild(t *testing.T, url, id string) *exec.Cmd {
 }
 
 func TestWorkerKilledMidStep(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0, listen: "127.0.0.1:0"})
 	url := e.conn.ClientURL()
 	effects := t.TempDir() + "/effects.log"
@@ -100,6 +101,7 @@ stages:
 // exhausts MaxDeliver; the dead-letter advisory fails the run with the last thing the step
 // logged instead of leaving it hanging.
 func TestCrashLoopJobFailsRunWithLastError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0, listen: "127.0.0.1:0"})
 	url := e.conn.ClientURL()
 	r := e.startRun("name: crashloop\nstages:\n  - id: s\n    steps:\n      - {id: c, type: Crash}\n", nil)
