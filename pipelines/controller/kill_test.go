@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller/ctltest/parallel"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -25,6 +26,7 @@ func TestMain(m *testing.M) {
 		runChildAPI(url) // idempotency_test.go
 		return
 	}
+	parallel.Default(8) // the tests marked parallel mostly wait (docs/testing.md)
 	os.Exit(m.Run())
 }
 
