@@ -195,8 +195,7 @@ func TestBrowserTwoRunPagesSeeAnAppChange(t *testing.T) {
 	url := e.URL + "/ui/runs/" + r.ID
 	first := browser(t)
 	signIn(t, first, url, bobToken)
-	second, cancel := chromedp.NewContext(first) // a second tab, signed in as well
-	defer cancel()
+	second := newTab(t, first) // a second tab, signed in as well
 	tabs := []context.Context{first, second}
 	run(t, second, "open the second page", chromedp.Navigate(url))
 	for i, tab := range tabs {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/prflow/prflow/pipelines"
@@ -124,9 +126,37 @@ func browser(t *testing.T) context.Context {
 	if browserErr != nil {
 		t.Fatalf("start Chromium %s: %v", browserPath, browserErr)
 	}
-	ctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithNewBrowserContext())
+	b := cdp.WithExecutor(browserCtx, chromedp.FromContext(browserCtx).Browser)
+	bc, err := target.CreateBrowserContext().Do(b)
+	if err != nil {
+		t.Fatalf("new browser context in Chromium: %v", err)
+	}
+	t.Cleanup(func() { _ = target.DisposeBrowserContext(bc).Do(b) })
+	return openTab(t, bc)
+}
+
+type browserContextKey struct{}
+
+// newTab opens another tab in ctx's browser context (signed in as ctx is).
+func newTab(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
+	return openTab(t, ctx.Value(browserContextKey{}).(cdp.BrowserContextID))
+}
+
+// openTab opens a tab in browser context bc, in a window of its own: Chromium refuses a tab
+// in a browser context that has no window ("no browser is open"), which is what
+// chromedp.WithNewBrowserContext asks for.
+func openTab(t *testing.T, bc cdp.BrowserContextID) context.Context {
+	t.Helper()
+	b := cdp.WithExecutor(browserCtx, chromedp.FromContext(browserCtx).Browser)
+	tab, err := target.CreateTarget("about:blank").WithBrowserContextID(bc).WithNewWindow(true).Do(b)
+	if err != nil {
+		t.Fatalf("open a tab in Chromium: %v", err)
+	}
+	ctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithTargetID(tab))
 	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute) // tests share the machine and the browser
 	t.Cleanup(func() { cancelT(); cancel() })
+	ctx = context.WithValue(ctx, browserContextKey{}, bc)
 	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("open a tab in Chromium: %v", err)
 	}
