@@ -444,7 +444,11 @@ func TestIdempotentStartServerKilled(t *testing.T) {
 	if err := <-errc; err == nil {
 		t.Fatal("the client got an answer from a killed server")
 	}
+	// This process's controller learns of the run from its watch: wait for it to show.
 	created := runsOf(t, e.ctl)
+	for deadline := time.Now().Add(30 * time.Second); len(created) == 0 && time.Now().Before(deadline); created = runsOf(t, e.ctl) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if len(created) != 1 {
 		t.Fatalf("runs the killed server created: %v", created)
 	}
