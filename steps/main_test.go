@@ -8,6 +8,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	parallel.Default(8) // the forge tests mostly wait on git, fake forges and NATS (docs/testing.md)
+	parallel.Default(4) // the forge tests mostly wait on git, fake forges and NATS (docs/testing.md)
 	os.Exit(m.Run())
 }

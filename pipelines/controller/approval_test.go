@@ -92,7 +92,7 @@ stages:
 }
 
 func TestApprovalTimesOut(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the step must park within its 500 ms timeout to time out as an approval.
 	e := newEnv(t, envOpts{workers: 1})
 	r := e.startRun("name: t\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 500ms, with: {approvers: [alice]}}\n", nil)
 	got := e.wait(r.ID, 20*time.Second)

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		runChildAPI(url) // idempotency_test.go
 		return
 	}
-	parallel.Default(8) // the tests marked parallel mostly wait (docs/testing.md)
+	parallel.Default(4) // the tests marked parallel mostly wait (docs/testing.md)
 	os.Exit(m.Run())
 }
 

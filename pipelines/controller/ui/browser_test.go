@@ -83,7 +83,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	parallel.Default(8) // the tests marked parallel mostly wait (docs/testing.md)
+	parallel.Default(4) // the tests marked parallel mostly wait (docs/testing.md)
 	code := m.Run()
 	stopBrowser()
 	os.Exit(code)
