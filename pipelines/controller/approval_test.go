@@ -92,9 +92,11 @@ stages:
 }
 
 func TestApprovalTimesOut(t *testing.T) {
-	// Not parallel: the step must park within its 500 ms timeout to time out as an approval.
+	t.Parallel()
+	// The step must park before its timeout to time out as an approval: 500 ms was too short
+	// on a machine at load 35.
 	e := newEnv(t, envOpts{workers: 1})
-	r := e.startRun("name: t\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 500ms, with: {approvers: [alice]}}\n", nil)
+	r := e.startRun("name: t\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 3s, with: {approvers: [alice]}}\n", nil)
 	got := e.wait(r.ID, 20*time.Second)
 	if got.Status != pipelines.StFailed || !strings.Contains(got.Error, "approval timed out with 0 of 1 approvals") {
 		t.Fatalf("%s %q", got.Status, got.Error)

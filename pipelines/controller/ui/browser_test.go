@@ -234,7 +234,8 @@ stages:
 
 func waitParked(t *testing.T, e *uiEnv, id, stage, step string) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	// A generous bound: a promotion's dev stage runs first, with other tests at the same time.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		r, err := e.Ctl.Get(context.Background(), id)
 		if err == nil {
 			if st := ctltest.Step(r, stage, step); st != nil && st.Status == pipelines.StWaiting && st.Wait != nil {
