@@ -79,6 +79,7 @@ func fakeRepo(t *testing.T, f *scmtest.Forge) {
 // TestPromotionAPICalls is the regression guard for the cost of a fresh promotion
 // (UpdateReleaseRepo + MergePR) on each forge: the exact calls, in order.
 func TestPromotionAPICalls(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name          string
 		setup         func(t *testing.T) (*scmtest.Forge, scm.Provider)
@@ -159,6 +160,7 @@ func TestPromotionAPICalls(t *testing.T) {
 // already committed to the work branch. The commit conflicts on the branch, the step finds the
 // earlier commit and opens exactly one PR with it, on every forge fake.
 func TestFirstDeliveryFindsEarlierBranch(t *testing.T) {
+	t.Parallel()
 	setups := map[string]func(t *testing.T) (*scmtest.Forge, scm.Provider){
 		"github": func(t *testing.T) (*scmtest.Forge, scm.Provider) {
 			gh := scmtest.NewGitHub(t)

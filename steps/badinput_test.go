@@ -15,8 +15,9 @@ import (
 )
 
 func TestBadInputsFailClearlyWithoutWrites(t *testing.T) {
+	t.Parallel()
 	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) { badInputs(t, fg) })
+		t.Run(fg.name, func(t *testing.T) { t.Parallel(); badInputs(t, fg) })
 	}
 }
 

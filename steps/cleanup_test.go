@@ -71,7 +71,7 @@ func comments(t *testing.T, fg forge, n int) []string {
 
 // cleanedUp waits until the PR of run's update step is closed and its branch gone (or, with
 // keep, checks a while that they stay).
-func cleanedUp(t *testing.T, fg forge, r *pipelines.Run, keep bool, why string) {
+func cleanedUp(t *testing.T, e *ctltest.Env, fg forge, r *pipelines.Run, keep bool, why string) {
 	t.Helper()
 	out := ctltest.Step(r, "s", "update").Outputs
 	if out == nil { // parked (waitForMerge) steps have none; these pipelines do not use it
@@ -99,7 +99,7 @@ func cleanedUp(t *testing.T, fg forge, r *pipelines.Run, keep bool, why string) 
 				}
 				return
 			}
-			t.Fatalf("PR #%d of the %s run is %s, its branch %s present: %v\n%s", n, why, pr.State, branch, present, tail(logsOf(t)))
+			t.Fatalf("PR #%d of the %s run is %s, its branch %s present: %v\n%s", n, why, pr.State, branch, present, tail(e.Logs.String()))
 		}
 		if done && !keep {
 			break
@@ -115,20 +115,19 @@ func cleanedUp(t *testing.T, fg forge, r *pipelines.Run, keep bool, why string) 
 	}
 }
 
-var logsOf = func(*testing.T) string { return "" }
-
 // A run that fails or is cancelled leaves no open PR and no branch behind, on every forge; the
 // PR gets a comment naming the run and the reason. cleanup.keepFailedPRs keeps them.
 func TestFailedAndCancelledRunsLeaveNoDebris(t *testing.T) {
+	t.Parallel()
 	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
 			e := env(t, fg, 1)
-			logsOf = func(*testing.T) string { return e.Logs.String() }
 			r := e.Wait(e.Start(fmt.Sprintf(failing, ""), nil).ID, 60*time.Second)
 			if r.Status != pipelines.StFailed {
 				t.Fatalf("run %s: %s", r.Status, r.Error)
 			}
-			cleanedUp(t, fg, r, false, "failed")
+			cleanedUp(t, e, fg, r, false, "failed")
 
 			started := e.Start(waiting, nil)
 			deadline := time.Now().Add(30 * time.Second)
@@ -149,13 +148,13 @@ func TestFailedAndCancelledRunsLeaveNoDebris(t *testing.T) {
 			if r.Status != pipelines.StCancelled {
 				t.Fatalf("cancelled run: %s", r.Status)
 			}
-			cleanedUp(t, fg, r, false, "cancelled by tester")
+			cleanedUp(t, e, fg, r, false, "cancelled by tester")
 
 			r = e.Wait(e.Start(fmt.Sprintf(failing, "cleanup: {keepFailedPRs: true}"), nil).ID, 60*time.Second)
 			if r.Status != pipelines.StFailed {
 				t.Fatalf("run %s: %s", r.Status, r.Error)
 			}
-			cleanedUp(t, fg, r, true, "failed")
+			cleanedUp(t, e, fg, r, true, "failed")
 		})
 	}
 }
@@ -210,8 +209,10 @@ func refusePRs(t *testing.T, fg forge) {
 // branch behind (invariant 5), on every forge; branches prflow did not push for this run
 // (someone's feature branch, another run's work branch) stay.
 func TestFailedRunBeforePRLeavesNoBranch(t *testing.T) {
+	t.Parallel()
 	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
 			e := env(t, fg, 1)
 			bs, err := fg.branches()
 			if err != nil {
@@ -265,6 +266,7 @@ func TestFailedRunBeforePRLeavesNoBranch(t *testing.T) {
 // someone's branch or another run's work branch is refused and deletes nothing; a branch of
 // its own run is deleted, and one already gone is nothing to do.
 func TestCleanupDeletesOnlyItsRunsBranches(t *testing.T) {
+	t.Parallel()
 	fg := forges(t)[0]
 	ctx := context.Background()
 	bs, err := fg.branches()

@@ -80,8 +80,10 @@ func openedPRs(t *testing.T, p scm.Provider, head string) int {
 // The PR call is lost after the commit (as if the worker died between the two): the
 // redelivered job finds its branch and commit and opens exactly one PR, with no second commit.
 func TestLostBetweenCommitAndPR(t *testing.T) {
+	t.Parallel()
 	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
 			l := &lossy{Provider: fg.p, loseOpen: 1}
 			fg.p = l
 			e := env(t, fg, 1)
@@ -125,8 +127,10 @@ stages:
 // The PR was merged by someone (or by an earlier attempt that died before reporting) before
 // MergePR runs: MergePR reports the existing merge and does not merge again.
 func TestMergeAfterCrashDoesNotMergeTwice(t *testing.T) {
+	t.Parallel()
 	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
 			e := env(t, fg, 1)
 			src := `
 name: merged
@@ -174,8 +178,10 @@ stages:
 // after): MergePR, or its redelivery, reads the PR, finds it merged and reports that merge;
 // nothing is merged twice.
 func TestLostMergeAnswerDoesNotMergeTwice(t *testing.T) {
+	t.Parallel()
 	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
 			l := &lossy{Provider: fg.p, loseMerge: 1}
 			fg.p = l
 			e := env(t, fg, 1)

@@ -69,6 +69,7 @@ func failedUpdate(t *testing.T, fg forge, src string) *pipelines.StepRun {
 // A mistyped key (image.tga) used to add a new key, open a PR, merge and go green while the
 // tag stayed as it was. It is refused before anything is pushed, with the closest key.
 func TestMistypedKeyRefused(t *testing.T) {
+	t.Parallel()
 	fg := forges(t)[0]
 	st := failedUpdate(t, fg, editPipeline(`          filePath: envs/dev/values.yaml
           variables:
@@ -84,6 +85,7 @@ func TestMistypedKeyRefused(t *testing.T) {
 // A dotted annotation written without quotes is refused with the quoted form (the walk would
 // have created argocd: {argoproj: ...} next to the real key).
 func TestDottedAnnotationRefused(t *testing.T) {
+	t.Parallel()
 	fg := forges(t)[0]
 	ctx := context.Background()
 	manifest := "metadata:\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n"
@@ -104,6 +106,7 @@ func TestDottedAnnotationRefused(t *testing.T) {
 // A mistyped file (values.yml for values.yaml) used to create a new file; it is refused with
 // the file that exists.
 func TestMistypedFileRefused(t *testing.T) {
+	t.Parallel()
 	fg := forges(t)[0]
 	st := failedUpdate(t, fg, editPipeline(`          filePath: envs/dev/values.yml
           variables:
@@ -119,6 +122,7 @@ func TestMistypedFileRefused(t *testing.T) {
 // create: true on the step creates a new file; create: true on a variable creates its key;
 // both are listed in the created output and no warning is recorded (it was asked for).
 func TestCreateTrueCreates(t *testing.T) {
+	t.Parallel()
 	fg := forges(t)[0]
 	e := env(t, fg, 1)
 	src := editPipeline(`          filePath: envs/dev/values.yaml
@@ -164,6 +168,7 @@ func TestCreateTrueCreates(t *testing.T) {
 // merges nothing; allowNoFilesChanged keeps its old meaning (success, not alreadyPromoted);
 // a step whose every value is skipped (ignoreMissingValues) set nothing and still fails.
 func TestAlreadyPromotedOnTheForge(t *testing.T) {
+	t.Parallel()
 	fg := forges(t)[0]
 	e := env(t, fg, 1)
 	same := `          filePath: envs/dev/values.yaml

@@ -19,6 +19,7 @@ import (
 // TestCommitStatusOrder: a stage's pending and final statuses are separate jobs, and a worker
 // may run the final one first. The pending one must then not overwrite it.
 func TestCommitStatusOrder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	conn, err := queue.Open(ctx, queue.Options{DataDir: t.TempDir()})
 	if err != nil {
@@ -83,10 +84,12 @@ func TestCommitStatusOrder(t *testing.T) {
 // post a second one, on every forge; another step's comment on the same PR is still posted.
 // Before, each delivery posted (chaos: "PR comments posted twice").
 func TestPRCommentOnceOnRedelivery(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	def, _ := steps.Default.Lookup(steps.TypePRComment)
 	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
 			head, err := fg.p.Branch(ctx, "acme/release", "main")
 			if err != nil {
 				t.Fatal(err)

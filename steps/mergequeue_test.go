@@ -69,6 +69,7 @@ stages:
 // queue (Waiting in the run state, no worker slot held), and go one after the other, in the
 // order they queued, once it is done. Before the queue they sat in worker slots on the lease.
 func TestWaitingMergesParkInTheBranchQueue(t *testing.T) {
+	t.Parallel()
 	fg := forges(t)[0] // github
 	g := &gated{Provider: fg.p, open: make(chan struct{})}
 	fg.p = g

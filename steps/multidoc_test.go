@@ -33,6 +33,7 @@ spec:
 `
 
 func TestUpdateReleaseRepoMultiDocument(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/dev/app.yaml": manifestsYAML}); err != nil {
 		t.Fatal(err)

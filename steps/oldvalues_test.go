@@ -25,6 +25,7 @@ const oldSecret = "hunter2-committed-token"
 // item, a key created in a map with a merge key), JSON, one document of a multi-document file, a key and a file created
 // with create: true, and a replaced value that is a secret.
 func TestUpdateReleaseRepoRecordsOldValues(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	files := map[string]string{
 		"envs/dev/values.yaml":  valuesYAML + "defaults: &d\n  timeout: 30\nworker:\n  <<: *d\napiKey: " + oldSecret + "\nannotations:\n  argocd.argoproj.io/sync-wave: \"1\"\n",

@@ -140,8 +140,10 @@ stages:
 `
 
 func TestPromoteOnEveryForge(t *testing.T) {
+	t.Parallel()
 	for _, fg := range forges(t) {
 		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
 			e := env(t, fg, 1)
 			e.RegisterAgent("a") // named by the environment, never asked: runs start only when it is live
 			r := e.Wait(e.Start(promote, map[string]any{"tag": "1.5.0"}).ID, 90*time.Second)
@@ -177,9 +179,10 @@ func TestPromoteOnEveryForge(t *testing.T) {
 
 // TestRevertRestoresContent reverts a merge commit and a squash commit on every forge.
 func TestRevertRestoresContent(t *testing.T) {
+	t.Parallel()
 	for _, strategy := range []string{"merge", "squash"} {
 		for _, fg := range forges(t) {
-			t.Run(fg.name+"/"+strategy, func(t *testing.T) { revertRestores(t, fg, strategy) })
+			t.Run(fg.name+"/"+strategy, func(t *testing.T) { t.Parallel(); revertRestores(t, fg, strategy) })
 		}
 	}
 }
@@ -252,17 +255,22 @@ stages:
 // PR conflicts with the ones merged before it; MergePR rebuilds it on the new base: by moving
 // its branch (GitHub, GitLab, local) or, on Bitbucket, whose API cannot move a branch off its
 // history, as a new PR that replaces the declined one. Every forge ends with n merged PRs and
-// all n changes. n is 8 (20 with PRFLOW_TEST_LONG=1: the local driver's rebuilds alone took
-// over 3 minutes of a loaded 2-core machine at 20).
+// all n changes. n is 8, 6 on the local driver, whose rebuilds are real fetches, rebases and
+// pushes (about n²/2 of them: 8 took 50 s of a loaded 2-core machine); 20 everywhere with
+// PRFLOW_TEST_LONG=1 (`task test-long`). The forges run in parallel.
 func TestConcurrentPromotionsSameFile(t *testing.T) {
+	t.Parallel()
 	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) { concurrentPromotions(t, fg) })
+		t.Run(fg.name, func(t *testing.T) { t.Parallel(); concurrentPromotions(t, fg) })
 	}
 }
 
 func concurrentPromotions(t *testing.T, fg forge) {
 	e := env(t, fg, 2)
 	n := ctltest.Pick(8, 20)
+	if fg.name == "local" {
+		n = ctltest.Pick(6, 20)
+	}
 	src := `
 name: many
 inputs: {key: {type: string}}
@@ -357,6 +365,7 @@ func approve(e *ctltest.Env, run, stage, step string) error {
 }
 
 func TestWaitForMerge(t *testing.T) {
+	t.Parallel()
 	fg := forges(t)[0]
 	e := env(t, fg, 1)
 	src := `

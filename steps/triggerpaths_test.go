@@ -18,6 +18,7 @@ import (
 // TestTriggerPathsStep runs the worker side of a trigger's path check against the GitHub fake:
 // a PR changing 150 files under services/web/ and a README.
 func TestTriggerPathsStep(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
 		t.Fatal(err)
@@ -90,6 +91,7 @@ func TestTriggerPathsStep(t *testing.T) {
 // is a terminal error naming the cut (deciding "no match" on part of a push would miss files
 // silently). Only one of before and after is a mistaken input.
 func TestTriggerPathsStepPush(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // before its stage merges or syncs anything (a typo found after the merge would roll back a
 // good release); one the workers hold starts.
 func TestVerifyUnknownMetricsConnectorRefusedAtStart(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{Services: map[string]any{steps.ServiceMetrics: verify.Static{"prom": nil}}})
 	src := func(provider string) []byte {
 		return []byte(`name: v

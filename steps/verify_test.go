@@ -167,6 +167,7 @@ func waitRatio(t *testing.T, c *prometheus.Client, high bool) {
 // a bad one fails, and Prometheus killed mid-verification ends inconclusive after retries —
 // never a pass.
 func TestVerifyRealPrometheus(t *testing.T) {
+	t.Parallel()
 	app := verifytest.NewApp(0)
 	defer app.Close()
 	prom := verifytest.StartPrometheus(t, strings.TrimPrefix(app.URL, "http://"))
@@ -256,6 +257,7 @@ func ddConns(dd *verifytest.Datadog) verify.Static {
 // baseline: last compares each measurement with the same query over the equal window before
 // the promotion; thresholds as ratios.
 func TestVerifyBaseline(t *testing.T) {
+	t.Parallel()
 	dd := verifytest.NewDatadog("k1-api", "k1-app")
 	defer dd.Close()
 	dd.Step(time.Second)
@@ -291,6 +293,7 @@ func TestVerifyBaseline(t *testing.T) {
 
 // No data is decided by failOnNoAnalysis, and inconclusive never passes unless asked to.
 func TestVerifyNoData(t *testing.T) {
+	t.Parallel()
 	dd := verifytest.NewDatadog("k1-api", "k1-app")
 	defer dd.Close()
 	in := func(noData any, onIncon string) map[string]any {
@@ -328,6 +331,7 @@ func TestVerifyNoData(t *testing.T) {
 
 // A 429 parks the step until Datadog's limit resets (X-RateLimit-Reset), then it measures on.
 func TestVerifyRateLimited(t *testing.T) {
+	t.Parallel()
 	dd := verifytest.NewDatadog("k1-api", "k1-app")
 	defer dd.Close()
 	dd.Metric("avg:web.errors{env:prod}", func(time.Time) (float64, bool) { return 0.001, true })
@@ -350,6 +354,7 @@ func TestVerifyRateLimited(t *testing.T) {
 // A query the backend refuses fails at once (retrying a wrong query cannot help), naming the
 // metric and carrying the backend's error; a missing connector or service is named too.
 func TestVerifyRefusals(t *testing.T) {
+	t.Parallel()
 	dd := verifytest.NewDatadog("k1-api", "k1-app")
 	defer dd.Close()
 	in := map[string]any{"metrics": []any{map[string]any{"name": "errors", "provider": "dd", "query": "avg:web.errors",

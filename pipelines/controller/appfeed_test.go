@@ -24,6 +24,7 @@ func recv(t *testing.T, s *AppSub, within time.Duration) (string, bool) {
 // its buffer and is told to re-read; a page on the same key keeps getting every change at
 // once, and a page on another key gets none.
 func TestAppFeedSlowSubscriberNeverBlocksTheOthers(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, false)
 	e.start()
 	slow, fast, other := e.ctl.SubscribeApps(), e.ctl.SubscribeApps(), e.ctl.SubscribeApps()
@@ -70,6 +71,7 @@ func TestAppFeedSlowSubscriberNeverBlocksTheOthers(t *testing.T) {
 // soon as the controller reconnected, and a change made after the restart still reaches it
 // through the controller's watch.
 func TestAppFeedAfterServerRestart(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, true)
 	e.put("web-staging", "staging-eu", "Healthy")
 	e.start()

@@ -15,6 +15,7 @@ import (
 )
 
 func TestApprovalIdentityChecked(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.yaml")
@@ -92,8 +93,11 @@ stages:
 }
 
 func TestApprovalTimesOut(t *testing.T) {
+	t.Parallel()
+	// The step must park before its timeout to time out as an approval: 500 ms was too short
+	// on a machine at load 35.
 	e := newEnv(t, envOpts{workers: 1})
-	r := e.startRun("name: t\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 500ms, with: {approvers: [alice]}}\n", nil)
+	r := e.startRun("name: t\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 3s, with: {approvers: [alice]}}\n", nil)
 	got := e.wait(r.ID, 20*time.Second)
 	if got.Status != pipelines.StFailed || !strings.Contains(got.Error, "approval timed out with 0 of 1 approvals") {
 		t.Fatalf("%s %q", got.Status, got.Error)
@@ -103,6 +107,7 @@ func TestApprovalTimesOut(t *testing.T) {
 // TestSignalRefusals: a decision on a run or step that does not exist is 404, and on a step that
 // is not waiting for an approval (a Wait step, a finished step) is 409; nothing is recorded.
 func TestSignalRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}}))
 	defer srv.Close()

@@ -67,6 +67,7 @@ func waitEntries(t *testing.T, l *audit.Log, f audit.Filter, want int) []audit.E
 // once, also when the forge redelivers it or the controller handles it again. No secret,
 // signature or guessed token reaches the stream.
 func TestAuditWebhooks(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
 		t.Fatal(err)
@@ -215,6 +216,7 @@ stages:
 // the pipeline, trigger, file:line and the error, next to the run the other trigger started.
 // The event is not retried (the error would be the same) and no secret is recorded.
 func TestAuditTriggerExpressionFailed(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, map[string][]byte{"labels.yaml": []byte(failingTrigger)}, 0, func(o *ctltest.Options) { o.Audit = true })
 	log := &audit.Log{JS: e.Conn.JS}
 	ctx := context.Background()
@@ -257,6 +259,7 @@ func TestAuditTriggerExpressionFailed(t *testing.T) {
 // list: no run, and the event's webhook.accepted entry and the log say the decision was made
 // without the full list.
 func TestAuditPathsOnPartialList(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(pushPathsTrigger)}, 0, func(o *ctltest.Options) { o.Audit = true })
 	log := &audit.Log{JS: e.Conn.JS}
 	req, err := scmtest.BitbucketWebhookRequest(context.Background(), e.srv.URL+"/hooks/bitbucket", hookSecret,

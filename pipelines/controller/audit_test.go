@@ -148,6 +148,7 @@ func pipelineSource(name string) []byte {
 // audit log with who, when, what and from where; GET /api/v1/audit filters by actor, action,
 // run and since; the bearer token used never appears in the log, only the user's name.
 func TestAuditLog(t *testing.T) {
+	t.Parallel()
 	a := newAuditAPI(t)
 	ctx := context.Background()
 	code, body := a.call(auditToken, "POST", "/api/v1/runs", map[string]any{"file": "ok.yaml", "source": pipelineSource("fine")})
@@ -195,6 +196,7 @@ func TestAuditLog(t *testing.T) {
 // TestAuditFilterTypos: a misspelt parameter or action is refused with the closest name, not
 // answered with every entry (or none).
 func TestAuditFilterTypos(t *testing.T) {
+	t.Parallel()
 	a := newAuditAPI(t)
 	for q, want := range map[string]string{
 		"?actr=alice":             `unknown query parameter "actr" (did you mean "actor"?)`,
@@ -226,6 +228,7 @@ func TestAuditFilterTypos(t *testing.T) {
 // authentications are, within a per-host budget that a brute force cannot exceed, and the
 // next entry after the budget refills says how many were not recorded.
 func TestAuditTokenUse(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }

@@ -42,6 +42,7 @@ stages:
 // /api/v1/pipelines/{name}/runs starts one by name with inputs checked as POST /api/v1/runs
 // checks them (types converted, required, enums, unknown inputs), the Idempotency-Key honoured.
 func TestPipelineCatalogAndStartByName(t *testing.T) {
+	t.Parallel()
 	a := newAuditAPI(t)
 	ts, err := NewTriggerSet(a.e.reg, map[string][]byte{"release.yaml": []byte(catalogServerPipeline)})
 	if err != nil {
@@ -150,6 +151,7 @@ func TestPipelineCatalogAndStartByName(t *testing.T) {
 // --pipelines directory, also those without triggers (which webhooks never start), and a
 // directory file that does not load is an error naming it.
 func TestCatalogListsEveryServerPipeline(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	dir := t.TempDir()
 	files := map[string]string{

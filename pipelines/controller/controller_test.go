@@ -76,6 +76,7 @@ stages:
 `
 
 func TestMultiStagePipeline(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 2, tuning: queue.ConsumerTuning{AckWait: 3 * time.Second, MaxDeliver: 5}})
 	r := e.startRun(multiStage, map[string]any{"tag": "1.2"})
 	r = e.wait(r.ID, 60*time.Second)
@@ -111,6 +112,7 @@ func TestMultiStagePipeline(t *testing.T) {
 }
 
 func TestParkedStepsHoldNoWorker(t *testing.T) {
+	t.Parallel()
 	// One worker slot. 50 runs park on an approval; a 51st run must still get the worker.
 	e := newEnv(t, envOpts{workers: 1, concurrency: 1})
 	parkSrc := "name: parked\nstages:\n  - id: s\n    steps:\n      - id: gate\n        type: Park\n"
@@ -157,6 +159,7 @@ func TestParkedStepsHoldNoWorker(t *testing.T) {
 }
 
 func TestWakeOnKVChangeNotPoll(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	src := "name: kv\nstages:\n  - id: s\n    steps:\n      - id: w\n        type: Park\n        with: {key: agent1.shop-dev}\n"
 	r := e.startRun(src, nil)
@@ -179,6 +182,7 @@ func TestWakeOnKVChangeNotPoll(t *testing.T) {
 }
 
 func TestControllerAndNATSRestartResume(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	e := newEnv(t, envOpts{workers: 1, dir: dir})
 	src := `
@@ -220,6 +224,7 @@ stages:
 }
 
 func TestBadInputNothingDispatched(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0})
 	ctx := context.Background()
 	cases := map[string]struct {
@@ -257,6 +262,7 @@ func TestBadInputNothingDispatched(t *testing.T) {
 }
 
 func TestBadJobPayloadFailsStepNotWorker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	ctx := context.Background()
 	r := e.startRun("name: p\nstages:\n  - id: s\n    steps:\n      - {id: gate, type: Park}\n", nil)
@@ -285,6 +291,7 @@ func TestBadJobPayloadFailsStepNotWorker(t *testing.T) {
 // A step that runs three times its AckWait is kept alive by the worker's heartbeats: it is
 // delivered once and its result counts.
 func TestHeartbeatsKeepLongStepsFromRedelivery(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 2, tuning: queue.ConsumerTuning{AckWait: time.Second, MaxDeliver: 5}})
 	r := e.startRun("name: slow\nstages:\n  - id: s\n    steps:\n      - {id: z, type: Slow, with: {sleep: 3s}}\n", nil)
 	r = e.wait(r.ID, 30*time.Second)
@@ -299,6 +306,7 @@ func TestHeartbeatsKeepLongStepsFromRedelivery(t *testing.T) {
 }
 
 func TestWorkerErrorsAndExhaustedDeliveries(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1, tuning: queue.ConsumerTuning{AckWait: 2 * time.Second, MaxDeliver: 2}})
 	r := e.startRun("name: f\nstages:\n  - id: s\n    steps:\n      - {id: f, type: Flaky, with: {failures: 10}}\n", nil)
 	r = e.wait(r.ID, 30*time.Second)
@@ -308,6 +316,7 @@ func TestWorkerErrorsAndExhaustedDeliveries(t *testing.T) {
 }
 
 func TestSecretsNeverStored(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	ctx := context.Background()
 	ok := e.startRun("name: leak\nstages:\n  - id: s\n    steps:\n      - {id: l, type: Leaky}\n", nil)

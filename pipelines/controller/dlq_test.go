@@ -38,6 +38,7 @@ func runLinger(ctx context.Context, sc *steps.Context) (steps.Result, error) {
 // without a result (worker lost)". TestCrashLoopJobFailsRunWithLastError still fails a step
 // that kills every worker.
 func TestWorkerDeathsDoNotFailAParkingStep(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0, listen: "127.0.0.1:0"})
 	url := e.conn.ClientURL()
 	starts := t.TempDir() + "/starts.log"

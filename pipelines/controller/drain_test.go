@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 // TestWorkerDrainFinishesInFlightJob: cancelling a worker (SIGTERM) stops it pulling but lets
 // the running step finish and report.
 func TestWorkerDrainFinishesInFlightJob(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0})
 	effects := t.TempDir() + "/e.log"
 	ctx, cancel := context.WithCancel(context.Background())
@@ -28,7 +31,16 @@ func TestWorkerDrainFinishesInFlightJob(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond) // the step is sleeping inside the worker
+	// The step is sleeping inside the worker once its effect is written (a fixed 300 ms was
+	// not always enough for the worker to pull the job on a busy machine).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(effects); strings.Contains(string(b), r.ID+"/e\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the step never started in the worker")
+		}
+	}
 	cancel()
 	select {
 	case <-stopped:

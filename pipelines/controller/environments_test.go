@@ -41,6 +41,7 @@ func envPipeline(name string, envs ...string) []byte {
 // unknown name is a 404 naming it, a bad limit a 400 naming the parameter; hostile names do
 // no harm; reads while the pipelines change are consistent (run with -race).
 func TestEnvironmentsAPI(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	dir := t.TempDir()
 	const token = "viewer-token-0123456789"

@@ -146,6 +146,7 @@ func (w *heldWatcher) Stop() error {
 // is what the next gate sees once the watcher delivered it, and the gate reads it from
 // memory: no request per gate (it was a ListKeys and a Get per app).
 func TestStageGateFollowsAppStatus(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, false)
 	e.put("web-staging", "staging-eu", "Healthy")
 	for i := range 10 {
@@ -192,6 +193,7 @@ func TestStageGateFollowsAppStatus(t *testing.T) {
 // them yet (it waits, bounded by policyTimeout, and then denies with why); never on an
 // empty list.
 func TestStageGateSeesRecordsFromBeforeStart(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, false)
 	for i := range 30 {
 		e.put(fmt.Sprintf("web-prod-%d", i), "prod-eu", "Healthy")
@@ -231,6 +233,7 @@ func TestStageGateSeesRecordsFromBeforeStart(t *testing.T) {
 // TestStageGateWatcherDies: when the watcher dies the gate does not answer from what it had:
 // it reads the bucket until a new watcher (opened again with backoff) has caught up.
 func TestStageGateWatcherDies(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, false)
 	e.put("web-staging", "staging-eu", "Healthy")
 	h := &watchHook{}
@@ -265,6 +268,7 @@ func TestStageGateWatcherDies(t *testing.T) {
 // and the controller's old watcher gets nothing until the client notices); a change written
 // after the controller reconnected is what the next gate sees.
 func TestStageGateAfterServerRestart(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, true)
 	e.put("web-staging", "staging-eu", "Healthy")
 	e.start()
@@ -300,6 +304,7 @@ func TestStageGateAfterServerRestart(t *testing.T) {
 // health: every answer is one the policy gives on a real state (never the empty list's), and
 // once the last change is seen every gate agrees with it.
 func TestStageGateConcurrentWithChanges(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, false)
 	e.put("web-staging", "staging-eu", "Healthy")
 	e.start()
@@ -341,6 +346,7 @@ func TestStageGateConcurrentWithChanges(t *testing.T) {
 // TestStageGateUnreadableRecords: a record that is not a JSON object is left out (and
 // logged), as the direct read does; the others still decide.
 func TestStageGateUnreadableRecords(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, false)
 	ctx := context.Background()
 	e.put("web-staging", "staging-eu", "Healthy")
@@ -385,6 +391,7 @@ func (p *switchedPolicy) Evaluate(ctx context.Context, pt policy.Point, in any) 
 // the first gate after one is added starts it and answers on every record; the watcher stops
 // when a reload removes the stage policy, and starts again when one comes back.
 func TestStageGateWatcherStartsWithStagePolicy(t *testing.T) {
+	t.Parallel()
 	e := newGateEnv(t, false)
 	e.put("web-staging", "staging-eu", "Degraded")
 	set, err := policy.Load(context.Background(), filepath.Join("..", "..", "examples", "policies"))

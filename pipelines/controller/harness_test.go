@@ -208,6 +208,7 @@ type envOpts struct {
 	listen      string
 	tuning      queue.ConsumerTuning
 	dir         string
+	ctl         []Option // extra controller options
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -235,7 +236,7 @@ func (e *env) start(o envOpts) {
 		t.Fatal(err)
 	}
 	e.conn = conn
-	ctl, err := New(ctx, conn, WithRegistry(e.reg), WithLogger(e.log))
+	ctl, err := New(ctx, conn, append([]Option{WithRegistry(e.reg), WithLogger(e.log)}, o.ctl...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 // queued for them; once the two end (one completes, one's client goes away mid-body) the
 // budget is back to zero and deliveries are accepted again.
 func TestWebhookReadBudget(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, nil, 0)
 	ctx := context.Background()
 	url := e.srv.URL + "/hooks/github"
@@ -163,6 +164,7 @@ func TestLoadWebhooksReadBudget(t *testing.T) {
 // TestWebhookRefusalReachesSender: a sender still writing a large body that is refused before
 // being read (no signature, or over the read budget) gets the answer, not a connection reset.
 func TestWebhookRefusalReachesSender(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, nil, 0)
 	cfg := controller.NewWebhooks(0, map[string]string{"github": hookSecret})
 	cfg.SetReadBudget(controller.DefaultMaxWebhookBody)

@@ -236,6 +236,7 @@ func mergedPR(t *testing.T, f *scmtest.Forge, p scm.Provider) scmtest.PullReques
 // 413, and nothing is queued for any of them; a good delivery is queued once and a replay
 // of it starts no second run.
 func TestWebhookEndpoint(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
 		t.Fatal(err)
@@ -496,6 +497,7 @@ func waitComment(t *testing.T, f *scmtest.Forge, repo string, n int, run string)
 // TestTriggeredRunGitLabAndBitbucket: the same trigger path for GitLab and Bitbucket: their
 // signed webhooks start the run and the statuses land on their commits.
 func TestTriggeredRunGitLabAndBitbucket(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"gitlab", "bitbucket"} {
 		t.Run(kind, func(t *testing.T) {
 			var f *scmtest.Forge
@@ -553,6 +555,7 @@ func TestTriggeredRunGitLabAndBitbucket(t *testing.T) {
 // PR-merged webhook arrives (its poll is a minute: the test ends long before), and fails when
 // the PR is closed unmerged.
 func TestWaitForMergeWokenByWebhook(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
 		t.Fatal(err)
@@ -668,6 +671,7 @@ func hmacHex(secret string, body []byte) string {
 // when the forge's status webhook for the PR's head arrives (its poll is 30 s: the test ends
 // before), then merges.
 func TestMergePRWokenByStatusWebhook(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
 		t.Fatal(err)
@@ -800,6 +804,7 @@ func bigPush(n int, after string) scmtest.PushEvent {
 // event over NATS's max payload) is accepted under the default limit, kept in the object store
 // and starts its run; its redelivery is a duplicate.
 func TestWebhookLargePush(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(pushTrigger)}, 0)
 	after := strings.Repeat("b", 40)
 	req, err := scmtest.GitHubWebhookRequest(context.Background(), e.srv.URL+"/hooks/github", hookSecret, bigPush(2048, after))
@@ -845,6 +850,7 @@ func TestWebhookLargePush(t *testing.T) {
 // TestWebhookBranchDeletionDoesNotTrigger: deleting release/1.4 is a push with after = zeros;
 // the push trigger on release/* does not fire, the next real push does.
 func TestWebhookBranchDeletionDoesNotTrigger(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(pushTrigger)}, 0)
 	url := e.srv.URL + "/hooks/github"
 	del := scmtest.PushEvent{Owner: "acme", Name: "web", Ref: "refs/heads/release/1.4", Before: strings.Repeat("c", 40), Pusher: "jdoe"}
@@ -873,6 +879,7 @@ func TestWebhookBranchDeletionDoesNotTrigger(t *testing.T) {
 // delivery while X-Gitlab-Event-UUID may not; one UUID may be shared by different events (an
 // MR merge and the push it made). Retries are duplicates; different events are all queued.
 func TestGitLabWebhookDedupe(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, nil, 0)
 	url := e.srv.URL + "/hooks/gitlab"
 	ctx := context.Background()
@@ -943,6 +950,7 @@ stages:
 // TestWebhookDraftMarkedReady: a PR opened as a draft starts nothing; marking it ready does
 // (GitHub: action ready_for_review; GitLab: an update whose changes clear the draft flag).
 func TestWebhookDraftMarkedReady(t *testing.T) {
+	t.Parallel()
 	for _, forge := range []struct {
 		name  string
 		build func(context.Context, string, string, scmtest.WebhookEvent) (*http.Request, error)
@@ -998,6 +1006,7 @@ stages:
 // (and a tag) starts one run per branch, not only the first; the answer lists each event.
 // Redelivering it (same X-Request-UUID) queues nothing and starts nothing new.
 func TestBitbucketPushSeveralBranches(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(anyBranchTrigger)}, 0)
 	body, err := os.ReadFile("../../scm/bitbucket/testdata/push_several_branches.json")
 	if err != nil {
@@ -1081,6 +1090,7 @@ stages:
 // added and removed and a title edit. A labeled trigger fires (it did not when the update
 // gave only synchronized), and so does a synchronized one; each once.
 func TestGitLabMRUpdateWithCommitsAndLabel(t *testing.T) {
+	t.Parallel()
 	e := newHookEnv(t, nil, nil, map[string][]byte{"label.yaml": []byte(labeledTrigger)}, 0)
 	body, err := os.ReadFile("../../scm/gitlab/testdata/merge_request_update_several.json")
 	if err != nil {
@@ -1135,6 +1145,7 @@ stages:
 // first job compares before..after through the connector on a worker (the forge fake's
 // compare API): it matches and the run succeeds; a push touching only docs ends skipped.
 func TestPushPathsIncompletePayload(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"gitlab", "bitbucket"} {
 		t.Run(kind, func(t *testing.T) {
 			var p scm.Provider

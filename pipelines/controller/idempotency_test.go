@@ -87,6 +87,7 @@ func runsOf(t *testing.T, c *Controller) []string {
 // start one run: every answer names it, one says it started it and the others that they
 // replay it.
 func TestIdempotentStartConcurrent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	second, err := New(ctx, e.conn, WithRegistry(e.reg), WithLogger(e.log))
@@ -258,6 +259,7 @@ func dropFirstStart(next http.Handler) (http.Handler, *atomic.Int32) {
 // A start whose answer was lost: the retry with the same key gets the run the first request
 // created, and no second one is started.
 func TestIdempotentStartAfterLostAnswer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	h, dropped := dropFirstStart(e.ctl.Handler(idemAuth))
 	srv := httptest.NewServer(h)
@@ -285,6 +287,7 @@ func TestIdempotentStartAfterLostAnswer(t *testing.T) {
 // A server that died after claiming the key and before creating the run: the retry creates
 // the run the claim names, once.
 func TestIdempotentStartAfterClaimOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	srv := httptest.NewServer(e.ctl.Handler(idemAuth))
 	defer srv.Close()
@@ -313,6 +316,7 @@ func TestIdempotentStartAfterClaimOnly(t *testing.T) {
 // A key is kept for queue.IdempotencyKeyAge (the bucket's TTL; shortened here): after it the
 // same key starts a new run.
 func TestIdempotencyKeyExpires(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	ctx := context.Background()
 	kv, err := queue.OpenIdempotencyKeys(ctx, e.conn.JS)
@@ -391,6 +395,7 @@ func runChildAPI(url string) {
 // A server process killed (SIGKILL) after creating a run and before answering: the client's
 // retry with the same key, to another server, gets that run; one run exists.
 func TestIdempotentStartServerKilled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1, listen: "127.0.0.1:0"})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "PRFLOW_TEST_API_URL="+e.conn.ClientURL())
@@ -439,7 +444,11 @@ func TestIdempotentStartServerKilled(t *testing.T) {
 	if err := <-errc; err == nil {
 		t.Fatal("the client got an answer from a killed server")
 	}
+	// This process's controller learns of the run from its watch: wait for it to show.
 	created := runsOf(t, e.ctl)
+	for deadline := time.Now().Add(30 * time.Second); len(created) == 0 && time.Now().Before(deadline); created = runsOf(t, e.ctl) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if len(created) != 1 {
 		t.Fatalf("runs the killed server created: %v", created)
 	}

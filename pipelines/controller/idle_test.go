@@ -33,6 +33,7 @@ func waitParked(t *testing.T, e *env, n int64) {
 // A record written while no controller runs wakes the steps parked on it once one starts
 // again: the Park step's poll is an hour, so nothing else can.
 func TestWakeForChangeWhileControllerDown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	e := newEnv(t, envOpts{workers: 1, dir: dir})
 	r := e.startRun(fmt.Sprintf(parkOnKey, "agent1.shop-dev"), nil)
@@ -76,7 +77,9 @@ func TestWakeForChangeWhileControllerDown(t *testing.T) {
 // unhealthy) wakes the steps parked on its records, so they can say they cannot see; a
 // heartbeat that changes nothing else wakes nobody, and nor does another agent's change.
 func TestAgentViewChangeWakesParkedSteps(t *testing.T) {
-	e := newEnv(t, envOpts{workers: 1})
+	t.Parallel()
+	const check = 250 * time.Millisecond // viewCheck is 5 s; the test waits out several compares
+	e := newEnv(t, envOpts{workers: 1, ctl: []Option{withViewCheck(check)}})
 	ctx := context.Background()
 	register := func(agentID string, healthy bool) {
 		t.Helper()
@@ -105,7 +108,7 @@ func TestAgentViewChangeWakesParkedSteps(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	register("us", false)
-	time.Sleep(2 * viewCheck)
+	time.Sleep(4 * check)
 	if w := wake(); w != 0 {
 		t.Fatalf("woken %d times without a change to its agent's view", w)
 	}
@@ -118,6 +121,9 @@ func TestAgentViewChangeWakesParkedSteps(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// withViewCheck compares agents' views every d instead of viewCheck.
+func withViewCheck(d time.Duration) Option { return func(c *Controller) { c.regs.check = d } }
 
 // An agent's last replica expiring (it died: nothing is written) changes its view; so does
 // one coming back. Found by comparing, not by an event.
@@ -156,6 +162,7 @@ func (k *countingKV) ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (
 // when many start at once. An agent that is not registered is still refused (the refusal is
 // confirmed from the bucket), and one registered a moment ago is accepted.
 func TestStartCheckFromRegistrations(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	ctx := context.Background()
 	now := time.Now()

@@ -54,6 +54,7 @@ func intervene(t *testing.T, url, token, body string) (int, string) {
 // (403), an unknown run (404); of two concurrent decisions exactly one is taken (200) and the
 // other gets 409; a decision on a run that waits for none is 409.
 func TestInterveneAPI(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
 	_ = os.WriteFile(tokens, []byte(`tokens:
@@ -139,6 +140,7 @@ func TestInterveneAPI(t *testing.T) {
 // TestInterventionTimeoutAfterRestart: the parked stage is in the run record, so a restarted
 // controller arms its deadline again, and the timeout rolls the stage back.
 func TestInterventionTimeoutAfterRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	e := newEnv(t, envOpts{workers: 1, dir: dir})
 	r := e.startRun(strings.Replace(manualSrc, "{timeout: 1h, approvers: ['group:sre']}", "{timeout: 4s, onTimeout: rollbackStage}", 1), nil)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/pipelines"
+	"github.com/prflow/prflow/pipelines/controller/ctltest/parallel"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -25,6 +26,7 @@ func TestMain(m *testing.M) {
 		runChildAPI(url) // idempotency_test.go
 		return
 	}
+	parallel.Default(4) // the tests marked parallel mostly wait (docs/testing.md)
 	os.Exit(m.Run())
 }
 
@@ -53,6 +55,7 @@ func startChild(t *testing.T, url, id string) *exec.Cmd {
 }
 
 func TestWorkerKilledMidStep(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0, listen: "127.0.0.1:0"})
 	url := e.conn.ClientURL()
 	effects := t.TempDir() + "/effects.log"
@@ -100,6 +103,7 @@ stages:
 // exhausts MaxDeliver; the dead-letter advisory fails the run with the last thing the step
 // logged instead of leaving it hanging.
 func TestCrashLoopJobFailsRunWithLastError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0, listen: "127.0.0.1:0"})
 	url := e.conn.ClientURL()
 	r := e.startRun("name: crashloop\nstages:\n  - id: s\n    steps:\n      - {id: c, type: Crash}\n", nil)

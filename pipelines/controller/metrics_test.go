@@ -59,6 +59,7 @@ func hasLabel(s *dto.Metric, k, v string) bool {
 // a step parked for "approval"; once approved, it is counted as finished with its run and
 // stage durations, the gauges drop to 0, and the API's requests are counted by route.
 func TestRunMetrics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
 	_ = os.WriteFile(tokens, []byte("tokens:\n  - {user: alice, token: sha256:"+sha256hex("alice-token-1234")+"}\n"), 0o600)

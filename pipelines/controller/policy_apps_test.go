@@ -11,6 +11,7 @@ import (
 // TestAppStatusesFollowChanges: the app list handed to stage policies is reused while
 // prflow-apps is unchanged, and rebuilt when a record changes, appears or goes.
 func TestAppStatusesFollowChanges(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	ctx := context.Background()
 	health := func(v any) map[string]string {

@@ -60,6 +60,7 @@ func (e *env) startAgent(id string) {
 // missing name listed; the same pipeline starts once they are live. The API answers 409, and
 // POST /api/v1/pipelines/check says the same without starting anything.
 func TestRunStartCheck(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0})
 	e.startWorker("wr", []string{"default"}, []string{"release", "app"})
 	e.startAgent("sim")

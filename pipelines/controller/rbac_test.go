@@ -165,6 +165,7 @@ type forbidden struct {
 // permission; a list leaves out what the caller may not get instead. Every refusal is in
 // the audit log with the caller's name and groups.
 func TestRBACEveryRouteRefused(t *testing.T) {
+	t.Parallel()
 	a := newRBACAPI(t)
 	a.setPolicy("policy.csv: |\n  g, alice, role:admin\n")
 	parked := a.startAs("alice", webSrc)
@@ -308,6 +309,7 @@ func TestRBACEveryRouteRefused(t *testing.T) {
 // cancel in dev only, is refused (403 naming runs, cancel, web/prod) and the run goes on;
 // given cancel on web/prod he may.
 func TestRBACCancelOtherUsersRun(t *testing.T) {
+	t.Parallel()
 	a := newRBACAPI(t)
 	pol := "policy.default: role:readonly\npolicy.csv: |\n  g, alice, role:admin\n  p, role:dev, runs, *, */dev, allow\n  g, developers, role:dev\n"
 	f := a.setPolicy(pol)
@@ -339,6 +341,7 @@ func TestRBACCancelOtherUsersRun(t *testing.T) {
 // TestRBACStartAndListByEnvironment: a developer may start what deploys to dev only; a run
 // that reaches prod is refused before anything is stored; lists show only what may be seen.
 func TestRBACStartAndListByEnvironment(t *testing.T) {
+	t.Parallel()
 	a := newRBACAPI(t)
 	a.setPolicy("policy.csv: |\n  g, alice, role:admin\n  p, role:dev, *, *, */dev, allow\n  g, developers, role:dev\n")
 	devOnly := "name: api\nenvironments: [{name: dev}]\nstages:\n  - {id: dev, environment: dev, steps: [{id: a, type: Noop}]}\n"
@@ -377,6 +380,7 @@ func TestRBACStartAndListByEnvironment(t *testing.T) {
 
 // TestRBACApprovalsNeedBoth: approvals keep their approver lists on top of RBAC.
 func TestRBACApprovalsNeedBoth(t *testing.T) {
+	t.Parallel()
 	a := newRBACAPI(t)
 	a.setPolicy("policy.csv: |\n  g, alice, role:admin\n  p, role:dev, *, *, */dev, allow\n  g, developers, role:dev\n  p, dave, approvals, approve, */prod, allow\n  p, carol, approvals, approve, web/prod, deny\n")
 	r := a.startAs("alice", webSrc)
@@ -404,6 +408,7 @@ func TestRBACApprovalsNeedBoth(t *testing.T) {
 // TestRBACReloadUnderLoad: requests keep being decided while the policy file flips and
 // breaks (run with -race); afterwards the last good policy is in force.
 func TestRBACReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	a := newRBACAPI(t)
 	allow := "policy.csv: |\n  g, alice, role:admin\n  p, bob, runs, get, */*\n"
 	deny := "policy.csv: |\n  g, alice, role:admin\n  p, bob, runs, start, */*\n"

@@ -28,6 +28,7 @@ type registrations struct {
 	workers map[string]workerReg
 	caught  int               // watchers that delivered every current entry (2: both)
 	views   map[string]string // agent → its view signature when last compared
+	check   time.Duration     // how often views are compared: viewCheck unless a test sets it
 }
 
 type agentReg struct {
@@ -193,7 +194,11 @@ const (
 // lost (a failed publish), from the controller's own indexes: no job, no read of a bucket.
 func (c *Controller) watchRegistrations(ctx context.Context, agentsW, workersW jetstream.KeyWatcher) {
 	g := c.regs
-	tick := time.NewTicker(viewCheck)
+	every := viewCheck
+	if g.check > 0 {
+		every = g.check
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	agentsInit, workersInit := true, true
 	au, wu := agentsW.Updates(), workersW.Updates()

@@ -20,6 +20,7 @@ import (
 // and their revision-checked updates collide. Every run must still finish exactly as written,
 // and Wait on either replica must see the end, whichever replica wrote it.
 func TestTwoControllerReplicas(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1, concurrency: 8})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -100,6 +101,7 @@ stages:
 
 // Wait on a run that has already ended returns its final state at once.
 func TestWaitOnFinishedRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	r, err := e.ctl.Start(context.Background(), StartRequest{File: "w.yaml", Source: []byte("name: w\nstages:\n  - id: s\n    steps:\n      - {id: x, type: Noop}\n")})
 	if err != nil {
@@ -129,6 +131,7 @@ func TestWaitOnFinishedRun(t *testing.T) {
 // steps itself: the events stream then stores nothing for a run that only runs steps. With no
 // controller answering, results take the stream and wait there (see the restart tests).
 func TestResultsSkipTheEventsStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	if stored := eventsStored(t, e, "name: d\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n      - {id: b, type: Noop}\n      - {id: c, type: Noop}\n      - {id: d, type: Noop}\n"); stored != 0 {
 		t.Fatalf("the events stream stored %d messages for a 4-step run; want none", stored)
@@ -156,6 +159,7 @@ func eventsStored(t *testing.T, e *env, src string) uint64 {
 // A direct result that is not a result of the run its subject names is refused (the worker
 // then uses the stream, whose checks apply), and nothing is applied.
 func TestDirectResultRefusesOtherEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -178,6 +182,7 @@ func TestDirectResultRefusesOtherEvents(t *testing.T) {
 // A worker told to keep results in the stream (StreamResults) reports every one through
 // PRFLOW_EVENTS, and the run completes the same way.
 func TestStreamResultsWorker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0})
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker.Worker{ID: "streamer", Concurrency: 2, Registry: e.reg, Log: e.log, StreamResults: true, DrainTimeout: time.Second}
@@ -193,6 +198,7 @@ func TestStreamResultsWorker(t *testing.T) {
 // the ack's reply subject, so the worker sends no ack of its own: every job ack seen on the
 // wire carries a reply subject, and the jobs stream ends empty.
 func TestControllerAcksDirectResults(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	var mu sync.Mutex
 	var acks []*nats.Msg
@@ -233,6 +239,7 @@ func TestControllerAcksDirectResults(t *testing.T) {
 // A controller that only answers "ok" (one from before controllers acked jobs) leaves the ack
 // to the worker, which then sends it.
 func TestWorkerAcksWhenControllerOnlySaysOK(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, err := queue.Open(ctx, queue.Options{DataDir: t.TempDir()})
@@ -291,6 +298,7 @@ func jobsLeft(t *testing.T, js jetstream.JetStream) uint64 {
 // controller that died in between leaves a stored run whose jobs never went out: the next
 // controller to start sends them, and the run completes.
 func TestStartedRunWithLostJobsResumes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	e := newEnv(t, envOpts{workers: 1, dir: dir})
 	ctx := context.Background()

@@ -95,6 +95,7 @@ func decodeRun(t *testing.T, body string) *pipelines.Run {
 // an unknown or running run, a retry for a run that succeeded; both are audited with who and
 // of which run, and a run policy can deny them.
 func TestRerunAndRetryAPI(t *testing.T) {
+	t.Parallel()
 	a := newAuditAPI(t)
 	rl := registerRecord(t, a.e)
 	gate := filepath.Join(t.TempDir(), "prod-broken")
@@ -248,6 +249,7 @@ func TestRerunAndRetryAPI(t *testing.T) {
 // TestRetryWithChangedSource: a retry may bring a fixed pipeline source; one that drops a stage
 // that succeeded, or changes its steps, is refused with the reason and starts nothing.
 func TestRetryWithChangedSource(t *testing.T) {
+	t.Parallel()
 	a := newAuditAPI(t)
 	rl := registerRecord(t, a.e)
 	gate := filepath.Join(t.TempDir(), "broken")
@@ -291,6 +293,7 @@ func TestRetryWithChangedSource(t *testing.T) {
 // TestRetryIdempotencyKey: the same retry sent twice with one Idempotency-Key starts one run;
 // the key sent with a re-run of the same run is another request (refused, nothing started).
 func TestRetryIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	a := newAuditAPI(t)
 	registerRecord(t, a.e)
 	gate := filepath.Join(t.TempDir(), "broken")

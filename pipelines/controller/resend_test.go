@@ -19,6 +19,7 @@ import (
 // delivery and finds the run already holding it. The next step's job must still go out:
 // before, the run stayed with its next step queued and no job for ever.
 func TestResultFoundAppliedSendsQueuedJobs(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

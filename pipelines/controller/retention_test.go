@@ -76,6 +76,7 @@ func listedIDs(t *testing.T, ctl *controller.Controller) []string {
 // ended moments ago stay whatever the count limit; each deleted run's summary is in the
 // audit log first, and the runs list drops it.
 func TestRetentionKeepsParkedRuns(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{Audit: true})
 	ctx := context.Background()
 	var done []string
@@ -137,6 +138,7 @@ func TestRetentionKeepsParkedRuns(t *testing.T) {
 
 // TestRetentionWithoutAuditDeletesNothing: with no audit log to archive to, nothing goes.
 func TestRetentionWithoutAuditDeletesNothing(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	r := e.Start(quickSrc, nil)
 	e.Wait(r.ID, 30*time.Second)
@@ -153,6 +155,7 @@ func TestRetentionWithoutAuditDeletesNothing(t *testing.T) {
 // moment; each run is claimed at its revision by one of them, so it is archived once and
 // deleted once, and together they delete every finished run.
 func TestRetentionConcurrentSweepsArchiveOnce(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{Audit: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 // status says what it waits for; the queue-depth metric has a series for its pool and
 // connector, and one for a pool with no worker at all. A capable worker then runs it.
 func TestCapabilityRouting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0})
 	e.startWorker("wa", []string{"default"}, []string{"app"})
 	// wr holds the connector when the run starts (the start check passes), then stops.

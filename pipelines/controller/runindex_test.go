@@ -50,6 +50,7 @@ func listPage(t *testing.T, base, query string) ([]RunSummary, string, int, stri
 // once, pages run newest first, and no run shows twice. Before the index the list had no
 // cursor (the first page was all a client could get).
 func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{}) // no workers: runs stay running, the list does not change under us by status
 	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
 	defer srv.Close()
@@ -134,6 +135,7 @@ func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
 // number or is negative, an unknown status or parameter: 400 naming what is wrong, never a
 // page from somewhere else or a 500.
 func TestRunsListRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
 	defer srv.Close()
@@ -164,6 +166,7 @@ func TestRunsListRefusesBadInput(t *testing.T) {
 // MaxRunsLimit (and the next cursor carries on), and the pipeline and status filters work
 // across pages.
 func TestRunsListLimitsAndFilters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
 	defer srv.Close()

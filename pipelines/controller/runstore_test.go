@@ -247,6 +247,7 @@ func TestRunStoreCache(t *testing.T) {
 // passes every revision through skip, and another replica writes one run of its own: none of
 // ours is read back, theirs is (its newest revision at least), and once every run ended nothing is held.
 func TestRunStoreConcurrentWatcher(t *testing.T) {
+	t.Parallel()
 	s := newRunStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 // waited for the publish, so a stream without a leader held every start for as long as the
 // caller's context allowed, and then the job was only logged as lost.
 func TestStartDoesNotWaitForItsFirstJobsAcks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	defer e.stop()
 	bg := context.Background()

@@ -61,6 +61,7 @@ func (e *hookEnv) jobsOfType(typ string) int {
 // files through the app connector on a worker, src/app.txt matches, and the promotion runs to
 // success with its usual prflow/<stage> statuses (none for the check itself).
 func TestTriggerPathsMatch(t *testing.T) {
+	t.Parallel()
 	e, gh, pr, r := pathsPromotion(t, `["docs/**", "src/**"]`)
 	if r.Status != pipelines.StSucceeded {
 		t.Fatalf("run: %s %s\n%s", r.Status, r.Error, e.Logs.String())
@@ -95,6 +96,7 @@ func TestTriggerPathsMatch(t *testing.T) {
 // TestTriggerPathsNoMatch: the PR changes no file under the trigger's paths; the run ends
 // skipped with the reason, no stage ran, no release PR was opened and no commit status was set.
 func TestTriggerPathsNoMatch(t *testing.T) {
+	t.Parallel()
 	e, gh, pr, r := pathsPromotion(t, `["services/web/**"]`)
 	want := fmt.Sprintf("no changed file of PR #%d matches paths [services/web/**]", pr.Number)
 	if r.Status != pipelines.StSkipped || r.Error != want {

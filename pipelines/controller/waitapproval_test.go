@@ -15,6 +15,7 @@ import (
 // list (listed before newer runs) and in GET /api/v1/runs/{id}, while KV keeps running; once
 // approved it reads running again (its next step, a Wait, parks on time, not on a person).
 func TestWaitingApprovalStatus(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
 	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}}))
 	defer srv.Close()

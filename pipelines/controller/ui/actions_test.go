@@ -67,6 +67,7 @@ func actionViewport(w int64) chromedp.Action { return chromedp.EmulateViewport(w
 // merges its PR, and the retry succeeds. The new run's page says what it retries and which
 // stage it carried.
 func TestBrowserRetryFromFailedStage(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
 		t.Fatal(err)
@@ -153,6 +154,7 @@ func TestBrowserRetryFromFailedStage(t *testing.T) {
 // TestBrowserRerun: a finished run's Re-run button starts a new run of the same pipeline and
 // inputs, every stage, whose page names the run it re-runs.
 func TestBrowserRerun(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	src := "name: again\ninputs: {tag: {type: string, required: true}}\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop, with: {outputs: {tag: \"${{ inputs.tag }}\"}}}\n"
 	first := e.Wait(e.Start(src, map[string]any{"tag": "7.7"}).ID, 20*time.Second)
@@ -225,6 +227,7 @@ func promoteEnv(t *testing.T) *uiEnv {
 // next to that field with what was typed kept; a missing required input too; a valid form
 // starts the run with the typed inputs and lands on its page.
 func TestBrowserPromoteForm(t *testing.T) {
+	t.Parallel()
 	e := promoteEnv(t)
 	ctx := browser(t)
 	signIn(t, ctx, e.URL+"/ui/promote?pipeline=release&env=prod&in.tag=1.4.2", aliceToken)
@@ -294,6 +297,7 @@ func TestBrowserPromoteForm(t *testing.T) {
 // reason: no CSRF token, another site, an unknown pipeline or run, a run still going, a retry
 // of a run that succeeded; a promote form sent twice (same key) starts one run.
 func TestPromoteAndActionsRefused(t *testing.T) {
+	t.Parallel()
 	e := promoteEnv(t)
 	parked := e.Start("name: parked\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 5m, with: {approvers: {users: [alice]}}}\n", nil)
 	ok := e.Wait(e.Start("name: quick\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n", nil).ID, 20*time.Second)

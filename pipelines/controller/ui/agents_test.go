@@ -18,6 +18,7 @@ import (
 // TestAgentsShowLastResync: the agents table says when a leader last re-listed its backend and
 // how many records its re-lists repaired; a replica that never re-listed shows a dash.
 func TestAgentsShowLastResync(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))

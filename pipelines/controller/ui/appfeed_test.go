@@ -110,15 +110,17 @@ func nextRun(t testing.TB, sc *bufio.Scanner) string {
 	return ""
 }
 
-// TestRunPagesShareOneAppsWatch: 200 live run pages open at once cost no watch of prflow-apps
-// of their own (the controller's one watch is fanned out to them), every one of them still
-// sees an app change, and once they are closed no subscriber is left behind.
+// TestRunPagesShareOneAppsWatch: 50 live run pages open at once (200 with PRFLOW_TEST_LONG=1)
+// cost no watch of prflow-apps of their own (the controller's one watch is fanned out to
+// them), every one of them still sees an app change, and once they are closed no subscriber
+// is left behind.
 func TestRunPagesShareOneAppsWatch(t *testing.T) {
+	t.Parallel()
 	e, srv, r := appsEnv(t)
 	base := appsConsumers(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const pages = 200
+	pages := ctltest.Pick(50, 200)
 	var scs []*bufio.Scanner
 	var closers []func()
 	for range pages {
@@ -185,6 +187,7 @@ func appSubscribers(e *ctltest.Env) int { return e.Ctl.AppSubscribers() }
 // its app Degraded at a new revision and both pages show it, pushed over their one shared
 // watch of prflow-apps, without a reload.
 func TestBrowserTwoRunPagesSeeAnAppChange(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	putApp(t, e.Env, agent.HealthHealthy, "1111111111111111111111111111111111111111")
 	r := e.Start(appsPipeline, nil)
@@ -192,8 +195,7 @@ func TestBrowserTwoRunPagesSeeAnAppChange(t *testing.T) {
 	url := e.URL + "/ui/runs/" + r.ID
 	first := browser(t)
 	signIn(t, first, url, bobToken)
-	second, cancel := chromedp.NewContext(first) // a second tab, signed in as well
-	defer cancel()
+	second := newTab(t, first) // a second tab, signed in as well
 	tabs := []context.Context{first, second}
 	run(t, second, "open the second page", chromedp.Navigate(url))
 	for i, tab := range tabs {

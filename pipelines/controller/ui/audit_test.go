@@ -16,6 +16,7 @@ import (
 // session (one that passed the CSRF and origin checks) is a token.used entry naming the user;
 // pages and refused actions record nothing; no token reaches the audit stream.
 func TestUIAudit(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{Audit: true}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(approvalPipeline, nil)

@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
+	"github.com/prflow/prflow/pipelines/controller/ctltest/parallel"
 	"github.com/prflow/prflow/pipelines/controller/ui"
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
@@ -70,7 +72,8 @@ func newUIEnv(t *testing.T, o ctltest.Options, fb *controller.Feedback) *uiEnv {
 }
 
 // One Chromium serves every test of the package (starting it is the slow part); each test
-// gets a tab of its own and starts with no cookies (the tests run one at a time).
+// gets a tab in a browser context of its own (as an incognito window: no cookies, none shared
+// with the tests that run at the same time).
 var (
 	browserOnce sync.Once
 	browserCtx  context.Context
@@ -80,6 +83,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	parallel.Default(4) // the tests marked parallel mostly wait (docs/testing.md)
 	code := m.Run()
 	stopBrowser()
 	os.Exit(code)
@@ -109,7 +113,7 @@ func startBrowser() {
 	browserCtx = ctx
 }
 
-// browser returns a new tab, with the browser's cookies cleared (no session from other tests).
+// browser returns a new tab in a new browser context: no session from other tests.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	browserOnce.Do(startBrowser)
@@ -122,10 +126,38 @@ func browser(t *testing.T) context.Context {
 	if browserErr != nil {
 		t.Fatalf("start Chromium %s: %v", browserPath, browserErr)
 	}
-	ctx, cancel := chromedp.NewContext(browserCtx)
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	b := cdp.WithExecutor(browserCtx, chromedp.FromContext(browserCtx).Browser)
+	bc, err := target.CreateBrowserContext().Do(b)
+	if err != nil {
+		t.Fatalf("new browser context in Chromium: %v", err)
+	}
+	t.Cleanup(func() { _ = target.DisposeBrowserContext(bc).Do(b) })
+	return openTab(t, bc)
+}
+
+type browserContextKey struct{}
+
+// newTab opens another tab in ctx's browser context (signed in as ctx is).
+func newTab(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
+	return openTab(t, ctx.Value(browserContextKey{}).(cdp.BrowserContextID))
+}
+
+// openTab opens a tab in browser context bc, in a window of its own: Chromium refuses a tab
+// in a browser context that has no window ("no browser is open"), which is what
+// chromedp.WithNewBrowserContext asks for.
+func openTab(t *testing.T, bc cdp.BrowserContextID) context.Context {
+	t.Helper()
+	b := cdp.WithExecutor(browserCtx, chromedp.FromContext(browserCtx).Browser)
+	tab, err := target.CreateTarget("about:blank").WithBrowserContextID(bc).WithNewWindow(true).Do(b)
+	if err != nil {
+		t.Fatalf("open a tab in Chromium: %v", err)
+	}
+	ctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithTargetID(tab))
+	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute) // tests share the machine and the browser
 	t.Cleanup(func() { cancelT(); cancel() })
-	if err := chromedp.Run(ctx, network.ClearBrowserCookies()); err != nil {
+	ctx = context.WithValue(ctx, browserContextKey{}, bc)
+	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("open a tab in Chromium: %v", err)
 	}
 	return ctx
@@ -202,7 +234,8 @@ stages:
 
 func waitParked(t *testing.T, e *uiEnv, id, stage, step string) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	// A generous bound: a promotion's dev stage runs first, with other tests at the same time.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		r, err := e.Ctl.Get(context.Background(), id)
 		if err == nil {
 			if st := ctltest.Step(r, stage, step); st != nil && st.Status == pipelines.StWaiting && st.Wait != nil {
@@ -218,6 +251,7 @@ func waitParked(t *testing.T, e *uiEnv, id, stage, step string) {
 // TestBrowserRunList: a run the test starts is listed (pipeline, status), newest first, and
 // the filters keep or drop it.
 func TestBrowserRunList(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	old := e.Start("name: older\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n", nil)
 	e.Wait(old.ID, 20*time.Second)
@@ -253,6 +287,7 @@ func TestBrowserRunList(t *testing.T) {
 // TestBrowserRunPageLive: the run page shows a parked approval, and turns to succeeded when the
 // approval arrives through the API — pushed over SSE, without a reload.
 func TestBrowserRunPageLive(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(approvalPipeline, nil)
@@ -299,6 +334,7 @@ func TestBrowserRunPageLive(t *testing.T) {
 // TestBrowserApproveFromPage: an approver approves from the page with a comment; the parked
 // approval is released and the run succeeds with the decision recorded.
 func TestBrowserApproveFromPage(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(approvalPipeline, nil)
@@ -341,6 +377,7 @@ func TestBrowserApproveFromPage(t *testing.T) {
 
 // TestBrowserBadToken: a wrong token is refused with a clear message and no session.
 func TestBrowserBadToken(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	ctx := browser(t)
 	run(t, ctx, "bad token", chromedp.Navigate(e.URL+"/ui/"), chromedp.WaitVisible(`#token`, chromedp.ByID),
@@ -360,6 +397,7 @@ func TestBrowserBadToken(t *testing.T) {
 // TestBrowserCommitStatusLink: the Details link of a commit status, as the GitHub fake
 // records it, opens the run's page (through the login form).
 func TestBrowserCommitStatusLink(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	sha, err := gh.CreateRepo("acme", "web", map[string]string{"app.txt": "v1\n"})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 // as images on the run page, the SVG carried as a data: image (an SVG in <img> runs no
 // script, whatever it holds); a charts value that is not SVG stays in the output list as text.
 func TestRunPageDrawsCharts(t *testing.T) {
+	t.Parallel()
 	const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><text>error <rate></text><script>alert(1)</script></svg>`
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	r := e.Start(`

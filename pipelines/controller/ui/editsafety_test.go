@@ -14,6 +14,7 @@ import (
 // The run page says when a stage was already promoted (with the revision that held the
 // values) and lists what an edit created; a stage that changed something is not marked.
 func TestRunPageMarksAlreadyPromotedAndCreated(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))

@@ -126,6 +126,7 @@ func noOverflow(t *testing.T, ctx context.Context, width int) {
 // the history opens on click with old → new; a hand commit to dev's file shows "changed
 // outside prflow" live, without a reload. The page works at 1400 and 400 px.
 func TestBrowserEnvironmentChangedByRunAndByHand(t *testing.T) {
+	t.Parallel()
 	e := newEnvsUI(t)
 	_, _ = e.promote("web-a", "1.5.0")
 	runB, commitB := e.promote("web-b", "1.6.0")
@@ -205,6 +206,7 @@ func TestBrowserEnvironmentChangedByRunAndByHand(t *testing.T) {
 // Degraded, turns the card drifted with the reasons and since when, live; reporting the
 // desired revision Synced and Healthy clears it.
 func TestBrowserEnvironmentDrift(t *testing.T) {
+	t.Parallel()
 	e := newEnvsUI(t)
 	_, old := e.promote("web", "2.0.0")
 	_, cur := e.promote("web", "2.1.0")
@@ -256,6 +258,7 @@ func TestBrowserEnvironmentDrift(t *testing.T) {
 // value says so and the history shows both promotions and the roll back. The newest row (what
 // dev runs) offers no roll back; the card links to the promote form of its pipeline.
 func TestBrowserEnvironmentRollBackFromHistory(t *testing.T) {
+	t.Parallel()
 	e := newEnvsUI(t)
 	run15, _ := e.promote("web-a", "1.5.0")
 	run16, commit16 := e.promote("web-a", "1.6.0")
@@ -325,6 +328,7 @@ func attr(t *testing.T, ctx context.Context, sel, name string) string {
 // prefilled with the inputs of the last promotion of dev, the environment before it; values
 // given in the link win; dev, the first environment, is not prefilled.
 func TestPromoteFormPrefilledFromEnvironmentBefore(t *testing.T) {
+	t.Parallel()
 	e := newEnvsUI(t)
 	r := e.Start(promoteEnvs("web-two", "dev", "staging"), map[string]any{"tag": "2.0.0"})
 	if f := e.Wait(r.ID, 90*time.Second); f.Status != pipelines.StSucceeded {

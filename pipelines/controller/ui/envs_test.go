@@ -57,6 +57,7 @@ stages:
 // newest run that merged a change of it, and that run; a stage that merged nothing (its
 // approval rejected) does not count.
 func TestEnvironmentsView(t *testing.T) {
+	t.Parallel()
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ func postOpened(t *testing.T, e *uiEnv) string {
 // starts no run; the Events page lists the event, marked "trigger failed", with the error
 // (pipeline, trigger, file:line, what failed).
 func TestBrowserEventListShowsTriggerFailure(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{Audit: true}, nil)
 	e.Ctl.SetWebhooks(controller.NewWebhooks(0, map[string]string{"github": eventsHookSecret}))
 	ts, err := controller.NewTriggerSet(steps.Default, map[string][]byte{"labels.yaml": []byte(labelTrigger)})
@@ -101,6 +102,7 @@ func TestBrowserEventListShowsTriggerFailure(t *testing.T) {
 // TestEventsPageWithoutAudit: without an audit log the page says events are not recorded,
 // instead of an empty list that looks like "no events".
 func TestEventsPageWithoutAudit(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	c := client(t)
 	do(t, c, "POST", e.URL+"/ui/login", map[string][]string{"token": {bobToken}}, nil)

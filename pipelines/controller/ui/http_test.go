@@ -55,6 +55,7 @@ var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // TestSessionAndCSRF: the session cookie's attributes, and every way an action is refused:
 // no session, a wrong or missing CSRF token, another site's Origin; then the right one works.
 func TestSessionAndCSRF(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(approvalPipeline, nil)
@@ -148,6 +149,7 @@ func TestSessionAndCSRF(t *testing.T) {
 // TestAnonymousLoopback: prflow dev --serve's open mode needs no login, but its actions still
 // need the CSRF token of the session the first page set.
 func TestAnonymousLoopback(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
@@ -174,6 +176,7 @@ func TestAnonymousLoopback(t *testing.T) {
 // TestRunEventsStream: the events stream sends the rendered body at once and an end event
 // when the run finishes; it is the only thing the page needs for live status.
 func TestRunEventsStream(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
@@ -224,6 +227,7 @@ func TestRunEventsStream(t *testing.T) {
 // TestOutputsEscaped: outputs are data from forges and pipelines: markup is escaped, only
 // http(s) URLs become links, and a SHA is shortened with its full value kept for copying.
 func TestOutputsEscaped(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
@@ -259,6 +263,7 @@ stages:
 // TestRunEventsAppStatus: a change of an app's status in prflow-apps (what the agent reports)
 // re-renders the run page of a run whose steps named the app, with no run change.
 func TestRunEventsAppStatus(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))

@@ -22,6 +22,7 @@ var idemRE = regexp.MustCompile(`name="idem" value="([^"]+)"`)
 // same form sent twice (a double click, the browser resending after a lost answer) decides or
 // cancels once and answers the repeat as done; the key with another action is refused.
 func TestFormsActOnce(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(approvalPipeline, nil)
@@ -91,6 +92,7 @@ func TestFormsActOnce(t *testing.T) {
 // same form again after the step was approved (as a resend after a lost answer does) gets the
 // first answer back instead of a refusal or a second decision.
 func TestBrowserFormResentActsOnce(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(approvalPipeline, nil)

@@ -185,6 +185,7 @@ func TestBrowserRBACCancelAndApprove(t *testing.T) {
 // TestRBACPagesFilter: bob's runs page lists his dev run and not alice's prod run, her run's
 // page is a 403 for him, and the Environments page offers him Promote only in dev.
 func TestRBACPagesFilter(t *testing.T) {
+	t.Parallel()
 	e, path := newRBACUIEnv(t)
 	devOnly := "name: api\nenvironments: [{name: dev, clusters: [{name: dev-eu, agent: sim}]}]\nstages:\n  - {id: dev, environment: dev, steps: [{id: a, type: Noop}]}\n"
 	mine, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "api.yaml", Source: []byte(devOnly), Executor: "bob", Groups: []string{"dev"}})

@@ -74,6 +74,7 @@ var noAction = map[string]string{
 // rbac.denied) for a signed-in user with a valid CSRF token and no permission. A new POST
 // route needs a row here, so it cannot be added without this check.
 func TestUIRouteWalk(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "rbac.yaml")
 	// bob (group dev) has no role and there is no default role: he may do nothing.
 	if err := os.WriteFile(path, []byte("policy.csv: |\n  g, release, role:admin\n"), 0o600); err != nil {

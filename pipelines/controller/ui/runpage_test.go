@@ -203,6 +203,7 @@ func plain(html string) string {
 // that have not run are collapsed. Then approved: the summary has prod's merge and the
 // rollbacks say "not needed".
 func TestRunPageSummaryApprovalAndDiff(t *testing.T) {
+	t.Parallel()
 	e := previewEnv(t)
 	r := e.Start(promoteWithPreview(t), nil)
 	waitParked(t, e, r.ID, "prod", "approve")
@@ -347,6 +348,7 @@ func viewport(t *testing.T, ctx context.Context, w, h int64) {
 // opened diff open, and the summary then shows prod merged and healthy with the rollbacks
 // "not needed".
 func TestBrowserRunSummaryAndDiff(t *testing.T) {
+	t.Parallel()
 	e := previewEnv(t)
 	r := e.Start(promoteWithPreview(t), nil)
 	waitParked(t, e, r.ID, "prod", "approve")
@@ -437,6 +439,7 @@ func TestBrowserRunSummaryAndDiff(t *testing.T) {
 // TestBrowserRollbackShownWhenRun: a stage whose rollback ran shows its rollback steps (not
 // collapsed), with their status.
 func TestBrowserRollbackShownWhenRun(t *testing.T) {
+	t.Parallel()
 	e := previewEnv(t)
 	r := e.Start(`
 name: rolls-back
@@ -482,6 +485,7 @@ stages:
 // screen: the card lists four keys and collapses the rest as "8 more keys"; nothing scrolls
 // sideways and the markup is text.
 func TestBrowserApprovalCardManyKeysOnPhone(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	var files []string

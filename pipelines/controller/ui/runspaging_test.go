@@ -16,6 +16,7 @@ import (
 // is on top of the first page and in no later page. Checked at 1400 and 400 px (no sideways
 // scrolling, the Older link on screen width).
 func TestBrowserRunsPaging(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	gated := e.Start(promotePipeline, nil)

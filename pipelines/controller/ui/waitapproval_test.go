@@ -64,6 +64,7 @@ func listed(t *testing.T, c *http.Client, u string) []string {
 // "waitingApproval" only the run waiting for a person, and the unfiltered list puts that run
 // first, above newer ones.
 func TestRunsFilterWaiting(t *testing.T) {
+	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	e.RegisterAgent("sim")
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
@@ -103,6 +104,7 @@ func TestRunsFilterWaiting(t *testing.T) {
 // Approve button on the first screen of a 400×800 phone as of a 1400×900 desktop; the runs
 // page's waitingApproval filter lists the run.
 func TestBrowserApprovalCard(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(promotePipeline, nil)
