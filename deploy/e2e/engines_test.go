@@ -191,6 +191,8 @@ func runAgent(t *testing.T, s *promoStack, apps []engineApp, run func(context.Co
 }
 
 func TestPromotionOnEachEngine(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
 			s := newPromoStackFilesAgent(t, releaseFiles(), false)

@@ -513,6 +513,8 @@ func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
 // that has our merge: the step syncs it again instead of waiting for a Synced that nobody
 // will make (it used to sit there until the timeout, saying "X does not contain X").
 func TestGitOpsSyncResyncsWhenTheSpecChangesAfterItsSync(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.git.Commit(repoURL, "main", map[string]string{"apps/web2/cm.yaml": configMap("web2", "healthy"), "apps/web/cm.yaml": configMap("web", "progressing")})
 	s.addApp(app("web", "apps/web", nil))

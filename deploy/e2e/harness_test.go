@@ -30,6 +30,14 @@ import (
 
 const repoURL = "https://git.example/release.git"
 
+// parallelTests: the tests that call t.Parallel run, two at a time (-parallel is GOMAXPROCS),
+// after the others. They are the ones that mostly wait (a fixed wait, a grace, a rollout on a
+// fake) and whose every budget for something that must happen is a minute or more, so a busy
+// machine makes them slower but not wrong. Tests whose outcome depends on a step timeout of a
+// few seconds (TestGitOpsSyncTimeoutSemantics, the outage timeouts, the Verify tests) and the
+// CPU-heavy TestGitOpsSyncHundredApps run one at a time: two at a time timed some of them out
+// at load 25-30 (docs/plumbing.md, "Test speed").
+
 func configMap(name, simulate string) string {
 	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\ndata:\n  simulate: " + simulate + "\n"
 }

@@ -71,6 +71,8 @@ func TestParkedGitOpsSyncIsIdle(t *testing.T) {
 // it cannot see the apps (DESIGN: no decision on a stale view) instead of waiting silently
 // for the backstop poll.
 func TestParkedGitOpsSyncNoticesItsAgentGone(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")

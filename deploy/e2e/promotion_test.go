@@ -161,6 +161,8 @@ promotion:
 `
 
 func TestPromotionThroughEnvironments(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "squash", "PROD", "{name: prod, approval: {approvers: {users: [alice]}, timeout: 1m}}").Replace(promoPipeline)
 	run := s.e.Start(src, map[string]any{"tag": "1.5.0"})
@@ -213,6 +215,8 @@ func TestPromotionThroughEnvironments(t *testing.T) {
 // and gate only its own environment's app, never another environment's app that the same
 // ApplicationSet generated on that cluster (a dev stage must not sync prod).
 func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	files := map[string]string{"appset.yaml": promoAppSet}
 	for _, e := range []string{"dev", "staging", "prod"} {
 		files["envs/"+e+"/config.json"] = strings.Replace(promoConfig(e), e+"-eu", "in-cluster", 1)
@@ -313,6 +317,8 @@ promotion:
 // With mergedBy: people, prflow opens each environment's PR and waits; once a person merges
 // it, the environment syncs on that merge commit.
 func TestPromotionWaitsForPeopleToMerge(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	src := `name: reviewed
 service: {name: web}
@@ -374,6 +380,8 @@ promotion:
 // a revision containing main's head: the stage succeeds as alreadyPromoted with no PR, no
 // merge commit, and nothing for a rollback to revert.
 func TestPromotionRerunIsAlreadyPromoted(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "merge", "PROD", "prod").Replace(promoPipeline)
 	first := s.e.Wait(s.e.Start(src, map[string]any{"tag": "1.5.0"}).ID, 2*time.Minute)

@@ -27,6 +27,8 @@ func (s *stack) failedSyncs(app string, status int) int {
 // The step parks saying Argo CD cannot sync and that it retries until its deadline, asks
 // again, and passes once the repo-server is back — no rollback.
 func TestRepoServerDownAtSyncParksAndPassesWhenBack(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -85,6 +87,8 @@ func TestRepoServerDownUntilDeadlineFailsWithoutRollback(t *testing.T) {
 
 // A 5xx of Argo CD's own is handled the same way: retried, no rollback.
 func TestArgoCD5xxAtSyncIsRetried(t *testing.T) {
+	// Waits more than it computes, with budgets of a minute or more (parallelTests).
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")

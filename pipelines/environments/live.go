@@ -377,7 +377,10 @@ func (m *Model) consumePushes(ctx context.Context, caughtUp func()) {
 		once()
 	}
 	for ctx.Err() == nil {
-		msg, err := oc.Next(jetstream.FetchMaxWait(time.Second))
+		// The read ends with ctx too: a stopping controller does not wait out the second.
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		msg, err := oc.Next(jetstream.FetchContext(fctx))
+		cancel()
 		if err != nil {
 			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 				once()
