@@ -18,27 +18,7 @@ func BenchmarkMergeQueueJoinLeave(b *testing.B) {
 		for _, par := range []int{1, 8} {
 			b.Run(fmt.Sprintf("q=%d/par=%d", depth, par), func(b *testing.B) {
 				ctx := context.Background()
-				c, err := Open(ctx, Options{DataDir: b.TempDir()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer c.Close()
-				locks, err := c.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketLocks, TTL: time.Minute})
-				if err != nil {
-					b.Fatal(err)
-				}
-				kv, err := OpenMergeQueue(ctx, c.JS)
-				if err != nil {
-					b.Fatal(err)
-				}
-				q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: 10 * time.Second}, Grace: time.Hour}
-				defer q.Close()
-				line := LineKey("gh", "acme/release", "main")
-				for i := range depth {
-					if _, err := q.Join(ctx, line, fmt.Sprintf("w%03d/s/m", i)); err != nil {
-						b.Fatal(err)
-					}
-				}
+				c, q, line := benchLine(b, depth)
 				st, _ := c.JS.Stream(ctx, "KV_"+BucketMergeQueue)
 				before := st.CachedInfo().State.LastSeq
 				if info, err := st.Info(ctx); err == nil {
@@ -80,27 +60,7 @@ func BenchmarkMergeQueuePoll(b *testing.B) {
 	for _, depth := range []int{10, 200} {
 		b.Run(fmt.Sprintf("q=%d", depth), func(b *testing.B) {
 			ctx := context.Background()
-			c, err := Open(ctx, Options{DataDir: b.TempDir()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			locks, err := c.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketLocks, TTL: time.Minute})
-			if err != nil {
-				b.Fatal(err)
-			}
-			kv, err := OpenMergeQueue(ctx, c.JS)
-			if err != nil {
-				b.Fatal(err)
-			}
-			q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: 10 * time.Second}, Grace: time.Hour}
-			defer q.Close()
-			line := LineKey("gh", "acme/release", "main")
-			for i := range depth {
-				if _, err := q.Join(ctx, line, fmt.Sprintf("w%03d/s/m", i)); err != nil {
-					b.Fatal(err)
-				}
-			}
+			_, q, line := benchLine(b, depth)
 			mid := fmt.Sprintf("w%03d/s/m", depth/2)
 			b.ResetTimer()
 			for range b.N {
@@ -114,4 +74,33 @@ func BenchmarkMergeQueuePoll(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchLine opens a merge queue on a fresh embedded server and fills one line with depth
+// waiting merges (w000/s/m, w001/s/m, ...).
+func benchLine(b *testing.B, depth int) (*Conn, *MergeQueue, string) {
+	b.Helper()
+	ctx := context.Background()
+	c, err := Open(ctx, Options{DataDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	locks, err := c.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketLocks, TTL: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv, err := OpenMergeQueue(ctx, c.JS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := &MergeQueue{KV: kv, Leases: &Leases{KV: locks, Renew: 10 * time.Second}, Grace: time.Hour}
+	b.Cleanup(q.Close)
+	line := LineKey("gh", "acme/release", "main")
+	for i := range depth {
+		if _, err := q.Join(ctx, line, fmt.Sprintf("w%03d/s/m", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c, q, line
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -26,24 +24,7 @@ import (
 // and a job spent its 5 deliveries in a moment without running ("job delivered 5 times
 // without a result (worker lost)", issue 32 item 8).
 func TestBusyWorkerDoesNotBurnQueuedJobsDeliveries(t *testing.T) {
-	dir, addr := t.TempDir(), freeAddr(t)
-	srv := startServer(t, dir, addr)
-	t.Cleanup(func() { srv.Shutdown() })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	open := func(name string) *queue.Conn {
-		c, err := queue.Open(ctx, queue.Options{URL: "nats://" + addr, Name: name, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
-	admin := open("admin")
-	if err := queue.Setup(ctx, admin.JS, 1); err != nil {
-		t.Fatal(err)
-	}
+	ctx, log, admin, open := tcpQueue(t, 2*time.Minute)
 	// Dead letters show as the server's max-deliveries advisories.
 	var deadMu sync.Mutex
 	var dead []string

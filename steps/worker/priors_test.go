@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,24 +22,7 @@ import (
 // (a controller with an older declaration) fails without running, saying which type and
 // what to upgrade; a job whose priorTypes cover the declaration runs.
 func TestWorkerChecksPriorsAgainstItsStep(t *testing.T) {
-	dir, addr := t.TempDir(), freeAddr(t)
-	srv := startServer(t, dir, addr)
-	t.Cleanup(func() { srv.Shutdown() })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	open := func(name string) *queue.Conn {
-		c, err := queue.Open(ctx, queue.Options{URL: "nats://" + addr, Name: name, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
-	admin := open("admin")
-	if err := queue.Setup(ctx, admin.JS, 1); err != nil {
-		t.Fatal(err)
-	}
+	ctx, log, admin, open := tcpQueue(t, 2*time.Minute)
 	var mu sync.Mutex
 	saw := map[string][]string{} // run → the prior IDs its step got
 	reg := steps.NewRegistry()

@@ -268,3 +268,29 @@ func TestRunCancelSparesItsCleanupJob(t *testing.T) {
 		t.Fatalf("step job after its run's cancel: %+v", ev.Result)
 	}
 }
+
+// tcpQueue starts an embedded NATS server on TCP with prflow's streams and buckets set up,
+// for tests that run a real worker on it. It returns a context that ends after timeout, the
+// warning-level logger the connections use, the admin connection and a way to open more.
+func tcpQueue(t *testing.T, timeout time.Duration) (context.Context, *slog.Logger, *queue.Conn, func(name string) *queue.Conn) {
+	t.Helper()
+	dir, addr := t.TempDir(), freeAddr(t)
+	srv := startServer(t, dir, addr)
+	t.Cleanup(func() { srv.Shutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	open := func(name string) *queue.Conn {
+		c, err := queue.Open(ctx, queue.Options{URL: "nats://" + addr, Name: name, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	admin := open("admin")
+	if err := queue.Setup(ctx, admin.JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, log, admin, open
+}
