@@ -302,25 +302,7 @@ stages:
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	// next returns the data of the next run event.
-	next := func() string {
-		t.Helper()
-		var data strings.Builder
-		inRun := false
-		for sc.Scan() {
-			l := sc.Text()
-			switch {
-			case l == "event: run":
-				inRun = true
-			case strings.HasPrefix(l, "data: ") && inRun:
-				data.WriteString(strings.TrimPrefix(l, "data: ") + "\n")
-			case l == "" && inRun:
-				return data.String()
-			}
-		}
-		t.Fatalf("stream ended: %v", sc.Err())
-		return ""
-	}
+	next := func() string { return nextRun(t, sc) } // the data of the next run event
 	if first := next(); !strings.Contains(first, `class="h-Healthy"`) || !strings.Contains(first, "11111111") {
 		t.Fatalf("first render lacks the app's status:\n%s", first)
 	}
