@@ -255,10 +255,19 @@ func TestStageGateWatcherDies(t *testing.T) {
 
 	h.set(false, nil)
 	e.seen(e.lastRev())
-	before := e.sent()
-	e.wantDeny("from the new watcher", msgDegraded)
-	if n := e.sent() - before; n > 2 {
-		t.Fatalf("a gate sent %d messages with a watcher caught up", n)
+	// The count is of the whole connection, so a message of the controller's own background
+	// work (a lease renewal, a watcher's flow control) can land in the window: a gate that
+	// reads the bucket sends more on every try, so one quiet try of three shows it does not.
+	var sent []uint64
+	for range 3 {
+		before := e.sent()
+		e.wantDeny("from the new watcher", msgDegraded)
+		if sent = append(sent, e.sent()-before); sent[len(sent)-1] <= 2 {
+			break
+		}
+	}
+	if n := sent[len(sent)-1]; n > 2 {
+		t.Fatalf("a gate sent %v messages in three tries with a watcher caught up", sent)
 	}
 	e.seen(e.put("web-staging", "staging-eu", "Healthy"))
 	e.wantDeny("staging back to Healthy")
