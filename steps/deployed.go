@@ -2,6 +2,7 @@ package steps
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
 )
@@ -20,12 +21,42 @@ import (
 
 // mayBeDeployed is the cheap part of the check, before ancestry is looked up.
 func (r *syncRun) mayBeDeployed(a *syncApp, st *agent.AppStatus) bool {
+	return r.autoSucceeded(a, st) && st.Sync == agent.SyncSynced
+}
+
+// autoSucceeded: Argo CD's last operation is an automated sync that finished Succeeded (not a
+// dry run), on a fresh record, and the step may take it for its own.
+func (r *syncRun) autoSucceeded(a *syncApp, st *agent.AppStatus) bool {
 	if st == nil || r.m.Expected == "" || r.cfg.DryRun || r.cfg.ForceApply || a.Resyncs > 0 {
 		return false
 	}
 	op := st.Operation
 	return op != nil && op.Automated && op.Finished() && op.Phase == agent.PhaseSucceeded && !op.DryRun && op.SyncedRevision != "" &&
-		st.Sync == agent.SyncSynced && st.Stale == nil
+		st.Stale == nil
+}
+
+// awaitingComparison reports whether the step should wait before syncing: Argo CD's automated
+// sync finished Succeeded with the merge but the app is not Synced yet. Argo CD turns the
+// phase Succeeded first and updates the sync status on a later reconcile (seconds later on a
+// busy controller), so a step woken by the finished operation would otherwise sync a second
+// time what was just deployed. The wait is bounded by syncDriftGrace from when the step first
+// saw it so; an app still not Synced then is synced as before.
+func (r *syncRun) awaitingComparison(a *syncApp, st *agent.AppStatus) bool {
+	if !r.autoSucceeded(a, st) || st.Sync == agent.SyncSynced || !r.rev.has(st, r.m.Expected, st.Operation.SyncedRevision) {
+		a.Comparing = time.Time{}
+		return false
+	}
+	if a.Comparing.IsZero() {
+		a.Comparing = r.now
+	}
+	if r.now.Sub(a.Comparing) >= syncDriftGrace {
+		r.sc.Log.Info("app still not Synced after Argo CD's automated sync finished with the merge; syncing", "app", a.App, "agent", a.Agent,
+			"sync", st.Sync, "syncedRevision", st.Operation.SyncedRevision)
+		return false
+	}
+	a.Waiting = fmt.Sprintf("%s finished at %s; waiting for Argo CD to compare the app (%s) before syncing again",
+		who(st.Operation), short(st.Operation.SyncedRevision), orDefault(st.Sync, "Unknown"))
+	return true
 }
 
 // alreadyDeployed reports whether Argo CD's last operation already deployed the merge to the

@@ -355,7 +355,10 @@ type syncApp struct {
 	Deployed      string    `json:"deployed,omitempty"`   // the revision it passed at (Revision or a commit containing it)
 	// DriftSince: since when the app is OutOfSync at a good revision after our sync finished.
 	DriftSince time.Time `json:"driftSince,omitzero"`
-	Note       string    `json:"note,omitempty"`
+	// Comparing: since when Argo CD's automated sync is seen finished with the merge while the
+	// app is not Synced yet (deployed.go: awaitingComparison).
+	Comparing time.Time `json:"comparing,omitzero"`
+	Note      string    `json:"note,omitempty"`
 
 	// Unavailable: the last sync request failed because Argo CD cannot work right now (its
 	// message); cleared once a sync is accepted (unavailable.go).
@@ -740,6 +743,9 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 			}
 			continue
 		}
+		if r.awaitingComparison(a, st) {
+			continue
+		}
 		if w := windowsOf(st); w != nil && w.Blocked {
 			if !r.cfg.override() {
 				// Park: the agent rewrites the record when the window opens.
@@ -815,6 +821,10 @@ func (r *syncRun) step(ctx context.Context, final bool) (Result, error) {
 	for _, a := range m.Apps {
 		if !a.DegradedSince.IsZero() && r.cfg.DegradedStateTimeout > 0 {
 			poll = min(poll, max(time.Until(a.DegradedSince.Add(r.cfg.DegradedStateTimeout)), time.Second))
+		}
+		if !a.Comparing.IsZero() && a.State == appTodo {
+			// The comparison may never come: look again when the wait for it is over.
+			poll = min(poll, max(time.Until(a.Comparing.Add(syncDriftGrace)), 0)+time.Second)
 		}
 		if !a.DriftSince.IsZero() && a.State != appDone {
 			// An app OutOfSync after our sync is synced again once the grace is over: no

@@ -158,7 +158,7 @@ func (r *syncRun) restart(a *syncApp, note string) string {
 	r.sc.Log.Warn("app replaced while the step waited; syncing it again", "app", a.App, "agent", a.Agent, "why", note)
 	a.State, a.Waiting, a.Note = appTodo, note, note
 	a.UID, a.Requested, a.Superseded, a.Deployed = "", time.Time{}, "", ""
-	a.DriftSince, a.DegradedSince, a.GoneSince = time.Time{}, time.Time{}, time.Time{}
+	a.DriftSince, a.DegradedSince, a.GoneSince, a.Comparing = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	if r.m.Expected == "" {
 		a.Revision = ""
 	}

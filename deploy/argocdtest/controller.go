@@ -95,6 +95,11 @@ type SyncScript struct {
 	// Hang keeps the operation Running until ReleaseOperation or a
 	// terminate request.
 	Hang bool
+	// CompareAfter delays the controller's first comparison after a
+	// successful sync: Argo CD turns the phase Succeeded first and updates
+	// the sync status on a later reconcile, which a busy controller runs
+	// seconds later. Until then the app keeps the sync status it had.
+	CompareAfter time.Duration
 }
 
 const refreshAnnotation = "argocd.argoproj.io/refresh"
@@ -759,7 +764,7 @@ func (s *Server) runOperation(key string, run *opRun) {
 		if len(seq) == 0 {
 			seq = []HealthStatus{{}}
 		}
-		s.progress(key, epoch, seq, sticky)
+		s.progress(key, epoch, seq, sticky, sc.CompareAfter)
 		return
 	}
 }
@@ -796,9 +801,13 @@ func (s *Server) healthSequence(sc SyncScript) ([]HealthStatus, bool) {
 
 // progress walks the post-sync health sequence, one refresh per step,
 // unless a newer operation started meanwhile.
-func (s *Server) progress(key string, epoch int, seq []HealthStatus, sticky bool) {
+func (s *Server) progress(key string, epoch int, seq []HealthStatus, sticky bool, compareAfter time.Duration) {
 	for i, h := range seq {
-		if !s.sleep(s.step) {
+		wait := s.step
+		if i == 0 {
+			wait += compareAfter
+		}
+		if !s.sleep(wait) {
 			return
 		}
 		s.mu.Lock()

@@ -95,32 +95,69 @@ func TestAutoSyncedOlderOperationIsNotTakenForTheMerge(t *testing.T) {
 	}
 }
 
+// heldAutoSync starts Argo CD's automated sync of a new app with script (Hold or Hang keeps it
+// running) and returns once the agent reports it running. The app starts without automated
+// sync: AddApp reconciles at once, and an automated app would start its sync there, before
+// the script could hold it. Turning automated sync on afterwards starts the held sync.
+func (s *stack) heldAutoSync(name string, script argocdtest.SyncScript) {
+	s.t.Helper()
+	s.addApp(app(name, "apps/"+name, nil))
+	s.waitRecord(name)
+	if err := s.argo.ScriptSync(name, script); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.argo.UpdateApp(autoApp(name, "apps/"+name)); err != nil {
+		s.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := s.client.Status(context.Background(), "eu", name)
+		if st != nil && st.Operation != nil && st.Operation.Automated && st.Operation.Phase == agent.PhaseRunning {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("setup: the automated sync is not reported running: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Argo CD turns an operation Succeeded before its next comparison updates the sync status: a
+// step woken by the finished automated sync sees it Succeeded with the merge while the app
+// is still OutOfSync. That is the automated sync deploying the merge, not a reason to sync
+// again: the step waits for the comparison (a flaky test showed the second sync under load).
+func TestAutoSyncFinishedBeforeItsComparisonIsNotSyncedAgain(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.heldAutoSync("web", argocdtest.SyncScript{Hold: time.Second, CompareAfter: 2 * time.Second})
+	r := s.wait(s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
+	if r.Status != pipelines.StSucceeded || len(s.syncRequests("web")) != 0 {
+		t.Fatalf("run %s %q with %d sync(s) by prflow; want none\n%s", r.Status, r.Error, len(s.syncRequests("web")), describeRun(r))
+	}
+	apps := appsOut(step(r, "dev", "sync"))
+	if len(apps) != 1 || apps[0]["supersededBy"] != "automated sync" || apps[0]["sync"] != "Synced" || apps[0]["health"] != "Healthy" {
+		t.Fatalf("the finished automated sync was not judged as the deployment: %v", apps)
+	}
+}
+
+// The wait for the comparison is bounded: an app still OutOfSync well after Argo CD's
+// automated sync finished with the merge is synced by the step, as before.
+func TestAutoSyncFinishedButStillOutOfSyncIsSynced(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.heldAutoSync("web", argocdtest.SyncScript{Hold: time.Second, CompareAfter: time.Minute})
+	r := s.wait(s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
+	if r.Status != pipelines.StSucceeded || len(s.syncRequests("web")) != 1 {
+		t.Fatalf("run %s %q with %d sync(s) by prflow; want one once the wait for Synced is over\n%s", r.Status, r.Error, len(s.syncRequests("web")), describeRun(r))
+	}
+	if apps := appsOut(step(r, "dev", "sync")); len(apps) != 1 || apps[0]["supersededBy"] != nil || apps[0]["sync"] != "Synced" {
+		t.Fatalf("outputs: %v", apps)
+	}
+}
+
 // An automated sync still running at the merge is waited for, then judged: no second sync.
 // One that fails leaves the app OutOfSync, and GitOpsSync syncs itself.
 func TestAutoSyncRunningThenJudgedFailedThenSynced(t *testing.T) {
 	s := newStack(t, stackOpts{})
-	// The app starts without automated sync: AddApp reconciles at once, and an automated app
-	// would start its sync there, before the script below could hold it. Turning automated
-	// sync on afterwards starts the held sync.
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Hold: 2 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.argo.UpdateApp(autoApp("web", "apps/web")); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for { // start the run only once the agent reports the automated sync running
-		st, _ := s.client.Status(context.Background(), "eu", "web")
-		if st != nil && st.Operation != nil && st.Operation.Automated && st.Operation.Phase == agent.PhaseRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("setup: the automated sync is not reported running: %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	s.heldAutoSync("web", argocdtest.SyncScript{Hold: 2 * time.Second})
 	r := s.wait(s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 	if r.Status != pipelines.StSucceeded || len(s.syncRequests("web")) != 0 {
 		t.Fatalf("run %s %q with %d sync(s) by prflow\n%s", r.Status, r.Error, len(s.syncRequests("web")), describeRun(r))
@@ -134,7 +171,7 @@ func TestAutoSyncRunningThenJudgedFailedThenSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.argo.Reconcile()
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st, _ := s.client.Status(context.Background(), "eu", "web")
 		if st != nil && st.Operation != nil && st.Operation.Automated && st.Operation.Phase == agent.PhaseFailed {
