@@ -219,8 +219,10 @@ func TestRunEventsStream(t *testing.T) {
 			}
 		}
 	}
-	if resp, err := http.Get(srv.URL + "/ui/runs/nope/events"); err != nil || resp.StatusCode != http.StatusNotFound {
-		t.Errorf("events of an unknown run: %v %v", err, resp.StatusCode)
+	for _, path := range []string{"/events", "/logs"} {
+		if resp, err := http.Get(srv.URL + "/ui/runs/nope" + path); err != nil || resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s of an unknown run: %v %v", path, err, resp.StatusCode)
+		}
 	}
 }
 
