@@ -13,13 +13,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/pipelines/policy"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -68,15 +65,7 @@ func actionViewport(w int64) chromedp.Action { return chromedp.EmulateViewport(w
 // stage it carried.
 func TestBrowserRetryFromFailedStage(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e, gh, _ := newReleaseUIEnv(t)
 	e.RegisterAgent("sim")
 	first := e.Start(twoEnvPipeline, map[string]any{"tag": "3.1"})
 	waitParked(t, e, first.ID, "staging", "gate")

@@ -17,11 +17,13 @@ import (
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
+	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/pipelines/controller/ctltest/parallel"
 	"github.com/prflow/prflow/pipelines/controller/ui"
+	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
@@ -69,6 +71,22 @@ func newUIEnv(t *testing.T, o ctltest.Options, fb *controller.Feedback) *uiEnv {
 		e.Ctl.SetFeedback(fb)
 	}
 	return &uiEnv{Env: e, URL: srv.URL}
+}
+
+// newReleaseUIEnv is newUIEnv with the GitHub fake holding the example release repo as
+// acme/release, which steps reach through connector "release".
+func newReleaseUIEnv(t *testing.T) (*uiEnv, *scmtest.GitHub, scm.Provider) {
+	t.Helper()
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	return e, gh, ghp
 }
 
 // One Chromium serves every test of the package (starting it is the slow part); each test

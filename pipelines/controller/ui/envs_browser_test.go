@@ -14,15 +14,11 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/scm"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
-	"github.com/prflow/prflow/steps"
 )
 
 const envHookSecret = "ui-envs-hook-secret-0123456789"
@@ -65,15 +61,7 @@ type envsUI struct {
 
 func newEnvsUI(t *testing.T) *envsUI {
 	t.Helper()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e, gh, ghp := newReleaseUIEnv(t)
 	e.Ctl.SetWebhooks(controller.NewWebhooks(0, map[string]string{"github": envHookSecret}))
 	gh.RegisterWebhook(e.URL+"/hooks/github", envHookSecret)
 	ctx, cancel := context.WithCancel(context.Background())

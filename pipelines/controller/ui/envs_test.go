@@ -9,14 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
-	"github.com/prflow/prflow/steps"
 )
 
 const twoEnvPipeline = `
@@ -58,15 +53,7 @@ stages:
 // approval rejected) does not count.
 func TestEnvironmentsView(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e, _, _ := newReleaseUIEnv(t)
 	e.RegisterAgent("sim")
 	alice := controller.User{Name: "alice", Groups: []string{"release"}}
 	decide := func(id string, approve bool) {

@@ -15,14 +15,9 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/simagent"
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
-	"github.com/prflow/prflow/steps"
 )
 
 // hostileName is a resource name as a compromised repo could make it; the page must show it
@@ -130,15 +125,7 @@ stages:
 // acme/release, and a simulated agent deploying it.
 func previewEnv(t *testing.T) *uiEnv {
 	t.Helper()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e, gh, _ := newReleaseUIEnv(t)
 	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
 		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
