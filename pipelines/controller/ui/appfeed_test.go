@@ -190,8 +190,7 @@ func TestBrowserTwoRunPagesSeeAnAppChange(t *testing.T) {
 	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	putApp(t, e.Env, agent.HealthHealthy, "1111111111111111111111111111111111111111")
-	r := e.Start(appsPipeline, nil)
-	waitParked(t, e, r.ID, "dev", "soak")
+	r := startParked(t, e, appsPipeline, "dev", "soak")
 	url := e.URL + "/ui/runs/" + r.ID
 	first := browser(t)
 	signIn(t, first, url, bobToken)

@@ -266,6 +266,23 @@ func waitParked(t *testing.T, e *uiEnv, id, stage, step string) {
 	}
 }
 
+// startParked starts src and waits until its step stage.step is parked.
+func startParked(t *testing.T, e *uiEnv, src, stage, step string) *pipelines.Run {
+	t.Helper()
+	r := e.Start(src, nil)
+	waitParked(t, e, r.ID, stage, step)
+	return r
+}
+
+// newApprovalUIEnv is newUIEnv with agent sim registered and a run of approvalPipeline
+// parked at its prod approval.
+func newApprovalUIEnv(t *testing.T, o ctltest.Options) (*uiEnv, *pipelines.Run) {
+	t.Helper()
+	e := newUIEnv(t, o, nil)
+	e.RegisterAgent("sim")
+	return e, startParked(t, e, approvalPipeline, "prod", "approve")
+}
+
 // TestBrowserRunList: a run the test starts is listed (pipeline, status), newest first, and
 // the filters keep or drop it.
 func TestBrowserRunList(t *testing.T) {
@@ -306,10 +323,7 @@ func TestBrowserRunList(t *testing.T) {
 // approval arrives through the API — pushed over SSE, without a reload.
 func TestBrowserRunPageLive(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	e, r := newApprovalUIEnv(t, ctltest.Options{})
 	ctx := browser(t)
 	url := e.URL + "/ui/runs/" + r.ID
 	signIn(t, ctx, url, bobToken)
@@ -353,10 +367,7 @@ func TestBrowserRunPageLive(t *testing.T) {
 // approval is released and the run succeeds with the decision recorded.
 func TestBrowserApproveFromPage(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	e, r := newApprovalUIEnv(t, ctltest.Options{})
 	ctx := browser(t)
 	url := e.URL + "/ui/runs/" + r.ID
 	signIn(t, ctx, url, aliceToken)

@@ -56,10 +56,7 @@ var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // no session, a wrong or missing CSRF token, another site's Origin; then the right one works.
 func TestSessionAndCSRF(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	e, r := newApprovalUIEnv(t, ctltest.Options{})
 	c := client(t)
 	runURL := e.URL + "/ui/runs/" + r.ID
 

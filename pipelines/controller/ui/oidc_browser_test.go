@@ -94,8 +94,7 @@ func oidcSignIn(t *testing.T, ctx context.Context, url string) {
 func TestBrowserOIDCSignIn(t *testing.T) {
 	e, _ := newOIDCUIEnv(t, ctltest.Options{Audit: true})
 	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	r := startParked(t, e, approvalPipeline, "prod", "approve")
 	ctx := browser(t)
 	runURL := e.URL + "/ui/runs/" + r.ID
 

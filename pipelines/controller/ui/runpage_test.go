@@ -192,8 +192,7 @@ func plain(html string) string {
 func TestRunPageSummaryApprovalAndDiff(t *testing.T) {
 	t.Parallel()
 	e := previewEnv(t)
-	r := e.Start(promoteWithPreview(t), nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	r := startParked(t, e, promoteWithPreview(t), "prod", "approve")
 	c := signedIn(t, e)
 	runURL := e.URL + "/ui/runs/" + r.ID
 	code, _, page := do(t, c, "GET", runURL, nil, nil)
@@ -337,8 +336,7 @@ func viewport(t *testing.T, ctx context.Context, w, h int64) {
 func TestBrowserRunSummaryAndDiff(t *testing.T) {
 	t.Parallel()
 	e := previewEnv(t)
-	r := e.Start(promoteWithPreview(t), nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	r := startParked(t, e, promoteWithPreview(t), "prod", "approve")
 	ctx := browser(t)
 	url := e.URL + "/ui/runs/" + r.ID
 	signIn(t, ctx, url, aliceToken)

@@ -19,8 +19,7 @@ func TestBrowserRunsPaging(t *testing.T) {
 	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
-	gated := e.Start(promotePipeline, nil)
-	waitParked(t, e, gated.ID, "prod", "approve")
+	gated := startParked(t, e, promotePipeline, "prod", "approve")
 	var ids []string // oldest first
 	for range 30 {
 		r := e.Start("name: paged\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", nil)

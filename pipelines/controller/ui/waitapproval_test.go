@@ -70,13 +70,11 @@ func TestRunsFilterWaiting(t *testing.T) {
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
 	defer srv.Close()
-	gated := e.Start(promotePipeline, nil)
-	waitParked(t, &uiEnv{Env: e}, gated.ID, "prod", "approve")
+	gated := startParked(t, &uiEnv{Env: e}, promotePipeline, "prod", "approve")
 	for time.Now().Unix() <= gated.Created.Unix() { // later runs get ids that sort after it
 		time.Sleep(50 * time.Millisecond)
 	}
-	soak := e.Start("name: soak\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", nil)
-	waitParked(t, &uiEnv{Env: e}, soak.ID, "s", "w")
+	soak := startParked(t, &uiEnv{Env: e}, "name: soak\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", "s", "w")
 	done := e.Start("name: quick\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n", nil)
 	e.Wait(done.ID, 20*time.Second)
 	c := client(t)
@@ -107,8 +105,7 @@ func TestBrowserApprovalCard(t *testing.T) {
 	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
-	r := e.Start(promotePipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	r := startParked(t, e, promotePipeline, "prod", "approve")
 	ctx := browser(t)
 	signIn(t, ctx, e.URL+"/ui/?status=waitingApproval", aliceToken)
 	row := `tr[data-run="` + r.ID + `"]`
