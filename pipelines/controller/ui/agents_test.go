@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
 // TestAgentsShowLastResync: the agents table says when a leader last re-listed its backend and
@@ -20,9 +17,7 @@ import (
 func TestAgentsShowLastResync(t *testing.T) {
 	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	srv := anonServer(t, e, "dev")
 	now := time.Now().UTC()
 	last := time.Date(2026, 11, 28, 4, 5, 6, 0, time.UTC)
 	for _, r := range []agent.Registration{

@@ -16,9 +16,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -34,9 +32,7 @@ stages:
 // sim/web-dev.
 func appsEnv(t testing.TB) (*ctltest.Env, *httptest.Server, *pipelines.Run) {
 	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	t.Cleanup(srv.Close)
+	srv := anonServer(t, e)
 	putApp(t, e, agent.HealthHealthy, "1111111111111111111111111111111111111111")
 	r := e.Start(appsPipeline, nil)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {

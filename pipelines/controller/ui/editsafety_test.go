@@ -1,14 +1,11 @@
 package ui_test
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
 // The run page says when a stage was already promoted (with the revision that held the
@@ -16,9 +13,7 @@ import (
 func TestRunPageMarksAlreadyPromotedAndCreated(t *testing.T) {
 	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	srv := anonServer(t, e)
 	r := e.Start(`name: x
 stages:
   - id: dev

@@ -21,6 +21,15 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
+// anonServer serves e's API and UI with no sign-in (as on loopback): everyone is user dev,
+// in groups. It closes when the test ends.
+func anonServer(t testing.TB, e *ctltest.Env, groups ...string) *httptest.Server {
+	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: groups}}
+	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // client is a cookie-keeping HTTP client that does not follow redirects.
 func client(t *testing.T) *http.Client {
 	t.Helper()
@@ -148,9 +157,7 @@ func TestSessionAndCSRF(t *testing.T) {
 func TestAnonymousLoopback(t *testing.T) {
 	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	srv := anonServer(t, e, "dev")
 	r := e.Start("name: slow\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", nil)
 	c := client(t)
 	if code, h, _ := do(t, c, "GET", srv.URL+"/", nil, nil); code != http.StatusFound || h.Get("Location") != "/ui/" {
@@ -175,9 +182,7 @@ func TestAnonymousLoopback(t *testing.T) {
 func TestRunEventsStream(t *testing.T) {
 	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	srv := anonServer(t, e)
 	r := e.Start("name: s\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop, with: {message: hello from a}}\n", nil)
 	e.Wait(r.ID, 20*time.Second)
 	for _, path := range []string{"/events", "/logs"} {
@@ -228,9 +233,7 @@ func TestRunEventsStream(t *testing.T) {
 func TestOutputsEscaped(t *testing.T) {
 	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	srv := anonServer(t, e)
 	r := e.Start(`name: x
 stages:
   - id: s
@@ -264,9 +267,7 @@ stages:
 func TestRunEventsAppStatus(t *testing.T) {
 	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	srv := anonServer(t, e)
 	put := func(health, rev string) {
 		t.Helper()
 		b, _ := json.Marshal(agent.AppStatus{V: agent.Version, Agent: "sim", Name: "web-dev", Sync: agent.SyncSynced, Health: health, SyncedRevision: rev})

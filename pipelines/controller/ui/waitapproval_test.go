@@ -2,7 +2,6 @@ package ui_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
 // promotePipeline opens a (recorded) release-repo PR, then waits for an approval: the Noop's
@@ -67,9 +64,7 @@ func TestRunsFilterWaiting(t *testing.T) {
 	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{})
 	e.RegisterAgent("sim")
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	srv := anonServer(t, e, "dev")
 	gated := startParked(t, &uiEnv{Env: e}, promotePipeline, "prod", "approve")
 	for time.Now().Unix() <= gated.Created.Unix() { // later runs get ids that sort after it
 		time.Sleep(50 * time.Millisecond)
