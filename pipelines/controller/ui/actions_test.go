@@ -290,10 +290,7 @@ func TestPromoteAndActionsRefused(t *testing.T) {
 	e := promoteEnv(t)
 	parked := e.Start("name: parked\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 5m, with: {approvers: {users: [alice]}}}\n", nil)
 	ok := e.Wait(e.Start("name: quick\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n", nil).ID, 20*time.Second)
-	c := client(t)
-	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {aliceToken}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("login: %d", code)
-	}
+	c := signedIn(t, e, aliceToken)
 	_, _, page := do(t, c, "GET", e.URL+"/ui/promote?pipeline=release", nil, nil)
 	m := csrfRE.FindStringSubmatch(page)
 	if m == nil {

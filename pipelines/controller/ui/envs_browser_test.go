@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -322,10 +321,7 @@ func TestPromoteFormPrefilledFromEnvironmentBefore(t *testing.T) {
 	if f := e.Wait(r.ID, 90*time.Second); f.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s %s", r.ID, f.Status, f.Error)
 	}
-	c := client(t)
-	if code, _, body := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {bobToken}, "next": {"/ui/"}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("sign in: %d %s", code, body)
-	}
+	c := signedIn(t, e.uiEnv, bobToken)
 	valueOf := func(q string) string {
 		t.Helper()
 		code, _, body := do(t, c, "GET", e.URL+"/ui/promote?"+q, nil, nil)

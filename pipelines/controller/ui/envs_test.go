@@ -3,7 +3,6 @@ package ui_test
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -82,10 +81,7 @@ func TestEnvironmentsView(t *testing.T) {
 		t.Fatal("merge steps report no commitId")
 	}
 
-	c := client(t)
-	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {bobToken}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("login: %d", code)
-	}
+	c := signedIn(t, e, bobToken)
 	// The model follows the runs' records as they are written (coalesced): wait until the
 	// page shows run 2 in dev.
 	page := waitPage(t, c, e.URL+"/ui/environments", func(p string) bool { return strings.Contains(p, `by run <a href="/ui/runs/`+r2.ID+`"`) })

@@ -104,8 +104,7 @@ func TestBrowserEventListShowsTriggerFailure(t *testing.T) {
 func TestEventsPageWithoutAudit(t *testing.T) {
 	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
-	c := client(t)
-	do(t, c, "POST", e.URL+"/ui/login", map[string][]string{"token": {bobToken}}, nil)
+	c := signedIn(t, e, bobToken)
 	code, _, page := do(t, c, "GET", e.URL+"/ui/events", nil, nil)
 	if code != http.StatusOK || !strings.Contains(page, "the audit log is off on this server: webhook events are not recorded") ||
 		strings.Contains(page, "No webhook event recorded yet") {

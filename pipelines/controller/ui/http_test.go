@@ -59,6 +59,17 @@ func do(t *testing.T, c *http.Client, method, u string, form url.Values, hdr map
 	return resp.StatusCode, resp.Header, string(b)
 }
 
+// signedIn is an HTTP client with a UI session signed in with token (the login form as the
+// browser sends it).
+func signedIn(t *testing.T, e *uiEnv, token string) *http.Client {
+	t.Helper()
+	c := client(t)
+	if code, _, body := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {token}, "next": {"/ui/"}}, map[string]string{"Origin": e.URL}); code != http.StatusSeeOther {
+		t.Fatalf("sign in: %d %s", code, body)
+	}
+	return c
+}
+
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // TestSessionAndCSRF: the session cookie's attributes, and every way an action is refused:

@@ -24,11 +24,8 @@ var idemRE = regexp.MustCompile(`name="idem" value="([^"]+)"`)
 func TestFormsActOnce(t *testing.T) {
 	t.Parallel()
 	e, r := newApprovalUIEnv(t, ctltest.Options{})
-	c := client(t)
+	c := signedIn(t, e, aliceToken)
 	runURL := e.URL + "/ui/runs/" + r.ID
-	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {aliceToken}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("login: %d", code)
-	}
 	_, _, page := do(t, c, "GET", runURL, nil, nil)
 	keys := idemRE.FindAllStringSubmatch(page, -1)
 	if len(keys) != 2 || keys[0][1] == keys[1][1] {

@@ -106,10 +106,7 @@ func bobMayNotDecide(t *testing.T, ctx context.Context) {
 // page.
 func signInHTTP(t *testing.T, e *uiEnv, token, page string) (*http.Client, string, string) {
 	t.Helper()
-	c := client(t)
-	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {token}, "next": {"/ui/"}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("login: %d", code)
-	}
+	c := signedIn(t, e, token)
 	_, _, body := do(t, c, "GET", e.URL+page, nil, nil)
 	base, _ := url.Parse(e.URL + "/ui/")
 	for _, ck := range c.Jar.Cookies(base) {

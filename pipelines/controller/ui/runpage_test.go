@@ -140,16 +140,6 @@ func previewEnv(t *testing.T) *uiEnv {
 	return e
 }
 
-// signedIn is an HTTP client with alice's UI session.
-func signedIn(t *testing.T, e *uiEnv) *http.Client {
-	t.Helper()
-	c := client(t)
-	if code, _, body := do(t, c, "POST", e.URL+"/ui/login", map[string][]string{"token": {aliceToken}, "next": {"/ui/"}}, map[string]string{"Origin": e.URL}); code != http.StatusSeeOther {
-		t.Fatalf("sign in: %d %s", code, body)
-	}
-	return c
-}
-
 // section returns the HTML of the element that starts with start, to its closing tag.
 func section(t *testing.T, page, start, end string) string {
 	t.Helper()
@@ -193,7 +183,7 @@ func TestRunPageSummaryApprovalAndDiff(t *testing.T) {
 	t.Parallel()
 	e := previewEnv(t)
 	r := startParked(t, e, promoteWithPreview(t), "prod", "approve")
-	c := signedIn(t, e)
+	c := signedIn(t, e, aliceToken)
 	runURL := e.URL + "/ui/runs/" + r.ID
 	code, _, page := do(t, c, "GET", runURL, nil, nil)
 	if code != http.StatusOK {
