@@ -9,15 +9,13 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/controller/ctltest"
 )
 
 // TestAgentsShowLastResync: the agents table says when a leader last re-listed its backend and
 // how many records its re-lists repaired; a replica that never re-listed shows a dash.
 func TestAgentsShowLastResync(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	srv := anonServer(t, e, "dev")
+	e, srv := newAnonUI(t, "dev")
 	now := time.Now().UTC()
 	last := time.Date(2026, 11, 28, 4, 5, 6, 0, time.UTC)
 	for _, r := range []agent.Registration{

@@ -31,8 +31,7 @@ stages:
 // appsEnv is a controller with a UI server and a run parked on a step whose apps include
 // sim/web-dev.
 func appsEnv(t testing.TB) (*ctltest.Env, *httptest.Server, *pipelines.Run) {
-	e := ctltest.New(t, ctltest.Options{})
-	srv := anonServer(t, e)
+	e, srv := newAnonUI(t)
 	putApp(t, e, agent.HealthHealthy, "1111111111111111111111111111111111111111")
 	r := e.Start(appsPipeline, nil)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {

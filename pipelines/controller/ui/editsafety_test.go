@@ -4,16 +4,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prflow/prflow/pipelines/controller/ctltest"
 )
 
 // The run page says when a stage was already promoted (with the revision that held the
 // values) and lists what an edit created; a stage that changed something is not marked.
 func TestRunPageMarksAlreadyPromotedAndCreated(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	srv := anonServer(t, e)
+	e, srv := newAnonUI(t)
 	r := e.Start(`name: x
 stages:
   - id: dev

@@ -21,13 +21,14 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
-// anonServer serves e's API and UI with no sign-in (as on loopback): everyone is user dev,
-// in groups. It closes when the test ends.
-func anonServer(t testing.TB, e *ctltest.Env, groups ...string) *httptest.Server {
+// newAnonUI is a running prflow whose API and UI need no sign-in (as on loopback): everyone
+// is user dev, in groups. The server closes when the test ends.
+func newAnonUI(t testing.TB, groups ...string) (*ctltest.Env, *httptest.Server) {
+	e := ctltest.New(t, ctltest.Options{})
 	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: groups}}
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
 	t.Cleanup(srv.Close)
-	return srv
+	return e, srv
 }
 
 // client is a cookie-keeping HTTP client that does not follow redirects.
@@ -167,8 +168,7 @@ func TestSessionAndCSRF(t *testing.T) {
 // need the CSRF token of the session the first page set.
 func TestAnonymousLoopback(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	srv := anonServer(t, e, "dev")
+	e, srv := newAnonUI(t, "dev")
 	r := e.Start("name: slow\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", nil)
 	c := client(t)
 	if code, h, _ := do(t, c, "GET", srv.URL+"/", nil, nil); code != http.StatusFound || h.Get("Location") != "/ui/" {
@@ -192,8 +192,7 @@ func TestAnonymousLoopback(t *testing.T) {
 // when the run finishes; it is the only thing the page needs for live status.
 func TestRunEventsStream(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	srv := anonServer(t, e)
+	e, srv := newAnonUI(t)
 	r := e.Start("name: s\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop, with: {message: hello from a}}\n", nil)
 	e.Wait(r.ID, 20*time.Second)
 	for _, path := range []string{"/events", "/logs"} {
@@ -243,8 +242,7 @@ func TestRunEventsStream(t *testing.T) {
 // http(s) URLs become links, and a SHA is shortened with its full value kept for copying.
 func TestOutputsEscaped(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	srv := anonServer(t, e)
+	e, srv := newAnonUI(t)
 	r := e.Start(`name: x
 stages:
   - id: s
@@ -277,8 +275,7 @@ stages:
 // re-renders the run page of a run whose steps named the app, with no run change.
 func TestRunEventsAppStatus(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	srv := anonServer(t, e)
+	e, srv := newAnonUI(t)
 	put := func(health, rev string) {
 		t.Helper()
 		b, _ := json.Marshal(agent.AppStatus{V: agent.Version, Agent: "sim", Name: "web-dev", Sync: agent.SyncSynced, Health: health, SyncedRevision: rev})

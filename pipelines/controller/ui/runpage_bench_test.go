@@ -11,15 +11,13 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/pipelines/controller/ctltest"
 )
 
 // BenchmarkRunPageWithLargeDiff renders the page of a run whose diff preview is as large as
 // the agent sends: 10 apps, each with 20 changed resources and a unified diff at the 64 KiB
 // cap. The live page re-renders this body on every change of the run.
 func BenchmarkRunPageWithLargeDiff(b *testing.B) {
-	e := ctltest.New(b, ctltest.Options{})
-	srv := anonServer(b, e)
+	e, srv := newAnonUI(b)
 	var apps []agent.AppDiff
 	for a := 0; a < 10; a++ {
 		app := agent.AppDiff{App: fmt.Sprintf("web-%d", a), Agent: "sim", Unchanged: 30}

@@ -62,9 +62,8 @@ func listed(t *testing.T, c *http.Client, u string) []string {
 // first, above newer ones.
 func TestRunsFilterWaiting(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
+	e, srv := newAnonUI(t, "dev")
 	e.RegisterAgent("sim")
-	srv := anonServer(t, e, "dev")
 	gated := startParked(t, &uiEnv{Env: e}, promotePipeline, "prod", "approve")
 	for time.Now().Unix() <= gated.Created.Unix() { // later runs get ids that sort after it
 		time.Sleep(50 * time.Millisecond)
