@@ -13,39 +13,10 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 )
 
-const twoEnvPipeline = `
-name: promote-two
-inputs:
-  tag: {type: string, required: true}
-environments:
-  - {name: dev, clusters: [{name: dev-eu, agent: sim}]}
-  - {name: staging, clusters: [{name: staging-eu, agent: sim}]}
-stages:
-  - id: dev
-    environment: dev
-    steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
-               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
-      - id: merge
-        type: MergePR
-        with: {mergeStrategy: squash}
-  - id: staging
-    environment: staging
-    steps:
-      - id: gate
-        type: Approval
-        timeout: 5m
-        with: {approvers: {groups: [release], minimumCount: 1}}
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
-               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
-      - id: merge
-        type: MergePR
-        with: {mergeStrategy: squash}
-`
+// twoEnvPipeline is promoteEnvs through dev and staging with an approval by group release
+// (step gate) before staging's change.
+var twoEnvPipeline = strings.Replace(promoteEnvs("promote-two", "dev", "staging"), "    environment: staging\n    steps:\n",
+	"    environment: staging\n    steps:\n      - {id: gate, type: Approval, timeout: 5m, with: {approvers: {groups: [release], minimumCount: 1}}}\n", 1)
 
 // TestEnvironmentsView: each environment's card shows the value and merge commit of the
 // newest run that merged a change of it, and that run; a stage that merged nothing (its
