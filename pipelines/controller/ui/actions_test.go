@@ -81,8 +81,7 @@ func TestBrowserRetryFromFailedStage(t *testing.T) {
 		t.Fatalf("first run opened %d PRs, want dev's only: %+v", len(prs), prs)
 	}
 
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+first.ID, aliceToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+first.ID, aliceToken)
 	run(t, ctx, "buttons", chromedp.WaitVisible(`#retry button`, chromedp.ByQuery), chromedp.WaitVisible(`#rerun button`, chromedp.ByQuery))
 	shot(t, ctx, "actions-failed-run")
 	run(t, ctx, "retry", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery), chromedp.Click(`#retry button`, chromedp.ByQuery),
@@ -147,8 +146,7 @@ func TestBrowserRerun(t *testing.T) {
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	src := "name: again\ninputs: {tag: {type: string, required: true}}\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop, with: {outputs: {tag: \"${{ inputs.tag }}\"}}}\n"
 	first := e.Wait(e.Start(src, map[string]any{"tag": "7.7"}).ID, 20*time.Second)
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+first.ID, bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+first.ID, bobToken)
 	run(t, ctx, "rerun", chromedp.WaitVisible(`#rerun button`, chromedp.ByQuery), chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery),
 		chromedp.Click(`#rerun button`, chromedp.ByQuery), chromedp.WaitVisible(`#origin`, chromedp.ByID))
 	if got := text(t, ctx, `#origin`); got != "re-run of "+first.ID+" (same pipeline source and inputs)" {
@@ -218,8 +216,7 @@ func promoteEnv(t *testing.T) *uiEnv {
 func TestBrowserPromoteForm(t *testing.T) {
 	t.Parallel()
 	e := promoteEnv(t)
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/promote?pipeline=release&env=prod&in.tag=1.4.2", aliceToken)
+	ctx := signedInTab(t, e.URL+"/ui/promote?pipeline=release&env=prod&in.tag=1.4.2", aliceToken)
 	var tag, replicas, region string
 	var canary bool
 	run(t, ctx, "form", chromedp.WaitVisible(`#promote`, chromedp.ByID),

@@ -187,8 +187,7 @@ func TestBrowserTwoRunPagesSeeAnAppChange(t *testing.T) {
 	putApp(t, e.Env, agent.HealthHealthy, "1111111111111111111111111111111111111111")
 	r := startParked(t, e, appsPipeline, "dev", "soak")
 	url := e.URL + "/ui/runs/" + r.ID
-	first := browser(t)
-	signIn(t, first, url, bobToken)
+	first := signedInTab(t, url, bobToken)
 	second := newTab(t, first) // a second tab, signed in as well
 	tabs := []context.Context{first, second}
 	run(t, second, "open the second page", chromedp.Navigate(url))

@@ -220,6 +220,15 @@ func signIn(t *testing.T, ctx context.Context, url, token string) {
 	}
 }
 
+// signedInTab is a new browser tab (in a browser context of its own) signed in with token,
+// at url.
+func signedInTab(t *testing.T, url, token string) context.Context {
+	t.Helper()
+	ctx := browser(t)
+	signIn(t, ctx, url, token)
+	return ctx
+}
+
 // text reads an element's text in one step in the page: the live run body is replaced on
 // every pushed update, so a node looked up first and read after may be gone.
 func text(t *testing.T, ctx context.Context, sel string) string {
@@ -292,8 +301,7 @@ func TestBrowserRunList(t *testing.T) {
 	e.Wait(old.ID, 20*time.Second)
 	r := e.Start("name: listed\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n", nil)
 	e.Wait(r.ID, 20*time.Second)
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/", bobToken)
 	row := `tr[data-run="` + r.ID + `"]`
 	run(t, ctx, "run row", chromedp.WaitVisible(row, chromedp.ByQuery))
 	if got := text(t, ctx, row+` td:nth-child(2)`); got != "listed" {
@@ -324,9 +332,8 @@ func TestBrowserRunList(t *testing.T) {
 func TestBrowserRunPageLive(t *testing.T) {
 	t.Parallel()
 	e, r := newApprovalUIEnv(t, ctltest.Options{})
-	ctx := browser(t)
 	url := e.URL + "/ui/runs/" + r.ID
-	signIn(t, ctx, url, bobToken)
+	ctx := signedInTab(t, url, bobToken)
 	if got := text(t, ctx, `.runhead .st`); got != "waitingApproval" {
 		t.Fatalf("run status on the page: %q, want waitingApproval", got)
 	}
@@ -368,9 +375,8 @@ func TestBrowserRunPageLive(t *testing.T) {
 func TestBrowserApproveFromPage(t *testing.T) {
 	t.Parallel()
 	e, r := newApprovalUIEnv(t, ctltest.Options{})
-	ctx := browser(t)
 	url := e.URL + "/ui/runs/" + r.ID
-	signIn(t, ctx, url, aliceToken)
+	ctx := signedInTab(t, url, aliceToken)
 	form := `[data-approval="prod.approve"] form.decide`
 	// body[data-live] says the live stream has delivered the run (which re-renders the body);
 	// what is typed before or after that stays.
@@ -463,8 +469,7 @@ func TestBrowserCommitStatusLink(t *testing.T) {
 	if want := e.URL + "/ui/runs/" + r.ID; target != want {
 		t.Fatalf("status links to %s, want %s", target, want)
 	}
-	ctx := browser(t)
-	signIn(t, ctx, target, bobToken)
+	ctx := signedInTab(t, target, bobToken)
 	if got := text(t, ctx, `.runhead h1 code`); got != r.ID {
 		t.Errorf("run page heading %q", got)
 	}

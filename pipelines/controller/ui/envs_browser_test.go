@@ -119,8 +119,7 @@ func TestBrowserEnvironmentChangedByRunAndByHand(t *testing.T) {
 	runB, commitB := e.promote("web-b", "1.6.0")
 	e.app("Synced", "Healthy", commitB)
 
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/environments", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/environments", bobToken)
 	card := `article[data-env="dev"]`
 	run(t, ctx, "dev synced", chromedp.WaitVisible(card+`[data-state="synced"]`, chromedp.ByQuery))
 	var n int
@@ -198,8 +197,7 @@ func TestBrowserEnvironmentDrift(t *testing.T) {
 	_, old := e.promote("web", "2.0.0")
 	_, cur := e.promote("web", "2.1.0")
 	e.app("Synced", "Healthy", cur)
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/environments", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/environments", bobToken)
 	card := `article[data-env="dev"]`
 	run(t, ctx, "synced", chromedp.WaitVisible(card+`[data-state="synced"]`, chromedp.ByQuery))
 	run(t, ctx, "mark", chromedp.Evaluate(`window.prflowMarker = 9`, nil))
@@ -251,8 +249,7 @@ func TestBrowserEnvironmentRollBackFromHistory(t *testing.T) {
 	run16, commit16 := e.promote("web-a", "1.6.0")
 	e.app("Synced", "Healthy", commit16)
 
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/environments/dev", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/environments/dev", bobToken)
 	card := `article[data-env="dev"]`
 	run(t, ctx, "history", chromedp.WaitVisible(card+` table.history tbody tr`, chromedp.ByQuery))
 	var n int

@@ -79,8 +79,7 @@ func TestBrowserEventListShowsTriggerFailure(t *testing.T) {
 			t.Fatal("the event was never recorded")
 		}
 	}
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/events", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/events", bobToken)
 	row := `#events tr[data-delivery="` + delivery + `"]`
 	run(t, ctx, "event row", chromedp.WaitVisible(row, chromedp.ByQuery))
 	if got := text(t, ctx, row+` td:nth-child(2)`); got != "trigger failed" {

@@ -87,8 +87,7 @@ func TestFormsActOnce(t *testing.T) {
 func TestBrowserFormResentActsOnce(t *testing.T) {
 	t.Parallel()
 	e, r := newApprovalUIEnv(t, ctltest.Options{})
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, aliceToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+r.ID, aliceToken)
 	form := `[data-approval="prod.approve"] form.decide`
 	var key string
 	// The form as the browser sends it, kept (across the page change) to send again.

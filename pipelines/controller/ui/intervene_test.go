@@ -59,8 +59,7 @@ func TestBrowserInterventionCard(t *testing.T) {
 		t.Errorf("bob's card %q: want the reason and no buttons", got)
 	}
 	run(t, ctx, "sign out", chromedp.Navigate(e.URL+"/ui/login"))
-	ctx = browser(t)
-	signIn(t, ctx, url, aliceToken)
+	ctx = signedInTab(t, url, aliceToken)
 	if got := text(t, ctx, `.runhead`); !strings.Contains(got, string(pipelines.StWaitingIntervention)) {
 		t.Errorf("run head %q does not say it waits for an intervention", got)
 	}

@@ -127,8 +127,7 @@ func TestBrowserRBACCancelAndApprove(t *testing.T) {
 	r := startWebAsAlice(t, e)
 	runURL := e.URL + "/ui/runs/" + r.ID
 
-	ctx := browser(t)
-	signIn(t, ctx, runURL, bobToken)
+	ctx := signedInTab(t, runURL, bobToken)
 	run(t, ctx, "bob's run page", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery), chromedp.WaitVisible(`.runhead`, chromedp.ByQuery))
 	bobMayNotDecide(t, ctx)
 	shot(t, ctx, "rbac-bob-run")
@@ -171,8 +170,7 @@ func TestBrowserRBACCancelAndApprove(t *testing.T) {
 	}
 
 	// Alice sees both and cancels from the page.
-	ctx = browser(t)
-	signIn(t, ctx, runURL, aliceToken)
+	ctx = signedInTab(t, runURL, aliceToken)
 	run(t, ctx, "alice's run page", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery), chromedp.WaitVisible(`#cancel button`, chromedp.ByQuery),
 		chromedp.WaitVisible(`form.decide`, chromedp.ByQuery))
 	shot(t, ctx, "rbac-alice-run")

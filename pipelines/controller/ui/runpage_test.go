@@ -327,9 +327,8 @@ func TestBrowserRunSummaryAndDiff(t *testing.T) {
 	t.Parallel()
 	e := previewEnv(t)
 	r := startParked(t, e, promoteWithPreview(t), "prod", "approve")
-	ctx := browser(t)
 	url := e.URL + "/ui/runs/" + r.ID
-	signIn(t, ctx, url, aliceToken)
+	ctx := signedInTab(t, url, aliceToken)
 	run(t, ctx, "live", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery))
 	card := `[data-approval="prod.approve"]`
 	if got := text(t, ctx, card+` table.edits`); !strings.Contains(got, "image.tag 1.4.1 → 1.5.0") || !strings.Contains(got, "region new → eu-west-1") {
@@ -435,8 +434,7 @@ stages:
 	if rb := final.Stages[0].Rollback[0]; rb.Status != pipelines.StSucceeded {
 		t.Fatalf("the rollback step did not run: %s", rb.Status)
 	}
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+r.ID, bobToken)
 	run(t, ctx, "rollback shown", chromedp.WaitVisible(`[data-step="dev.undo"]`, chromedp.ByQuery))
 	if got := text(t, ctx, `[data-step="dev.undo"]`); !strings.Contains(got, "succeeded") {
 		t.Errorf("rollback step: %q", got)
@@ -495,8 +493,7 @@ stages:
         with: {approvers: {groups: [release], minimumCount: 1}, message: "Promote?"}
 `, nil)
 	waitParked(t, e, r.ID, "prod", "approve")
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, aliceToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+r.ID, aliceToken)
 	viewport(t, ctx, 400, 800)
 	card := `[data-approval="prod.approve"]`
 	run(t, ctx, "card", chromedp.WaitVisible(card+` button.approve`, chromedp.ByQuery))

@@ -25,8 +25,7 @@ func TestBrowserRunsPaging(t *testing.T) {
 		r := e.Start("name: paged\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", nil)
 		ids = append(ids, r.ID)
 	}
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/", bobToken)
 	for _, size := range []struct {
 		name string
 		w, h int64

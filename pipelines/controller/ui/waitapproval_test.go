@@ -100,8 +100,7 @@ func TestBrowserApprovalCard(t *testing.T) {
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := startParked(t, e, promotePipeline, "prod", "approve")
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/?status=waitingApproval", aliceToken)
+	ctx := signedInTab(t, e.URL+"/ui/?status=waitingApproval", aliceToken)
 	row := `tr[data-run="` + r.ID + `"]`
 	run(t, ctx, "filtered row", chromedp.WaitVisible(row, chromedp.ByQuery))
 	if got := text(t, ctx, row+` .st`); got != "waitingApproval" {
