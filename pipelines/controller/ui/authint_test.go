@@ -117,6 +117,7 @@ func apiPost(t *testing.T, url, token string) (int, string) {
 // audited with his OIDC subject and groups; he cancels his dev run. Alice (group release)
 // signs in and approves prod. The API decides the same for the provider's ID tokens.
 func TestBrowserOIDCWithRBAC(t *testing.T) {
+	t.Parallel()
 	e := newAuthIntEnv(t)
 	ctx0 := context.Background()
 	prod := startWebAsAlice(t, e.uiEnv)

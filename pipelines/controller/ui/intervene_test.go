@@ -45,6 +45,7 @@ func waitIntervention(t *testing.T, e *uiEnv, id string) {
 // approvers, sees why he may not decide instead of buttons; alice rolls the stage back from
 // the card, and the page records who did it.
 func TestBrowserInterventionCard(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(interventionPipeline, nil)

@@ -123,6 +123,7 @@ func signInHTTP(t *testing.T, e *uiEnv, token, page string) (*http.Client, strin
 // why); his forged POSTs get a 403 page naming what he lacks, change nothing, and are in the
 // audit log with his groups. Alice sees both and cancels.
 func TestBrowserRBACCancelAndApprove(t *testing.T) {
+	t.Parallel()
 	e, _ := newRBACUIEnv(t, rbacPolicy)
 	r := startWebAsAlice(t, e)
 	runURL := e.URL + "/ui/runs/" + r.ID
