@@ -231,9 +231,9 @@ func TestRunEventsStream(t *testing.T) {
 			}
 		}
 	}
-	for _, path := range []string{"/events", "/logs"} {
-		if resp, err := http.Get(srv.URL + "/ui/runs/nope" + path); err != nil || resp.StatusCode != http.StatusNotFound {
-			t.Errorf("%s of an unknown run: %v %v", path, err, resp.StatusCode)
+	for _, path := range []string{"", "/events", "/logs"} { // the page and its two streams
+		if code, _, body := do(t, client(t), "GET", srv.URL+"/ui/runs/nope"+path, nil, nil); code != http.StatusNotFound {
+			t.Errorf("GET /ui/runs/nope%s (an unknown run): %d %.300s, want 404", path, code, body)
 		}
 	}
 }
