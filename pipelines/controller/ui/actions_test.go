@@ -13,13 +13,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/pipelines/policy"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -68,15 +65,7 @@ func actionViewport(w int64) chromedp.Action { return chromedp.EmulateViewport(w
 // stage it carried.
 func TestBrowserRetryFromFailedStage(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e, gh, _ := newReleaseUIEnv(t)
 	e.RegisterAgent("sim")
 	first := e.Start(twoEnvPipeline, map[string]any{"tag": "3.1"})
 	waitParked(t, e, first.ID, "staging", "gate")
@@ -92,8 +81,7 @@ func TestBrowserRetryFromFailedStage(t *testing.T) {
 		t.Fatalf("first run opened %d PRs, want dev's only: %+v", len(prs), prs)
 	}
 
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+first.ID, aliceToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+first.ID, aliceToken)
 	run(t, ctx, "buttons", chromedp.WaitVisible(`#retry button`, chromedp.ByQuery), chromedp.WaitVisible(`#rerun button`, chromedp.ByQuery))
 	shot(t, ctx, "actions-failed-run")
 	run(t, ctx, "retry", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery), chromedp.Click(`#retry button`, chromedp.ByQuery),
@@ -158,8 +146,7 @@ func TestBrowserRerun(t *testing.T) {
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	src := "name: again\ninputs: {tag: {type: string, required: true}}\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop, with: {outputs: {tag: \"${{ inputs.tag }}\"}}}\n"
 	first := e.Wait(e.Start(src, map[string]any{"tag": "7.7"}).ID, 20*time.Second)
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+first.ID, bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+first.ID, bobToken)
 	run(t, ctx, "rerun", chromedp.WaitVisible(`#rerun button`, chromedp.ByQuery), chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery),
 		chromedp.Click(`#rerun button`, chromedp.ByQuery), chromedp.WaitVisible(`#origin`, chromedp.ByID))
 	if got := text(t, ctx, `#origin`); got != "re-run of "+first.ID+" (same pipeline source and inputs)" {
@@ -229,8 +216,7 @@ func promoteEnv(t *testing.T) *uiEnv {
 func TestBrowserPromoteForm(t *testing.T) {
 	t.Parallel()
 	e := promoteEnv(t)
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/promote?pipeline=release&env=prod&in.tag=1.4.2", aliceToken)
+	ctx := signedInTab(t, e.URL+"/ui/promote?pipeline=release&env=prod&in.tag=1.4.2", aliceToken)
 	var tag, replicas, region string
 	var canary bool
 	run(t, ctx, "form", chromedp.WaitVisible(`#promote`, chromedp.ByID),
@@ -301,10 +287,7 @@ func TestPromoteAndActionsRefused(t *testing.T) {
 	e := promoteEnv(t)
 	parked := e.Start("name: parked\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Approval, timeout: 5m, with: {approvers: {users: [alice]}}}\n", nil)
 	ok := e.Wait(e.Start("name: quick\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n", nil).ID, 20*time.Second)
-	c := client(t)
-	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {aliceToken}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("login: %d", code)
-	}
+	c := signedIn(t, e, aliceToken)
 	_, _, page := do(t, c, "GET", e.URL+"/ui/promote?pipeline=release", nil, nil)
 	m := csrfRE.FindStringSubmatch(page)
 	if m == nil {

@@ -4,25 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/pipelines/controller"
-	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
 // TestAgentsShowLastResync: the agents table says when a leader last re-listed its backend and
 // how many records its re-lists repaired; a replica that never re-listed shows a dash.
 func TestAgentsShowLastResync(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	e, srv := newAnonUI(t, "dev")
 	now := time.Now().UTC()
 	last := time.Date(2026, 11, 28, 4, 5, 6, 0, time.UTC)
 	for _, r := range []agent.Registration{

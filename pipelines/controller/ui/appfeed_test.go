@@ -16,9 +16,7 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -33,10 +31,7 @@ stages:
 // appsEnv is a controller with a UI server and a run parked on a step whose apps include
 // sim/web-dev.
 func appsEnv(t testing.TB) (*ctltest.Env, *httptest.Server, *pipelines.Run) {
-	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	t.Cleanup(srv.Close)
+	e, srv := newAnonUI(t)
 	putApp(t, e, agent.HealthHealthy, "1111111111111111111111111111111111111111")
 	r := e.Start(appsPipeline, nil)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -190,11 +185,9 @@ func TestBrowserTwoRunPagesSeeAnAppChange(t *testing.T) {
 	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	putApp(t, e.Env, agent.HealthHealthy, "1111111111111111111111111111111111111111")
-	r := e.Start(appsPipeline, nil)
-	waitParked(t, e, r.ID, "dev", "soak")
+	r := startParked(t, e, appsPipeline, "dev", "soak")
 	url := e.URL + "/ui/runs/" + r.ID
-	first := browser(t)
-	signIn(t, first, url, bobToken)
+	first := signedInTab(t, url, bobToken)
 	second := newTab(t, first) // a second tab, signed in as well
 	tabs := []context.Context{first, second}
 	run(t, second, "open the second page", chromedp.Navigate(url))

@@ -17,10 +17,7 @@ import (
 // pages and refused actions record nothing; no token reaches the audit stream.
 func TestUIAudit(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{Audit: true}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	e, r := newApprovalUIEnv(t, ctltest.Options{Audit: true})
 	c := client(t)
 	const wrong = "wrong-token-0123456789"
 	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {wrong}}, nil); code != http.StatusUnauthorized {

@@ -17,11 +17,13 @@ import (
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
+	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/pipelines/controller/ctltest/parallel"
 	"github.com/prflow/prflow/pipelines/controller/ui"
+	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
@@ -69,6 +71,22 @@ func newUIEnv(t *testing.T, o ctltest.Options, fb *controller.Feedback) *uiEnv {
 		e.Ctl.SetFeedback(fb)
 	}
 	return &uiEnv{Env: e, URL: srv.URL}
+}
+
+// newReleaseUIEnv is newUIEnv with the GitHub fake holding the example release repo as
+// acme/release, which steps reach through connector "release".
+func newReleaseUIEnv(t *testing.T) (*uiEnv, *scmtest.GitHub, scm.Provider) {
+	t.Helper()
+	gh := scmtest.NewGitHub(t)
+	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
+		t.Fatal(err)
+	}
+	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	return e, gh, ghp
 }
 
 // One Chromium serves every test of the package (starting it is the slow part); each test
@@ -202,6 +220,15 @@ func signIn(t *testing.T, ctx context.Context, url, token string) {
 	}
 }
 
+// signedInTab is a new browser tab (in a browser context of its own) signed in with token,
+// at url.
+func signedInTab(t *testing.T, url, token string) context.Context {
+	t.Helper()
+	ctx := browser(t)
+	signIn(t, ctx, url, token)
+	return ctx
+}
+
 // text reads an element's text in one step in the page: the live run body is replaced on
 // every pushed update, so a node looked up first and read after may be gone.
 func text(t *testing.T, ctx context.Context, sel string) string {
@@ -248,6 +275,23 @@ func waitParked(t *testing.T, e *uiEnv, id, stage, step string) {
 	}
 }
 
+// startParked starts src and waits until its step stage.step is parked.
+func startParked(t *testing.T, e *uiEnv, src, stage, step string) *pipelines.Run {
+	t.Helper()
+	r := e.Start(src, nil)
+	waitParked(t, e, r.ID, stage, step)
+	return r
+}
+
+// newApprovalUIEnv is newUIEnv with agent sim registered and a run of approvalPipeline
+// parked at its prod approval.
+func newApprovalUIEnv(t *testing.T, o ctltest.Options) (*uiEnv, *pipelines.Run) {
+	t.Helper()
+	e := newUIEnv(t, o, nil)
+	e.RegisterAgent("sim")
+	return e, startParked(t, e, approvalPipeline, "prod", "approve")
+}
+
 // TestBrowserRunList: a run the test starts is listed (pipeline, status), newest first, and
 // the filters keep or drop it.
 func TestBrowserRunList(t *testing.T) {
@@ -257,8 +301,7 @@ func TestBrowserRunList(t *testing.T) {
 	e.Wait(old.ID, 20*time.Second)
 	r := e.Start("name: listed\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n", nil)
 	e.Wait(r.ID, 20*time.Second)
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/", bobToken)
 	row := `tr[data-run="` + r.ID + `"]`
 	run(t, ctx, "run row", chromedp.WaitVisible(row, chromedp.ByQuery))
 	if got := text(t, ctx, row+` td:nth-child(2)`); got != "listed" {
@@ -288,13 +331,9 @@ func TestBrowserRunList(t *testing.T) {
 // approval arrives through the API — pushed over SSE, without a reload.
 func TestBrowserRunPageLive(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
-	ctx := browser(t)
+	e, r := newApprovalUIEnv(t, ctltest.Options{})
 	url := e.URL + "/ui/runs/" + r.ID
-	signIn(t, ctx, url, bobToken)
+	ctx := signedInTab(t, url, bobToken)
 	if got := text(t, ctx, `.runhead .st`); got != "waitingApproval" {
 		t.Fatalf("run status on the page: %q, want waitingApproval", got)
 	}
@@ -335,13 +374,9 @@ func TestBrowserRunPageLive(t *testing.T) {
 // approval is released and the run succeeds with the decision recorded.
 func TestBrowserApproveFromPage(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
-	ctx := browser(t)
+	e, r := newApprovalUIEnv(t, ctltest.Options{})
 	url := e.URL + "/ui/runs/" + r.ID
-	signIn(t, ctx, url, aliceToken)
+	ctx := signedInTab(t, url, aliceToken)
 	form := `[data-approval="prod.approve"] form.decide`
 	// body[data-live] says the live stream has delivered the run (which re-renders the body);
 	// what is typed before or after that stays.
@@ -434,8 +469,7 @@ func TestBrowserCommitStatusLink(t *testing.T) {
 	if want := e.URL + "/ui/runs/" + r.ID; target != want {
 		t.Fatalf("status links to %s, want %s", target, want)
 	}
-	ctx := browser(t)
-	signIn(t, ctx, target, bobToken)
+	ctx := signedInTab(t, target, bobToken)
 	if got := text(t, ctx, `.runhead h1 code`); got != r.ID {
 		t.Errorf("run page heading %q", got)
 	}

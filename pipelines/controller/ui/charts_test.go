@@ -3,7 +3,6 @@ package ui_test
 import (
 	"encoding/base64"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -35,10 +34,7 @@ stages:
 	if f := e.Wait(r.ID, 60*time.Second); f.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s", f.Status, f.Error)
 	}
-	c := client(t)
-	if code, _, body := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {bobToken}, "next": {"/ui/"}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("sign in: %d %s", code, body)
-	}
+	c := signedIn(t, e, bobToken)
 	code, _, body := do(t, c, "GET", e.URL+"/ui/runs/"+r.ID, nil, nil)
 	if code != http.StatusOK {
 		t.Fatalf("run page: %d", code)

@@ -1,24 +1,16 @@
 package ui_test
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prflow/prflow/pipelines/controller"
-	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
 // The run page says when a stage was already promoted (with the revision that held the
 // values) and lists what an edit created; a stage that changed something is not marked.
 func TestRunPageMarksAlreadyPromotedAndCreated(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	e, srv := newAnonUI(t)
 	r := e.Start(`name: x
 stages:
   - id: dev

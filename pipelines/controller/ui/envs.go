@@ -265,10 +265,9 @@ func (u *UI) envEvents(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-keepalive.C:
-			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+			if out.keepalive() != nil {
 				return
 			}
-			out.f.Flush()
 		case <-changed:
 			if !push() {
 				return

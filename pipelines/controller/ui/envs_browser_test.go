@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,15 +13,11 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/scm"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
-	"github.com/prflow/prflow/steps"
 )
 
 const envHookSecret = "ui-envs-hook-secret-0123456789"
@@ -65,15 +60,7 @@ type envsUI struct {
 
 func newEnvsUI(t *testing.T) *envsUI {
 	t.Helper()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e, gh, ghp := newReleaseUIEnv(t)
 	e.Ctl.SetWebhooks(controller.NewWebhooks(0, map[string]string{"github": envHookSecret}))
 	gh.RegisterWebhook(e.URL+"/hooks/github", envHookSecret)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,8 +119,7 @@ func TestBrowserEnvironmentChangedByRunAndByHand(t *testing.T) {
 	runB, commitB := e.promote("web-b", "1.6.0")
 	e.app("Synced", "Healthy", commitB)
 
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/environments", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/environments", bobToken)
 	card := `article[data-env="dev"]`
 	run(t, ctx, "dev synced", chromedp.WaitVisible(card+`[data-state="synced"]`, chromedp.ByQuery))
 	var n int
@@ -211,8 +197,7 @@ func TestBrowserEnvironmentDrift(t *testing.T) {
 	_, old := e.promote("web", "2.0.0")
 	_, cur := e.promote("web", "2.1.0")
 	e.app("Synced", "Healthy", cur)
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/environments", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/environments", bobToken)
 	card := `article[data-env="dev"]`
 	run(t, ctx, "synced", chromedp.WaitVisible(card+`[data-state="synced"]`, chromedp.ByQuery))
 	run(t, ctx, "mark", chromedp.Evaluate(`window.prflowMarker = 9`, nil))
@@ -264,8 +249,7 @@ func TestBrowserEnvironmentRollBackFromHistory(t *testing.T) {
 	run16, commit16 := e.promote("web-a", "1.6.0")
 	e.app("Synced", "Healthy", commit16)
 
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/environments/dev", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/environments/dev", bobToken)
 	card := `article[data-env="dev"]`
 	run(t, ctx, "history", chromedp.WaitVisible(card+` table.history tbody tr`, chromedp.ByQuery))
 	var n int
@@ -334,10 +318,7 @@ func TestPromoteFormPrefilledFromEnvironmentBefore(t *testing.T) {
 	if f := e.Wait(r.ID, 90*time.Second); f.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s %s", r.ID, f.Status, f.Error)
 	}
-	c := client(t)
-	if code, _, body := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {bobToken}, "next": {"/ui/"}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("sign in: %d %s", code, body)
-	}
+	c := signedIn(t, e.uiEnv, bobToken)
 	valueOf := func(q string) string {
 		t.Helper()
 		code, _, body := do(t, c, "GET", e.URL+"/ui/promote?"+q, nil, nil)

@@ -3,70 +3,27 @@ package ui_test
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
-	"github.com/prflow/prflow/steps"
 )
 
-const twoEnvPipeline = `
-name: promote-two
-inputs:
-  tag: {type: string, required: true}
-environments:
-  - {name: dev, clusters: [{name: dev-eu, agent: sim}]}
-  - {name: staging, clusters: [{name: staging-eu, agent: sim}]}
-stages:
-  - id: dev
-    environment: dev
-    steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
-               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
-      - id: merge
-        type: MergePR
-        with: {mergeStrategy: squash}
-  - id: staging
-    environment: staging
-    steps:
-      - id: gate
-        type: Approval
-        timeout: 5m
-        with: {approvers: {groups: [release], minimumCount: 1}}
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
-               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
-      - id: merge
-        type: MergePR
-        with: {mergeStrategy: squash}
-`
+// twoEnvPipeline is promoteEnvs through dev and staging with an approval by group release
+// (step gate) before staging's change.
+var twoEnvPipeline = strings.Replace(promoteEnvs("promote-two", "dev", "staging"), "    environment: staging\n    steps:\n",
+	"    environment: staging\n    steps:\n      - {id: gate, type: Approval, timeout: 5m, with: {approvers: {groups: [release], minimumCount: 1}}}\n", 1)
 
 // TestEnvironmentsView: each environment's card shows the value and merge commit of the
 // newest run that merged a change of it, and that run; a stage that merged nothing (its
 // approval rejected) does not count.
 func TestEnvironmentsView(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e, _, _ := newReleaseUIEnv(t)
 	e.RegisterAgent("sim")
 	alice := controller.User{Name: "alice", Groups: []string{"release"}}
 	decide := func(id string, approve bool) {
@@ -95,10 +52,7 @@ func TestEnvironmentsView(t *testing.T) {
 		t.Fatal("merge steps report no commitId")
 	}
 
-	c := client(t)
-	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {bobToken}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("login: %d", code)
-	}
+	c := signedIn(t, e, bobToken)
 	// The model follows the runs' records as they are written (coalesced): wait until the
 	// page shows run 2 in dev.
 	page := waitPage(t, c, e.URL+"/ui/environments", func(p string) bool { return strings.Contains(p, `by run <a href="/ui/runs/`+r2.ID+`"`) })

@@ -79,8 +79,7 @@ func TestBrowserEventListShowsTriggerFailure(t *testing.T) {
 			t.Fatal("the event was never recorded")
 		}
 	}
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/events", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/events", bobToken)
 	row := `#events tr[data-delivery="` + delivery + `"]`
 	run(t, ctx, "event row", chromedp.WaitVisible(row, chromedp.ByQuery))
 	if got := text(t, ctx, row+` td:nth-child(2)`); got != "trigger failed" {
@@ -104,8 +103,7 @@ func TestBrowserEventListShowsTriggerFailure(t *testing.T) {
 func TestEventsPageWithoutAudit(t *testing.T) {
 	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
-	c := client(t)
-	do(t, c, "POST", e.URL+"/ui/login", map[string][]string{"token": {bobToken}}, nil)
+	c := signedIn(t, e, bobToken)
 	code, _, page := do(t, c, "GET", e.URL+"/ui/events", nil, nil)
 	if code != http.StatusOK || !strings.Contains(page, "the audit log is off on this server: webhook events are not recorded") ||
 		strings.Contains(page, "No webhook event recorded yet") {

@@ -21,6 +21,16 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
+// newAnonUI is a running prflow whose API and UI need no sign-in (as on loopback): everyone
+// is user dev, in groups. The server closes when the test ends.
+func newAnonUI(t testing.TB, groups ...string) (*ctltest.Env, *httptest.Server) {
+	e := ctltest.New(t, ctltest.Options{})
+	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: groups}}
+	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
+	t.Cleanup(srv.Close)
+	return e, srv
+}
+
 // client is a cookie-keeping HTTP client that does not follow redirects.
 func client(t *testing.T) *http.Client {
 	t.Helper()
@@ -50,16 +60,24 @@ func do(t *testing.T, c *http.Client, method, u string, form url.Values, hdr map
 	return resp.StatusCode, resp.Header, string(b)
 }
 
+// signedIn is an HTTP client with a UI session signed in with token (the login form as the
+// browser sends it).
+func signedIn(t *testing.T, e *uiEnv, token string) *http.Client {
+	t.Helper()
+	c := client(t)
+	if code, _, body := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {token}, "next": {"/ui/"}}, map[string]string{"Origin": e.URL}); code != http.StatusSeeOther {
+		t.Fatalf("sign in: %d %s", code, body)
+	}
+	return c
+}
+
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // TestSessionAndCSRF: the session cookie's attributes, and every way an action is refused:
 // no session, a wrong or missing CSRF token, another site's Origin; then the right one works.
 func TestSessionAndCSRF(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	e, r := newApprovalUIEnv(t, ctltest.Options{})
 	c := client(t)
 	runURL := e.URL + "/ui/runs/" + r.ID
 
@@ -150,10 +168,7 @@ func TestSessionAndCSRF(t *testing.T) {
 // need the CSRF token of the session the first page set.
 func TestAnonymousLoopback(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	e, srv := newAnonUI(t, "dev")
 	r := e.Start("name: slow\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", nil)
 	c := client(t)
 	if code, h, _ := do(t, c, "GET", srv.URL+"/", nil, nil); code != http.StatusFound || h.Get("Location") != "/ui/" {
@@ -177,10 +192,7 @@ func TestAnonymousLoopback(t *testing.T) {
 // when the run finishes; it is the only thing the page needs for live status.
 func TestRunEventsStream(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	e, srv := newAnonUI(t)
 	r := e.Start("name: s\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop, with: {message: hello from a}}\n", nil)
 	e.Wait(r.ID, 20*time.Second)
 	for _, path := range []string{"/events", "/logs"} {
@@ -219,8 +231,10 @@ func TestRunEventsStream(t *testing.T) {
 			}
 		}
 	}
-	if resp, err := http.Get(srv.URL + "/ui/runs/nope/events"); err != nil || resp.StatusCode != http.StatusNotFound {
-		t.Errorf("events of an unknown run: %v %v", err, resp.StatusCode)
+	for _, path := range []string{"", "/events", "/logs"} { // the page and its two streams
+		if code, _, body := do(t, client(t), "GET", srv.URL+"/ui/runs/nope"+path, nil, nil); code != http.StatusNotFound {
+			t.Errorf("GET /ui/runs/nope%s (an unknown run): %d %.300s, want 404", path, code, body)
+		}
 	}
 }
 
@@ -228,10 +242,7 @@ func TestRunEventsStream(t *testing.T) {
 // http(s) URLs become links, and a SHA is shortened with its full value kept for copying.
 func TestOutputsEscaped(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	e, srv := newAnonUI(t)
 	r := e.Start(`name: x
 stages:
   - id: s
@@ -264,10 +275,7 @@ stages:
 // re-renders the run page of a run whose steps named the app, with no run change.
 func TestRunEventsAppStatus(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	e, srv := newAnonUI(t)
 	put := func(health, rev string) {
 		t.Helper()
 		b, _ := json.Marshal(agent.AppStatus{V: agent.Version, Agent: "sim", Name: "web-dev", Sync: agent.SyncSynced, Health: health, SyncedRevision: rev})

@@ -23,15 +23,9 @@ var idemRE = regexp.MustCompile(`name="idem" value="([^"]+)"`)
 // cancels once and answers the repeat as done; the key with another action is refused.
 func TestFormsActOnce(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
-	c := client(t)
+	e, r := newApprovalUIEnv(t, ctltest.Options{})
+	c := signedIn(t, e, aliceToken)
 	runURL := e.URL + "/ui/runs/" + r.ID
-	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {aliceToken}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("login: %d", code)
-	}
 	_, _, page := do(t, c, "GET", runURL, nil, nil)
 	keys := idemRE.FindAllStringSubmatch(page, -1)
 	if len(keys) != 2 || keys[0][1] == keys[1][1] {
@@ -71,8 +65,7 @@ func TestFormsActOnce(t *testing.T) {
 	}
 
 	// Cancel: the same form twice cancels once, and says so.
-	r2 := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r2.ID, "prod", "approve")
+	r2 := startParked(t, e, approvalPipeline, "prod", "approve")
 	_, _, page = do(t, c, "GET", e.URL+"/ui/runs/"+r2.ID, nil, nil)
 	cancelForm := url.Values{"csrf": {csrf}, "idem": {idemRE.FindStringSubmatch(page)[1]}}
 	for i, want := range []string{"cancel+requested+by+alice", "cancel+requested+by+alice+%28this+form+was+sent+before"} {
@@ -93,12 +86,8 @@ func TestFormsActOnce(t *testing.T) {
 // first answer back instead of a refusal or a second decision.
 func TestBrowserFormResentActsOnce(t *testing.T) {
 	t.Parallel()
-	e := newUIEnv(t, ctltest.Options{}, nil)
-	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, aliceToken)
+	e, r := newApprovalUIEnv(t, ctltest.Options{})
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+r.ID, aliceToken)
 	form := `[data-approval="prod.approve"] form.decide`
 	var key string
 	// The form as the browser sends it, kept (across the page change) to send again.

@@ -45,6 +45,7 @@ func waitIntervention(t *testing.T, e *uiEnv, id string) {
 // approvers, sees why he may not decide instead of buttons; alice rolls the stage back from
 // the card, and the page records who did it.
 func TestBrowserInterventionCard(t *testing.T) {
+	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
 	r := e.Start(interventionPipeline, nil)
@@ -59,8 +60,7 @@ func TestBrowserInterventionCard(t *testing.T) {
 		t.Errorf("bob's card %q: want the reason and no buttons", got)
 	}
 	run(t, ctx, "sign out", chromedp.Navigate(e.URL+"/ui/login"))
-	ctx = browser(t)
-	signIn(t, ctx, url, aliceToken)
+	ctx = signedInTab(t, url, aliceToken)
 	if got := text(t, ctx, `.runhead`); !strings.Contains(got, string(pipelines.StWaitingIntervention)) {
 		t.Errorf("run head %q does not say it waits for an intervention", got)
 	}

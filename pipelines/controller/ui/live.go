@@ -2,7 +2,6 @@ package ui
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -54,22 +52,22 @@ func (s *sse) send(event, data string) error {
 	return nil
 }
 
+// keepalive writes a comment line: proxies drop streams that stay idle.
+func (s *sse) keepalive() error {
+	if _, err := s.w.Write([]byte(": keepalive\n\n")); err != nil {
+		return err
+	}
+	s.f.Flush()
+	return nil
+}
+
 // runEvents pushes the run page's body, re-rendered, on every change of the run's KV entry
 // (a watch on its key: the page holds no timer and polls nothing). It ends with an "end"
 // event once the run has finished.
 func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx := r.Context()
-	run, err := u.ctl.Get(ctx, id)
-	if err != nil {
-		code := http.StatusInternalServerError
-		if errors.Is(err, controller.ErrNotFound) {
-			code = http.StatusNotFound
-		}
-		http.Error(w, err.Error(), code)
-		return
-	}
-	if !u.mayGetRun(w, r, run, true) { // rbac.go
+	if _, ok := u.readableRun(w, r, true); !ok { // rbac.go
 		return
 	}
 	watch, err := u.ctl.Buckets().Runs.Watch(ctx, id)
@@ -103,10 +101,9 @@ func (u *UI) runEvents(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-keepalive.C:
-			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+			if out.keepalive() != nil {
 				return
 			}
-			out.f.Flush()
 		case <-apps.Changes():
 			drain(apps.Changes()) // one render for a burst
 			if last != nil && !push(last) {
@@ -190,16 +187,8 @@ type logLine struct {
 func (u *UI) runLogs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx := r.Context()
-	run, err := u.ctl.Get(ctx, id)
-	if err != nil {
-		code := http.StatusInternalServerError
-		if errors.Is(err, controller.ErrNotFound) {
-			code = http.StatusNotFound
-		}
-		http.Error(w, err.Error(), code)
-		return
-	}
-	if !u.mayGetRun(w, r, run, true) { // rbac.go
+	run, ok := u.readableRun(w, r, true) // rbac.go
+	if !ok {
 		return
 	}
 	oc, err := u.ctl.Conn().JS.OrderedConsumer(ctx, queue.StreamLogs, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"prflow.logs." + id + ".>"}})
@@ -248,10 +237,8 @@ func (u *UI) runLogs(w http.ResponseWriter, r *http.Request) {
 		}
 		if cur, err := u.ctl.Get(ctx, id); err == nil && cur.Status.Terminal() {
 			done = true // one more pass for lines published just before the end
-		} else if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+		} else if out.keepalive() != nil {
 			return
-		} else {
-			out.f.Flush()
 		}
 	}
 }

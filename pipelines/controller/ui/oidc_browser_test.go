@@ -45,12 +45,13 @@ func newOIDCUIEnvWith(t *testing.T, o ctltest.Options, users []oidctest.User) (*
 	idp := oidctest.Start(t, users, oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath},
 		PostLogout: []string{base + "/ui/login?signed-out"}})
 	dir := t.TempDir()
-	t.Setenv("UI_OIDC_SECRET", "ui-secret-0123456789")
-	t.Setenv("UI_SESSION_KEY", strings.Repeat("k", 48))
+	// The secrets in files, not environment variables: the tests that use this run in parallel.
 	file := filepath.Join(dir, "oidc.yaml")
-	spec := fmt.Sprintf("issuer: %s\nname: Test IdP\nclientID: prflow-ui\nclientSecret: env:UI_OIDC_SECRET\nsessionKey: env:UI_SESSION_KEY\n", idp.Issuer)
-	if err := os.WriteFile(file, []byte(spec), 0o600); err != nil {
-		t.Fatal(err)
+	spec := fmt.Sprintf("issuer: %s\nname: Test IdP\nclientID: prflow-ui\nclientSecret: file:client-secret\nsessionKey: file:session-key\n", idp.Issuer)
+	for name, v := range map[string]string{"client-secret": "ui-secret-0123456789", "session-key": strings.Repeat("k", 48), "oidc.yaml": spec} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg, err := oidc.LoadConfig(file, base)
 	if err != nil {
@@ -92,10 +93,10 @@ func oidcSignIn(t *testing.T, ctx context.Context, url string) {
 // groups; a tampered session cookie is refused with a page that says so; logout ends the
 // session through the provider and shows the sign-in page again.
 func TestBrowserOIDCSignIn(t *testing.T) {
+	t.Parallel()
 	e, _ := newOIDCUIEnv(t, ctltest.Options{Audit: true})
 	e.RegisterAgent("sim")
-	r := e.Start(approvalPipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+	r := startParked(t, e, approvalPipeline, "prod", "approve")
 	ctx := browser(t)
 	runURL := e.URL + "/ui/runs/" + r.ID
 
@@ -180,6 +181,7 @@ func TestBrowserOIDCSignIn(t *testing.T) {
 // TestOIDCRefusalPages: a callback the server did not start, and a provider error, each get the
 // sign-in page with a status and a message that says what happened.
 func TestOIDCRefusalPages(t *testing.T) {
+	t.Parallel()
 	e, _ := newOIDCUIEnv(t, ctltest.Options{})
 	for _, tc := range []struct{ query, want string }{
 		{"?code=abc&state=xyz", "no sign-in is in progress in this browser"},

@@ -132,16 +132,8 @@ func (u *UI) approvals(ctx context.Context, pipeline string, keep func(*controll
 }
 
 func (u *UI) runPage(w http.ResponseWriter, r *http.Request) {
-	run, err := u.ctl.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		code := http.StatusInternalServerError
-		if errors.Is(err, controller.ErrNotFound) {
-			code = http.StatusNotFound
-		}
-		u.fail(w, r, code, err.Error())
-		return
-	}
-	if !u.mayGetRun(w, r, run, false) {
+	run, ok := u.readableRun(w, r, false) // rbac.go
+	if !ok {
 		return
 	}
 	data := map[string]any{"Title": "Run " + run.ID, "Nav": "runs", "Run": u.runView(r.Context(), run, sessionFrom(r.Context()))}

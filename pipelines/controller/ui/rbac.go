@@ -34,6 +34,25 @@ func (u *UI) authorize(w http.ResponseWriter, r *http.Request, run, resource, ac
 	return false
 }
 
+// readableRun reads the run the path names for a page or an event stream of it: a run that is
+// not there answers 404, one the user may not see 403 (page, or plain text for a stream).
+func (u *UI) readableRun(w http.ResponseWriter, r *http.Request, stream bool) (*pipelines.Run, bool) {
+	run, err := u.ctl.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, controller.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		if stream {
+			http.Error(w, err.Error(), code)
+		} else {
+			u.fail(w, r, code, err.Error())
+		}
+		return nil, false
+	}
+	return run, u.mayGetRun(w, r, run, stream)
+}
+
 // mayGetRun answers 403 (page, or plain text for an event stream) when the user may not see run.
 func (u *UI) mayGetRun(w http.ResponseWriter, r *http.Request, run *pipelines.Run, stream bool) bool {
 	objs := u.ctl.RunObjects(r.Context(), run, rbac.Get)

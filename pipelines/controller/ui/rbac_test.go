@@ -50,19 +50,55 @@ stages:
           message: Promote to prod?
 `
 
-func newRBACUIEnv(t *testing.T) (*uiEnv, string) {
+// newRBACUIEnv is newUIEnv (with an audit log and agent sim) under policy, from a file whose
+// path it returns: the controller reloads it when a test edits it.
+func newRBACUIEnv(t *testing.T, policy string) (*uiEnv, string) {
+	t.Helper()
+	opt, path := rbacOption(t, policy)
+	e := newUIEnv(t, ctltest.Options{Audit: true, Controller: []controller.Option{opt}}, nil)
+	e.RegisterAgent("sim")
+	return e, path
+}
+
+// rbacOption writes policy to a file and opens it as the controller's RBAC policy.
+func rbacOption(t *testing.T, policy string) (controller.Option, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rbac.yaml")
-	if err := os.WriteFile(path, []byte(rbacPolicy), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f, err := rbac.OpenFile(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newUIEnv(t, ctltest.Options{Audit: true, Controller: []controller.Option{controller.WithRBAC(f)}}, nil)
-	e.RegisterAgent("sim")
-	return e, path
+	return controller.WithRBAC(f), path
+}
+
+// startWebAsAlice starts devProdPipeline as alice (group release) and waits until its prod
+// approval is parked.
+func startWebAsAlice(t *testing.T, e *uiEnv) *pipelines.Run {
+	t.Helper()
+	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "web.yaml", Source: []byte(devProdPipeline), Executor: "alice", Groups: []string{"release"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitParked(t, e, r.ID, "prod", "approve")
+	return r
+}
+
+// bobMayNotDecide checks the page of devProdPipeline's parked run as bob sees it: no Cancel
+// button, no approval form, and an approval card that says which permission he lacks.
+func bobMayNotDecide(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var cancels, forms int
+	run(t, ctx, "count buttons", chromedp.Evaluate(`document.querySelectorAll('#cancel').length`, &cancels),
+		chromedp.Evaluate(`document.querySelectorAll('form.decide').length`, &forms))
+	if cancels != 0 || forms != 0 {
+		t.Fatalf("bob sees %d Cancel buttons and %d approval forms on the prod run, want none", cancels, forms)
+	}
+	if got := text(t, ctx, `[data-approval="prod.approve"]`); !strings.Contains(got, "bob (groups dev) may not approve approvals web/prod") {
+		t.Errorf("bob's approval card does not say why: %q", got)
+	}
 }
 
 // signInHTTP signs in with token on a cookie-keeping client and returns the session's CSRF
@@ -70,10 +106,7 @@ func newRBACUIEnv(t *testing.T) (*uiEnv, string) {
 // page.
 func signInHTTP(t *testing.T, e *uiEnv, token, page string) (*http.Client, string, string) {
 	t.Helper()
-	c := client(t)
-	if code, _, _ := do(t, c, "POST", e.URL+"/ui/login", url.Values{"token": {token}, "next": {"/ui/"}}, nil); code != http.StatusSeeOther {
-		t.Fatalf("login: %d", code)
-	}
+	c := signedIn(t, e, token)
 	_, _, body := do(t, c, "GET", e.URL+page, nil, nil)
 	base, _ := url.Parse(e.URL + "/ui/")
 	for _, ck := range c.Jar.Cookies(base) {
@@ -90,26 +123,14 @@ func signInHTTP(t *testing.T, e *uiEnv, token, page string) (*http.Client, strin
 // why); his forged POSTs get a 403 page naming what he lacks, change nothing, and are in the
 // audit log with his groups. Alice sees both and cancels.
 func TestBrowserRBACCancelAndApprove(t *testing.T) {
-	e, _ := newRBACUIEnv(t)
-	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "web.yaml", Source: []byte(devProdPipeline), Executor: "alice", Groups: []string{"release"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitParked(t, e, r.ID, "prod", "approve")
+	t.Parallel()
+	e, _ := newRBACUIEnv(t, rbacPolicy)
+	r := startWebAsAlice(t, e)
 	runURL := e.URL + "/ui/runs/" + r.ID
 
-	ctx := browser(t)
-	signIn(t, ctx, runURL, bobToken)
+	ctx := signedInTab(t, runURL, bobToken)
 	run(t, ctx, "bob's run page", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery), chromedp.WaitVisible(`.runhead`, chromedp.ByQuery))
-	var cancels, forms int
-	run(t, ctx, "count buttons", chromedp.Evaluate(`document.querySelectorAll('#cancel').length`, &cancels),
-		chromedp.Evaluate(`document.querySelectorAll('form.decide').length`, &forms))
-	if cancels != 0 || forms != 0 {
-		t.Fatalf("bob sees %d cancel buttons and %d approval forms, want none", cancels, forms)
-	}
-	if got := text(t, ctx, `[data-approval="prod.approve"]`); !strings.Contains(got, "bob (groups dev) may not approve approvals web/prod") {
-		t.Errorf("bob's approval card does not say why: %q", got)
-	}
+	bobMayNotDecide(t, ctx)
 	shot(t, ctx, "rbac-bob-run")
 	run(t, ctx, "narrow", chromedp.EmulateViewport(400, 900))
 	shot(t, ctx, "rbac-bob-run-400")
@@ -150,8 +171,7 @@ func TestBrowserRBACCancelAndApprove(t *testing.T) {
 	}
 
 	// Alice sees both and cancels from the page.
-	ctx = browser(t)
-	signIn(t, ctx, runURL, aliceToken)
+	ctx = signedInTab(t, runURL, aliceToken)
 	run(t, ctx, "alice's run page", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery), chromedp.WaitVisible(`#cancel button`, chromedp.ByQuery),
 		chromedp.WaitVisible(`form.decide`, chromedp.ByQuery))
 	shot(t, ctx, "rbac-alice-run")
@@ -186,7 +206,7 @@ func TestBrowserRBACCancelAndApprove(t *testing.T) {
 // page is a 403 for him, and the Environments page offers him Promote only in dev.
 func TestRBACPagesFilter(t *testing.T) {
 	t.Parallel()
-	e, path := newRBACUIEnv(t)
+	e, path := newRBACUIEnv(t, rbacPolicy)
 	devOnly := "name: api\nenvironments: [{name: dev, clusters: [{name: dev-eu, agent: sim}]}]\nstages:\n  - {id: dev, environment: dev, steps: [{id: a, type: Noop}]}\n"
 	mine, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "api.yaml", Source: []byte(devOnly), Executor: "bob", Groups: []string{"dev"}})
 	if err != nil {

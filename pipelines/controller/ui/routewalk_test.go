@@ -8,16 +8,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/pipelines/audit"
-	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/rbac"
 )
 
 // uiRoute is one route registered in ui.go: its pattern and the handler expression's text.
@@ -75,28 +72,11 @@ var noAction = map[string]string{
 // route needs a row here, so it cannot be added without this check.
 func TestUIRouteWalk(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "rbac.yaml")
 	// bob (group dev) has no role and there is no default role: he may do nothing.
-	if err := os.WriteFile(path, []byte("policy.csv: |\n  g, release, role:admin\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := rbac.OpenFile(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Audit: true, Controller: []controller.Option{controller.WithRBAC(f)}}, nil)
-	e.RegisterAgent("sim")
+	e, _ := newRBACUIEnv(t, "policy.csv: |\n  g, release, role:admin\n")
 	ctx := context.Background()
-	parked, err := e.Ctl.Start(ctx, controller.StartRequest{File: "web.yaml", Source: []byte(devProdPipeline), Executor: "alice", Groups: []string{"release"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitParked(t, e, parked.ID, "prod", "approve")
-	done, err := e.Ctl.Start(ctx, controller.StartRequest{File: "web.yaml", Source: []byte(devProdPipeline), Executor: "alice", Groups: []string{"release"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitParked(t, e, done.ID, "prod", "approve")
+	parked := startWebAsAlice(t, e)
+	done := startWebAsAlice(t, e)
 	if err := e.Ctl.Cancel(ctx, done.ID, "alice"); err != nil {
 		t.Fatal(err)
 	}

@@ -5,26 +5,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines"
-	"github.com/prflow/prflow/pipelines/controller"
-	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
 // BenchmarkRunPageWithLargeDiff renders the page of a run whose diff preview is as large as
 // the agent sends: 10 apps, each with 20 changed resources and a unified diff at the 64 KiB
 // cap. The live page re-renders this body on every change of the run.
 func BenchmarkRunPageWithLargeDiff(b *testing.B) {
-	e := ctltest.New(b, ctltest.Options{})
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev"}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
+	e, srv := newAnonUI(b)
 	var apps []agent.AppDiff
 	for a := 0; a < 10; a++ {
 		app := agent.AppDiff{App: fmt.Sprintf("web-%d", a), Agent: "sim", Unchanged: 30}

@@ -15,14 +15,9 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/simagent"
-	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
-	"github.com/prflow/prflow/steps"
 )
 
 // hostileName is a resource name as a compromised repo could make it; the page must show it
@@ -130,15 +125,7 @@ stages:
 // acme/release, and a simulated agent deploying it.
 func previewEnv(t *testing.T) *uiEnv {
 	t.Helper()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newUIEnv(t, ctltest.Options{Services: map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, Secrets: []string{scmtest.DefaultToken}}, nil)
+	e, gh, _ := newReleaseUIEnv(t)
 	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
 		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -151,16 +138,6 @@ func previewEnv(t *testing.T) *uiEnv {
 	t.Cleanup(func() { cancel(); <-done })
 	e.WaitAgent("sim")
 	return e
-}
-
-// signedIn is an HTTP client with alice's UI session.
-func signedIn(t *testing.T, e *uiEnv) *http.Client {
-	t.Helper()
-	c := client(t)
-	if code, _, body := do(t, c, "POST", e.URL+"/ui/login", map[string][]string{"token": {aliceToken}, "next": {"/ui/"}}, map[string]string{"Origin": e.URL}); code != http.StatusSeeOther {
-		t.Fatalf("sign in: %d %s", code, body)
-	}
-	return c
 }
 
 // section returns the HTML of the element that starts with start, to its closing tag.
@@ -205,9 +182,8 @@ func plain(html string) string {
 func TestRunPageSummaryApprovalAndDiff(t *testing.T) {
 	t.Parallel()
 	e := previewEnv(t)
-	r := e.Start(promoteWithPreview(t), nil)
-	waitParked(t, e, r.ID, "prod", "approve")
-	c := signedIn(t, e)
+	r := startParked(t, e, promoteWithPreview(t), "prod", "approve")
+	c := signedIn(t, e, aliceToken)
 	runURL := e.URL + "/ui/runs/" + r.ID
 	code, _, page := do(t, c, "GET", runURL, nil, nil)
 	if code != http.StatusOK {
@@ -350,11 +326,9 @@ func viewport(t *testing.T, ctx context.Context, w, h int64) {
 func TestBrowserRunSummaryAndDiff(t *testing.T) {
 	t.Parallel()
 	e := previewEnv(t)
-	r := e.Start(promoteWithPreview(t), nil)
-	waitParked(t, e, r.ID, "prod", "approve")
-	ctx := browser(t)
+	r := startParked(t, e, promoteWithPreview(t), "prod", "approve")
 	url := e.URL + "/ui/runs/" + r.ID
-	signIn(t, ctx, url, aliceToken)
+	ctx := signedInTab(t, url, aliceToken)
 	run(t, ctx, "live", chromedp.WaitReady(`body[data-live="true"]`, chromedp.ByQuery))
 	card := `[data-approval="prod.approve"]`
 	if got := text(t, ctx, card+` table.edits`); !strings.Contains(got, "image.tag 1.4.1 → 1.5.0") || !strings.Contains(got, "region new → eu-west-1") {
@@ -460,8 +434,7 @@ stages:
 	if rb := final.Stages[0].Rollback[0]; rb.Status != pipelines.StSucceeded {
 		t.Fatalf("the rollback step did not run: %s", rb.Status)
 	}
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+r.ID, bobToken)
 	run(t, ctx, "rollback shown", chromedp.WaitVisible(`[data-step="dev.undo"]`, chromedp.ByQuery))
 	if got := text(t, ctx, `[data-step="dev.undo"]`); !strings.Contains(got, "succeeded") {
 		t.Errorf("rollback step: %q", got)
@@ -520,8 +493,7 @@ stages:
         with: {approvers: {groups: [release], minimumCount: 1}, message: "Promote?"}
 `, nil)
 	waitParked(t, e, r.ID, "prod", "approve")
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/runs/"+r.ID, aliceToken)
+	ctx := signedInTab(t, e.URL+"/ui/runs/"+r.ID, aliceToken)
 	viewport(t, ctx, 400, 800)
 	card := `[data-approval="prod.approve"]`
 	run(t, ctx, "card", chromedp.WaitVisible(card+` button.approve`, chromedp.ByQuery))

@@ -19,15 +19,13 @@ func TestBrowserRunsPaging(t *testing.T) {
 	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
-	gated := e.Start(promotePipeline, nil)
-	waitParked(t, e, gated.ID, "prod", "approve")
+	gated := startParked(t, e, promotePipeline, "prod", "approve")
 	var ids []string // oldest first
 	for range 30 {
 		r := e.Start("name: paged\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", nil)
 		ids = append(ids, r.ID)
 	}
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/", bobToken)
+	ctx := signedInTab(t, e.URL+"/ui/", bobToken)
 	for _, size := range []struct {
 		name string
 		w, h int64

@@ -2,7 +2,6 @@ package ui_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/pipelines/controller/ui"
 )
 
 // promotePipeline opens a (recorded) release-repo PR, then waits for an approval: the Noop's
@@ -65,18 +62,13 @@ func listed(t *testing.T, c *http.Client, u string) []string {
 // first, above newer ones.
 func TestRunsFilterWaiting(t *testing.T) {
 	t.Parallel()
-	e := ctltest.New(t, ctltest.Options{})
+	e, srv := newAnonUI(t, "dev")
 	e.RegisterAgent("sim")
-	anon := &controller.Auth{Anonymous: &controller.User{Name: "dev", Groups: []string{"dev"}}}
-	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
-	defer srv.Close()
-	gated := e.Start(promotePipeline, nil)
-	waitParked(t, &uiEnv{Env: e}, gated.ID, "prod", "approve")
+	gated := startParked(t, &uiEnv{Env: e}, promotePipeline, "prod", "approve")
 	for time.Now().Unix() <= gated.Created.Unix() { // later runs get ids that sort after it
 		time.Sleep(50 * time.Millisecond)
 	}
-	soak := e.Start("name: soak\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", nil)
-	waitParked(t, &uiEnv{Env: e}, soak.ID, "s", "w")
+	soak := startParked(t, &uiEnv{Env: e}, "name: soak\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", "s", "w")
 	done := e.Start("name: quick\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n", nil)
 	e.Wait(done.ID, 20*time.Second)
 	c := client(t)
@@ -107,10 +99,8 @@ func TestBrowserApprovalCard(t *testing.T) {
 	t.Parallel()
 	e := newUIEnv(t, ctltest.Options{}, nil)
 	e.RegisterAgent("sim")
-	r := e.Start(promotePipeline, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
-	ctx := browser(t)
-	signIn(t, ctx, e.URL+"/ui/?status=waitingApproval", aliceToken)
+	r := startParked(t, e, promotePipeline, "prod", "approve")
+	ctx := signedInTab(t, e.URL+"/ui/?status=waitingApproval", aliceToken)
 	row := `tr[data-run="` + r.ID + `"]`
 	run(t, ctx, "filtered row", chromedp.WaitVisible(row, chromedp.ByQuery))
 	if got := text(t, ctx, row+` .st`); got != "waitingApproval" {
