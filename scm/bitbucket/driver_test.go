@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -410,68 +409,14 @@ func TestNoTokenInErrorsOrLogs(t *testing.T) {
 
 func TestConformance(t *testing.T) {
 	scmconformance.Run(t, func(t *testing.T) scmconformance.Env {
-		files := map[string]string{"envs/dev/config.json": "{\"image\": \"v1\"}\n", "envs/prod/values.yaml": "image: v1\n"}
 		b := scmtest.NewBitbucket(t)
-		if _, err := b.CreateRepo("acme", "release", files); err != nil {
-			t.Fatal(err)
+		env := scmconformance.ForgeEnv(t, b.Forge, newDriver(t, b, scmtest.DefaultToken, &bytes.Buffer{}))
+		env.FailEdits = func(t *testing.T) {
+			if err := b.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/comments/\d+$`, Status: 400,
+				Body: `{"type":"error","error":{"message":"comment could not be saved"}}`}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		d := newDriver(t, b, scmtest.DefaultToken, &bytes.Buffer{})
-		return scmconformance.Env{
-			Provider: d, Repo: testRepo, Base: "main", Files: files,
-			CommitDirect: func(t *testing.T, branch string, files map[string]string, deletes []string) string {
-				sha, err := b.Git().Commit("acme", "release", branch, files, deletes, "direct commit")
-				if err != nil {
-					t.Fatal(err)
-				}
-				return sha
-			},
-			CommitOrphan: func(t *testing.T, branch string, files map[string]string) string {
-				sha, err := b.Git().CommitOrphan("acme", "release", branch, files, "unrelated history")
-				if err != nil {
-					t.Fatal(err)
-				}
-				return sha
-			},
-			CommentAs: func(t *testing.T, n int, body string) string {
-				c, err := b.AddComment("acme", "release", n, "someone-else", body)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return strconv.FormatInt(c.ID, 10)
-			},
-			RefuseComments: func(t *testing.T, n int) {
-				if err := b.LockConversation("acme", "release", n, true); err != nil {
-					t.Fatal(err)
-				}
-			},
-			FailEdits: func(t *testing.T) {
-				if err := b.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/comments/\d+$`, Status: 400,
-					Body: `{"type":"error","error":{"message":"comment could not be saved"}}`}); err != nil {
-					t.Fatal(err)
-				}
-			},
-			Comments: func(t *testing.T, n int) []string {
-				pr, err := b.PullRequest("acme", "release", n)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out []string
-				for _, c := range pr.Comments {
-					out = append(out, c.Body)
-				}
-				return out
-			},
-			Statuses: func(t *testing.T, sha string) []scm.Status {
-				sts, err := b.Statuses("acme", "release", sha)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out []scm.Status
-				for _, s := range sts {
-					out = append(out, scm.Status{Context: s.Context, State: scm.StatusState(s.State), Description: s.Description, TargetURL: s.TargetURL})
-				}
-				return out
-			},
-		}
+		return env
 	})
 }

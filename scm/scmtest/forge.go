@@ -426,6 +426,15 @@ func (f *Forge) SetRequiredStatusChecks(owner, name, branch string, contexts ...
 // ForceMergeState makes reads of the PR report state and merges obey it (dirty and blocked
 // refuse, unknown reads as still computing); "" returns to computed mergeability.
 func (f *Forge) ForceMergeState(owner, name string, number int, state MergeState) error {
+	return f.withPR(owner, name, number, func(_ *repoState, pr *prState) error {
+		pr.forced = state
+		return nil
+	})
+}
+
+// withPR runs fn on PR number of owner/name with the repo locked; a missing repo or PR is
+// ErrNotFound.
+func (f *Forge) withPR(owner, name string, number int, fn func(rs *repoState, pr *prState) error) error {
 	rs, err := f.repoState(owner, name)
 	if err != nil {
 		return err
@@ -436,41 +445,43 @@ func (f *Forge) ForceMergeState(owner, name string, number int, state MergeState
 	if pr == nil {
 		return fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
 	}
-	pr.forced = state
-	return nil
+	return fn(rs, pr)
 }
 
 // Mergeability computes a PR's merge state and, when dirty, the conflicting files, without
 // consuming a "still computing" answer of the API.
-func (f *Forge) Mergeability(owner, name string, number int) (MergeState, []string, error) {
-	rs, err := f.repoState(owner, name)
-	if err != nil {
-		return "", nil, err
-	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	pr := rs.pr(number)
-	if pr == nil {
-		return "", nil, fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
-	}
-	state, files, err := f.mergeability(context.Background(), rs, pr, false)
-	return state, slices.Clone(files), err
+func (f *Forge) Mergeability(owner, name string, number int) (state MergeState, files []string, err error) {
+	err = f.withPR(owner, name, number, func(rs *repoState, pr *prState) error {
+		var merr error
+		state, files, merr = f.mergeability(context.Background(), rs, pr, false)
+		files = slices.Clone(files)
+		return merr
+	})
+	return state, files, err
 }
 
 // PullRequest returns a snapshot of PR number in owner/name.
 func (f *Forge) PullRequest(owner, name string, number int) (PullRequest, error) {
-	rs, err := f.repoState(owner, name)
+	var out PullRequest
+	err := f.withPR(owner, name, number, func(rs *repoState, pr *prState) error {
+		f.refresh(context.Background(), rs, pr)
+		out = pr.snapshot()
+		return nil
+	})
+	return out, err
+}
+
+// CommentBodies returns the bodies of PR number's comments, oldest first.
+func (f *Forge) CommentBodies(owner, name string, number int) ([]string, error) {
+	pr, err := f.PullRequest(owner, name, number)
 	if err != nil {
-		return PullRequest{}, err
+		return nil, err
 	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	pr := rs.pr(number)
-	if pr == nil {
-		return PullRequest{}, fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
+	var out []string
+	for _, c := range pr.Comments {
+		out = append(out, c.Body)
 	}
-	f.refresh(context.Background(), rs, pr)
-	return pr.snapshot(), nil
+	return out, nil
 }
 
 // PullRequests returns snapshots of all PRs of a repo, by number.
@@ -786,7 +797,7 @@ func (f *Forge) merge(ctx context.Context, rs *repoState, pr *prState, o mergeOp
 		if err != nil {
 			return res, err
 		}
-	case "ff":
+	case "ff", "squash-ff":
 		ok, err := repo.isAncestor(ctx, base, head)
 		if err != nil {
 			return res, err
@@ -795,20 +806,14 @@ func (f *Forge) merge(ctx context.Context, rs *repoState, pr *prState, o mergeOp
 			return res, &prError{kind: "not-ff"}
 		}
 		res.sha = head
-	case "squash-ff":
-		ok, err := repo.isAncestor(ctx, base, head)
-		if err != nil {
-			return res, err
-		}
-		if !ok {
-			return res, &prError{kind: "not-ff"}
-		}
-		tree, err := repo.resolveTree(ctx, head)
-		if err != nil {
-			return res, err
-		}
-		if res.sha, err = repo.commitTree(ctx, tree, []string{base}, o.message, user, committer); err != nil {
-			return res, err
+		if o.method == "squash-ff" {
+			tree, err := repo.resolveTree(ctx, head)
+			if err != nil {
+				return res, err
+			}
+			if res.sha, err = repo.commitTree(ctx, tree, []string{base}, o.message, user, committer); err != nil {
+				return res, err
+			}
 		}
 	case "rebase", "rebase-ff", "rebase-merge":
 		tip, err := f.rebase(ctx, repo, base, head, committer)
@@ -987,17 +992,12 @@ func (rs *repoState) commentPR(id int64) *prState {
 
 // AddComment posts body on PR number as user, as someone else commenting on the forge would.
 func (f *Forge) AddComment(owner, name string, number int, user, body string) (Comment, error) {
-	rs, err := f.repoState(owner, name)
-	if err != nil {
-		return Comment{}, err
-	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	pr := rs.pr(number)
-	if pr == nil {
-		return Comment{}, fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
-	}
-	return f.addComment(pr, body, user), nil
+	var c Comment
+	err := f.withPR(owner, name, number, func(_ *repoState, pr *prState) error {
+		c = f.addComment(pr, body, user)
+		return nil
+	})
+	return c, err
 }
 
 // LockConversation locks (or unlocks) a PR's conversation: the fake then refuses new
@@ -1006,18 +1006,10 @@ func (f *Forge) AddComment(owner, name string, number int, user, body string) (C
 // Bitbucket Cloud cannot lock a PR; its fake answers as Bitbucket does a user without the
 // permission to comment.
 func (f *Forge) LockConversation(owner, name string, number int, locked bool) error {
-	rs, err := f.repoState(owner, name)
-	if err != nil {
-		return err
-	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	pr := rs.pr(number)
-	if pr == nil {
-		return fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
-	}
-	pr.Locked = locked
-	return nil
+	return f.withPR(owner, name, number, func(_ *repoState, pr *prState) error {
+		pr.Locked = locked
+		return nil
+	})
 }
 
 // setStatus records a commit status; an existing status with the same context is replaced in
