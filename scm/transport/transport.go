@@ -104,7 +104,7 @@ func (c *config) transport(base http.RoundTripper) *Transport {
 	return &Transport{
 		base: base, provider: c.provider, connector: c.connector, limiter: lim,
 		maxAttempts: c.maxAttempts, baseDelay: c.baseDelay, maxDelay: c.maxDelay, maxWait: c.maxWait,
-		metrics: c.metrics, secrets: c.secrets, log: c.log, now: time.Now, sleep: sleep,
+		metrics: c.metrics, secrets: c.secrets, log: c.log, now: time.Now, sleep: scm.Sleep,
 	}
 }
 
@@ -366,18 +366,4 @@ func retryableErr(err error) bool {
 		}
 	}
 	return true
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
