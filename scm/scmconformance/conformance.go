@@ -1013,13 +1013,7 @@ func testChangedBetween(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatalf("ChangedBetween: %v", err)
 	}
-	want := []string{"conformance/between/new.txt", s.f1, s.f2}
-	sort.Strings(want)
-	sorted := append([]string(nil), got...)
-	sort.Strings(sorted)
-	if fmt.Sprint(sorted) != fmt.Sprint(want) {
-		t.Fatalf("ChangedBetween = %v, want %v", got, want)
-	}
+	wantSameFiles(t, "ChangedBetween", got, "conformance/between/new.txt", s.f1, s.f2)
 	if _, err := cmp.ChangedBetween(s.ctx, s.Repo, before, strings.Repeat("0", 39)+"1"); err == nil {
 		t.Error("ChangedBetween to an unknown commit: no error")
 	}
@@ -1034,12 +1028,17 @@ func testChangedFiles(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatalf("ChangedFiles: %v", err)
 	}
-	want := []string{"conformance/changed/new.txt", s.f1, s.f2}
+	wantSameFiles(t, "ChangedFiles", got, "conformance/changed/new.txt", s.f1, s.f2)
+}
+
+// wantSameFiles fails the test unless got lists the files of want, in any order.
+func wantSameFiles(t *testing.T, call string, got []string, want ...string) {
+	t.Helper()
 	sort.Strings(want)
 	sorted := append([]string(nil), got...)
 	sort.Strings(sorted)
 	if fmt.Sprint(sorted) != fmt.Sprint(want) {
-		t.Fatalf("ChangedFiles = %v, want %v", got, want)
+		t.Fatalf("%s = %v, want %v", call, got, want)
 	}
 }
 
