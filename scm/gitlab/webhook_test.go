@@ -49,34 +49,23 @@ func fixedParser() *WebhookParser {
 }
 
 func TestParseWebhookEvents(t *testing.T) {
+	// push.json as a project hook and as a system hook: the same event.
+	push := &scm.Event{
+		Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush,
+		Repo: "platform/gitops/deploy", Sender: "jsmith", Branch: "main",
+		Before:   "95790bf891e76fee5e1747ab589903a6a1f80f22",
+		After:    "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
+		Changed:  []string{"apps/cart/values.yaml", "envs/dev/config.json", "envs/old/config.json"},
+		Received: fixedTime,
+	}
 	tests := []struct {
 		name  string
 		event string
 		file  string
 		want  *scm.Event
 	}{
-		{
-			name: "push", event: "Push Hook", file: "push.json",
-			want: &scm.Event{
-				Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush,
-				Repo: "platform/gitops/deploy", Sender: "jsmith", Branch: "main",
-				Before:   "95790bf891e76fee5e1747ab589903a6a1f80f22",
-				After:    "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
-				Changed:  []string{"apps/cart/values.yaml", "envs/dev/config.json", "envs/old/config.json"},
-				Received: fixedTime,
-			},
-		},
-		{
-			name: "push as system hook", event: "System Hook", file: "push.json",
-			want: &scm.Event{
-				Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush,
-				Repo: "platform/gitops/deploy", Sender: "jsmith", Branch: "main",
-				Before:   "95790bf891e76fee5e1747ab589903a6a1f80f22",
-				After:    "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
-				Changed:  []string{"apps/cart/values.yaml", "envs/dev/config.json", "envs/old/config.json"},
-				Received: fixedTime,
-			},
-		},
+		{name: "push", event: "Push Hook", file: "push.json", want: push},
+		{name: "push as system hook", event: "System Hook", file: "push.json", want: push},
 		{
 			name: "merged", event: "Merge Request Hook", file: "merge_request_merge.json",
 			want: &scm.Event{
