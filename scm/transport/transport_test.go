@@ -435,6 +435,9 @@ func TestRedact(t *testing.T) {
 	if RedactError(nil) != nil {
 		t.Fatal("nil error must stay nil")
 	}
+	if clean := errors.New("basic auth failed"); RedactError(clean, "s3cr3t-token") != clean {
+		t.Fatal("an error without a secret is returned as it is")
+	}
 }
 
 func TestRoute(t *testing.T) {
