@@ -288,9 +288,7 @@ func TestConcurrentCommitsAllLand(t *testing.T) {
 	var retried atomic.Int32
 	errs := make(chan error, writers)
 	for i := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			res, err := f.engine.Commit(ctxT(t), f.url, CommitRequest{Branch: "main", Message: fmt.Sprintf("writer %d", i), Author: bot,
 				Edit: func(_ context.Context, tree fs.FS) ([]scm.FileChange, error) {
 					old, err := fs.ReadFile(tree, "README.md")
@@ -303,7 +301,7 @@ func TestConcurrentCommitsAllLand(t *testing.T) {
 				retried.Add(1)
 			}
 			errs <- err
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

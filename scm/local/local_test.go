@@ -98,16 +98,14 @@ func TestWorkersNeverShareAPRNumber(t *testing.T) {
 	var wg sync.WaitGroup
 	numbers := make(chan int, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			pr, err := r.worker(t).OpenPR(ctx(t), repo, scm.NewPR{Title: fmt.Sprintf("PR %d", i), Head: fmt.Sprintf("feature-%d", i), Base: "main"})
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			numbers <- pr.Number
-		}()
+		})
 	}
 	wg.Wait()
 	close(numbers)
@@ -145,9 +143,7 @@ func TestOnlyOneOpenPRPerBranchPair(t *testing.T) {
 	var mu sync.Mutex
 	var ok, conflicts int
 	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, err := r.worker(t).OpenPR(ctx(t), repo, scm.NewPR{Title: "same", Head: "feature", Base: "main"})
 			mu.Lock()
 			defer mu.Unlock()
@@ -159,7 +155,7 @@ func TestOnlyOneOpenPRPerBranchPair(t *testing.T) {
 			default:
 				t.Error(err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if ok != 1 || conflicts != n-1 {
@@ -197,16 +193,14 @@ func TestConcurrentMergesMergeOnce(t *testing.T) {
 	shas := make(chan string, n)
 	var wg sync.WaitGroup
 	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			got, err := r.worker(t).MergePR(ctx(t), repo, pr.Number, scm.MergeInput{Method: scm.MergeCommit, SHA: head})
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			shas <- got.MergeSHA
-		}()
+		})
 	}
 	wg.Wait()
 	close(shas)

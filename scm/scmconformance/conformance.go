@@ -1050,9 +1050,7 @@ func testConcurrentCommits(t *testing.T, s *suite) {
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for i := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for attempt := 0; attempt < 60; attempt++ {
 				ref, err := s.Provider.Branch(s.ctx, s.Repo, b)
 				if err != nil {
@@ -1074,7 +1072,7 @@ func testConcurrentCommits(t *testing.T, s *suite) {
 				time.Sleep(time.Duration(rand.IntN(20*(attempt+1))) * time.Millisecond)
 			}
 			errs <- fmt.Errorf("writer %d: still conflicting after 60 attempts", i)
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -1139,13 +1137,11 @@ func testIsAncestor(t *testing.T, s *suite) {
 	errs := make(chan error, 4*len(cases))
 	for i := range 4 {
 		for _, c := range cases {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				if got, err := s.Provider.IsAncestor(s.ctx, s.Repo, c.ancestor, c.descendant); err != nil || got != c.want {
 					errs <- fmt.Errorf("concurrent %d, %s: %v, %v; want %v", i, c.name, got, err, c.want)
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()
