@@ -272,27 +272,8 @@ func TestErrorsFailFastAndNameTheCall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f.fake.ResetCalls()
-			err := tt.call()
-			var se *scm.Error
-			if !errors.As(err, &se) || se.Status != tt.status {
-				t.Fatalf("err = %v, want *scm.Error with status %d", err, tt.status)
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Errorf("err = %v, want %v", err, tt.is)
-			}
-			if !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("err = %q, want it to contain %q", err, tt.msg)
-			}
-			if scm.Transient(err) {
-				t.Errorf("%v must not be transient", err)
-			}
-			n := 0
-			for _, c := range f.fake.Calls() {
-				if c.Status == tt.status {
-					n++
-				}
-			}
-			if n != 1 {
+			scmconformance.WantRefused(t, tt.call(), tt.status, tt.is, tt.msg)
+			if n := scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Status == tt.status }); n != 1 {
 				t.Errorf("%d answers with status %d, want 1", n, tt.status)
 			}
 		})
@@ -348,13 +329,7 @@ func TestTransientFaultsAreRetried(t *testing.T) {
 		if !scm.Transient(err) {
 			t.Fatalf("err = %v, want a transient 502", err)
 		}
-		posts := 0
-		for _, c := range f.fake.Calls() {
-			if c.Method == http.MethodPost {
-				posts++
-			}
-		}
-		if posts != 1 {
+		if posts := scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Method == http.MethodPost }); posts != 1 {
 			t.Errorf("POST /src sent %d times", posts)
 		}
 	})
@@ -394,17 +369,7 @@ func TestNoTokenInErrorsOrLogs(t *testing.T) {
 	if len(errs) != 5 {
 		t.Fatalf("want 5 errors, got %v", errs)
 	}
-	for _, e := range errs {
-		if strings.Contains(e.Error(), secret) {
-			t.Errorf("error leaks the token: %v", e)
-		}
-	}
-	if !strings.Contains(errs[0].Error(), "[REDACTED]") {
-		t.Errorf("echoed token not redacted: %v", errs[0])
-	}
-	if strings.Contains(logs.String(), secret) {
-		t.Errorf("logs leak the token:\n%s", logs)
-	}
+	scmconformance.WantSecretHidden(t, secret, errs, logs.String())
 }
 
 func TestConformance(t *testing.T) {

@@ -121,10 +121,7 @@ func TestCommitCreatesBranchFromBaseWithEdit(t *testing.T) {
 	if got := f.read(t, "prflow/run-1", "envs/prod/config.json"); got != "{\n  \"image\": \"v9\"\n}\n" {
 		t.Fatalf("prod = %q", got)
 	}
-	if f.head(t, "main") != base {
-		t.Fatal("main moved")
-	}
-	f.assertNoScratchLeft(t)
+	f.assertMainAtAndClean(t, base)
 }
 
 func TestCommitWithoutChangesPushesNothing(t *testing.T) {
@@ -383,10 +380,7 @@ func TestCommitErrors(t *testing.T) {
 			if strings.Contains(err.Error(), "wrong-secret-token") || strings.Contains(err.Error(), scmtest.DefaultToken) {
 				t.Fatalf("token leaked: %v", err)
 			}
-			if f.head(t, "main") != before {
-				t.Fatal("main moved")
-			}
-			f.assertNoScratchLeft(t)
+			f.assertMainAtAndClean(t, before)
 		})
 	}
 }

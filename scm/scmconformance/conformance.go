@@ -273,17 +273,23 @@ func del(path string) scm.FileChange { return scm.FileChange{Path: path, Delete:
 // ErrNotSupported.
 func (s *suite) merge(t *testing.T, pr *scm.PullRequest, method scm.MergeMethod) (*scm.PullRequest, bool) {
 	t.Helper()
+	return s.mergeInput(t, pr, scm.MergeInput{Method: method, SHA: pr.HeadSHA})
+}
+
+// mergeInput is merge with the whole MergeInput given.
+func (s *suite) mergeInput(t *testing.T, pr *scm.PullRequest, in scm.MergeInput) (*scm.PullRequest, bool) {
+	t.Helper()
 	s.settle(t, pr.Number)
-	got, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA})
+	got, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, in)
 	if errors.Is(err, scm.ErrNotSupported) {
-		t.Logf("%s: merge method %q is not supported: %v", s.Provider.Name(), method, err)
+		t.Logf("%s: merge method %q is not supported: %v", s.Provider.Name(), in.Method, err)
 		return nil, false
 	}
 	if err != nil {
-		t.Fatalf("MergePR(#%d, %s): %v", pr.Number, method, err)
+		t.Fatalf("MergePR(#%d, %s): %v", pr.Number, in.Method, err)
 	}
 	if got.State != scm.PRMerged || !shaRe.MatchString(got.MergeSHA) {
-		t.Fatalf("MergePR(#%d, %s) = state %q merge SHA %q", pr.Number, method, got.State, got.MergeSHA)
+		t.Fatalf("MergePR(#%d, %s) = state %q merge SHA %q", pr.Number, in.Method, got.State, got.MergeSHA)
 	}
 	return got, true
 }
@@ -518,19 +524,7 @@ func testMergeMethods(t *testing.T, s *suite) {
 // the f1 changes do not conflict with each other.
 func (s *suite) mergeWith(t *testing.T, pr *scm.PullRequest, m scm.MergeMethod) (*scm.PullRequest, bool) {
 	t.Helper()
-	s.settle(t, pr.Number)
-	got, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: m, SHA: pr.HeadSHA, DeleteBranch: true})
-	if errors.Is(err, scm.ErrNotSupported) {
-		t.Logf("%s: merge method %q is not supported: %v", s.Provider.Name(), m, err)
-		return nil, false
-	}
-	if err != nil {
-		t.Fatalf("MergePR(#%d, %s): %v", pr.Number, m, err)
-	}
-	if got.State != scm.PRMerged || !shaRe.MatchString(got.MergeSHA) {
-		t.Fatalf("MergePR = state %q merge SHA %q", got.State, got.MergeSHA)
-	}
-	return got, true
+	return s.mergeInput(t, pr, scm.MergeInput{Method: m, SHA: pr.HeadSHA, DeleteBranch: true})
 }
 
 func testMergeAfterBaseMoved(t *testing.T, s *suite) {

@@ -2,6 +2,7 @@ package scmconformance
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,5 +94,43 @@ func SettleMergeability(p scm.Provider, repo scm.Repo, what string) func(t *test
 			}
 		}
 		t.Fatalf("%s%d mergeability stayed unknown", what, n)
+	}
+}
+
+// WantRefused checks err from a call the forge refused with status for good (a bad token, a
+// missing repo, a bad request): a *scm.Error with that status, matching is (when set), naming
+// the call as msg does, and not transient.
+func WantRefused(t *testing.T, err error, status int, is error, msg string) {
+	t.Helper()
+	var se *scm.Error
+	if !errors.As(err, &se) || se.Status != status {
+		t.Fatalf("err = %v, want *scm.Error with status %d", err, status)
+	}
+	if is != nil && !errors.Is(err, is) {
+		t.Errorf("err = %v, want %v", err, is)
+	}
+	if !strings.Contains(err.Error(), msg) {
+		t.Errorf("err = %q, want it to contain %q", err, msg)
+	}
+	if scm.Transient(err) {
+		t.Errorf("%v must not be transient", err)
+	}
+}
+
+// WantSecretHidden checks what a driver said while its calls failed: no error in errs and no
+// line of logs holds secret, and errs[0], a forge answer that echoed the secret, shows
+// [REDACTED] in its place.
+func WantSecretHidden(t *testing.T, secret string, errs []error, logs string) {
+	t.Helper()
+	for _, e := range errs {
+		if strings.Contains(e.Error(), secret) {
+			t.Errorf("error leaks the token: %v", e)
+		}
+	}
+	if len(errs) > 0 && !strings.Contains(errs[0].Error(), "[REDACTED]") {
+		t.Errorf("echoed token not redacted: %v", errs[0])
+	}
+	if strings.Contains(logs, secret) {
+		t.Errorf("logs leak the token:\n%s", logs)
 	}
 }
