@@ -107,8 +107,8 @@ type Forge struct {
 	mu           sync.Mutex
 	repos        map[string]*repoState
 	nextID       int64
-	baseURL      string
-	webBase      string
+	baseURL      mountURL
+	webBase      string // set once, by WithWebBase
 	srv          *httptest.Server
 	baseModified int
 	rate         map[string]*rateWindow
@@ -253,8 +253,8 @@ func (f *Forge) start(t testing.TB) {
 	srv := httptest.NewServer(f)
 	f.mu.Lock()
 	f.srv = srv
-	f.baseURL = srv.URL
 	f.mu.Unlock()
+	f.baseURL.set(srv.URL)
 	t.Cleanup(func() { _ = f.Close() })
 }
 
@@ -262,26 +262,16 @@ func (f *Forge) start(t testing.TB) {
 func (f *Forge) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.handler.ServeHTTP(w, r) }
 
 // URL is the fake's base URL (http://127.0.0.1:port), without the API prefix.
-func (f *Forge) URL() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.baseURL
-}
+func (f *Forge) URL() string { return f.baseURL.get() }
 
 // SetBaseURL tells a handler-only fake (New*Handler) where it is mounted.
-func (f *Forge) SetBaseURL(u string) {
-	f.mu.Lock()
-	f.baseURL = strings.TrimRight(u, "/")
-	f.mu.Unlock()
-}
+func (f *Forge) SetBaseURL(u string) { f.baseURL.set(u) }
 
 func (f *Forge) web() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.webBase != "" {
 		return f.webBase
 	}
-	return f.baseURL
+	return f.URL()
 }
 
 // base is the fake's URL, or the request's scheme://host when none was set (handler mode).
