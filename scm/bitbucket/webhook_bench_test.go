@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 func BenchmarkParseWebhook(b *testing.B) {
-	body := readTestdata(b, "pullrequest_fulfilled.json")
+	body := scmconformance.Testdata(b, "pullrequest_fulfilled.json")
 	p := &WebhookParser{}
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -16,7 +18,7 @@ func BenchmarkParseWebhook(b *testing.B) {
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 		r.Header.Set(headerEvent, "pullrequest:fulfilled")
 		r.Header.Set(headerSignature, sign(hookSecret, body))
-		ev, err := one(p.ParseWebhook(r, hookSecret))
+		ev, err := scmconformance.One(p.ParseWebhook(r, hookSecret))
 		if err != nil || ev == nil {
 			b.Fatal(ev, err)
 		}

@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 func BenchmarkParseWebhook(b *testing.B) {
-	body := readTestdata(b, "merge_request_merge.json")
+	body := scmconformance.Testdata(b, "merge_request_merge.json")
 	p := &WebhookParser{}
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -16,7 +18,7 @@ func BenchmarkParseWebhook(b *testing.B) {
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 		r.Header.Set(headerEvent, "Merge Request Hook")
 		r.Header.Set(headerToken, string(hookSecret))
-		ev, err := one(p.ParseWebhook(r, hookSecret))
+		ev, err := scmconformance.One(p.ParseWebhook(r, hookSecret))
 		if err != nil || ev == nil {
 			b.Fatal(ev, err)
 		}
