@@ -1,9 +1,6 @@
 package bitbucket
 
 import (
-	"bytes"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/prflow/prflow/scm/scmconformance"
@@ -11,16 +8,5 @@ import (
 
 func BenchmarkParseWebhook(b *testing.B) {
 	body := scmconformance.Testdata(b, "pullrequest_fulfilled.json")
-	p := &WebhookParser{}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		r.Header.Set(headerEvent, "pullrequest:fulfilled")
-		r.Header.Set(headerSignature, sign(hookSecret, body))
-		ev, err := scmconformance.One(p.ParseWebhook(r, hookSecret))
-		if err != nil || ev == nil {
-			b.Fatal(ev, err)
-		}
-	}
+	scmconformance.BenchParse(b, &WebhookParser{}, hookFormat, "pullrequest:fulfilled", body, sign(hookSecret, body), hookSecret)
 }

@@ -1,11 +1,8 @@
 package github
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/prflow/prflow/scm/scmconformance"
@@ -13,18 +10,7 @@ import (
 
 func benchParse(b *testing.B, event string, body []byte) {
 	p := &WebhookParser{MaxBody: 32 << 20} // the old default (1 MiB) refused the big push
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	sig := sign(hookSecret, body)
-	for b.Loop() {
-		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		r.Header.Set(headerEvent, event)
-		r.Header.Set(headerSignature, sig)
-		ev, err := scmconformance.One(p.ParseWebhook(r, hookSecret))
-		if err != nil || ev == nil {
-			b.Fatal(ev, err)
-		}
-	}
+	scmconformance.BenchParse(b, p, hookFormat, event, body, sign(hookSecret, body), hookSecret)
 }
 
 func BenchmarkParseWebhook(b *testing.B) {
