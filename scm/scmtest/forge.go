@@ -296,13 +296,7 @@ func (f *Forge) Git() *GitServer { return f.git }
 func (f *Forge) Close() error {
 	f.stopListen()
 	f.hooks.close()
-	f.mu.Lock()
-	srv := f.srv
-	f.srv = nil
-	f.mu.Unlock()
-	if srv != nil {
-		srv.Close()
-	}
+	closeServer(&f.mu, &f.srv)
 	return nil
 }
 

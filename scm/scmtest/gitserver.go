@@ -159,14 +159,19 @@ func (g *GitServer) ResetCalls() { g.mw.reset() }
 // Close stops the listener (if NewGitServer started one) and cancels running helper operations.
 func (g *GitServer) Close() error {
 	g.cancel()
-	g.mu.Lock()
-	srv := g.srv
-	g.srv = nil
-	g.mu.Unlock()
-	if srv != nil {
-		srv.Close()
-	}
+	closeServer(&g.mu, &g.srv)
 	return nil
+}
+
+// closeServer takes *srv under mu, so that only the first Close closes it, and closes it.
+func closeServer(mu *sync.Mutex, srv **httptest.Server) {
+	mu.Lock()
+	s := *srv
+	*srv = nil
+	mu.Unlock()
+	if s != nil {
+		s.Close()
+	}
 }
 
 // OnRefUpdate registers fn to be called after every ref change (API or push); the returned
