@@ -6,7 +6,8 @@
 //		scmconformance.Run(t, func(t *testing.T) scmconformance.Env { ... })
 //	}
 //
-// Every case gets a fresh Env, so cases can create branches and PRs freely.
+// Every case gets a fresh Env, so cases can create branches and PRs freely; the cases run as
+// parallel subtests, so newEnv must be safe to call from several at once.
 package scmconformance
 
 import (
@@ -145,6 +146,9 @@ func RunCases(t *testing.T, newEnv func(t *testing.T) Env, names ...string) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
+			// Every case has an Env of its own (its own fake or server and repo), so the
+			// cases need not wait for each other.
+			t.Parallel()
 			env := newEnv(t)
 			c.run(t, newSuite(t, env))
 		})
