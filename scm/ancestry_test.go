@@ -90,9 +90,7 @@ func TestAncestryCacheConcurrent(t *testing.T) {
 	var calls atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 200 {
 				a, d := sha(i%80), sha(i%80+1+g%2)
 				yes, err := c.Lookup(context.Background(), "r", a, d, func(context.Context) (bool, error) {
@@ -105,7 +103,7 @@ func TestAncestryCacheConcurrent(t *testing.T) {
 				}
 				_ = yes
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if c.Len() > 50 {

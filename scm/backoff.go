@@ -1,6 +1,7 @@
 package scm
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -15,4 +16,20 @@ func Backoff(base, ceiling time.Duration, attempt int) time.Duration {
 	}
 	half := d / 2
 	return half + rand.N(half+1)
+}
+
+// Sleep waits d (the pause Backoff chose) or until ctx ends, whichever is first: nil after the
+// pause, the context's error when it ended first.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -1,6 +1,8 @@
 package scm
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -36,4 +38,25 @@ func maxDur(a, b time.Duration) time.Duration {
 		return a
 	}
 	return b
+}
+
+// Sleep waits the pause, ends early with the context's error, and does not wait at all for a
+// pause of zero.
+func TestSleep(t *testing.T) {
+	start := time.Now()
+	if err := Sleep(context.Background(), 20*time.Millisecond); err != nil || time.Since(start) < 20*time.Millisecond {
+		t.Errorf("Sleep(20ms) = %v after %v", err, time.Since(start))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(10*time.Millisecond, cancel)
+	start = time.Now()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) > time.Minute {
+		t.Errorf("Sleep(1h) with a cancelled context = %v after %v", err, time.Since(start))
+	}
+	if err := Sleep(ctx, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sleep(0) after cancel = %v, want the context's error", err)
+	}
+	if err := Sleep(context.Background(), -time.Second); err != nil {
+		t.Errorf("Sleep(-1s) = %v", err)
+	}
 }

@@ -234,11 +234,9 @@ func TestWebhookBudgetConcurrent(t *testing.T) {
 	for i := range 2 {
 		r := hookReq("thing", body, map[string]string{"X-Sig": sig})
 		r.Body = &countingReader{r: r.Body, gate: gate}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, errs[i] = s.Parse(r, secret, testFormat(nil))
-		}()
+		})
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for budget.InUse() != 2000 {
@@ -250,9 +248,7 @@ func TestWebhookBudgetConcurrent(t *testing.T) {
 	var busy sync.WaitGroup
 	var refused, readBytes atomic.Int64
 	for range 16 {
-		busy.Add(1)
-		go func() {
-			defer busy.Done()
+		busy.Go(func() {
 			r := hookReq("thing", body, map[string]string{"X-Sig": sig})
 			cr := &countingReader{r: r.Body}
 			r.Body = cr
@@ -260,7 +256,7 @@ func TestWebhookBudgetConcurrent(t *testing.T) {
 				refused.Add(1)
 			}
 			readBytes.Add(cr.n.Load())
-		}()
+		})
 	}
 	busy.Wait()
 	if refused.Load() != 16 || readBytes.Load() != 0 {

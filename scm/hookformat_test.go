@@ -170,9 +170,7 @@ func TestWebhookSettingsParseConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
 	for i := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			body := []byte(fmt.Sprintf(`{"n":%d}`, i))
 			ev, err := one(s.Parse(hookReq("thing", body, map[string]string{"X-Sig": sign(body, secret), "X-Delivery": fmt.Sprint(i)}), secret, f))
 			if err != nil {
@@ -182,7 +180,7 @@ func TestWebhookSettingsParseConcurrent(t *testing.T) {
 			if ev.DeliveryID != fmt.Sprint(i) {
 				errs <- fmt.Errorf("delivery %d came back as %q", i, ev.DeliveryID)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

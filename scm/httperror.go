@@ -92,12 +92,16 @@ func RedactError(err error, secrets ...string) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
-	clean := RedactString(msg, secrets...)
-	if clean == msg {
+	return WithMessage(err, RedactString(err.Error(), secrets...))
+}
+
+// WithMessage returns an error whose message is msg (err's own, redacted) and that still
+// unwraps to err, so errors.Is and errors.As keep working; err itself when msg is its message.
+func WithMessage(err error, msg string) error {
+	if msg == err.Error() {
 		return err
 	}
-	return &redactedError{msg: clean, err: err}
+	return &redactedError{msg: msg, err: err}
 }
 
 type redactedError struct {

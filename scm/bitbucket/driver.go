@@ -222,16 +222,22 @@ func (d *Driver) Whoami(ctx context.Context) (scm.Identity, error) {
 // RepoExists fails with ErrNotFound when the repository does not exist or is not visible.
 func (d *Driver) RepoExists(ctx context.Context, repo scm.Repo) error {
 	const op = "get repository"
-	ws, slug, err := splitRepo(repo)
-	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	cl, err := d.call(ctx, false)
+	ws, slug, cl, err := d.callRepo(ctx, repo, false)
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
 	_, err = cl.c.Repositories.Repository.Get(&bb.RepositoryOptions{Owner: ws, RepoSlug: slug})
 	return d.wrap(op, repo, cl, err)
+}
+
+// callRepo is splitRepo (with checks) and then call: the repo's workspace and slug and a
+// client for one call (guarded as call says).
+func (d *Driver) callRepo(ctx context.Context, repo scm.Repo, guarded bool, checks ...error) (ws, slug string, cl *call, err error) {
+	if ws, slug, err = splitRepo(repo, checks...); err != nil {
+		return "", "", nil, err
+	}
+	cl, err = d.call(ctx, guarded)
+	return ws, slug, cl, err
 }
 
 // splitRepo parses "workspace/slug"; its error is a bad name, else the first failed check of

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -273,27 +272,8 @@ func TestErrorsFailFastAndNameTheCall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f.fake.ResetCalls()
-			err := tt.call()
-			var se *scm.Error
-			if !errors.As(err, &se) || se.Status != tt.status {
-				t.Fatalf("err = %v, want *scm.Error with status %d", err, tt.status)
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Errorf("err = %v, want %v", err, tt.is)
-			}
-			if !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("err = %q, want it to contain %q", err, tt.msg)
-			}
-			if scm.Transient(err) {
-				t.Errorf("%v must not be transient", err)
-			}
-			n := 0
-			for _, c := range f.fake.Calls() {
-				if c.Status == tt.status {
-					n++
-				}
-			}
-			if n != 1 {
+			scmconformance.WantRefused(t, tt.call(), tt.status, tt.is, tt.msg)
+			if n := scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Status == tt.status }); n != 1 {
 				t.Errorf("%d answers with status %d, want 1", n, tt.status)
 			}
 		})
@@ -349,13 +329,7 @@ func TestTransientFaultsAreRetried(t *testing.T) {
 		if !scm.Transient(err) {
 			t.Fatalf("err = %v, want a transient 502", err)
 		}
-		posts := 0
-		for _, c := range f.fake.Calls() {
-			if c.Method == http.MethodPost {
-				posts++
-			}
-		}
-		if posts != 1 {
+		if posts := scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Method == http.MethodPost }); posts != 1 {
 			t.Errorf("POST /src sent %d times", posts)
 		}
 	})
@@ -395,83 +369,19 @@ func TestNoTokenInErrorsOrLogs(t *testing.T) {
 	if len(errs) != 5 {
 		t.Fatalf("want 5 errors, got %v", errs)
 	}
-	for _, e := range errs {
-		if strings.Contains(e.Error(), secret) {
-			t.Errorf("error leaks the token: %v", e)
-		}
-	}
-	if !strings.Contains(errs[0].Error(), "[REDACTED]") {
-		t.Errorf("echoed token not redacted: %v", errs[0])
-	}
-	if strings.Contains(logs.String(), secret) {
-		t.Errorf("logs leak the token:\n%s", logs)
-	}
+	scmconformance.WantSecretHidden(t, secret, errs, logs.String())
 }
 
 func TestConformance(t *testing.T) {
 	scmconformance.Run(t, func(t *testing.T) scmconformance.Env {
-		files := map[string]string{"envs/dev/config.json": "{\"image\": \"v1\"}\n", "envs/prod/values.yaml": "image: v1\n"}
 		b := scmtest.NewBitbucket(t)
-		if _, err := b.CreateRepo("acme", "release", files); err != nil {
-			t.Fatal(err)
+		env := scmconformance.ForgeEnv(t, b.Forge, newDriver(t, b, scmtest.DefaultToken, &bytes.Buffer{}))
+		env.FailEdits = func(t *testing.T) {
+			if err := b.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/comments/\d+$`, Status: 400,
+				Body: `{"type":"error","error":{"message":"comment could not be saved"}}`}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		d := newDriver(t, b, scmtest.DefaultToken, &bytes.Buffer{})
-		return scmconformance.Env{
-			Provider: d, Repo: testRepo, Base: "main", Files: files,
-			CommitDirect: func(t *testing.T, branch string, files map[string]string, deletes []string) string {
-				sha, err := b.Git().Commit("acme", "release", branch, files, deletes, "direct commit")
-				if err != nil {
-					t.Fatal(err)
-				}
-				return sha
-			},
-			CommitOrphan: func(t *testing.T, branch string, files map[string]string) string {
-				sha, err := b.Git().CommitOrphan("acme", "release", branch, files, "unrelated history")
-				if err != nil {
-					t.Fatal(err)
-				}
-				return sha
-			},
-			CommentAs: func(t *testing.T, n int, body string) string {
-				c, err := b.AddComment("acme", "release", n, "someone-else", body)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return strconv.FormatInt(c.ID, 10)
-			},
-			RefuseComments: func(t *testing.T, n int) {
-				if err := b.LockConversation("acme", "release", n, true); err != nil {
-					t.Fatal(err)
-				}
-			},
-			FailEdits: func(t *testing.T) {
-				if err := b.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/comments/\d+$`, Status: 400,
-					Body: `{"type":"error","error":{"message":"comment could not be saved"}}`}); err != nil {
-					t.Fatal(err)
-				}
-			},
-			Comments: func(t *testing.T, n int) []string {
-				pr, err := b.PullRequest("acme", "release", n)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out []string
-				for _, c := range pr.Comments {
-					out = append(out, c.Body)
-				}
-				return out
-			},
-			Statuses: func(t *testing.T, sha string) []scm.Status {
-				sts, err := b.Statuses("acme", "release", sha)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out []scm.Status
-				for _, s := range sts {
-					out = append(out, scm.Status{Context: s.Context, State: scm.StatusState(s.State), Description: s.Description, TargetURL: s.TargetURL})
-				}
-				return out
-			},
-		}
+		return env
 	})
 }

@@ -17,11 +17,7 @@ import (
 // Branch returns a branch head; ErrNotFound when the branch does not exist.
 func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Ref, error) {
 	op := "get branch " + name
-	ws, slug, err := splitRepo(repo, checkBranch(name))
-	if err != nil {
-		return scm.Ref{}, d.wrap(op, repo, nil, err)
-	}
-	cl, err := d.call(ctx, false)
+	ws, slug, cl, err := d.callRepo(ctx, repo, false, checkBranch(name))
 	if err != nil {
 		return scm.Ref{}, d.wrap(op, repo, nil, err)
 	}
@@ -40,11 +36,7 @@ func (d *Driver) Branch(ctx context.Context, repo scm.Repo, name string) (scm.Re
 // fails with ErrConflict when it points elsewhere.
 func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha string) error {
 	op := fmt.Sprintf("create branch %s at %s", name, sha)
-	ws, slug, err := splitRepo(repo, checkBranch(name), scm.CheckSHA(sha))
-	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	cl, err := d.call(ctx, true)
+	ws, slug, cl, err := d.callRepo(ctx, repo, true, checkBranch(name), scm.CheckSHA(sha))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
@@ -71,11 +63,7 @@ func (d *Driver) CreateBranch(ctx context.Context, repo scm.Repo, name, sha stri
 // DeleteBranch deletes name; ErrNotFound when it does not exist.
 func (d *Driver) DeleteBranch(ctx context.Context, repo scm.Repo, name string) error {
 	op := "delete branch " + name
-	ws, slug, err := splitRepo(repo, checkBranch(name))
-	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	cl, err := d.call(ctx, false)
+	ws, slug, cl, err := d.callRepo(ctx, repo, false, checkBranch(name))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
@@ -94,11 +82,7 @@ type apiCommit struct {
 
 func (d *Driver) commit(ctx context.Context, repo scm.Repo, sha string) (*apiCommit, error) {
 	op := "get commit " + sha
-	ws, slug, err := splitRepo(repo)
-	if err != nil {
-		return nil, d.wrap(op, repo, nil, err)
-	}
-	cl, err := d.call(ctx, false)
+	ws, slug, cl, err := d.callRepo(ctx, repo, false)
 	if err != nil {
 		return nil, d.wrap(op, repo, nil, err)
 	}

@@ -406,11 +406,7 @@ func (d *Driver) MergePR(ctx context.Context, repo scm.Repo, number int, in scm.
 // ClosePR declines the PR.
 func (d *Driver) ClosePR(ctx context.Context, repo scm.Repo, number int) error {
 	op := fmt.Sprintf("decline PR #%d", number)
-	ws, slug, err := splitRepo(repo)
-	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	cl, err := d.call(ctx, false)
+	ws, slug, cl, err := d.callRepo(ctx, repo, false)
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}
@@ -421,11 +417,7 @@ func (d *Driver) ClosePR(ctx context.Context, repo scm.Repo, number int) error {
 // Comment adds a comment to the PR.
 func (d *Driver) Comment(ctx context.Context, repo scm.Repo, number int, body string) error {
 	op := fmt.Sprintf("comment on PR #%d", number)
-	ws, slug, err := splitRepo(repo, scm.CheckComment(body))
-	if err != nil {
-		return d.wrap(op, repo, nil, err)
-	}
-	cl, err := d.call(ctx, false)
+	ws, slug, cl, err := d.callRepo(ctx, repo, false, scm.CheckComment(body))
 	if err != nil {
 		return d.wrap(op, repo, nil, err)
 	}

@@ -1,24 +1,12 @@
 package bitbucket
 
 import (
-	"bytes"
-	"net/http"
-	"net/http/httptest"
 	"testing"
+
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 func BenchmarkParseWebhook(b *testing.B) {
-	body := readTestdata(b, "pullrequest_fulfilled.json")
-	p := &WebhookParser{}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		r.Header.Set(headerEvent, "pullrequest:fulfilled")
-		r.Header.Set(headerSignature, sign(hookSecret, body))
-		ev, err := one(p.ParseWebhook(r, hookSecret))
-		if err != nil || ev == nil {
-			b.Fatal(ev, err)
-		}
-	}
+	body := scmconformance.Testdata(b, "pullrequest_fulfilled.json")
+	scmconformance.BenchParse(b, &WebhookParser{}, hookFormat, "pullrequest:fulfilled", body, sign(hookSecret, body), hookSecret)
 }

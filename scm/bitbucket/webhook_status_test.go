@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 func TestParseWebhookCommitStatusEvents(t *testing.T) {
@@ -14,7 +15,7 @@ func TestParseWebhookCommitStatusEvents(t *testing.T) {
 	}{{"repo:commit_status_updated", "SUCCESSFUL", scm.StatusSuccess}, {"repo:commit_status_updated", "FAILED", scm.StatusFailure},
 		{"repo:commit_status_created", "INPROGRESS", scm.StatusPending}, {"repo:commit_status_updated", "STOPPED", scm.StatusError}} {
 		body := []byte(`{"actor":{"nickname":"ci"},"repository":{"full_name":"acme/release"},"commit_status":{"key":"build","state":"` + tt.state + `","commit":{"hash":"` + sha + `"}}}`)
-		ev, err := one(fixedParser().ParseWebhook(hookRequest(tt.key, body, sign(hookSecret, body)), hookSecret))
+		ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest(tt.key, body, sign(hookSecret, body)), hookSecret))
 		if err != nil || ev == nil {
 			t.Fatalf("%s: %v %v", tt.state, ev, err)
 		}
@@ -23,7 +24,7 @@ func TestParseWebhookCommitStatusEvents(t *testing.T) {
 		}
 	}
 	body := []byte(`{"repository":{"full_name":"acme/release"},"commit_status":{"state":"SUCCESSFUL"}}`)
-	if ev, err := one(fixedParser().ParseWebhook(hookRequest("repo:commit_status_updated", body, sign(hookSecret, body)), hookSecret)); err == nil {
+	if ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("repo:commit_status_updated", body, sign(hookSecret, body)), hookSecret)); err == nil {
 		t.Errorf("status without commit parsed as %+v", ev)
 	}
 }

@@ -6,16 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 var hookSecret = []byte("bb-hook-secret")
@@ -29,25 +27,7 @@ func sign(secret, body []byte) string {
 }
 
 func hookRequest(event string, body []byte, sig string) *http.Request {
-	r := httptest.NewRequest(http.MethodPost, "/hooks/bitbucket", bytes.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	if event != "" {
-		r.Header.Set(headerEvent, event)
-	}
-	r.Header.Set(headerDelivery, deliveryID)
-	if sig != "" {
-		r.Header.Set(headerSignature, sig)
-	}
-	return r
-}
-
-func readTestdata(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return scmconformance.HookRequest(hookFormat, event, deliveryID, body, sig)
 }
 
 var fixedTime = time.Date(2024, 5, 2, 8, 10, 0, 0, time.UTC)
@@ -90,17 +70,12 @@ func TestParseWebhookEvents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			body := readTestdata(t, tt.file)
-			got, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
+			body := scmconformance.Testdata(t, tt.file)
+			got, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tt.want)
-				if got != nil && got.PR != nil && tt.want.PR != nil {
-					t.Errorf("PR got  %+v\nPR want %+v", *got.PR, *tt.want.PR)
-				}
-			}
+			scmconformance.WantEvent(t, got, tt.want)
 		})
 	}
 }
@@ -122,7 +97,7 @@ func TestParseWebhookPRKeys(t *testing.T) {
 			body := []byte(`{"pullrequest":{"id":5,"state":"` + tt.state + `","merge_commit":{"hash":"mc"},` +
 				`"source":{"branch":{"name":"f"},"commit":{"hash":"h"}},"destination":{"branch":{"name":"main"}}},` +
 				`"repository":{"full_name":"ws/r"}}`)
-			ev, err := one(fixedParser().ParseWebhook(hookRequest(tt.key, body, sign(hookSecret, body)), hookSecret))
+			ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest(tt.key, body, sign(hookSecret, body)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +133,7 @@ func TestParseWebhookPushShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body := []byte(`{"push":{"changes":` + tt.changes + `},"repository":{"full_name":"ws/r"},"actor":{"display_name":"Only Display"}}`)
-			ev, err := one(fixedParser().ParseWebhook(hookRequest("repo:push", body, sign(hookSecret, body)), hookSecret))
+			ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("repo:push", body, sign(hookSecret, body)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,7 +151,7 @@ func TestParseWebhookPushShapes(t *testing.T) {
 }
 
 func TestParseWebhookSignature(t *testing.T) {
-	body := readTestdata(t, "push.json")
+	body := scmconformance.Testdata(t, "push.json")
 	good := sign(hookSecret, body)
 	tests := []struct {
 		name   string
@@ -193,7 +168,7 @@ func TestParseWebhookSignature(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := one((&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("repo:push", body, tt.sig), tt.secret))
+			_, err := scmconformance.One((&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("repo:push", body, tt.sig), tt.secret))
 			if !errors.Is(err, scm.ErrBadSignature) {
 				t.Fatalf("err = %v, want ErrBadSignature", err)
 			}
@@ -204,13 +179,13 @@ func TestParseWebhookSignature(t *testing.T) {
 	}
 	t.Run("tampered", func(t *testing.T) {
 		tampered := bytes.Replace(body, []byte(`"main"`), []byte(`"prod"`), 1)
-		_, err := one(fixedParser().ParseWebhook(hookRequest("repo:push", tampered, good), hookSecret))
+		_, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("repo:push", tampered, good), hookSecret))
 		if !errors.Is(err, scm.ErrBadSignature) {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("unsigned allowed without secret", func(t *testing.T) {
-		ev, err := one((&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("repo:push", body, ""), nil))
+		ev, err := scmconformance.One((&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("repo:push", body, ""), nil))
 		if err != nil || ev == nil || ev.Branch != "main" {
 			t.Fatalf("got %+v, %v", ev, err)
 		}
@@ -242,24 +217,16 @@ func TestParseWebhookErrors(t *testing.T) {
 			if tt.chunked {
 				r.ContentLength = -1
 			}
-			_, err := one((&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret))
-			if err == nil {
-				t.Fatal("want error")
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Errorf("err = %v, want %v", err, tt.is)
-			}
-			if tt.msg != "" && !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("err = %v, want it to mention %q", err, tt.msg)
-			}
+			_, err := scmconformance.One((&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret))
+			scmconformance.WantParseError(t, err, tt.is, tt.msg)
 		})
 	}
 }
 
 func FuzzParseWebhook(f *testing.F) {
-	f.Add("repo:push", readTestdata(f, "push.json"), true)
+	f.Add("repo:push", scmconformance.Testdata(f, "push.json"), true)
 	f.Add("repo:commit_status_updated", []byte(`{"repository":{"full_name":"a/b"},"commit_status":{"key":"k","state":"FAILED","commit":{"hash":"ab12"}}}`), true)
-	f.Add("pullrequest:fulfilled", readTestdata(f, "pullrequest_fulfilled.json"), true)
+	f.Add("pullrequest:fulfilled", scmconformance.Testdata(f, "pullrequest_fulfilled.json"), true)
 	f.Add("pullrequest:updated", []byte(`{"pullrequest":{"id":1,"source":{"commit":null}},"repository":{"full_name":"a/b"}}`), false)
 	p := &WebhookParser{MaxBody: 64 << 10}
 	f.Fuzz(func(t *testing.T, event string, body []byte, signed bool) {
@@ -280,44 +247,8 @@ func FuzzParseWebhook(f *testing.F) {
 		if err != nil {
 			return
 		}
-		keys := map[string]bool{}
-		for _, ev := range evs {
-			if keys[ev.DedupeKey()] {
-				t.Fatalf("two events of one delivery share the dedupe key %s", ev.DedupeKey())
-			}
-			keys[ev.DedupeKey()] = true
-			if ev.Repo == "" || ev.DeliveryID == "" || ev.Provider != Name {
-				t.Fatalf("event without repo/delivery: %+v", ev)
-			}
-			switch ev.Kind {
-			case scm.EventPush:
-				if ev.Branch == "" {
-					t.Fatalf("push without branch: %+v", ev)
-				}
-			case scm.EventPullRequest:
-				if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
-					t.Fatalf("PR event without PR: %+v", ev)
-				}
-			case scm.EventStatus:
-				if ev.SHA == "" || ev.State == "" {
-					t.Fatalf("status event without sha/state: %+v", ev)
-				}
-			default:
-				t.Fatalf("unexpected kind %q", ev.Kind)
-			}
-		}
+		scmconformance.CheckEvents(t, Name, evs)
 	})
-}
-
-// one is the parse result of a delivery that carries at most one change.
-func one(evs []*scm.Event, err error) (*scm.Event, error) {
-	switch {
-	case len(evs) > 1:
-		return nil, fmt.Errorf("%d events, want at most one: %+v", len(evs), evs)
-	case len(evs) == 0:
-		return nil, err
-	}
-	return evs[0], err
 }
 
 // TestParseWebhookPushSeveralBranches: one git push that updates main, pushes a tag, creates
@@ -326,7 +257,7 @@ func one(evs []*scm.Event, err error) (*scm.Event, error) {
 // delivery's id and each with its own dedupe key, so JetStream keeps all three and a
 // redelivery of the same body gives the same keys again.
 func TestParseWebhookPushSeveralBranches(t *testing.T) {
-	body := readTestdata(t, "push_several_branches.json")
+	body := scmconformance.Testdata(t, "push_several_branches.json")
 	parse := func() []*scm.Event {
 		t.Helper()
 		evs, err := fixedParser().ParseWebhook(hookRequest("repo:push", body, sign(hookSecret, body)), hookSecret)

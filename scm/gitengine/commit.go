@@ -302,12 +302,8 @@ func (e *Engine) retry(ctx context.Context, again bool, op func(attempt int) err
 		}
 		d := e.backoff(attempt)
 		e.log.DebugContext(ctx, "push rejected, retrying on the new head", "attempt", attempt, "wait", d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("gitengine: waiting to retry: %w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
+		if serr := scm.Sleep(ctx, d); serr != nil {
+			return fmt.Errorf("gitengine: waiting to retry: %w (last error: %w)", serr, err)
 		}
 	}
 }

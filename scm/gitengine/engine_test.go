@@ -121,10 +121,7 @@ func TestCommitCreatesBranchFromBaseWithEdit(t *testing.T) {
 	if got := f.read(t, "prflow/run-1", "envs/prod/config.json"); got != "{\n  \"image\": \"v9\"\n}\n" {
 		t.Fatalf("prod = %q", got)
 	}
-	if f.head(t, "main") != base {
-		t.Fatal("main moved")
-	}
-	f.assertNoScratchLeft(t)
+	f.assertMainAtAndClean(t, base)
 }
 
 func TestCommitWithoutChangesPushesNothing(t *testing.T) {
@@ -288,9 +285,7 @@ func TestConcurrentCommitsAllLand(t *testing.T) {
 	var retried atomic.Int32
 	errs := make(chan error, writers)
 	for i := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			res, err := f.engine.Commit(ctxT(t), f.url, CommitRequest{Branch: "main", Message: fmt.Sprintf("writer %d", i), Author: bot,
 				Edit: func(_ context.Context, tree fs.FS) ([]scm.FileChange, error) {
 					old, err := fs.ReadFile(tree, "README.md")
@@ -303,7 +298,7 @@ func TestConcurrentCommitsAllLand(t *testing.T) {
 				retried.Add(1)
 			}
 			errs <- err
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -385,10 +380,7 @@ func TestCommitErrors(t *testing.T) {
 			if strings.Contains(err.Error(), "wrong-secret-token") || strings.Contains(err.Error(), scmtest.DefaultToken) {
 				t.Fatalf("token leaked: %v", err)
 			}
-			if f.head(t, "main") != before {
-				t.Fatal("main moved")
-			}
-			f.assertNoScratchLeft(t)
+			f.assertMainAtAndClean(t, before)
 		})
 	}
 }

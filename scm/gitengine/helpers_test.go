@@ -56,6 +56,15 @@ func (f *fixture) head(t *testing.T, branch string) string {
 }
 
 // assertNoScratchLeft fails when the engine left anything in its temp dir.
+// assertMainAtAndClean: main did not move from sha and no scratch directory is left.
+func (f *fixture) assertMainAtAndClean(t *testing.T, sha string) {
+	t.Helper()
+	if f.head(t, "main") != sha {
+		t.Fatal("main moved")
+	}
+	f.assertNoScratchLeft(t)
+}
+
 func (f *fixture) assertNoScratchLeft(t *testing.T) {
 	t.Helper()
 	ents, err := os.ReadDir(f.tmp)

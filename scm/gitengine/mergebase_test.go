@@ -25,22 +25,21 @@ func TestMergeBaseWithEqualCommitDates(t *testing.T) {
 	}
 	git("add", "base.txt")
 	git("commit", "-q", "-m", "base")
-	git("checkout", "-q", "-b", "one")
-	if err := os.WriteFile(filepath.Join(work, "one.txt"), []byte("one\n"), 0o644); err != nil {
-		t.Fatal(err)
+	// branchOff commits <name>.txt on a new branch name off main and goes back to main.
+	branchOff := func(name string) string {
+		t.Helper()
+		git("checkout", "-q", "-b", name)
+		if err := os.WriteFile(filepath.Join(work, name+".txt"), []byte(name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git("add", name+".txt")
+		git("commit", "-q", "-m", name)
+		sha := git("rev-parse", "HEAD")
+		git("checkout", "-q", "main")
+		return sha
 	}
-	git("add", "one.txt")
-	git("commit", "-q", "-m", "one")
-	one := git("rev-parse", "HEAD")
-	git("checkout", "-q", "main")
-	git("checkout", "-q", "-b", "two")
-	if err := os.WriteFile(filepath.Join(work, "two.txt"), []byte("two\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git("add", "two.txt")
-	git("commit", "-q", "-m", "two")
-	two := git("rev-parse", "HEAD")
-	git("checkout", "-q", "main")
+	one := branchOff("one")
+	two := branchOff("two")
 	git("merge", "-q", "--no-ff", "-m", "merge one", "one")
 	m1 := git("rev-parse", "HEAD")
 	git("merge", "-q", "--no-ff", "-m", "merge two", "two")

@@ -3,6 +3,7 @@ package gitengine
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -41,10 +42,7 @@ func TestRevertPlainCommitRestoresFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{}
-	for k, v := range before {
-		want[k] = v
-	}
+	want := maps.Clone(before)
 	want["envs/prod/config.json"] = "prod v5\n"
 	if got := f.tree(t, "revert-1"); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after revert:\n%v\nwant\n%v", got, want)
@@ -89,10 +87,7 @@ func TestRevertMergeCommitAgainstMainline(t *testing.T) {
 	if res.Created || f.head(t, "main") != res.SHA {
 		t.Fatalf("revert onto base: %+v", res)
 	}
-	want := map[string]string{}
-	for k, v := range before {
-		want[k] = v
-	}
+	want := maps.Clone(before)
 	want["envs/dev/config.json"] = "dev moved\n"
 	if got := f.tree(t, "main"); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after revert:\n%v\nwant\n%v", got, want)

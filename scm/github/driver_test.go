@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmconformance"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/scm/transport"
 )
@@ -472,40 +473,17 @@ func TestErrorsFailFastAndNameTheCall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f.fake.ResetCalls()
-			err := tt.call()
-			var se *scm.Error
-			if !errors.As(err, &se) || se.Status != tt.status {
-				t.Fatalf("err = %v, want *scm.Error with status %d", err, tt.status)
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Errorf("err = %v, want %v", err, tt.is)
-			}
-			if !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("err = %q, want it to contain %q", err, tt.msg)
-			}
-			if scm.Transient(err) {
-				t.Errorf("%v must not be transient", err)
-			}
+			scmconformance.WantRefused(t, tt.call(), tt.status, tt.is, tt.msg)
 			for _, c := range f.fake.Calls() {
 				if c.Status == tt.status && c.Faulted {
 					t.Errorf("unexpected fault %+v", c)
 				}
 			}
-			if n := countStatus(f.fake.Calls(), tt.status); n > 1 {
+			if n := scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Status == tt.status }); n > 1 {
 				t.Errorf("a %d was retried: %d calls", tt.status, n)
 			}
 		})
 	}
-}
-
-func countStatus(calls []scmtest.Call, status int) int {
-	n := 0
-	for _, c := range calls {
-		if c.Status == status {
-			n++
-		}
-	}
-	return n
 }
 
 func TestTransientFaultsAreRetried(t *testing.T) {
@@ -531,13 +509,7 @@ func TestTransientFaultsAreRetried(t *testing.T) {
 			if read(t, f, sha, "f.txt") != "x" {
 				t.Error("commit content wrong")
 			}
-			faulted := 0
-			for _, c := range f.fake.Calls() {
-				if c.Faulted {
-					faulted++
-				}
-			}
-			if faulted == 0 {
+			if scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Faulted }) == 0 {
 				t.Error("the fault was never hit")
 			}
 		})
@@ -625,17 +597,7 @@ func TestNoTokenInErrorsOrLogs(t *testing.T) {
 	if len(errs) < 5 {
 		t.Fatalf("expected errors from every call, got %d: %v", len(errs), errs)
 	}
-	for _, e := range errs {
-		if strings.Contains(e.Error(), secret) {
-			t.Errorf("error leaks the token: %v", e)
-		}
-	}
-	if strings.Contains(logs.String(), secret) {
-		t.Errorf("logs leak the token:\n%s", logs.String())
-	}
-	if !strings.Contains(errs[0].Error(), "[REDACTED]") {
-		t.Errorf("echoed token was not redacted: %v", errs[0])
-	}
+	scmconformance.WantSecretHidden(t, secret, errs, logs.String())
 }
 
 // TestChangedBetweenTruncated: GitHub's compare lists at most 300 files and says nothing when

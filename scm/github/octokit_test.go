@@ -14,6 +14,7 @@ import (
 	gh "github.com/google/go-github/v62/github"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 // octokitExample is one payload example of octokit/webhooks: the event kind is its folder.
@@ -25,7 +26,7 @@ type octokitExample struct {
 // octokitExamples reads testdata/octokit-webhooks-examples.tar.gz (see its LICENSE file).
 func octokitExamples(t *testing.T) []octokitExample {
 	t.Helper()
-	zr, err := gzip.NewReader(bytes.NewReader(readTestdata(t, "octokit-webhooks-examples.tar.gz")))
+	zr, err := gzip.NewReader(bytes.NewReader(scmconformance.Testdata(t, "octokit-webhooks-examples.tar.gz")))
 	if err != nil {
 		t.Fatal(err)
 	}

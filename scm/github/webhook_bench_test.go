@@ -1,32 +1,20 @@
 package github
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"testing"
+
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 func benchParse(b *testing.B, event string, body []byte) {
 	p := &WebhookParser{MaxBody: 32 << 20} // the old default (1 MiB) refused the big push
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	sig := sign(hookSecret, body)
-	for b.Loop() {
-		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		r.Header.Set(headerEvent, event)
-		r.Header.Set(headerSignature, sig)
-		ev, err := one(p.ParseWebhook(r, hookSecret))
-		if err != nil || ev == nil {
-			b.Fatal(ev, err)
-		}
-	}
+	scmconformance.BenchParse(b, p, hookFormat, event, body, sign(hookSecret, body), hookSecret)
 }
 
 func BenchmarkParseWebhook(b *testing.B) {
-	benchParse(b, "pull_request", readTestdata(b, "pull_request_closed.json"))
+	benchParse(b, "pull_request", scmconformance.Testdata(b, "pull_request_closed.json"))
 }
 
 // BenchmarkParseWebhookBigPush parses a push of 2,048 commits (GitHub lists at most 2,048 in
@@ -37,7 +25,7 @@ func BenchmarkParseWebhookBigPush(b *testing.B) {
 
 func bigPush(t testing.TB, n int) []byte {
 	var doc map[string]any
-	if err := json.Unmarshal(readTestdata(t, "push.json"), &doc); err != nil {
+	if err := json.Unmarshal(scmconformance.Testdata(t, "push.json"), &doc); err != nil {
 		t.Fatal(err)
 	}
 	commit := doc["commits"].([]any)[0].(map[string]any)

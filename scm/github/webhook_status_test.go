@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 func TestParseWebhookStatusEvents(t *testing.T) {
@@ -20,7 +21,7 @@ func TestParseWebhookStatusEvents(t *testing.T) {
 		{"check_suite", `{"action":"completed","check_suite":{"head_sha":"` + sha + `","status":"completed","conclusion":"success"},"repository":{"full_name":"acme/release"}}`, "", scm.StatusSuccess},
 	} {
 		body := []byte(tt.body)
-		ev, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
+		ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
 		if err != nil || ev == nil {
 			t.Fatalf("%s: %v %v", tt.event, ev, err)
 		}
@@ -30,7 +31,7 @@ func TestParseWebhookStatusEvents(t *testing.T) {
 	}
 	for _, bad := range []string{`{"state":"success","repository":{"full_name":"a/b"}}`, `{"sha":"x"}`, `{"sha": 1}`} {
 		body := []byte(bad)
-		if ev, err := one(fixedParser().ParseWebhook(hookRequest("status", body, sign(hookSecret, body)), hookSecret)); err == nil {
+		if ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("status", body, sign(hookSecret, body)), hookSecret)); err == nil {
 			t.Errorf("%s: parsed as %+v", bad, ev)
 		}
 	}

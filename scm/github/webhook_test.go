@@ -6,17 +6,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 var hookSecret = []byte("It's a Secret to Everybody")
@@ -28,25 +26,7 @@ func sign(secret, body []byte) string {
 }
 
 func hookRequest(event string, body []byte, sig string) *http.Request {
-	r := httptest.NewRequest(http.MethodPost, "/hooks/github", bytes.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	if event != "" {
-		r.Header.Set(headerEvent, event)
-	}
-	r.Header.Set(headerDelivery, "72d3162e-cc78-11e3-81ab-4c9367dc0958")
-	if sig != "" {
-		r.Header.Set(headerSignature, sig)
-	}
-	return r
-}
-
-func readTestdata(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return scmconformance.HookRequest(hookFormat, event, "72d3162e-cc78-11e3-81ab-4c9367dc0958", body, sig)
 }
 
 func fixedParser() *WebhookParser {
@@ -129,17 +109,12 @@ func TestParseWebhookEvents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			body := readTestdata(t, tt.file)
-			got, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
+			body := scmconformance.Testdata(t, tt.file)
+			got, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tt.want)
-				if got != nil && got.PR != nil && tt.want.PR != nil {
-					t.Errorf("PR got  %+v\nPR want %+v", *got.PR, *tt.want.PR)
-				}
-			}
+			scmconformance.WantEvent(t, got, tt.want)
 		})
 	}
 }
@@ -168,7 +143,7 @@ func TestParseWebhookPRActions(t *testing.T) {
 			body := []byte(`{"action":"` + tt.action + `","pull_request":{"number":3,"state":"open","merged":` +
 				map[bool]string{true: "true", false: "false"}[tt.merged] +
 				`,"merge_commit_sha":"abc","head":{"ref":"f","sha":"h"},"base":{"ref":"main"}},"repository":{"full_name":"o/r"}}`)
-			ev, err := one(fixedParser().ParseWebhook(hookRequest("pull_request", body, sign(hookSecret, body)), hookSecret))
+			ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("pull_request", body, sign(hookSecret, body)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,7 +164,7 @@ func TestParseWebhookPRActions(t *testing.T) {
 }
 
 func TestParseWebhookSignature(t *testing.T) {
-	body := readTestdata(t, "push.json")
+	body := scmconformance.Testdata(t, "push.json")
 	good := sign(hookSecret, body)
 	tests := []struct {
 		name   string
@@ -208,7 +183,7 @@ func TestParseWebhookSignature(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &WebhookParser{AllowUnsigned: tt.allow}
-			_, err := one(p.ParseWebhook(hookRequest("push", body, tt.sig), tt.secret))
+			_, err := scmconformance.One(p.ParseWebhook(hookRequest("push", body, tt.sig), tt.secret))
 			if !errors.Is(err, scm.ErrBadSignature) {
 				t.Fatalf("err = %v, want ErrBadSignature", err)
 			}
@@ -219,14 +194,14 @@ func TestParseWebhookSignature(t *testing.T) {
 	}
 	t.Run("unsigned allowed without secret", func(t *testing.T) {
 		p := &WebhookParser{AllowUnsigned: true}
-		ev, err := one(p.ParseWebhook(hookRequest("push", body, ""), nil))
+		ev, err := scmconformance.One(p.ParseWebhook(hookRequest("push", body, ""), nil))
 		if err != nil || ev == nil || ev.Branch != "main" {
 			t.Fatalf("got %+v, %v", ev, err)
 		}
 	})
 	t.Run("body tampered after signing", func(t *testing.T) {
 		tampered := bytes.Replace(body, []byte("acme/deploy"), []byte("evil/deploy"), 1)
-		_, err := one(fixedParser().ParseWebhook(hookRequest("push", tampered, good), hookSecret))
+		_, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("push", tampered, good), hookSecret))
 		if !errors.Is(err, scm.ErrBadSignature) {
 			t.Fatalf("err = %v", err)
 		}
@@ -258,16 +233,8 @@ func TestParseWebhookErrors(t *testing.T) {
 			if tt.chunked {
 				r.ContentLength = -1
 			}
-			_, err := one((&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret))
-			if err == nil {
-				t.Fatal("want error")
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Errorf("err = %v, want %v", err, tt.is)
-			}
-			if tt.msg != "" && !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("err = %v, want it to mention %q", err, tt.msg)
-			}
+			_, err := scmconformance.One((&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret))
+			scmconformance.WantParseError(t, err, tt.is, tt.msg)
 		})
 	}
 }
@@ -279,7 +246,7 @@ func TestParseWebhookIgnored(t *testing.T) {
 		{"push", `{"ref":"refs/tags/v1.0.0","repository":{"full_name":"o/r"}}`},
 	} {
 		body := []byte(tt.body)
-		ev, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
+		ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest(tt.event, body, sign(hookSecret, body)), hookSecret))
 		if ev != nil || err != nil {
 			t.Errorf("%s: got %+v, %v; want ignored", tt.event, ev, err)
 		}
@@ -287,12 +254,12 @@ func TestParseWebhookIgnored(t *testing.T) {
 }
 
 func TestParseWebhookFormEncodedAndDeliveryFallback(t *testing.T) {
-	payload := readTestdata(t, "push.json")
+	payload := scmconformance.Testdata(t, "push.json")
 	body := []byte("payload=" + url.QueryEscape(string(payload)))
 	r := hookRequest("push", body, sign(hookSecret, body))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	r.Header.Del(headerDelivery)
-	ev, err := one(fixedParser().ParseWebhook(r, hookSecret))
+	ev, err := scmconformance.One(fixedParser().ParseWebhook(r, hookSecret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +276,7 @@ func FuzzParseWebhook(f *testing.F) {
 	for _, seed := range []struct{ event, file string }{
 		{"push", "push.json"}, {"pull_request", "pull_request_closed.json"}, {"pull_request", "pull_request_labeled.json"},
 	} {
-		f.Add(seed.event, readTestdata(f, seed.file), true)
+		f.Add(seed.event, scmconformance.Testdata(f, seed.file), true)
 	}
 	f.Add("pull_request", []byte(`{"action":"closed","pull_request":{"number":1,"merged":true,"merge_commit_sha":null}}`), true)
 	f.Add("push", []byte(`{"ref":"refs/heads/"}`), false)
@@ -325,7 +292,7 @@ func FuzzParseWebhook(f *testing.F) {
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 		r.Header.Set(headerEvent, event)
 		r.Header.Set(headerSignature, sig)
-		ev, err := one(p.ParseWebhook(r, hookSecret))
+		ev, err := scmconformance.One(p.ParseWebhook(r, hookSecret))
 		if !signed {
 			if len(body) <= 64<<10 && !errors.Is(err, scm.ErrBadSignature) {
 				t.Fatalf("unsigned body accepted: %v", err)
@@ -335,35 +302,6 @@ func FuzzParseWebhook(f *testing.F) {
 		if err != nil || ev == nil {
 			return
 		}
-		if ev.Repo == "" || ev.DeliveryID == "" || ev.Provider != Name {
-			t.Fatalf("event without repo/delivery: %+v", ev)
-		}
-		switch ev.Kind {
-		case scm.EventPush:
-			if ev.Branch == "" {
-				t.Fatalf("push without branch: %+v", ev)
-			}
-		case scm.EventPullRequest:
-			if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
-				t.Fatalf("PR event without PR: %+v", ev)
-			}
-		case scm.EventStatus:
-			if ev.SHA == "" || ev.State == "" {
-				t.Fatalf("status event without sha/state: %+v", ev)
-			}
-		default:
-			t.Fatalf("unexpected kind %q", ev.Kind)
-		}
+		scmconformance.CheckEvents(t, Name, []*scm.Event{ev})
 	})
-}
-
-// one is the parse result of a delivery that carries at most one change.
-func one(evs []*scm.Event, err error) (*scm.Event, error) {
-	switch {
-	case len(evs) > 1:
-		return nil, fmt.Errorf("%d events, want at most one: %+v", len(evs), evs)
-	case len(evs) == 0:
-		return nil, err
-	}
-	return evs[0], err
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,27 +231,8 @@ func TestErrorsFailFastAndNameTheCall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f.fake.ResetCalls()
-			err := tt.call()
-			var se *scm.Error
-			if !errors.As(err, &se) || se.Status != tt.status {
-				t.Fatalf("err = %v, want *scm.Error with status %d", err, tt.status)
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Errorf("err = %v, want %v", err, tt.is)
-			}
-			if !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("err = %q, want it to contain %q", err, tt.msg)
-			}
-			if scm.Transient(err) {
-				t.Errorf("%v must not be transient", err)
-			}
-			n := 0
-			for _, c := range f.fake.Calls() {
-				if c.Status == tt.status {
-					n++
-				}
-			}
-			if n != 1 {
+			scmconformance.WantRefused(t, tt.call(), tt.status, tt.is, tt.msg)
+			if n := scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Status == tt.status }); n != 1 {
 				t.Errorf("%d answers with status %d, want exactly 1 (no retry)", n, tt.status)
 			}
 		})
@@ -281,11 +261,7 @@ func TestTransientFaultsAreRetried(t *testing.T) {
 			if read(t, f, sha, "f.txt") != "x" {
 				t.Error("content")
 			}
-			hit := false
-			for _, c := range f.fake.Calls() {
-				hit = hit || c.Faulted
-			}
-			if !hit {
+			if scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Faulted }) == 0 {
 				t.Error("fault never hit")
 			}
 		})
@@ -301,13 +277,7 @@ func TestTransientFaultsAreRetried(t *testing.T) {
 		if !errors.As(err, &se) || se.Status != 502 || !scm.Transient(err) {
 			t.Fatalf("err = %v, want the 502 reported as transient", err)
 		}
-		posts := 0
-		for _, c := range f.fake.Calls() {
-			if c.Method == "POST" {
-				posts++
-			}
-		}
-		if posts != 1 {
+		if posts := scmtest.CountCalls(f.fake.Calls(), func(c scmtest.Call) bool { return c.Method == "POST" }); posts != 1 {
 			t.Errorf("commit POST sent %d times", posts)
 		}
 	})
@@ -330,13 +300,7 @@ func TestRateLimitError(t *testing.T) {
 	if !errors.As(err, &rl) || rl.RetryAfter < 40*time.Second || rl.RetryAfter > 46*time.Second {
 		t.Fatalf("err = %v, want RateLimitError of about 45s", err)
 	}
-	calls := 0
-	for _, c := range g.Calls() {
-		if c.Status == 429 {
-			calls++
-		}
-	}
-	if calls != 1 {
+	if calls := scmtest.CountCalls(g.Calls(), func(c scmtest.Call) bool { return c.Status == 429 }); calls != 1 {
 		t.Errorf("client-go retried the 429 itself: %d calls", calls)
 	}
 }
@@ -375,95 +339,21 @@ func TestNoTokenInErrorsOrLogs(t *testing.T) {
 	if len(errs) != 5 {
 		t.Fatalf("want 5 errors, got %v", errs)
 	}
-	for _, e := range errs {
-		if strings.Contains(e.Error(), secret) {
-			t.Errorf("error leaks the token: %v", e)
-		}
-	}
-	if !strings.Contains(errs[0].Error(), "[REDACTED]") {
-		t.Errorf("echoed token not redacted: %v", errs[0])
-	}
-	if strings.Contains(logs.String(), secret) {
-		t.Errorf("logs leak the token:\n%s", logs)
-	}
+	scmconformance.WantSecretHidden(t, secret, errs, logs.String())
 }
 
 func TestConformance(t *testing.T) {
 	scmconformance.Run(t, func(t *testing.T) scmconformance.Env {
-		files := map[string]string{"envs/dev/config.json": "{\"image\": \"v1\"}\n", "envs/prod/values.yaml": "image: v1\n"}
 		g := scmtest.NewGitLab(t)
-		if _, err := g.CreateRepo("acme", "release", files); err != nil {
-			t.Fatal(err)
-		}
 		d := newDriver(t, g, scmtest.DefaultToken, &bytes.Buffer{})
-		return scmconformance.Env{
-			Provider: d, Repo: testRepo, Base: "main", Files: files,
-			CommitDirect: func(t *testing.T, branch string, files map[string]string, deletes []string) string {
-				sha, err := g.Git().Commit("acme", "release", branch, files, deletes, "direct commit")
-				if err != nil {
-					t.Fatal(err)
-				}
-				return sha
-			},
-			CommitOrphan: func(t *testing.T, branch string, files map[string]string) string {
-				sha, err := g.Git().CommitOrphan("acme", "release", branch, files, "unrelated history")
-				if err != nil {
-					t.Fatal(err)
-				}
-				return sha
-			},
-			Settle: func(t *testing.T, n int) {
-				for range 50 {
-					pr, err := d.GetPR(context.Background(), testRepo, n)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if pr.Mergeability != scm.MergeUnknown || pr.State != scm.PROpen {
-						return
-					}
-				}
-				t.Fatalf("MR !%d mergeability stayed unknown", n)
-			},
-			CommentAs: func(t *testing.T, n int, body string) string {
-				c, err := g.AddComment("acme", "release", n, "someone-else", body)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return strconv.FormatInt(c.ID, 10)
-			},
-			RefuseComments: func(t *testing.T, n int) {
-				if err := g.LockConversation("acme", "release", n, true); err != nil {
-					t.Fatal(err)
-				}
-			},
-			FailEdits: func(t *testing.T) {
-				if err := g.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/notes/\d+$`, Status: 400,
-					Body: `{"message":"400 Bad request - note could not be saved"}`}); err != nil {
-					t.Fatal(err)
-				}
-			},
-			Comments: func(t *testing.T, n int) []string {
-				pr, err := g.PullRequest("acme", "release", n)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out []string
-				for _, c := range pr.Comments {
-					out = append(out, c.Body)
-				}
-				return out
-			},
-			Statuses: func(t *testing.T, sha string) []scm.Status {
-				sts, err := g.Statuses("acme", "release", sha)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out []scm.Status
-				for _, s := range sts {
-					out = append(out, scm.Status{Context: s.Context, State: scm.StatusState(s.State), Description: s.Description, TargetURL: s.TargetURL})
-				}
-				return out
-			},
+		env := scmconformance.ForgeEnv(t, g.Forge, d)
+		env.Settle = scmconformance.SettleMergeability(d, testRepo, "MR !")
+		env.FailEdits = func(t *testing.T) {
+			if err := g.InjectFault(scmtest.Fault{Method: "PUT", PathPattern: `/notes/\d+$`, Status: 400,
+				Body: `{"message":"400 Bad request - note could not be saved"}`}); err != nil {
+				t.Fatal(err)
+			}
 		}
+		return env
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 func TestParseWebhookPipelineEvents(t *testing.T) {
@@ -13,7 +14,7 @@ func TestParseWebhookPipelineEvents(t *testing.T) {
 		want   scm.StatusState
 	}{{"success", scm.StatusSuccess}, {"failed", scm.StatusFailure}, {"running", scm.StatusPending}, {"canceled", scm.StatusError}} {
 		body := []byte(`{"object_kind":"pipeline","object_attributes":{"id":31,"sha":"` + sha + `","status":"` + tt.status + `"},"user":{"username":"ci"},"project":{"path_with_namespace":"acme/release"}}`)
-		ev, err := one(fixedParser().ParseWebhook(hookRequest("Pipeline Hook", body, string(hookSecret)), hookSecret))
+		ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("Pipeline Hook", body, string(hookSecret)), hookSecret))
 		if err != nil || ev == nil {
 			t.Fatalf("%s: %v %v", tt.status, ev, err)
 		}
@@ -22,7 +23,7 @@ func TestParseWebhookPipelineEvents(t *testing.T) {
 		}
 	}
 	body := []byte(`{"object_kind":"pipeline","object_attributes":{"status":"success"},"project":{"path_with_namespace":"acme/release"}}`)
-	if ev, err := one(fixedParser().ParseWebhook(hookRequest("Pipeline Hook", body, string(hookSecret)), hookSecret)); err == nil {
+	if ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("Pipeline Hook", body, string(hookSecret)), hookSecret)); err == nil {
 		t.Errorf("pipeline without sha parsed as %+v", ev)
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prflow/prflow/scm"
+	"github.com/prflow/prflow/scm/scmconformance"
 )
 
 var hookSecret = []byte("s3cr3t-hook-token")
@@ -21,25 +21,7 @@ var hookSecret = []byte("s3cr3t-hook-token")
 const deliveryID = "13792a34-cac6-4fda-95a8-c58e00a3954e"
 
 func hookRequest(event string, body []byte, token string) *http.Request {
-	r := httptest.NewRequest(http.MethodPost, "/hooks/gitlab", bytes.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	if event != "" {
-		r.Header.Set(headerEvent, event)
-	}
-	r.Header.Set(headerDelivery, deliveryID)
-	if token != "" {
-		r.Header.Set(headerToken, token)
-	}
-	return r
-}
-
-func readTestdata(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return scmconformance.HookRequest(hookFormat, event, deliveryID, body, token)
 }
 
 var fixedTime = time.Date(2024, 5, 2, 8, 10, 0, 0, time.UTC)
@@ -49,34 +31,23 @@ func fixedParser() *WebhookParser {
 }
 
 func TestParseWebhookEvents(t *testing.T) {
+	// push.json as a project hook and as a system hook: the same event.
+	push := &scm.Event{
+		Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush,
+		Repo: "platform/gitops/deploy", Sender: "jsmith", Branch: "main",
+		Before:   "95790bf891e76fee5e1747ab589903a6a1f80f22",
+		After:    "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
+		Changed:  []string{"apps/cart/values.yaml", "envs/dev/config.json", "envs/old/config.json"},
+		Received: fixedTime,
+	}
 	tests := []struct {
 		name  string
 		event string
 		file  string
 		want  *scm.Event
 	}{
-		{
-			name: "push", event: "Push Hook", file: "push.json",
-			want: &scm.Event{
-				Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush,
-				Repo: "platform/gitops/deploy", Sender: "jsmith", Branch: "main",
-				Before:   "95790bf891e76fee5e1747ab589903a6a1f80f22",
-				After:    "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
-				Changed:  []string{"apps/cart/values.yaml", "envs/dev/config.json", "envs/old/config.json"},
-				Received: fixedTime,
-			},
-		},
-		{
-			name: "push as system hook", event: "System Hook", file: "push.json",
-			want: &scm.Event{
-				Provider: "gitlab", DeliveryID: deliveryID, Kind: scm.EventPush,
-				Repo: "platform/gitops/deploy", Sender: "jsmith", Branch: "main",
-				Before:   "95790bf891e76fee5e1747ab589903a6a1f80f22",
-				After:    "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
-				Changed:  []string{"apps/cart/values.yaml", "envs/dev/config.json", "envs/old/config.json"},
-				Received: fixedTime,
-			},
-		},
+		{name: "push", event: "Push Hook", file: "push.json", want: push},
+		{name: "push as system hook", event: "System Hook", file: "push.json", want: push},
 		{
 			name: "merged", event: "Merge Request Hook", file: "merge_request_merge.json",
 			want: &scm.Event{
@@ -110,17 +81,12 @@ func TestParseWebhookEvents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			body := readTestdata(t, tt.file)
-			got, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, body, string(hookSecret)), hookSecret))
+			body := scmconformance.Testdata(t, tt.file)
+			got, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest(tt.event, body, string(hookSecret)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tt.want)
-				if got != nil && got.PR != nil && tt.want.PR != nil {
-					t.Errorf("PR got  %+v\nPR want %+v", *got.PR, *tt.want.PR)
-				}
-			}
+			scmconformance.WantEvent(t, got, tt.want)
 		})
 	}
 }
@@ -149,7 +115,7 @@ func TestParseWebhookMRActions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			body := []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"g/p"},` +
 				`"object_attributes":{"iid":3,"state":"` + tt.state + `","action":"` + tt.action + `","merge_commit_sha":"m1"` + tt.extra + `}}`)
-			ev, err := one(fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret))
+			ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +139,7 @@ func TestParseWebhookMRActions(t *testing.T) {
 }
 
 func TestParseWebhookToken(t *testing.T) {
-	body := readTestdata(t, "push.json")
+	body := scmconformance.Testdata(t, "push.json")
 	tests := []struct {
 		name   string
 		token  string
@@ -189,7 +155,7 @@ func TestParseWebhookToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := one((&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("Push Hook", body, tt.token), tt.secret))
+			_, err := scmconformance.One((&WebhookParser{AllowUnsigned: tt.allow}).ParseWebhook(hookRequest("Push Hook", body, tt.token), tt.secret))
 			if !errors.Is(err, scm.ErrBadSignature) {
 				t.Fatalf("err = %v, want ErrBadSignature", err)
 			}
@@ -199,7 +165,7 @@ func TestParseWebhookToken(t *testing.T) {
 		})
 	}
 	t.Run("unsigned allowed without secret", func(t *testing.T) {
-		ev, err := one((&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("Push Hook", body, ""), nil))
+		ev, err := scmconformance.One((&WebhookParser{AllowUnsigned: true}).ParseWebhook(hookRequest("Push Hook", body, ""), nil))
 		if err != nil || ev == nil || ev.Repo != "platform/gitops/deploy" {
 			t.Fatalf("got %+v, %v", ev, err)
 		}
@@ -234,16 +200,8 @@ func TestParseWebhookErrors(t *testing.T) {
 			if tt.chunked {
 				r.ContentLength = -1
 			}
-			_, err := one((&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret))
-			if err == nil {
-				t.Fatal("want error")
-			}
-			if tt.is != nil && !errors.Is(err, tt.is) {
-				t.Errorf("err = %v, want %v", err, tt.is)
-			}
-			if tt.msg != "" && !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("err = %v, want it to mention %q", err, tt.msg)
-			}
+			_, err := scmconformance.One((&WebhookParser{MaxBody: tt.max}).ParseWebhook(r, hookSecret))
+			scmconformance.WantParseError(t, err, tt.is, tt.msg)
 			if !strings.Contains(err.Error(), deliveryID) {
 				t.Errorf("error does not name the delivery: %v", err)
 			}
@@ -258,7 +216,7 @@ func TestParseWebhookIgnored(t *testing.T) {
 		{"System Hook", `{"object_kind":"repository_update"}`},
 		{"Push Hook", `{"object_kind":"push","ref":"refs/tags/v1","project":{"path_with_namespace":"g/p"}}`},
 	} {
-		ev, err := one(fixedParser().ParseWebhook(hookRequest(tt.event, []byte(tt.body), string(hookSecret)), hookSecret))
+		ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest(tt.event, []byte(tt.body), string(hookSecret)), hookSecret))
 		if ev != nil || err != nil {
 			t.Errorf("%s: got %+v, %v; want ignored", tt.event, ev, err)
 		}
@@ -266,10 +224,10 @@ func TestParseWebhookIgnored(t *testing.T) {
 }
 
 func FuzzParseWebhook(f *testing.F) {
-	f.Add("Push Hook", readTestdata(f, "push.json"), true)
+	f.Add("Push Hook", scmconformance.Testdata(f, "push.json"), true)
 	f.Add("Pipeline Hook", []byte(`{"object_kind":"pipeline","object_attributes":{"sha":"ab12","status":"success"},"project":{"path_with_namespace":"g/p"}}`), true)
-	f.Add("Merge Request Hook", readTestdata(f, "merge_request_merge.json"), true)
-	f.Add("Merge Request Hook", readTestdata(f, "merge_request_labeled.json"), true)
+	f.Add("Merge Request Hook", scmconformance.Testdata(f, "merge_request_merge.json"), true)
+	f.Add("Merge Request Hook", scmconformance.Testdata(f, "merge_request_labeled.json"), true)
 	f.Add("System Hook", []byte(`{"object_kind":"merge_request","object_attributes":{"iid":1,"action":"update","oldrev":"x"}}`), false)
 	p := &WebhookParser{MaxBody: 64 << 10}
 	f.Fuzz(func(t *testing.T, event string, body []byte, withToken bool) {
@@ -290,41 +248,18 @@ func FuzzParseWebhook(f *testing.F) {
 		if err != nil {
 			return
 		}
-		keys := map[string]bool{}
+		scmconformance.CheckEvents(t, Name, evs)
 		for _, ev := range evs {
-			if keys[ev.DedupeKey()] {
-				t.Fatalf("two events of one delivery share the dedupe key %s", ev.DedupeKey())
-			}
-			keys[ev.DedupeKey()] = true
-			if ev.Repo == "" || ev.DeliveryID == "" || ev.Provider != Name {
-				t.Fatalf("event without repo/delivery: %+v", ev)
-			}
-			switch ev.Kind {
-			case scm.EventPush:
-				if ev.Branch == "" {
-					t.Fatalf("push without branch: %+v", ev)
-				}
-			case scm.EventPullRequest:
-				if ev.PR == nil || ev.PR.Number <= 0 || ev.Action == "" {
-					t.Fatalf("MR event without MR: %+v", ev)
-				}
-				if ev.Action == scm.PRLabeled && ev.Label == "" {
-					t.Fatalf("labeled without label: %+v", ev)
-				}
-			case scm.EventStatus:
-				if ev.SHA == "" || ev.State == "" {
-					t.Fatalf("status event without sha/state: %+v", ev)
-				}
-			default:
-				t.Fatalf("unexpected kind %q", ev.Kind)
+			if ev.Action == scm.PRLabeled && ev.Label == "" {
+				t.Fatalf("labeled without label: %+v", ev)
 			}
 		}
 	})
 }
 
 func TestParseWebhookBranchDeleted(t *testing.T) {
-	body := readTestdata(t, "push_branch_deleted.json")
-	ev, err := one(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
+	body := scmconformance.Testdata(t, "push_branch_deleted.json")
+	ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,13 +273,13 @@ func TestParseWebhookBranchDeleted(t *testing.T) {
 
 // A system hook's X-Gitlab-Event names no kind: the body's object_kind does.
 func TestParseWebhookSystemHook(t *testing.T) {
-	body := readTestdata(t, "push.json")
-	ev, err := one(fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret))
+	body := scmconformance.Testdata(t, "push.json")
+	ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret))
 	if err != nil || ev == nil || ev.Kind != scm.EventPush || ev.Branch != "main" {
 		t.Fatalf("got %+v, %v", ev, err)
 	}
-	body = readTestdata(t, "merge_request_merge.json")
-	ev, err = one(fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret))
+	body = scmconformance.Testdata(t, "merge_request_merge.json")
+	ev, err = scmconformance.One(fixedParser().ParseWebhook(hookRequest("System Hook", body, string(hookSecret)), hookSecret))
 	if err != nil || ev == nil || ev.Kind != scm.EventPullRequest || ev.Action != scm.PRMergedEvt {
 		t.Fatalf("got %+v, %v", ev, err)
 	}
@@ -353,31 +288,20 @@ func TestParseWebhookSystemHook(t *testing.T) {
 // GitLab keeps Idempotency-Key across retries of one delivery, while X-Gitlab-Event-UUID may
 // change: the delivery id is the key when there is one.
 func TestParseWebhookIdempotencyKey(t *testing.T) {
-	body := readTestdata(t, "push.json")
+	body := scmconformance.Testdata(t, "push.json")
 	r := hookRequest("Push Hook", body, string(hookSecret))
 	r.Header.Set("Idempotency-Key", "908a6d9e-45fd-46c8-97e6-c4f350f219dd")
-	ev, err := one(fixedParser().ParseWebhook(r, hookSecret))
+	ev, err := scmconformance.One(fixedParser().ParseWebhook(r, hookSecret))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ev.DeliveryID != "908a6d9e-45fd-46c8-97e6-c4f350f219dd" {
 		t.Errorf("DeliveryID = %q, want the Idempotency-Key", ev.DeliveryID)
 	}
-	ev, err = one(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
+	ev, err = scmconformance.One(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
 	if err != nil || ev.DeliveryID != deliveryID {
 		t.Errorf("without Idempotency-Key: DeliveryID = %q, %v; want the event UUID", ev.DeliveryID, err)
 	}
-}
-
-// one is the parse result of a delivery that carries at most one change.
-func one(evs []*scm.Event, err error) (*scm.Event, error) {
-	switch {
-	case len(evs) > 1:
-		return nil, fmt.Errorf("%d events, want at most one: %+v", len(evs), evs)
-	case len(evs) == 0:
-		return nil, err
-	}
-	return evs[0], err
 }
 
 // TestParseWebhookMRUpdateSeveralActions: GitLab sends one update hook for a push to the
@@ -385,7 +309,7 @@ func one(evs []*scm.Event, err error) (*scm.Event, error) {
 // event of its own (GitHub sends a delivery for each), so `actions: [labeled]` fires too; each
 // has its own dedupe key and its own copy of the PR.
 func TestParseWebhookMRUpdateSeveralActions(t *testing.T) {
-	body := readTestdata(t, "merge_request_update_several.json")
+	body := scmconformance.Testdata(t, "merge_request_update_several.json")
 	evs, err := fixedParser().ParseWebhook(hookRequest("Merge Request Hook", body, string(hookSecret)), hookSecret)
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +364,7 @@ func TestParseWebhookClosedExcludesMerged(t *testing.T) {
 // lists whole does not.
 func TestParseWebhookPushOverTwentyCommits(t *testing.T) {
 	var doc map[string]any
-	if err := json.Unmarshal(readTestdata(t, "push.json"), &doc); err != nil {
+	if err := json.Unmarshal(scmconformance.Testdata(t, "push.json"), &doc); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -449,7 +373,7 @@ func TestParseWebhookPushOverTwentyCommits(t *testing.T) {
 	}{{2, false}, {25, true}} {
 		doc["total_commits_count"] = tt.total
 		body, _ := json.Marshal(doc)
-		ev, err := one(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
+		ev, err := scmconformance.One(fixedParser().ParseWebhook(hookRequest("Push Hook", body, string(hookSecret)), hookSecret))
 		if err != nil || ev == nil {
 			t.Fatalf("%d commits: %+v, %v", tt.total, ev, err)
 		}

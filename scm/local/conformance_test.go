@@ -40,22 +40,6 @@ func newEnv(t *testing.T, overHTTP bool) scmconformance.Env {
 	}
 	env := scmconformance.Env{
 		Provider: p, Repo: "acme/release", Base: "main", Files: seedFiles,
-		CommitDirect: func(t *testing.T, branch string, files map[string]string, deletes []string) string {
-			t.Helper()
-			sha, err := srv.Commit("acme", "release", branch, files, deletes, "direct commit")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return sha
-		},
-		CommitOrphan: func(t *testing.T, branch string, files map[string]string) string {
-			t.Helper()
-			sha, err := srv.CommitOrphan("acme", "release", branch, files, "unrelated history")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return sha
-		},
 		Comments: func(t *testing.T, n int) []string {
 			t.Helper()
 			cs, err := p.Comments(t.Context(), "acme/release", n)
@@ -88,6 +72,7 @@ func newEnv(t *testing.T, overHTTP bool) scmconformance.Env {
 			return cs[len(cs)-1].ID
 		},
 	}
+	env.CommitVia(srv)
 	if overHTTP {
 		// The record of every PR is pushed; a failing push fails the edit.
 		env.FailEdits = func(t *testing.T) {

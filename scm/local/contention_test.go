@@ -47,9 +47,7 @@ func TestManyWorkersOpenPRsAtOnce(t *testing.T) {
 	for i := range n + dups {
 		head := fmt.Sprintf("feature-%d", i%n)
 		p := r.worker(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			pr, err := p.OpenPR(c, repo, scm.NewPR{Title: "PR " + head, Head: head, Base: "main"})
 			mu.Lock()
@@ -62,7 +60,7 @@ func TestManyWorkersOpenPRsAtOnce(t *testing.T) {
 			default:
 				t.Errorf("open %s: %v", head, err)
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()

@@ -95,26 +95,13 @@ func TestWorkersNeverShareAPRNumber(t *testing.T) {
 	for i := range n {
 		branchWithChange(t, setup, fmt.Sprintf("feature-%d", i), fmt.Sprintf("f%d.txt", i), "x\n")
 	}
-	var wg sync.WaitGroup
-	numbers := make(chan int, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pr, err := r.worker(t).OpenPR(ctx(t), repo, scm.NewPR{Title: fmt.Sprintf("PR %d", i), Head: fmt.Sprintf("feature-%d", i), Base: "main"})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			numbers <- pr.Number
-		}()
-	}
-	wg.Wait()
-	close(numbers)
-	var got []int
-	for x := range numbers {
-		got = append(got, x)
-	}
+	got := inParallel(t, n, func(i int) (int, error) {
+		pr, err := r.worker(t).OpenPR(ctx(t), repo, scm.NewPR{Title: fmt.Sprintf("PR %d", i), Head: fmt.Sprintf("feature-%d", i), Base: "main"})
+		if err != nil {
+			return 0, err
+		}
+		return pr.Number, nil
+	})
 	sort.Ints(got)
 	if fmt.Sprint(got) != "[1 2 3 4 5]" {
 		t.Fatalf("numbers = %v", got)
@@ -145,9 +132,7 @@ func TestOnlyOneOpenPRPerBranchPair(t *testing.T) {
 	var mu sync.Mutex
 	var ok, conflicts int
 	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, err := r.worker(t).OpenPR(ctx(t), repo, scm.NewPR{Title: "same", Head: "feature", Base: "main"})
 			mu.Lock()
 			defer mu.Unlock()
@@ -159,7 +144,7 @@ func TestOnlyOneOpenPRPerBranchPair(t *testing.T) {
 			default:
 				t.Error(err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if ok != 1 || conflicts != n-1 {
@@ -194,24 +179,15 @@ func TestConcurrentMergesMergeOnce(t *testing.T) {
 	}
 	before, _ := r.srv.Log("acme", "release", "main")
 	const n = 3
-	shas := make(chan string, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, err := r.worker(t).MergePR(ctx(t), repo, pr.Number, scm.MergeInput{Method: scm.MergeCommit, SHA: head})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			shas <- got.MergeSHA
-		}()
-	}
-	wg.Wait()
-	close(shas)
+	shas := inParallel(t, n, func(int) (string, error) {
+		got, err := r.worker(t).MergePR(ctx(t), repo, pr.Number, scm.MergeInput{Method: scm.MergeCommit, SHA: head})
+		if err != nil {
+			return "", err
+		}
+		return got.MergeSHA, nil
+	})
 	var first string
-	for s := range shas {
+	for _, s := range shas {
 		if first == "" {
 			first = s
 		}
@@ -318,4 +294,29 @@ func TestErrorsNameRepoAndMapToSentinels(t *testing.T) {
 	if _, err := local.New(""); err == nil {
 		t.Fatal("empty base accepted")
 	}
+}
+
+// inParallel makes n calls at once and returns the results of those that succeeded, in the
+// order they finished; each failure is a test error.
+func inParallel[T any](t *testing.T, n int, call func(i int) (T, error)) []T {
+	t.Helper()
+	results := make(chan T, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			v, err := call(i)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results <- v
+		})
+	}
+	wg.Wait()
+	close(results)
+	var out []T
+	for v := range results {
+		out = append(out, v)
+	}
+	return out
 }

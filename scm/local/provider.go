@@ -245,25 +245,9 @@ func (p *Provider) retry(ctx context.Context, op func() error) error {
 		}
 		d := scm.Backoff(p.delay, maxDelay, attempt) // jittered: spreads racing workers
 		p.log.DebugContext(ctx, "local: lost a race, retrying", "attempt", attempt, "wait", d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
+		if serr := scm.Sleep(ctx, d); serr != nil {
+			return fmt.Errorf("%w (last error: %w)", serr, err)
 		}
 	}
 	return fmt.Errorf("gave up after %d attempts: %w", p.attempts, err)
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -87,7 +87,7 @@ func (p *Provider) OpenPR(ctx context.Context, repo scm.Repo, in scm.NewPR) (*sc
 				losses++
 				d := rand.N(min(time.Duration(losses)*p.delay, maxDelay) + 1)
 				p.log.DebugContext(ctx, "local: PR number taken, trying the next", "number", rec.Number, "wait", d)
-				if err := sleep(ctx, d); err != nil {
+				if err := scm.Sleep(ctx, d); err != nil {
 					return err
 				}
 				continue

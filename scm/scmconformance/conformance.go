@@ -6,7 +6,8 @@
 //		scmconformance.Run(t, func(t *testing.T) scmconformance.Env { ... })
 //	}
 //
-// Every case gets a fresh Env, so cases can create branches and PRs freely.
+// Every case gets a fresh Env, so cases can create branches and PRs freely; the cases run as
+// parallel subtests, so newEnv must be safe to call from several at once.
 package scmconformance
 
 import (
@@ -145,6 +146,9 @@ func RunCases(t *testing.T, newEnv func(t *testing.T) Env, names ...string) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
+			// Every case has an Env of its own (its own fake or server and repo), so the
+			// cases need not wait for each other.
+			t.Parallel()
 			env := newEnv(t)
 			c.run(t, newSuite(t, env))
 		})
@@ -273,17 +277,23 @@ func del(path string) scm.FileChange { return scm.FileChange{Path: path, Delete:
 // ErrNotSupported.
 func (s *suite) merge(t *testing.T, pr *scm.PullRequest, method scm.MergeMethod) (*scm.PullRequest, bool) {
 	t.Helper()
+	return s.mergeInput(t, pr, scm.MergeInput{Method: method, SHA: pr.HeadSHA})
+}
+
+// mergeInput is merge with the whole MergeInput given.
+func (s *suite) mergeInput(t *testing.T, pr *scm.PullRequest, in scm.MergeInput) (*scm.PullRequest, bool) {
+	t.Helper()
 	s.settle(t, pr.Number)
-	got, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: method, SHA: pr.HeadSHA})
+	got, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, in)
 	if errors.Is(err, scm.ErrNotSupported) {
-		t.Logf("%s: merge method %q is not supported: %v", s.Provider.Name(), method, err)
+		t.Logf("%s: merge method %q is not supported: %v", s.Provider.Name(), in.Method, err)
 		return nil, false
 	}
 	if err != nil {
-		t.Fatalf("MergePR(#%d, %s): %v", pr.Number, method, err)
+		t.Fatalf("MergePR(#%d, %s): %v", pr.Number, in.Method, err)
 	}
 	if got.State != scm.PRMerged || !shaRe.MatchString(got.MergeSHA) {
-		t.Fatalf("MergePR(#%d, %s) = state %q merge SHA %q", pr.Number, method, got.State, got.MergeSHA)
+		t.Fatalf("MergePR(#%d, %s) = state %q merge SHA %q", pr.Number, in.Method, got.State, got.MergeSHA)
 	}
 	return got, true
 }
@@ -518,19 +528,7 @@ func testMergeMethods(t *testing.T, s *suite) {
 // the f1 changes do not conflict with each other.
 func (s *suite) mergeWith(t *testing.T, pr *scm.PullRequest, m scm.MergeMethod) (*scm.PullRequest, bool) {
 	t.Helper()
-	s.settle(t, pr.Number)
-	got, err := s.Provider.MergePR(s.ctx, s.Repo, pr.Number, scm.MergeInput{Method: m, SHA: pr.HeadSHA, DeleteBranch: true})
-	if errors.Is(err, scm.ErrNotSupported) {
-		t.Logf("%s: merge method %q is not supported: %v", s.Provider.Name(), m, err)
-		return nil, false
-	}
-	if err != nil {
-		t.Fatalf("MergePR(#%d, %s): %v", pr.Number, m, err)
-	}
-	if got.State != scm.PRMerged || !shaRe.MatchString(got.MergeSHA) {
-		t.Fatalf("MergePR = state %q merge SHA %q", got.State, got.MergeSHA)
-	}
-	return got, true
+	return s.mergeInput(t, pr, scm.MergeInput{Method: m, SHA: pr.HeadSHA, DeleteBranch: true})
 }
 
 func testMergeAfterBaseMoved(t *testing.T, s *suite) {
@@ -1013,13 +1011,7 @@ func testChangedBetween(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatalf("ChangedBetween: %v", err)
 	}
-	want := []string{"conformance/between/new.txt", s.f1, s.f2}
-	sort.Strings(want)
-	sorted := append([]string(nil), got...)
-	sort.Strings(sorted)
-	if fmt.Sprint(sorted) != fmt.Sprint(want) {
-		t.Fatalf("ChangedBetween = %v, want %v", got, want)
-	}
+	wantSameFiles(t, "ChangedBetween", got, "conformance/between/new.txt", s.f1, s.f2)
 	if _, err := cmp.ChangedBetween(s.ctx, s.Repo, before, strings.Repeat("0", 39)+"1"); err == nil {
 		t.Error("ChangedBetween to an unknown commit: no error")
 	}
@@ -1034,12 +1026,17 @@ func testChangedFiles(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatalf("ChangedFiles: %v", err)
 	}
-	want := []string{"conformance/changed/new.txt", s.f1, s.f2}
+	wantSameFiles(t, "ChangedFiles", got, "conformance/changed/new.txt", s.f1, s.f2)
+}
+
+// wantSameFiles fails the test unless got lists the files of want, in any order.
+func wantSameFiles(t *testing.T, call string, got []string, want ...string) {
+	t.Helper()
 	sort.Strings(want)
 	sorted := append([]string(nil), got...)
 	sort.Strings(sorted)
 	if fmt.Sprint(sorted) != fmt.Sprint(want) {
-		t.Fatalf("ChangedFiles = %v, want %v", got, want)
+		t.Fatalf("%s = %v, want %v", call, got, want)
 	}
 }
 
@@ -1051,9 +1048,7 @@ func testConcurrentCommits(t *testing.T, s *suite) {
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for i := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for attempt := 0; attempt < 60; attempt++ {
 				ref, err := s.Provider.Branch(s.ctx, s.Repo, b)
 				if err != nil {
@@ -1075,7 +1070,7 @@ func testConcurrentCommits(t *testing.T, s *suite) {
 				time.Sleep(time.Duration(rand.IntN(20*(attempt+1))) * time.Millisecond)
 			}
 			errs <- fmt.Errorf("writer %d: still conflicting after 60 attempts", i)
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -1140,13 +1135,11 @@ func testIsAncestor(t *testing.T, s *suite) {
 	errs := make(chan error, 4*len(cases))
 	for i := range 4 {
 		for _, c := range cases {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				if got, err := s.Provider.IsAncestor(s.ctx, s.Repo, c.ancestor, c.descendant); err != nil || got != c.want {
 					errs <- fmt.Errorf("concurrent %d, %s: %v, %v; want %v", i, c.name, got, err, c.want)
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()

@@ -14,15 +14,22 @@ import (
 	gitlab "gitlab.com/gitlab-org/api/client-go"
 )
 
-// BenchmarkGitHubAPICommit measures one multi-file commit through the git data API
-// (GetRef, GetCommit, CreateTree, CreateCommit, UpdateRef), the cost of an API-mode
-// UpdateReleaseRepo commit against the fake.
-func BenchmarkGitHubAPICommit(b *testing.B) {
-	g := NewGitHub(b)
+// benchGitHub starts a fake GitHub holding acme/release and a go-github client for it.
+func benchGitHub(b *testing.B, opts ...Option) (*GitHub, *github.Client) {
+	b.Helper()
+	g := NewGitHub(b, opts...)
 	if _, err := g.CreateRepo("acme", "release", map[string]string{"a.yaml": "x: 0\n"}); err != nil {
 		b.Fatal(err)
 	}
 	c, _ := github.NewClient(nil).WithAuthToken(DefaultToken).WithEnterpriseURLs(g.APIURL(), g.APIURL())
+	return g, c
+}
+
+// BenchmarkGitHubAPICommit measures one multi-file commit through the git data API
+// (GetRef, GetCommit, CreateTree, CreateCommit, UpdateRef), the cost of an API-mode
+// UpdateReleaseRepo commit against the fake.
+func BenchmarkGitHubAPICommit(b *testing.B) {
+	g, c := benchGitHub(b)
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -35,11 +42,7 @@ func BenchmarkGitHubAPICommit(b *testing.B) {
 
 // BenchmarkGitHubOpenAndMergePR measures branch commit + PR + merge commit.
 func BenchmarkGitHubOpenAndMergePR(b *testing.B) {
-	g := NewGitHub(b, WithMergeabilityPolls(0))
-	if _, err := g.CreateRepo("acme", "release", map[string]string{"a.yaml": "x: 0\n"}); err != nil {
-		b.Fatal(err)
-	}
-	c, _ := github.NewClient(nil).WithAuthToken(DefaultToken).WithEnterpriseURLs(g.APIURL(), g.APIURL())
+	_, c := benchGitHub(b, WithMergeabilityPolls(0))
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -1249,16 +1249,8 @@ func (b *Bitbucket) listComments(c *bbCall) {
 }
 
 func (b *Bitbucket) createComment(c *bbCall) {
-	var body struct {
-		Content struct {
-			Raw string `json:"raw"`
-		} `json:"content"`
-	}
-	if err := readJSON(c.r, &body); err != nil {
-		bbError(c.w, 400, "Invalid JSON")
-		return
-	}
-	if !bbCommentBodyOK(c, body.Content.Raw) {
+	raw, ok := bbCommentBody(c)
+	if !ok {
 		return
 	}
 	pr := b.lockPR(c)
@@ -1270,7 +1262,7 @@ func (b *Bitbucket) createComment(c *bbCall) {
 		bbError(c.w, http.StatusForbidden, "Forbidden")
 		return
 	}
-	cm := b.addComment(pr, body.Content.Raw, c.user)
+	cm := b.addComment(pr, raw, c.user)
 	writeJSON(c.w, 201, bbCommentJSON(c.rv, pr.snapshot(), cm))
 }
 
@@ -1278,22 +1270,9 @@ func (b *Bitbucket) createComment(c *bbCall) {
 // fewer than 32768).
 const BitbucketMaxComment = 32767
 
-// bbCommentBodyOK answers Bitbucket's 400 for a missing or too long comment.
-func bbCommentBodyOK(c *bbCall, raw string) bool {
-	switch {
-	case strings.TrimSpace(raw) == "":
-		bbFieldError(c.w, "content", "This field is required.")
-		return false
-	case utf8.RuneCountInString(raw) > BitbucketMaxComment:
-		bbFieldError(c.w, "content", fmt.Sprintf("Please enter a value less than %d characters.", BitbucketMaxComment+1))
-		return false
-	}
-	return true
-}
-
-// updateComment is PUT .../pullrequests/{id}/comments/{comment_id} with {"content":{"raw"}}:
-// the comment must be one of this PR's.
-func (b *Bitbucket) updateComment(c *bbCall) {
+// bbCommentBody reads a comment request's {"content":{"raw"}}, answering Bitbucket's 400 for
+// a body that is not JSON or a comment that is missing or too long.
+func bbCommentBody(c *bbCall) (string, bool) {
 	var body struct {
 		Content struct {
 			Raw string `json:"raw"`
@@ -1301,9 +1280,25 @@ func (b *Bitbucket) updateComment(c *bbCall) {
 	}
 	if err := readJSON(c.r, &body); err != nil {
 		bbError(c.w, 400, "Invalid JSON")
-		return
+		return "", false
 	}
-	if !bbCommentBodyOK(c, body.Content.Raw) {
+	raw := body.Content.Raw
+	switch {
+	case strings.TrimSpace(raw) == "":
+		bbFieldError(c.w, "content", "This field is required.")
+		return "", false
+	case utf8.RuneCountInString(raw) > BitbucketMaxComment:
+		bbFieldError(c.w, "content", fmt.Sprintf("Please enter a value less than %d characters.", BitbucketMaxComment+1))
+		return "", false
+	}
+	return raw, true
+}
+
+// updateComment is PUT .../pullrequests/{id}/comments/{comment_id} with {"content":{"raw"}}:
+// the comment must be one of this PR's.
+func (b *Bitbucket) updateComment(c *bbCall) {
+	raw, ok := bbCommentBody(c)
+	if !ok {
 		return
 	}
 	id, err := strconv.ParseInt(c.r.PathValue("comment"), 10, 64)
@@ -1316,7 +1311,7 @@ func (b *Bitbucket) updateComment(c *bbCall) {
 		return
 	}
 	defer c.rs.mu.Unlock()
-	cm, err := b.Forge.editComment(pr, id, body.Content.Raw, c.user)
+	cm, err := b.Forge.editComment(pr, id, raw, c.user)
 	switch {
 	case errors.Is(err, errNoComment):
 		bbError(c.w, 404, "Comment not found")

@@ -124,13 +124,9 @@ func idOf(m map[string]any) string {
 // bodies is what the fake holds for PR n's comments, oldest first.
 func bodies(t *testing.T, f *Forge, n int) []string {
 	t.Helper()
-	pr, err := f.PullRequest("acme", "release", n)
+	out, err := f.CommentBodies("acme", "release", n)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, c := range pr.Comments {
-		out = append(out, c.Body)
 	}
 	return out
 }

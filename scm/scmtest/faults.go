@@ -32,6 +32,17 @@ type Call struct {
 	Time    time.Time
 }
 
+// CountCalls counts the calls that match (an answer's status, a method, a fault).
+func CountCalls(calls []Call, match func(Call) bool) int {
+	n := 0
+	for _, c := range calls {
+		if match(c) {
+			n++
+		}
+	}
+	return n
+}
+
 type activeFault struct {
 	f    Fault
 	re   *regexp.Regexp

@@ -107,8 +107,8 @@ type Forge struct {
 	mu           sync.Mutex
 	repos        map[string]*repoState
 	nextID       int64
-	baseURL      string
-	webBase      string
+	baseURL      mountURL
+	webBase      string // set once, by WithWebBase
 	srv          *httptest.Server
 	baseModified int
 	rate         map[string]*rateWindow
@@ -253,8 +253,8 @@ func (f *Forge) start(t testing.TB) {
 	srv := httptest.NewServer(f)
 	f.mu.Lock()
 	f.srv = srv
-	f.baseURL = srv.URL
 	f.mu.Unlock()
+	f.baseURL.set(srv.URL)
 	t.Cleanup(func() { _ = f.Close() })
 }
 
@@ -262,26 +262,16 @@ func (f *Forge) start(t testing.TB) {
 func (f *Forge) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.handler.ServeHTTP(w, r) }
 
 // URL is the fake's base URL (http://127.0.0.1:port), without the API prefix.
-func (f *Forge) URL() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.baseURL
-}
+func (f *Forge) URL() string { return f.baseURL.get() }
 
 // SetBaseURL tells a handler-only fake (New*Handler) where it is mounted.
-func (f *Forge) SetBaseURL(u string) {
-	f.mu.Lock()
-	f.baseURL = strings.TrimRight(u, "/")
-	f.mu.Unlock()
-}
+func (f *Forge) SetBaseURL(u string) { f.baseURL.set(u) }
 
 func (f *Forge) web() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.webBase != "" {
 		return f.webBase
 	}
-	return f.baseURL
+	return f.URL()
 }
 
 // base is the fake's URL, or the request's scheme://host when none was set (handler mode).
@@ -306,13 +296,7 @@ func (f *Forge) Git() *GitServer { return f.git }
 func (f *Forge) Close() error {
 	f.stopListen()
 	f.hooks.close()
-	f.mu.Lock()
-	srv := f.srv
-	f.srv = nil
-	f.mu.Unlock()
-	if srv != nil {
-		srv.Close()
-	}
+	closeServer(&f.mu, &f.srv)
 	return nil
 }
 
@@ -426,6 +410,15 @@ func (f *Forge) SetRequiredStatusChecks(owner, name, branch string, contexts ...
 // ForceMergeState makes reads of the PR report state and merges obey it (dirty and blocked
 // refuse, unknown reads as still computing); "" returns to computed mergeability.
 func (f *Forge) ForceMergeState(owner, name string, number int, state MergeState) error {
+	return f.withPR(owner, name, number, func(_ *repoState, pr *prState) error {
+		pr.forced = state
+		return nil
+	})
+}
+
+// withPR runs fn on PR number of owner/name with the repo locked; a missing repo or PR is
+// ErrNotFound.
+func (f *Forge) withPR(owner, name string, number int, fn func(rs *repoState, pr *prState) error) error {
 	rs, err := f.repoState(owner, name)
 	if err != nil {
 		return err
@@ -436,41 +429,43 @@ func (f *Forge) ForceMergeState(owner, name string, number int, state MergeState
 	if pr == nil {
 		return fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
 	}
-	pr.forced = state
-	return nil
+	return fn(rs, pr)
 }
 
 // Mergeability computes a PR's merge state and, when dirty, the conflicting files, without
 // consuming a "still computing" answer of the API.
-func (f *Forge) Mergeability(owner, name string, number int) (MergeState, []string, error) {
-	rs, err := f.repoState(owner, name)
-	if err != nil {
-		return "", nil, err
-	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	pr := rs.pr(number)
-	if pr == nil {
-		return "", nil, fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
-	}
-	state, files, err := f.mergeability(context.Background(), rs, pr, false)
-	return state, slices.Clone(files), err
+func (f *Forge) Mergeability(owner, name string, number int) (state MergeState, files []string, err error) {
+	err = f.withPR(owner, name, number, func(rs *repoState, pr *prState) error {
+		var merr error
+		state, files, merr = f.mergeability(context.Background(), rs, pr, false)
+		files = slices.Clone(files)
+		return merr
+	})
+	return state, files, err
 }
 
 // PullRequest returns a snapshot of PR number in owner/name.
 func (f *Forge) PullRequest(owner, name string, number int) (PullRequest, error) {
-	rs, err := f.repoState(owner, name)
+	var out PullRequest
+	err := f.withPR(owner, name, number, func(rs *repoState, pr *prState) error {
+		f.refresh(context.Background(), rs, pr)
+		out = pr.snapshot()
+		return nil
+	})
+	return out, err
+}
+
+// CommentBodies returns the bodies of PR number's comments, oldest first.
+func (f *Forge) CommentBodies(owner, name string, number int) ([]string, error) {
+	pr, err := f.PullRequest(owner, name, number)
 	if err != nil {
-		return PullRequest{}, err
+		return nil, err
 	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	pr := rs.pr(number)
-	if pr == nil {
-		return PullRequest{}, fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
+	var out []string
+	for _, c := range pr.Comments {
+		out = append(out, c.Body)
 	}
-	f.refresh(context.Background(), rs, pr)
-	return pr.snapshot(), nil
+	return out, nil
 }
 
 // PullRequests returns snapshots of all PRs of a repo, by number.
@@ -786,7 +781,7 @@ func (f *Forge) merge(ctx context.Context, rs *repoState, pr *prState, o mergeOp
 		if err != nil {
 			return res, err
 		}
-	case "ff":
+	case "ff", "squash-ff":
 		ok, err := repo.isAncestor(ctx, base, head)
 		if err != nil {
 			return res, err
@@ -795,20 +790,14 @@ func (f *Forge) merge(ctx context.Context, rs *repoState, pr *prState, o mergeOp
 			return res, &prError{kind: "not-ff"}
 		}
 		res.sha = head
-	case "squash-ff":
-		ok, err := repo.isAncestor(ctx, base, head)
-		if err != nil {
-			return res, err
-		}
-		if !ok {
-			return res, &prError{kind: "not-ff"}
-		}
-		tree, err := repo.resolveTree(ctx, head)
-		if err != nil {
-			return res, err
-		}
-		if res.sha, err = repo.commitTree(ctx, tree, []string{base}, o.message, user, committer); err != nil {
-			return res, err
+		if o.method == "squash-ff" {
+			tree, err := repo.resolveTree(ctx, head)
+			if err != nil {
+				return res, err
+			}
+			if res.sha, err = repo.commitTree(ctx, tree, []string{base}, o.message, user, committer); err != nil {
+				return res, err
+			}
 		}
 	case "rebase", "rebase-ff", "rebase-merge":
 		tip, err := f.rebase(ctx, repo, base, head, committer)
@@ -987,17 +976,12 @@ func (rs *repoState) commentPR(id int64) *prState {
 
 // AddComment posts body on PR number as user, as someone else commenting on the forge would.
 func (f *Forge) AddComment(owner, name string, number int, user, body string) (Comment, error) {
-	rs, err := f.repoState(owner, name)
-	if err != nil {
-		return Comment{}, err
-	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	pr := rs.pr(number)
-	if pr == nil {
-		return Comment{}, fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
-	}
-	return f.addComment(pr, body, user), nil
+	var c Comment
+	err := f.withPR(owner, name, number, func(_ *repoState, pr *prState) error {
+		c = f.addComment(pr, body, user)
+		return nil
+	})
+	return c, err
 }
 
 // LockConversation locks (or unlocks) a PR's conversation: the fake then refuses new
@@ -1006,18 +990,10 @@ func (f *Forge) AddComment(owner, name string, number int, user, body string) (C
 // Bitbucket Cloud cannot lock a PR; its fake answers as Bitbucket does a user without the
 // permission to comment.
 func (f *Forge) LockConversation(owner, name string, number int, locked bool) error {
-	rs, err := f.repoState(owner, name)
-	if err != nil {
-		return err
-	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	pr := rs.pr(number)
-	if pr == nil {
-		return fmt.Errorf("%w: pull request %s#%d", ErrNotFound, rs.key(), number)
-	}
-	pr.Locked = locked
-	return nil
+	return f.withPR(owner, name, number, func(_ *repoState, pr *prState) error {
+		pr.Locked = locked
+		return nil
+	})
 }
 
 // setStatus records a commit status; an existing status with the same context is replaced in

@@ -208,14 +208,7 @@ func (r *bareRepo) resolve(ctx context.Context, rev string) (string, error) {
 	if err := validRev(rev); err != nil {
 		return "", err
 	}
-	out, code, err := r.run(ctx, runOpts{ok: []int{1}}, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
-	if err != nil {
-		return "", err
-	}
-	if code != 0 {
-		return "", fmt.Errorf("%w: commit %q", ErrNotFound, rev)
-	}
-	return strings.TrimSpace(string(out)), nil
+	return r.lookup(ctx, fmt.Sprintf("commit %q", rev), 1, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
 }
 
 // resolveTree returns the tree SHA of a tree-ish (tree SHA, commit SHA or ref).
@@ -223,14 +216,7 @@ func (r *bareRepo) resolveTree(ctx context.Context, rev string) (string, error) 
 	if err := validRev(rev); err != nil {
 		return "", err
 	}
-	out, code, err := r.run(ctx, runOpts{ok: []int{1}}, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{tree}")
-	if err != nil {
-		return "", err
-	}
-	if code != 0 {
-		return "", fmt.Errorf("%w: tree %q", ErrNotFound, rev)
-	}
-	return strings.TrimSpace(string(out)), nil
+	return r.lookup(ctx, fmt.Sprintf("tree %q", rev), 1, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{tree}")
 }
 
 // objectType returns blob, tree, commit or tag; ErrNotFound when the object is missing.
@@ -238,14 +224,7 @@ func (r *bareRepo) objectType(ctx context.Context, sha string) (string, error) {
 	if !isHexSHA(sha) {
 		return "", fmt.Errorf("%w: object %q is not a SHA", ErrInvalid, sha)
 	}
-	out, code, err := r.run(ctx, runOpts{ok: []int{1, 128}}, "cat-file", "-t", sha)
-	if err != nil {
-		return "", err
-	}
-	if code != 0 {
-		return "", fmt.Errorf("%w: object %s", ErrNotFound, sha)
-	}
-	return strings.TrimSpace(string(out)), nil
+	return r.lookup(ctx, "object "+sha, 128, "cat-file", "-t", sha)
 }
 
 // branchHead returns the SHA a branch points to.
@@ -253,12 +232,18 @@ func (r *bareRepo) branchHead(ctx context.Context, branch string) (string, error
 	if err := validBranch(branch); err != nil {
 		return "", err
 	}
-	out, code, err := r.run(ctx, runOpts{ok: []int{1}}, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch)
+	return r.lookup(ctx, fmt.Sprintf("branch %q", branch), 1, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch)
+}
+
+// lookup runs a git query that exits 1 (or missingCode) when what it asks for does not exist:
+// its trimmed output, or ErrNotFound naming what.
+func (r *bareRepo) lookup(ctx context.Context, what string, missingCode int, args ...string) (string, error) {
+	out, code, err := r.run(ctx, runOpts{ok: []int{1, missingCode}}, args...)
 	if err != nil {
 		return "", err
 	}
 	if code != 0 {
-		return "", fmt.Errorf("%w: branch %q", ErrNotFound, branch)
+		return "", fmt.Errorf("%w: %s", ErrNotFound, what)
 	}
 	return strings.TrimSpace(string(out)), nil
 }

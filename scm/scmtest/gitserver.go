@@ -51,7 +51,7 @@ type GitServer struct {
 	repos     map[string]*bareRepo
 	listeners map[int]func(RefUpdate)
 	nextID    int
-	baseURL   string
+	baseURL   mountURL
 	srv       *httptest.Server
 }
 
@@ -104,17 +104,28 @@ func OpenGitServer(root string, opts ...Option) (*GitServer, error) {
 func (g *GitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
 
 // SetBaseURL records where the server is reachable, for CloneURL.
-func (g *GitServer) SetBaseURL(u string) {
-	g.mu.Lock()
-	g.baseURL = strings.TrimRight(u, "/")
-	g.mu.Unlock()
-}
+func (g *GitServer) SetBaseURL(u string) { g.baseURL.set(u) }
 
 // URL is the base URL (set by NewGitServer or SetBaseURL).
-func (g *GitServer) URL() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.baseURL
+func (g *GitServer) URL() string { return g.baseURL.get() }
+
+// mountURL is where a fake is reachable: set when it listens or is mounted, read by every
+// request that builds a link.
+type mountURL struct {
+	mu  sync.Mutex
+	url string
+}
+
+func (m *mountURL) set(u string) {
+	m.mu.Lock()
+	m.url = strings.TrimRight(u, "/")
+	m.mu.Unlock()
+}
+
+func (m *mountURL) get() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.url
 }
 
 // Root is the directory holding the bare repos.
@@ -148,14 +159,19 @@ func (g *GitServer) ResetCalls() { g.mw.reset() }
 // Close stops the listener (if NewGitServer started one) and cancels running helper operations.
 func (g *GitServer) Close() error {
 	g.cancel()
-	g.mu.Lock()
-	srv := g.srv
-	g.srv = nil
-	g.mu.Unlock()
-	if srv != nil {
-		srv.Close()
-	}
+	closeServer(&g.mu, &g.srv)
 	return nil
+}
+
+// closeServer takes *srv under mu, so that only the first Close closes it, and closes it.
+func closeServer(mu *sync.Mutex, srv **httptest.Server) {
+	mu.Lock()
+	s := *srv
+	*srv = nil
+	mu.Unlock()
+	if s != nil {
+		s.Close()
+	}
 }
 
 // OnRefUpdate registers fn to be called after every ref change (API or push); the returned

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -214,4 +215,30 @@ func TestBitbucketWebhookRequestKeysAndSignature(t *testing.T) {
 		t.Error("bad URL accepted")
 	}
 	var _ http.Handler = (*Bitbucket)(nil)
+}
+
+// hookEvents is what a test's webhook receiver saw, in the order it arrived.
+type hookEvents struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (h *hookEvents) add(event string) {
+	h.mu.Lock()
+	h.got = append(h.got, event)
+	h.mu.Unlock()
+}
+
+// want waits until f has sent every delivery, then compares what arrived with want (the
+// events joined by commas).
+func (h *hookEvents) want(t *testing.T, f *Forge, want string) {
+	t.Helper()
+	if err := f.WaitWebhooks(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if got := strings.Join(h.got, ","); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
 }

@@ -14,11 +14,20 @@ import (
 type Option func(*config)
 
 type config struct {
-	base        http.RoundTripper
-	provider    string
-	connector   string
-	rps         float64
-	burst       int
+	base      http.RoundTripper
+	provider  string
+	connector string
+	rps       float64
+	burst     int
+	policy
+	timeout  time.Duration
+	caPEM    []byte
+	insecure bool
+}
+
+// policy is the part of the config a Transport keeps: how it retries, where it reports, what
+// it hides.
+type policy struct {
 	maxAttempts int
 	baseDelay   time.Duration
 	maxDelay    time.Duration
@@ -26,20 +35,19 @@ type config struct {
 	metrics     *Metrics
 	secrets     []string
 	log         *slog.Logger
-	timeout     time.Duration
-	caPEM       []byte
-	insecure    bool
 }
 
 func newConfig(opts []Option) *config {
 	c := &config{
-		provider:    "unknown",
-		maxAttempts: 4,
-		baseDelay:   250 * time.Millisecond,
-		maxDelay:    10 * time.Second,
-		maxWait:     time.Minute,
-		log:         slog.New(slog.DiscardHandler),
-		timeout:     60 * time.Second,
+		provider: "unknown",
+		policy: policy{
+			maxAttempts: 4,
+			baseDelay:   250 * time.Millisecond,
+			maxDelay:    10 * time.Second,
+			maxWait:     time.Minute,
+			log:         slog.New(slog.DiscardHandler),
+		},
+		timeout: 60 * time.Second,
 	}
 	for _, o := range opts {
 		o(c)

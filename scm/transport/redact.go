@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/prflow/prflow/scm"
 )
 
 // Redacted replaces secrets in strings produced by this package.
@@ -57,22 +59,11 @@ func Redact(s string, secrets ...string) string {
 func RedactURL(raw string) string { return Redact(raw) }
 
 // RedactError returns an error whose message is Redact(err.Error(), secrets...) and that still
-// unwraps to err, so errors.Is and errors.As keep working. nil stays nil.
+// unwraps to err, so errors.Is and errors.As keep working (err itself when nothing was
+// redacted). nil stays nil.
 func RedactError(err error, secrets ...string) error {
 	if err == nil {
 		return nil
 	}
-	msg := Redact(err.Error(), secrets...)
-	if re, ok := err.(*redactedError); ok && re.msg == msg {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
+	return scm.WithMessage(err, Redact(err.Error(), secrets...))
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }

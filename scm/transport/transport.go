@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -61,19 +60,13 @@ func callName(r *http.Request) string {
 
 // Transport is an http.RoundTripper; build it with New. It is safe for concurrent use.
 type Transport struct {
-	base        http.RoundTripper
-	provider    string
-	connector   string
-	limiter     *rate.Limiter
-	maxAttempts int
-	baseDelay   time.Duration
-	maxDelay    time.Duration
-	maxWait     time.Duration
-	metrics     *Metrics
-	secrets     []string
-	log         *slog.Logger
-	now         func() time.Time
-	sleep       func(context.Context, time.Duration) error // replaced in tests
+	base      http.RoundTripper
+	provider  string
+	connector string
+	limiter   *rate.Limiter
+	policy
+	now   func() time.Time
+	sleep func(context.Context, time.Duration) error // replaced in tests
 
 	mu           sync.Mutex
 	blockedUntil time.Time // the forge said: no requests before this
@@ -103,8 +96,7 @@ func (c *config) transport(base http.RoundTripper) *Transport {
 	}
 	return &Transport{
 		base: base, provider: c.provider, connector: c.connector, limiter: lim,
-		maxAttempts: c.maxAttempts, baseDelay: c.baseDelay, maxDelay: c.maxDelay, maxWait: c.maxWait,
-		metrics: c.metrics, secrets: c.secrets, log: c.log, now: time.Now, sleep: sleep,
+		policy: c.policy, now: time.Now, sleep: scm.Sleep,
 	}
 }
 
@@ -366,18 +358,4 @@ func retryableErr(err error) bool {
 		}
 	}
 	return true
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

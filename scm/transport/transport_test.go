@@ -371,7 +371,7 @@ func TestContextCancelStopsWaiting(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	tr.sleep = func(ctx context.Context, d time.Duration) error {
 		cancel() // the real sleep is context-aware; cancel while "waiting"
-		return sleep(ctx, d)
+		return scm.Sleep(ctx, d)
 	}
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 	_, err = (&http.Client{Transport: tr}).Do(req)
@@ -434,6 +434,9 @@ func TestRedact(t *testing.T) {
 	}
 	if RedactError(nil) != nil {
 		t.Fatal("nil error must stay nil")
+	}
+	if clean := errors.New("basic auth failed"); RedactError(clean, "s3cr3t-token") != clean {
+		t.Fatal("an error without a secret is returned as it is")
 	}
 }
 
