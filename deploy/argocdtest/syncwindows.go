@@ -237,16 +237,9 @@ func appWindows(ws []SyncWindow) []ApplicationSyncWindow {
 
 // handleAppSyncWindows serves GET /api/v1/applications/{name}/syncwindows.
 func (s *Server) handleAppSyncWindows(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	q := r.URL.Query()
-	s.mu.Lock()
-	st, e := s.lookupApp(p[0], q.Get("appNamespace"), q.Get("project"))
-	if e != nil {
-		s.mu.Unlock()
-		writeAPIError(w, e)
+	st := s.lockApp(w, p[0], q.Get("appNamespace"), q.Get("project"))
+	if st == nil {
 		return
 	}
 	ws := s.matchingWindows(&st.app)
@@ -262,10 +255,6 @@ func (s *Server) handleAppSyncWindows(w http.ResponseWriter, r *http.Request, p 
 
 // handleGetProject serves GET /api/v1/projects/{name}.
 func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	s.mu.Lock()
 	known := s.projects[p[0]]
 	ps := s.projectSpecs[p[0]]
