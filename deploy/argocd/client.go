@@ -283,14 +283,23 @@ func (c *Client) Get(ctx context.Context, name, appNamespace string, refresh age
 	if refresh != "" {
 		q.Set("refresh", string(refresh))
 	}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var a Application
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name), q, nil, &a, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "", q, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil
+}
+
+// getApp reads GET /api/v1/applications/{name}{sub} (sub "" for the app itself) with query q
+// (may be nil) and the app's namespace into out.
+func (c *Client) getApp(ctx context.Context, name, appNamespace, sub string, q url.Values, out any) error {
+	if appNamespace != "" {
+		if q == nil {
+			q = url.Values{}
+		}
+		q.Set("appNamespace", appNamespace)
+	}
+	return c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name)+sub, q, nil, out, name)
 }
 
 // Sync starts a sync operation and returns the app as Argo CD answered (with the operation).
@@ -339,12 +348,8 @@ type Project struct {
 // SyncWindows reads the sync windows assigned to an app (GET
 // /api/v1/applications/{name}/syncwindows).
 func (c *Client) SyncWindows(ctx context.Context, name, appNamespace string) (*AppSyncWindows, error) {
-	q := url.Values{}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var w AppSyncWindows
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name)+"/syncwindows", q, nil, &w, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "/syncwindows", nil, &w); err != nil {
 		return nil, err
 	}
 	return &w, nil

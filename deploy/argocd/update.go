@@ -362,12 +362,8 @@ type PatchBody struct {
 
 // GetRaw reads one app as Argo CD's JSON.
 func (c *Client) GetRaw(ctx context.Context, name, appNamespace string) ([]byte, error) {
-	q := url.Values{}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var raw json.RawMessage
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name), q, nil, &raw, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "", nil, &raw); err != nil {
 		return nil, err
 	}
 	return raw, nil
