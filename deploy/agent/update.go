@@ -652,11 +652,8 @@ func (c *Client) Update(ctx context.Context, agentID string, req UpdateRequest) 
 	}
 	req.V = Version
 	var rep UpdateReply
-	if err := c.request(ctx, agentID, "update", req, &rep, 0); err != nil {
+	if err := c.ask(ctx, agentID, "update", req, &rep, 0, func() *Error { return rep.Error }); err != nil {
 		return nil, err
-	}
-	if rep.Error != nil {
-		return nil, withAgent(rep.Error, agentID)
 	}
 	if rep.App == nil || rep.Before == nil || rep.After == nil {
 		return nil, &Error{Code: CodeInternal, Agent: agentID, App: req.App, Message: "update: incomplete reply"}
