@@ -239,6 +239,18 @@ func simulated(cfg map[string]any) string {
 	return "Healthy"
 }
 
+// unionKeys returns the keys of a and b, each once, sorted.
+func unionKeys[V any](a, b map[string]V) []string {
+	keys := make(map[string]bool, len(a)+len(b))
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	return sortedKeys(keys)
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

@@ -230,14 +230,7 @@ func walk(p string, a, b any, f func(p string, x, y any)) {
 		aok, bok = true, true
 	}
 	if aok && bok {
-		keys := map[string]bool{}
-		for k := range am {
-			keys[k] = true
-		}
-		for k := range bm {
-			keys[k] = true
-		}
-		for _, k := range sortedKeys(keys) {
+		for _, k := range unionKeys(am, bm) {
 			walk(child(p, k), am[k], bm[k], f)
 		}
 		return
@@ -246,14 +239,7 @@ func walk(p string, a, b any, f func(p string, x, y any)) {
 	bl, bok := b.([]any)
 	if aok && bok {
 		if an, bn, ok := byName(al, bl); ok {
-			keys := map[string]bool{}
-			for k := range an {
-				keys[k] = true
-			}
-			for k := range bn {
-				keys[k] = true
-			}
-			for _, k := range sortedKeys(keys) {
+			for _, k := range unionKeys(an, bn) {
 				walk(p+"["+k+"]", an[k], bn[k], f)
 			}
 			return
