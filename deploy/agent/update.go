@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -293,28 +292,19 @@ func (p SourcePatch) Touched() []string {
 				out = append(out, "kustomize."+kv.name)
 			}
 		}
-		for _, key := range sortedMapKeys(k.CommonLabels) {
+		for _, key := range sortedKeys(k.CommonLabels) {
 			out = append(out, "kustomize.commonLabels."+key)
 		}
 		for _, key := range k.RemoveCommonLabels {
 			out = append(out, "-kustomize.commonLabels."+key)
 		}
-		for _, key := range sortedMapKeys(k.CommonAnnotations) {
+		for _, key := range sortedKeys(k.CommonAnnotations) {
 			out = append(out, "kustomize.commonAnnotations."+key)
 		}
 		for _, key := range k.RemoveCommonAnnotations {
 			out = append(out, "-kustomize.commonAnnotations."+key)
 		}
 	}
-	return out
-}
-
-func sortedMapKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
 
@@ -465,8 +455,8 @@ func (p SourcePatch) Revert(before SourceSpec) SourcePatch {
 			return &old
 		}
 		rk.Namespace, rk.NamePrefix, rk.NameSuffix = str(k.Namespace, bk.Namespace), str(k.NamePrefix, bk.NamePrefix), str(k.NameSuffix, bk.NameSuffix)
-		rk.CommonLabels, rk.RemoveCommonLabels = revertMap(bk.CommonLabels, sortedMapKeys(k.CommonLabels), k.RemoveCommonLabels)
-		rk.CommonAnnotations, rk.RemoveCommonAnnotations = revertMap(bk.CommonAnnotations, sortedMapKeys(k.CommonAnnotations), k.RemoveCommonAnnotations)
+		rk.CommonLabels, rk.RemoveCommonLabels = revertMap(bk.CommonLabels, sortedKeys(k.CommonLabels), k.RemoveCommonLabels)
+		rk.CommonAnnotations, rk.RemoveCommonAnnotations = revertMap(bk.CommonAnnotations, sortedKeys(k.CommonAnnotations), k.RemoveCommonAnnotations)
 		if k.ForceCommonLabels != nil {
 			v := bk.ForceCommonLabels
 			rk.ForceCommonLabels = &v
@@ -775,8 +765,8 @@ func (s SourceSpec) Only(p SourcePatch) SourceSpec {
 			}
 			return o
 		}
-		ok.CommonLabels = pick(sk.CommonLabels, set(sortedMapKeys(k.CommonLabels), k.RemoveCommonLabels))
-		ok.CommonAnnotations = pick(sk.CommonAnnotations, set(sortedMapKeys(k.CommonAnnotations), k.RemoveCommonAnnotations))
+		ok.CommonLabels = pick(sk.CommonLabels, set(sortedKeys(k.CommonLabels), k.RemoveCommonLabels))
+		ok.CommonAnnotations = pick(sk.CommonAnnotations, set(sortedKeys(k.CommonAnnotations), k.RemoveCommonAnnotations))
 		if k.ForceCommonLabels != nil {
 			ok.ForceCommonLabels = sk.ForceCommonLabels
 		}
