@@ -52,10 +52,10 @@ func NewClient(o ClientOptions) (*Client, error) {
 	}
 	u, err := url.Parse(strings.TrimRight(o.URL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("argocd: URL %q: want http(s)://host[:port][/path]", redact(o.URL))
+		return nil, fmt.Errorf("argocd: URL %q: want http(s)://host[:port][/path]", agent.RedactURL(o.URL))
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("argocd: URL %s must not carry credentials; use --argocd-token-file", redact(o.URL))
+		return nil, fmt.Errorf("argocd: URL %s must not carry credentials; use --argocd-token-file", agent.RedactURL(o.URL))
 	}
 	if strings.TrimSpace(o.Token) == "" {
 		return nil, errors.New("argocd: token is empty (--argocd-token-file must hold an Argo CD API token)")
@@ -89,15 +89,6 @@ func NewClient(o ClientOptions) (*Client, error) {
 
 // URL is Argo CD's base URL.
 func (c *Client) URL() string { return c.base.String() }
-
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	u.User = url.User("redacted")
-	return u.String()
-}
 
 // ---- the subset of Argo CD's JSON the agent reads ----
 

@@ -30,7 +30,7 @@ const defaultMaxDiffBytes = 64 << 10
 func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDiff, error) {
 	rev, err := a.resolveRev(ctx, req.Revision)
 	if err != nil {
-		return nil, agent.Errorf(agent.CodeNotFound, "revision %s: not in the release repo %s: %v", req.Revision, redact(a.o.Repo), err)
+		return nil, agent.Errorf(agent.CodeNotFound, "revision %s: not in the release repo %s: %v", req.Revision, agent.RedactURL(a.o.Repo), err)
 	}
 	newFiles, err := a.repo.files(rev, renderable)
 	if err != nil {
