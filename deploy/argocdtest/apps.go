@@ -99,13 +99,22 @@ func replyRaw(w http.ResponseWriter, r *http.Request, data []byte) {
 	writeRaw(w, http.StatusOK, data)
 }
 
+// listSelector parses the ?selector= of a list call; a bad one is answered as upstream does,
+// the parser's error wrapped without a gRPC code (HTTP 500).
+func listSelector(w http.ResponseWriter, q url.Values) (Selector, bool) {
+	sel, err := ParseSelector(q.Get("selector"))
+	if err != nil {
+		writeAPIError(w, errf(codeUnknown, "error parsing the selector: %v", err))
+		return Selector{}, false
+	}
+	return sel, true
+}
+
 // handleListApps serves GET /api/v1/applications.
 func (s *Server) handleListApps(w http.ResponseWriter, r *http.Request, _ []string) {
 	q := r.URL.Query()
-	sel, err := ParseSelector(q.Get("selector"))
-	if err != nil {
-		// Upstream wraps the parser error without a gRPC code: HTTP 500.
-		writeAPIError(w, errf(codeUnknown, "error parsing the selector: %v", err))
+	sel, ok := listSelector(w, q)
+	if !ok {
 		return
 	}
 	projects := map[string]bool{}

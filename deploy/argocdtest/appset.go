@@ -240,9 +240,8 @@ func (r appsetRepo) ReadTree(ctx context.Context, repoURL, sha, dir string) (map
 // handleListAppSets serves GET /api/v1/applicationsets.
 func (s *Server) handleListAppSets(w http.ResponseWriter, r *http.Request, _ []string) {
 	q := r.URL.Query()
-	sel, err := ParseSelector(q.Get("selector"))
-	if err != nil {
-		writeAPIError(w, errf(codeUnknown, "error parsing the selector: %v", err))
+	sel, ok := listSelector(w, q)
+	if !ok {
 		return
 	}
 	ns := firstNonEmpty(q.Get("appsetNamespace"), defaultNamespace)
