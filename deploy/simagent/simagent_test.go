@@ -128,6 +128,9 @@ func startSim(t *testing.T, manual bool, tune ...func(*Options)) *simWorld {
 	w.conn = conn
 	b, _ := queue.OpenBuckets(ctx, conn.JS)
 	w.client = agent.NewClient(conn.NC, b.Apps, b.Agents)
+	// A Diff renders Jsonnet at two revisions: seconds of CPU under -race, past the client's
+	// default 30s when the machine is loaded (seen at load 28). No test here times a request.
+	w.client.Timeout = 2 * time.Minute
 	o := Options{Repo: w.repo.dir, Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 40 * time.Millisecond,
 		ManualSync: manual, Log: log}
 	for _, f := range tune {
