@@ -136,6 +136,28 @@ func natsKV(t *testing.T) (*nats.Conn, jetstream.KeyValue, jetstream.KeyValue) {
 	return nc, apps, agents
 }
 
+// RedactURL is what the Argo CD agent and the simulated agent put into errors and logs in place
+// of a URL that may carry a token.
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"token as user", "https://ghp_secret123@git.example/shop.git", "https://redacted@git.example/shop.git"},
+		{"user and password", "https://bot:hunter2@argocd.example:8443/api", "https://redacted@argocd.example:8443/api"},
+		{"no user info", "https://argocd.example/api?x=1", "https://argocd.example/api?x=1"},
+		{"local path", "/srv/release-repo", "/srv/release-repo"},
+		{"does not parse", "http://[::1%zz/repo", "http://[::1%zz/repo"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := RedactURL(tc.in)
+			if got != tc.want {
+				t.Fatalf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			if strings.Contains(got, "secret123") || strings.Contains(got, "hunter2") {
+				t.Fatalf("RedactURL(%q) keeps the secret: %q", tc.in, got)
+			}
+		})
+	}
+}
+
 func TestWriterWritesChangesOnlyAndKeepsNewest(t *testing.T) {
 	_, kv, _ := natsKV(t)
 	ctx := context.Background()

@@ -44,11 +44,8 @@ func (c *Client) Sync(ctx context.Context, agentID string, req SyncRequest) (*Sy
 	req.V = Version
 	var rep SyncReply
 	extra := time.Duration(len(req.Apps)) * 200 * time.Millisecond
-	if err := c.request(ctx, agentID, "sync", req, &rep, extra); err != nil {
+	if err := c.ask(ctx, agentID, "sync", req, &rep, extra, func() *Error { return rep.Error }); err != nil {
 		return nil, err
-	}
-	if rep.Error != nil {
-		return nil, withAgent(rep.Error, agentID)
 	}
 	for i := range rep.Results {
 		if rep.Results[i].Error != nil {
@@ -62,11 +59,8 @@ func (c *Client) Sync(ctx context.Context, agentID string, req SyncRequest) (*Sy
 func (c *Client) Apps(ctx context.Context, agentID string, q AppsQuery) ([]AppStatus, error) {
 	q.V = Version
 	var rep AppsReply
-	if err := c.request(ctx, agentID, "apps", q, &rep, 0); err != nil {
+	if err := c.ask(ctx, agentID, "apps", q, &rep, 0, func() *Error { return rep.Error }); err != nil {
 		return nil, err
-	}
-	if rep.Error != nil {
-		return nil, withAgent(rep.Error, agentID)
 	}
 	return rep.Apps, nil
 }
@@ -74,11 +68,8 @@ func (c *Client) Apps(ctx context.Context, agentID string, q AppsQuery) ([]AppSt
 // Get reads one app through the agent, refreshing it first when asked.
 func (c *Client) Get(ctx context.Context, agentID, app string, refresh Refresh) (*AppStatus, error) {
 	var rep GetReply
-	if err := c.request(ctx, agentID, "get", GetRequest{V: Version, App: app, Refresh: refresh}, &rep, 0); err != nil {
+	if err := c.ask(ctx, agentID, "get", GetRequest{V: Version, App: app, Refresh: refresh}, &rep, 0, func() *Error { return rep.Error }); err != nil {
 		return nil, err
-	}
-	if rep.Error != nil {
-		return nil, withAgent(rep.Error, agentID)
 	}
 	if rep.App == nil {
 		return nil, &Error{Code: CodeInternal, Agent: agentID, App: app, Message: "get: empty reply"}
@@ -91,11 +82,8 @@ func (c *Client) Get(ctx context.Context, agentID, app string, refresh Refresh) 
 func (c *Client) RefreshAppSets(ctx context.Context, agentID string, req RefreshRequest) (*RefreshReply, error) {
 	req.V = Version
 	var rep RefreshReply
-	if err := c.request(ctx, agentID, "refresh", req, &rep, 0); err != nil {
+	if err := c.ask(ctx, agentID, "refresh", req, &rep, 0, func() *Error { return rep.Error }); err != nil {
 		return nil, err
-	}
-	if rep.Error != nil {
-		return nil, withAgent(rep.Error, agentID)
 	}
 	return &rep, nil
 }
@@ -245,6 +233,18 @@ func (c *Client) request(ctx context.Context, agentID, kind string, in, out any,
 	}
 	if err := json.Unmarshal(msg.Data, out); err != nil {
 		return &Error{Code: CodeInternal, Agent: agentID, Message: fmt.Sprintf("%s: undecodable reply: %v", kind, err)}
+	}
+	return nil
+}
+
+// ask is request for a call whose reply carries the agent's own error (read by replyErr once
+// the reply is decoded): that error is the call's error, naming agentID.
+func (c *Client) ask(ctx context.Context, agentID, kind string, in, out any, extra time.Duration, replyErr func() *Error) error {
+	if err := c.request(ctx, agentID, kind, in, out, extra); err != nil {
+		return err
+	}
+	if e := replyErr(); e != nil {
+		return withAgent(e, agentID)
 	}
 	return nil
 }

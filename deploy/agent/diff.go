@@ -105,11 +105,8 @@ type Differ interface {
 func (c *Client) Diff(ctx context.Context, agentID string, req DiffRequest) ([]AppDiff, error) {
 	req.V = Version
 	var rep DiffReply
-	if err := c.request(ctx, agentID, "diff", req, &rep, 0); err != nil {
+	if err := c.ask(ctx, agentID, "diff", req, &rep, 0, func() *Error { return rep.Error }); err != nil {
 		return nil, err
-	}
-	if rep.Error != nil {
-		return nil, withAgent(rep.Error, agentID)
 	}
 	return rep.Apps, nil
 }

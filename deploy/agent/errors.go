@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -151,4 +152,15 @@ func AsError(err error) *Error {
 		return &c
 	}
 	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+// RedactURL hides the user info of URL s (a token or password may be in it) for errors and
+// logs; s comes back unchanged when it does not parse or has none.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	u.User = url.User("redacted")
+	return u.String()
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -293,28 +292,19 @@ func (p SourcePatch) Touched() []string {
 				out = append(out, "kustomize."+kv.name)
 			}
 		}
-		for _, key := range sortedMapKeys(k.CommonLabels) {
+		for _, key := range sortedKeys(k.CommonLabels) {
 			out = append(out, "kustomize.commonLabels."+key)
 		}
 		for _, key := range k.RemoveCommonLabels {
 			out = append(out, "-kustomize.commonLabels."+key)
 		}
-		for _, key := range sortedMapKeys(k.CommonAnnotations) {
+		for _, key := range sortedKeys(k.CommonAnnotations) {
 			out = append(out, "kustomize.commonAnnotations."+key)
 		}
 		for _, key := range k.RemoveCommonAnnotations {
 			out = append(out, "-kustomize.commonAnnotations."+key)
 		}
 	}
-	return out
-}
-
-func sortedMapKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
 
@@ -439,30 +429,10 @@ func (p SourcePatch) Revert(before SourceSpec) SourcePatch {
 			bh = &HelmSpec{}
 		}
 		rh := &HelmPatch{}
-		for _, x := range h.Parameters {
-			if old, ok := findByName(bh.Parameters, x.Name, func(e HelmParameter) string { return e.Name }); ok {
-				rh.Parameters = append(rh.Parameters, old)
-			} else {
-				rh.RemoveParameters = append(rh.RemoveParameters, x.Name)
-			}
-		}
-		for _, x := range h.FileParameters {
-			if old, ok := findByName(bh.FileParameters, x.Name, func(e HelmFileParameter) string { return e.Name }); ok {
-				rh.FileParameters = append(rh.FileParameters, old)
-			} else {
-				rh.RemoveFileParameters = append(rh.RemoveFileParameters, x.Name)
-			}
-		}
-		for _, n := range h.RemoveParameters {
-			if old, ok := findByName(bh.Parameters, n, func(e HelmParameter) string { return e.Name }); ok {
-				rh.Parameters = append(rh.Parameters, old)
-			}
-		}
-		for _, n := range h.RemoveFileParameters {
-			if old, ok := findByName(bh.FileParameters, n, func(e HelmFileParameter) string { return e.Name }); ok {
-				rh.FileParameters = append(rh.FileParameters, old)
-			}
-		}
+		rh.Parameters, rh.RemoveParameters = revertNamed(bh.Parameters, h.Parameters, h.RemoveParameters,
+			func(e HelmParameter) string { return e.Name })
+		rh.FileParameters, rh.RemoveFileParameters = revertNamed(bh.FileParameters, h.FileParameters, h.RemoveFileParameters,
+			func(e HelmFileParameter) string { return e.Name })
 		if h.ValueFiles != nil {
 			vf := append([]string{}, bh.ValueFiles...)
 			rh.ValueFiles = &vf
@@ -475,30 +445,9 @@ func (p SourcePatch) Revert(before SourceSpec) SourcePatch {
 			bk = &KustomizeSpec{}
 		}
 		rk := &KustomizePatch{}
-		for _, im := range k.Images {
-			if old, ok := findByName(bk.Images, ImageName(im), ImageName); ok {
-				rk.Images = append(rk.Images, old)
-			} else {
-				rk.RemoveImages = append(rk.RemoveImages, ImageName(im))
-			}
-		}
-		for _, n := range k.RemoveImages {
-			if old, ok := findByName(bk.Images, n, ImageName); ok {
-				rk.Images = append(rk.Images, old)
-			}
-		}
-		for _, x := range k.Replicas {
-			if old, ok := findByName(bk.Replicas, x.Name, func(e KustomizeReplica) string { return e.Name }); ok {
-				rk.Replicas = append(rk.Replicas, old)
-			} else {
-				rk.RemoveReplicas = append(rk.RemoveReplicas, x.Name)
-			}
-		}
-		for _, n := range k.RemoveReplicas {
-			if old, ok := findByName(bk.Replicas, n, func(e KustomizeReplica) string { return e.Name }); ok {
-				rk.Replicas = append(rk.Replicas, old)
-			}
-		}
+		rk.Images, rk.RemoveImages = revertNamed(bk.Images, k.Images, k.RemoveImages, ImageName)
+		rk.Replicas, rk.RemoveReplicas = revertNamed(bk.Replicas, k.Replicas, k.RemoveReplicas,
+			func(e KustomizeReplica) string { return e.Name })
 		str := func(set *string, old string) *string {
 			if set == nil {
 				return nil
@@ -506,8 +455,8 @@ func (p SourcePatch) Revert(before SourceSpec) SourcePatch {
 			return &old
 		}
 		rk.Namespace, rk.NamePrefix, rk.NameSuffix = str(k.Namespace, bk.Namespace), str(k.NamePrefix, bk.NamePrefix), str(k.NameSuffix, bk.NameSuffix)
-		rk.CommonLabels, rk.RemoveCommonLabels = revertMap(bk.CommonLabels, sortedMapKeys(k.CommonLabels), k.RemoveCommonLabels)
-		rk.CommonAnnotations, rk.RemoveCommonAnnotations = revertMap(bk.CommonAnnotations, sortedMapKeys(k.CommonAnnotations), k.RemoveCommonAnnotations)
+		rk.CommonLabels, rk.RemoveCommonLabels = revertMap(bk.CommonLabels, sortedKeys(k.CommonLabels), k.RemoveCommonLabels)
+		rk.CommonAnnotations, rk.RemoveCommonAnnotations = revertMap(bk.CommonAnnotations, sortedKeys(k.CommonAnnotations), k.RemoveCommonAnnotations)
 		if k.ForceCommonLabels != nil {
 			v := bk.ForceCommonLabels
 			rk.ForceCommonLabels = &v
@@ -568,6 +517,25 @@ func removeByName[T any](list []T, names []string, name func(T) string) []T {
 		}
 	}
 	return out
+}
+
+// revertNamed reverts one named list of a patch against before: each entry the patch set is
+// put back as it was, or removed when it was not there; each name it removed is put back when
+// it was there.
+func revertNamed[T any](before, set []T, removed []string, name func(T) string) (restore []T, remove []string) {
+	for _, x := range set {
+		if old, ok := findByName(before, name(x), name); ok {
+			restore = append(restore, old)
+		} else {
+			remove = append(remove, name(x))
+		}
+	}
+	for _, n := range removed {
+		if old, ok := findByName(before, n, name); ok {
+			restore = append(restore, old)
+		}
+	}
+	return restore, remove
 }
 
 func findByName[T any](list []T, n string, name func(T) string) (T, bool) {
@@ -674,11 +642,8 @@ func (c *Client) Update(ctx context.Context, agentID string, req UpdateRequest) 
 	}
 	req.V = Version
 	var rep UpdateReply
-	if err := c.request(ctx, agentID, "update", req, &rep, 0); err != nil {
+	if err := c.ask(ctx, agentID, "update", req, &rep, 0, func() *Error { return rep.Error }); err != nil {
 		return nil, err
-	}
-	if rep.Error != nil {
-		return nil, withAgent(rep.Error, agentID)
 	}
 	if rep.App == nil || rep.Before == nil || rep.After == nil {
 		return nil, &Error{Code: CodeInternal, Agent: agentID, App: req.App, Message: "update: incomplete reply"}
@@ -800,8 +765,8 @@ func (s SourceSpec) Only(p SourcePatch) SourceSpec {
 			}
 			return o
 		}
-		ok.CommonLabels = pick(sk.CommonLabels, set(sortedMapKeys(k.CommonLabels), k.RemoveCommonLabels))
-		ok.CommonAnnotations = pick(sk.CommonAnnotations, set(sortedMapKeys(k.CommonAnnotations), k.RemoveCommonAnnotations))
+		ok.CommonLabels = pick(sk.CommonLabels, set(sortedKeys(k.CommonLabels), k.RemoveCommonLabels))
+		ok.CommonAnnotations = pick(sk.CommonAnnotations, set(sortedKeys(k.CommonAnnotations), k.RemoveCommonAnnotations))
 		if k.ForceCommonLabels != nil {
 			ok.ForceCommonLabels = sk.ForceCommonLabels
 		}

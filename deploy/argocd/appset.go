@@ -63,10 +63,10 @@ func (o *AppSetRefreshOptions) check() error {
 	case RefreshWebhook:
 		u, err := url.Parse(o.WebhookURL)
 		if o.WebhookURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("argocd agent: appset refresh mode webhook needs the ApplicationSet controller's webhook URL (--appset-webhook-url http(s)://host:7000/api/webhook), got %q", redact(o.WebhookURL))
+			return fmt.Errorf("argocd agent: appset refresh mode webhook needs the ApplicationSet controller's webhook URL (--appset-webhook-url http(s)://host:7000/api/webhook), got %q", agent.RedactURL(o.WebhookURL))
 		}
 		if u.User != nil {
-			return fmt.Errorf("argocd agent: --appset-webhook-url %s must not carry credentials", redact(o.WebhookURL))
+			return fmt.Errorf("argocd agent: --appset-webhook-url %s must not carry credentials", agent.RedactURL(o.WebhookURL))
 		}
 	default:
 		return fmt.Errorf("argocd agent: appset refresh mode %q: want annotate, webhook or off", o.Mode)
@@ -231,7 +231,7 @@ func (a *Agent) sendPush(ctx context.Context, repoURL, branch string) error {
 		mac.Write(body)
 		req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	}
-	where := "ApplicationSet webhook " + redact(o.WebhookURL)
+	where := "ApplicationSet webhook " + agent.RedactURL(o.WebhookURL)
 	resp, err := a.argo.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -52,10 +52,10 @@ func NewClient(o ClientOptions) (*Client, error) {
 	}
 	u, err := url.Parse(strings.TrimRight(o.URL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("argocd: URL %q: want http(s)://host[:port][/path]", redact(o.URL))
+		return nil, fmt.Errorf("argocd: URL %q: want http(s)://host[:port][/path]", agent.RedactURL(o.URL))
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("argocd: URL %s must not carry credentials; use --argocd-token-file", redact(o.URL))
+		return nil, fmt.Errorf("argocd: URL %s must not carry credentials; use --argocd-token-file", agent.RedactURL(o.URL))
 	}
 	if strings.TrimSpace(o.Token) == "" {
 		return nil, errors.New("argocd: token is empty (--argocd-token-file must hold an Argo CD API token)")
@@ -89,15 +89,6 @@ func NewClient(o ClientOptions) (*Client, error) {
 
 // URL is Argo CD's base URL.
 func (c *Client) URL() string { return c.base.String() }
-
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	u.User = url.User("redacted")
-	return u.String()
-}
 
 // ---- the subset of Argo CD's JSON the agent reads ----
 
@@ -283,14 +274,23 @@ func (c *Client) Get(ctx context.Context, name, appNamespace string, refresh age
 	if refresh != "" {
 		q.Set("refresh", string(refresh))
 	}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var a Application
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name), q, nil, &a, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "", q, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil
+}
+
+// getApp reads GET /api/v1/applications/{name}{sub} (sub "" for the app itself) with query q
+// (may be nil) and the app's namespace into out.
+func (c *Client) getApp(ctx context.Context, name, appNamespace, sub string, q url.Values, out any) error {
+	if appNamespace != "" {
+		if q == nil {
+			q = url.Values{}
+		}
+		q.Set("appNamespace", appNamespace)
+	}
+	return c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name)+sub, q, nil, out, name)
 }
 
 // Sync starts a sync operation and returns the app as Argo CD answered (with the operation).
@@ -339,12 +339,8 @@ type Project struct {
 // SyncWindows reads the sync windows assigned to an app (GET
 // /api/v1/applications/{name}/syncwindows).
 func (c *Client) SyncWindows(ctx context.Context, name, appNamespace string) (*AppSyncWindows, error) {
-	q := url.Values{}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var w AppSyncWindows
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name)+"/syncwindows", q, nil, &w, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "/syncwindows", nil, &w); err != nil {
 		return nil, err
 	}
 	return &w, nil

@@ -34,11 +34,8 @@ func (c *Client) Manifests(ctx context.Context, name, appNamespace, revision str
 	if revision != "" {
 		q.Set("revision", revision)
 	}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var m ManifestResponse
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name)+"/manifests", q, nil, &m, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "/manifests", q, &m); err != nil {
 		return nil, err
 	}
 	return &m, nil
@@ -64,14 +61,10 @@ type ManagedResource struct {
 // app's ignoreDifferences, not targetState (checked on realenv), so targetState compares with
 // freshly rendered manifests as they are.
 func (c *Client) ManagedResources(ctx context.Context, name, appNamespace string) ([]ManagedResource, error) {
-	q := url.Values{}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var r struct {
 		Items []ManagedResource `json:"items"`
 	}
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name)+"/managed-resources", q, nil, &r, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "/managed-resources", nil, &r); err != nil {
 		return nil, err
 	}
 	return r.Items, nil
@@ -456,20 +449,8 @@ func compareAppAs(d *agent.AppDiff, rendered []string, cur []ManagedResource, de
 		}
 		after[o.key()] = o
 	}
-	keys := map[string]bool{}
-	for k := range before {
-		keys[k] = true
-	}
-	for k := range after {
-		keys[k] = true
-	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
 	size := 0
-	for _, k := range sorted {
+	for _, k := range unionKeys(before, after) {
 		old := before[k]
 		if old == nil {
 			old = liveOnly[k]

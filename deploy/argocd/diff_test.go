@@ -356,19 +356,9 @@ func TestDiffApplicationSetSpecChanges(t *testing.T) {
 	}
 	w.sha = w.git.Commit(repoURL, "main", base)
 	tlas := json.RawMessage(`{"include":"*.yaml","jsonnet":{"tlas":[{"name":"env","value":"{{path.basename}}"},{"name":"image","value":"{{image}}"}]}}`)
-	set := argocdtest.ApplicationSet{
-		Metadata: argocdtest.ObjectMeta{Name: "web"},
-		Spec: argocdtest.ApplicationSetSpec{
-			Generators: []argocdtest.ApplicationSetGenerator{{Git: &argocdtest.GitGenerator{RepoURL: repoURL, Revision: "main",
-				Files: []argocdtest.GitFileGeneratorItem{{Path: "envs/*/config.json"}}}}},
-			Template: argocdtest.ApplicationSetTemplate{
-				Metadata: argocdtest.ApplicationSetTemplateMeta{Name: "web-{{path.basename}}"},
-				Spec: argocdtest.ApplicationSpec{Project: "default",
-					Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "manifests/web", TargetRevision: "main", Directory: tlas},
-					Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "web-{{path.basename}}"}},
-			},
-		},
-	}
+	set := gitFilesAppSet("web", "envs/*/config.json", "web-{{path.basename}}", argocdtest.ApplicationSpec{Project: "default",
+		Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "manifests/web", TargetRevision: "main", Directory: tlas},
+		Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "web-{{path.basename}}"}})
 	if err := w.argo.AddApplicationSet(set); err != nil {
 		t.Fatal(err)
 	}

@@ -274,11 +274,8 @@ func (c *Client) ManifestsAt(ctx context.Context, name, appNamespace string, pos
 		q.Add("sourcePositions", strconv.Itoa(p))
 		q.Add("revisions", revisions[i])
 	}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var m ManifestResponse
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name)+"/manifests", q, nil, &m, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "/manifests", q, &m); err != nil {
 		return nil, err
 	}
 	return &m, nil

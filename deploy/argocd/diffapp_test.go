@@ -41,20 +41,10 @@ func variantWorld(t *testing.T, preview bool) *world {
 		"manifests/b/svc.yaml": "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n",
 		"envs/dev/config.json": cfg("a"),
 	})
-	set := argocdtest.ApplicationSet{
-		Metadata: argocdtest.ObjectMeta{Name: "web"},
-		Spec: argocdtest.ApplicationSetSpec{
-			Generators: []argocdtest.ApplicationSetGenerator{{Git: &argocdtest.GitGenerator{RepoURL: repoURL, Revision: "main",
-				Files: []argocdtest.GitFileGeneratorItem{{Path: "envs/*/config.json"}}}}},
-			Template: argocdtest.ApplicationSetTemplate{
-				Metadata: argocdtest.ApplicationSetTemplateMeta{Name: "web-{{path.basename}}"},
-				Spec: argocdtest.ApplicationSpec{Project: "default",
-					Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "manifests/{{variant}}", TargetRevision: "main"},
-					Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "web-{{path.basename}}"},
-					SyncPolicy:  &argocdtest.SyncPolicy{Automated: &argocdtest.SyncPolicyAutomated{}}},
-			},
-		},
-	}
+	set := gitFilesAppSet("web", "envs/*/config.json", "web-{{path.basename}}", argocdtest.ApplicationSpec{Project: "default",
+		Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "manifests/{{variant}}", TargetRevision: "main"},
+		Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "web-{{path.basename}}"},
+		SyncPolicy:  &argocdtest.SyncPolicy{Automated: &argocdtest.SyncPolicyAutomated{}}})
 	if err := w.argo.AddApplicationSet(set); err != nil {
 		t.Fatal(err)
 	}

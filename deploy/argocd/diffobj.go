@@ -257,19 +257,7 @@ func changedPaths(a, b any, path string, out *[]string, vals map[string]any) {
 			add(orRoot(path), b)
 			return
 		}
-		keys := map[string]bool{}
-		for k := range av {
-			keys[k] = true
-		}
-		for k := range bv {
-			keys[k] = true
-		}
-		sorted := make([]string, 0, len(keys))
-		for k := range keys {
-			sorted = append(sorted, k)
-		}
-		sort.Strings(sorted)
-		for _, k := range sorted {
+		for _, k := range unionKeys(av, bv) {
 			x, inA := av[k]
 			y, inB := bv[k]
 			p := joinPath(path, k)
@@ -370,4 +358,19 @@ func unifiedDiff(a, b map[string]any, o *kobj) string {
 		return ""
 	}
 	return s
+}
+
+// unionKeys returns the keys of a and b, each once, sorted.
+func unionKeys[A, B any](a map[string]A, b map[string]B) []string {
+	keys := make([]string, 0, len(a)+len(b))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -69,6 +69,22 @@ func app(name, path string, labels map[string]string) argocdtest.Application {
 	}
 }
 
+// gitFilesAppSet is an ApplicationSet whose git files generator reads the files matching files
+// on repoURL's main; the apps it generates are named appName and have spec.
+func gitFilesAppSet(name, files, appName string, spec argocdtest.ApplicationSpec) argocdtest.ApplicationSet {
+	return argocdtest.ApplicationSet{
+		Metadata: argocdtest.ObjectMeta{Name: name},
+		Spec: argocdtest.ApplicationSetSpec{
+			Generators: []argocdtest.ApplicationSetGenerator{{Git: &argocdtest.GitGenerator{RepoURL: repoURL, Revision: "main",
+				Files: []argocdtest.GitFileGeneratorItem{{Path: files}}}}},
+			Template: argocdtest.ApplicationSetTemplate{
+				Metadata: argocdtest.ApplicationSetTemplateMeta{Name: appName},
+				Spec:     spec,
+			},
+		},
+	}
+}
+
 func (w *world) addApp(a argocdtest.Application, opts ...argocdtest.AppOption) {
 	w.t.Helper()
 	if err := w.argo.AddApp(a, opts...); err != nil {

@@ -75,12 +75,19 @@ func TestRevokedTokenMarksViewStaleAndRecovers(t *testing.T) {
 		t.Fatal("the token reached the log")
 	}
 	// A change made while the agent is blind is there once it sees again.
-	if err := w.argo.SetHealth("web", argocdtest.HealthDegraded, "changed while blind"); err != nil {
-		t.Fatal(err)
+	w.changeWhileBlind(argocdtest.HealthDegraded, "changed while blind", func() { w.argo.RestoreToken(w.argo.Token()) })
+}
+
+// changeWhileBlind changes web's health while agent eu cannot see Argo CD, lets it see again
+// with recover, and waits for a fresh record that shows the change and a fresh view.
+func (w *world) changeWhileBlind(health, message string, recover func()) {
+	w.t.Helper()
+	if err := w.argo.SetHealth("web", health, message); err != nil {
+		w.t.Fatal(err)
 	}
-	w.argo.RestoreToken(w.argo.Token())
-	w.waitRecord("eu", "web", "a fresh record after recovery", func(s *agent.AppStatus) bool {
-		return s.Stale == nil && s.HealthMessage == "changed while blind"
+	recover()
+	w.waitRecord("eu", "web", "a fresh record after recovery with the change: "+message, func(s *agent.AppStatus) bool {
+		return s.Stale == nil && s.HealthMessage == message
 	})
 	w.eventually(5*time.Second, "a fresh view after recovery", func() bool { return w.view("eu").Fresh })
 }
@@ -97,14 +104,7 @@ func TestArgoRestartIsRiddenOut(t *testing.T) {
 	w.waitRecord("eu", "web", "the record marked stale (reconnect failed)", func(s *agent.AppStatus) bool {
 		return s.Stale != nil && strings.Contains(s.Stale.Reason, "unreachable")
 	})
-	if err := w.argo.SetHealth("web", argocdtest.HealthProgressing, "changed during the restart"); err != nil {
-		t.Fatal(err)
-	}
-	w.argo.SetDown(false)
-	w.waitRecord("eu", "web", "the change made during the restart", func(s *agent.AppStatus) bool {
-		return s.Stale == nil && s.HealthMessage == "changed during the restart"
-	})
-	w.eventually(5*time.Second, "a fresh view", func() bool { return w.view("eu").Fresh })
+	w.changeWhileBlind(argocdtest.HealthProgressing, "changed during the restart", func() { w.argo.SetDown(false) })
 }
 
 func TestUnresponsiveArgoGoesStale(t *testing.T) {

@@ -150,6 +150,17 @@ func TestNoEarlyRelistWithoutBurst(t *testing.T) {
 	}
 }
 
+// newDropWorld is a world with web and api deployed whose stream buffers one event, so that
+// dropLast can drop one.
+func newDropWorld(t *testing.T) *world {
+	t.Helper()
+	w := newWorld(t)
+	w.argo.SetWatchBuffer(1)
+	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
+	w.addApp(app("api", "apps/api", nil), argocdtest.Deployed())
+	return w
+}
+
 // dropLast makes the stream lose the last of three changes: the first is taken and held
 // by the stream, the second fills its one-event buffer, the third (last) is dropped.
 func (w *world) dropLast(changes ...func()) {
@@ -166,10 +177,7 @@ func (w *world) dropLast(changes ...func()) {
 }
 
 func TestDroppedModifiedRepairedByResync(t *testing.T) {
-	w := newWorld(t)
-	w.argo.SetWatchBuffer(1)
-	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
-	w.addApp(app("api", "apps/api", nil), argocdtest.Deployed())
+	w := newDropWorld(t)
 	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = 2 * time.Second })
 	w.waitRecord("eu", "api", "a healthy record", func(s *agent.AppStatus) bool { return s != nil && s.Health == agent.HealthHealthy })
 	health := func(name, msg string) func() {
@@ -197,10 +205,7 @@ func TestDroppedModifiedRepairedByResync(t *testing.T) {
 }
 
 func TestDroppedDeletedBecomesTombstoneAfterResync(t *testing.T) {
-	w := newWorld(t)
-	w.argo.SetWatchBuffer(1)
-	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
-	w.addApp(app("api", "apps/api", nil), argocdtest.Deployed())
+	w := newDropWorld(t)
 	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = 2 * time.Second })
 	w.waitRecord("eu", "api", "a record", func(s *agent.AppStatus) bool { return s != nil && s.Health == agent.HealthHealthy })
 	w.dropLast(func() { _ = w.argo.SetHealth("web", argocdtest.HealthDegraded, "one") },
@@ -362,10 +367,7 @@ func TestDropDetector(t *testing.T) {
 // retried with backoff; it neither marks records stale nor claims a re-list happened, and the
 // dropped change is repaired once the list works again.
 func TestFailedResyncRetriesWithoutClaimingSuccess(t *testing.T) {
-	w := newWorld(t)
-	w.argo.SetWatchBuffer(1)
-	w.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
-	w.addApp(app("api", "apps/api", nil), argocdtest.Deployed())
+	w := newDropWorld(t)
 	logs := &lockedBuf{}
 	w.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	a := w.start("eu", "r1", func(o *Options, _ *Client) { o.Resync = time.Second })

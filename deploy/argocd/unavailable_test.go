@@ -113,19 +113,9 @@ func TestFaultWithGRPCCode(t *testing.T) {
 // is back a refresh completes again.
 func TestAppSetRefreshStopsWaitingWhenRepoServerDown(t *testing.T) {
 	w := newWorld(t)
-	set := argocdtest.ApplicationSet{
-		Metadata: argocdtest.ObjectMeta{Name: "apps"},
-		Spec: argocdtest.ApplicationSetSpec{
-			Generators: []argocdtest.ApplicationSetGenerator{{Git: &argocdtest.GitGenerator{RepoURL: repoURL, Revision: "main",
-				Files: []argocdtest.GitFileGeneratorItem{{Path: "apps/*/cm.yaml"}}}}},
-			Template: argocdtest.ApplicationSetTemplate{
-				Metadata: argocdtest.ApplicationSetTemplateMeta{Name: "set-{{path.basename}}"},
-				Spec: argocdtest.ApplicationSpec{Project: "default",
-					Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "{{path}}", TargetRevision: "main"},
-					Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "shop"}},
-			},
-		},
-	}
+	set := gitFilesAppSet("apps", "apps/*/cm.yaml", "set-{{path.basename}}", argocdtest.ApplicationSpec{Project: "default",
+		Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "{{path}}", TargetRevision: "main"},
+		Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "shop"}})
 	if err := w.argo.AddApplicationSet(set); err != nil {
 		t.Fatal(err)
 	}

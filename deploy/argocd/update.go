@@ -2,6 +2,7 @@ package argocd
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -277,70 +278,42 @@ func writeSource(src map[string]any, p agent.SourcePatch, after agent.SourceSpec
 	if p.TargetRevision != nil {
 		src["targetRevision"] = after.TargetRevision
 	}
-	set := func(m map[string]any, key string, v any, empty bool) {
-		if empty {
+	// put writes key into m if the patch touched it: v, or no key at all when v is empty.
+	put := func(m map[string]any, touched bool, key string, v any, empty bool) {
+		switch {
+		case !touched:
+		case empty:
 			delete(m, key)
-		} else {
+		default:
 			m[key] = v
 		}
 	}
+	// object is src's object at key, a new one when there is none.
+	object := func(key string) map[string]any {
+		if m, _ := src[key].(map[string]any); m != nil {
+			return m
+		}
+		return map[string]any{}
+	}
 	if h := p.Helm; h != nil {
-		hm, _ := src["helm"].(map[string]any)
-		if hm == nil {
-			hm = map[string]any{}
-		}
-		ah := after.Helm
-		if ah == nil {
-			ah = &agent.HelmSpec{}
-		}
-		if len(h.Parameters)+len(h.RemoveParameters) > 0 {
-			set(hm, "parameters", ah.Parameters, len(ah.Parameters) == 0)
-		}
-		if len(h.FileParameters)+len(h.RemoveFileParameters) > 0 {
-			set(hm, "fileParameters", ah.FileParameters, len(ah.FileParameters) == 0)
-		}
-		if h.ValueFiles != nil {
-			set(hm, "valueFiles", ah.ValueFiles, len(ah.ValueFiles) == 0)
-		}
-		set(src, "helm", hm, len(hm) == 0)
+		hm, ah := object("helm"), cmp.Or(after.Helm, &agent.HelmSpec{})
+		put(hm, len(h.Parameters)+len(h.RemoveParameters) > 0, "parameters", ah.Parameters, len(ah.Parameters) == 0)
+		put(hm, len(h.FileParameters)+len(h.RemoveFileParameters) > 0, "fileParameters", ah.FileParameters, len(ah.FileParameters) == 0)
+		put(hm, h.ValueFiles != nil, "valueFiles", ah.ValueFiles, len(ah.ValueFiles) == 0)
+		put(src, true, "helm", hm, len(hm) == 0)
 	}
 	if k := p.Kustomize; k != nil {
-		km, _ := src["kustomize"].(map[string]any)
-		if km == nil {
-			km = map[string]any{}
-		}
-		ak := after.Kustomize
-		if ak == nil {
-			ak = &agent.KustomizeSpec{}
-		}
-		if len(k.Images)+len(k.RemoveImages) > 0 {
-			set(km, "images", ak.Images, len(ak.Images) == 0)
-		}
-		if len(k.Replicas)+len(k.RemoveReplicas) > 0 {
-			set(km, "replicas", ak.Replicas, len(ak.Replicas) == 0)
-		}
-		if k.Namespace != nil {
-			set(km, "namespace", ak.Namespace, ak.Namespace == "")
-		}
-		if k.NamePrefix != nil {
-			set(km, "namePrefix", ak.NamePrefix, ak.NamePrefix == "")
-		}
-		if k.NameSuffix != nil {
-			set(km, "nameSuffix", ak.NameSuffix, ak.NameSuffix == "")
-		}
-		if len(k.CommonLabels)+len(k.RemoveCommonLabels) > 0 {
-			set(km, "commonLabels", ak.CommonLabels, len(ak.CommonLabels) == 0)
-		}
-		if len(k.CommonAnnotations)+len(k.RemoveCommonAnnotations) > 0 {
-			set(km, "commonAnnotations", ak.CommonAnnotations, len(ak.CommonAnnotations) == 0)
-		}
-		if k.ForceCommonLabels != nil {
-			set(km, "forceCommonLabels", ak.ForceCommonLabels, !ak.ForceCommonLabels)
-		}
-		if k.ForceCommonAnnotations != nil {
-			set(km, "forceCommonAnnotations", ak.ForceCommonAnnotations, !ak.ForceCommonAnnotations)
-		}
-		set(src, "kustomize", km, len(km) == 0)
+		km, ak := object("kustomize"), cmp.Or(after.Kustomize, &agent.KustomizeSpec{})
+		put(km, len(k.Images)+len(k.RemoveImages) > 0, "images", ak.Images, len(ak.Images) == 0)
+		put(km, len(k.Replicas)+len(k.RemoveReplicas) > 0, "replicas", ak.Replicas, len(ak.Replicas) == 0)
+		put(km, k.Namespace != nil, "namespace", ak.Namespace, ak.Namespace == "")
+		put(km, k.NamePrefix != nil, "namePrefix", ak.NamePrefix, ak.NamePrefix == "")
+		put(km, k.NameSuffix != nil, "nameSuffix", ak.NameSuffix, ak.NameSuffix == "")
+		put(km, len(k.CommonLabels)+len(k.RemoveCommonLabels) > 0, "commonLabels", ak.CommonLabels, len(ak.CommonLabels) == 0)
+		put(km, len(k.CommonAnnotations)+len(k.RemoveCommonAnnotations) > 0, "commonAnnotations", ak.CommonAnnotations, len(ak.CommonAnnotations) == 0)
+		put(km, k.ForceCommonLabels != nil, "forceCommonLabels", ak.ForceCommonLabels, !ak.ForceCommonLabels)
+		put(km, k.ForceCommonAnnotations != nil, "forceCommonAnnotations", ak.ForceCommonAnnotations, !ak.ForceCommonAnnotations)
+		put(src, true, "kustomize", km, len(km) == 0)
 	}
 }
 
@@ -362,12 +335,8 @@ type PatchBody struct {
 
 // GetRaw reads one app as Argo CD's JSON.
 func (c *Client) GetRaw(ctx context.Context, name, appNamespace string) ([]byte, error) {
-	q := url.Values{}
-	if appNamespace != "" {
-		q.Set("appNamespace", appNamespace)
-	}
 	var raw json.RawMessage
-	if err := c.do(ctx, http.MethodGet, "/api/v1/applications/"+url.PathEscape(name), q, nil, &raw, name); err != nil {
+	if err := c.getApp(ctx, name, appNamespace, "", nil, &raw); err != nil {
 		return nil, err
 	}
 	return raw, nil

@@ -312,3 +312,59 @@ func TestConcurrentUpdatesThroughTwoReplicasLoseNothing(t *testing.T) {
 		}
 	}
 }
+
+// writeSource writes exactly the keys a patch touches: a touched key gets its new value or goes
+// when that value is empty, an object left empty goes, and every key the patch did not touch
+// stays as it was.
+func TestWriteSourceWritesOnlyTouchedKeys(t *testing.T) {
+	yes := true
+	for _, tc := range []struct {
+		name  string
+		src   string
+		patch agent.SourcePatch
+		after agent.SourceSpec
+		want  string
+	}{{
+		name:  "helm: parameters set, value files emptied, values kept",
+		src:   `{"helm":{"values":"x","parameters":[{"name":"a","value":"1"}],"fileParameters":[{"name":"f","path":"f"}],"valueFiles":["a.yaml"]}}`,
+		patch: agent.SourcePatch{Helm: &agent.HelmPatch{Parameters: []agent.HelmParameter{{Name: "a", Value: "2"}}, ValueFiles: &[]string{}}},
+		// after leaves the untouched file parameters out: writeSource must not read them.
+		after: agent.SourceSpec{Helm: &agent.HelmSpec{Parameters: []agent.HelmParameter{{Name: "a", Value: "2"}}}},
+		want:  `{"helm":{"fileParameters":[{"name":"f","path":"f"}],"parameters":[{"name":"a","value":"2"}],"values":"x"}}`,
+	}, {
+		name:  "helm created where the source had none",
+		src:   `{"path":"p"}`,
+		patch: agent.SourcePatch{Helm: &agent.HelmPatch{FileParameters: []agent.HelmFileParameter{{Name: "f", Path: "files/f"}}}},
+		after: agent.SourceSpec{Helm: &agent.HelmSpec{FileParameters: []agent.HelmFileParameter{{Name: "f", Path: "files/f"}}}},
+		want:  `{"helm":{"fileParameters":[{"name":"f","path":"files/f"}]},"path":"p"}`,
+	}, {
+		name: "kustomize: every kind of key set or removed, images kept",
+		src:  `{"kustomize":{"images":["nginx:1"],"namePrefix":"old-","commonLabels":{"team":"a"},"commonAnnotations":{"n":"1"}}}`,
+		patch: agent.SourcePatch{TargetRevision: strp("v2"), Kustomize: &agent.KustomizePatch{
+			Namespace: strp("shop"), NamePrefix: strp(""), NameSuffix: strp("-v2"),
+			Replicas:           []agent.KustomizeReplica{{Name: "web", Count: 3}},
+			RemoveCommonLabels: []string{"team"}, CommonAnnotations: map[string]string{"n": "2"},
+			ForceCommonLabels: &yes, ForceCommonAnnotations: new(bool)}},
+		after: agent.SourceSpec{TargetRevision: "v2", Kustomize: &agent.KustomizeSpec{
+			Namespace: "shop", NameSuffix: "-v2", Replicas: []agent.KustomizeReplica{{Name: "web", Count: 3}},
+			CommonAnnotations: map[string]string{"n": "2"}, ForceCommonLabels: true}},
+		want: `{"kustomize":{"commonAnnotations":{"n":"2"},"forceCommonLabels":true,"images":["nginx:1"],"nameSuffix":"-v2","namespace":"shop","replicas":[{"name":"web","count":3}]},"targetRevision":"v2"}`,
+	}, {
+		name:  "kustomize left empty goes",
+		src:   `{"kustomize":{"images":["nginx:1"]},"path":"p"}`,
+		patch: agent.SourcePatch{Kustomize: &agent.KustomizePatch{RemoveImages: []string{"nginx"}}},
+		after: agent.SourceSpec{Kustomize: &agent.KustomizeSpec{}},
+		want:  `{"path":"p"}`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var src map[string]any
+			if err := json.Unmarshal([]byte(tc.src), &src); err != nil {
+				t.Fatal(err)
+			}
+			writeSource(src, tc.patch, tc.after)
+			if got, _ := json.Marshal(src); string(got) != tc.want {
+				t.Fatalf("source after the patch:\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package argocd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -337,14 +338,7 @@ func operation(app *Application) *agent.Operation {
 	return out
 }
 
-func firstNonEmpty(v ...string) string {
-	for _, s := range v {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
-}
+func firstNonEmpty(v ...string) string { return cmp.Or(v...) }
 
 func first(l []string) string {
 	if len(l) > 0 {

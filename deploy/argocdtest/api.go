@@ -106,12 +106,22 @@ func (s *Server) UpdateApp(app Application) error {
 func (s *Server) DeleteApp(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.apps[appKey(name)]
-	if st == nil || st.gone {
-		return fmt.Errorf("argocdtest: DeleteApp %s: %w", name, ErrAppNotFound)
+	st, err := s.appLocked("DeleteApp", name)
+	if err != nil {
+		return err
 	}
 	s.removeApp(st)
 	return nil
+}
+
+// appLocked is the app called name for method op of this API (named in the error when there is
+// no such app); callers hold s.mu.
+func (s *Server) appLocked(op, name string) (*appState, error) {
+	st := s.apps[appKey(name)]
+	if st == nil || st.gone {
+		return nil, fmt.Errorf("argocdtest: %s %s: %w", op, name, ErrAppNotFound)
+	}
+	return st, nil
 }
 
 // App returns a copy of an app as the API would return it.
@@ -155,9 +165,9 @@ func (s *Server) RunningOperations() int {
 func (s *Server) ScriptSync(name string, script SyncScript) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.apps[appKey(name)]
-	if st == nil || st.gone {
-		return fmt.Errorf("argocdtest: ScriptSync %s: %w", name, ErrAppNotFound)
+	st, err := s.appLocked("ScriptSync", name)
+	if err != nil {
+		return err
 	}
 	sc := script
 	st.script = &sc
@@ -171,10 +181,10 @@ func (s *Server) ScriptSync(name string, script SyncScript) error {
 // tries its own sync.
 func (s *Server) StartOperation(name, username string, script SyncScript) error {
 	s.mu.Lock()
-	st := s.apps[appKey(name)]
-	if st == nil || st.gone {
+	st, err := s.appLocked("StartOperation", name)
+	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("argocdtest: StartOperation %s: %w", name, ErrAppNotFound)
+		return err
 	}
 	spec := clone(st.app.Spec)
 	s.mu.Unlock()
@@ -192,9 +202,8 @@ func (s *Server) StartOperation(name, username string, script SyncScript) error 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st = s.apps[appKey(name)]
-	if st == nil || st.gone {
-		return fmt.Errorf("argocdtest: StartOperation %s: %w", name, ErrAppNotFound)
+	if st, err = s.appLocked("StartOperation", name); err != nil {
+		return err
 	}
 	sc := script
 	if err := s.startOperation(st, op, &sc); err != nil {
@@ -207,9 +216,9 @@ func (s *Server) StartOperation(name, username string, script SyncScript) error 
 func (s *Server) ReleaseOperation(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.apps[appKey(name)]
-	if st == nil || st.gone {
-		return fmt.Errorf("argocdtest: ReleaseOperation %s: %w", name, ErrAppNotFound)
+	st, err := s.appLocked("ReleaseOperation", name)
+	if err != nil {
+		return err
 	}
 	if st.op == nil {
 		return fmt.Errorf("argocdtest: ReleaseOperation %s: %w", name, ErrNoOperation)
@@ -223,10 +232,10 @@ func (s *Server) ReleaseOperation(name string) error {
 // is published at once.
 func (s *Server) SetHealth(name, status, message string) error {
 	s.mu.Lock()
-	st := s.apps[appKey(name)]
-	if st == nil || st.gone {
+	st, err := s.appLocked("SetHealth", name)
+	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("argocdtest: SetHealth %s: %w", name, ErrAppNotFound)
+		return err
 	}
 	if status == "" {
 		st.healthPin, st.pinSticky = nil, false

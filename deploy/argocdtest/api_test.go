@@ -190,12 +190,8 @@ func TestListApplicationsFilters(t *testing.T) {
 
 	list := func(t *testing.T, query string) []string {
 		t.Helper()
-		r := call(t, s, "GET", "/api/v1/applications?"+query, nil)
-		if r.status != 200 {
-			t.Fatalf("list %s: %d %s", query, r.status, r.body)
-		}
 		var l ApplicationList
-		r.json(t, &l)
+		r := getJSON(t, s, "/api/v1/applications?"+query, "list "+query, &l)
 		if l.Items == nil || l.Metadata.ResourceVersion == "" {
 			t.Fatalf("list %s: items must be [] not null and carry a resourceVersion: %s", query, r.body)
 		}

@@ -31,6 +31,52 @@ func (s *Server) lookupApp(name, ns, project string) (*appState, *apiError) {
 	return st, nil
 }
 
+// lockApp takes s.mu and looks up the app a call names (lookupApp); when that
+// fails it releases s.mu, writes the error and returns nil.
+func (s *Server) lockApp(w http.ResponseWriter, name, ns, project string) *appState {
+	s.mu.Lock()
+	st, e := s.lookupApp(name, ns, project)
+	if e != nil {
+		s.mu.Unlock()
+		writeAPIError(w, e)
+		return nil
+	}
+	return st
+}
+
+// lockReadableApp is lockApp for a call that reads the app's resources: the
+// caller's role must also allow applications/get (checked after the lookup,
+// as upstream does).
+func (s *Server) lockReadableApp(w http.ResponseWriter, name, ns, project string) *appState {
+	st := s.lockApp(w, name, ns, project)
+	if st != nil && !s.allowedLocked("applications", "get") {
+		s.mu.Unlock()
+		writeAPIError(w, errPermissionDenied)
+		return nil
+	}
+	return st
+}
+
+// readCreate reads a create call: the named boolean query parameters in
+// order (nil: absent), then the body into v. The first error is written and
+// ok is false.
+func readCreate(w http.ResponseWriter, r *http.Request, v any, params ...string) (flags []*bool, ok bool) {
+	q := r.URL.Query()
+	for _, name := range params {
+		b, e := parseBoolParam(q, name)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil, false
+		}
+		flags = append(flags, b)
+	}
+	if e := decodeBody(r, v); e != nil {
+		writeAPIError(w, e)
+		return nil, false
+	}
+	return flags, true
+}
+
 func parseBoolParam(q url.Values, name string) (*bool, *apiError) {
 	v, ok := q[name]
 	if !ok || len(v) == 0 {
@@ -53,17 +99,22 @@ func replyRaw(w http.ResponseWriter, r *http.Request, data []byte) {
 	writeRaw(w, http.StatusOK, data)
 }
 
-// handleListApps serves GET /api/v1/applications.
-func (s *Server) handleListApps(w http.ResponseWriter, r *http.Request, _ []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	q := r.URL.Query()
+// listSelector parses the ?selector= of a list call; a bad one is answered as upstream does,
+// the parser's error wrapped without a gRPC code (HTTP 500).
+func listSelector(w http.ResponseWriter, q url.Values) (Selector, bool) {
 	sel, err := ParseSelector(q.Get("selector"))
 	if err != nil {
-		// Upstream wraps the parser error without a gRPC code: HTTP 500.
 		writeAPIError(w, errf(codeUnknown, "error parsing the selector: %v", err))
+		return Selector{}, false
+	}
+	return sel, true
+}
+
+// handleListApps serves GET /api/v1/applications.
+func (s *Server) handleListApps(w http.ResponseWriter, r *http.Request, _ []string) {
+	q := r.URL.Query()
+	sel, ok := listSelector(w, q)
+	if !ok {
 		return
 	}
 	projects := map[string]bool{}
@@ -114,10 +165,6 @@ func (s *Server) handleListApps(w http.ResponseWriter, r *http.Request, _ []stri
 // handleGetApp serves GET /api/v1/applications/{name}; with ?refresh it
 // waits for the controller's refresh like the real server.
 func (s *Server) handleGetApp(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	q := r.URL.Query()
 	projects := projectsParam(q)
 	if len(projects) > 1 {
@@ -128,11 +175,8 @@ func (s *Server) handleGetApp(w http.ResponseWriter, r *http.Request, p []string
 	if len(projects) == 1 {
 		project = projects[0]
 	}
-	s.mu.Lock()
-	st, e := s.lookupApp(p[0], q.Get("appNamespace"), project)
-	if e != nil {
-		s.mu.Unlock()
-		writeAPIError(w, e)
+	st := s.lockApp(w, p[0], q.Get("appNamespace"), project)
+	if st == nil {
 		return
 	}
 	if !q.Has("refresh") {
@@ -166,26 +210,12 @@ func (s *Server) handleGetApp(w http.ResponseWriter, r *http.Request, p []string
 
 // handleCreateApp serves POST /api/v1/applications.
 func (s *Server) handleCreateApp(w http.ResponseWriter, r *http.Request, _ []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	q := r.URL.Query()
-	upsert, e := parseBoolParam(q, "upsert")
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	validate, e := parseBoolParam(q, "validate")
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	var a Application
-	if e := decodeBody(r, &a); e != nil {
-		writeAPIError(w, e)
+	flags, ok := readCreate(w, r, &a, "upsert", "validate")
+	if !ok {
 		return
 	}
+	upsert, validate := flags[0], flags[1]
 	const prefix = "error while validating and normalizing app"
 	project := a.Spec.project()
 	s.mu.Lock()
@@ -293,10 +323,6 @@ func (s *Server) insertApp(a Application) *appState {
 
 // handleDeleteApp serves DELETE /api/v1/applications/{name}.
 func (s *Server) handleDeleteApp(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	q := r.URL.Query()
 	cascade, e := parseBoolParam(q, "cascade")
 	if e != nil {
@@ -304,13 +330,11 @@ func (s *Server) handleDeleteApp(w http.ResponseWriter, r *http.Request, p []str
 		return
 	}
 	policy := q.Get("propagationPolicy")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, e := s.lookupApp(p[0], q.Get("appNamespace"), q.Get("project"))
-	if e != nil {
-		writeAPIError(w, e)
+	st := s.lockApp(w, p[0], q.Get("appNamespace"), q.Get("project"))
+	if st == nil {
 		return
 	}
+	defer s.mu.Unlock()
 	if cascade != nil && !*cascade && policy != "" {
 		writeAPIError(w, errf(codeInvalidArgument, "cannot set propagation policy when cascading is disabled"))
 		return
@@ -332,21 +356,14 @@ func (s *Server) handleDeleteApp(w http.ResponseWriter, r *http.Request, p []str
 
 // handleSync serves POST /api/v1/applications/{name}/sync.
 func (s *Server) handleSync(w http.ResponseWriter, r *http.Request, p []string) {
-	user, e := s.authenticate(r)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
+	user := requestUser(r)
 	var req SyncRequest
 	if e := decodeBody(r, &req); e != nil {
 		writeAPIError(w, e)
 		return
 	}
-	s.mu.Lock()
-	st, e := s.lookupApp(p[0], req.AppNamespace, req.Project)
-	if e != nil {
-		s.mu.Unlock()
-		writeAPIError(w, e)
+	st := s.lockApp(w, p[0], req.AppNamespace, req.Project)
+	if st == nil {
 		return
 	}
 	// The API server counts every sync it is asked for as manual: a window with
@@ -433,18 +450,12 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request, p []string) 
 
 // handleTerminate serves DELETE /api/v1/applications/{name}/operation.
 func (s *Server) handleTerminate(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	q := r.URL.Query()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, e := s.lookupApp(p[0], q.Get("appNamespace"), q.Get("project"))
-	if e != nil {
-		writeAPIError(w, e)
+	st := s.lockApp(w, p[0], q.Get("appNamespace"), q.Get("project"))
+	if st == nil {
 		return
 	}
+	defer s.mu.Unlock()
 	// Right after a sync request the controller has not picked the
 	// operation up yet (operationState is null): the real server refuses.
 	if st.app.Operation == nil || st.app.Status.OperationState == nil || st.op == nil {

@@ -239,14 +239,9 @@ func (r appsetRepo) ReadTree(ctx context.Context, repoURL, sha, dir string) (map
 
 // handleListAppSets serves GET /api/v1/applicationsets.
 func (s *Server) handleListAppSets(w http.ResponseWriter, r *http.Request, _ []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	q := r.URL.Query()
-	sel, err := ParseSelector(q.Get("selector"))
-	if err != nil {
-		writeAPIError(w, errf(codeUnknown, "error parsing the selector: %v", err))
+	sel, ok := listSelector(w, q)
+	if !ok {
 		return
 	}
 	ns := firstNonEmpty(q.Get("appsetNamespace"), defaultNamespace)
@@ -279,10 +274,6 @@ func (s *Server) handleListAppSets(w http.ResponseWriter, r *http.Request, _ []s
 // handleGetAppSet serves GET /api/v1/applicationsets/{name}. Unlike apps, a
 // missing appset is a plain 404.
 func (s *Server) handleGetAppSet(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	ns := firstNonEmpty(r.URL.Query().Get("appsetNamespace"), defaultNamespace)
 	s.mu.Lock()
 	if !s.namespaces[ns] {

@@ -42,22 +42,14 @@ func WithWebhookSecret(secret string) Option {
 	return func(c *config) { c.webhookSecret = secret }
 }
 
-func (s *Server) appsetPollLoop() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.appsetPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-			s.mu.Lock()
-			keys := sortedKeys(s.appsets)
-			s.mu.Unlock()
-			for _, k := range keys {
-				s.regenerate(k)
-			}
-		}
+// pollAppSets regenerates every appset, as the ApplicationSet controller's
+// requeue after its poll interval does.
+func (s *Server) pollAppSets() {
+	s.mu.Lock()
+	keys := sortedKeys(s.appsets)
+	s.mu.Unlock()
+	for _, k := range keys {
+		s.regenerate(k)
 	}
 }
 
@@ -102,26 +94,12 @@ func (s *Server) AppSetRefreshes() int {
 // which replaces the spec and finalizers and merges labels and annotations. There is no
 // update or patch call.
 func (s *Server) handleCreateAppSet(w http.ResponseWriter, r *http.Request, _ []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	q := r.URL.Query()
-	upsert, e := parseBoolParam(q, "upsert")
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	dryRun, e := parseBoolParam(q, "dryRun")
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	var as ApplicationSet
-	if e := decodeBody(r, &as); e != nil {
-		writeAPIError(w, e)
+	flags, ok := readCreate(w, r, &as, "upsert", "dryRun")
+	if !ok {
 		return
 	}
+	upsert, dryRun := flags[0], flags[1]
 	project := as.Spec.Template.Spec.Project
 	if strings.Contains(project, "{{") {
 		writeAPIError(w, errf(codeUnknown, "error validating ApplicationSets: the Argo CD API does not currently support creating ApplicationSets with templated `project` fields"))

@@ -587,19 +587,19 @@ func (s *Server) current(key string, run *opRun) (*appState, bool) {
 func (s *Server) opWait(run *opRun, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-run.term:
-		return false
-	case <-s.ctx.Done():
-		return false
-	}
+	return opAwait(s, run, t.C)
 }
 
+// waitRelease waits for ReleaseOperation; false when the operation was terminated or the
+// server closes.
 func (s *Server) waitRelease(run *opRun) bool {
+	return opAwait(s, run, run.release)
+}
+
+// opAwait waits for ch; false when the operation was terminated or the server closes first.
+func opAwait[T any](s *Server, run *opRun, ch <-chan T) bool {
 	select {
-	case <-run.release:
+	case <-ch:
 		return true
 	case <-run.term:
 		return false
@@ -618,10 +618,8 @@ func (s *Server) runOperation(key string, run *opRun) {
 		s.endTerminated(key, run)
 		return
 	}
-	s.mu.Lock()
-	st, ok := s.current(key, run)
-	if !ok {
-		s.mu.Unlock()
+	st := s.lockCurrent(key, run)
+	if st == nil {
 		return
 	}
 	started := s.now()
@@ -639,14 +637,7 @@ func (s *Server) runOperation(key string, run *opRun) {
 		reported := firstNonEmpty(sc.Revision, tg.revision)
 
 		// Tasks running.
-		if !s.opWait(run, s.step) {
-			s.endTerminated(key, run)
-			return
-		}
-		s.mu.Lock()
-		if st, ok = s.current(key, run); !ok || run.terminated() {
-			s.mu.Unlock()
-			s.endTerminated(key, run)
+		if st = s.nextStep(key, run); st == nil {
 			return
 		}
 		state := st.app.Status.OperationState
@@ -666,14 +657,7 @@ func (s *Server) runOperation(key string, run *opRun) {
 		}
 
 		// Tasks done.
-		if !s.opWait(run, s.step) {
-			s.endTerminated(key, run)
-			return
-		}
-		s.mu.Lock()
-		if st, ok = s.current(key, run); !ok || run.terminated() {
-			s.mu.Unlock()
-			s.endTerminated(key, run)
+		if st = s.nextStep(key, run); st == nil {
 			return
 		}
 		state = st.app.Status.OperationState
@@ -689,14 +673,7 @@ func (s *Server) runOperation(key string, run *opRun) {
 		s.mu.Unlock()
 
 		// Final phase.
-		if !s.opWait(run, s.step) {
-			s.endTerminated(key, run)
-			return
-		}
-		s.mu.Lock()
-		if st, ok = s.current(key, run); !ok || run.terminated() {
-			s.mu.Unlock()
-			s.endTerminated(key, run)
+		if st = s.nextStep(key, run); st == nil {
 			return
 		}
 		now := s.now()
@@ -827,6 +804,37 @@ func (s *Server) progress(key string, epoch int, seq []HealthStatus, sticky bool
 	}
 }
 
+// nextStep waits one step of run, then locks s.mu with run's app still current. When the wait
+// is cut short, or the operation was terminated or replaced, it ends the operation as
+// terminated and returns nil with s.mu unlocked.
+func (s *Server) nextStep(key string, run *opRun) *appState {
+	if !s.opWait(run, s.step) {
+		s.endTerminated(key, run)
+		return nil
+	}
+	st := s.lockCurrent(key, run)
+	if st != nil && run.terminated() {
+		s.mu.Unlock()
+		st = nil
+	}
+	if st == nil {
+		s.endTerminated(key, run)
+	}
+	return st
+}
+
+// lockCurrent locks s.mu with run still the operation of the app at key; nil (s.mu unlocked)
+// when the app is gone or runs another operation.
+func (s *Server) lockCurrent(key string, run *opRun) *appState {
+	s.mu.Lock()
+	st, ok := s.current(key, run)
+	if !ok {
+		s.mu.Unlock()
+		return nil
+	}
+	return st
+}
+
 // endTerminated finishes a terminated operation: Terminating becomes Failed
 // with "Operation terminated" on the controller's next step.
 func (s *Server) endTerminated(key string, run *opRun) {
@@ -836,10 +844,8 @@ func (s *Server) endTerminated(key string, run *opRun) {
 	if !s.sleep(s.step) {
 		return
 	}
-	s.mu.Lock()
-	st, ok := s.current(key, run)
-	if !ok {
-		s.mu.Unlock()
+	st := s.lockCurrent(key, run)
+	if st == nil {
 		return
 	}
 	if state := st.app.Status.OperationState; state != nil {

@@ -150,19 +150,9 @@ func secretMasks(objs ...*object) []map[string]string {
 
 // handleManifests serves GET /api/v1/applications/{name}/manifests.
 func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	q := r.URL.Query()
-	s.mu.Lock()
-	st, e := s.lookupApp(p[0], q.Get("appNamespace"), q.Get("project"))
-	if e == nil && !s.allowedLocked("applications", "get") {
-		e = errPermissionDenied
-	}
-	if e != nil {
-		s.mu.Unlock()
-		writeAPIError(w, e)
+	st := s.lockReadableApp(w, p[0], q.Get("appNamespace"), q.Get("project"))
+	if st == nil {
 		return
 	}
 	spec := clone(st.app.Spec)
@@ -232,19 +222,9 @@ type managedResource struct {
 // handleManagedResources serves GET /api/v1/applications/{name}/managed-resources from the
 // controller's last comparison (the target of the last successful one, the live objects).
 func (s *Server) handleManagedResources(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	q := r.URL.Query()
-	s.mu.Lock()
-	st, e := s.lookupApp(p[0], q.Get("appNamespace"), q.Get("project"))
-	if e == nil && !s.allowedLocked("applications", "get") {
-		e = errPermissionDenied
-	}
-	if e != nil {
-		s.mu.Unlock()
-		writeAPIError(w, e)
+	st := s.lockReadableApp(w, p[0], q.Get("appNamespace"), q.Get("project"))
+	if st == nil {
 		return
 	}
 	name := st.app.Metadata.Name
@@ -333,10 +313,6 @@ func liveJSON(o object, appName string, masks map[string]string, rv int64, i int
 
 // handleGenerateAppSet serves POST /api/v1/applicationsets/generate.
 func (s *Server) handleGenerateAppSet(w http.ResponseWriter, r *http.Request, _ []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	var req struct {
 		ApplicationSet *ApplicationSet `json:"applicationSet"`
 	}

@@ -12,12 +12,8 @@ const diffSecret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringD
 
 func manifestsOf(t *testing.T, s *Server, app, rev string) []map[string]any {
 	t.Helper()
-	r := call(t, s, "GET", "/api/v1/applications/"+app+"/manifests?revision="+rev, nil)
-	if r.status != 200 {
-		t.Fatalf("manifests: %d %s", r.status, r.body)
-	}
 	var m map[string]json.RawMessage
-	r.json(t, &m)
+	r := getJSON(t, s, "/api/v1/applications/"+app+"/manifests?revision="+rev, "manifests", &m)
 	if len(m) != 1 || m["manifests"] == nil {
 		t.Fatalf("v3.2.11 answers the manifests only: %s", r.body)
 	}
@@ -91,12 +87,8 @@ type mrItem struct {
 
 func managedOf(t *testing.T, s *Server, app string) map[string]mrItem {
 	t.Helper()
-	r := call(t, s, "GET", "/api/v1/applications/"+app+"/managed-resources", nil)
-	if r.status != 200 {
-		t.Fatalf("managed-resources: %d %s", r.status, r.body)
-	}
 	var body struct{ Items []mrItem }
-	r.json(t, &body)
+	getJSON(t, s, "/api/v1/applications/"+app+"/managed-resources", "managed-resources", &body)
 	out := map[string]mrItem{}
 	for _, it := range body.Items {
 		out[it.Kind+"/"+it.Name] = it

@@ -221,13 +221,21 @@ func call(t testing.TB, s *Server, method, path string, body any, headers ...str
 
 func getApp(t testing.TB, s *Server, name string) Application {
 	t.Helper()
-	r := call(t, s, "GET", "/api/v1/applications/"+name, nil)
-	if r.status != 200 {
-		t.Fatalf("GET app %s: %d %s", name, r.status, r.body)
-	}
 	var a Application
-	r.json(t, &a)
+	getJSON(t, s, "/api/v1/applications/"+name, "GET app "+name, &a)
 	return a
+}
+
+// getJSON GETs path, fails the test (naming what) unless the answer is 200, and decodes the
+// body into out.
+func getJSON(t testing.TB, s *Server, path, what string, out any) resp {
+	t.Helper()
+	r := call(t, s, "GET", path, nil)
+	if r.status != 200 {
+		t.Fatalf("%s: %d %s", what, r.status, r.body)
+	}
+	r.json(t, out)
+	return r
 }
 
 func wantError(t testing.TB, r resp, status, code int, msg string) {

@@ -38,11 +38,7 @@ type ProjectResources struct {
 func (s *Server) SetProjectResources(project string, r ProjectResources) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.projects[project] = true
-	if s.projectSpecs == nil {
-		s.projectSpecs = map[string]*projectState{}
-	}
-	s.rv++
+	s.touchProjectLocked(project)
 	ps := s.projectSpecs[project]
 	if ps == nil {
 		ps = &projectState{}

@@ -143,6 +143,12 @@ const (
 	tkLt
 )
 
+// oneCharTokens are the tokens that are one character whatever follows.
+var oneCharTokens = map[byte]tokKind{'(': tkOpen, ')': tkClose, ',': tkComma, '>': tkGt, '<': tkLt}
+
+// eqTokens are the tokens of '!' and '=': alone, and followed by '='.
+var eqTokens = map[byte][2]tokKind{'!': {tkNot, tkNotEq}, '=': {tkEq, tkDoubleEq}}
+
 type token struct {
 	kind tokKind
 	text string
@@ -173,36 +179,15 @@ func (p *selParser) lex() {
 		switch {
 		case isSpace(c):
 			i++
-		case c == '!':
+		case c == '!' || c == '=':
+			n := 1
 			if i+1 < len(s) && s[i+1] == '=' {
-				p.toks = append(p.toks, token{tkNotEq, "!=", i})
-				i += 2
-			} else {
-				p.toks = append(p.toks, token{tkNot, "!", i})
-				i++
+				n = 2
 			}
-		case c == '=':
-			if i+1 < len(s) && s[i+1] == '=' {
-				p.toks = append(p.toks, token{tkDoubleEq, "==", i})
-				i += 2
-			} else {
-				p.toks = append(p.toks, token{tkEq, "=", i})
-				i++
-			}
-		case c == '(':
-			p.toks = append(p.toks, token{tkOpen, "(", i})
-			i++
-		case c == ')':
-			p.toks = append(p.toks, token{tkClose, ")", i})
-			i++
-		case c == ',':
-			p.toks = append(p.toks, token{tkComma, ",", i})
-			i++
-		case c == '>':
-			p.toks = append(p.toks, token{tkGt, ">", i})
-			i++
-		case c == '<':
-			p.toks = append(p.toks, token{tkLt, "<", i})
+			p.toks = append(p.toks, token{eqTokens[c][n-1], s[i : i+n], i})
+			i += n
+		case oneCharTokens[c] != tkEOF:
+			p.toks = append(p.toks, token{oneCharTokens[c], s[i : i+1], i})
 			i++
 		default:
 			j := i
@@ -361,11 +346,8 @@ func validateLabelKey(k string) string {
 	if name == "" {
 		return "name part must not be empty"
 	}
-	if len(name) > 63 {
-		return "name part must be at most 63 characters"
-	}
-	if !labelNameRe.MatchString(name) {
-		return "name part must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric"
+	if msg := validateLabelValue(name); msg != "" {
+		return "name part " + msg
 	}
 	return ""
 }

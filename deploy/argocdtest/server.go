@@ -2,6 +2,7 @@ package argocdtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,10 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -250,11 +252,11 @@ func New(opts ...Option) *Server {
 	s.srv.Start()
 	if s.reconcileEvery > 0 {
 		s.wg.Add(1)
-		go s.reconcileLoop()
+		go s.every(s.reconcileEvery, s.reconcileApps)
 	}
 	if s.appsetPoll > 0 {
 		s.wg.Add(1)
-		go s.appsetPollLoop()
+		go s.every(s.appsetPoll, s.pollAppSets)
 	}
 	return s
 }
@@ -301,16 +303,17 @@ func (s *Server) Close() {
 	}
 }
 
-func (s *Server) reconcileLoop() {
+// every runs f each period until Close; the caller has counted it in s.wg.
+func (s *Server) every(period time.Duration, f func()) {
 	defer s.wg.Done()
-	t := time.NewTicker(s.reconcileEvery)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			s.reconcileApps()
+			f()
 		}
 	}
 }
@@ -534,10 +537,25 @@ func (s *Server) sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+type handler func(w http.ResponseWriter, r *http.Request, params []string)
+
 type route struct {
 	method  string
 	pattern []string // segments; "{}" is a parameter
-	handle  func(w http.ResponseWriter, r *http.Request, params []string)
+	handle  handler
+}
+
+// signedIn runs h only for a caller with a valid session, as the API server's
+// auth interceptor does; any other caller gets the Unauthenticated error.
+// requestUser tells h who the caller is.
+func (s *Server) signedIn(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request, params []string) {
+		if _, e := s.authenticate(r); e != nil {
+			writeAPIError(w, e)
+			return
+		}
+		h(w, r, params)
+	}
 }
 
 func (s *Server) routes() []route {
@@ -546,21 +564,21 @@ func (s *Server) routes() []route {
 		{"POST", []string{"api", "v1", "session"}, s.handleSessionCreate},
 		{"DELETE", []string{"api", "v1", "session"}, s.handleSessionDelete},
 		{"GET", []string{"api", "v1", "session", "userinfo"}, s.handleUserInfo},
-		{"GET", []string{"api", "v1", "applications"}, s.handleListApps},
-		{"POST", []string{"api", "v1", "applications"}, s.handleCreateApp},
-		{"GET", []string{"api", "v1", "applications", "{}"}, s.handleGetApp},
-		{"DELETE", []string{"api", "v1", "applications", "{}"}, s.handleDeleteApp},
-		{"PATCH", []string{"api", "v1", "applications", "{}"}, s.handlePatchApp},
-		{"POST", []string{"api", "v1", "applications", "{}", "sync"}, s.handleSync},
-		{"GET", []string{"api", "v1", "applications", "{}", "manifests"}, s.handleManifests},
-		{"GET", []string{"api", "v1", "applications", "{}", "managed-resources"}, s.handleManagedResources},
-		{"GET", []string{"api", "v1", "applications", "{}", "syncwindows"}, s.handleAppSyncWindows},
-		{"GET", []string{"api", "v1", "projects", "{}"}, s.handleGetProject},
-		{"DELETE", []string{"api", "v1", "applications", "{}", "operation"}, s.handleTerminate},
-		{"GET", []string{"api", "v1", "applicationsets"}, s.handleListAppSets},
-		{"GET", []string{"api", "v1", "applicationsets", "{}"}, s.handleGetAppSet},
-		{"POST", []string{"api", "v1", "applicationsets"}, s.handleCreateAppSet},
-		{"POST", []string{"api", "v1", "applicationsets", "generate"}, s.handleGenerateAppSet},
+		{"GET", []string{"api", "v1", "applications"}, s.signedIn(s.handleListApps)},
+		{"POST", []string{"api", "v1", "applications"}, s.signedIn(s.handleCreateApp)},
+		{"GET", []string{"api", "v1", "applications", "{}"}, s.signedIn(s.handleGetApp)},
+		{"DELETE", []string{"api", "v1", "applications", "{}"}, s.signedIn(s.handleDeleteApp)},
+		{"PATCH", []string{"api", "v1", "applications", "{}"}, s.signedIn(s.handlePatchApp)},
+		{"POST", []string{"api", "v1", "applications", "{}", "sync"}, s.signedIn(s.handleSync)},
+		{"GET", []string{"api", "v1", "applications", "{}", "manifests"}, s.signedIn(s.handleManifests)},
+		{"GET", []string{"api", "v1", "applications", "{}", "managed-resources"}, s.signedIn(s.handleManagedResources)},
+		{"GET", []string{"api", "v1", "applications", "{}", "syncwindows"}, s.signedIn(s.handleAppSyncWindows)},
+		{"GET", []string{"api", "v1", "projects", "{}"}, s.signedIn(s.handleGetProject)},
+		{"DELETE", []string{"api", "v1", "applications", "{}", "operation"}, s.signedIn(s.handleTerminate)},
+		{"GET", []string{"api", "v1", "applicationsets"}, s.signedIn(s.handleListAppSets)},
+		{"GET", []string{"api", "v1", "applicationsets", "{}"}, s.signedIn(s.handleGetAppSet)},
+		{"POST", []string{"api", "v1", "applicationsets"}, s.signedIn(s.handleCreateAppSet)},
+		{"POST", []string{"api", "v1", "applicationsets", "generate"}, s.signedIn(s.handleGenerateAppSet)},
 		{"GET", []string{"api", "v1", "stream", "applications"}, s.handleWatch},
 	}
 }
@@ -805,6 +823,14 @@ func setUser(r *http.Request, user string) {
 	}
 }
 
+// requestUser is the user authenticate found for r ("" before it ran).
+func requestUser(r *http.Request) string {
+	if info, ok := r.Context().Value(userKey).(*requestInfo); ok {
+		return info.user
+	}
+	return ""
+}
+
 // ---- version and session ----
 
 func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request, _ []string) {
@@ -880,22 +906,8 @@ func (s *Server) handleUserInfo(w http.ResponseWriter, r *http.Request, _ []stri
 
 // ---- misc helpers ----
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
+func firstNonEmpty(vals ...string) string { return cmp.Or(vals...) }
 
 var errClosed = errors.New("argocdtest: server closed")

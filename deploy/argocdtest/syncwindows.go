@@ -63,6 +63,16 @@ type projectState struct {
 	resources *ProjectResources // nil: every kind permitted (SetProjectResources)
 }
 
+// touchProjectLocked registers project for a change of its spec and takes the next resource
+// version for it (s.rv); callers hold s.mu.
+func (s *Server) touchProjectLocked(project string) {
+	s.projects[project] = true
+	if s.projectSpecs == nil {
+		s.projectSpecs = map[string]*projectState{}
+	}
+	s.rv++
+}
+
 // SetSyncWindows replaces an AppProject's spec.syncWindows (creating the project when
 // needed), checked as Argo CD's project validation does: kind allow|deny, a schedule and
 // duration that parse, a known time zone, at least one of applications, namespaces and
@@ -84,11 +94,7 @@ func (s *Server) SetSyncWindows(project string, windows ...SyncWindow) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.projects[project] = true
-	if s.projectSpecs == nil {
-		s.projectSpecs = map[string]*projectState{}
-	}
-	s.rv++
+	s.touchProjectLocked(project)
 	ps := &projectState{windows: clone(windows), rv: s.rv}
 	if old := s.projectSpecs[project]; old != nil {
 		ps.resources = old.resources // SetProjectResources' rules stay
@@ -237,16 +243,9 @@ func appWindows(ws []SyncWindow) []ApplicationSyncWindow {
 
 // handleAppSyncWindows serves GET /api/v1/applications/{name}/syncwindows.
 func (s *Server) handleAppSyncWindows(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	q := r.URL.Query()
-	s.mu.Lock()
-	st, e := s.lookupApp(p[0], q.Get("appNamespace"), q.Get("project"))
-	if e != nil {
-		s.mu.Unlock()
-		writeAPIError(w, e)
+	st := s.lockApp(w, p[0], q.Get("appNamespace"), q.Get("project"))
+	if st == nil {
 		return
 	}
 	ws := s.matchingWindows(&st.app)
@@ -262,10 +261,6 @@ func (s *Server) handleAppSyncWindows(w http.ResponseWriter, r *http.Request, p 
 
 // handleGetProject serves GET /api/v1/projects/{name}.
 func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	s.mu.Lock()
 	known := s.projects[p[0]]
 	ps := s.projectSpecs[p[0]]

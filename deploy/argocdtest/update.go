@@ -32,20 +32,13 @@ type ApplicationPatchRequest struct {
 // a failed test is "error applying patch: testing value … failed: test
 // failed" with gRPC code Unknown (HTTP 500).
 func (s *Server) handlePatchApp(w http.ResponseWriter, r *http.Request, p []string) {
-	if _, e := s.authenticate(r); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	var req ApplicationPatchRequest
 	if e := decodeBody(r, &req); e != nil {
 		writeAPIError(w, e)
 		return
 	}
-	s.mu.Lock()
-	st, e := s.lookupApp(p[0], req.AppNamespace, req.Project)
-	if e != nil {
-		s.mu.Unlock()
-		writeAPIError(w, e)
+	st := s.lockApp(w, p[0], req.AppNamespace, req.Project)
+	if st == nil {
 		return
 	}
 	cur := append([]byte(nil), st.data...)

@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -239,11 +240,16 @@ func simulated(cfg map[string]any) string {
 	return "Healthy"
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// unionKeys returns the keys of a and b, each once, sorted.
+func unionKeys[V any](a, b map[string]V) []string {
+	keys := make(map[string]bool, len(a)+len(b))
+	for k := range a {
+		keys[k] = true
 	}
-	sort.Strings(out)
-	return out
+	for k := range b {
+		keys[k] = true
+	}
+	return sortedKeys(keys)
 }
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -30,7 +30,7 @@ const defaultMaxDiffBytes = 64 << 10
 func (a *Agent) Diff(ctx context.Context, req agent.DiffRequest) ([]agent.AppDiff, error) {
 	rev, err := a.resolveRev(ctx, req.Revision)
 	if err != nil {
-		return nil, agent.Errorf(agent.CodeNotFound, "revision %s: not in the release repo %s: %v", req.Revision, redact(a.o.Repo), err)
+		return nil, agent.Errorf(agent.CodeNotFound, "revision %s: not in the release repo %s: %v", req.Revision, agent.RedactURL(a.o.Repo), err)
 	}
 	newFiles, err := a.repo.files(rev, renderable)
 	if err != nil {
@@ -230,14 +230,7 @@ func walk(p string, a, b any, f func(p string, x, y any)) {
 		aok, bok = true, true
 	}
 	if aok && bok {
-		keys := map[string]bool{}
-		for k := range am {
-			keys[k] = true
-		}
-		for k := range bm {
-			keys[k] = true
-		}
-		for _, k := range sortedKeys(keys) {
+		for _, k := range unionKeys(am, bm) {
 			walk(child(p, k), am[k], bm[k], f)
 		}
 		return
@@ -246,14 +239,7 @@ func walk(p string, a, b any, f func(p string, x, y any)) {
 	bl, bok := b.([]any)
 	if aok && bok {
 		if an, bn, ok := byName(al, bl); ok {
-			keys := map[string]bool{}
-			for k := range an {
-				keys[k] = true
-			}
-			for k := range bn {
-				keys[k] = true
-			}
-			for _, k := range sortedKeys(keys) {
+			for _, k := range unionKeys(an, bn) {
 				walk(p+"["+k+"]", an[k], bn[k], f)
 			}
 			return

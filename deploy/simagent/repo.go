@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 
@@ -13,6 +12,8 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/prflow/prflow/deploy/agent"
 )
 
 // releaseRepo reads the release repo, read-only: a local repository (bare or not) opened in
@@ -41,13 +42,13 @@ func openRepo(ctx context.Context, src, branch string) (*releaseRepo, error) {
 		repo, err := git.PlainCloneContext(ctx, dir, true, opts)
 		if err != nil {
 			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("release repo %s: clone: %w", redact(src), err)
+			return nil, fmt.Errorf("release repo %s: clone: %w", agent.RedactURL(src), err)
 		}
 		if r.branch == "" {
 			head, err := repo.Head()
 			if err != nil {
 				_ = os.RemoveAll(dir)
-				return nil, fmt.Errorf("release repo %s: no HEAD branch: %w", redact(src), err)
+				return nil, fmt.Errorf("release repo %s: no HEAD branch: %w", agent.RedactURL(src), err)
 			}
 			r.branch = head.Name().Short()
 		}
@@ -72,15 +73,6 @@ func isURL(s string) bool {
 	return strings.Contains(s, "://") || (strings.Contains(s, "@") && strings.Contains(s, ":") && !strings.HasPrefix(s, "/"))
 }
 
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	u.User = url.User("redacted")
-	return u.String()
-}
-
 func (r *releaseRepo) close() {
 	if r.tmp != "" {
 		_ = os.RemoveAll(r.tmp)
@@ -91,7 +83,7 @@ func (r *releaseRepo) close() {
 func (r *releaseRepo) open() (*git.Repository, error) {
 	repo, err := git.PlainOpenWithOptions(r.local, &git.PlainOpenOptions{DetectDotGit: false})
 	if err != nil {
-		return nil, fmt.Errorf("release repo %s: %w", redact(r.src), err)
+		return nil, fmt.Errorf("release repo %s: %w", agent.RedactURL(r.src), err)
 	}
 	return repo, nil
 }
@@ -106,12 +98,12 @@ func (r *releaseRepo) head(ctx context.Context) (string, error) {
 		spec := config.RefSpec("+refs/heads/" + r.branch + ":refs/heads/" + r.branch)
 		err := repo.FetchContext(ctx, &git.FetchOptions{RefSpecs: []config.RefSpec{spec}, Tags: git.NoTags, Force: true})
 		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-			return "", fmt.Errorf("release repo %s: fetch %s: %w", redact(r.src), r.branch, err)
+			return "", fmt.Errorf("release repo %s: fetch %s: %w", agent.RedactURL(r.src), r.branch, err)
 		}
 	}
 	ref, err := repo.Reference(plumbing.NewBranchReferenceName(r.branch), true)
 	if err != nil {
-		return "", fmt.Errorf("release repo %s: branch %s: %w", redact(r.src), r.branch, err)
+		return "", fmt.Errorf("release repo %s: branch %s: %w", agent.RedactURL(r.src), r.branch, err)
 	}
 	return ref.Hash().String(), nil
 }
@@ -124,11 +116,11 @@ func (r *releaseRepo) files(sha string, keep func(path string) bool) (map[string
 	}
 	c, err := repo.CommitObject(plumbing.NewHash(sha))
 	if err != nil {
-		return nil, fmt.Errorf("release repo %s: commit %s: %w", redact(r.src), sha, err)
+		return nil, fmt.Errorf("release repo %s: commit %s: %w", agent.RedactURL(r.src), sha, err)
 	}
 	tree, err := c.Tree()
 	if err != nil {
-		return nil, fmt.Errorf("release repo %s: tree of %s: %w", redact(r.src), sha, err)
+		return nil, fmt.Errorf("release repo %s: tree of %s: %w", agent.RedactURL(r.src), sha, err)
 	}
 	out := map[string][]byte{}
 	err = tree.Files().ForEach(func(f *object.File) error {
@@ -148,7 +140,7 @@ func (r *releaseRepo) files(sha string, keep func(path string) bool) (map[string
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("release repo %s: read %s: %w", redact(r.src), sha, err)
+		return nil, fmt.Errorf("release repo %s: read %s: %w", agent.RedactURL(r.src), sha, err)
 	}
 	return out, nil
 }

@@ -235,7 +235,7 @@ func (a *Agent) Run(ctx context.Context, conn *queue.Conn) error {
 	if err != nil {
 		return err
 	}
-	a.o.Log.Info("simulated agent started", "repo", redact(a.o.Repo), "branch", a.repo.branch, "apps", len(a.apps))
+	a.o.Log.Info("simulated agent started", "repo", agent.RedactURL(a.o.Repo), "branch", a.repo.branch, "apps", len(a.apps))
 	t := time.NewTicker(a.o.Poll)
 	defer t.Stop()
 	for {
@@ -260,7 +260,7 @@ func (a *Agent) registration() agent.Registration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return agent.Registration{Agent: a.o.AgentID, Replica: "sim-" + strconv.Itoa(os.Getpid()), Kind: "simulated",
-		Target: redact(a.o.Repo) + "#" + a.repo.branch, Version: a.o.Version, Leader: true, Apps: len(a.apps),
+		Target: agent.RedactURL(a.o.Repo) + "#" + a.repo.branch, Version: a.o.Version, Leader: true, Apps: len(a.apps),
 		Healthy: a.problem == "", Problem: a.problem, Started: a.started}
 }
 

@@ -128,6 +128,9 @@ func startSim(t *testing.T, manual bool, tune ...func(*Options)) *simWorld {
 	w.conn = conn
 	b, _ := queue.OpenBuckets(ctx, conn.JS)
 	w.client = agent.NewClient(conn.NC, b.Apps, b.Agents)
+	// A Diff renders Jsonnet at two revisions: seconds of CPU under -race, past the client's
+	// default 30s when the machine is loaded (seen at load 28). No test here times a request.
+	w.client.Timeout = 2 * time.Minute
 	o := Options{Repo: w.repo.dir, Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 40 * time.Millisecond,
 		ManualSync: manual, Log: log}
 	for _, f := range tune {
@@ -297,24 +300,10 @@ func TestRemoteRepoByURL(t *testing.T) {
 	bare := filepath.Join(t.TempDir(), "release.git")
 	src.git("clone", "-q", "--bare", src.dir, bare)
 	src.git("remote", "add", "origin", bare)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := queue.Open(ctx, queue.Options{DataDir: t.TempDir(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := queue.Setup(ctx, conn.JS, 1); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := queue.OpenBuckets(ctx, conn.JS)
-	w := &simWorld{t: t, repo: src, conn: conn, client: agent.NewClient(conn.NC, b.Apps, b.Agents)}
-	a, err := New(Options{Repo: "file://" + bare, Delay: 20 * time.Millisecond, Step: 10 * time.Millisecond, Poll: 40 * time.Millisecond, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx, conn) }()
-	t.Cleanup(func() { cancel(); <-done; conn.Close() })
+	w := startSim(t, false, func(o *Options) {
+		o.Repo, o.Delay, o.Step = "file://"+bare, 20*time.Millisecond, 10*time.Millisecond
+	})
+	w.repo = src
 	w.waitRecord("web-dev", "deployed from the clone", func(s *agent.AppStatus) bool { return s != nil && s.Health == agent.HealthHealthy })
 	merged := src.merge("prod", map[string]string{"envs/prod/config.yaml": "env: prod\ncluster:\n  name: prod-eu\n"})
 	src.git("push", "-q", "origin", "main")
