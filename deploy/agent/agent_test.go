@@ -145,6 +145,8 @@ func TestRedactURL(t *testing.T) {
 		{"no user info", "https://argocd.example/api?x=1", "https://argocd.example/api?x=1"},
 		{"local path", "/srv/release-repo", "/srv/release-repo"},
 		{"does not parse", "http://[::1%zz/repo", "http://[::1%zz/repo"},
+		{"does not parse, with a password", "https://bot:hunter2%zz@git.example/shop.git", "https://redacted@git.example/shop.git"},
+		{"does not parse, token as user", "https://ghp_secret123@[::1%zz/repo", "https://redacted@[::1%zz/repo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := RedactURL(tc.in)

@@ -158,7 +158,16 @@ func AsError(err error) *Error {
 // logs; s comes back unchanged when it does not parse or has none.
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
+		// A URL that does not parse may still carry credentials: drop all before the last
+		// "@" of its authority-and-path (more than needed, never less).
+		scheme, rest, ok := strings.Cut(s, "://")
+		if i := strings.LastIndex(rest, "@"); ok && i >= 0 {
+			return scheme + "://redacted@" + rest[i+1:]
+		}
+		return s
+	}
+	if u.User == nil {
 		return s
 	}
 	u.User = url.User("redacted")
