@@ -155,7 +155,7 @@ func AsError(err error) *Error {
 }
 
 // RedactURL hides the user info of URL s (a token or password may be in it) for errors and
-// logs; s comes back unchanged when it does not parse or has none.
+// logs; s comes back unchanged when it has none.
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
