@@ -10,8 +10,6 @@ import (
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -33,14 +31,8 @@ func TestCommitStatusOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fg := githubRepo(t, "web", map[string]string{"README.md": "v1\n"})
+	gh, p := fg.f, fg.p
 	head, err := p.Branch(ctx, "acme/web", "main")
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,8 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
-	"github.com/prflow/prflow/scm/bitbucket"
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/gitengine"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/gitlab"
 	"github.com/prflow/prflow/scm/local"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
@@ -50,34 +47,12 @@ func (fg forge) branches() (map[string]string, error) { return fg.git.Branches("
 
 func forges(t testing.TB) []forge {
 	files := map[string]string{"envs/dev/values.yaml": valuesYAML, "envs/prod/config.json": "{\n  \"replicas\": 2,\n  \"image\": {\"tag\": \"1.4.1\"}\n}\n", "README.md": "release repo\n"}
-	var out []forge
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", files); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out, forge{"github", ghp, gh.Forge, gh.Git()})
+	gh := githubRepo(t, "release", files)
 	gl := scmtest.NewGitLab(t)
-	if _, err := gl.CreateRepo("acme", "release", files); err != nil {
-		t.Fatal(err)
-	}
-	glp, err := gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out, forge{"gitlab", glp, gl.Forge, gl.Git()})
 	bb := scmtest.NewBitbucket(t)
-	if _, err := bb.CreateRepo("acme", "release", files); err != nil {
-		t.Fatal(err)
-	}
-	bbp, err := bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out, forge{"bitbucket", bbp, bb.Forge, bb.Git()})
+	out := []forge{gh,
+		onForge(t, "gitlab", gl.Forge, gl.APIURL(), "release", files, gitlabDriver),
+		onForge(t, "bitbucket", bb.Forge, bb.APIURL(), "release", files, bitbucketDriver)}
 	// The local driver: a plain git remote (the same real git smart-HTTP server), no forge.
 	gs := scmtest.NewGitServer(t)
 	if _, err := gs.CreateRepo("acme", "release", files); err != nil {

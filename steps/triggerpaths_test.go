@@ -10,8 +10,6 @@ import (
 
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -19,14 +17,8 @@ import (
 // a PR changing 150 files under services/web/ and a README.
 func TestTriggerPathsStep(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fg := githubRepo(t, "web", map[string]string{"README.md": "v1\n"})
+	p := fg.p
 	ctx := context.Background()
 	main, err := p.Branch(ctx, "acme/web", "main")
 	if err != nil {
@@ -92,14 +84,8 @@ func TestTriggerPathsStep(t *testing.T) {
 // silently). Only one of before and after is a mistaken input.
 func TestTriggerPathsStepPush(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fg := githubRepo(t, "web", map[string]string{"README.md": "v1\n"})
+	p := fg.p
 	ctx := context.Background()
 	main, err := p.Branch(ctx, "acme/web", "main")
 	if err != nil {
