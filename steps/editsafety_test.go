@@ -21,11 +21,7 @@ inputs:
 stages:
   - id: dev
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
 ` + with + `
       - id: merge
         type: MergePR
@@ -131,11 +127,7 @@ func TestCreateTrueCreates(t *testing.T) {
             - {name: image.digest, value: "sha256:ab", create: true}`) + `
   - id: qa
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: envs/qa/config.json
           create: true
           variables:
@@ -176,20 +168,12 @@ func TestAlreadyPromotedOnTheForge(t *testing.T) {
 	src := editPipeline(same) + `
   - id: allow
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           allowNoFilesChanged: true
 ` + same + `
   - id: empty
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           ignoreMissingValues: true
           filePath: envs/dev/values.yaml
           variables: [{name: image.tag, value: ""}]

@@ -104,6 +104,14 @@ func githubRepo(t testing.TB, repo string, files map[string]string) forge {
 	return onForge(t, "github", gh.Forge, gh.APIURL(), repo, files, githubDriver)
 }
 
+// updateStep opens a stage's UpdateReleaseRepo step "update" on acme/release through the
+// release connector; the step's other with: lines follow it.
+const updateStep = `      - id: update
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release`
+
 func env(t *testing.T, fg forge, workers int) *ctltest.Env {
 	return ctltest.New(t, ctltest.Options{Workers: workers, Concurrency: 8,
 		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": fg.p}},
@@ -122,11 +130,7 @@ stages:
   - id: dev
     environment: dev
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: "envs/<+env.name>/values.yaml"
           variables:
             - {name: image.tag, type: String, value: "${{ inputs.tag }}"}
@@ -209,11 +213,7 @@ inputs:
 stages:
   - id: dev
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: envs/dev/values.yaml
           variables: [{name: image.tag, value: "9.9.9"}, {name: extra.added, type: Boolean, value: "true", create: true}]
       - id: merge
@@ -289,11 +289,7 @@ inputs: {key: {type: string}}
 stages:
   - id: s
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: envs/prod/config.json
           variables: [{name: "keys.${{ inputs.key }}", type: String, value: "${{ inputs.key }}", create: true}]
       - id: merge
