@@ -324,9 +324,9 @@ func TestNotificationsEndToEnd(t *testing.T) {
 func (r *rig) succeeded(t *testing.T, name, channel string) *pipelines.Run {
 	t.Helper()
 	run := r.e.Start(`
-name: ` + name + `
+name: `+name+`
 notifications:
-  - {on: [run.succeeded], channel: ` + channel + `}
+  - {on: [run.succeeded], channel: `+channel+`}
 stages:
   - id: s
     steps: [{id: a, type: Noop}]
