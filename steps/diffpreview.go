@@ -264,7 +264,7 @@ func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarg
 			m.Answers[a] = kept
 		}
 	}
-	if res, stop := out0.settle(sc, m, &m.OutageSince, lcfg.outageTimeout(), final,
+	if res, stop := out0.settle(sc, &m, &m.OutageSince, lcfg.outageTimeout(), final,
 		outageWords{"the PR's diff could not be previewed", "cannot preview yet; waiting", "waiting to preview the PR's diff"}); stop {
 		return res, nil
 	}

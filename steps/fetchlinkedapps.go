@@ -166,7 +166,7 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		}
 		byAgent[t.agent] = apps
 	}
-	if res, stop := out0.settle(sc, m, &m.OutageSince, cfg.outageTimeout(), final,
+	if res, stop := out0.settle(sc, &m, &m.OutageSince, cfg.outageTimeout(), final,
 		outageWords{"linked apps could not be listed", "agent not available; waiting", "waiting"}); stop {
 		return res, nil
 	}

@@ -134,7 +134,7 @@ func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
 	for _, t := range targets {
 		keys = append(keys, agent.StatusKey(t.Agent, t.App))
 	}
-	if res, stop := out.settle(sc, m, &m.OutageSince, cfg.outageTimeout(), final,
+	if res, stop := out.settle(sc, &m, &m.OutageSince, cfg.outageTimeout(), final,
 		outageWords{"app details could not be read", "agent not available; waiting", "waiting"}, keys...); stop {
 		return res, nil
 	}

@@ -93,6 +93,7 @@ type outageWords struct{ failed, log, waiting string }
 // and the step goes on. Otherwise the step fails without rollback once the outage has lasted
 // limit (or the step is at its deadline), or parks until the agents are back: woken by their
 // inventory keys and by keys, and polled, since a registration's recovery is not a wake.
+// memo points at the step's memo, which holds since: it is saved as it is when the step parks.
 func (o *outage) settle(sc *Context, memo any, since *time.Time, limit time.Duration, final bool, say outageWords, keys ...string) (Result, bool) {
 	now := time.Now()
 	if o.track(since, now, limit, final) {
