@@ -386,13 +386,19 @@ func add(args ...any) (any, error) {
 	return runtimeAdd(a, b)
 }
 
-func runtimeAdd(a, b any) (out any, err error) {
+func runtimeAdd(a, b any) (any, error) {
+	return unpanic(func() any { return runtime.Add(a, b) })
+}
+
+// unpanic runs one of expr's runtime operations, which panic on operands they do not
+// take, and returns the panic as an error.
+func unpanic(op func() any) (out any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("%v", r)
 		}
 	}()
-	return runtime.Add(a, b), nil
+	return op(), nil
 }
 
 // acct(state, value) counts the deep size of a value built by a builtin, a
@@ -491,13 +497,8 @@ func in(args ...any) (any, error) {
 	return runtimeIn(needle, hay)
 }
 
-func runtimeIn(needle, hay any) (out any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = nil, fmt.Errorf("%v", r)
-		}
-	}()
-	return runtime.In(needle, hay), nil
+func runtimeIn(needle, hay any) (any, error) {
+	return unpanic(func() any { return runtime.In(needle, hay) })
 }
 
 // equal compares like expr's == (numbers across types, lists and maps by
