@@ -104,6 +104,16 @@ func githubRepo(t testing.TB, repo string, files map[string]string) forge {
 	return onForge(t, "github", gh.Forge, gh.APIURL(), repo, files, githubDriver)
 }
 
+// eachForge runs f on every forge, each as a parallel subtest named after the forge.
+func eachForge(t *testing.T, f func(t *testing.T, fg forge)) {
+	for _, fg := range forges(t) {
+		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, fg)
+		})
+	}
+}
+
 // updateStep opens a stage's UpdateReleaseRepo step "update" on acme/release through the
 // release connector; the step's other with: lines follow it.
 const updateStep = `      - id: update
@@ -272,9 +282,7 @@ stages:
 // PRFLOW_TEST_LONG=1 (`task test-long`). The forges run in parallel.
 func TestConcurrentPromotionsSameFile(t *testing.T) {
 	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) { t.Parallel(); concurrentPromotions(t, fg) })
-	}
+	eachForge(t, concurrentPromotions)
 }
 
 func concurrentPromotions(t *testing.T, fg forge) {
