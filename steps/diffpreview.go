@@ -203,11 +203,7 @@ type differ interface {
 // preview renders t on the agents, reports it on the PR and decides. m is the step's memo
 // (outage start, cached answer).
 func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarget, m *previewMemo) (Result, error) {
-	lcfg, err := linkedPart(sc.Inputs, false)
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	g, err := gitopsFor(sc)
+	lcfg, g, err := gitopsInputs(sc, linkedPart)
 	if err != nil {
 		return Result{}, err
 	}

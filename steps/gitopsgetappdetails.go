@@ -82,11 +82,7 @@ type appDetailsMemo struct {
 }
 
 func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
-	cfg, err := appDetailsConfigFrom(sc.Inputs, false)
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	g, err := gitopsFor(sc)
+	cfg, g, err := gitopsInputs(sc, appDetailsConfigFrom)
 	if err != nil {
 		return Result{}, err
 	}
