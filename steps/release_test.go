@@ -167,40 +167,37 @@ stages:
 
 func TestPromoteOnEveryForge(t *testing.T) {
 	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			t.Parallel()
-			e := env(t, fg, 1)
-			e.RegisterAgent("a") // named by the environment, never asked: runs start only when it is live
-			r := e.Wait(e.Start(promote, map[string]any{"tag": "1.5.0"}).ID, 90*time.Second)
-			if r.Status != pipelines.StSucceeded {
-				t.Fatalf("run: %s %s\n%s", r.Status, r.Error, e.Logs.String())
-			}
-			up := ctltest.Step(r, "dev", "update").Outputs
-			if up["prNumber"] == "" || !strings.Contains(fmt.Sprint(up["prlink"]), fmt.Sprint(up["prNumber"])) ||
-				!strings.HasPrefix(fmt.Sprint(up["ref"]), "prflow/promote/") || fmt.Sprint(up["changedFiles"]) != "[envs/dev/values.yaml]" {
-				t.Errorf("UpdateReleaseRepo outputs: %#v", up)
-			}
-			merge := ctltest.Step(r, "dev", "merge").Outputs["commitId"].(string)
-			got, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := strings.NewReplacer(`tag: "1.4.1"`, `tag: "1.5.0"`, "replicaCount: 2 ", "replicaCount: 3 ",
-				"value: \"false\"", "value: \"true\"").Replace(valuesYAML)
-			if string(got) != want {
-				t.Errorf("values.yaml after merge (only changed values may differ):\n%s\nwant:\n%s", got, want)
-			}
-			atMerge, _ := fg.p.ReadFile(context.Background(), "acme/release", merge, "envs/dev/values.yaml")
-			if string(atMerge) != want {
-				t.Errorf("MergePR commitId %s does not hold the change", merge)
-			}
-			created, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/qa/config.json")
-			if err != nil || !strings.Contains(string(created), `"name": "qa"`) || !strings.Contains(string(created), `"replicas": 1`) {
-				t.Errorf("new environment file: %v %s", err, created)
-			}
-		})
-	}
+	eachForge(t, func(t *testing.T, fg forge) {
+		e := env(t, fg, 1)
+		e.RegisterAgent("a") // named by the environment, never asked: runs start only when it is live
+		r := e.Wait(e.Start(promote, map[string]any{"tag": "1.5.0"}).ID, 90*time.Second)
+		if r.Status != pipelines.StSucceeded {
+			t.Fatalf("run: %s %s\n%s", r.Status, r.Error, e.Logs.String())
+		}
+		up := ctltest.Step(r, "dev", "update").Outputs
+		if up["prNumber"] == "" || !strings.Contains(fmt.Sprint(up["prlink"]), fmt.Sprint(up["prNumber"])) ||
+			!strings.HasPrefix(fmt.Sprint(up["ref"]), "prflow/promote/") || fmt.Sprint(up["changedFiles"]) != "[envs/dev/values.yaml]" {
+			t.Errorf("UpdateReleaseRepo outputs: %#v", up)
+		}
+		merge := ctltest.Step(r, "dev", "merge").Outputs["commitId"].(string)
+		got, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := strings.NewReplacer(`tag: "1.4.1"`, `tag: "1.5.0"`, "replicaCount: 2 ", "replicaCount: 3 ",
+			"value: \"false\"", "value: \"true\"").Replace(valuesYAML)
+		if string(got) != want {
+			t.Errorf("values.yaml after merge (only changed values may differ):\n%s\nwant:\n%s", got, want)
+		}
+		atMerge, _ := fg.p.ReadFile(context.Background(), "acme/release", merge, "envs/dev/values.yaml")
+		if string(atMerge) != want {
+			t.Errorf("MergePR commitId %s does not hold the change", merge)
+		}
+		created, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/qa/config.json")
+		if err != nil || !strings.Contains(string(created), `"name": "qa"`) || !strings.Contains(string(created), `"replicas": 1`) {
+			t.Errorf("new environment file: %v %s", err, created)
+		}
+	})
 }
 
 // TestRevertRestoresContent reverts a merge commit and a squash commit on every forge.
