@@ -87,7 +87,7 @@ func (o *outage) blindMessage(what string, start time.Time, limit time.Duration,
 
 // outageWords are what a step says about an outage: what could not be done (its failure),
 // its log line and the start of its wait's reason.
-type outageWords struct{ failed, log, waiting string }
+type outageWords struct{ failure, logLine, waiting string }
 
 // settle ends a step's round of agent requests; with every agent answering it returns false
 // and the step goes on. Otherwise the step fails without rollback once the outage has lasted
@@ -97,7 +97,7 @@ type outageWords struct{ failed, log, waiting string }
 func (o *outage) settle(sc *Context, memo any, since *time.Time, limit time.Duration, final bool, say outageWords, keys ...string) (Result, bool) {
 	now := time.Now()
 	if o.track(since, now, limit, final) {
-		return FailBlind(o.blindMessage(say.failed, *since, limit, final, now)), true
+		return FailBlind(o.blindMessage(say.failure, *since, limit, final, now)), true
 	}
 	if !o.any() {
 		return Result{}, false
@@ -107,7 +107,7 @@ func (o *outage) settle(sc *Context, memo any, since *time.Time, limit time.Dura
 	}
 	sort.Strings(keys)
 	poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(since.Add(limit)), time.Second))
-	sc.Log.Warn(say.log, "why", o.describe())
+	sc.Log.Warn(say.logLine, "why", o.describe())
 	return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: say.waiting + ": " + o.describe()}, memo), true
 }
 
