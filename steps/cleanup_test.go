@@ -119,44 +119,41 @@ func cleanedUp(t *testing.T, e *ctltest.Env, fg forge, r *pipelines.Run, keep bo
 // PR gets a comment naming the run and the reason. cleanup.keepFailedPRs keeps them.
 func TestFailedAndCancelledRunsLeaveNoDebris(t *testing.T) {
 	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			t.Parallel()
-			e := env(t, fg, 1)
-			r := e.Wait(e.Start(fmt.Sprintf(failing, ""), nil).ID, 60*time.Second)
-			if r.Status != pipelines.StFailed {
-				t.Fatalf("run %s: %s", r.Status, r.Error)
-			}
-			cleanedUp(t, e, fg, r, false, "failed")
+	eachForge(t, func(t *testing.T, fg forge) {
+		e := env(t, fg, 1)
+		r := e.Wait(e.Start(fmt.Sprintf(failing, ""), nil).ID, 60*time.Second)
+		if r.Status != pipelines.StFailed {
+			t.Fatalf("run %s: %s", r.Status, r.Error)
+		}
+		cleanedUp(t, e, fg, r, false, "failed")
 
-			started := e.Start(waiting, nil)
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				cur, _ := e.Ctl.Get(context.Background(), started.ID)
-				if st := ctltest.Step(cur, "s", "hold"); st != nil && st.Status == pipelines.StWaiting {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("approval never parked")
-				}
-				time.Sleep(50 * time.Millisecond)
+		started := e.Start(waiting, nil)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			cur, _ := e.Ctl.Get(context.Background(), started.ID)
+			if st := ctltest.Step(cur, "s", "hold"); st != nil && st.Status == pipelines.StWaiting {
+				break
 			}
-			if err := e.Ctl.Cancel(context.Background(), started.ID, "tester"); err != nil {
-				t.Fatal(err)
+			if time.Now().After(deadline) {
+				t.Fatal("approval never parked")
 			}
-			r = e.Wait(started.ID, 30*time.Second)
-			if r.Status != pipelines.StCancelled {
-				t.Fatalf("cancelled run: %s", r.Status)
-			}
-			cleanedUp(t, e, fg, r, false, "cancelled by tester")
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := e.Ctl.Cancel(context.Background(), started.ID, "tester"); err != nil {
+			t.Fatal(err)
+		}
+		r = e.Wait(started.ID, 30*time.Second)
+		if r.Status != pipelines.StCancelled {
+			t.Fatalf("cancelled run: %s", r.Status)
+		}
+		cleanedUp(t, e, fg, r, false, "cancelled by tester")
 
-			r = e.Wait(e.Start(fmt.Sprintf(failing, "cleanup: {keepFailedPRs: true}"), nil).ID, 60*time.Second)
-			if r.Status != pipelines.StFailed {
-				t.Fatalf("run %s: %s", r.Status, r.Error)
-			}
-			cleanedUp(t, e, fg, r, true, "failed")
-		})
-	}
+		r = e.Wait(e.Start(fmt.Sprintf(failing, "cleanup: {keepFailedPRs: true}"), nil).ID, 60*time.Second)
+		if r.Status != pipelines.StFailed {
+			t.Fatalf("run %s: %s", r.Status, r.Error)
+		}
+		cleanedUp(t, e, fg, r, true, "failed")
+	})
 }
 
 // A pipeline's cleanup block is checked at load: an unknown key is refused with its line.
@@ -210,56 +207,53 @@ func refusePRs(t *testing.T, fg forge) {
 // (someone's feature branch, another run's work branch) stay.
 func TestFailedRunBeforePRLeavesNoBranch(t *testing.T) {
 	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			t.Parallel()
-			e := env(t, fg, 1)
+	eachForge(t, func(t *testing.T, fg forge) {
+		e := env(t, fg, 1)
+		bs, err := fg.branches()
+		if err != nil {
+			t.Fatal(err)
+		}
+		main := bs["main"]
+		others := []string{"feature/keep-me", "prflow/nopr/r000000000000other/s-update"}
+		for _, b := range others {
+			if err := fg.p.CreateBranch(context.Background(), "acme/release", b, main); err != nil {
+				t.Fatalf("create %s: %v", b, err)
+			}
+		}
+		refusePRs(t, fg)
+		r := e.Wait(e.Start(noPR, nil).ID, 60*time.Second)
+		if r.Status != pipelines.StFailed {
+			t.Fatalf("run %s: %s", r.Status, r.Error)
+		}
+		branch := steps.WorkBranch("UpdateReleaseRepo", r.Pipeline, r.ID, "s", "update")
+		if !strings.Contains(r.Error, "open PR "+branch) {
+			t.Fatalf("the run failed for another reason than the refused PR: %s", r.Error)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
 			bs, err := fg.branches()
 			if err != nil {
 				t.Fatal(err)
 			}
-			main := bs["main"]
-			others := []string{"feature/keep-me", "prflow/nopr/r000000000000other/s-update"}
-			for _, b := range others {
-				if err := fg.p.CreateBranch(context.Background(), "acme/release", b, main); err != nil {
-					t.Fatalf("create %s: %v", b, err)
-				}
-			}
-			refusePRs(t, fg)
-			r := e.Wait(e.Start(noPR, nil).ID, 60*time.Second)
-			if r.Status != pipelines.StFailed {
-				t.Fatalf("run %s: %s", r.Status, r.Error)
-			}
-			branch := steps.WorkBranch("UpdateReleaseRepo", r.Pipeline, r.ID, "s", "update")
-			if !strings.Contains(r.Error, "open PR "+branch) {
-				t.Fatalf("the run failed for another reason than the refused PR: %s", r.Error)
-			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				bs, err := fg.branches()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, present := bs[branch]; !present {
-					for _, b := range others {
-						if _, ok := bs[b]; !ok {
-							t.Fatalf("cleanup deleted %s, which this run did not push", b)
-						}
+			if _, present := bs[branch]; !present {
+				for _, b := range others {
+					if _, ok := bs[b]; !ok {
+						t.Fatalf("cleanup deleted %s, which this run did not push", b)
 					}
-					break
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the failed run's branch %s is still there: %v\n%s", branch, bs, tail(e.Logs.String()))
-				}
-				time.Sleep(100 * time.Millisecond)
+				break
 			}
-			if fg.f != nil {
-				if prs, _ := fg.f.PullRequests("acme", "release"); len(prs) != 0 {
-					t.Errorf("PRs: %+v", prs)
-				}
+			if time.Now().After(deadline) {
+				t.Fatalf("the failed run's branch %s is still there: %v\n%s", branch, bs, tail(e.Logs.String()))
 			}
-		})
-	}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if fg.f != nil {
+			if prs, _ := fg.f.PullRequests("acme", "release"); len(prs) != 0 {
+				t.Errorf("PRs: %+v", prs)
+			}
+		}
+	})
 }
 
 // The cleanup job deletes only branches under its own run's prefix: a job naming main,

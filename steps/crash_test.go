@@ -3,6 +3,7 @@ package steps_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -77,101 +78,99 @@ func openedPRs(t *testing.T, p scm.Provider, head string) int {
 	return pr.Number
 }
 
-// The PR call is lost after the commit (as if the worker died between the two): the
-// redelivered job finds its branch and commit and opens exactly one PR, with no second commit.
-func TestLostBetweenCommitAndPR(t *testing.T) {
-	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			t.Parallel()
-			l := &lossy{Provider: fg.p, loseOpen: 1}
-			fg.p = l
-			e := env(t, fg, 1)
-			src := `
-name: crash
+// replicasPipeline is a pipeline whose stage s sets replicas in envs/prod/config.json to n,
+// then runs the steps in more.
+func replicasPipeline(name string, n int, more string) string {
+	return fmt.Sprintf(`
+name: %s
 stages:
   - id: s
     steps:
       - id: update
         type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json, variables: [{name: replicas, type: Number, value: "5"}]}
-`
-			r := e.Wait(e.Start(src, nil).ID, 90*time.Second)
-			if r.Status != pipelines.StSucceeded {
-				t.Fatalf("%s %s\n%s", r.Status, r.Error, e.Logs.String())
-			}
-			out := ctltest.Step(r, "s", "update").Outputs
-			newest := openedPRs(t, fg.p, out["ref"].(string))
-			if n, _ := out["prNumber"].(float64); int(n) != newest || newest == 0 {
-				t.Errorf("the step reports PR #%v, the newest PR of its branch is #%d", out["prNumber"], newest)
-			}
-			if fg.f != nil {
-				if prs, _ := fg.f.PullRequests("acme", "release"); len(prs) != 1 {
-					t.Errorf("%d PRs after redelivery, want 1", len(prs))
-				}
-			}
-			pr, err := fg.p.GetPR(context.Background(), "acme/release", newest)
-			if err != nil || pr.HeadSHA != out["commitId"] {
-				t.Errorf("PR head %v (%v), the step reports commit %v", pr, err, out["commitId"])
-			}
-			if l.commits != 1 {
-				t.Errorf("%d commits; want one (the retry reuses it)", l.commits)
-			}
-			if !strings.Contains(e.Logs.String(), "branch already holds the changes") {
-				t.Error("the retry did not reuse the earlier commit")
-			}
-		})
+        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json, variables: [{name: replicas, type: Number, value: "%d"}]}%s
+`, name, n, more)
+}
+
+// succeeds runs src on fg with one worker and wants the run to succeed.
+func succeeds(t *testing.T, fg forge, src string) (*ctltest.Env, *pipelines.Run) {
+	t.Helper()
+	e := env(t, fg, 1)
+	r := e.Wait(e.Start(src, nil).ID, 90*time.Second)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("%s %s\n%s", r.Status, r.Error, e.Logs.String())
 	}
+	return e, r
+}
+
+// The PR call is lost after the commit (as if the worker died between the two): the
+// redelivered job finds its branch and commit and opens exactly one PR, with no second commit.
+func TestLostBetweenCommitAndPR(t *testing.T) {
+	t.Parallel()
+	eachForge(t, func(t *testing.T, fg forge) {
+		l := &lossy{Provider: fg.p, loseOpen: 1}
+		fg.p = l
+		e, r := succeeds(t, fg, replicasPipeline("crash", 5, ""))
+		out := ctltest.Step(r, "s", "update").Outputs
+		newest := openedPRs(t, fg.p, out["ref"].(string))
+		if n, _ := out["prNumber"].(float64); int(n) != newest || newest == 0 {
+			t.Errorf("the step reports PR #%v, the newest PR of its branch is #%d", out["prNumber"], newest)
+		}
+		if fg.f != nil {
+			if prs, _ := fg.f.PullRequests("acme", "release"); len(prs) != 1 {
+				t.Errorf("%d PRs after redelivery, want 1", len(prs))
+			}
+		}
+		pr, err := fg.p.GetPR(context.Background(), "acme/release", newest)
+		if err != nil || pr.HeadSHA != out["commitId"] {
+			t.Errorf("PR head %v (%v), the step reports commit %v", pr, err, out["commitId"])
+		}
+		if l.commits != 1 {
+			t.Errorf("%d commits; want one (the retry reuses it)", l.commits)
+		}
+		if !strings.Contains(e.Logs.String(), "branch already holds the changes") {
+			t.Error("the retry did not reuse the earlier commit")
+		}
+	})
 }
 
 // The PR was merged by someone (or by an earlier attempt that died before reporting) before
 // MergePR runs: MergePR reports the existing merge and does not merge again.
 func TestMergeAfterCrashDoesNotMergeTwice(t *testing.T) {
 	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			t.Parallel()
-			e := env(t, fg, 1)
-			src := `
-name: merged
-stages:
-  - id: s
-    steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json, variables: [{name: replicas, type: Number, value: "6"}]}
+	eachForge(t, func(t *testing.T, fg forge) {
+		e := env(t, fg, 1)
+		src := replicasPipeline("merged", 6, `
       - {id: hold, type: Approval, with: {approvers: [tester2]}}
       - id: merge
-        type: MergePR
-`
-			id := e.Start(src, nil).ID
-			var pr int
-			deadline := time.Now().Add(60 * time.Second)
-			for pr == 0 && time.Now().Before(deadline) {
-				cur, _ := e.Ctl.Get(context.Background(), id)
-				if st := ctltest.Step(cur, "s", "hold"); st.Status == pipelines.StWaiting {
-					pr = int(ctltest.Step(cur, "s", "update").Outputs["prNumber"].(float64))
-				}
-				time.Sleep(20 * time.Millisecond)
+        type: MergePR`)
+		id := e.Start(src, nil).ID
+		var pr int
+		deadline := time.Now().Add(60 * time.Second)
+		for pr == 0 && time.Now().Before(deadline) {
+			cur, _ := e.Ctl.Get(context.Background(), id)
+			if st := ctltest.Step(cur, "s", "hold"); st.Status == pipelines.StWaiting {
+				pr = int(ctltest.Step(cur, "s", "update").Outputs["prNumber"].(float64))
 			}
-			first, err := fg.p.MergePR(context.Background(), "acme/release", pr, scm.MergeInput{Method: scm.MergeCommit})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := approve(e, id, "s", "hold"); err != nil {
-				t.Fatal(err)
-			}
-			r := e.Wait(id, 60*time.Second)
-			if r.Status != pipelines.StSucceeded || ctltest.Step(r, "s", "merge").Outputs["commitId"] != first.MergeSHA {
-				t.Fatalf("%s %s %v (want merge %s)", r.Status, r.Error, ctltest.Step(r, "s", "merge").Outputs, first.MergeSHA)
-			}
-			// The step may try the merge (its first try needs no PR read); the forge refuses it
-			// and main stays at the first merge.
-			if head, err := fg.p.Branch(context.Background(), "acme/release", "main"); err != nil || head.SHA != first.MergeSHA {
-				t.Errorf("main is at %s (%v), want the first merge %s", head.SHA, err, first.MergeSHA)
-			}
-		})
-	}
+			time.Sleep(20 * time.Millisecond)
+		}
+		first, err := fg.p.MergePR(context.Background(), "acme/release", pr, scm.MergeInput{Method: scm.MergeCommit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := approve(e, id, "s", "hold"); err != nil {
+			t.Fatal(err)
+		}
+		r := e.Wait(id, 60*time.Second)
+		if r.Status != pipelines.StSucceeded || ctltest.Step(r, "s", "merge").Outputs["commitId"] != first.MergeSHA {
+			t.Fatalf("%s %s %v (want merge %s)", r.Status, r.Error, ctltest.Step(r, "s", "merge").Outputs, first.MergeSHA)
+		}
+		// The step may try the merge (its first try needs no PR read); the forge refuses it
+		// and main stays at the first merge.
+		if head, err := fg.p.Branch(context.Background(), "acme/release", "main"); err != nil || head.SHA != first.MergeSHA {
+			t.Errorf("main is at %s (%v), want the first merge %s", head.SHA, err, first.MergeSHA)
+		}
+	})
 }
 
 // MergePR merges, then the answer is lost (a dropped connection, or the worker died right
@@ -179,39 +178,23 @@ stages:
 // nothing is merged twice.
 func TestLostMergeAnswerDoesNotMergeTwice(t *testing.T) {
 	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			t.Parallel()
-			l := &lossy{Provider: fg.p, loseMerge: 1}
-			fg.p = l
-			e := env(t, fg, 1)
-			src := `
-name: lost
-stages:
-  - id: s
-    steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: envs/prod/config.json, variables: [{name: replicas, type: Number, value: "7"}]}
+	eachForge(t, func(t *testing.T, fg forge) {
+		l := &lossy{Provider: fg.p, loseMerge: 1}
+		fg.p = l
+		_, r := succeeds(t, fg, replicasPipeline("lost", 7, `
       - id: merge
-        type: MergePR
-`
-			r := e.Wait(e.Start(src, nil).ID, 90*time.Second)
-			if r.Status != pipelines.StSucceeded {
-				t.Fatalf("%s %s\n%s", r.Status, r.Error, e.Logs.String())
-			}
-			if l.merged == nil {
-				t.Fatal("the merge whose answer was to be lost did not happen")
-			}
-			if got := ctltest.Step(r, "s", "merge").Outputs["commitId"]; got != l.merged.MergeSHA {
-				t.Errorf("MergePR reports %v, the merge made was %s", got, l.merged.MergeSHA)
-			}
-			if head, err := fg.p.Branch(context.Background(), "acme/release", "main"); err != nil || head.SHA != l.merged.MergeSHA {
-				t.Errorf("main is at %s (%v), want the one merge %s", head.SHA, err, l.merged.MergeSHA)
-			}
-			if st := ctltest.Step(r, "s", "merge"); st.Attempt != 1 {
-				t.Errorf("attempt %d: the redelivery should finish the same attempt", st.Attempt)
-			}
-		})
-	}
+        type: MergePR`))
+		if l.merged == nil {
+			t.Fatal("the merge whose answer was to be lost did not happen")
+		}
+		if got := ctltest.Step(r, "s", "merge").Outputs["commitId"]; got != l.merged.MergeSHA {
+			t.Errorf("MergePR reports %v, the merge made was %s", got, l.merged.MergeSHA)
+		}
+		if head, err := fg.p.Branch(context.Background(), "acme/release", "main"); err != nil || head.SHA != l.merged.MergeSHA {
+			t.Errorf("main is at %s (%v), want the one merge %s", head.SHA, err, l.merged.MergeSHA)
+		}
+		if st := ctltest.Step(r, "s", "merge"); st.Attempt != 1 {
+			t.Errorf("attempt %d: the redelivery should finish the same attempt", st.Attempt)
+		}
+	})
 }

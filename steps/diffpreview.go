@@ -203,11 +203,7 @@ type differ interface {
 // preview renders t on the agents, reports it on the PR and decides. m is the step's memo
 // (outage start, cached answer).
 func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarget, m *previewMemo) (Result, error) {
-	lcfg, err := linkedPart(sc.Inputs, false)
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	g, err := gitopsFor(sc)
+	lcfg, g, err := gitopsInputs(sc, linkedPart)
 	if err != nil {
 		return Result{}, err
 	}
@@ -264,18 +260,9 @@ func preview(ctx context.Context, sc *Context, cfg *previewConfig, t previewTarg
 			m.Answers[a] = kept
 		}
 	}
-	now := time.Now()
-	if out0.track(&m.OutageSince, now, lcfg.outageTimeout(), final) {
-		return FailBlind(out0.blindMessage("the PR's diff could not be previewed", m.OutageSince, lcfg.outageTimeout(), final, now)), nil
-	}
-	if out0.any() {
-		var keys []string
-		for _, v := range out0.views {
-			keys = append(keys, agent.InventoryKey(v.Agent))
-		}
-		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(lcfg.outageTimeout())), time.Second))
-		sc.Log.Warn("cannot preview yet; waiting", "why", out0.describe())
-		return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: "waiting to preview the PR's diff: " + out0.describe()}, m), nil
+	if res, stop := out0.settle(sc, &m, &m.OutageSince, lcfg.outageTimeout(), final,
+		outageWords{"the PR's diff could not be previewed", "cannot preview yet; waiting", "waiting to preview the PR's diff"}); stop {
+		return res, nil
 	}
 	var diffs []agent.AppDiff
 	for _, a := range sortedKeysOf(m.Answers) {

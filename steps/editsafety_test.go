@@ -21,11 +21,7 @@ inputs:
 stages:
   - id: dev
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
 ` + with + `
       - id: merge
         type: MergePR
@@ -66,20 +62,28 @@ func failedUpdate(t *testing.T, fg forge, src string) *pipelines.StepRun {
 	return st
 }
 
-// A mistyped key (image.tga) used to add a new key, open a PR, merge and go green while the
-// tag stayed as it was. It is refused before anything is pushed, with the closest key.
-func TestMistypedKeyRefused(t *testing.T) {
-	t.Parallel()
+// refusedWithoutSideEffects runs editPipeline(with) on GitHub: the update must fail, its
+// error must say each of wants, and the release repo must be as it was.
+func refusedWithoutSideEffects(t *testing.T, with string, wants ...string) {
+	t.Helper()
 	fg := forges(t)[0]
-	st := failedUpdate(t, fg, editPipeline(`          filePath: envs/dev/values.yaml
-          variables:
-            - {name: image.tga, value: "${{ inputs.tag }}"}`))
-	for _, want := range []string{"envs/dev/values.yaml", `key "image.tga"`, "image.tga does not exist", "did you mean image.tag?", "create: true"} {
+	st := failedUpdate(t, fg, editPipeline(with))
+	for _, want := range wants {
 		if !strings.Contains(st.Error, want) {
 			t.Errorf("error %q does not say %q", st.Error, want)
 		}
 	}
 	noSideEffects(t, fg)
+}
+
+// A mistyped key (image.tga) used to add a new key, open a PR, merge and go green while the
+// tag stayed as it was. It is refused before anything is pushed, with the closest key.
+func TestMistypedKeyRefused(t *testing.T) {
+	t.Parallel()
+	refusedWithoutSideEffects(t, `          filePath: envs/dev/values.yaml
+          variables:
+            - {name: image.tga, value: "${{ inputs.tag }}"}`,
+		"envs/dev/values.yaml", `key "image.tga"`, "image.tga does not exist", "did you mean image.tag?", "create: true")
 }
 
 // A dotted annotation written without quotes is refused with the quoted form (the walk would
@@ -107,16 +111,10 @@ func TestDottedAnnotationRefused(t *testing.T) {
 // the file that exists.
 func TestMistypedFileRefused(t *testing.T) {
 	t.Parallel()
-	fg := forges(t)[0]
-	st := failedUpdate(t, fg, editPipeline(`          filePath: envs/dev/values.yml
+	refusedWithoutSideEffects(t, `          filePath: envs/dev/values.yml
           variables:
-            - {name: image.tag, value: "${{ inputs.tag }}"}`))
-	for _, want := range []string{"envs/dev/values.yml does not exist", "did you mean envs/dev/values.yaml?", "create: true"} {
-		if !strings.Contains(st.Error, want) {
-			t.Errorf("error %q does not say %q", st.Error, want)
-		}
-	}
-	noSideEffects(t, fg)
+            - {name: image.tag, value: "${{ inputs.tag }}"}`,
+		"envs/dev/values.yml does not exist", "did you mean envs/dev/values.yaml?", "create: true")
 }
 
 // create: true on the step creates a new file; create: true on a variable creates its key;
@@ -131,11 +129,7 @@ func TestCreateTrueCreates(t *testing.T) {
             - {name: image.digest, value: "sha256:ab", create: true}`) + `
   - id: qa
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: envs/qa/config.json
           create: true
           variables:
@@ -176,20 +170,12 @@ func TestAlreadyPromotedOnTheForge(t *testing.T) {
 	src := editPipeline(same) + `
   - id: allow
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           allowNoFilesChanged: true
 ` + same + `
   - id: empty
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           ignoreMissingValues: true
           filePath: envs/dev/values.yaml
           variables: [{name: image.tag, value: ""}]

@@ -10,8 +10,6 @@ import (
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/worker"
 )
@@ -33,14 +31,8 @@ func TestCommitStatusOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fg := githubRepo(t, "web", map[string]string{"README.md": "v1\n"})
+	gh, p := fg.f, fg.p
 	head, err := p.Branch(ctx, "acme/web", "main")
 	if err != nil {
 		t.Fatal(err)
@@ -87,52 +79,49 @@ func TestPRCommentOnceOnRedelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	def, _ := steps.Default.Lookup(steps.TypePRComment)
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			t.Parallel()
-			head, err := fg.p.Branch(ctx, "acme/release", "main")
-			if err != nil {
-				t.Fatal(err)
+	eachForge(t, func(t *testing.T, fg forge) {
+		head, err := fg.p.Branch(ctx, "acme/release", "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fg.p.CreateBranch(ctx, "acme/release", "prflow/c", head.SHA); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fg.p.Commit(ctx, "acme/release", scm.CommitInput{Branch: "prflow/c", Parent: head.SHA, Message: "c",
+			Author: scm.Signature{Name: "t", Email: "t@example.com"}, Changes: []scm.FileChange{{Path: "c.txt", Content: []byte("c\n")}}}); err != nil {
+			t.Fatal(err)
+		}
+		pr, err := fg.p.OpenPR(ctx, "acme/release", scm.NewPR{Title: "c", Head: "prflow/c", Base: "main"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc := steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"release": fg.p}})
+		run := func(step, body string, delivery int) steps.Result {
+			t.Helper()
+			sc := &steps.Context{RunID: "r1", Stage: "dev", StepID: step, Type: steps.TypePRComment, Attempt: 1, Delivery: delivery,
+				Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: svc,
+				Inputs: map[string]any{"connector": "release", "repo": "acme/release", "prNumber": pr.Number, "body": body}}
+			res, err := def.New().Run(ctx, sc)
+			if err != nil || res.Status != steps.Succeeded {
+				t.Fatalf("%s delivery %d: %v %+v", step, delivery, err, res)
 			}
-			if err := fg.p.CreateBranch(ctx, "acme/release", "prflow/c", head.SHA); err != nil {
-				t.Fatal(err)
+			return res
+		}
+		const body = "**prflow**: this PR promotes 1.2.3"
+		for d, want := range []bool{true, false, false} {
+			if res := run("prflow-comment-update", body, d+1); res.Outputs["posted"] != want {
+				t.Fatalf("delivery %d: posted = %v, want %v", d+1, res.Outputs["posted"], want)
 			}
-			if _, err := fg.p.Commit(ctx, "acme/release", scm.CommitInput{Branch: "prflow/c", Parent: head.SHA, Message: "c",
-				Author: scm.Signature{Name: "t", Email: "t@example.com"}, Changes: []scm.FileChange{{Path: "c.txt", Content: []byte("c\n")}}}); err != nil {
-				t.Fatal(err)
-			}
-			pr, err := fg.p.OpenPR(ctx, "acme/release", scm.NewPR{Title: "c", Head: "prflow/c", Base: "main"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			svc := steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"release": fg.p}})
-			run := func(step, body string, delivery int) steps.Result {
-				t.Helper()
-				sc := &steps.Context{RunID: "r1", Stage: "dev", StepID: step, Type: steps.TypePRComment, Attempt: 1, Delivery: delivery,
-					Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: svc,
-					Inputs: map[string]any{"connector": "release", "repo": "acme/release", "prNumber": pr.Number, "body": body}}
-				res, err := def.New().Run(ctx, sc)
-				if err != nil || res.Status != steps.Succeeded {
-					t.Fatalf("%s delivery %d: %v %+v", step, delivery, err, res)
-				}
-				return res
-			}
-			const body = "**prflow**: this PR promotes 1.2.3"
-			for d, want := range []bool{true, false, false} {
-				if res := run("prflow-comment-update", body, d+1); res.Outputs["posted"] != want {
-					t.Fatalf("delivery %d: posted = %v, want %v", d+1, res.Outputs["posted"], want)
-				}
-			}
-			if res := run("prflow-comment-revert", "**prflow**: this PR reverts 1.2.3", 1); res.Outputs["posted"] != true {
-				t.Fatalf("another step's comment was not posted: %+v", res)
-			}
-			got, err := fg.p.ListComments(ctx, "acme/release", pr.Number)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != 2 || !strings.HasPrefix(got[0].Body, body) {
-				t.Fatalf("comments = %+v, want the promote comment once and the revert comment", got)
-			}
-		})
-	}
+		}
+		if res := run("prflow-comment-revert", "**prflow**: this PR reverts 1.2.3", 1); res.Outputs["posted"] != true {
+			t.Fatalf("another step's comment was not posted: %+v", res)
+		}
+		got, err := fg.p.ListComments(ctx, "acme/release", pr.Number)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || !strings.HasPrefix(got[0].Body, body) {
+			t.Fatalf("comments = %+v, want the promote comment once and the revert comment", got)
+		}
+	})
 }

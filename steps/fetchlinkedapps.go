@@ -166,18 +166,9 @@ func runFetchLinkedApps(ctx context.Context, sc *Context) (Result, error) {
 		}
 		byAgent[t.agent] = apps
 	}
-	now := time.Now()
-	if out0.track(&m.OutageSince, now, cfg.outageTimeout(), final) {
-		return FailBlind(out0.blindMessage("linked apps could not be listed", m.OutageSince, cfg.outageTimeout(), final, now)), nil
-	}
-	if out0.any() {
-		var keys []string
-		for _, v := range out0.views {
-			keys = append(keys, agent.InventoryKey(v.Agent))
-		}
-		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(cfg.outageTimeout())), time.Second))
-		sc.Log.Warn("agent not available; waiting", "why", out0.describe())
-		return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: "waiting: " + out0.describe()}, m), nil
+	if res, stop := out0.settle(sc, &m, &m.OutageSince, cfg.outageTimeout(), final,
+		outageWords{"linked apps could not be listed", "agent not available; waiting", "waiting"}); stop {
+		return res, nil
 	}
 	var out []any
 	var empty []string

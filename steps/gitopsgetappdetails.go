@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -83,11 +82,7 @@ type appDetailsMemo struct {
 }
 
 func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
-	cfg, err := appDetailsConfigFrom(sc.Inputs, false)
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	g, err := gitopsFor(sc)
+	cfg, g, err := gitopsInputs(sc, appDetailsConfigFrom)
 	if err != nil {
 		return Result{}, err
 	}
@@ -131,22 +126,13 @@ func runGetAppDetails(ctx context.Context, sc *Context) (Result, error) {
 		}
 		apps = append(apps, found{t, st})
 	}
-	now := time.Now()
-	if out.track(&m.OutageSince, now, cfg.outageTimeout(), final) {
-		return FailBlind(out.blindMessage("app details could not be read", m.OutageSince, cfg.outageTimeout(), final, now)), nil
+	keys := []string{}
+	for _, t := range targets {
+		keys = append(keys, agent.StatusKey(t.Agent, t.App))
 	}
-	if out.any() {
-		keys := []string{}
-		for _, t := range targets {
-			keys = append(keys, agent.StatusKey(t.Agent, t.App))
-		}
-		for _, v := range out.views {
-			keys = append(keys, agent.InventoryKey(v.Agent))
-		}
-		sort.Strings(keys)
-		poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(m.OutageSince.Add(cfg.outageTimeout())), time.Second))
-		sc.Log.Warn("agent not available; waiting", "why", out.describe())
-		return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: "waiting: " + out.describe()}, m), nil
+	if res, stop := out.settle(sc, &m, &m.OutageSince, cfg.outageTimeout(), final,
+		outageWords{"app details could not be read", "agent not available; waiting", "waiting"}, keys...); stop {
+		return res, nil
 	}
 	var list []any
 	var excluded []string

@@ -11,6 +11,17 @@ import (
 // Helpers that read typed step inputs and name the field when the type is wrong. `static`
 // means load-time validation: a value may still be an unresolved expression string.
 
+// gitopsInputs reads a GitOps step's typed inputs (a mistake in them is terminal) and the
+// worker's GitOps client.
+func gitopsInputs[C any](sc *Context, from func(in map[string]any, static bool) (C, error)) (C, GitOps, error) {
+	cfg, err := from(sc.Inputs, false)
+	if err != nil {
+		return cfg, nil, Terminal(err)
+	}
+	g, err := gitopsFor(sc)
+	return cfg, g, err
+}
+
 func stringList(v any, field string) ([]string, error) {
 	switch x := v.(type) {
 	case nil:

@@ -53,11 +53,7 @@ inputs: {key: {type: string}}
 stages:
   - id: s
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: "envs/${{ inputs.key }}/config.json"
           create: true
           variables: [{name: replicas, type: Number, value: "3"}]

@@ -9,8 +9,6 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -34,15 +32,7 @@ spec:
 
 func TestUpdateReleaseRepoMultiDocument(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/dev/app.yaml": manifestsYAML}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fg := forge{"github", p, gh.Forge, gh.Git()}
+	fg := githubRepo(t, "release", map[string]string{"envs/dev/app.yaml": manifestsYAML})
 	e := env(t, fg, 1)
 	step := func(with string) string {
 		return "name: md\nstages:\n  - id: s\n    steps:\n      - {id: u, type: UpdateReleaseRepo, with: {connector: release, repo: acme/release, filePath: envs/dev/app.yaml, " + with + "}}\n"

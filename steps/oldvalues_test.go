@@ -11,8 +11,6 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
 
@@ -26,19 +24,13 @@ const oldSecret = "hunter2-committed-token"
 // with create: true, and a replaced value that is a secret.
 func TestUpdateReleaseRepoRecordsOldValues(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
 	files := map[string]string{
 		"envs/dev/values.yaml":  valuesYAML + "defaults: &d\n  timeout: 30\nworker:\n  <<: *d\napiKey: " + oldSecret + "\nannotations:\n  argocd.argoproj.io/sync-wave: \"1\"\n",
 		"envs/prod/config.json": "{\n  \"replicas\": 2,\n  \"image\": {\"tag\": \"1.4.1\"}\n}\n",
 		"envs/dev/app.yaml":     manifestsYAML,
 	}
-	if _, err := gh.CreateRepo("acme", "release", files); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fg := githubRepo(t, "release", files)
+	p := fg.p
 	e := ctltest.New(t, ctltest.Options{Workers: 1, Concurrency: 4, Secrets: []string{oldSecret},
 		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
 		Tuning:   queue.ConsumerTuning{AckWait: 5 * time.Second, MaxDeliver: 5}})

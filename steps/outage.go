@@ -85,6 +85,32 @@ func (o *outage) blindMessage(what string, start time.Time, limit time.Duration,
 		what, o.describe(), how)
 }
 
+// outageWords are what a step says about an outage: what could not be done (its failure),
+// its log line and the start of its wait's reason.
+type outageWords struct{ failure, logLine, waiting string }
+
+// settle ends a step's round of agent requests; with every agent answering it returns false
+// and the step goes on. Otherwise the step fails without rollback once the outage has lasted
+// limit (or the step is at its deadline), or parks until the agents are back: woken by their
+// inventory keys and by keys, and polled, since a registration's recovery is not a wake.
+// memo points at the step's memo, which holds since: it is saved as it is when the step parks.
+func (o *outage) settle(sc *Context, memo any, since *time.Time, limit time.Duration, final bool, say outageWords, keys ...string) (Result, bool) {
+	now := time.Now()
+	if o.track(since, now, limit, final) {
+		return FailBlind(o.blindMessage(say.failure, *since, limit, final, now)), true
+	}
+	if !o.any() {
+		return Result{}, false
+	}
+	for _, v := range o.views {
+		keys = append(keys, agent.InventoryKey(v.Agent))
+	}
+	sort.Strings(keys)
+	poll := min(outagePoll, time.Second<<min(sc.Wake, 2), max(time.Until(since.Add(limit)), time.Second))
+	sc.Log.Warn(say.logLine, "why", o.describe())
+	return Park(Wait{Keys: keys, Poll: poll, Deadline: sc.Deadline, Reason: say.waiting + ": " + o.describe()}, memo), true
+}
+
 // viewCache asks each agent's view once per step run.
 type viewCache struct {
 	g GitOps

@@ -9,7 +9,6 @@ import (
 
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -19,16 +18,10 @@ import (
 // comparison, a forge error (transient, for the worker to retry), a 403 (terminal), and
 // mistaken or hostile inputs refused before any call.
 func TestReadReleaseValuesStep(t *testing.T) {
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{
+	fg := githubRepo(t, "release", map[string]string{
 		"envs/dev/config.json": `{"image": {"tag": "1.6.0"}}`, "envs/qa/values.yaml": "image:\n  tag: \"2.0\"\n", "envs/old/config.json": "{}",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
+	gh, p := fg.f, fg.p
 	ctx := context.Background()
 	base, err := p.Branch(ctx, "acme/release", "main")
 	if err != nil {

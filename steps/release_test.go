@@ -50,34 +50,12 @@ func (fg forge) branches() (map[string]string, error) { return fg.git.Branches("
 
 func forges(t testing.TB) []forge {
 	files := map[string]string{"envs/dev/values.yaml": valuesYAML, "envs/prod/config.json": "{\n  \"replicas\": 2,\n  \"image\": {\"tag\": \"1.4.1\"}\n}\n", "README.md": "release repo\n"}
-	var out []forge
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", files); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out, forge{"github", ghp, gh.Forge, gh.Git()})
+	gh := githubRepo(t, "release", files)
 	gl := scmtest.NewGitLab(t)
-	if _, err := gl.CreateRepo("acme", "release", files); err != nil {
-		t.Fatal(err)
-	}
-	glp, err := gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out, forge{"gitlab", glp, gl.Forge, gl.Git()})
 	bb := scmtest.NewBitbucket(t)
-	if _, err := bb.CreateRepo("acme", "release", files); err != nil {
-		t.Fatal(err)
-	}
-	bbp, err := bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out, forge{"bitbucket", bbp, bb.Forge, bb.Git()})
+	out := []forge{gh,
+		onForge(t, "gitlab", gl.Forge, gl.APIURL(), "release", files, gitlabDriver),
+		onForge(t, "bitbucket", bb.Forge, bb.APIURL(), "release", files, bitbucketDriver)}
 	// The local driver: a plain git remote (the same real git smart-HTTP server), no forge.
 	gs := scmtest.NewGitServer(t)
 	if _, err := gs.CreateRepo("acme", "release", files); err != nil {
@@ -91,6 +69,58 @@ func forges(t testing.TB) []forge {
 	out = append(out, forge{"local", lp, nil, gs})
 	return out
 }
+
+// onForge creates acme/<repo> holding files on a started fake forge and points a driver at
+// the fake's API (apiURL) with scmtest.DefaultToken.
+func onForge[D scm.Provider](t testing.TB, name string, f *scmtest.Forge, apiURL, repo string, files map[string]string, newDriver func(apiURL string) (D, error)) forge {
+	t.Helper()
+	if _, err := f.CreateRepo("acme", repo, files); err != nil {
+		t.Fatal(err)
+	}
+	p, err := newDriver(apiURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return forge{name, p, f, f.Git()}
+}
+
+func githubDriver(apiURL string) (*github.Driver, error) {
+	return github.New(github.WithBaseURL(apiURL), github.WithToken(scmtest.DefaultToken))
+}
+
+func gitlabDriver(apiURL string) (*gitlab.Driver, error) {
+	return gitlab.New(gitlab.WithBaseURL(apiURL), gitlab.WithToken(scmtest.DefaultToken))
+}
+
+func bitbucketDriver(apiURL string) (*bitbucket.Driver, error) {
+	return bitbucket.New(bitbucket.WithBaseURL(apiURL), bitbucket.WithToken(scmtest.DefaultToken))
+}
+
+// githubRepo starts a fake GitHub holding acme/<repo> with files and a GitHub driver pointed
+// at it.
+func githubRepo(t testing.TB, repo string, files map[string]string) forge {
+	t.Helper()
+	gh := scmtest.NewGitHub(t)
+	return onForge(t, "github", gh.Forge, gh.APIURL(), repo, files, githubDriver)
+}
+
+// eachForge runs f on every forge, each as a parallel subtest named after the forge.
+func eachForge(t *testing.T, f func(t *testing.T, fg forge)) {
+	for _, fg := range forges(t) {
+		t.Run(fg.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, fg)
+		})
+	}
+}
+
+// updateStep opens a stage's UpdateReleaseRepo step "update" on acme/release through the
+// release connector; the step's other with: lines follow it.
+const updateStep = `      - id: update
+        type: UpdateReleaseRepo
+        with:
+          connector: release
+          repo: acme/release`
 
 func env(t *testing.T, fg forge, workers int) *ctltest.Env {
 	return ctltest.New(t, ctltest.Options{Workers: workers, Concurrency: 8,
@@ -110,11 +140,7 @@ stages:
   - id: dev
     environment: dev
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: "envs/<+env.name>/values.yaml"
           variables:
             - {name: image.tag, type: String, value: "${{ inputs.tag }}"}
@@ -141,40 +167,37 @@ stages:
 
 func TestPromoteOnEveryForge(t *testing.T) {
 	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) {
-			t.Parallel()
-			e := env(t, fg, 1)
-			e.RegisterAgent("a") // named by the environment, never asked: runs start only when it is live
-			r := e.Wait(e.Start(promote, map[string]any{"tag": "1.5.0"}).ID, 90*time.Second)
-			if r.Status != pipelines.StSucceeded {
-				t.Fatalf("run: %s %s\n%s", r.Status, r.Error, e.Logs.String())
-			}
-			up := ctltest.Step(r, "dev", "update").Outputs
-			if up["prNumber"] == "" || !strings.Contains(fmt.Sprint(up["prlink"]), fmt.Sprint(up["prNumber"])) ||
-				!strings.HasPrefix(fmt.Sprint(up["ref"]), "prflow/promote/") || fmt.Sprint(up["changedFiles"]) != "[envs/dev/values.yaml]" {
-				t.Errorf("UpdateReleaseRepo outputs: %#v", up)
-			}
-			merge := ctltest.Step(r, "dev", "merge").Outputs["commitId"].(string)
-			got, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := strings.NewReplacer(`tag: "1.4.1"`, `tag: "1.5.0"`, "replicaCount: 2 ", "replicaCount: 3 ",
-				"value: \"false\"", "value: \"true\"").Replace(valuesYAML)
-			if string(got) != want {
-				t.Errorf("values.yaml after merge (only changed values may differ):\n%s\nwant:\n%s", got, want)
-			}
-			atMerge, _ := fg.p.ReadFile(context.Background(), "acme/release", merge, "envs/dev/values.yaml")
-			if string(atMerge) != want {
-				t.Errorf("MergePR commitId %s does not hold the change", merge)
-			}
-			created, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/qa/config.json")
-			if err != nil || !strings.Contains(string(created), `"name": "qa"`) || !strings.Contains(string(created), `"replicas": 1`) {
-				t.Errorf("new environment file: %v %s", err, created)
-			}
-		})
-	}
+	eachForge(t, func(t *testing.T, fg forge) {
+		e := env(t, fg, 1)
+		e.RegisterAgent("a") // named by the environment, never asked: runs start only when it is live
+		r := e.Wait(e.Start(promote, map[string]any{"tag": "1.5.0"}).ID, 90*time.Second)
+		if r.Status != pipelines.StSucceeded {
+			t.Fatalf("run: %s %s\n%s", r.Status, r.Error, e.Logs.String())
+		}
+		up := ctltest.Step(r, "dev", "update").Outputs
+		if up["prNumber"] == "" || !strings.Contains(fmt.Sprint(up["prlink"]), fmt.Sprint(up["prNumber"])) ||
+			!strings.HasPrefix(fmt.Sprint(up["ref"]), "prflow/promote/") || fmt.Sprint(up["changedFiles"]) != "[envs/dev/values.yaml]" {
+			t.Errorf("UpdateReleaseRepo outputs: %#v", up)
+		}
+		merge := ctltest.Step(r, "dev", "merge").Outputs["commitId"].(string)
+		got, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/dev/values.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := strings.NewReplacer(`tag: "1.4.1"`, `tag: "1.5.0"`, "replicaCount: 2 ", "replicaCount: 3 ",
+			"value: \"false\"", "value: \"true\"").Replace(valuesYAML)
+		if string(got) != want {
+			t.Errorf("values.yaml after merge (only changed values may differ):\n%s\nwant:\n%s", got, want)
+		}
+		atMerge, _ := fg.p.ReadFile(context.Background(), "acme/release", merge, "envs/dev/values.yaml")
+		if string(atMerge) != want {
+			t.Errorf("MergePR commitId %s does not hold the change", merge)
+		}
+		created, err := fg.p.ReadFile(context.Background(), "acme/release", "main", "envs/qa/config.json")
+		if err != nil || !strings.Contains(string(created), `"name": "qa"`) || !strings.Contains(string(created), `"replicas": 1`) {
+			t.Errorf("new environment file: %v %s", err, created)
+		}
+	})
 }
 
 // TestRevertRestoresContent reverts a merge commit and a squash commit on every forge.
@@ -197,11 +220,7 @@ inputs:
 stages:
   - id: dev
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: envs/dev/values.yaml
           variables: [{name: image.tag, value: "9.9.9"}, {name: extra.added, type: Boolean, value: "true", create: true}]
       - id: merge
@@ -260,9 +279,7 @@ stages:
 // PRFLOW_TEST_LONG=1 (`task test-long`). The forges run in parallel.
 func TestConcurrentPromotionsSameFile(t *testing.T) {
 	t.Parallel()
-	for _, fg := range forges(t) {
-		t.Run(fg.name, func(t *testing.T) { t.Parallel(); concurrentPromotions(t, fg) })
-	}
+	eachForge(t, concurrentPromotions)
 }
 
 func concurrentPromotions(t *testing.T, fg forge) {
@@ -277,11 +294,7 @@ inputs: {key: {type: string}}
 stages:
   - id: s
     steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: acme/release
+` + updateStep + `
           filePath: envs/prod/config.json
           variables: [{name: "keys.${{ inputs.key }}", type: String, value: "${{ inputs.key }}", create: true}]
       - id: merge

@@ -10,28 +10,36 @@ import (
 
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
+
+// webRepo is acme/web on the GitHub fake: its driver, the head of main, and run, which runs
+// the worker side of TriggerPaths with the inputs given through the connector "web".
+func webRepo(t *testing.T) (p scm.Provider, main scm.Ref, run func(in map[string]any) (steps.Result, error)) {
+	t.Helper()
+	p = githubRepo(t, "web", map[string]string{"README.md": "v1\n"}).p
+	main, err := p.Branch(context.Background(), "acme/web", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, ok := steps.Default.Lookup(steps.TypeTriggerPaths)
+	if !ok {
+		t.Fatal("TriggerPaths is not registered")
+	}
+	run = func(in map[string]any) (steps.Result, error) {
+		sc := &steps.Context{RunID: "r1", Stage: "_trigger", StepID: "_paths", Type: steps.TypeTriggerPaths, Attempt: 1, Inputs: in,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"web": p}})}
+		return def.New().Run(context.Background(), sc)
+	}
+	return p, main, run
+}
 
 // TestTriggerPathsStep runs the worker side of a trigger's path check against the GitHub fake:
 // a PR changing 150 files under services/web/ and a README.
 func TestTriggerPathsStep(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, main, run := webRepo(t)
 	ctx := context.Background()
-	main, err := p.Branch(ctx, "acme/web", "main")
-	if err != nil {
-		t.Fatal(err)
-	}
 	changes := []scm.FileChange{{Path: "README.md", Content: []byte("v2\n")}}
 	for i := range 150 {
 		changes = append(changes, scm.FileChange{Path: fmt.Sprintf("services/web/f%03d.go", i), Content: []byte("package web\n")})
@@ -42,15 +50,6 @@ func TestTriggerPathsStep(t *testing.T) {
 	pr, err := p.OpenPR(ctx, "acme/web", scm.NewPR{Title: "x", Head: "feature", Base: "main"})
 	if err != nil {
 		t.Fatal(err)
-	}
-	def, ok := steps.Default.Lookup(steps.TypeTriggerPaths)
-	if !ok {
-		t.Fatal("TriggerPaths is not registered")
-	}
-	run := func(in map[string]any) (steps.Result, error) {
-		sc := &steps.Context{RunID: "r1", Stage: "_trigger", StepID: "_paths", Type: steps.TypeTriggerPaths, Attempt: 1, Inputs: in,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"web": p}})}
-		return def.New().Run(ctx, sc)
 	}
 	in := func(n int, paths ...any) map[string]any {
 		return map[string]any{"connector": "web", "repo": "acme/web", "prNumber": float64(n), "paths": paths}
@@ -92,19 +91,8 @@ func TestTriggerPathsStep(t *testing.T) {
 // silently). Only one of before and after is a mistaken input.
 func TestTriggerPathsStepPush(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, main, run := webRepo(t)
 	ctx := context.Background()
-	main, err := p.Branch(ctx, "acme/web", "main")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var changes []scm.FileChange
 	for i := range 320 { // sorted after the first 300: services/web/ comes last
 		changes = append(changes, scm.FileChange{Path: fmt.Sprintf("docs/f%03d.md", i), Content: []byte("x\n")})
@@ -113,12 +101,6 @@ func TestTriggerPathsStepPush(t *testing.T) {
 	after, err := p.Commit(ctx, "acme/web", scm.CommitInput{Branch: "main", Parent: main.SHA, Message: "x", Changes: changes})
 	if err != nil {
 		t.Fatal(err)
-	}
-	def, _ := steps.Default.Lookup(steps.TypeTriggerPaths)
-	run := func(in map[string]any) (steps.Result, error) {
-		sc := &steps.Context{RunID: "r1", Stage: "_trigger", StepID: "_paths", Type: steps.TypeTriggerPaths, Attempt: 1, Inputs: in,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: steps.NewServices(map[string]any{steps.ServiceSCM: connector.Static{"web": p}})}
-		return def.New().Run(ctx, sc)
 	}
 	in := func(paths ...any) map[string]any {
 		return map[string]any{"connector": "web", "repo": "acme/web", "before": main.SHA, "after": after, "paths": paths}

@@ -167,11 +167,7 @@ type appUpdater interface {
 }
 
 func runUpdateGitOpsApp(ctx context.Context, sc *Context) (Result, error) {
-	cfg, err := updateConfigFrom(sc.Inputs, false)
-	if err != nil {
-		return Result{}, Terminal(err)
-	}
-	g, err := gitopsFor(sc)
+	cfg, g, err := gitopsInputs(sc, updateConfigFrom)
 	if err != nil {
 		return Result{}, err
 	}

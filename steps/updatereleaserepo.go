@@ -548,7 +548,7 @@ func recordPrior(path string, cur []byte, exists bool, changes []editChange, opt
 	}
 	for i := range changes {
 		c := &changes[i]
-		if opts.IgnoreMissingValues && missingValue(c.Value) {
+		if opts.IgnoreMissingValues && fileedit.IsMissing(c.Value) {
 			continue
 		}
 		if !exists {
@@ -918,20 +918,10 @@ func setsSomething(edits []fileEdit, skipped []string, ignoreMissing bool) bool 
 			continue
 		}
 		for _, c := range e.changes {
-			if !ignoreMissing || !missingValue(c.Value) {
+			if !ignoreMissing || !fileedit.IsMissing(c.Value) {
 				return true
 			}
 		}
-	}
-	return false
-}
-
-func missingValue(v any) bool {
-	switch v := v.(type) {
-	case nil:
-		return true
-	case string:
-		return strings.TrimSpace(v) == ""
 	}
 	return false
 }

@@ -12,15 +12,7 @@ import (
 // reach the metric.
 func TestVerifyTypedConfig(t *testing.T) {
 	metric := func(over map[string]any) map[string]any {
-		m := map[string]any{"name": "errors", "provider": "prom", "query": "up", "count": 4, "failureCondition": "result > 0.05"}
-		for k, v := range over {
-			if v == nil {
-				delete(m, k)
-			} else {
-				m[k] = v
-			}
-		}
-		return map[string]any{"metrics": []any{m}}
+		return oneMetric(map[string]any{"name": "errors", "provider": "prom", "query": "up", "count": 4, "failureCondition": "result > 0.05"}, over)
 	}
 	if _, err := verifyConfigFrom(metric(map[string]any{"failurLimit": 2}), false); err == nil || !strings.Contains(err.Error(), "metrics[0].failurLimit: unknown input") {
 		t.Errorf("misspelt key at run time: %v", err)

@@ -73,6 +73,19 @@ func driveVerify(t *testing.T, in map[string]any, conns MetricsConnectors) verif
 	}
 }
 
+// oneMetric is Verify's inputs with one metric: m changed by over, where a nil value removes
+// the key.
+func oneMetric(m, over map[string]any) map[string]any {
+	for k, v := range over {
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	return map[string]any{"metrics": []any{m}}
+}
+
 func metricOut(t *testing.T, res Result, name string) map[string]any {
 	t.Helper()
 	ms, _ := res.Outputs["metrics"].(map[string]any)
@@ -85,15 +98,7 @@ func metricOut(t *testing.T, res Result, name string) map[string]any {
 
 func TestVerifyInputs(t *testing.T) {
 	base := func(over map[string]any) map[string]any {
-		m := map[string]any{"name": "errors", "provider": "prom", "query": "up", "interval": "30s", "count": 4, "failureCondition": "result > 0.05"}
-		for k, v := range over {
-			if v == nil {
-				delete(m, k)
-			} else {
-				m[k] = v
-			}
-		}
-		return map[string]any{"metrics": []any{m}}
+		return oneMetric(map[string]any{"name": "errors", "provider": "prom", "query": "up", "interval": "30s", "count": 4, "failureCondition": "result > 0.05"}, over)
 	}
 	cases := []struct {
 		name string

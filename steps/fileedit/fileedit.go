@@ -229,7 +229,7 @@ type prepared struct {
 func prepare(changes []Change, opts Options) ([]prepared, error) {
 	out := make([]prepared, 0, len(changes))
 	for _, c := range changes {
-		if opts.IgnoreMissingValues && isMissing(c.Value) {
+		if opts.IgnoreMissingValues && IsMissing(c.Value) {
 			continue
 		}
 		p, err := parsePath(c.Key)
@@ -245,7 +245,9 @@ func prepare(changes []Change, opts Options) ([]prepared, error) {
 	return out, nil
 }
 
-func isMissing(v any) bool {
+// IsMissing reports whether a value is what IgnoreMissingValues skips: nil, or a string that
+// is empty or only white space.
+func IsMissing(v any) bool {
 	switch v := v.(type) {
 	case nil:
 		return true

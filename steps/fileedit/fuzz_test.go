@@ -196,6 +196,17 @@ func checkFuzzResult(t *testing.T, f Format, src []byte, key string, value any, 
 	}
 }
 
+// fuzzApply fuzzes Apply on format through checkFuzzResult; sources over 16 KiB and values
+// that are not UTF-8 are passed over.
+func fuzzApply(f *testing.F, format Format) {
+	f.Fuzz(func(t *testing.T, src []byte, key string, kind uint8, raw string) {
+		if len(src) > 1<<14 || !utf8.ValidString(raw) {
+			return
+		}
+		checkFuzzResult(t, format, src, key, fuzzValue(kind, raw), Options{})
+	})
+}
+
 func FuzzApplyYAML(f *testing.F) {
 	for _, b := range seedFiles(f, ".yaml") {
 		f.Add(b, "image.tag", uint8(0), "v2")
@@ -213,12 +224,7 @@ func FuzzApplyYAML(f *testing.F) {
 		f.Add([]byte(s), "a", uint8(i+1), "1.0")
 		f.Add([]byte(s), "[1]", uint8(i+2), "multi\nline")
 	}
-	f.Fuzz(func(t *testing.T, src []byte, key string, kind uint8, raw string) {
-		if len(src) > 1<<14 || !utf8.ValidString(raw) {
-			return
-		}
-		checkFuzzResult(t, YAML, src, key, fuzzValue(kind, raw), Options{})
-	})
+	fuzzApply(f, YAML)
 }
 
 func FuzzApplyJSON(f *testing.F) {
@@ -236,13 +242,7 @@ func FuzzApplyJSON(f *testing.F) {
 		f.Add([]byte(s), "[0]", uint8(i+1), "12")
 		f.Add([]byte(s), "a", uint8(i+5), "x")
 	}
-	f.Fuzz(func(t *testing.T, src []byte, key string, kind uint8, raw string) {
-		if len(src) > 1<<14 || !utf8.ValidString(raw) {
-			return
-		}
-		v := fuzzValue(kind, raw)
-		checkFuzzResult(t, JSON, src, key, v, Options{})
-	})
+	fuzzApply(f, JSON)
 }
 
 // TestFuzzHelpers keeps the helpers honest: lookup must find nested values

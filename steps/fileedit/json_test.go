@@ -33,12 +33,7 @@ var jsonEditCases = []editCase{
 }
 
 func TestJSONErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name, src, key string
-		value          any
-		check          func(error) bool
-		msg            string
-	}{
+	runErrorCases(t, JSON, []errorCase{
 		{"missing colon", "{\n  \"a\" 1\n}", "a", "x", isSyntaxAt(2, 7), `JSON syntax error at line 2, column 7: unexpected '1', want ':' after key "a"`},
 		{"trailing comma", "{\"a\": 1,}", "a", "x", isSyntaxAt(1, 9), ""},
 		{"two values", "{} {}", "a", "x", isSyntaxAt(1, 4), ""},
@@ -51,20 +46,7 @@ func TestJSONErrors(t *testing.T) {
 		{"nested value of a map value", `{"a": {"b": [1]}}`, "a", map[string]any{"b": map[string]any{}}, isMismatch("a.b", "list", "map"), ""},
 		{"out of range", `{"a": [1]}`, "a[3]", "x", isErr(ErrIndexOutOfRange), ""},
 		{"NaN", `{"a": 1}`, "a", math.NaN(), isErr(ErrUnsupportedValue), ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			out, changed, err := Apply(JSON, []byte(tc.src), []Change{ch(tc.key, tc.value)}, Options{})
-			if err == nil || out != nil || changed {
-				t.Fatalf("Apply = %q, %v, %v; want an error", out, changed, err)
-			}
-			if !tc.check(err) {
-				t.Fatalf("unexpected error %T: %v", err, err)
-			}
-			if tc.msg != "" && err.Error() != tc.msg {
-				t.Fatalf("message %q, want %q", err.Error(), tc.msg)
-			}
-		})
-	}
+	})
 }
 
 func isSyntaxAt(line, col int) func(error) bool {

@@ -34,6 +34,33 @@ func runEditCases(t *testing.T, f Format, cases []editCase) {
 	}
 }
 
+// errorCase is one refused change: check and, when set, msg say what the error must be.
+type errorCase struct {
+	name, src, key string
+	value          any
+	check          func(error) bool
+	msg            string
+}
+
+// runErrorCases applies each case's change and wants an error, no output and no change.
+func runErrorCases(t *testing.T, f Format, cases []errorCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, changed, err := Apply(f, []byte(tc.src), []Change{ch(tc.key, tc.value)}, Options{})
+			if err == nil || out != nil || changed {
+				t.Fatalf("Apply = %q, %v, %v; want an error", out, changed, err)
+			}
+			if !tc.check(err) {
+				t.Fatalf("unexpected error %T: %v", err, err)
+			}
+			if tc.msg != "" && err.Error() != tc.msg {
+				t.Fatalf("message %q, want %q", err.Error(), tc.msg)
+			}
+		})
+	}
+}
+
 func TestYAMLScalarStyles(t *testing.T) {
 	runEditCases(t, YAML, []editCase{
 		{"plain stays plain", "tag: v1 # c\n", []Change{ch("tag", "v2")}, "tag: v2 # c\n"},
@@ -197,12 +224,7 @@ func TestYAMLMultiDocument(t *testing.T) {
 }
 
 func TestYAMLErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name, src, key string
-		value          any
-		check          func(error) bool
-		msg            string
-	}{
+	runErrorCases(t, YAML, []errorCase{
 		{"descend into string", "image:\n  tag: v1\n", "image.tag.x", "y", isMismatch("image.tag", "string", "map"), `key "image.tag.x": image.tag is a string in the file, not a map`},
 		{"index a map", "a:\n  b: 1\n", "a[0]", "y", isMismatch("a", "map", "list"), `key "a[0]": a is a map in the file, not a list`},
 		{"key into a list", "a: [1]\n", "a.b", "y", isMismatch("a", "list", "map"), ""},
@@ -219,20 +241,7 @@ func TestYAMLErrors(t *testing.T) {
 		{"UTF-16", "\xff\xfea\x00", "a", "y", isSyntax(1), ""},
 		{"unsupported value", "a: 1\n", "a", make(chan int), isErr(ErrUnsupportedValue), ""},
 		{"invalid UTF-8 value", "a: 1\n", "a", "\xff", isErr(ErrUnsupportedValue), ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			out, changed, err := Apply(YAML, []byte(tc.src), []Change{ch(tc.key, tc.value)}, Options{})
-			if err == nil || out != nil || changed {
-				t.Fatalf("Apply = %q, %v, %v; want an error", out, changed, err)
-			}
-			if !tc.check(err) {
-				t.Fatalf("unexpected error %T: %v", err, err)
-			}
-			if tc.msg != "" && err.Error() != tc.msg {
-				t.Fatalf("message %q, want %q", err.Error(), tc.msg)
-			}
-		})
-	}
+	})
 }
 
 func isMismatch(at, have, want string) func(error) bool {

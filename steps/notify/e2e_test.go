@@ -319,15 +319,14 @@ func TestNotificationsEndToEnd(t *testing.T) {
 	}
 }
 
-// A receiver that fails twice (503) and then answers is retried with backoff and gets the
-// notification once; the run has no warning.
-func TestNotificationRetried(t *testing.T) {
-	r := newRig(t, "4", 1)
-	r.wh.program(0, 503, 503)
+// succeeded runs a one-step pipeline that notifies channel on run.succeeded and waits for the
+// run to succeed.
+func (r *rig) succeeded(t *testing.T, name, channel string) *pipelines.Run {
+	t.Helper()
 	run := r.e.Start(`
-name: retried
+name: `+name+`
 notifications:
-  - {on: [run.succeeded], channel: hook}
+  - {on: [run.succeeded], channel: `+channel+`}
 stages:
   - id: s
     steps: [{id: a, type: Noop}]
@@ -335,6 +334,15 @@ stages:
 	if final := r.e.Wait(run.ID, 30*time.Second); final.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s", final.Status)
 	}
+	return run
+}
+
+// A receiver that fails twice (503) and then answers is retried with backoff and gets the
+// notification once; the run has no warning.
+func TestNotificationRetried(t *testing.T) {
+	r := newRig(t, "4", 1)
+	r.wh.program(0, 503, 503)
+	run := r.succeeded(t, "retried", "hook")
 	until(t, 30*time.Second, "the webhook", func() bool { return len(r.wh.got()) == 1 })
 	time.Sleep(1500 * time.Millisecond)
 	if req, _ := r.wh.counts(); req != 3 || len(r.wh.got()) != 1 {
@@ -354,17 +362,7 @@ stages:
 func TestNotificationGivenUp(t *testing.T) {
 	r := newRig(t, "2", 1)
 	r.slack.program(http.StatusBadGateway)
-	run := r.e.Start(`
-name: given-up
-notifications:
-  - {on: [run.succeeded], channel: team}
-stages:
-  - id: s
-    steps: [{id: a, type: Noop}]
-`, nil)
-	if final := r.e.Wait(run.ID, 30*time.Second); final.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s", final.Status)
-	}
+	run := r.succeeded(t, "given-up", "team")
 	var cur *pipelines.Run
 	until(t, 30*time.Second, "the warning", func() bool {
 		var err error

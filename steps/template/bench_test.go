@@ -2,11 +2,15 @@ package template
 
 import (
 	"context"
+	"fmt"
 	"testing"
 )
 
-func BenchmarkEvalMixed(b *testing.B) {
-	tp, err := Compile("apps/<+env.name>/<+cluster.name>/values-${{ steps.update.outputs.prNumber }}.yaml")
+// benchEval compiles src and times eval of it against testEnv; an error from eval fails the
+// benchmark.
+func benchEval(b *testing.B, compile func(string, ...Option) (*Template, error), src string, eval func(context.Context, *Template, map[string]any) error) {
+	b.Helper()
+	tp, err := compile(src)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -14,42 +18,37 @@ func BenchmarkEvalMixed(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		s, err := tp.EvalString(ctx, env)
-		if err != nil || s != "apps/dev/east/values-42.yaml" {
-			b.Fatalf("got %q, %v", s, err)
-		}
-	}
-}
-
-func BenchmarkEvalCondition(b *testing.B) {
-	tp, err := CompileCondition(`<+pipeline.variables.env> == "prod" && <+stage.variables.x> != ""`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	env := testEnv()
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		ok, err := tp.EvalBool(ctx, env)
-		if err != nil || !ok {
-			b.Fatalf("got %v, %v", ok, err)
-		}
-	}
-}
-
-func BenchmarkEvalWhole(b *testing.B) {
-	tp, err := Compile("<+pipeline.stages.S.spec.execution.steps.X.updateReleaseRepoOutcome.commitId>")
-	if err != nil {
-		b.Fatal(err)
-	}
-	env := testEnv()
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := tp.Eval(ctx, env); err != nil {
+		if err := eval(ctx, tp, env); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+func BenchmarkEvalMixed(b *testing.B) {
+	benchEval(b, Compile, "apps/<+env.name>/<+cluster.name>/values-${{ steps.update.outputs.prNumber }}.yaml", func(ctx context.Context, tp *Template, env map[string]any) error {
+		s, err := tp.EvalString(ctx, env)
+		if err != nil || s != "apps/dev/east/values-42.yaml" {
+			return fmt.Errorf("got %q, %v", s, err)
+		}
+		return nil
+	})
+}
+
+func BenchmarkEvalCondition(b *testing.B) {
+	benchEval(b, CompileCondition, `<+pipeline.variables.env> == "prod" && <+stage.variables.x> != ""`, func(ctx context.Context, tp *Template, env map[string]any) error {
+		ok, err := tp.EvalBool(ctx, env)
+		if err != nil || !ok {
+			return fmt.Errorf("got %v, %v", ok, err)
+		}
+		return nil
+	})
+}
+
+func BenchmarkEvalWhole(b *testing.B) {
+	benchEval(b, Compile, "<+pipeline.stages.S.spec.execution.steps.X.updateReleaseRepoOutcome.commitId>", func(ctx context.Context, tp *Template, env map[string]any) error {
+		_, err := tp.Eval(ctx, env)
+		return err
+	})
 }
 
 func BenchmarkCompileMixed(b *testing.B) {

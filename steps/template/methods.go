@@ -77,6 +77,16 @@ func argString(args []any, i int) (string, error) {
 	return "", fmt.Errorf("argument %d is %s, want string", i+1, typeName(args[i]))
 }
 
+// recvAndArg is the string receiver and the first string argument of a method.
+func recvAndArg(recv any, args []any) (string, string, error) {
+	s, err := recvString(recv)
+	if err != nil {
+		return "", "", err
+	}
+	a, err := argString(args, 0)
+	return s, a, err
+}
+
 func argInt(args []any, i int) (int, error) {
 	if n, ok := toIndex(args[i]); ok {
 		return n, nil
@@ -87,11 +97,7 @@ func argInt(args []any, i int) (int, error) {
 // mSplit splits on a literal separator (not a regular expression) and keeps
 // empty fields.
 func mSplit(st *evalState, recv any, args []any) (any, error) {
-	s, err := recvString(recv)
-	if err != nil {
-		return nil, err
-	}
-	sep, err := argString(args, 0)
+	s, sep, err := recvAndArg(recv, args)
 	if err != nil {
 		return nil, err
 	}
@@ -137,17 +143,15 @@ func mContains(st *evalState, recv any, args []any) (any, error) {
 }
 
 func mLower(st *evalState, recv any, _ []any) (any, error) {
-	s, err := recvString(recv)
-	if err != nil {
-		return nil, err
-	}
-	if err := st.reserve(len(s)); err != nil {
-		return nil, err
-	}
-	return strings.ToLower(s), nil
+	return mapCase(st, recv, strings.ToLower)
 }
 
 func mUpper(st *evalState, recv any, _ []any) (any, error) {
+	return mapCase(st, recv, strings.ToUpper)
+}
+
+// mapCase is toLowerCase or toUpperCase: the result is as long as the receiver (reserved first).
+func mapCase(st *evalState, recv any, to func(string) string) (any, error) {
 	s, err := recvString(recv)
 	if err != nil {
 		return nil, err
@@ -155,15 +159,11 @@ func mUpper(st *evalState, recv any, _ []any) (any, error) {
 	if err := st.reserve(len(s)); err != nil {
 		return nil, err
 	}
-	return strings.ToUpper(s), nil
+	return to(s), nil
 }
 
 func mStartsWith(_ *evalState, recv any, args []any) (any, error) {
-	s, err := recvString(recv)
-	if err != nil {
-		return nil, err
-	}
-	p, err := argString(args, 0)
+	s, p, err := recvAndArg(recv, args)
 	if err != nil {
 		return nil, err
 	}
@@ -171,11 +171,7 @@ func mStartsWith(_ *evalState, recv any, args []any) (any, error) {
 }
 
 func mEndsWith(_ *evalState, recv any, args []any) (any, error) {
-	s, err := recvString(recv)
-	if err != nil {
-		return nil, err
-	}
-	p, err := argString(args, 0)
+	s, p, err := recvAndArg(recv, args)
 	if err != nil {
 		return nil, err
 	}
@@ -184,11 +180,7 @@ func mEndsWith(_ *evalState, recv any, args []any) (any, error) {
 
 // mReplace replaces every occurrence of a literal string.
 func mReplace(st *evalState, recv any, args []any) (any, error) {
-	s, err := recvString(recv)
-	if err != nil {
-		return nil, err
-	}
-	old, err := argString(args, 0)
+	s, old, err := recvAndArg(recv, args)
 	if err != nil {
 		return nil, err
 	}
@@ -308,11 +300,7 @@ func listIndex(st *evalState, list []any, x any) (int, error) {
 }
 
 func mConcat(st *evalState, recv any, args []any) (any, error) {
-	s, err := recvString(recv)
-	if err != nil {
-		return nil, err
-	}
-	t, err := argString(args, 0)
+	s, t, err := recvAndArg(recv, args)
 	if err != nil {
 		return nil, err
 	}
@@ -482,9 +470,9 @@ func fConcat(st *evalState, _ any, args []any) (any, error) {
 }
 
 func fFlatten(st *evalState, _ any, args []any) (any, error) {
-	v := reflect.ValueOf(args[0])
-	if v.Kind() != reflect.Slice && v.Kind() != reflect.Array {
-		return nil, fmt.Errorf("argument 1 is %s, want list", typeName(args[0]))
+	v, err := argList(args)
+	if err != nil {
+		return nil, err
 	}
 	size, err := flatSize(v, st.remaining(), 0)
 	if err != nil {
@@ -492,6 +480,15 @@ func fFlatten(st *evalState, _ any, args []any) (any, error) {
 	}
 	out := flattenInto(make([]any, 0, size), v)
 	return out, st.reserveDeep(out)
+}
+
+// argList is the first argument, a list of any element type.
+func argList(args []any) (reflect.Value, error) {
+	v := reflect.ValueOf(args[0])
+	if v.Kind() != reflect.Slice && v.Kind() != reflect.Array {
+		return v, fmt.Errorf("argument 1 is %s, want list", typeName(args[0]))
+	}
+	return v, nil
 }
 
 func isList(v reflect.Value) bool {
@@ -545,9 +542,9 @@ func flattenInto(out []any, v reflect.Value) []any {
 // fUniq keeps the first of equal elements: scalars through a set, other
 // values by counted comparisons.
 func fUniq(st *evalState, _ any, args []any) (any, error) {
-	v := reflect.ValueOf(args[0])
-	if v.Kind() != reflect.Slice && v.Kind() != reflect.Array {
-		return nil, fmt.Errorf("argument 1 is %s, want list", typeName(args[0]))
+	v, err := argList(args)
+	if err != nil {
+		return nil, err
 	}
 	if err := st.reserve(v.Len()); err != nil {
 		return nil, err

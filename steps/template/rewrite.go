@@ -151,13 +151,7 @@ func (r *rewriter) Visit(node *ast.Node) {
 		if n.Method {
 			return // rewritten with its CallNode
 		}
-		mode := byte(modeStrict)
-		if n.Optional {
-			mode = modeOptional
-			optionalBase(n.Node)
-		} else if nilPropagating(n.Node) {
-			mode = modePropagate
-		}
+		mode := memberMode(n.Optional, n.Node)
 		if p, ok := n.Node.(*ast.CallNode); ok && calleeName(p) == fnPath && isConstKey(n.Property) {
 			// Extend the chain: a.b.c is one lookup call.
 			modes := p.Arguments[argPathModes].(*ast.StringNode)
@@ -237,13 +231,7 @@ func (r *rewriter) callNode(node *ast.Node, n *ast.CallNode, loc file.Location) 
 			r.fail(loc, "method %s takes %s, got %d", name, arity(spec.min, spec.max), len(n.Arguments))
 			return
 		}
-		mode := byte(modeStrict)
-		if callee.Optional {
-			mode = modeOptional
-			optionalBase(callee.Node)
-		} else if nilPropagating(callee.Node) {
-			mode = modePropagate
-		}
+		mode := memberMode(callee.Optional, callee.Node)
 		call := name + "()"
 		if p := display(callee.Node); p != "" {
 			call = p + "." + call
@@ -325,6 +313,20 @@ func lenient(n ast.Node) {
 
 // optionalBase makes the lookup left of ?. lenient: a?.b means "a may be
 // missing or nil".
+// memberMode is how a member access or method call treats a nil base: ?. makes it (and the
+// chain below it) optional; a base that already passes nil on propagates it; else nil is an
+// error.
+func memberMode(optional bool, base ast.Node) byte {
+	if optional {
+		optionalBase(base)
+		return modeOptional
+	}
+	if nilPropagating(base) {
+		return modePropagate
+	}
+	return modeStrict
+}
+
 func optionalBase(n ast.Node) {
 	if c, ok := n.(*ast.CallNode); ok && calleeName(c) == fnPath {
 		modes := c.Arguments[argPathModes].(*ast.StringNode)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -384,13 +386,19 @@ func add(args ...any) (any, error) {
 	return runtimeAdd(a, b)
 }
 
-func runtimeAdd(a, b any) (out any, err error) {
+func runtimeAdd(a, b any) (any, error) {
+	return unpanic(func() any { return runtime.Add(a, b) })
+}
+
+// unpanic runs one of expr's runtime operations, which panic on operands they do not
+// take, and returns the panic as an error.
+func unpanic(op func() any) (out any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("%v", r)
 		}
 	}()
-	return runtime.Add(a, b), nil
+	return op(), nil
 }
 
 // acct(state, value) counts the deep size of a value built by a builtin, a
@@ -489,13 +497,8 @@ func in(args ...any) (any, error) {
 	return runtimeIn(needle, hay)
 }
 
-func runtimeIn(needle, hay any) (out any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = nil, fmt.Errorf("%v", r)
-		}
-	}()
-	return runtime.In(needle, hay), nil
+func runtimeIn(needle, hay any) (any, error) {
+	return unpanic(func() any { return runtime.In(needle, hay) })
 }
 
 // equal compares like expr's == (numbers across types, lists and maps by
@@ -576,72 +579,46 @@ func deepSize(v any, limit, depth int) (int, error) {
 		return 0, fmt.Errorf("value nested more than %d deep", maxFormatDepth)
 	}
 	n := 0
-	add := func(e any) error {
-		n++
-		if isScalar(e) {
-			return nil
+	// sum counts the count elements (or entries) that elems yields, and what they hold.
+	sum := func(count int, elems func(yield func(any) bool)) (int, error) {
+		if count > limit {
+			return 0, ErrMemoryBudget
 		}
-		m, err := deepSize(e, limit-n, depth+1)
-		n += m
-		return err
+		for e := range elems {
+			n++
+			if !isScalar(e) {
+				m, err := deepSize(e, limit-n, depth+1)
+				if err != nil {
+					return 0, err
+				}
+				n += m
+			}
+			if n > limit {
+				return 0, ErrMemoryBudget
+			}
+		}
+		return n, nil
 	}
 	switch x := v.(type) {
 	case nil, string, bool, int, float64:
 		return 0, nil
 	case []any:
-		if len(x) > limit {
-			return 0, ErrMemoryBudget
-		}
-		for _, e := range x {
-			if err := add(e); err != nil {
-				return 0, err
-			}
-			if n > limit {
-				return 0, ErrMemoryBudget
-			}
-		}
-		return n, nil
+		return sum(len(x), slices.Values(x))
 	case map[string]any:
-		if len(x) > limit {
-			return 0, ErrMemoryBudget
-		}
-		for _, e := range x {
-			if err := add(e); err != nil {
-				return 0, err
-			}
-			if n > limit {
-				return 0, ErrMemoryBudget
-			}
-		}
-		return n, nil
+		return sum(len(x), maps.Values(x))
 	}
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.Slice, reflect.Array:
-		if rv.Len() > limit {
-			return 0, ErrMemoryBudget
-		}
-		for i := 0; i < rv.Len(); i++ {
-			if err := add(rv.Index(i).Interface()); err != nil {
-				return 0, err
+		return sum(rv.Len(), func(yield func(any) bool) {
+			for i := 0; i < rv.Len() && yield(rv.Index(i).Interface()); i++ {
 			}
-			if n > limit {
-				return 0, ErrMemoryBudget
-			}
-		}
+		})
 	case reflect.Map:
-		if rv.Len() > limit {
-			return 0, ErrMemoryBudget
-		}
-		it := rv.MapRange()
-		for it.Next() {
-			if err := add(it.Value().Interface()); err != nil {
-				return 0, err
+		return sum(rv.Len(), func(yield func(any) bool) {
+			for it := rv.MapRange(); it.Next() && yield(it.Value().Interface()); {
 			}
-			if n > limit {
-				return 0, ErrMemoryBudget
-			}
-		}
+		})
 	}
 	return n, nil
 }

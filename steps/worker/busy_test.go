@@ -24,6 +24,7 @@ import (
 // and a job spent its 5 deliveries in a moment without running ("job delivered 5 times
 // without a result (worker lost)", issue 32 item 8).
 func TestBusyWorkerDoesNotBurnQueuedJobsDeliveries(t *testing.T) {
+	t.Parallel() // its own server on its own port
 	ctx, log, admin, open := tcpQueue(t, 2*time.Minute)
 	// Dead letters show as the server's max-deliveries advisories.
 	var deadMu sync.Mutex

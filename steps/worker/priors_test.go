@@ -22,6 +22,7 @@ import (
 // (a controller with an older declaration) fails without running, saying which type and
 // what to upgrade; a job whose priorTypes cover the declaration runs.
 func TestWorkerChecksPriorsAgainstItsStep(t *testing.T) {
+	t.Parallel() // its own server on its own port
 	ctx, log, admin, open := tcpQueue(t, 2*time.Minute)
 	var mu sync.Mutex
 	saw := map[string][]string{} // run → the prior IDs its step got

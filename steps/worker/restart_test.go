@@ -206,6 +206,8 @@ func (e *leaseEnv) resultOf(run string, within time.Duration) envelope.Event {
 // worker must not run it while the first still does (chaos seed 11: UpdateReleaseRepo jobs
 // ran twice at the same time after a server restart). The job completes exactly once.
 func TestRunningJobNotRedeliveredAcrossServerRestart(t *testing.T) {
+	// Not parallel: its server comes back on the same port, which a test starting meanwhile
+	// could take (freeAddr).
 	const ackWait = 2 * time.Second
 	e := newLeaseEnv(t, ackWait, 9*time.Second)
 	e.start()
@@ -231,6 +233,7 @@ func TestRunningJobNotRedeliveredAcrossServerRestart(t *testing.T) {
 // answers nor renews, takes it over after the takeover window, and completes on the other
 // worker: a lease never strands a job.
 func TestDeadWorkersJobTakenOver(t *testing.T) {
+	t.Parallel() // its own server on its own port
 	const ackWait = 2 * time.Second
 	e := newLeaseEnv(t, ackWait, 3*time.Second)
 	first := e.start()
@@ -251,6 +254,7 @@ func TestDeadWorkersJobTakenOver(t *testing.T) {
 // canceled"), leaving the PR and its branch behind (steps TestFailedAndCancelledRunsLeaveNoDebris
 // under load).
 func TestRunCancelSparesItsCleanupJob(t *testing.T) {
+	t.Parallel() // its own server on its own port
 	e := newLeaseEnv(t, 5*time.Second, 1500*time.Millisecond)
 	e.startJob(&envelope.Job{V: envelope.Version, Run: "r2", Pipeline: "p", Stage: "_cleanup", Step: "cleanup", Type: steps.TypeCleanup, Pool: "default", Attempt: 1})
 	if err := e.admin.NC.Publish(queue.CancelSubject, []byte("r2")); err != nil {
