@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"time"
@@ -532,52 +533,50 @@ func syncTargets(ctx context.Context, sc *Context, cfg *syncConfig, g GitOps) ([
 
 // linkedApps reads the apps of this stage's latest FetchLinkedApps.
 func linkedApps(sc *Context) []appTarget {
-	for i := len(sc.Priors) - 1; i >= 0; i-- {
-		p := sc.Priors[i]
-		if p.Type != "FetchLinkedApps" {
-			continue
+	var out []appTarget
+	for t := range linkedEntries(sc) {
+		if t.Agent != "" && t.App != "" {
+			out = append(out, t)
 		}
-		list, _ := p.Outputs["apps"].([]any)
-		var out []appTarget
-		for _, e := range list {
-			m, _ := e.(map[string]any)
-			a, _ := m["agent"].(string)
-			n, _ := m["name"].(string)
-			if ns, _ := m["appNamespace"].(string); ns != "" {
-				n = ns + "/" + n
-			}
-			if a != "" && n != "" {
-				out = append(out, appTarget{Agent: a, App: n})
-			}
-		}
-		return out
 	}
-	return nil
+	return out
 }
 
 // linkedOwners is the owning ApplicationSet of each app of this stage's latest FetchLinkedApps.
 func linkedOwners(sc *Context) map[appTarget]string {
 	out := map[appTarget]string{}
-	for i := len(sc.Priors) - 1; i >= 0; i-- {
-		p := sc.Priors[i]
-		if p.Type != "FetchLinkedApps" {
-			continue
+	for t, m := range linkedEntries(sc) {
+		if set, _ := m["applicationSet"].(string); set != "" {
+			out[t] = set
 		}
-		list, _ := p.Outputs["apps"].([]any)
-		for _, e := range list {
-			m, _ := e.(map[string]any)
-			a, _ := m["agent"].(string)
-			n, _ := m["name"].(string)
-			if ns, _ := m["appNamespace"].(string); ns != "" {
-				n = ns + "/" + n
-			}
-			if set, _ := m["applicationSet"].(string); set != "" {
-				out[appTarget{Agent: a, App: n}] = set
-			}
-		}
-		return out
 	}
 	return out
+}
+
+// linkedEntries yields each app entry of this stage's latest FetchLinkedApps outputs, with
+// its agent and namespaced name.
+func linkedEntries(sc *Context) iter.Seq2[appTarget, map[string]any] {
+	return func(yield func(appTarget, map[string]any) bool) {
+		for i := len(sc.Priors) - 1; i >= 0; i-- {
+			p := sc.Priors[i]
+			if p.Type != "FetchLinkedApps" {
+				continue
+			}
+			list, _ := p.Outputs["apps"].([]any)
+			for _, e := range list {
+				m, _ := e.(map[string]any)
+				a, _ := m["agent"].(string)
+				n, _ := m["name"].(string)
+				if ns, _ := m["appNamespace"].(string); ns != "" {
+					n = ns + "/" + n
+				}
+				if !yield(appTarget{Agent: a, App: n}, m) {
+					return
+				}
+			}
+			return
+		}
+	}
 }
 
 // linkedAppSet is the ApplicationSet this stage's latest FetchLinkedApps selected its apps
