@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,6 +288,46 @@ func (e *env) wait(id string, d time.Duration) *pipelines.Run {
 		e.t.Fatalf("run %s did not finish: %v\n%s", id, err, b)
 	}
 	return r
+}
+
+// serve is the controller's HTTP API with auth; it closes at test cleanup.
+func (e *env) serve(auth *Auth) *httptest.Server {
+	srv := httptest.NewServer(e.ctl.Handler(auth))
+	e.t.Cleanup(srv.Close)
+	return srv
+}
+
+// tokensAuth writes text as a tokens file (--tokens) and loads it.
+func tokensAuth(t *testing.T, text string) *Auth {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := LoadAuth(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auth
+}
+
+// callAPI sends a request with a bearer token ("" sends none) and returns the status and body.
+func callAPI(t testing.TB, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // eventually polls cond until it holds, failing the test with msg() after d.

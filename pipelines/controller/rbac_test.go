@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -113,15 +111,7 @@ func writePolicy(t *testing.T, path, text string) {
 
 func (a *rbacAPI) call(user, method, path, body string) (int, string) {
 	a.t.Helper()
-	req, _ := http.NewRequest(method, a.srv.URL+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+rbacTokens[user])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return callAPI(a.t, method, a.srv.URL+path, rbacTokens[user], body)
 }
 
 // startAs starts src as user through the API.

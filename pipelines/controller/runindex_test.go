@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -52,8 +51,7 @@ func listPage(t *testing.T, base, query string) ([]RunSummary, string, int, stri
 func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{}) // no workers: runs stay running, the list does not change under us by status
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice"}})
 	existing := map[string]bool{}
 	for i := range 40 {
 		existing[e.startRun(fmt.Sprintf(listSrc, fmt.Sprintf("p%d", i%3)), nil).ID] = true
@@ -137,8 +135,7 @@ func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
 func TestRunsListRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice"}})
 	e.startRun(fmt.Sprintf(listSrc, "one"), nil)
 	b64 := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	for q, want := range map[string]string{
@@ -168,8 +165,7 @@ func TestRunsListRefusesBadInput(t *testing.T) {
 func TestRunsListLimitsAndFilters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice"}})
 	var done []string
 	for i := range 55 { // parked on a Wait: neither succeeded nor in a worker's way
 		e.startRun(fmt.Sprintf("name: bulk%d\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", i%2), nil)

@@ -3,7 +3,6 @@ package controller
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +16,7 @@ import (
 func TestWaitingApprovalStatus(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}})
 	gated := e.startRun(`
 name: gated
 stages:
