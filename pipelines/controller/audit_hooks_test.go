@@ -189,7 +189,7 @@ func firstSCMEvent(t *testing.T, e *hookEnv) scm.Event {
 	return ev
 }
 
-const failingTrigger = `name: labels
+var failingTrigger = `name: labels
 inputs:
   label: {type: string, required: true}
 triggers:
@@ -205,11 +205,7 @@ triggers:
       actions: [opened]
     inputs:
       label: none
-stages:
-  - id: build
-    steps:
-      - {id: say, type: Noop, with: {outputs: {label: "${{ inputs.label }}"}}}
-`
+` + echoStage("label")
 
 // TestAuditTriggerExpressionFailed: a trigger whose input expression fails on the event (the
 // PR has no label) starts no run; that is recorded on the event's webhook.accepted entry with
