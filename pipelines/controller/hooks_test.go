@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,7 +23,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
@@ -237,6 +236,22 @@ func readFile(t *testing.T, path string) []byte {
 	return b
 }
 
+// newGitHub is a fake GitHub holding repos (acme/<name>: files) and a provider on it.
+func newGitHub(t *testing.T, repos map[string]map[string]string) (*scmtest.GitHub, scm.Provider) {
+	t.Helper()
+	gh := scmtest.NewGitHub(t)
+	for _, name := range slices.Sorted(maps.Keys(repos)) {
+		if _, err := gh.CreateRepo("acme", name, repos[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gh, p
+}
+
 // mergedPR makes a real merged PR on a fake forge's acme/web and returns its snapshot.
 func mergedPR(t *testing.T, f *scmtest.Forge, p scm.Provider) scmtest.PullRequest {
 	t.Helper()
@@ -275,14 +290,7 @@ func mergedPR(t *testing.T, f *scmtest.Forge, p scm.Provider) scmtest.PullReques
 // of it starts no second run.
 func TestWebhookEndpoint(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"web": {"src/app.txt": "v1\n"}})
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 64<<10)
 	url := e.srv.URL + "/hooks/github"
@@ -400,17 +408,7 @@ func waitStatuses(t *testing.T, f *scmtest.Forge, sha string, want map[string]st
 // agent deploying the release repo.
 func onMergeEnv(t *testing.T, edit func(src []byte) []byte) (*hookEnv, *scmtest.GitHub, scm.Provider) {
 	t.Helper()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"web": {"src/app.txt": "v1\n"}, "release": examples.ReleaseRepo()})
 	src, err := examples.FS.ReadFile("pipelines/on-merge.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -420,17 +418,7 @@ func onMergeEnv(t *testing.T, edit func(src []byte) []byte) (*hookEnv, *scmtest.
 	}
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"examples/pipelines/on-merge.yaml": src}, 0)
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e.WaitAgent("sim") // triggered runs naming it are refused until it is live
+	e.StartSimAgent(gh.Git().Dir("acme", "release")) // triggered runs naming it are refused until it is live
 	return e, gh, ghp
 }
 
@@ -594,14 +582,7 @@ func TestTriggeredRunGitLabAndBitbucket(t *testing.T) {
 // the PR is closed unmerged.
 func TestWaitForMergeWokenByWebhook(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"release": {"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}})
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
 	gh.RegisterWebhook(e.srv.URL+"/hooks/github", hookSecret) // the fake forge sends real signed webhooks
 	src := `
@@ -710,15 +691,8 @@ func hmacHex(secret string, body []byte) string {
 // before), then merges.
 func TestMergePRWokenByStatusWebhook(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"release": {"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}})
 	if err := gh.SetRequiredStatusChecks("acme", "release", "main", "ci/build"); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
 		t.Fatal(err)
 	}
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
@@ -190,6 +191,23 @@ func (e *Env) RegisterAgent(id string) {
 		e.T.Fatal(err)
 	}
 	e.T.Cleanup(func() { cancel(); <-done })
+}
+
+// StartSimAgent runs simulated agent "sim" deploying the main branch of the git repository at
+// repo (quick sync timings, no log) until the test ends, and waits until it is registered.
+func (e *Env) StartSimAgent(repo string) {
+	e.T.Helper()
+	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: repo, Branch: "main",
+		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
+	e.T.Cleanup(func() { cancel(); <-done })
+	e.WaitAgent("sim")
 }
 
 // WaitAgent waits until agent id has a live registration in prflow-agents (runs naming it
