@@ -268,6 +268,24 @@ func (e *env) stop() {
 	e.cancel = nil
 }
 
+// replica starts a second controller on e's NATS with the test's registry and log (and opts);
+// it stops at test cleanup, before e.
+func (e *env) replica(opts ...Option) *Controller {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ctl, err := New(ctx, e.conn, append([]Option{WithRegistry(e.reg), WithLogger(e.log)}, opts...)...)
+	if err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = ctl.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); wg.Wait() })
+	<-ctl.Ready()
+	return ctl
+}
+
 func (e *env) startRun(src string, inputs map[string]any) *pipelines.Run {
 	e.t.Helper()
 	r, err := e.ctl.Start(context.Background(), StartRequest{File: "test.yaml", Source: []byte(src), Inputs: inputs, Executor: "tester"})

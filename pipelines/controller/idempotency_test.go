@@ -89,17 +89,7 @@ func runsOf(t *testing.T, c *Controller) []string {
 func TestIdempotentStartConcurrent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	second, err := New(ctx, e.conn, WithRegistry(e.reg), WithLogger(e.log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var replica sync.WaitGroup
-	replica.Add(1)
-	go func() { defer replica.Done(); _ = second.Run(ctx) }()
-	defer replica.Wait()
-	defer cancel()
-	<-second.Ready()
+	second := e.replica()
 	srv := e.serve(idemAuth)
 	srv2 := httptest.NewServer(second.Handler(idemAuth))
 	defer srv2.Close()

@@ -65,6 +65,7 @@ type Env struct {
 	Conn   *queue.Conn
 	Ctl    *controller.Controller
 	Logs   *Buffer
+	log    *slog.Logger
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	opts   Options
@@ -110,6 +111,7 @@ func New(t testing.TB, o Options) *Env {
 		level = slog.LevelWarn
 	}
 	log := slog.New(slog.NewJSONHandler(e.Logs, &slog.HandlerOptions{Level: level}))
+	e.log = log
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	conn, err := queue.Open(ctx, queue.Options{DataDir: o.Dir, Listen: o.Listen, Logger: log})
@@ -172,6 +174,24 @@ func New(t testing.TB, o Options) *Env {
 		e.WaitRegistered(fmt.Sprintf("w%d", i))
 	}
 	return e
+}
+
+// StartReplica starts a second controller on e's NATS with e's registry and log (and opts); it
+// stops at test cleanup, before e.
+func (e *Env) StartReplica(opts ...controller.Option) *controller.Controller {
+	e.T.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ctl, err := controller.New(ctx, e.Conn, append([]controller.Option{controller.WithRegistry(e.opts.Registry), controller.WithLogger(e.log)}, opts...)...)
+	if err != nil {
+		cancel()
+		e.T.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = ctl.Run(ctx) }()
+	e.T.Cleanup(func() { cancel(); wg.Wait() })
+	<-ctl.Ready()
+	return ctl
 }
 
 // RegisterAgent keeps a registration of agent id in prflow-agents (agent.Heartbeat, as agents
