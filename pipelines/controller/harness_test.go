@@ -349,7 +349,7 @@ func callAPI(t testing.TB, method, url, token, body string) (int, string) {
 }
 
 // eventually polls cond until it holds, failing the test with msg() after d.
-func eventually(t *testing.T, d time.Duration, cond func() bool, msg func() string) {
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
 	t.Helper()
 	for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
