@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -139,26 +138,14 @@ func TestEnvironmentsAPI(t *testing.T) {
 	}
 
 	// Readers during pipeline changes see whole states: two environments or one.
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				list, err := e.Ctl.Environments().List(context.Background())
-				if err != nil || (len(list) != 2 && len(list) != 1) {
-					t.Errorf("list during changes: %d %v", len(list), err)
-					return
-				}
-			}
-		}()
-	}
+	stop := ctltest.RepeatUntilStopped(8, func() bool {
+		list, err := e.Ctl.Environments().List(context.Background())
+		if err != nil || (len(list) != 2 && len(list) != 1) {
+			t.Errorf("list during changes: %d %v", len(list), err)
+			return false
+		}
+		return true
+	})
 	setPipelines(map[string][]byte{"web.yaml": envPipeline("web", "dev")})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if code, _ := get("/api/v1/environments/prod", token); code == http.StatusNotFound {
@@ -168,6 +155,5 @@ func TestEnvironmentsAPI(t *testing.T) {
 			t.Fatal("prod still listed after its pipeline dropped it")
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 }

@@ -348,6 +348,28 @@ func callAPI(t testing.TB, method, url, token, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// repeatUntilStopped calls fn over and over on n goroutines, each until fn returns false or
+// stop is called; stop waits for them.
+func repeatUntilStopped(n int, fn func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !fn() {
+					return
+				}
+			}
+		})
+	}
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
 // eventually polls cond until it holds, failing the test with msg() after d.
 func eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
 	t.Helper()

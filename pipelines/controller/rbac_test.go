@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -404,25 +403,13 @@ func TestRBACReloadUnderLoad(t *testing.T) {
 	deny := "policy.csv: |\n  g, alice, role:admin\n  p, bob, runs, start, */*\n"
 	f := a.setPolicy(allow)
 	r := a.startAs("alice", "name: api\nstages:\n  - {id: s, steps: [{id: a, type: Noop}]}\n")
-	done := make(chan struct{})
 	errs := make(chan string, 100)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				if code, body := a.call("bob", "GET", "/api/v1/runs/"+r.ID, ""); code != 200 && code != 403 {
-					errs <- fmt.Sprint(code, body)
-				}
-			}
-		}()
-	}
+	stop := repeatUntilStopped(4, func() bool {
+		if code, body := a.call("bob", "GET", "/api/v1/runs/"+r.ID, ""); code != 200 && code != 403 {
+			errs <- fmt.Sprint(code, body)
+		}
+		return true
+	})
 	for i := range 30 {
 		text := allow
 		switch i % 3 {
@@ -434,8 +421,7 @@ func TestRBACReloadUnderLoad(t *testing.T) {
 		writePolicy(t, f.Path(), text)
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(done)
-	wg.Wait()
+	stop()
 	select {
 	case e := <-errs:
 		t.Fatalf("answer %s during reloads", e)

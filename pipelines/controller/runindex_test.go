@@ -56,29 +56,19 @@ func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
 	for i := range 40 {
 		existing[e.startRun(fmt.Sprintf(listSrc, fmt.Sprintf("p%d", i%3)), nil).ID] = true
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var started []string
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			r, err := e.ctl.Start(t.Context(), StartRequest{File: "late.yaml", Source: []byte(fmt.Sprintf(listSrc, "late")), Executor: "tester"})
-			if err != nil {
-				t.Errorf("start while paging: %v", err)
-				return
-			}
-			mu.Lock()
-			started = append(started, r.ID)
-			mu.Unlock()
+	stop := repeatUntilStopped(1, func() bool {
+		r, err := e.ctl.Start(t.Context(), StartRequest{File: "late.yaml", Source: []byte(fmt.Sprintf(listSrc, "late")), Executor: "tester"})
+		if err != nil {
+			t.Errorf("start while paging: %v", err)
+			return false
 		}
-	}()
+		mu.Lock()
+		started = append(started, r.ID)
+		mu.Unlock()
+		return true
+	})
 	seen := map[string]int{}
 	var last *RunSummary
 	cursor, pages := "", 0
@@ -109,8 +99,7 @@ func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
 		}
 		cursor = next
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	for id, n := range seen {
 		if n > 1 {
 			t.Errorf("run %s listed %d times", id, n)

@@ -323,6 +323,28 @@ func (e *Env) ParkedPRs(ids []string, stage, step string, d time.Duration) (map[
 	return prs, parked
 }
 
+// RepeatUntilStopped calls fn over and over on n goroutines, each until fn returns false or
+// stop is called: load beside what a test checks. stop waits for them.
+func RepeatUntilStopped(n int, fn func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !fn() {
+					return
+				}
+			}
+		})
+	}
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
 // Step returns a step's state (main or rollback list).
 func Step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
 	s := r.Find(stage)
