@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -81,17 +80,8 @@ func TestEnvironmentsAPI(t *testing.T) {
 
 	get := func(path, tok string) (int, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		code, body := ctltest.CallAPI(t, "GET", srv.URL+path, tok, "")
+		return code, []byte(body)
 	}
 	if code, _ := get("/api/v1/environments", ""); code != http.StatusUnauthorized {
 		t.Errorf("without a token: %d", code)

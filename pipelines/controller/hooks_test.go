@@ -81,13 +81,7 @@ func newHookEnv(t *testing.T, svc map[string]any, secrets []string, triggers map
 // post sends a webhook request and returns the status and body.
 func (e *hookEnv) post(req *http.Request) (int, string) {
 	e.T.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return ctltest.Send(e.T, req)
 }
 
 // forgeHook is a delivery to /hooks/<provider> of body, a JSON payload as the forge sends it,

@@ -7,8 +7,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -343,6 +345,32 @@ func RepeatUntilStopped(n int, fn func() bool) (stop func()) {
 		})
 	}
 	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
+// CallAPI sends a request to url with a bearer token ("" sends none) and returns the status
+// and body.
+func CallAPI(t testing.TB, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return Send(t, req)
+}
+
+// Send sends req and returns the status and body.
+func Send(t testing.TB, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // Step returns a step's state (main or rollback list).
