@@ -145,16 +145,7 @@ stages:
 // twice at once). The run still parks, is approved and succeeds.
 func TestApprovalParksWithoutExecutionLease(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 1})
-	r := e.startRun(`
-name: gated
-stages:
-  - id: prod
-    steps:
-      - id: approve
-        type: Approval
-        timeout: 5m
-        with: {approvers: {groups: [release], minimumCount: 1}}
-`, nil)
+	r := e.startRun(gatedSrc, nil)
 	waitStep(t, e, r.ID, "approve", pipelines.StWaiting)
 	// A lease lives in the bucket for its TTL (30 s) after its job settled: any written would be here.
 	ctx := context.Background()
