@@ -246,6 +246,36 @@ func newGitHub(t *testing.T, repos map[string]map[string]string) (*scmtest.GitHu
 	return gh, p
 }
 
+// newForge is a fake GitLab or Bitbucket (kind) holding acme/web with files, a provider on it
+// and the builder of its signed webhook requests.
+func newForge(t *testing.T, kind string, files map[string]string) (*scmtest.Forge, scm.Provider, func(context.Context, string, string, scmtest.WebhookEvent) (*http.Request, error)) {
+	t.Helper()
+	var f *scmtest.Forge
+	var p scm.Provider
+	var err error
+	var build func(context.Context, string, string, scmtest.WebhookEvent) (*http.Request, error)
+	switch kind {
+	case "gitlab":
+		gl := scmtest.NewGitLab(t)
+		f, build = gl.Forge, scmtest.GitLabWebhookRequest
+		if _, err = gl.CreateRepo("acme", "web", files); err == nil {
+			p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
+		}
+	case "bitbucket":
+		bb := scmtest.NewBitbucket(t)
+		f, build = bb.Forge, scmtest.BitbucketWebhookRequest
+		if _, err = bb.CreateRepo("acme", "web", files); err == nil {
+			p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
+		}
+	default:
+		t.Fatalf("no fake forge %q", kind)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, p, build
+}
+
 // mergedPR makes a real merged PR on a fake forge's acme/web and returns its snapshot.
 func mergedPR(t *testing.T, f *scmtest.Forge, p scm.Provider) scmtest.PullRequest {
 	t.Helper()
@@ -520,27 +550,8 @@ func TestTriggeredRunGitLabAndBitbucket(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"gitlab", "bitbucket"} {
 		t.Run(kind, func(t *testing.T) {
-			var f *scmtest.Forge
-			var p scm.Provider
-			var err error
-			var build func(ctx context.Context, url, secret string, ev scmtest.WebhookEvent) (*http.Request, error)
-			switch kind {
-			case "gitlab":
-				gl := scmtest.NewGitLab(t)
-				f, build = gl.Forge, scmtest.GitLabWebhookRequest
-				if _, err = gl.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err == nil {
-					p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
-				}
-			case "bitbucket":
-				bb := scmtest.NewBitbucket(t)
-				f, build = bb.Forge, scmtest.BitbucketWebhookRequest
-				if _, err = bb.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err == nil {
-					p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			t.Parallel() // each forge has its own fake and prflow
+			f, p, build := newForge(t, kind, map[string]string{"src/app.txt": "v1\n"})
 			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": p}}, []string{scmtest.DefaultToken},
 				map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 0)
 			pr := mergedPR(t, f, p)
@@ -1100,26 +1111,8 @@ func TestPushPathsIncompletePayload(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"gitlab", "bitbucket"} {
 		t.Run(kind, func(t *testing.T) {
-			var p scm.Provider
-			var err error
-			var build func(ctx context.Context, url, secret string, ev scmtest.WebhookEvent) (*http.Request, error)
-			switch kind {
-			case "gitlab":
-				gl := scmtest.NewGitLab(t)
-				build = scmtest.GitLabWebhookRequest
-				if _, err = gl.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err == nil {
-					p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
-				}
-			case "bitbucket":
-				bb := scmtest.NewBitbucket(t)
-				build = scmtest.BitbucketWebhookRequest
-				if _, err = bb.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err == nil {
-					p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			t.Parallel() // each forge has its own fake and prflow
+			_, p, build := newForge(t, kind, map[string]string{"README.md": "v1\n"})
 			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": p}}, []string{scmtest.DefaultToken},
 				map[string][]byte{"push.yaml": []byte(pushPathsTrigger)}, 0)
 			ctx := context.Background()
