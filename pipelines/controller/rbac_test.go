@@ -113,6 +113,14 @@ func (a *rbacAPI) call(user, method, path, body string) (int, string) {
 	return callAPI(a.t, method, a.srv.URL+path, rbacTokens[user], body)
 }
 
+// waitEnd waits for run id to end with status want.
+func (a *rbacAPI) waitEnd(id string, want pipelines.Status) {
+	a.t.Helper()
+	if r := a.e.wait(id, 30*time.Second); r.Status != want {
+		a.t.Fatalf("run %s: %s, want %s", id, r.Status, want)
+	}
+}
+
 // startAs starts src as user through the API.
 func (a *rbacAPI) startAs(user, src string) *pipelines.Run {
 	a.t.Helper()
@@ -160,9 +168,7 @@ func TestRBACEveryRouteRefused(t *testing.T) {
 	parked := a.startAs("alice", webSrc)
 	a.parked(parked.ID)
 	failed := a.startAs("alice", brokenSrc)
-	if r := a.e.wait(failed.ID, 30*time.Second); r.Status != pipelines.StFailed {
-		t.Fatalf("broken run: %s", r.Status)
-	}
+	a.waitEnd(failed.ID, pipelines.StFailed) // the broken run
 
 	// The environment model is built from the runs' records as they are written: wait until it
 	// shows prod before asking about it.
@@ -322,9 +328,7 @@ func TestRBACCancelOtherUsersRun(t *testing.T) {
 	if code, body := a.call("bob", "POST", "/api/v1/runs/"+r.ID+"/cancel", "{}"); code != 202 {
 		t.Fatalf("bob cancel with the permission: %d %s", code, body)
 	}
-	if got := a.e.wait(r.ID, 30*time.Second); got.Status != pipelines.StCancelled {
-		t.Fatalf("run %s", got.Status)
-	}
+	a.waitEnd(r.ID, pipelines.StCancelled)
 }
 
 // TestRBACStartAndListByEnvironment: a developer may start what deploys to dev only; a run
@@ -389,9 +393,7 @@ func TestRBACApprovalsNeedBoth(t *testing.T) {
 	if code, body := a.call("alice", "POST", "/api/v1/runs/"+r.ID+"/signals", approve); code != 202 {
 		t.Fatalf("alice: %d %s", code, body)
 	}
-	if got := a.e.wait(r.ID, 30*time.Second); got.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s", got.Status)
-	}
+	a.waitEnd(r.ID, pipelines.StSucceeded)
 }
 
 // TestRBACReloadUnderLoad: requests keep being decided while the policy file flips and
