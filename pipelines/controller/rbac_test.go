@@ -17,8 +17,8 @@ import (
 	"github.com/prflow/prflow/pipelines/rbac"
 )
 
-// webSrc promotes dev then prod; prod waits for an approval by alice, bob or carol.
-const webSrc = `
+// webStages is web's dev then prod promotion up to prod's steps, which webSrc and brokenSrc add.
+const webStages = `
 name: web
 environments:
   - {name: dev}
@@ -29,23 +29,15 @@ stages:
     steps: [{id: a, type: Noop}]
   - id: prod
     environment: prod
-    steps:
+`
+
+// webSrc promotes dev then prod; prod waits for an approval by alice, bob or carol.
+const webSrc = webStages + `    steps:
       - {id: approve, type: Approval, timeout: 10m, with: {approvers: {users: [alice, bob, carol]}, message: go}}
 `
 
 // brokenSrc fails in prod (a run to retry and re-run).
-const brokenSrc = `
-name: web
-environments:
-  - {name: dev}
-  - {name: prod}
-stages:
-  - id: dev
-    environment: dev
-    steps: [{id: a, type: Noop}]
-  - id: prod
-    environment: prod
-    steps: [{id: b, type: Boom}]
+const brokenSrc = webStages + `    steps: [{id: b, type: Boom}]
 `
 
 type rbacAPI struct {
