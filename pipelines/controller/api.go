@@ -343,11 +343,7 @@ func (c *Controller) apiSignal(w http.ResponseWriter, r *http.Request) {
 	}
 	sig, err := c.sendSignal(r.Context(), r.PathValue("id"), req, UserFrom(r.Context()))
 	if err != nil {
-		code := http.StatusInternalServerError
-		if de := (*DecisionError)(nil); errors.As(err, &de) {
-			code, err = de.Code, de.Err
-		}
-		writeErr(w, code, err)
+		writeDecisionErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, sig)

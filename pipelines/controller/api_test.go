@@ -3,9 +3,6 @@ package controller
 import (
 	"bufio"
 	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,38 +12,20 @@ import (
 	"github.com/prflow/prflow/pipelines"
 )
 
-func writeTokens(t *testing.T) string {
+// apiAuth is alice (release, token from the environment) and bob (a digest).
+func apiAuth(t *testing.T) *Auth {
 	t.Helper()
 	t.Setenv("PRFLOW_TEST_ALICE", "alice-token-123456")
-	path := filepath.Join(t.TempDir(), "tokens.yaml")
-	content := "tokens:\n  - user: alice\n    groups: [release]\n    token: env:PRFLOW_TEST_ALICE\n" +
-		"  - user: bob\n    token: sha256:" + sha256hex("bob-token-abcdefg") + "\n"
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return tokensAuth(t, "tokens:\n  - user: alice\n    groups: [release]\n    token: env:PRFLOW_TEST_ALICE\n"+
+		"  - user: bob\n    token: sha256:"+sha256hex("bob-token-abcdefg")+"\n")
 }
 
 func TestAPI(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 1})
-	auth, err := LoadAuth(writeTokens(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(e.ctl.Handler(auth))
-	defer srv.Close()
+	srv := e.serve(apiAuth(t))
 	call := func(method, path, token, body string) (int, string) {
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		t.Helper()
+		return callAPI(t, method, srv.URL+path, token, body)
 	}
 	for _, tok := range []string{"", "wrong-token-000"} {
 		if code, _ := call("GET", "/api/v1/runs", tok, ""); code != 401 {

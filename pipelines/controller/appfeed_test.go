@@ -1,12 +1,9 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // recv waits for the next change delivered to s.
@@ -79,23 +76,13 @@ func TestAppFeedAfterServerRestart(t *testing.T) {
 	defer s.Close()
 	s.SetKeys(map[string]bool{"sim.web-staging": true})
 
-	e.srv.Shutdown()
-	e.srv.WaitForShutdown()
-	e.startServer()
-	nc := e.ctl.conn.NC
-	eventually(t, 20*time.Second, func() bool { return nc.Status() == nats.CONNECTED && nc.Stats().Reconnects > 0 },
-		func() string { return "controller not reconnected" })
+	e.restartServer()
 	select {
 	case <-s.Resync():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the page was not told to re-read after the reconnect")
 	}
-	eventually(t, 20*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := e.apps.Put(ctx, "sim.web-staging", []byte(`{"name":"web-staging","cluster":"staging-eu","health":"Degraded"}`))
-		return err == nil
-	}, func() string { return "agent cannot write after the restart" })
+	e.putAfterRestart("sim.web-staging", `{"name":"web-staging","cluster":"staging-eu","health":"Degraded"}`)
 	if k, ok := recv(t, s, 60*time.Second); !ok || k != "sim.web-staging" {
 		t.Fatalf("a change after the restart never reached the page (%q, %v)", k, ok)
 	}

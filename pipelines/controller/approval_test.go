@@ -4,9 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,21 +14,13 @@ import (
 func TestApprovalIdentityChecked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens.yaml")
 	// Tokens files hold references, never tokens: digests here.
-	_ = os.WriteFile(tokens, []byte(`tokens:
+	srv := e.serve(tokensAuth(t, `tokens:
   - {user: alice, groups: [release], token: sha256:`+sha256hex("alice-token-1234")+`}
   - {user: bob, groups: [release], token: sha256:`+sha256hex("bob-token-12345")+`}
   - {user: mallory, groups: [dev], token: sha256:`+sha256hex("mallory-token-1")+`}
   - {user: tester, groups: [release], token: sha256:`+sha256hex("tester-token-12")+`}
-`), 0o600)
-	auth, err := LoadAuth(tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(e.ctl.Handler(auth))
-	defer srv.Close()
+`))
 	src := `
 name: gated
 stages:
@@ -58,17 +47,10 @@ stages:
 	}
 	approveAs := func(token, comment string, want int, wantMsg string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", srv.URL+"/api/v1/runs/"+r.ID+"/signals",
-			strings.NewReader(`{"stage":"prod","step":"approve","approve":true,"comment":"`+comment+`"}`))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want || !strings.Contains(string(body), wantMsg) {
-			t.Fatalf("approve: got %s %s, want %d %q", resp.Status, body, want, wantMsg)
+		code, body := callAPI(t, "POST", srv.URL+"/api/v1/runs/"+r.ID+"/signals", token,
+			`{"stage":"prod","step":"approve","approve":true,"comment":"`+comment+`"}`)
+		if code != want || !strings.Contains(body, wantMsg) {
+			t.Fatalf("approve: got %d %s %s, want %d %q", code, http.StatusText(code), body, want, wantMsg)
 		}
 	}
 	approve := func(token, comment string) { t.Helper(); approveAs(token, comment, 202, "") }
@@ -109,8 +91,7 @@ func TestApprovalTimesOut(t *testing.T) {
 func TestSignalRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}})
 	r := e.startRun(`
 name: mixed
 stages:
@@ -164,16 +145,7 @@ stages:
 // twice at once). The run still parks, is approved and succeeds.
 func TestApprovalParksWithoutExecutionLease(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 1})
-	r := e.startRun(`
-name: gated
-stages:
-  - id: prod
-    steps:
-      - id: approve
-        type: Approval
-        timeout: 5m
-        with: {approvers: {groups: [release], minimumCount: 1}}
-`, nil)
+	r := e.startRun(gatedSrc, nil)
 	waitStep(t, e, r.ID, "approve", pipelines.StWaiting)
 	// A lease lives in the bucket for its TTL (30 s) after its job settled: any written would be here.
 	ctx := context.Background()

@@ -14,7 +14,6 @@ import (
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/scm"
 	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -68,14 +67,7 @@ func waitEntries(t *testing.T, l *audit.Log, f audit.Filter, want int) []audit.E
 // signature or guessed token reaches the stream.
 func TestAuditWebhooks(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"web": {"src/app.txt": "v1\n"}})
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 64<<10, func(o *ctltest.Options) { o.Audit = true })
 	log := &audit.Log{JS: e.Conn.JS}
@@ -189,7 +181,7 @@ func firstSCMEvent(t *testing.T, e *hookEnv) scm.Event {
 	return ev
 }
 
-const failingTrigger = `name: labels
+var failingTrigger = `name: labels
 inputs:
   label: {type: string, required: true}
 triggers:
@@ -205,11 +197,7 @@ triggers:
       actions: [opened]
     inputs:
       label: none
-stages:
-  - id: build
-    steps:
-      - {id: say, type: Noop, with: {outputs: {label: "${{ inputs.label }}"}}}
-`
+` + echoStage("label")
 
 // TestAuditTriggerExpressionFailed: a trigger whose input expression fails on the event (the
 // PR has no label) starts no run; that is recorded on the event's webhook.accepted entry with

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -78,22 +77,12 @@ func newAuditAPI(t *testing.T, opts ...func(*Controller)) *auditAPI {
 // call sends a request with a bearer token ("" sends none).
 func (a *auditAPI) call(token, method, path string, body any) (int, string) {
 	a.t.Helper()
-	var rd io.Reader
+	var text string
 	if body != nil {
 		b, _ := json.Marshal(body)
-		rd = strings.NewReader(string(b))
+		text = string(b)
 	}
-	req, _ := http.NewRequest(method, a.srv.URL+path, rd)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return callAPI(a.t, method, a.srv.URL+path, token, text)
 }
 
 // entries is GET /api/v1/audit?q, which must succeed and show no token.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,8 +131,7 @@ func TestParkedStepsHoldNoWorker(t *testing.T) {
 		t.Fatalf("51st run: %s %s", r.Status, r.Error)
 	}
 	// Approve one parked run through the API; reject another.
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}})
 	post := func(id, body string) {
 		resp, err := http.Post(srv.URL+"/api/v1/runs/"+id+"/signals", "application/json", strings.NewReader(body))
 		if err != nil || resp.StatusCode != 202 {

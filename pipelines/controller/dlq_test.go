@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,21 +45,9 @@ func TestWorkerDeathsDoNotFailAParkingStep(t *testing.T) {
 	const kills = 4
 	for i := 0; i < kills; i++ {
 		w := startChild(t, url, fmt.Sprintf("mortal%d", i))
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			b, _ := os.ReadFile(starts)
-			if strings.Count(string(b), " start\n") > i {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("delivery %d never started", i+1)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err := w.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = w.Wait()
+		eventually(t, 60*time.Second, func() bool { b, _ := os.ReadFile(starts); return strings.Count(string(b), " start\n") > i },
+			func() string { return fmt.Sprintf("delivery %d never started", i+1) })
+		killChild(t, w)
 	}
 	startChild(t, url, "survivor")
 	got := e.wait(r.ID, 90*time.Second)

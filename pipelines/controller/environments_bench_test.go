@@ -14,7 +14,6 @@ import (
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/steps"
 )
 
 // BenchmarkEnvironmentsAPI: GET /api/v1/environments with 200 environments (40 pipelines of
@@ -31,20 +30,9 @@ func BenchmarkEnvironmentsAPI(b *testing.B) {
 		}
 		files[fmt.Sprintf("p%02d.yaml", p)] = envPipeline(fmt.Sprintf("p%02d", p), envs...)
 	}
-	ts, err := controller.NewTriggerSet(steps.Default, files)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e.Ctl.SetTriggers(ts)
+	setPipelines(b, e, files)
 	ctx := context.Background()
-	hbCtx, hbStop := context.WithCancel(ctx)
-	hbDone, err := agent.Heartbeat(hbCtx, e.Ctl.Buckets().Agents, time.Second, func() agent.Registration {
-		return agent.Registration{Agent: "sim", Replica: "r1", Kind: "simulated", Leader: true, Healthy: true}
-	}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { hbStop(); <-hbDone })
+	heartbeatSim(b, e)
 	for env := range 200 {
 		for a := range 5 {
 			name := fmt.Sprintf("web%d-e%03d", a, env)

@@ -6,13 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +35,30 @@ func envPipeline(name string, envs ...string) []byte {
 	return []byte(b.String())
 }
 
+// setPipelines puts files (name: pipeline source) in force as the server's pipelines.
+func setPipelines(tb testing.TB, e *ctltest.Env, files map[string][]byte) {
+	tb.Helper()
+	ts, err := controller.NewTriggerSet(steps.Default, files)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.Ctl.SetTriggers(ts)
+}
+
+// heartbeatSim keeps agent sim registered as its leader replica until the test ends.
+func heartbeatSim(tb testing.TB, e *ctltest.Env) {
+	tb.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done, err := agent.Heartbeat(ctx, e.Ctl.Buckets().Agents, time.Second, func() agent.Registration {
+		return agent.Registration{Agent: "sim", Replica: "r1", Kind: "simulated", Leader: true, Healthy: true}
+	}, nil)
+	if err != nil {
+		stop()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { stop(); <-done })
+}
+
 // TestEnvironmentsAPI: the three endpoints answer from the model with a token only; an
 // unknown name is a 404 naming it, a bad limit a 400 naming the parameter; hostile names do
 // no harm; reads while the pipelines change are consistent (run with -race).
@@ -56,23 +78,8 @@ func TestEnvironmentsAPI(t *testing.T) {
 	}
 	srv := httptest.NewServer(e.Ctl.Handler(auth))
 	t.Cleanup(srv.Close)
-	setPipelines := func(files map[string][]byte) {
-		t.Helper()
-		ts, err := controller.NewTriggerSet(steps.Default, files)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.Ctl.SetTriggers(ts)
-	}
-	setPipelines(map[string][]byte{"web.yaml": envPipeline("web", "dev", "prod")})
-	hbCtx, hbStop := context.WithCancel(context.Background())
-	hbDone, err := agent.Heartbeat(hbCtx, e.Ctl.Buckets().Agents, time.Second, func() agent.Registration {
-		return agent.Registration{Agent: "sim", Replica: "r1", Kind: "simulated", Leader: true, Healthy: true}
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hbStop(); <-hbDone })
+	setPipelines(t, e, map[string][]byte{"web.yaml": envPipeline("web", "dev", "prod")})
+	heartbeatSim(t, e)
 	st := agent.AppStatus{V: agent.Version, Agent: "sim", Name: "web-dev", Cluster: "dev-eu", ApplicationSet: "web",
 		Labels: map[string]string{"harness.io/envRef": "dev"}, Sync: "Synced", Health: "Healthy", SyncedRevision: "abc"}
 	raw, _ := json.Marshal(st)
@@ -82,17 +89,8 @@ func TestEnvironmentsAPI(t *testing.T) {
 
 	get := func(path, tok string) (int, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		code, body := ctltest.CallAPI(t, "GET", srv.URL+path, tok, "")
+		return code, []byte(body)
 	}
 	if code, _ := get("/api/v1/environments", ""); code != http.StatusUnauthorized {
 		t.Errorf("without a token: %d", code)
@@ -139,27 +137,15 @@ func TestEnvironmentsAPI(t *testing.T) {
 	}
 
 	// Readers during pipeline changes see whole states: two environments or one.
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				list, err := e.Ctl.Environments().List(context.Background())
-				if err != nil || (len(list) != 2 && len(list) != 1) {
-					t.Errorf("list during changes: %d %v", len(list), err)
-					return
-				}
-			}
-		}()
-	}
-	setPipelines(map[string][]byte{"web.yaml": envPipeline("web", "dev")})
+	stop := ctltest.RepeatUntilStopped(8, func() bool {
+		list, err := e.Ctl.Environments().List(context.Background())
+		if err != nil || (len(list) != 2 && len(list) != 1) {
+			t.Errorf("list during changes: %d %v", len(list), err)
+			return false
+		}
+		return true
+	})
+	setPipelines(t, e, map[string][]byte{"web.yaml": envPipeline("web", "dev")})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if code, _ := get("/api/v1/environments/prod", token); code == http.StatusNotFound {
 			break
@@ -168,6 +154,5 @@ func TestEnvironmentsAPI(t *testing.T) {
 			t.Fatal("prod still listed after its pipeline dropped it")
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 }

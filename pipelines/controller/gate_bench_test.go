@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/pipelines"
@@ -118,6 +119,33 @@ func (e *gateEnv) startServer() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	e.t.Fatalf("embedded NATS on %s: %v", e.addr, err)
+}
+
+// restartServer shuts the TCP server down, starts it again and waits until the controller
+// reconnected.
+func (e *gateEnv) restartServer() {
+	e.t.Helper()
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	e.startServer()
+	nc := e.ctl.conn.NC
+	eventually(e.t, 20*time.Second, func() bool { return nc.Status() == nats.CONNECTED && nc.Stats().Reconnects > 0 },
+		func() string { return "controller not reconnected" })
+}
+
+// putAfterRestart writes record under key as an agent does once it can write again after a
+// server restart, and returns its revision.
+func (e *gateEnv) putAfterRestart(key, record string) uint64 {
+	e.t.Helper()
+	var rev uint64
+	eventually(e.t, 20*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var err error
+		rev, err = e.apps.Put(ctx, key, []byte(record))
+		return err == nil
+	}, func() string { return "agent cannot write after the restart" })
+	return rev
 }
 
 // start runs a controller with the example policies (and opts) and builds the stage gate of

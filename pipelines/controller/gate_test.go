@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -283,21 +282,8 @@ func TestStageGateAfterServerRestart(t *testing.T) {
 	e.start()
 	e.wantDeny("staging Healthy")
 
-	e.srv.Shutdown()
-	e.srv.WaitForShutdown()
-	e.startServer()
-	nc := e.ctl.conn.NC
-	eventually(t, 20*time.Second, func() bool { return nc.Status() == nats.CONNECTED && nc.Stats().Reconnects > 0 },
-		func() string { return "controller not reconnected" })
-	var rev uint64
-	eventually(t, 20*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		var err error
-		rev, err = e.apps.Put(ctx, "sim.web-staging",
-			[]byte(`{"name":"web-staging","cluster":"staging-eu","health":"Degraded","labels":{"harness.io/envRef":"staging"}}`))
-		return err == nil
-	}, func() string { return "agent cannot write after the restart" })
+	e.restartServer()
+	rev := e.putAfterRestart("sim.web-staging", `{"name":"web-staging","cluster":"staging-eu","health":"Degraded","labels":{"harness.io/envRef":"staging"}}`)
 	// Far longer than a live watcher takes to deliver, far shorter than the client takes to
 	// notice that its watcher's consumer is gone (missed heartbeats, seconds).
 	time.Sleep(300 * time.Millisecond)

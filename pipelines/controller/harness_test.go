@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,6 +268,24 @@ func (e *env) stop() {
 	e.cancel = nil
 }
 
+// replica starts a second controller on e's NATS with the test's registry and log (and opts);
+// it stops at test cleanup, before e.
+func (e *env) replica(opts ...Option) *Controller {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ctl, err := New(ctx, e.conn, append([]Option{WithRegistry(e.reg), WithLogger(e.log)}, opts...)...)
+	if err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = ctl.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); wg.Wait() })
+	<-ctl.Ready()
+	return ctl
+}
+
 func (e *env) startRun(src string, inputs map[string]any) *pipelines.Run {
 	e.t.Helper()
 	r, err := e.ctl.Start(context.Background(), StartRequest{File: "test.yaml", Source: []byte(src), Inputs: inputs, Executor: "tester"})
@@ -287,8 +308,70 @@ func (e *env) wait(id string, d time.Duration) *pipelines.Run {
 	return r
 }
 
+// serve is the controller's HTTP API with auth; it closes at test cleanup.
+func (e *env) serve(auth *Auth) *httptest.Server {
+	srv := httptest.NewServer(e.ctl.Handler(auth))
+	e.t.Cleanup(srv.Close)
+	return srv
+}
+
+// tokensAuth writes text as a tokens file (--tokens) and loads it.
+func tokensAuth(t *testing.T, text string) *Auth {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := LoadAuth(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auth
+}
+
+// callAPI sends a request with a bearer token ("" sends none) and returns the status and body.
+func callAPI(t testing.TB, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// repeatUntilStopped calls fn over and over on n goroutines, each until fn returns false or
+// stop is called; stop waits for them.
+func repeatUntilStopped(n int, fn func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !fn() {
+					return
+				}
+			}
+		})
+	}
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
 // eventually polls cond until it holds, failing the test with msg() after d.
-func eventually(t *testing.T, d time.Duration, cond func() bool, msg func() string) {
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
 	t.Helper()
 	for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,7 +23,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/examples"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
@@ -82,13 +81,33 @@ func newHookEnv(t *testing.T, svc map[string]any, secrets []string, triggers map
 // post sends a webhook request and returns the status and body.
 func (e *hookEnv) post(req *http.Request) (int, string) {
 	e.T.Helper()
-	resp, err := http.DefaultClient.Do(req)
+	return ctltest.Send(e.T, req)
+}
+
+// forgeHook is a delivery to /hooks/<provider> of body, a JSON payload as the forge sends it,
+// with the forge's headers.
+func (e *hookEnv) forgeHook(provider string, body []byte, header map[string]string) *http.Request {
+	e.T.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/"+provider, bytes.NewReader(body))
 	if err != nil {
 		e.T.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+// triggeredInputs is input name of every webhook-started run, sorted.
+func (e *hookEnv) triggeredInputs(name string) string {
+	e.T.Helper()
+	var got []string
+	for _, r := range e.triggeredRuns() {
+		got = append(got, fmt.Sprint(r.Inputs[name]))
+	}
+	slices.Sort(got)
+	return fmt.Sprint(got)
 }
 
 // scmCount is how many events PRFLOW_SCM holds.
@@ -179,7 +198,7 @@ func replayable(t *testing.T, req *http.Request) func() *http.Request {
 	}
 }
 
-const noopTrigger = `name: hello-hook
+var noopTrigger = `name: hello-hook
 inputs:
   sha: {type: string, required: true}
   pr: {type: number, default: 0}
@@ -193,11 +212,69 @@ triggers:
     inputs:
       sha: ${{ event.sha }}
       pr: ${{ event.pr.number }}
-stages:
-  - id: build
-    steps:
-      - {id: say, type: Noop, with: {outputs: {sha: "${{ inputs.sha }}"}}}
-`
+` + echoStage("sha")
+
+// echoStage is the one stage of the trigger tests' pipelines: a Noop whose output is the input
+// the trigger set.
+func echoStage(input string) string {
+	return "stages:\n  - id: build\n    steps:\n      - {id: say, type: Noop, with: {outputs: {" + input + `: "${{ inputs.` + input + ` }}"}}}` + "\n"
+}
+
+// readFile is a file's content (a forge's recorded payload).
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// newGitHub is a fake GitHub holding repos (acme/<name>: files) and a provider on it.
+func newGitHub(t *testing.T, repos map[string]map[string]string) (*scmtest.GitHub, scm.Provider) {
+	t.Helper()
+	gh := scmtest.NewGitHub(t)
+	for _, name := range slices.Sorted(maps.Keys(repos)) {
+		if _, err := gh.CreateRepo("acme", name, repos[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gh, p
+}
+
+// newForge is a fake GitLab or Bitbucket (kind) holding acme/web with files, a provider on it
+// and the builder of its signed webhook requests.
+func newForge(t *testing.T, kind string, files map[string]string) (*scmtest.Forge, scm.Provider, func(context.Context, string, string, scmtest.WebhookEvent) (*http.Request, error)) {
+	t.Helper()
+	var f *scmtest.Forge
+	var p scm.Provider
+	var err error
+	var build func(context.Context, string, string, scmtest.WebhookEvent) (*http.Request, error)
+	switch kind {
+	case "gitlab":
+		gl := scmtest.NewGitLab(t)
+		f, build = gl.Forge, scmtest.GitLabWebhookRequest
+		if _, err = gl.CreateRepo("acme", "web", files); err == nil {
+			p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
+		}
+	case "bitbucket":
+		bb := scmtest.NewBitbucket(t)
+		f, build = bb.Forge, scmtest.BitbucketWebhookRequest
+		if _, err = bb.CreateRepo("acme", "web", files); err == nil {
+			p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
+		}
+	default:
+		t.Fatalf("no fake forge %q", kind)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, p, build
+}
 
 // mergedPR makes a real merged PR on a fake forge's acme/web and returns its snapshot.
 func mergedPR(t *testing.T, f *scmtest.Forge, p scm.Provider) scmtest.PullRequest {
@@ -237,14 +314,7 @@ func mergedPR(t *testing.T, f *scmtest.Forge, p scm.Provider) scmtest.PullReques
 // of it starts no second run.
 func TestWebhookEndpoint(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"web": {"src/app.txt": "v1\n"}})
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 64<<10)
 	url := e.srv.URL + "/hooks/github"
@@ -362,17 +432,7 @@ func waitStatuses(t *testing.T, f *scmtest.Forge, sha string, want map[string]st
 // agent deploying the release repo.
 func onMergeEnv(t *testing.T, edit func(src []byte) []byte) (*hookEnv, *scmtest.GitHub, scm.Provider) {
 	t.Helper()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gh.CreateRepo("acme", "release", examples.ReleaseRepo()); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"web": {"src/app.txt": "v1\n"}, "release": examples.ReleaseRepo()})
 	src, err := examples.FS.ReadFile("pipelines/on-merge.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -382,17 +442,7 @@ func onMergeEnv(t *testing.T, edit func(src []byte) []byte) (*hookEnv, *scmtest.
 	}
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": ghp, "release": ghp}}, []string{scmtest.DefaultToken},
 		map[string][]byte{"examples/pipelines/on-merge.yaml": src}, 0)
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e.WaitAgent("sim") // triggered runs naming it are refused until it is live
+	e.StartSimAgent(gh.Git().Dir("acme", "release")) // triggered runs naming it are refused until it is live
 	return e, gh, ghp
 }
 
@@ -500,27 +550,8 @@ func TestTriggeredRunGitLabAndBitbucket(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"gitlab", "bitbucket"} {
 		t.Run(kind, func(t *testing.T) {
-			var f *scmtest.Forge
-			var p scm.Provider
-			var err error
-			var build func(ctx context.Context, url, secret string, ev scmtest.WebhookEvent) (*http.Request, error)
-			switch kind {
-			case "gitlab":
-				gl := scmtest.NewGitLab(t)
-				f, build = gl.Forge, scmtest.GitLabWebhookRequest
-				if _, err = gl.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err == nil {
-					p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
-				}
-			case "bitbucket":
-				bb := scmtest.NewBitbucket(t)
-				f, build = bb.Forge, scmtest.BitbucketWebhookRequest
-				if _, err = bb.CreateRepo("acme", "web", map[string]string{"src/app.txt": "v1\n"}); err == nil {
-					p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			t.Parallel() // each forge has its own fake and prflow
+			f, p, build := newForge(t, kind, map[string]string{"src/app.txt": "v1\n"})
 			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": p}}, []string{scmtest.DefaultToken},
 				map[string][]byte{"hello.yaml": []byte(noopTrigger)}, 0)
 			pr := mergedPR(t, f, p)
@@ -556,14 +587,7 @@ func TestTriggeredRunGitLabAndBitbucket(t *testing.T) {
 // the PR is closed unmerged.
 func TestWaitForMergeWokenByWebhook(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"release": {"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}})
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
 	gh.RegisterWebhook(e.srv.URL+"/hooks/github", hookSecret) // the fake forge sends real signed webhooks
 	src := `
@@ -672,15 +696,8 @@ func hmacHex(secret string, body []byte) string {
 // before), then merges.
 func TestMergePRWokenByStatusWebhook(t *testing.T) {
 	t.Parallel()
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}); err != nil {
-		t.Fatal(err)
-	}
+	gh, ghp := newGitHub(t, map[string]map[string]string{"release": {"envs/prod/config.json": "{\n  \"replicas\": 2\n}\n"}})
 	if err := gh.SetRequiredStatusChecks("acme", "release", "main", "ci/build"); err != nil {
-		t.Fatal(err)
-	}
-	ghp, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
 		t.Fatal(err)
 	}
 	e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"release": ghp}}, []string{scmtest.DefaultToken}, nil, 0)
@@ -719,11 +736,8 @@ stages:
 	body, _ := json.Marshal(map[string]any{"id": 1, "sha": head, "name": "acme/release", "context": "ci/build", "state": "success",
 		"target_url": nil, "description": nil, "branches": []any{}, "repository": map[string]any{"full_name": "acme/release", "name": "release"},
 		"sender": map[string]any{"login": "ci-bot"}})
-	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/github", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", "status")
-	req.Header.Set("X-GitHub-Delivery", "status-delivery-1")
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(hookSecret, body))
+	req := e.forgeHook("github", body, map[string]string{"X-GitHub-Event": "status", "X-GitHub-Delivery": "status-delivery-1",
+		"X-Hub-Signature-256": "sha256=" + hmacHex(hookSecret, body)})
 	if code, resp := e.post(req); code != http.StatusAccepted {
 		t.Fatalf("status webhook: HTTP %d %s", code, resp)
 	}
@@ -765,7 +779,7 @@ func TestLoadTriggerDir(t *testing.T) {
 	}
 }
 
-const pushTrigger = `name: on-push
+var pushTrigger = `name: on-push
 inputs:
   sha: {type: string, required: true}
 triggers:
@@ -777,11 +791,7 @@ triggers:
       paths: ["services/web/**"]
     inputs:
       sha: ${{ event.after }}
-stages:
-  - id: build
-    steps:
-      - {id: say, type: Noop, with: {outputs: {sha: "${{ inputs.sha }}"}}}
-`
+` + echoStage("sha")
 
 // bigPush is a push of n commits, each touching ten files of its own, the last one also
 // services/web/app.go: GitHub lists up to 2,048 commits in one push payload.
@@ -929,7 +939,7 @@ func TestGitLabWebhookDedupe(t *testing.T) {
 	}
 }
 
-const readyTrigger = `name: on-ready
+var readyTrigger = `name: on-ready
 inputs:
   branch: {type: string, required: true}
 triggers:
@@ -941,11 +951,7 @@ triggers:
     if: ${{ !event.pr.draft }}
     inputs:
       branch: ${{ event.pr.headBranch }}
-stages:
-  - id: build
-    steps:
-      - {id: say, type: Noop, with: {outputs: {branch: "${{ inputs.branch }}"}}}
-`
+` + echoStage("branch")
 
 // TestWebhookDraftMarkedReady: a PR opened as a draft starts nothing; marking it ready does
 // (GitHub: action ready_for_review; GitLab: an update whose changes clear the draft flag).
@@ -985,7 +991,7 @@ func TestWebhookDraftMarkedReady(t *testing.T) {
 	}
 }
 
-const anyBranchTrigger = `name: on-any-push
+var anyBranchTrigger = `name: on-any-push
 inputs:
   branch: {type: string, required: true}
 triggers:
@@ -996,11 +1002,7 @@ triggers:
       deleted: true
     inputs:
       branch: ${{ event.branch }}
-stages:
-  - id: build
-    steps:
-      - {id: say, type: Noop, with: {outputs: {branch: "${{ inputs.branch }}"}}}
-`
+` + echoStage("branch")
 
 // TestBitbucketPushSeveralBranches: one Bitbucket delivery whose push moves three branches
 // (and a tag) starts one run per branch, not only the first; the answer lists each event.
@@ -1008,21 +1010,11 @@ stages:
 func TestBitbucketPushSeveralBranches(t *testing.T) {
 	t.Parallel()
 	e := newHookEnv(t, nil, nil, map[string][]byte{"push.yaml": []byte(anyBranchTrigger)}, 0)
-	body, err := os.ReadFile("../../scm/bitbucket/testdata/push_several_branches.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := readFile(t, "../../scm/bitbucket/testdata/push_several_branches.json")
 	send := func() hookAnswer {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/bitbucket", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Event-Key", "repo:push")
-		req.Header.Set("X-Request-UUID", "6c1e2d3f-4a5b-4c6d-8e7f-901a2b3c4d5e")
-		req.Header.Set("X-Hub-Signature", "sha256="+hmacHex(hookSecret, body))
-		code, resp := e.post(req)
+		code, resp := e.post(e.forgeHook("bitbucket", body, map[string]string{"X-Event-Key": "repo:push",
+			"X-Request-UUID": "6c1e2d3f-4a5b-4c6d-8e7f-901a2b3c4d5e", "X-Hub-Signature": "sha256=" + hmacHex(hookSecret, body)}))
 		if code != http.StatusAccepted {
 			t.Fatalf("HTTP %d %s", code, resp)
 		}
@@ -1036,20 +1028,14 @@ func TestBitbucketPushSeveralBranches(t *testing.T) {
 	if a.Status != "queued" || len(a.Events) != 3 {
 		t.Fatalf("answer %+v, want 3 queued events", a)
 	}
-	runs := e.waitTriggered(3)
+	e.waitTriggered(3)
 	time.Sleep(200 * time.Millisecond) // a fourth run would be there by now
 	again := send()
 	if again.Status != "duplicate" || len(again.Events) != 3 {
 		t.Errorf("redelivery: %+v, want 3 duplicates", again)
 	}
 	time.Sleep(200 * time.Millisecond)
-	runs = e.triggeredRuns()
-	var branches []string
-	for _, r := range runs {
-		branches = append(branches, fmt.Sprint(r.Inputs["branch"]))
-	}
-	slices.Sort(branches)
-	if fmt.Sprint(branches) != "[main old-feature release/2.0]" {
+	if branches := e.triggeredInputs("branch"); branches != "[main old-feature release/2.0]" {
 		t.Errorf("runs for branches %v, want main, old-feature and release/2.0", branches)
 	}
 	if n := e.scmCount(); n != 3 {
@@ -1063,7 +1049,7 @@ type hookAnswer struct {
 	Events []struct{ Kind, Branch, Action, Label, Status string }
 }
 
-const labeledTrigger = `name: on-label
+var labeledTrigger = `name: on-label
 inputs:
   what: {type: string, required: true}
 triggers:
@@ -1080,11 +1066,7 @@ triggers:
       actions: [synchronized]
     inputs:
       what: ${{ event.action }}
-stages:
-  - id: build
-    steps:
-      - {id: say, type: Noop, with: {outputs: {what: "${{ inputs.what }}"}}}
-`
+` + echoStage("what")
 
 // TestGitLabMRUpdateWithCommitsAndLabel: one GitLab update hook carries new commits, labels
 // added and removed and a title edit. A labeled trigger fires (it did not when the update
@@ -1092,36 +1074,21 @@ stages:
 func TestGitLabMRUpdateWithCommitsAndLabel(t *testing.T) {
 	t.Parallel()
 	e := newHookEnv(t, nil, nil, map[string][]byte{"label.yaml": []byte(labeledTrigger)}, 0)
-	body, err := os.ReadFile("../../scm/gitlab/testdata/merge_request_update_several.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/gitlab", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Gitlab-Event", "Merge Request Hook")
-	req.Header.Set("X-Gitlab-Event-UUID", "3c2b1a09-8f7e-4d6c-b5a4-93827160f5e4")
-	req.Header.Set("X-Gitlab-Token", hookSecret)
-	code, resp := e.post(req)
+	body := readFile(t, "../../scm/gitlab/testdata/merge_request_update_several.json")
+	code, resp := e.post(e.forgeHook("gitlab", body, map[string]string{"X-Gitlab-Event": "Merge Request Hook",
+		"X-Gitlab-Event-UUID": "3c2b1a09-8f7e-4d6c-b5a4-93827160f5e4", "X-Gitlab-Token": hookSecret}))
 	var a hookAnswer
 	if code != http.StatusAccepted || json.Unmarshal([]byte(resp), &a) != nil || len(a.Events) != 5 {
 		t.Fatalf("HTTP %d %s, want 5 events", code, resp)
 	}
 	e.waitTriggered(2)
 	time.Sleep(200 * time.Millisecond) // a third run would be there by now
-	var got []string
-	for _, r := range e.triggeredRuns() {
-		got = append(got, fmt.Sprint(r.Inputs["what"]))
-	}
-	slices.Sort(got)
-	if fmt.Sprint(got) != "[labeled:deploy synchronized]" {
+	if got := e.triggeredInputs("what"); got != "[labeled:deploy synchronized]" {
 		t.Errorf("runs %v, want one for the deploy label and one for the new commits", got)
 	}
 }
 
-const pushPathsTrigger = `name: on-web-push
+var pushPathsTrigger = `name: on-web-push
 inputs:
   sha: {type: string, required: true}
 triggers:
@@ -1133,11 +1100,7 @@ triggers:
       paths: ["services/web/**"]
     inputs:
       sha: ${{ event.after }}
-stages:
-  - id: build
-    steps:
-      - {id: say, type: Noop, with: {outputs: {sha: "${{ inputs.sha }}"}}}
-`
+` + echoStage("sha")
 
 // TestPushPathsIncompletePayload: a Bitbucket push lists no files and a GitLab push of 25
 // commits lists the newest 20 only; the one commit that touches services/web is the oldest.
@@ -1148,26 +1111,8 @@ func TestPushPathsIncompletePayload(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"gitlab", "bitbucket"} {
 		t.Run(kind, func(t *testing.T) {
-			var p scm.Provider
-			var err error
-			var build func(ctx context.Context, url, secret string, ev scmtest.WebhookEvent) (*http.Request, error)
-			switch kind {
-			case "gitlab":
-				gl := scmtest.NewGitLab(t)
-				build = scmtest.GitLabWebhookRequest
-				if _, err = gl.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err == nil {
-					p, err = gitlab.New(gitlab.WithBaseURL(gl.APIURL()), gitlab.WithToken(scmtest.DefaultToken))
-				}
-			case "bitbucket":
-				bb := scmtest.NewBitbucket(t)
-				build = scmtest.BitbucketWebhookRequest
-				if _, err = bb.CreateRepo("acme", "web", map[string]string{"README.md": "v1\n"}); err == nil {
-					p, err = bitbucket.New(bitbucket.WithBaseURL(bb.APIURL()), bitbucket.WithToken(scmtest.DefaultToken))
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			t.Parallel() // each forge has its own fake and prflow
+			_, p, build := newForge(t, kind, map[string]string{"README.md": "v1\n"})
 			e := newHookEnv(t, map[string]any{steps.ServiceSCM: connector.Static{"app": p}}, []string{scmtest.DefaultToken},
 				map[string][]byte{"push.yaml": []byte(pushPathsTrigger)}, 0)
 			ctx := context.Background()

@@ -89,19 +89,8 @@ func runsOf(t *testing.T, c *Controller) []string {
 func TestIdempotentStartConcurrent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	second, err := New(ctx, e.conn, WithRegistry(e.reg), WithLogger(e.log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var replica sync.WaitGroup
-	replica.Add(1)
-	go func() { defer replica.Done(); _ = second.Run(ctx) }()
-	defer replica.Wait()
-	defer cancel()
-	<-second.Ready()
-	srv := httptest.NewServer(e.ctl.Handler(idemAuth))
-	defer srv.Close()
+	second := e.replica()
+	srv := e.serve(idemAuth)
 	srv2 := httptest.NewServer(second.Handler(idemAuth))
 	defer srv2.Close()
 	const n = 20
@@ -155,12 +144,7 @@ func TestIdempotentStartConcurrent(t *testing.T) {
 // same key is another key; bad keys are refused with 400 naming the header.
 func TestIdempotencyKeyMisuse(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 1})
-	auth, err := LoadAuth(writeTokens(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(e.ctl.Handler(auth))
-	defer srv.Close()
+	srv := e.serve(apiAuth(t))
 	post := func(token, key, body string, extra ...string) startAnswer {
 		t.Helper()
 		req, _ := http.NewRequest("POST", srv.URL+"/api/v1/runs", strings.NewReader(body))
@@ -289,8 +273,7 @@ func TestIdempotentStartAfterLostAnswer(t *testing.T) {
 func TestIdempotentStartAfterClaimOnly(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	srv := httptest.NewServer(e.ctl.Handler(idemAuth))
-	defer srv.Close()
+	srv := e.serve(idemAuth)
 	body := startBody(idemPipeline, map[string]any{})
 	req := StartRequest{File: "idem.yaml", Source: SourceText(idemPipeline), Inputs: map[string]any{}}
 	claim, err := e.ctl.claimRun(context.Background(), idemKey("tester", "half-done"), requestDigest(req), "")
@@ -334,8 +317,7 @@ func TestIdempotencyKeyExpires(t *testing.T) {
 	if kv, err = queue.OpenIdempotencyKeys(ctx, e.conn.JS); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(e.ctl.Handler(idemAuth))
-	defer srv.Close()
+	srv := e.serve(idemAuth)
 	body := startBody(idemPipeline, map[string]any{})
 	a, err := postStart(t, srv.Client(), srv.URL, "short-lived", body)
 	if err != nil || a.code != 201 {
@@ -452,8 +434,7 @@ func TestIdempotentStartServerKilled(t *testing.T) {
 	if len(created) != 1 {
 		t.Fatalf("runs the killed server created: %v", created)
 	}
-	srv := httptest.NewServer(e.ctl.Handler(idemAuth))
-	defer srv.Close()
+	srv := e.serve(idemAuth)
 	a, err := postStart(t, srv.Client(), srv.URL, "killed-1", body)
 	if err != nil || a.code != 201 || a.replayed != "true" || a.run.ID != created[0] {
 		t.Fatalf("retry: %v %d %q %s; want run %s", err, a.code, a.replayed, a.body, created[0])

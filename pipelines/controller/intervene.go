@@ -112,11 +112,7 @@ func (c *Controller) apiIntervene(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := c.Intervene(r.Context(), r.PathValue("id"), r.PathValue("stage"), req, UserFrom(r.Context()))
 	if err != nil {
-		code := http.StatusInternalServerError
-		if de := (*DecisionError)(nil); errors.As(err, &de) {
-			code, err = de.Code, de.Err
-		}
-		writeErr(w, code, err)
+		writeDecisionErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, rec)

@@ -1,11 +1,6 @@
 package controller
 
 import (
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -37,37 +32,17 @@ func (e *env) waitIntervention(id, stage string) *pipelines.Run {
 	return cur
 }
 
-func intervene(t *testing.T, url, token, body string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, string(b)
-}
-
 // TestInterveneAPI: the API refuses bad input (400 naming it), a caller outside the approvers
 // (403), an unknown run (404); of two concurrent decisions exactly one is taken (200) and the
 // other gets 409; a decision on a run that waits for none is 409.
 func TestInterveneAPI(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte(`tokens:
+	srv := e.serve(tokensAuth(t, `tokens:
   - {user: alice, groups: [sre], token: sha256:`+sha256hex("alice-token-1234")+`}
   - {user: bob, groups: [sre], token: sha256:`+sha256hex("bob-token-12345")+`}
   - {user: mallory, groups: [dev], token: sha256:`+sha256hex("mallory-token-1")+`}
-`), 0o600)
-	auth, err := LoadAuth(tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(e.ctl.Handler(auth))
-	defer srv.Close()
+`))
 	r := e.startRun(manualSrc, nil)
 	cur := e.waitIntervention(r.ID, "prod")
 	if cur.Shown() != pipelines.StWaitingIntervention || !strings.Contains(cur.Find("prod").Intervention.Error, "attempt 1 failed") {
@@ -85,7 +60,7 @@ func TestInterveneAPI(t *testing.T) {
 		{url + "prod", "mallory-token-1", `{"action":"ignore"}`, 403, "mallory may not decide on stage prod of run " + r.ID + " (approvers: group:sre)"},
 		{srv.URL + "/api/v1/runs/r-nope/interventions/prod", "alice-token-1234", `{"action":"retry"}`, 404, "r-nope"},
 	} {
-		if code, body := intervene(t, tc.url, tc.token, tc.body); code != tc.code || !strings.Contains(body, tc.says) {
+		if code, body := callAPI(t, "POST", tc.url, tc.token, tc.body); code != tc.code || !strings.Contains(body, tc.says) {
 			t.Errorf("%s %s: %d %s, want %d %q", tc.url, tc.body, code, body, tc.code, tc.says)
 		}
 	}
@@ -97,7 +72,7 @@ func TestInterveneAPI(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			codes[i], bodies[i] = intervene(t, url+"prod", who.token, `{"action":"`+who.action+`","comment":"seen it"}`)
+			codes[i], bodies[i] = callAPI(t, "POST", url+"prod", who.token, `{"action":"`+who.action+`","comment":"seen it"}`)
 		}()
 	}
 	wg.Wait()
@@ -132,7 +107,7 @@ func TestInterveneAPI(t *testing.T) {
 	default:
 		t.Fatalf("record %+v", recs[0])
 	}
-	if code, body := intervene(t, url+"prod", "alice-token-1234", `{"action":"retry"}`); code != 409 || !strings.Contains(body, "is not waiting for an intervention") {
+	if code, body := callAPI(t, "POST", url+"prod", "alice-token-1234", `{"action":"retry"}`); code != 409 || !strings.Contains(body, "is not waiting for an intervention") {
 		t.Fatalf("decision on a finished run: %d %s", code, body)
 	}
 }

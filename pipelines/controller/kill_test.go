@@ -54,6 +54,15 @@ func startChild(t *testing.T, url, id string) *exec.Cmd {
 	return cmd
 }
 
+// killChild kills a child worker with SIGKILL (no drain, no goodbye) and reaps it.
+func killChild(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
 func TestWorkerKilledMidStep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 0, listen: "127.0.0.1:0"})
@@ -70,21 +79,9 @@ stages:
 `, effects)
 	r := e.startRun(src, nil)
 	// Wait until the step has done its side effect and is sleeping, then SIGKILL the worker.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, _ := os.ReadFile(effects)
-		if strings.Contains(string(b), r.ID) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("step never started in the child worker")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = first.Wait()
+	eventually(t, 30*time.Second, func() bool { b, _ := os.ReadFile(effects); return strings.Contains(string(b), r.ID) },
+		func() string { return "step never started in the child worker" })
+	killChild(t, first)
 	startChild(t, url, "survivor")
 	got := e.wait(r.ID, 60*time.Second)
 	if got.Status != pipelines.StSucceeded {

@@ -1,11 +1,6 @@
 package controller
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,14 +56,7 @@ func hasLabel(s *dto.Metric, k, v string) bool {
 func TestRunMetrics(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - {user: alice, token: sha256:"+sha256hex("alice-token-1234")+"}\n"), 0o600)
-	auth, err := LoadAuth(tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(e.ctl.Handler(auth))
-	defer srv.Close()
+	srv := e.serve(tokensAuth(t, "tokens:\n  - {user: alice, token: sha256:"+sha256hex("alice-token-1234")+"}\n"))
 	m := e.ctl.metrics
 	r := e.startRun("name: gated\nstages:\n  - id: first\n    steps: [{id: a, type: Noop}]\n  - id: prod\n    steps:\n"+
 		"      - {id: ok, type: Approval, timeout: 1m, with: {approvers: {users: [alice]}}}\n", nil)
@@ -96,16 +84,9 @@ func TestRunMetrics(t *testing.T) {
 	}
 
 	call := func(method, path, token, body string) int {
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		t.Helper()
+		code, _ := callAPI(t, method, srv.URL+path, token, body)
+		return code
 	}
 	if code := call("GET", "/api/v1/runs/"+r.ID, "wrong-token-123", ""); code != 401 {
 		t.Fatalf("bad token: %d", code)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -64,8 +63,7 @@ func TestRunStartCheck(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 0})
 	e.startWorker("wr", []string{"default"}, []string{"release", "app"})
 	e.startAgent("sim")
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "dev"}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "dev"}})
 
 	pipeline := func(conn, pool, agentName string) string {
 		return fmt.Sprintf(`

@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +17,8 @@ import (
 	"github.com/prflow/prflow/pipelines/rbac"
 )
 
-// webSrc promotes dev then prod; prod waits for an approval by alice, bob or carol.
-const webSrc = `
+// webStages is web's dev then prod promotion up to prod's steps, which webSrc and brokenSrc add.
+const webStages = `
 name: web
 environments:
   - {name: dev}
@@ -32,23 +29,15 @@ stages:
     steps: [{id: a, type: Noop}]
   - id: prod
     environment: prod
-    steps:
+`
+
+// webSrc promotes dev then prod; prod waits for an approval by alice, bob or carol.
+const webSrc = webStages + `    steps:
       - {id: approve, type: Approval, timeout: 10m, with: {approvers: {users: [alice, bob, carol]}, message: go}}
 `
 
 // brokenSrc fails in prod (a run to retry and re-run).
-const brokenSrc = `
-name: web
-environments:
-  - {name: dev}
-  - {name: prod}
-stages:
-  - id: dev
-    environment: dev
-    steps: [{id: a, type: Noop}]
-  - id: prod
-    environment: prod
-    steps: [{id: b, type: Boom}]
+const brokenSrc = webStages + `    steps: [{id: b, type: Boom}]
 `
 
 type rbacAPI struct {
@@ -113,15 +102,15 @@ func writePolicy(t *testing.T, path, text string) {
 
 func (a *rbacAPI) call(user, method, path, body string) (int, string) {
 	a.t.Helper()
-	req, _ := http.NewRequest(method, a.srv.URL+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+rbacTokens[user])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
+	return callAPI(a.t, method, a.srv.URL+path, rbacTokens[user], body)
+}
+
+// waitEnd waits for run id to end with status want.
+func (a *rbacAPI) waitEnd(id string, want pipelines.Status) {
+	a.t.Helper()
+	if r := a.e.wait(id, 30*time.Second); r.Status != want {
+		a.t.Fatalf("run %s: %s, want %s", id, r.Status, want)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // startAs starts src as user through the API.
@@ -171,9 +160,7 @@ func TestRBACEveryRouteRefused(t *testing.T) {
 	parked := a.startAs("alice", webSrc)
 	a.parked(parked.ID)
 	failed := a.startAs("alice", brokenSrc)
-	if r := a.e.wait(failed.ID, 30*time.Second); r.Status != pipelines.StFailed {
-		t.Fatalf("broken run: %s", r.Status)
-	}
+	a.waitEnd(failed.ID, pipelines.StFailed) // the broken run
 
 	// The environment model is built from the runs' records as they are written: wait until it
 	// shows prod before asking about it.
@@ -333,9 +320,7 @@ func TestRBACCancelOtherUsersRun(t *testing.T) {
 	if code, body := a.call("bob", "POST", "/api/v1/runs/"+r.ID+"/cancel", "{}"); code != 202 {
 		t.Fatalf("bob cancel with the permission: %d %s", code, body)
 	}
-	if got := a.e.wait(r.ID, 30*time.Second); got.Status != pipelines.StCancelled {
-		t.Fatalf("run %s", got.Status)
-	}
+	a.waitEnd(r.ID, pipelines.StCancelled)
 }
 
 // TestRBACStartAndListByEnvironment: a developer may start what deploys to dev only; a run
@@ -400,9 +385,7 @@ func TestRBACApprovalsNeedBoth(t *testing.T) {
 	if code, body := a.call("alice", "POST", "/api/v1/runs/"+r.ID+"/signals", approve); code != 202 {
 		t.Fatalf("alice: %d %s", code, body)
 	}
-	if got := a.e.wait(r.ID, 30*time.Second); got.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s", got.Status)
-	}
+	a.waitEnd(r.ID, pipelines.StSucceeded)
 }
 
 // TestRBACReloadUnderLoad: requests keep being decided while the policy file flips and
@@ -414,25 +397,13 @@ func TestRBACReloadUnderLoad(t *testing.T) {
 	deny := "policy.csv: |\n  g, alice, role:admin\n  p, bob, runs, start, */*\n"
 	f := a.setPolicy(allow)
 	r := a.startAs("alice", "name: api\nstages:\n  - {id: s, steps: [{id: a, type: Noop}]}\n")
-	done := make(chan struct{})
 	errs := make(chan string, 100)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				if code, body := a.call("bob", "GET", "/api/v1/runs/"+r.ID, ""); code != 200 && code != 403 {
-					errs <- fmt.Sprint(code, body)
-				}
-			}
-		}()
-	}
+	stop := repeatUntilStopped(4, func() bool {
+		if code, body := a.call("bob", "GET", "/api/v1/runs/"+r.ID, ""); code != 200 && code != 403 {
+			errs <- fmt.Sprint(code, body)
+		}
+		return true
+	})
 	for i := range 30 {
 		text := allow
 		switch i % 3 {
@@ -444,8 +415,7 @@ func TestRBACReloadUnderLoad(t *testing.T) {
 		writePolicy(t, f.Path(), text)
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(done)
-	wg.Wait()
+	stop()
 	select {
 	case e := <-errs:
 		t.Fatalf("answer %s during reloads", e)

@@ -22,18 +22,7 @@ import (
 func TestTwoControllerReplicas(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1, concurrency: 8})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	second, err := New(ctx, e.conn, WithRegistry(e.reg), WithLogger(e.log), WithEventWorkers(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = second.Run(ctx) }()
-	defer wg.Wait()
-	defer cancel()
-	<-second.Ready()
+	second := e.replica(WithEventWorkers(4))
 
 	src := `
 name: replicas

@@ -157,18 +157,8 @@ func TestRetentionWithoutAuditDeletesNothing(t *testing.T) {
 func TestRetentionConcurrentSweepsArchiveOnce(t *testing.T) {
 	t.Parallel()
 	e := ctltest.New(t, ctltest.Options{Audit: true})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	second, err := controller.New(ctx, e.Conn, controller.WithAudit(&audit.Log{JS: e.Conn.JS}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = second.Run(ctx) }()
-	defer wg.Wait()
-	defer cancel()
-	<-second.Ready()
+	second := e.StartReplica(controller.WithAudit(&audit.Log{JS: e.Conn.JS}))
+	ctx := context.Background()
 	const runs = 24
 	var ids []string
 	for range runs {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +27,7 @@ func TestCapabilityRouting(t *testing.T) {
 	wrDone := make(chan struct{})
 	go func() { defer close(wrDone); _ = wr.Run(ctx, e.conn) }()
 	e.waitRegistered("wr")
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "dev"}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "dev"}})
 
 	r := e.startRun(`
 name: routed

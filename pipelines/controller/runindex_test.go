@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -52,35 +51,24 @@ func listPage(t *testing.T, base, query string) ([]RunSummary, string, int, stri
 func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{}) // no workers: runs stay running, the list does not change under us by status
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice"}})
 	existing := map[string]bool{}
 	for i := range 40 {
 		existing[e.startRun(fmt.Sprintf(listSrc, fmt.Sprintf("p%d", i%3)), nil).ID] = true
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var started []string
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			r, err := e.ctl.Start(t.Context(), StartRequest{File: "late.yaml", Source: []byte(fmt.Sprintf(listSrc, "late")), Executor: "tester"})
-			if err != nil {
-				t.Errorf("start while paging: %v", err)
-				return
-			}
-			mu.Lock()
-			started = append(started, r.ID)
-			mu.Unlock()
+	stop := repeatUntilStopped(1, func() bool {
+		r, err := e.ctl.Start(t.Context(), StartRequest{File: "late.yaml", Source: []byte(fmt.Sprintf(listSrc, "late")), Executor: "tester"})
+		if err != nil {
+			t.Errorf("start while paging: %v", err)
+			return false
 		}
-	}()
+		mu.Lock()
+		started = append(started, r.ID)
+		mu.Unlock()
+		return true
+	})
 	seen := map[string]int{}
 	var last *RunSummary
 	cursor, pages := "", 0
@@ -111,8 +99,7 @@ func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
 		}
 		cursor = next
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	for id, n := range seen {
 		if n > 1 {
 			t.Errorf("run %s listed %d times", id, n)
@@ -137,8 +124,7 @@ func TestRunsListPagesUnderConcurrentStarts(t *testing.T) {
 func TestRunsListRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice"}})
 	e.startRun(fmt.Sprintf(listSrc, "one"), nil)
 	b64 := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	for q, want := range map[string]string{
@@ -168,8 +154,7 @@ func TestRunsListRefusesBadInput(t *testing.T) {
 func TestRunsListLimitsAndFilters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{workers: 1})
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice"}}))
-	defer srv.Close()
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice"}})
 	var done []string
 	for i := range 55 { // parked on a Wait: neither succeeded nor in a worker's way
 		e.startRun(fmt.Sprintf("name: bulk%d\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10m}}\n", i%2), nil)

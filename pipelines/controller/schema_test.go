@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/prflow/prflow/pipelines"
@@ -13,12 +12,7 @@ import (
 // GET /api/v1/schema serves the pipeline schema to editors and tools without a token.
 func TestAPISchema(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	auth, err := LoadAuth(writeTokens(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(e.ctl.Handler(auth))
-	defer srv.Close()
+	srv := e.serve(apiAuth(t))
 	resp, err := http.Get(srv.URL + "/api/v1/schema")
 	if err != nil {
 		t.Fatal(err)

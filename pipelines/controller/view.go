@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -36,6 +37,16 @@ type DecisionError struct {
 
 func (e *DecisionError) Error() string { return e.Err.Error() }
 func (e *DecisionError) Unwrap() error { return e.Err }
+
+// writeDecisionErr answers a refused or failed decision: a *DecisionError with its code and
+// error, anything else 500.
+func writeDecisionErr(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	if de := (*DecisionError)(nil); errors.As(err, &de) {
+		code, err = de.Code, de.Err
+	}
+	writeErr(w, code, err)
+}
 
 // Decide records user u's approval decision on a parked step, after the API's checks: the run
 // and step exist, the step is not finished and waits for an approval, and u may decide.

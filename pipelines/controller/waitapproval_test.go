@@ -3,7 +3,6 @@ package controller
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,15 +10,9 @@ import (
 	"github.com/prflow/prflow/pipelines"
 )
 
-// TestWaitingApprovalStatus: a run parked on an Approval reads as waitingApproval in the API
-// list (listed before newer runs) and in GET /api/v1/runs/{id}, while KV keeps running; once
-// approved it reads running again (its next step, a Wait, parks on time, not on a person).
-func TestWaitingApprovalStatus(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOpts{workers: 1})
-	srv := httptest.NewServer(e.ctl.Handler(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}}))
-	defer srv.Close()
-	gated := e.startRun(`
+// gatedSrc parks on an Approval that one member of group release may give (steps may be
+// appended).
+const gatedSrc = `
 name: gated
 stages:
   - id: prod
@@ -28,7 +21,16 @@ stages:
         type: Approval
         timeout: 5m
         with: {approvers: {groups: [release], minimumCount: 1}}
-      - id: soak
+`
+
+// TestWaitingApprovalStatus: a run parked on an Approval reads as waitingApproval in the API
+// list (listed before newer runs) and in GET /api/v1/runs/{id}, while KV keeps running; once
+// approved it reads running again (its next step, a Wait, parks on time, not on a person).
+func TestWaitingApprovalStatus(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{workers: 1})
+	srv := e.serve(&Auth{Anonymous: &User{Name: "alice", Groups: []string{"release"}}})
+	gated := e.startRun(gatedSrc+`      - id: soak
         type: Wait
         with: {duration: 10m}
 `, nil)

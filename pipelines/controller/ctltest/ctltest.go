@@ -7,8 +7,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prflow/prflow/deploy/agent"
+	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
@@ -64,6 +67,7 @@ type Env struct {
 	Conn   *queue.Conn
 	Ctl    *controller.Controller
 	Logs   *Buffer
+	log    *slog.Logger
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	opts   Options
@@ -109,6 +113,7 @@ func New(t testing.TB, o Options) *Env {
 		level = slog.LevelWarn
 	}
 	log := slog.New(slog.NewJSONHandler(e.Logs, &slog.HandlerOptions{Level: level}))
+	e.log = log
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	conn, err := queue.Open(ctx, queue.Options{DataDir: o.Dir, Listen: o.Listen, Logger: log})
@@ -173,6 +178,24 @@ func New(t testing.TB, o Options) *Env {
 	return e
 }
 
+// StartReplica starts a second controller on e's NATS with e's registry and log (and opts); it
+// stops at test cleanup, before e.
+func (e *Env) StartReplica(opts ...controller.Option) *controller.Controller {
+	e.T.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ctl, err := controller.New(ctx, e.Conn, append([]controller.Option{controller.WithRegistry(e.opts.Registry), controller.WithLogger(e.log)}, opts...)...)
+	if err != nil {
+		cancel()
+		e.T.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = ctl.Run(ctx) }()
+	e.T.Cleanup(func() { cancel(); wg.Wait() })
+	<-ctl.Ready()
+	return ctl
+}
+
 // RegisterAgent keeps a registration of agent id in prflow-agents (agent.Heartbeat, as agents
 // do) until the test ends, for pipelines that name an agent but never ask it anything.
 func (e *Env) RegisterAgent(id string) {
@@ -190,6 +213,23 @@ func (e *Env) RegisterAgent(id string) {
 		e.T.Fatal(err)
 	}
 	e.T.Cleanup(func() { cancel(); <-done })
+}
+
+// StartSimAgent runs simulated agent "sim" deploying the main branch of the git repository at
+// repo (quick sync timings, no log) until the test ends, and waits until it is registered.
+func (e *Env) StartSimAgent(repo string) {
+	e.T.Helper()
+	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: repo, Branch: "main",
+		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
+	e.T.Cleanup(func() { cancel(); <-done })
+	e.WaitAgent("sim")
 }
 
 // WaitAgent waits until agent id has a live registration in prflow-agents (runs naming it
@@ -283,6 +323,54 @@ func (e *Env) ParkedPRs(ids []string, stage, step string, d time.Duration) (map[
 		e.T.Fatalf("steps %s.%s did not park on their PRs: %v", stage, step, prs)
 	}
 	return prs, parked
+}
+
+// RepeatUntilStopped calls fn over and over on n goroutines, each until fn returns false or
+// stop is called: load beside what a test checks. stop waits for them.
+func RepeatUntilStopped(n int, fn func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !fn() {
+					return
+				}
+			}
+		})
+	}
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
+// CallAPI sends a request to url with a bearer token ("" sends none) and returns the status
+// and body.
+func CallAPI(t testing.TB, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return Send(t, req)
+}
+
+// Send sends req and returns the status and body.
+func Send(t testing.TB, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // Step returns a step's state (main or rollback list).
