@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -153,15 +154,7 @@ func MergeSyncOptions(base, over []string) []string {
 	key := func(s string) string { k, _, _ := strings.Cut(s, "="); return strings.ToLower(k) }
 	idx := map[string]int{}
 	var out []string
-	for _, s := range base {
-		if i, ok := idx[key(s)]; ok {
-			out[i] = s
-			continue
-		}
-		idx[key(s)] = len(out)
-		out = append(out, s)
-	}
-	for _, s := range over {
+	for _, s := range slices.Concat(base, over) {
 		if i, ok := idx[key(s)]; ok {
 			out[i] = s
 			continue
