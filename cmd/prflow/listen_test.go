@@ -95,13 +95,7 @@ func TestServerWarnsWithoutExternalURL(t *testing.T) {
 			args = append(args, "--external-url", ext)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		root := newRoot()
-		var out lockedBuffer
-		root.SetOut(&out)
-		root.SetErr(&out)
-		root.SetArgs(args)
-		done := make(chan error, 1)
-		go func() { done <- root.ExecuteContext(ctx) }()
+		out, done := goCmd(ctx, args...)
 		ready := waitReady(t, args[2])
 		cancel()
 		if err := <-done; err != nil || !ready {

@@ -289,10 +289,9 @@ func startServerAt(t *testing.T, addr string, args ...string) (stop func()) {
 	return stop
 }
 
-// startCmd runs a long-running prflow command (worker, agent) until the test ends.
-func startCmd(t *testing.T, args ...string) *lockedBuffer {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+// goCmd runs a prflow command in the background: its output (stdout and stderr) goes to the
+// returned buffer, its result to the channel.
+func goCmd(ctx context.Context, args ...string) (*lockedBuffer, chan error) {
 	out := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
@@ -302,6 +301,28 @@ func startCmd(t *testing.T, args ...string) *lockedBuffer {
 		root.SetArgs(args)
 		done <- root.ExecuteContext(ctx)
 	}()
+	return out, done
+}
+
+// waitOutput polls out until re matches it (a minute at most) and returns the submatches;
+// failing, it says fail and the output.
+func waitOutput(t *testing.T, out *lockedBuffer, re *regexp.Regexp, fail string) []string {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s", fail, out)
+		}
+	}
+}
+
+// startCmd runs a long-running prflow command (worker, agent) until the test ends.
+func startCmd(t *testing.T, args ...string) *lockedBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, done := goCmd(ctx, args...)
 	t.Cleanup(func() {
 		cancel()
 		select {
