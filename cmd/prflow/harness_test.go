@@ -144,9 +144,7 @@ func TestHarnessCLIReports(t *testing.T) {
 // Harness path and line, and nothing is started.
 func TestServerRunsHarnessYAML(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	natsAddr := freeAddr(t)
 	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"), "--harness-map", fixtures+"map.yaml", "--nats-listen", natsAddr)
 	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}

@@ -115,9 +115,7 @@ func TestServeRefusesNonLoopbackWithoutAuth(t *testing.T) {
 
 func TestServerAndClientCommands(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"))
 	p := filepath.Join(dir, "p.yaml")
 	_ = os.WriteFile(p, []byte("name: cli\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)
@@ -287,6 +285,46 @@ func startServerAt(t *testing.T, addr string, args ...string) (stop func()) {
 		time.Sleep(25 * time.Millisecond)
 	}
 	return stop
+}
+
+// tokensFile writes dir/tokens.yaml with one token, user's, read from the environment
+// variable env (set here to token); it returns the file's path.
+func tokensFile(t *testing.T, dir, user, env, token string) string {
+	t.Helper()
+	t.Setenv(env, token)
+	p := filepath.Join(dir, "tokens.yaml")
+	_ = os.WriteFile(p, []byte("tokens:\n  - user: "+user+"\n    token: env:"+env+"\n"), 0o600)
+	return p
+}
+
+// cliTokens is tokensFile for user cli with PRFLOW_TEST_TOKEN (the token the tests' clients send).
+func cliTokens(t *testing.T, dir string) string {
+	t.Helper()
+	return tokensFile(t, dir, "cli", "PRFLOW_TEST_TOKEN", "cli-token-0123456789")
+}
+
+// badServerFlags is a `prflow server` that must refuse to start: flags args, or (file set) a
+// config file with this content; want is in its error.
+type badServerFlags struct {
+	args []string
+	file string
+	want string
+}
+
+// checkServerRefuses runs each case's server (its config file written to cfg, its data in
+// dataDir) and checks that it stops with the error it wants.
+func checkServerRefuses(t *testing.T, tokens, cfg, dataDir string, cases []badServerFlags) {
+	t.Helper()
+	for _, tc := range cases {
+		args := append([]string{"server", "--tokens", tokens, "--data-dir", dataDir}, tc.args...)
+		if tc.file != "" {
+			_ = os.WriteFile(cfg, []byte(tc.file), 0o644)
+			args = append(args, "--config", cfg)
+		}
+		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %q: %v, want an error with %q", tc.args, tc.file, err, tc.want)
+		}
+	}
 }
 
 // goCmd runs a prflow command in the background: its output (stdout and stderr) goes to the

@@ -48,9 +48,7 @@ func getUntil(t *testing.T, url string, want int) string {
 // series; the server's /metrics has them too, beside its own.
 func TestWorkerAndAgentServeMetricsAndHealth(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	natsAddr := freeAddr(t)
 	api := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"), "--nats-listen", natsAddr)
 

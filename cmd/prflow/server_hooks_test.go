@@ -18,10 +18,8 @@ import (
 // file:line:field; good ones serve /hooks/github and start the triggered pipeline.
 func TestServerWebhookFlags(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
+	tokens := cliTokens(t, dir)
 	t.Setenv("PRFLOW_TEST_HOOK_SECRET", "hook-secret-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
 	badHooks := filepath.Join(dir, "bad-hooks.yaml")
 	_ = os.WriteFile(badHooks, []byte("webhooks:\n  - provider: github\n    secret: literally-the-secret\n"), 0o600)
 	if _, err := run(t, "server", "--tokens", tokens, "--webhooks", badHooks, "--data-dir", filepath.Join(dir, "n0")); err == nil ||

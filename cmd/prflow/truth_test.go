@@ -155,9 +155,7 @@ func TestRunFollowRidesOutServerRestart(t *testing.T) {
 	}
 	t.Cleanup(ns.Shutdown)
 	natsURL := ns.ClientURL()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	addr := freeAddr(t)
 	stop := startServerAt(t, addr, "--tokens", tokens, "--nats", natsURL)
 	startCmd(t, "worker", "--nats", natsURL, "--log-level", "error")
