@@ -77,12 +77,8 @@ func TestEnvCommands(t *testing.T) {
 		}
 	}
 
-	out, err := run(t, append([]string{"run", e.pipeline(t, envsPipeline), "-f", "--set", "tag=7.1.0"}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out)
-	}
-	id := strings.Fields(out)[1]
-	out, err = run(t, append([]string{"status", id, "-o", "json"}, e.cli...)...)
+	id := e.start(t, e.pipeline(t, envsPipeline), "-f", "--set", "tag=7.1.0")
+	out, err := run(t, append([]string{"status", id, "-o", "json"}, e.cli...)...)
 	var r pipelines.Run
 	if err != nil || json.Unmarshal([]byte(out), &r) != nil {
 		t.Fatalf("status: %v\n%s", err, out)

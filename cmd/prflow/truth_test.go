@@ -52,6 +52,16 @@ func (e *truthEnv) pipeline(t *testing.T, src string) string {
 	return p
 }
 
+// start runs `prflow run p FLAGS…` as cli and returns the new run's id.
+func (e *truthEnv) start(t *testing.T, p string, flags ...string) string {
+	t.Helper()
+	out, err := run(t, append(append([]string{"run", p}, flags...), e.cli...)...)
+	if err != nil {
+		t.Fatalf("run: %v %s", err, out)
+	}
+	return strings.Fields(out)[1]
+}
+
 func (e *truthEnv) waitStep(t *testing.T, id, stage, step string, want pipelines.Status) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -77,11 +87,7 @@ func TestClientCommandsTellTheTruth(t *testing.T) {
 	e := newTruthEnv(t)
 	p := e.pipeline(t, "name: gated\nstages:\n  - id: prod\n    steps:\n      - {id: nap, type: Wait, with: {duration: 200ms}}\n"+
 		"      - {id: ok, type: Approval, timeout: 1m, with: {approvers: {groups: [release]}}}\n")
-	out, err := run(t, append([]string{"run", p}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v %s", err, out)
-	}
-	id := strings.Fields(out)[1]
+	id := e.start(t, p)
 	e.waitStep(t, id, "prod", "ok", pipelines.StWaiting)
 
 	for _, tc := range []struct {
@@ -107,7 +113,7 @@ func TestClientCommandsTellTheTruth(t *testing.T) {
 			}
 		})
 	}
-	out, err = run(t, append([]string{"approve", id, "prod.ok", "--comment", "ship it"}, e.alice...)...)
+	out, err := run(t, append([]string{"approve", id, "prod.ok", "--comment", "ship it"}, e.alice...)...)
 	if err != nil || !strings.Contains(out, "approval of prod.ok in run "+id+" recorded") {
 		t.Fatalf("approve as alice: %v %s", err, out)
 	}

@@ -25,11 +25,7 @@ stages:
         with: {approvers: {groups: [release], minimumCount: 1}, message: "ship it?"}
       - {id: after, type: Noop}
 `)
-	out, err := run(t, append([]string{"run", p}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v %s", err, out)
-	}
-	id := strings.Fields(out)[1]
+	id := e.start(t, p)
 	e.waitStep(t, id, "prod", "ok", pipelines.StWaiting)
 
 	if out, err := run(t, append([]string{"runs"}, e.cli...)...); err != nil || !strings.Contains(out, id) || !strings.Contains(out, "waitingApproval") {
