@@ -128,28 +128,10 @@ func TestBoundKVRetriesLostReads(t *testing.T) {
 			return string(e.Value()), nil
 		}, get},
 		{"ListKeys", func(ctx context.Context, kv jetstream.KeyValue) (string, error) {
-			l, err := kv.ListKeys(ctx)
-			if err != nil {
-				return "", err
-			}
-			var keys []string
-			for k := range l.Keys() {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			return strings.Join(keys, ","), nil
+			return sortedKeys(kv.ListKeys(ctx))
 		}, watch},
 		{"ListKeysFiltered", func(ctx context.Context, kv jetstream.KeyValue) (string, error) {
-			l, err := kv.ListKeysFiltered(ctx, "a", "c")
-			if err != nil {
-				return "", err
-			}
-			var keys []string
-			for k := range l.Keys() {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			return strings.Join(keys, ","), nil
+			return sortedKeys(kv.ListKeysFiltered(ctx, "a", "c"))
 		}, watch},
 		{"Keys", func(ctx context.Context, kv jetstream.KeyValue) (string, error) {
 			keys, err := kv.Keys(ctx)
@@ -246,4 +228,17 @@ func TestSetupRetriesLostCreates(t *testing.T) {
 	if _, err := OpenBuckets(ctx, c.JS); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sortedKeys reads a key lister to its end: its keys sorted, comma-separated.
+func sortedKeys(l jetstream.KeyLister, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ","), nil
 }
