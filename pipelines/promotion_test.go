@@ -1,7 +1,6 @@
 package pipelines
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -382,11 +381,7 @@ func TestPromotionErrorsNameFileLineAndField(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Load("p.yaml", []byte(c.src), steps.Default)
-			var le *LoadError
-			if !errors.As(err, &le) {
-				t.Fatalf("want *LoadError, got %v", err)
-			}
+			err := loadErr(t, c.src)
 			for _, w := range c.want {
 				if n := strings.Count(err.Error(), w); n != 1 {
 					t.Errorf("error\n%s\ncontains %d times (want once)\n%s", err, n, w)
