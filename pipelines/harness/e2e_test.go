@@ -31,21 +31,27 @@ image:
 `
 
 // The ApplicationSet makes one app per cluster-config/<env>/config.json.
-const appSetYAML = `apiVersion: argoproj.io/v1alpha1
+var appSetYAML = harnessAppSet("shop", "cluster-config")
+
+// harnessAppSet is the release repo's ApplicationSet of service svc: one app svc-<env> per
+// dir/<env>/config.json, labelled for Harness, in namespace svc.
+func harnessAppSet(svc, dir string) string {
+	return strings.NewReplacer("SVC", svc, "DIR", dir).Replace(`apiVersion: argoproj.io/v1alpha1
 kind: ApplicationSet
-metadata: {name: shop}
+metadata: {name: SVC}
 spec:
   generators:
-    - git: {repoURL: https://git.example/release.git, revision: main, files: [{path: "cluster-config/*/config.json"}]}
+    - git: {repoURL: https://git.example/release.git, revision: main, files: [{path: "DIR/*/config.json"}]}
   template:
     metadata:
-      name: 'shop-{{env}}'
-      labels: {harness.io/serviceRef: shop, harness.io/envRef: '{{env}}'}
+      name: 'SVC-{{env}}'
+      labels: {harness.io/serviceRef: SVC, harness.io/envRef: '{{env}}'}
     spec:
       project: default
-      source: {repoURL: https://git.example/release.git, path: 'cluster-config/{{env}}', targetRevision: main}
-      destination: {name: '{{cluster}}', namespace: shop}
-`
+      source: {repoURL: https://git.example/release.git, path: 'DIR/{{env}}', targetRevision: main}
+      destination: {name: '{{cluster}}', namespace: SVC}
+`)
+}
 
 func config(env, cluster string) string {
 	return fmt.Sprintf(`{"env": %q, "cluster": %q, "image": "shop:1"}`, env, cluster)
@@ -299,21 +305,7 @@ func TestHarnessRunSurvivesRestartWithoutMap(t *testing.T) {
 }
 
 // The web ApplicationSet makes one app per envs/<env>/config.json, labelled for Harness.
-const webAppSetYAML = `apiVersion: argoproj.io/v1alpha1
-kind: ApplicationSet
-metadata: {name: web}
-spec:
-  generators:
-    - git: {repoURL: https://git.example/release.git, revision: main, files: [{path: "envs/*/config.json"}]}
-  template:
-    metadata:
-      name: 'web-{{env}}'
-      labels: {harness.io/serviceRef: web, harness.io/envRef: '{{env}}'}
-    spec:
-      project: default
-      source: {repoURL: https://git.example/release.git, path: 'envs/{{env}}', targetRevision: main}
-      destination: {name: '{{cluster}}', namespace: web}
-`
+var webAppSetYAML = harnessAppSet("web", "envs")
 
 // The goal of issue 15: a GitOps PR pipeline as the Harness UI saves it (service runtime
 // inputs, stage-level gitOpsEnabled, the empty lists the UI writes, Get App Details, Harness
