@@ -141,6 +141,7 @@ func TestBoundKVRetriesLostReads(t *testing.T) {
 	want := map[string]string{"Get": "v-b", "ListKeys": "a,b,c", "ListKeysFiltered": "a,c", "Keys": "a,b,c"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // reads only, each through its own lossy API prefix; each waits out a deadline
 			raw := lossyKV(t, c, "b", &lossyAPI{match: tc.api, lose: 2})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
