@@ -17,10 +17,7 @@ import (
 func TestSetupRecordsSchema(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := open(t)
-	if err := Setup(ctx, c.JS, 1); err != nil {
-		t.Fatal(err)
-	}
+	c := openTopology(t)
 	s, err := ReadSchema(ctx, c.JS)
 	if err != nil || s == nil || s.Version != SchemaVersion || s.Replicas != 1 {
 		t.Fatalf("marker = %+v, %v", s, err)
@@ -50,10 +47,7 @@ func TestSetupRecordsSchema(t *testing.T) {
 func TestNewerSchemaRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := open(t)
-	if err := Setup(ctx, c.JS, 1); err != nil {
-		t.Fatal(err)
-	}
+	c := openTopology(t)
 	meta, _ := c.JS.KeyValue(ctx, BucketMeta)
 	newer, _ := json.Marshal(Schema{Version: SchemaVersion + 1, Replicas: 1})
 	if _, err := meta.Put(ctx, SchemaKey, newer); err != nil {
