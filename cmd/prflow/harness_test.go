@@ -198,14 +198,7 @@ func liveWorkerAndAgent(t *testing.T, url, conn, agentID string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); <-done; qc.Close() })
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := b.Workers.Get(ctx, "w-"+conn); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker did not register")
-		}
-	}
+	waitWorkerKV(t, ctx, b, "w-"+conn)
 }
 
 // `prflow dev` runs a Harness pipeline as the UI saves it: --harness-map converts it (strict),

@@ -102,14 +102,7 @@ func TestWorkerAndAgentServeMetricsAndHealth(t *testing.T) {
 	p := filepath.Join(dir, "p.yaml")
 	_ = os.WriteFile(p, []byte("name: m\nstages:\n  - id: s\n    steps:\n      - {id: u, type: UpdateReleaseRepo, with: {connector: gh, repo: acme/release, filePath: config.json, variables: [{name: tag, value: \"2.0\"}]}}\n"), 0o644)
 	cli := []string{"--server", "http://" + api, "--token", "env:PRFLOW_TEST_TOKEN"}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if out, err := run(t, append([]string{"workers"}, cli...)...); err == nil && strings.Contains(out, "wm ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker wm did not register")
-		}
-	}
+	waitWorker(t, cli, "wm")
 	if out, err := run(t, append([]string{"run", p, "-f"}, cli...)...); err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}

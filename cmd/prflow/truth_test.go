@@ -35,15 +35,34 @@ func newTruthEnv(t *testing.T) *truthEnv {
 	startCmd(t, "worker", "--nats", e.nats, "--log-level", "error", "--id", "w1")
 	e.cli = []string{"--server", "http://" + e.addr, "--token", "env:PRFLOW_TEST_TOKEN"}
 	e.alice = []string{"--server", "http://" + e.addr, "--token", "env:PRFLOW_TEST_ALICE"}
+	waitWorker(t, e.cli, "w1")
+	return e
+}
+
+// waitWorker waits (20 s at most) until `prflow workers` with client flags cli lists worker id.
+func waitWorker(t *testing.T, cli []string, id string) {
+	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if out, err := run(t, append([]string{"workers"}, e.cli...)...); err == nil && strings.Contains(out, "w1 ") {
-			break
+		if out, err := run(t, append([]string{"workers"}, cli...)...); err == nil && strings.Contains(out, id+" ") {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("worker w1 did not register")
+			t.Fatalf("worker %s did not register", id)
 		}
 	}
-	return e
+}
+
+// waitWorkerKV waits (20 s at most) until worker id's record is in the workers bucket.
+func waitWorkerKV(t *testing.T, ctx context.Context, b *queue.Buckets, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := b.Workers.Get(ctx, id); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s did not register", id)
+		}
+	}
 }
 
 func (e *truthEnv) pipeline(t *testing.T, src string) string {
