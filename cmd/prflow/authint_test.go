@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,8 +12,7 @@ import (
 // him: his groups from the ID token decide, as in the UI and the API.
 func TestCanIOIDCLogin(t *testing.T) {
 	dir := t.TempDir()
-	pol := filepath.Join(dir, "rbac.yaml")
-	_ = os.WriteFile(pol, []byte("policy.default: role:readonly\npolicy.csv: |\n  p, role:release-manager, runs, *, */*, allow\n  p, role:developer, *, *, */dev, allow\n  g, release, role:release-manager\n  g, dev, role:developer\n"), 0o600)
+	pol := writeFile(t, dir, "rbac.yaml", "policy.default: role:readonly\npolicy.csv: |\n  p, role:release-manager, runs, *, */*, allow\n  p, role:developer, *, *, */dev, allow\n  g, release, role:release-manager\n  g, dev, role:developer\n")
 	base, idp := startOIDCServer(t, dir, oidctest.User{ID: "u-bob", Username: "bob", Email: "bob@example.com", Groups: []string{"dev"}}, "--rbac", pol)
 
 	// Not signed in: can-i cannot answer, and says how to sign in (not "no").

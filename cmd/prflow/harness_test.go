@@ -70,13 +70,7 @@ func TestValidateHarness(t *testing.T) {
 // channel for its user group and converted with one.
 func TestHarnessCLIReports(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, src string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, src string) string { return writeFile(t, dir, name, src) }
 	three := write("three.yaml", `pipeline:
   identifier: three
   stages:

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,8 +57,7 @@ func TestServerSlowClients(t *testing.T) {
 	dir := t.TempDir()
 	tokens := tokensFile(t, dir, "cli", "PRFLOW_TEST_TOKEN", "slow-token-0123456789")
 	t.Setenv("PRFLOW_TEST_HOOK_SECRET", "slow-hook-secret-0123456789")
-	hooks := filepath.Join(dir, "hooks.yaml")
-	_ = os.WriteFile(hooks, []byte("webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK_SECRET\n"), 0o600)
+	hooks := writeFile(t, dir, "hooks.yaml", "webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK_SECRET\n")
 	addr := startServer(t, "--tokens", tokens, "--webhooks", hooks, "--data-dir", filepath.Join(dir, "nats"),
 		"--read-header-timeout", headerTimeout.String(), "--read-body-timeout", bodyTimeout.String())
 	trickle := strings.Repeat("x", 2400) // 2 minutes at one byte per 50 ms

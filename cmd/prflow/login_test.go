@@ -127,8 +127,7 @@ func startOIDCServer(t *testing.T, dir string, user oidctest.User, extra ...stri
 	t.Setenv("T_SESSION_KEY", strings.Repeat("s", 40))
 	t.Setenv("PRFLOW_CONFIG_DIR", filepath.Join(dir, "config"))
 	t.Setenv("PRFLOW_TOKEN", "")
-	cfg := filepath.Join(dir, "oidc.yaml")
-	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("issuer: %s\nclientID: prflow-ui\nclientSecret: env:T_OIDC_SECRET\ncliClientID: prflow-cli\nsessionKey: env:T_SESSION_KEY\n", idp.Issuer)), 0o600)
+	cfg := writeFile(t, dir, "oidc.yaml", fmt.Sprintf("issuer: %s\nclientID: prflow-ui\nclientSecret: env:T_OIDC_SECRET\ncliClientID: prflow-cli\nsessionKey: env:T_SESSION_KEY\n", idp.Issuer))
 	args := append([]string{"--oidc", cfg}, extra...)
 	t.Cleanup(startServerAt(t, addr, append(args, "--external-url", base, "--data-dir", filepath.Join(dir, "nats"))...))
 	return base, idp

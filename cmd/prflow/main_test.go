@@ -74,8 +74,7 @@ func TestDevRunsExample(t *testing.T) {
 
 func TestDevFailingPipelineExitsNonZero(t *testing.T) {
 	dir := t.TempDir()
-	p := filepath.Join(dir, "fail.yaml")
-	_ = os.WriteFile(p, []byte("name: f\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10s}, timeout: 200ms}\n"), 0o644)
+	p := writeFile(t, dir, "fail.yaml", "name: f\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10s}, timeout: 200ms}\n")
 	logFile := filepath.Join(dir, "dev.log")
 	out, err := run(t, "dev", "--log-file", logFile, "--pipeline", p)
 	var ee exitError
@@ -117,8 +116,7 @@ func TestServerAndClientCommands(t *testing.T) {
 	dir := t.TempDir()
 	tokens := cliTokens(t, dir)
 	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"))
-	p := filepath.Join(dir, "p.yaml")
-	_ = os.WriteFile(p, []byte("name: cli\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)
+	p := writeFile(t, dir, "p.yaml", "name: cli\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n")
 	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}
 	out, err := run(t, append([]string{"run", p}, common...)...)
 	if err != nil || !strings.Contains(out, "started") {
@@ -134,8 +132,7 @@ func TestServerAndClientCommands(t *testing.T) {
 		t.Fatalf("bad token: want the server's reason and a hint at --token/PRFLOW_TOKEN, got %v", err)
 	}
 	// PRFLOW_TOKEN takes the same env:/file: syntax as --token.
-	tokFile := filepath.Join(dir, "token")
-	_ = os.WriteFile(tokFile, []byte("cli-token-0123456789\n"), 0o600)
+	tokFile := writeFile(t, dir, "token", "cli-token-0123456789\n")
 	t.Setenv("PRFLOW_TOKEN", "file:"+tokFile)
 	if out, err := run(t, "status", id, "--server", "http://"+addr); err != nil || !strings.Contains(out, "run "+id) {
 		t.Fatalf("PRFLOW_TOKEN=file:PATH: %v %s", err, out)
@@ -287,13 +284,22 @@ func startServerAt(t *testing.T, addr string, args ...string) (stop func()) {
 	return stop
 }
 
+// writeFile writes src to dir/name (mode 0600: some are secrets) and returns its path.
+func writeFile(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // tokensFile writes dir/tokens.yaml with one token, user's, read from the environment
 // variable env (set here to token); it returns the file's path.
 func tokensFile(t *testing.T, dir, user, env, token string) string {
 	t.Helper()
 	t.Setenv(env, token)
-	p := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(p, []byte("tokens:\n  - user: "+user+"\n    token: env:"+env+"\n"), 0o600)
+	p := writeFile(t, dir, "tokens.yaml", "tokens:\n  - user: "+user+"\n    token: env:"+env+"\n")
 	return p
 }
 

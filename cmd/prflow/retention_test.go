@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -38,8 +37,7 @@ func TestServerAuditRetention(t *testing.T) {
 	tokens := cliTokens(t, dir)
 	data := filepath.Join(dir, "data")
 
-	cfg := filepath.Join(dir, "server.yaml")
-	_ = os.WriteFile(cfg, []byte("audit-max-age: 720h\naudit-max-bytes: 64Mi\n"), 0o644)
+	cfg := writeFile(t, dir, "server.yaml", "audit-max-age: 720h\naudit-max-bytes: 64Mi\n")
 	stop := startServerAt(t, freeAddr(t), "--config", cfg, "--tokens", tokens, "--data-dir", data)
 	stop()
 	if age, size := auditLimits(t, data); age != 720*time.Hour || size != 64<<20 {

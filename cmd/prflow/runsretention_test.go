@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -12,8 +11,7 @@ import (
 func TestServerRunsRetentionFlags(t *testing.T) {
 	dir := t.TempDir()
 	tokens := cliTokens(t, dir)
-	cfg := filepath.Join(dir, "server.yaml")
-	_ = os.WriteFile(cfg, []byte("runs-keep-days: 7\nruns-keep-count: 5000\n"), 0o644)
+	cfg := writeFile(t, dir, "server.yaml", "runs-keep-days: 7\nruns-keep-count: 5000\n")
 	stop := startServerAt(t, freeAddr(t), "--config", cfg, "--tokens", tokens, "--data-dir", filepath.Join(dir, "data"))
 	stop()
 	checkServerRefuses(t, tokens, cfg, filepath.Join(dir, "bad"), []badServerFlags{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -27,8 +26,7 @@ func newTruthEnv(t *testing.T) *truthEnv {
 	e := &truthEnv{dir: t.TempDir()}
 	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
 	t.Setenv("PRFLOW_TEST_ALICE", "alice-token-0123456789")
-	tokens := filepath.Join(e.dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n  - user: alice\n    groups: [release]\n    token: env:PRFLOW_TEST_ALICE\n"), 0o600)
+	tokens := writeFile(t, e.dir, "tokens.yaml", "tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n  - user: alice\n    groups: [release]\n    token: env:PRFLOW_TEST_ALICE\n")
 	natsAddr := freeAddr(t)
 	e.nats = "nats://" + natsAddr
 	e.addr = startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(e.dir, "nats"), "--nats-listen", natsAddr)
@@ -66,8 +64,7 @@ func waitWorkerKV(t *testing.T, ctx context.Context, b *queue.Buckets, id string
 }
 
 func (e *truthEnv) pipeline(t *testing.T, src string) string {
-	p := filepath.Join(e.dir, "p.yaml")
-	_ = os.WriteFile(p, []byte(src), 0o644)
+	p := writeFile(t, e.dir, "p.yaml", src)
 	return p
 }
 
@@ -184,8 +181,7 @@ func TestRunFollowRidesOutServerRestart(t *testing.T) {
 	addr := freeAddr(t)
 	stop := startServerAt(t, addr, "--tokens", tokens, "--nats", natsURL)
 	startCmd(t, "worker", "--nats", natsURL, "--log-level", "error")
-	p := filepath.Join(dir, "p.yaml")
-	_ = os.WriteFile(p, []byte("name: slow\nstages:\n  - id: s\n    steps:\n      - {id: nap, type: Wait, with: {duration: 1m}, timeout: 4s}\n"), 0o644)
+	p := writeFile(t, dir, "p.yaml", "name: slow\nstages:\n  - id: s\n    steps:\n      - {id: nap, type: Wait, with: {duration: 1m}, timeout: 4s}\n")
 
 	var stdout, stderr lockedBuffer
 	done := make(chan error, 1)
