@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,9 +55,7 @@ func TestDevServeTakenPort(t *testing.T) {
 // TestServerTakenPort: prflow server fails the same way, before connecting to NATS.
 func TestServerTakenPort(t *testing.T) {
 	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens.yaml")
-	t.Setenv("PRFLOW_TEST_LISTEN_TOKEN", "listen-token-0123456789")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: a\n    token: env:PRFLOW_TEST_LISTEN_TOKEN\n"), 0o600)
+	tokens := tokensFile(t, dir, "a", "PRFLOW_TEST_LISTEN_TOKEN", "listen-token-0123456789")
 	addr := holdPort(t)
 	out, err := runFor(t, 60*time.Second, "server", "--listen", addr, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"))
 	if err == nil || !strings.Contains(err.Error(), "--listen "+addr) || !strings.Contains(err.Error(), "address already in use") {
@@ -86,9 +83,7 @@ func TestServerTakenPort(t *testing.T) {
 // start, in one line naming the flag; with it, nothing is said.
 func TestServerWarnsWithoutExternalURL(t *testing.T) {
 	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens.yaml")
-	t.Setenv("PRFLOW_TEST_LISTEN_TOKEN", "listen-token-0123456789")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: a\n    token: env:PRFLOW_TEST_LISTEN_TOKEN\n"), 0o600)
+	tokens := tokensFile(t, dir, "a", "PRFLOW_TEST_LISTEN_TOKEN", "listen-token-0123456789")
 	for i, ext := range []string{"", "https://prflow.example"} {
 		args := []string{"server", "--listen", freeAddr(t), "--log-level", "warn", "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats", string(rune('a'+i)))}
 		if ext != "" {
