@@ -27,16 +27,11 @@ func runFor(t *testing.T, d time.Duration, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	root := newRoot()
-	var out lockedBuffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	out, err := runCtx(ctx, args...)
 	if ctx.Err() != nil {
-		t.Fatalf("%v still running after %s (err %v):\n%s", args, d, err, out.String())
+		t.Fatalf("%v still running after %s (err %v):\n%s", args, d, err, out)
 	}
-	return out.String(), err
+	return out, err
 }
 
 // TestDevServeTakenPort: prflow dev --serve on a port another process holds fails at once with

@@ -37,13 +37,7 @@ func (l *lockedBuffer) String() string {
 
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRoot()
-	var out lockedBuffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	return out.String(), err
+	return runCtx(context.Background(), args...)
 }
 
 // TestDevRunsExample: by default prflow dev prints progress and no log lines (logs are at

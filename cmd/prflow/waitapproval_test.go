@@ -37,13 +37,7 @@ stages:
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	root := newRoot()
-	var buf lockedBuffer
-	root.SetOut(&buf)
-	root.SetErr(&buf)
-	root.SetArgs(append([]string{"status", "-w", id}, e.cli...))
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
+	buf, done := goCmd(ctx, append([]string{"status", "-w", id}, e.cli...)...)
 	waiting := "run " + id + ": waitingApproval"
 	for !strings.Contains(buf.String(), waiting) {
 		select {
