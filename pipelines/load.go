@@ -523,20 +523,30 @@ func (l *loader) manual(md *manualDoc, path string) *ManualStrategy {
 	return ms
 }
 
-func (l *loader) stage(sd *stageDoc, path string, p *Pipeline) *Stage {
-	n := l.node(path)
-	s := &Stage{Line: n.Line, ID: sd.ID, Name: sd.Name}
-	if s.ID == "" {
-		s.ID = slug(s.Name)
+// id is a stage's or step's id: the one written, else its name's slug. Neither is reported
+// at path (unless its entry is already reported as bad) and gives ""; characters an id may
+// not hold are reported too.
+func (l *loader) id(n *yaml.Node, path, id, name string) string {
+	if id == "" {
+		id = slug(name)
 	}
-	if s.ID == "" {
+	if id == "" {
 		if !l.d.Bad(path) {
 			l.errf(n, path+".id", "required (or give a name)")
 		}
-		return nil
+		return ""
 	}
-	if !idRE.MatchString(s.ID) {
-		l.errf(n, path+".id", "%q: use letters, digits, - and _ (start with a letter)", s.ID)
+	if !idRE.MatchString(id) {
+		l.errf(n, path+".id", "%q: use letters, digits, - and _ (start with a letter)", id)
+	}
+	return id
+}
+
+func (l *loader) stage(sd *stageDoc, path string, p *Pipeline) *Stage {
+	n := l.node(path)
+	s := &Stage{Line: n.Line, ID: l.id(n, path, sd.ID, sd.Name), Name: sd.Name}
+	if s.ID == "" {
+		return nil
 	}
 	if s.Name == "" {
 		s.Name = s.ID
@@ -609,18 +619,9 @@ func (l *loader) stepList(list []stepDoc, path string, required bool) []*Step {
 
 func (l *loader) step(sd *stepDoc, path string) *Step {
 	n := l.node(path)
-	st := &Step{Line: n.Line, ID: sd.ID, Name: sd.Name}
+	st := &Step{Line: n.Line, ID: l.id(n, path, sd.ID, sd.Name), Name: sd.Name}
 	if st.ID == "" {
-		st.ID = slug(st.Name)
-	}
-	if st.ID == "" {
-		if !l.d.Bad(path) {
-			l.errf(n, path+".id", "required (or give a name)")
-		}
 		return nil
-	}
-	if !idRE.MatchString(st.ID) {
-		l.errf(n, path+".id", "%q: use letters, digits, - and _ (start with a letter)", st.ID)
 	}
 	typ := sd.Type
 	def, ok := l.reg.Lookup(typ)

@@ -39,11 +39,7 @@ func TestLoadErrorsNameFileLineAndField(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Load("p.yaml", []byte(c.src), steps.Default)
-			var le *LoadError
-			if !errors.As(err, &le) {
-				t.Fatalf("want *LoadError, got %v", err)
-			}
+			err := loadErr(t, c.src)
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
@@ -121,4 +117,15 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// loadErr loads src as p.yaml and returns the error, which must be a *LoadError.
+func loadErr(t *testing.T, src string) error {
+	t.Helper()
+	_, err := Load("p.yaml", []byte(src), steps.Default)
+	var le *LoadError
+	if !errors.As(err, &le) {
+		t.Fatalf("want *LoadError, got %v", err)
+	}
+	return err
 }

@@ -37,10 +37,7 @@ func TestLoadRefusesWhatTheWalkerLetThrough(t *testing.T) {
 			"p.yaml:4:71: stages[0].steps[0].onFailure.manual.approvers[1]: want a string, got null"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load("p.yaml", []byte(tc.src), nil)
-			if err == nil || err.Error() != tc.want {
-				t.Fatalf("got  %v\nwant %s", err, tc.want)
-			}
+			err := loadFails(t, tc.src, tc.want)
 			var le *LoadError
 			if !errors.As(err, &le) || len(le.Errs) != 1 {
 				t.Fatalf("want one *LoadError problem, got %#v", err)
@@ -67,10 +64,7 @@ func TestLoadMisspeltKeysAtDepth(t *testing.T) {
 			`p.yaml:4:18: stages[0].gate.soak: want a string, got a list`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load("p.yaml", []byte(tc.src), nil)
-			if err == nil || err.Error() != tc.want {
-				t.Fatalf("got  %v\nwant %s", err, tc.want)
-			}
+			loadFails(t, tc.src, tc.want)
 		})
 	}
 }
@@ -164,10 +158,17 @@ func TestLoadDuplicateKeyNamesTheFirst(t *testing.T) {
 			"p.yaml:5:7: triggers[0].push.repo: set twice (first at line 4)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load("p.yaml", []byte(tc.src), nil)
-			if err == nil || err.Error() != tc.want {
-				t.Fatalf("got  %v\nwant %s", err, tc.want)
-			}
+			loadFails(t, tc.src, tc.want)
 		})
 	}
+}
+
+// loadFails loads src as p.yaml, which must fail with exactly the error want; it returns it.
+func loadFails(t *testing.T, src, want string) error {
+	t.Helper()
+	_, err := Load("p.yaml", []byte(src), nil)
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s", err, want)
+	}
+	return err
 }

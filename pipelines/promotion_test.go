@@ -1,7 +1,6 @@
 package pipelines
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -277,11 +276,7 @@ func TestPromotionRunsAndRollsBackOnlyTheFailingEnvironment(t *testing.T) {
 		}
 	}
 	prod := r.Find("prod")
-	for _, id := range []string{promoRevert, promoMergeRevert, promoResync} {
-		if st := prod.Step(id, true); st.Status != StSucceeded {
-			t.Errorf("rollback step %s: %s", id, st.Status)
-		}
-	}
+	wantPromoRollback(t, prod, StSucceeded)
 	if r.Status != StFailed || !strings.Contains(r.Error, "stage prod: step sync: web-prod (agent sim): Degraded") {
 		t.Errorf("run %s: %q", r.Status, r.Error)
 	}
@@ -299,11 +294,7 @@ func TestPromotionRollbackSkipsWhenNothingWasMerged(t *testing.T) {
 		t.Fatalf("jobs after a rejection: %v", jobNames(more))
 	}
 	dev := r.Find("dev")
-	for _, id := range []string{promoRevert, promoMergeRevert, promoResync} {
-		if st := dev.Step(id, true); st.Status != StSkipped {
-			t.Errorf("rollback step %s: %s", id, st.Status)
-		}
-	}
+	wantPromoRollback(t, dev, StSkipped)
 	if r.Status != StFailed || !strings.Contains(r.Error, "rejected by alice") {
 		t.Errorf("run %s %q", r.Status, r.Error)
 	}
@@ -382,11 +373,7 @@ func TestPromotionErrorsNameFileLineAndField(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Load("p.yaml", []byte(c.src), steps.Default)
-			var le *LoadError
-			if !errors.As(err, &le) {
-				t.Fatalf("want *LoadError, got %v", err)
-			}
+			err := loadErr(t, c.src)
 			for _, w := range c.want {
 				if n := strings.Count(err.Error(), w); n != 1 {
 					t.Errorf("error\n%s\ncontains %d times (want once)\n%s", err, n, w)
@@ -423,6 +410,17 @@ func TestPromotionSchema(t *testing.T) {
 		}
 		if _, err := Load("p.yaml", []byte(bad), steps.Default); err == nil {
 			t.Errorf("%s: loader accepts it", name)
+		}
+	}
+}
+
+// wantPromoRollback checks that each of a promotion stage's rollback steps (revert, merge the
+// revert, resync) ended in status want.
+func wantPromoRollback(t *testing.T, s *StageRun, want Status) {
+	t.Helper()
+	for _, id := range []string{promoRevert, promoMergeRevert, promoResync} {
+		if st := s.Step(id, true); st.Status != want {
+			t.Errorf("rollback step %s: %s, want %s", id, st.Status, want)
 		}
 	}
 }

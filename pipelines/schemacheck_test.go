@@ -1,7 +1,6 @@
 package pipelines
 
 import (
-	"bytes"
 	"io/fs"
 	"strings"
 	"testing"
@@ -9,21 +8,14 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/prflow/prflow/examples"
+	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/yamlconf"
 )
 
 // compiledSchema compiles the generated JSON Schema of pipelines (schema.json).
 func compiledSchema(t *testing.T) *jsonschema.Schema {
 	t.Helper()
-	c := jsonschema.NewCompiler()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("schema.json")
+	sch, err := schemaFor(steps.Default) // steps.Default's schema is schema.json as embedded
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package pipelines
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -80,11 +79,7 @@ func TestStepInputsRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Load("p.yaml", []byte(stepSrc(c.steps)), steps.Default)
-			var le *LoadError
-			if !errors.As(err, &le) {
-				t.Fatalf("want *LoadError, got %v", err)
-			}
+			err := loadErr(t, stepSrc(c.steps))
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error\n%s\ndoes not contain\n%s", err, w)

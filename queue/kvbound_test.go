@@ -128,28 +128,10 @@ func TestBoundKVRetriesLostReads(t *testing.T) {
 			return string(e.Value()), nil
 		}, get},
 		{"ListKeys", func(ctx context.Context, kv jetstream.KeyValue) (string, error) {
-			l, err := kv.ListKeys(ctx)
-			if err != nil {
-				return "", err
-			}
-			var keys []string
-			for k := range l.Keys() {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			return strings.Join(keys, ","), nil
+			return sortedKeys(kv.ListKeys(ctx))
 		}, watch},
 		{"ListKeysFiltered", func(ctx context.Context, kv jetstream.KeyValue) (string, error) {
-			l, err := kv.ListKeysFiltered(ctx, "a", "c")
-			if err != nil {
-				return "", err
-			}
-			var keys []string
-			for k := range l.Keys() {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			return strings.Join(keys, ","), nil
+			return sortedKeys(kv.ListKeysFiltered(ctx, "a", "c"))
 		}, watch},
 		{"Keys", func(ctx context.Context, kv jetstream.KeyValue) (string, error) {
 			keys, err := kv.Keys(ctx)
@@ -159,6 +141,7 @@ func TestBoundKVRetriesLostReads(t *testing.T) {
 	want := map[string]string{"Get": "v-b", "ListKeys": "a,b,c", "ListKeysFiltered": "a,c", "Keys": "a,b,c"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // reads only, each through its own lossy API prefix; each waits out a deadline
 			raw := lossyKV(t, c, "b", &lossyAPI{match: tc.api, lose: 2})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
@@ -246,4 +229,17 @@ func TestSetupRetriesLostCreates(t *testing.T) {
 	if _, err := OpenBuckets(ctx, c.JS); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sortedKeys reads a key lister to its end: its keys sorted, comma-separated.
+func sortedKeys(l jetstream.KeyLister, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ","), nil
 }

@@ -16,11 +16,8 @@ import (
 // setupBuckets is a server with prflow's topology and the buckets as components open them.
 func setupBuckets(t *testing.T) (*Conn, *Buckets) {
 	t.Helper()
-	c := open(t)
+	c := openTopology(t)
 	ctx := context.Background()
-	if err := Setup(ctx, c.JS, 1); err != nil {
-		t.Fatal(err)
-	}
 	b, err := OpenBuckets(ctx, c.JS)
 	if err != nil {
 		t.Fatal(err)

@@ -179,15 +179,10 @@ func TestMergeQueueConcurrentJoinsKeepEveryEntryOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("r%02d/s/m", i)
-			for range 2 { // the second join is a redelivery: same place
-				p, err := q.Join(ctx, line, id)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if p.Lease != nil {
-					defer func() { _ = p.Lease.Release(ctx) }()
-				}
+			release, err := joinTwice(ctx, q, line, id)
+			defer release()
+			if err != nil {
+				errs <- err
 			}
 		}()
 	}
@@ -695,15 +690,11 @@ func TestMergeQueueHugeLineFromManyWorkers(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := g; i < per; i += 4 {
-					for range 2 {
-						p, err := q.Join(ctx, line, fmt.Sprintf("w%d-%03d/s/m", w, i))
-						if err != nil {
-							errs <- err
-							return
-						}
-						if p.Lease != nil {
-							defer func() { _ = p.Lease.Release(ctx) }()
-						}
+					release, err := joinTwice(ctx, q, line, fmt.Sprintf("w%d-%03d/s/m", w, i))
+					defer release()
+					if err != nil {
+						errs <- err
+						return
 					}
 				}
 			}()
@@ -1030,4 +1021,25 @@ func TestMergeQueueViewsConvergeAfterTheServerRestarts(t *testing.T) {
 			t.Fatalf("worker %d sees %v (%v), want %v", w, ids(es), err, want)
 		}
 	}
+}
+
+// joinTwice joins id to line twice, the second time as a redelivery would (same place), and
+// returns what releases the leases the joins got (the caller holds them until it ends).
+func joinTwice(ctx context.Context, q *MergeQueue, line, id string) (release func(), err error) {
+	var leases []*Lease
+	release = func() {
+		for _, l := range leases {
+			_ = l.Release(ctx)
+		}
+	}
+	for range 2 {
+		p, err := q.Join(ctx, line, id)
+		if err != nil {
+			return release, err
+		}
+		if p.Lease != nil {
+			leases = append(leases, p.Lease)
+		}
+	}
+	return release, nil
 }

@@ -183,6 +183,7 @@ func TestPullerStatuses(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has its own server; most of its time is waiting for one
 			c := open(t)
 			if tc.setup != nil {
 				tc.setup(t, c)

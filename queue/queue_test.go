@@ -20,6 +20,18 @@ func open(t *testing.T) *Conn {
 	return c
 }
 
+// openTopology is open with prflow's topology set up (one replica).
+func openTopology(t *testing.T) *Conn {
+	t.Helper()
+	c := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Setup(ctx, c.JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestSetupIsIdempotent(t *testing.T) {
 	c := open(t)
 	ctx := context.Background()

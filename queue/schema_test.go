@@ -12,25 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-func embedded(t *testing.T) *Conn {
-	t.Helper()
-	c, err := Open(context.Background(), Options{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 // TestSetupRecordsSchema: Setup writes the marker; a second Setup at the same version and
 // replicas leaves it (and the streams) alone; a topology from before markers gets one.
 func TestSetupRecordsSchema(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := embedded(t)
-	if err := Setup(ctx, c.JS, 1); err != nil {
-		t.Fatal(err)
-	}
+	c := openTopology(t)
 	s, err := ReadSchema(ctx, c.JS)
 	if err != nil || s == nil || s.Version != SchemaVersion || s.Replicas != 1 {
 		t.Fatalf("marker = %+v, %v", s, err)
@@ -60,10 +47,7 @@ func TestSetupRecordsSchema(t *testing.T) {
 func TestNewerSchemaRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := embedded(t)
-	if err := Setup(ctx, c.JS, 1); err != nil {
-		t.Fatal(err)
-	}
+	c := openTopology(t)
 	meta, _ := c.JS.KeyValue(ctx, BucketMeta)
 	newer, _ := json.Marshal(Schema{Version: SchemaVersion + 1, Replicas: 1})
 	if _, err := meta.Put(ctx, SchemaKey, newer); err != nil {
@@ -109,7 +93,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 // TestJoinWaitsForTopology: a worker that starts before any server created the topology waits
 // (and says so) and proceeds once it exists; it never creates anything itself.
 func TestJoinWaitsForTopology(t *testing.T) {
-	c := embedded(t)
+	c := open(t)
 	short, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	if err := Join(short, c.JS, slog.New(slog.DiscardHandler)); !errors.Is(err, ErrNoTopology) || !errors.Is(err, context.DeadlineExceeded) {

@@ -32,11 +32,7 @@ stages:
         with: {approvers: {groups: [release], minimumCount: 1}, message: "ship ${{ stages.dev.steps.merge.outputs.commitId }}?"}
 `
 	p := e.pipeline(t, src)
-	out, err := run(t, append([]string{"run", p, "--set", "tag=1.2"}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v %s", err, out)
-	}
-	first := strings.Fields(out)[1]
+	first := e.start(t, p, "--set", "tag=1.2")
 	e.waitStep(t, first, "prod", "ok", pipelines.StWaiting)
 
 	for _, action := range []string{"rerun", "retry"} {
@@ -65,7 +61,7 @@ stages:
 		t.Fatalf("retry with a pipeline without dev: %v", err)
 	}
 
-	out, err = run(t, append([]string{"retry", first}, e.cli...)...)
+	out, err := run(t, append([]string{"retry", first}, e.cli...)...)
 	if err != nil || !strings.Contains(out, "retry of "+first+" from its failed stage; carried over, not run again: dev (from "+first+")") {
 		t.Fatalf("retry: %v %s", err, out)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,12 +86,7 @@ func newAgent(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				conn, err := connect()
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				return sa.Run(ctx, conn)
+				return runAgent(ctx, connect, sa)
 			}
 			switch engine {
 			case "flux":
@@ -131,12 +127,7 @@ func newAgent(g *globals) *cobra.Command {
 				return err
 			}
 			registerResyncMetrics(reg, a)
-			conn, err := connect()
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			return a.Run(ctx, conn)
+			return runAgent(ctx, connect, a)
 		},
 	}
 	f := cmd.Flags()
@@ -244,4 +235,17 @@ func registerResyncMetrics(reg prometheus.Registerer, a *argocd.Agent) {
 			return 0
 		}),
 	)
+}
+
+// runAgent connects to NATS once the agent of an engine (Argo CD, Flux, simulated) is built,
+// so a bad flag fails before any connection, and runs it until ctx ends.
+func runAgent(ctx context.Context, connect func() (*queue.Conn, error), a interface {
+	Run(context.Context, *queue.Conn) error
+}) error {
+	conn, err := connect()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return a.Run(ctx, conn)
 }

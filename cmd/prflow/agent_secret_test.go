@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,10 +8,8 @@ import (
 
 func TestSecretRef(t *testing.T) {
 	dir := t.TempDir()
-	good := filepath.Join(dir, "secret")
-	empty := filepath.Join(dir, "empty")
-	_ = os.WriteFile(good, []byte("  hook-s3cret\n"), 0o600)
-	_ = os.WriteFile(empty, []byte("\n"), 0o600)
+	good := writeFile(t, dir, "secret", "  hook-s3cret\n")
+	empty := writeFile(t, dir, "empty", "\n")
 	t.Setenv("PRFLOW_TEST_HOOK_SECRET", "from-env")
 	cases := []struct {
 		name, file, env, want, err string

@@ -35,10 +35,5 @@ func runFluxAgent(ctx context.Context, log *slog.Logger, id, replica string, ff 
 	if err != nil {
 		return err
 	}
-	conn, err := connect()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return a.Run(ctx, conn)
+	return runAgent(ctx, connect, a)
 }

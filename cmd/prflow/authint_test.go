@@ -1,16 +1,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/prflow/prflow/pipelines/controller/oidc"
 	"github.com/prflow/prflow/pipelines/controller/oidc/oidctest"
 )
 
@@ -19,52 +12,14 @@ import (
 // him: his groups from the ID token decide, as in the UI and the API.
 func TestCanIOIDCLogin(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
-	base := "http://" + addr
-	idp := oidctest.Start(t, []oidctest.User{
-		{ID: "u-bob", Username: "bob", Email: "bob@example.com", Groups: []string{"dev"}},
-	}, oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath}},
-		oidctest.Client{ID: "prflow-cli"})
-	t.Setenv("T_OIDC_SECRET", "ui-secret-0123456789")
-	t.Setenv("T_SESSION_KEY", strings.Repeat("s", 40))
-	t.Setenv("PRFLOW_CONFIG_DIR", filepath.Join(dir, "config"))
-	t.Setenv("PRFLOW_TOKEN", "")
-	cfg := filepath.Join(dir, "oidc.yaml")
-	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("issuer: %s\nclientID: prflow-ui\nclientSecret: env:T_OIDC_SECRET\ncliClientID: prflow-cli\nsessionKey: env:T_SESSION_KEY\n", idp.Issuer)), 0o600)
-	pol := filepath.Join(dir, "rbac.yaml")
-	_ = os.WriteFile(pol, []byte("policy.default: role:readonly\npolicy.csv: |\n  p, role:release-manager, runs, *, */*, allow\n  p, role:developer, *, *, */dev, allow\n  g, release, role:release-manager\n  g, dev, role:developer\n"), 0o600)
-	t.Cleanup(startServerAt(t, addr, "--oidc", cfg, "--rbac", pol, "--external-url", base, "--data-dir", filepath.Join(dir, "nats")))
+	pol := writeFile(t, dir, "rbac.yaml", "policy.default: role:readonly\npolicy.csv: |\n  p, role:release-manager, runs, *, */*, allow\n  p, role:developer, *, *, */dev, allow\n  g, release, role:release-manager\n  g, dev, role:developer\n")
+	base, idp := startOIDCServer(t, dir, oidctest.User{ID: "u-bob", Username: "bob", Email: "bob@example.com", Groups: []string{"dev"}}, "--rbac", pol)
 
 	// Not signed in: can-i cannot answer, and says how to sign in (not "no").
 	if out, err := run(t, "can-i", "cancel", "runs", "web/dev", "--server", base); err == nil || !strings.Contains(err.Error(), "prflow login") {
 		t.Fatalf("can-i before login: %q %v, want a hint at prflow login", out, err)
 	}
-	out := &lockedBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		root := newRoot()
-		root.SetOut(out)
-		root.SetErr(out)
-		root.SetArgs([]string{"login", "--server", base})
-		done <- root.ExecuteContext(context.Background())
-	}()
-	code := regexp.MustCompile(`enter the code ([^\s)]+)`)
-	var m []string
-	for deadline := time.Now().Add(time.Minute); m == nil; m = code.FindStringSubmatch(out.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("login printed no user code: %s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	idp.ApproveDevice(t, m[1], "bob")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("login: %v\n%s", err, out)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("login did not finish after approval: %s", out)
-	}
+	loginByDevice(t, base, idp, "bob")
 
 	for _, c := range []struct {
 		args []string

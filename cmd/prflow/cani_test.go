@@ -48,8 +48,7 @@ func TestCanIOffline(t *testing.T) {
 			}
 		}
 	}
-	bad := filepath.Join(dir, "bad.yaml")
-	_ = os.WriteFile(bad, []byte("policy.csv: |\n  p, x, runs, get, */*\n  p, x, runs, fly, */*\n"), 0o600)
+	bad := writeFile(t, dir, "bad.yaml", "policy.csv: |\n  p, x, runs, get, */*\n  p, x, runs, fly, */*\n")
 	for _, c := range []struct {
 		args []string
 		msg  string
@@ -74,10 +73,8 @@ func TestServerRBAC(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("PRFLOW_TEST_ALICE", "alice-token-0123456789")
 	t.Setenv("PRFLOW_TEST_BOB", "bob-token-01234567890")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - {user: alice, groups: [release-managers], token: env:PRFLOW_TEST_ALICE}\n  - {user: bob, groups: [developers], token: env:PRFLOW_TEST_BOB}\n"), 0o600)
-	pol := filepath.Join(dir, "rbac.yaml")
-	_ = os.WriteFile(pol, []byte(caniPolicy), 0o600)
+	tokens := writeFile(t, dir, "tokens.yaml", "tokens:\n  - {user: alice, groups: [release-managers], token: env:PRFLOW_TEST_ALICE}\n  - {user: bob, groups: [developers], token: env:PRFLOW_TEST_BOB}\n")
+	pol := writeFile(t, dir, "rbac.yaml", caniPolicy)
 	addr := startServer(t, "--tokens", tokens, "--rbac", pol, "--data-dir", filepath.Join(dir, "nats"))
 	alice := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_ALICE"}
 	bob := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_BOB"}
@@ -87,8 +84,7 @@ func TestServerRBAC(t *testing.T) {
 	if out, err := run(t, append([]string{"can-i", "cancel", "runs", "web/prod"}, bob...)...); err == nil || strings.TrimSpace(out) != "no" || !strings.Contains(err.Error(), "bob (groups developers) may not cancel runs web/prod") {
 		t.Fatalf("bob: %q %v", out, err)
 	}
-	p := filepath.Join(dir, "web.yaml")
-	_ = os.WriteFile(p, []byte("name: web\nenvironments: [{name: prod}]\nstages:\n  - {id: prod, environment: prod, steps: [{id: w, type: Approval, timeout: 5m, with: {approvers: {users: [alice]}}}]}\n"), 0o644)
+	p := writeFile(t, dir, "web.yaml", "name: web\nenvironments: [{name: prod}]\nstages:\n  - {id: prod, environment: prod, steps: [{id: w, type: Approval, timeout: 5m, with: {approvers: {users: [alice]}}}]}\n")
 	out, err := run(t, append([]string{"run", p}, alice...)...)
 	if err != nil {
 		t.Fatalf("run: %v %s", err, out)

@@ -132,11 +132,7 @@ on loopback, without authentication.`,
 			if err != nil {
 				return err
 			}
-			b, err := queue.OpenBuckets(ctx, conn.JS)
-			if err != nil {
-				return err
-			}
-			mq, err := queue.OpenMergeQueue(ctx, conn.JS)
+			b, locks, err := openLocks(ctx, conn, "dev-worker")
 			if err != nil {
 				return err
 			}
@@ -154,7 +150,7 @@ on loopback, without authentication.`,
 				Secrets: []string{devToken},
 				Services: steps.NewServices(map[string]any{
 					steps.ServiceSCM:    conns,
-					steps.ServiceLocks:  worker.NewLeaseLocker(b, mq, "dev-worker"),
+					steps.ServiceLocks:  locks,
 					steps.ServiceGitOps: agent.NewClient(conn.NC, b.Apps, b.Agents),
 					// PR comments link to the run page where this sandbox serves one.
 					steps.ServiceRunURL: func(id string) string {

@@ -28,21 +28,7 @@ the apps' sync and health, and whether they drifted from git. -o wide adds the p
 apps one by one and the drift's reasons.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var envs []environments.Environment
-			if err := c.do(cmd.Context(), "GET", "/api/v1/environments", nil, &envs); err != nil {
-				return err
-			}
-			if o.structured() {
-				return o.print(cmd.OutOrStdout(), envs)
-			}
-			return printEnvs(cmd.OutOrStdout(), envs, o.wide(), time.Now())
+			return getAndShow(cmd, g, &o, "/api/v1/environments", printEnvs)
 		},
 	}
 	o.add(cmd)
@@ -56,21 +42,10 @@ func newEnv(g *globals) *cobra.Command {
 		Short: "Show one environment: desired values, who put them there, each app, drift",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var e environments.Environment
-			if err := c.do(cmd.Context(), "GET", "/api/v1/environments/"+url.PathEscape(args[0]), nil, &e); err != nil {
-				return err
-			}
-			if o.structured() {
-				return o.print(cmd.OutOrStdout(), &e)
-			}
-			return printEnv(cmd.OutOrStdout(), &e, o.wide(), time.Now())
+			return getAndShow(cmd, g, &o, "/api/v1/environments/"+url.PathEscape(args[0]),
+				func(w io.Writer, e environments.Environment, wide bool, now time.Time) error {
+					return printEnv(w, &e, wide, now)
+				})
 		},
 	}
 	o.add(cmd)
@@ -91,19 +66,10 @@ func newHistory(g *globals) *cobra.Command {
 			if limit < 1 || limit > environments.MaxHistory {
 				return fmt.Errorf("--limit %d: want 1 to %d", limit, environments.MaxHistory)
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var h []environments.Promotion
 			path := "/api/v1/environments/" + url.PathEscape(args[0]) + "/history?limit=" + strconv.Itoa(limit)
-			if err := c.do(cmd.Context(), "GET", path, nil, &h); err != nil {
-				return err
-			}
-			if o.structured() {
-				return o.print(cmd.OutOrStdout(), h)
-			}
-			return printHistory(cmd.OutOrStdout(), args[0], h, o.wide(), time.Now())
+			return getAndShow(cmd, g, &o, path, func(w io.Writer, h []environments.Promotion, wide bool, now time.Time) error {
+				return printHistory(w, args[0], h, wide, now)
+			})
 		},
 	}
 	o.add(cmd)

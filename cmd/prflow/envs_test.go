@@ -68,21 +68,10 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); <-done; qc.Close() })
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := b.Workers.Get(ctx, "w-release"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker w-release did not register")
-		}
-	}
+	waitWorkerKV(t, ctx, b, "w-release")
 
-	out, err := run(t, append([]string{"run", e.pipeline(t, envsPipeline), "-f", "--set", "tag=7.1.0"}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out)
-	}
-	id := strings.Fields(out)[1]
-	out, err = run(t, append([]string{"status", id, "-o", "json"}, e.cli...)...)
+	id := e.start(t, e.pipeline(t, envsPipeline), "-f", "--set", "tag=7.1.0")
+	out, err := run(t, append([]string{"status", id, "-o", "json"}, e.cli...)...)
 	var r pipelines.Run
 	if err != nil || json.Unmarshal([]byte(out), &r) != nil {
 		t.Fatalf("status: %v\n%s", err, out)
@@ -131,14 +120,7 @@ func TestEnvCommands(t *testing.T) {
 	t.Run("env", func(t *testing.T) {
 		// The worker (another process, holding the token) reads the file at the merge
 		// commit through the connector; `env` says so.
-		var out string
-		var err error
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			out, err = run(t, append([]string{"env", "dev"}, e.cli...)...)
-			if err == nil && strings.Contains(out, "read from "+merged[:7]+" through the connector") || time.Now().After(deadline) {
-				break
-			}
-		}
+		out, err := pollCmd(t, 30*time.Second, "read from "+merged[:7]+" through the connector", append([]string{"env", "dev"}, e.cli...)...)
 		t.Log(out)
 		if !strings.Contains(out, "read from "+merged[:7]+" through the connector") || strings.Contains(out, "disagrees") {
 			t.Errorf("env dev does not show the read of %s:\n%s", merged[:7], out)
@@ -155,14 +137,7 @@ func TestEnvCommands(t *testing.T) {
 		}
 	})
 	t.Run("history", func(t *testing.T) {
-		var out string
-		var err error
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			out, err = run(t, append([]string{"history", "dev"}, e.cli...)...)
-			if err == nil && strings.Contains(out, "succeeded") || time.Now().After(deadline) {
-				break
-			}
-		}
+		out, err := pollCmd(t, 20*time.Second, "succeeded", append([]string{"history", "dev"}, e.cli...)...)
 		t.Log(out)
 		if h := strings.Join(headerOf(out), " "); err != nil || h != "AGE RESULT CHANGE RUN STAGE PIPELINE BY" {
 			t.Fatalf("%v header %q\n%s", err, h, out)
@@ -189,4 +164,16 @@ func TestEnvCommands(t *testing.T) {
 			t.Errorf("-o xml: %v", err)
 		}
 	})
+}
+
+// pollCmd runs the command args until it succeeds with want in its output or within has
+// passed; it returns the last output and error (the caller checks them).
+func pollCmd(t *testing.T, within time.Duration, want string, args ...string) (string, error) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		out, err := run(t, args...)
+		if err == nil && strings.Contains(out, want) || time.Now().After(deadline) {
+			return out, err
+		}
+	}
 }

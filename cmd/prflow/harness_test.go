@@ -70,13 +70,7 @@ func TestValidateHarness(t *testing.T) {
 // channel for its user group and converted with one.
 func TestHarnessCLIReports(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, src string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, src string) string { return writeFile(t, dir, name, src) }
 	three := write("three.yaml", `pipeline:
   identifier: three
   stages:
@@ -144,9 +138,7 @@ func TestHarnessCLIReports(t *testing.T) {
 // Harness path and line, and nothing is started.
 func TestServerRunsHarnessYAML(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	natsAddr := freeAddr(t)
 	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"), "--harness-map", fixtures+"map.yaml", "--nats-listen", natsAddr)
 	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}
@@ -200,14 +192,7 @@ func liveWorkerAndAgent(t *testing.T, url, conn, agentID string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); <-done; qc.Close() })
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := b.Workers.Get(ctx, "w-"+conn); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker did not register")
-		}
-	}
+	waitWorkerKV(t, ctx, b, "w-"+conn)
 }
 
 // `prflow dev` runs a Harness pipeline as the UI saves it: --harness-map converts it (strict),

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,12 +55,9 @@ func TestServerSlowClients(t *testing.T) {
 	// 2 minutes a trickle of one byte per 50 ms would take to send its body.
 	const slack = 15 * time.Second
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "slow-token-0123456789")
+	tokens := tokensFile(t, dir, "cli", "PRFLOW_TEST_TOKEN", "slow-token-0123456789")
 	t.Setenv("PRFLOW_TEST_HOOK_SECRET", "slow-hook-secret-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	hooks := filepath.Join(dir, "hooks.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
-	_ = os.WriteFile(hooks, []byte("webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK_SECRET\n"), 0o600)
+	hooks := writeFile(t, dir, "hooks.yaml", "webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK_SECRET\n")
 	addr := startServer(t, "--tokens", tokens, "--webhooks", hooks, "--data-dir", filepath.Join(dir, "nats"),
 		"--read-header-timeout", headerTimeout.String(), "--read-body-timeout", bodyTimeout.String())
 	trickle := strings.Repeat("x", 2400) // 2 minutes at one byte per 50 ms

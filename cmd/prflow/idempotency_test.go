@@ -23,8 +23,7 @@ import (
 func idemServer(t *testing.T, addr string) (stop func()) {
 	t.Helper()
 	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := writeFile(t, dir, "tokens.yaml", "tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n")
 	return startServerAt(t, addr, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"))
 }
 

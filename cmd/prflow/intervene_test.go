@@ -22,11 +22,7 @@ stages:
       - {id: verify, type: Wait, timeout: 1s, with: {duration: 1h}}
       - {id: after, type: Noop}
 `)
-	out, err := run(t, append([]string{"run", p}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v %s", err, out)
-	}
-	id := strings.Fields(out)[1]
+	id := e.start(t, p)
 	var r *pipelines.Run
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if r = e.runState(t, id); r.Find("prod").Intervention != nil {
@@ -54,7 +50,7 @@ stages:
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.says)
 		}
 	}
-	out, err = run(t, append([]string{"intervene", id, "prod", "--action", "ignore", "--comment", "known flake"}, e.alice...)...)
+	out, err := run(t, append([]string{"intervene", id, "prod", "--action", "ignore", "--comment", "known flake"}, e.alice...)...)
 	if err != nil || !strings.Contains(out, "stage prod of run "+id+": step verify ignored by alice") {
 		t.Fatalf("intervene: %v %s", err, out)
 	}

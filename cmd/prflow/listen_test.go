@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,16 +27,11 @@ func runFor(t *testing.T, d time.Duration, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	root := newRoot()
-	var out lockedBuffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	out, err := runCtx(ctx, args...)
 	if ctx.Err() != nil {
-		t.Fatalf("%v still running after %s (err %v):\n%s", args, d, err, out.String())
+		t.Fatalf("%v still running after %s (err %v):\n%s", args, d, err, out)
 	}
-	return out.String(), err
+	return out, err
 }
 
 // TestDevServeTakenPort: prflow dev --serve on a port another process holds fails at once with
@@ -56,9 +50,7 @@ func TestDevServeTakenPort(t *testing.T) {
 // TestServerTakenPort: prflow server fails the same way, before connecting to NATS.
 func TestServerTakenPort(t *testing.T) {
 	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens.yaml")
-	t.Setenv("PRFLOW_TEST_LISTEN_TOKEN", "listen-token-0123456789")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: a\n    token: env:PRFLOW_TEST_LISTEN_TOKEN\n"), 0o600)
+	tokens := tokensFile(t, dir, "a", "PRFLOW_TEST_LISTEN_TOKEN", "listen-token-0123456789")
 	addr := holdPort(t)
 	out, err := runFor(t, 60*time.Second, "server", "--listen", addr, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"))
 	if err == nil || !strings.Contains(err.Error(), "--listen "+addr) || !strings.Contains(err.Error(), "address already in use") {
@@ -86,22 +78,14 @@ func TestServerTakenPort(t *testing.T) {
 // start, in one line naming the flag; with it, nothing is said.
 func TestServerWarnsWithoutExternalURL(t *testing.T) {
 	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens.yaml")
-	t.Setenv("PRFLOW_TEST_LISTEN_TOKEN", "listen-token-0123456789")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: a\n    token: env:PRFLOW_TEST_LISTEN_TOKEN\n"), 0o600)
+	tokens := tokensFile(t, dir, "a", "PRFLOW_TEST_LISTEN_TOKEN", "listen-token-0123456789")
 	for i, ext := range []string{"", "https://prflow.example"} {
 		args := []string{"server", "--listen", freeAddr(t), "--log-level", "warn", "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats", string(rune('a'+i)))}
 		if ext != "" {
 			args = append(args, "--external-url", ext)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		root := newRoot()
-		var out lockedBuffer
-		root.SetOut(&out)
-		root.SetErr(&out)
-		root.SetArgs(args)
-		done := make(chan error, 1)
-		go func() { done <- root.ExecuteContext(ctx) }()
+		out, done := goCmd(ctx, args...)
 		ready := waitReady(t, args[2])
 		cancel()
 		if err := <-done; err != nil || !ready {

@@ -22,49 +22,12 @@ import (
 // and prflow logout removes it.
 func TestLoginDeviceFlow(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
-	base := "http://" + addr
-	idp := oidctest.Start(t, []oidctest.User{{ID: "u-carol", Username: "carol", Email: "carol@example.com", Groups: []string{"ops"}}},
-		oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath}},
-		oidctest.Client{ID: "prflow-cli"})
-	t.Setenv("T_OIDC_SECRET", "ui-secret-0123456789")
-	t.Setenv("T_SESSION_KEY", strings.Repeat("s", 40))
-	t.Setenv("PRFLOW_CONFIG_DIR", filepath.Join(dir, "config"))
-	t.Setenv("PRFLOW_TOKEN", "")
-	cfg := filepath.Join(dir, "oidc.yaml")
-	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("issuer: %s\nclientID: prflow-ui\nclientSecret: env:T_OIDC_SECRET\ncliClientID: prflow-cli\nsessionKey: env:T_SESSION_KEY\n", idp.Issuer)), 0o600)
-	t.Cleanup(startServerAt(t, addr, "--oidc", cfg, "--external-url", base, "--data-dir", filepath.Join(dir, "nats")))
+	base, idp := startOIDCServer(t, dir, oidctest.User{ID: "u-carol", Username: "carol", Email: "carol@example.com", Groups: []string{"ops"}})
 
 	if _, err := run(t, "runs", "--server", base); err == nil || !strings.Contains(err.Error(), "prflow login") {
 		t.Fatalf("runs before login: want a hint at prflow login, got %v", err)
 	}
-	out := &lockedBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		root := newRoot()
-		root.SetOut(out)
-		root.SetErr(out)
-		root.SetArgs([]string{"login", "--server", base})
-		done <- root.ExecuteContext(context.Background())
-	}()
-	code := regexp.MustCompile(`enter the code ([^\s)]+)`)
-	deadline := time.Now().Add(time.Minute)
-	var m []string
-	for m = code.FindStringSubmatch(out.String()); m == nil; m = code.FindStringSubmatch(out.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("login printed no user code: %s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	idp.ApproveDevice(t, m[1], "carol")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("login: %v\n%s", err, out)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("login did not finish after approval: %s", out)
-	}
+	out := loginByDevice(t, base, idp, "carol")
 	if !strings.Contains(out.String(), "signed in to "+base+" as carol") {
 		t.Fatalf("login output: %s", out)
 	}
@@ -114,28 +77,10 @@ func TestLoginLoopbackRedirect(t *testing.T) {
 	t.Setenv("PRFLOW_CONFIG_DIR", filepath.Join(dir, "config"))
 	server := "http://" + freeAddr(t) // not contacted: --issuer and --client-id are given
 	login := func() (*lockedBuffer, chan error) {
-		out := &lockedBuffer{}
-		done := make(chan error, 1)
-		go func() {
-			root := newRoot()
-			root.SetOut(out)
-			root.SetErr(out)
-			root.SetArgs([]string{"login", "--browser", "--server", server, "--issuer", idp.Issuer, "--client-id", "prflow-cli"})
-			done <- root.ExecuteContext(context.Background())
-		}()
-		return out, done
+		return goCmd(context.Background(), "login", "--browser", "--server", server, "--issuer", idp.Issuer, "--client-id", "prflow-cli")
 	}
 	authURL := regexp.MustCompile(`(?m)^(http://\S+/auth\?\S+)$`)
-	waitURL := func(out *lockedBuffer) string {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-			if m := authURL.FindStringSubmatch(out.String()); m != nil {
-				return m[1]
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("login printed no URL: %s", out)
-			}
-		}
-	}
+	waitURL := func(out *lockedBuffer) string { return waitOutput(t, out, authURL, "login printed no URL")[1] }
 	out, done := login()
 	u := waitURL(out)
 	cb := idp.Login(t, &http.Client{}, u, "dave")
@@ -166,4 +111,42 @@ func TestLoginLoopbackRedirect(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(dir, "config", "login.json")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("stored login: %v %v", err, st)
 	}
+}
+
+// startOIDCServer starts an OIDC provider that knows user and the clients prflow-ui (the
+// server's) and prflow-cli, and a server signing in there (--oidc) with the server flags
+// extra; the CLI keeps its sign-in below dir/config. It returns the server's URL.
+func startOIDCServer(t *testing.T, dir string, user oidctest.User, extra ...string) (string, *oidctest.Provider) {
+	t.Helper()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	idp := oidctest.Start(t, []oidctest.User{user},
+		oidctest.Client{ID: "prflow-ui", Secret: "ui-secret-0123456789", Redirect: []string{base + oidc.CallbackPath}},
+		oidctest.Client{ID: "prflow-cli"})
+	t.Setenv("T_OIDC_SECRET", "ui-secret-0123456789")
+	t.Setenv("T_SESSION_KEY", strings.Repeat("s", 40))
+	t.Setenv("PRFLOW_CONFIG_DIR", filepath.Join(dir, "config"))
+	t.Setenv("PRFLOW_TOKEN", "")
+	cfg := writeFile(t, dir, "oidc.yaml", fmt.Sprintf("issuer: %s\nclientID: prflow-ui\nclientSecret: env:T_OIDC_SECRET\ncliClientID: prflow-cli\nsessionKey: env:T_SESSION_KEY\n", idp.Issuer))
+	args := append([]string{"--oidc", cfg}, extra...)
+	t.Cleanup(startServerAt(t, addr, append(args, "--external-url", base, "--data-dir", filepath.Join(dir, "nats"))...))
+	return base, idp
+}
+
+// loginByDevice runs `prflow login --server base` (the device flow), approves its user code at
+// idp as user and waits until it succeeded; it returns login's output.
+func loginByDevice(t *testing.T, base string, idp *oidctest.Provider, user string) *lockedBuffer {
+	t.Helper()
+	out, done := goCmd(context.Background(), "login", "--server", base)
+	m := waitOutput(t, out, regexp.MustCompile(`enter the code ([^\s)]+)`), "login printed no user code")
+	idp.ApproveDevice(t, m[1], user)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("login: %v\n%s", err, out)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("login did not finish after approval: %s", out)
+	}
+	return out
 }

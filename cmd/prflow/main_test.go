@@ -37,13 +37,7 @@ func (l *lockedBuffer) String() string {
 
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRoot()
-	var out lockedBuffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	return out.String(), err
+	return runCtx(context.Background(), args...)
 }
 
 // TestDevRunsExample: by default prflow dev prints progress and no log lines (logs are at
@@ -74,8 +68,7 @@ func TestDevRunsExample(t *testing.T) {
 
 func TestDevFailingPipelineExitsNonZero(t *testing.T) {
 	dir := t.TempDir()
-	p := filepath.Join(dir, "fail.yaml")
-	_ = os.WriteFile(p, []byte("name: f\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10s}, timeout: 200ms}\n"), 0o644)
+	p := writeFile(t, dir, "fail.yaml", "name: f\nstages:\n  - id: s\n    steps:\n      - {id: w, type: Wait, with: {duration: 10s}, timeout: 200ms}\n")
 	logFile := filepath.Join(dir, "dev.log")
 	out, err := run(t, "dev", "--log-file", logFile, "--pipeline", p)
 	var ee exitError
@@ -115,12 +108,9 @@ func TestServeRefusesNonLoopbackWithoutAuth(t *testing.T) {
 
 func TestServerAndClientCommands(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	addr := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"))
-	p := filepath.Join(dir, "p.yaml")
-	_ = os.WriteFile(p, []byte("name: cli\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)
+	p := writeFile(t, dir, "p.yaml", "name: cli\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n")
 	common := []string{"--server", "http://" + addr, "--token", "env:PRFLOW_TEST_TOKEN"}
 	out, err := run(t, append([]string{"run", p}, common...)...)
 	if err != nil || !strings.Contains(out, "started") {
@@ -136,8 +126,7 @@ func TestServerAndClientCommands(t *testing.T) {
 		t.Fatalf("bad token: want the server's reason and a hint at --token/PRFLOW_TOKEN, got %v", err)
 	}
 	// PRFLOW_TOKEN takes the same env:/file: syntax as --token.
-	tokFile := filepath.Join(dir, "token")
-	_ = os.WriteFile(tokFile, []byte("cli-token-0123456789\n"), 0o600)
+	tokFile := writeFile(t, dir, "token", "cli-token-0123456789\n")
 	t.Setenv("PRFLOW_TOKEN", "file:"+tokFile)
 	if out, err := run(t, "status", id, "--server", "http://"+addr); err != nil || !strings.Contains(out, "run "+id) {
 		t.Fatalf("PRFLOW_TOKEN=file:PATH: %v %s", err, out)
@@ -289,10 +278,58 @@ func startServerAt(t *testing.T, addr string, args ...string) (stop func()) {
 	return stop
 }
 
-// startCmd runs a long-running prflow command (worker, agent) until the test ends.
-func startCmd(t *testing.T, args ...string) *lockedBuffer {
+// writeFile writes src to dir/name (mode 0600: some are secrets) and returns its path.
+func writeFile(t *testing.T, dir, name, src string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tokensFile writes dir/tokens.yaml with one token, user's, read from the environment
+// variable env (set here to token); it returns the file's path.
+func tokensFile(t *testing.T, dir, user, env, token string) string {
+	t.Helper()
+	t.Setenv(env, token)
+	p := writeFile(t, dir, "tokens.yaml", "tokens:\n  - user: "+user+"\n    token: env:"+env+"\n")
+	return p
+}
+
+// cliTokens is tokensFile for user cli with PRFLOW_TEST_TOKEN (the token the tests' clients send).
+func cliTokens(t *testing.T, dir string) string {
+	t.Helper()
+	return tokensFile(t, dir, "cli", "PRFLOW_TEST_TOKEN", "cli-token-0123456789")
+}
+
+// badServerFlags is a `prflow server` that must refuse to start: flags args, or (file set) a
+// config file with this content; want is in its error.
+type badServerFlags struct {
+	args []string
+	file string
+	want string
+}
+
+// checkServerRefuses runs each case's server (its config file written to cfg, its data in
+// dataDir) and checks that it stops with the error it wants.
+func checkServerRefuses(t *testing.T, tokens, cfg, dataDir string, cases []badServerFlags) {
+	t.Helper()
+	for _, tc := range cases {
+		args := append([]string{"server", "--tokens", tokens, "--data-dir", dataDir}, tc.args...)
+		if tc.file != "" {
+			_ = os.WriteFile(cfg, []byte(tc.file), 0o644)
+			args = append(args, "--config", cfg)
+		}
+		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %q: %v, want an error with %q", tc.args, tc.file, err, tc.want)
+		}
+	}
+}
+
+// goCmd runs a prflow command in the background: its output (stdout and stderr) goes to the
+// returned buffer, its result to the channel.
+func goCmd(ctx context.Context, args ...string) (*lockedBuffer, chan error) {
 	out := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
@@ -302,6 +339,28 @@ func startCmd(t *testing.T, args ...string) *lockedBuffer {
 		root.SetArgs(args)
 		done <- root.ExecuteContext(ctx)
 	}()
+	return out, done
+}
+
+// waitOutput polls out until re matches it (a minute at most) and returns the submatches;
+// failing, it says fail and the output.
+func waitOutput(t *testing.T, out *lockedBuffer, re *regexp.Regexp, fail string) []string {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s", fail, out)
+		}
+	}
+}
+
+// startCmd runs a long-running prflow command (worker, agent) until the test ends.
+func startCmd(t *testing.T, args ...string) *lockedBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, done := goCmd(ctx, args...)
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -48,16 +48,13 @@ func getUntil(t *testing.T, url string, want int) string {
 // series; the server's /metrics has them too, beside its own.
 func TestWorkerAndAgentServeMetricsAndHealth(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	natsAddr := freeAddr(t)
 	api := startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"), "--nats-listen", natsAddr)
 
 	argo := argocdtest.New(argocdtest.WithToken("argo-token-0123456789"))
 	t.Cleanup(argo.Close)
-	tokFile := filepath.Join(dir, "argocd-token")
-	_ = os.WriteFile(tokFile, []byte("argo-token-0123456789\n"), 0o600)
+	tokFile := writeFile(t, dir, "argocd-token", "argo-token-0123456789\n")
 
 	// The worker holds a connector to the fake GitHub: its forge calls show in its /metrics.
 	gh := scmtest.NewGitHub(t)
@@ -65,8 +62,7 @@ func TestWorkerAndAgentServeMetricsAndHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PRFLOW_TEST_GH", scmtest.DefaultToken)
-	cf := filepath.Join(dir, "connectors.yaml")
-	_ = os.WriteFile(cf, []byte("connectors:\n  - name: gh\n    provider: github\n    baseURL: "+gh.APIURL()+"\n    auth: {token: env:PRFLOW_TEST_GH}\n"), 0o600)
+	cf := writeFile(t, dir, "connectors.yaml", "connectors:\n  - name: gh\n    provider: github\n    baseURL: "+gh.APIURL()+"\n    auth: {token: env:PRFLOW_TEST_GH}\n")
 
 	wAddr, aAddr := freeAddr(t), freeAddr(t)
 	startCmd(t, "worker", "--nats", "nats://"+natsAddr, "--log-level", "error", "--id", "wm", "--listen", wAddr, "--connectors", cf)
@@ -101,17 +97,9 @@ func TestWorkerAndAgentServeMetricsAndHealth(t *testing.T) {
 		}
 	}
 	// A run whose step calls the forge: the worker's transport metrics count the calls.
-	p := filepath.Join(dir, "p.yaml")
-	_ = os.WriteFile(p, []byte("name: m\nstages:\n  - id: s\n    steps:\n      - {id: u, type: UpdateReleaseRepo, with: {connector: gh, repo: acme/release, filePath: config.json, variables: [{name: tag, value: \"2.0\"}]}}\n"), 0o644)
+	p := writeFile(t, dir, "p.yaml", "name: m\nstages:\n  - id: s\n    steps:\n      - {id: u, type: UpdateReleaseRepo, with: {connector: gh, repo: acme/release, filePath: config.json, variables: [{name: tag, value: \"2.0\"}]}}\n")
 	cli := []string{"--server", "http://" + api, "--token", "env:PRFLOW_TEST_TOKEN"}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if out, err := run(t, append([]string{"workers"}, cli...)...); err == nil && strings.Contains(out, "wm ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker wm did not register")
-		}
-	}
+	waitWorker(t, cli, "wm")
 	if out, err := run(t, append([]string{"run", p, "-f"}, cli...)...); err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}

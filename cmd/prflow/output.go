@@ -33,6 +33,32 @@ func (o *outputFlag) check() error {
 
 func (o *outputFlag) wide() bool { return o.format == "wide" }
 
+// client checks -o before it connects (a typo in -o fails without asking the server), then
+// returns the client of the global flags.
+func (o *outputFlag) client(g *globals) (*client, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	return g.client()
+}
+
+// getAndShow is a read command's whole answer: GET path into a T, printed as the document the
+// server served for -o json|yaml, else by table (wide for -o wide).
+func getAndShow[T any](cmd *cobra.Command, g *globals, o *outputFlag, path string, table func(io.Writer, T, bool, time.Time) error) error {
+	c, err := o.client(g)
+	if err != nil {
+		return err
+	}
+	var v T
+	if err := c.do(cmd.Context(), "GET", path, nil, &v); err != nil {
+		return err
+	}
+	if o.structured() {
+		return o.print(cmd.OutOrStdout(), v)
+	}
+	return table(cmd.OutOrStdout(), v, o.wide(), time.Now())
+}
+
 // structured reports whether v is printed as a document (json or yaml) rather than a table.
 func (o *outputFlag) structured() bool { return o.format == "json" || o.format == "yaml" }
 

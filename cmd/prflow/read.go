@@ -44,10 +44,7 @@ until Ctrl-C.`,
 			if asJSON {
 				o.format = "json"
 			}
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, err := o.client(g)
 			if err != nil {
 				return err
 			}
@@ -88,10 +85,7 @@ func newRuns(g *globals) *cobra.Command {
 		Short: "List recent runs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, err := o.client(g)
 			if err != nil {
 				return err
 			}
@@ -371,10 +365,7 @@ func newWorkers(g *globals) *cobra.Command {
 		Short: "List live workers with their pools, version and load",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, err := o.client(g)
 			if err != nil {
 				return err
 			}
@@ -426,10 +417,7 @@ message and attributes. -o wide adds the date and time zone, -o json prints the 
 API serves them (one JSON object per line), -o yaml one document per line.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, err := o.client(g)
 			if err != nil {
 				return err
 			}

@@ -38,11 +38,7 @@ func headerOf(out string) []string {
 func TestReadCommandsOutput(t *testing.T) {
 	e := newTruthEnv(t)
 	p := e.pipeline(t, "name: outputs\nstages:\n  - id: build\n    steps:\n      - {id: hello, type: Noop, with: {message: hello from the step}}\n")
-	out, err := run(t, append([]string{"run", p, "-f"}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v %s", err, out)
-	}
-	id := strings.Fields(out)[1]
+	id := e.start(t, p, "-f")
 
 	t.Run("runs table", func(t *testing.T) {
 		out, err := run(t, append([]string{"runs"}, e.cli...)...)

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,13 +34,10 @@ func auditLimits(t *testing.T, dataDir string) (time.Duration, int64) {
 // existing stream; bad values stop the server naming the flag or the config file's line.
 func TestServerAuditRetention(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	data := filepath.Join(dir, "data")
 
-	cfg := filepath.Join(dir, "server.yaml")
-	_ = os.WriteFile(cfg, []byte("audit-max-age: 720h\naudit-max-bytes: 64Mi\n"), 0o644)
+	cfg := writeFile(t, dir, "server.yaml", "audit-max-age: 720h\naudit-max-bytes: 64Mi\n")
 	stop := startServerAt(t, freeAddr(t), "--config", cfg, "--tokens", tokens, "--data-dir", data)
 	stop()
 	if age, size := auditLimits(t, data); age != 720*time.Hour || size != 64<<20 {
@@ -60,11 +55,7 @@ func TestServerAuditRetention(t *testing.T) {
 		t.Fatalf("defaults: max age %s, max bytes %d", age, size)
 	}
 
-	for _, tc := range []struct {
-		args []string
-		file string
-		want string
-	}{
+	checkServerRefuses(t, tokens, cfg, filepath.Join(dir, "bad"), []badServerFlags{
 		{args: []string{"--audit-max-age", "-1h"}, want: `invalid argument "-1h" for "--audit-max-age" flag: must not be negative`},
 		{args: []string{"--audit-max-age", "90days"}, want: "want a duration such as 2160h"},
 		{args: []string{"--audit-max-bytes", "lots"}, want: "want a size such as 1073741824, 512Mi or 10Gi"},
@@ -73,14 +64,5 @@ func TestServerAuditRetention(t *testing.T) {
 		{args: []string{"--audit-max-bytes", "9000000Ti"}, want: "is too large"},
 		{file: "audit-max-age: 48h\naudit-max-bytes: 1.5\n", want: "server.yaml:2:18: audit-max-bytes: \"1.5\" is not a whole number of bytes"},
 		{file: "audit-max-ages: 48h\n", want: `unknown key "audit-max-ages" for prflow server; did you mean "audit-max-age"?`},
-	} {
-		args := append([]string{"server", "--tokens", tokens, "--data-dir", filepath.Join(dir, "bad")}, tc.args...)
-		if tc.file != "" {
-			_ = os.WriteFile(cfg, []byte(tc.file), 0o644)
-			args = append(args, "--config", cfg)
-		}
-		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v %q: %v, want an error with %q", tc.args, tc.file, err, tc.want)
-		}
-	}
+	})
 }

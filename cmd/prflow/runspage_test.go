@@ -14,11 +14,7 @@ func TestRunsCursor(t *testing.T) {
 	p := e.pipeline(t, "name: paged\nstages:\n  - id: s\n    steps:\n      - {id: a, type: Noop}\n")
 	var ids []string
 	for range 3 {
-		out, err := run(t, append([]string{"run", p, "-f"}, e.cli...)...)
-		if err != nil {
-			t.Fatalf("run: %v %s", err, out)
-		}
-		ids = append(ids, strings.Fields(out)[1])
+		ids = append(ids, e.start(t, p, "-f"))
 	}
 	out, err := run(t, append([]string{"runs", "--limit", "2", "--pipeline", "paged"}, e.cli...)...)
 	m := regexp.MustCompile(`more runs: prflow runs --cursor (\S+)`).FindStringSubmatch(out)

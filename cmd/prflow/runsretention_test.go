@@ -1,9 +1,7 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -12,18 +10,11 @@ import (
 // the config file's line, before it touches NATS.
 func TestServerRunsRetentionFlags(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
-	cfg := filepath.Join(dir, "server.yaml")
-	_ = os.WriteFile(cfg, []byte("runs-keep-days: 7\nruns-keep-count: 5000\n"), 0o644)
+	tokens := cliTokens(t, dir)
+	cfg := writeFile(t, dir, "server.yaml", "runs-keep-days: 7\nruns-keep-count: 5000\n")
 	stop := startServerAt(t, freeAddr(t), "--config", cfg, "--tokens", tokens, "--data-dir", filepath.Join(dir, "data"))
 	stop()
-	for _, tc := range []struct {
-		args []string
-		file string
-		want string
-	}{
+	checkServerRefuses(t, tokens, cfg, filepath.Join(dir, "bad"), []badServerFlags{
 		{args: []string{"--runs-keep-days", "-1"}, want: `invalid argument "-1" for "--runs-keep-days" flag: must not be negative`},
 		{args: []string{"--runs-keep-days", "90d"}, want: `want a whole number of days such as 90, got "90d"`},
 		{args: []string{"--runs-keep-days", "2160h"}, want: "want a whole number of days"},
@@ -32,14 +23,5 @@ func TestServerRunsRetentionFlags(t *testing.T) {
 		{args: []string{"--runs-keep-count", "lots"}, want: "want a whole number such as 10000"},
 		{file: "runs-keep-days: 30\nruns-keep-count: many\n", want: "server.yaml:2"},
 		{file: "runs-keep-day: 30\n", want: `unknown key "runs-keep-day" for prflow server; did you mean "runs-keep-days"?`},
-	} {
-		args := append([]string{"server", "--tokens", tokens, "--data-dir", filepath.Join(dir, "bad")}, tc.args...)
-		if tc.file != "" {
-			_ = os.WriteFile(cfg, []byte(tc.file), 0o644)
-			args = append(args, "--config", cfg)
-		}
-		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v %q: %v, want an error with %q", tc.args, tc.file, err, tc.want)
-		}
-	}
+	})
 }

@@ -18,18 +18,14 @@ import (
 // file:line:field; good ones serve /hooks/github and start the triggered pipeline.
 func TestServerWebhookFlags(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
+	tokens := cliTokens(t, dir)
 	t.Setenv("PRFLOW_TEST_HOOK_SECRET", "hook-secret-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
-	badHooks := filepath.Join(dir, "bad-hooks.yaml")
-	_ = os.WriteFile(badHooks, []byte("webhooks:\n  - provider: github\n    secret: literally-the-secret\n"), 0o600)
+	badHooks := writeFile(t, dir, "bad-hooks.yaml", "webhooks:\n  - provider: github\n    secret: literally-the-secret\n")
 	if _, err := run(t, "server", "--tokens", tokens, "--webhooks", badHooks, "--data-dir", filepath.Join(dir, "n0")); err == nil ||
 		!strings.Contains(err.Error(), "bad-hooks.yaml:3:13: webhooks[0].secret") || strings.Contains(err.Error(), "literally-the-secret") {
 		t.Fatalf("bad webhooks file: %v", err)
 	}
-	hooks := filepath.Join(dir, "hooks.yaml")
-	_ = os.WriteFile(hooks, []byte("webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK_SECRET\n"), 0o600)
+	hooks := writeFile(t, dir, "hooks.yaml", "webhooks:\n  - provider: github\n    secret: env:PRFLOW_TEST_HOOK_SECRET\n")
 	pdir := filepath.Join(dir, "pipelines")
 	_ = os.MkdirAll(pdir, 0o755)
 	_ = os.WriteFile(filepath.Join(pdir, "bad.yaml"), []byte("name: b\ntriggers: [{push: {}, if: '${{ inputs.x }}'}]\nstages: [{id: s, steps: [{id: a, type: Noop}]}]\n"), 0o644)

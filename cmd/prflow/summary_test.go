@@ -26,20 +26,13 @@ func TestSummaryMarksAlreadyPromotedAndCreated(t *testing.T) {
 					"prNumber": 7, "prlink": "https://forge/pr/7", "created": []any{"envs/qa/config.json: image.tga"}}},
 			}},
 		}}
-	var b strings.Builder
-	printSummary(&b, r, map[string]string{"envs/dev/config.json": `{"image": {"tag": "1.5.0"}}`}, now)
-	out := b.String()
-	for _, want := range []string{
+	out := summaryOf(t, r, map[string]string{"envs/dev/config.json": `{"image": {"tag": "1.5.0"}}`}, now,
 		"  dev: succeeded (already promoted: the release repo held every value; no PR, no merge)",
 		"    envs/dev/config.json image.tag: 1.5.0 (already set at 0123456789ab)",
 		"  qa: succeeded in",
 		"    created (new in the release repo): envs/qa/config.json: image.tga (update)",
 		"  warning: qa/update created what acme/release did not have",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, "merged as") || strings.Contains(out, "qa: succeeded (already") {
 		t.Errorf("summary claims a merge or an already-promoted qa:\n%s", out)
 	}
@@ -70,10 +63,7 @@ func TestSummaryPrintsRecordedOldValues(t *testing.T) {
 			{ID: "never", Type: "UpdateReleaseRepo", Status: pipelines.StPending},
 		}},
 	}}
-	var b strings.Builder
-	printSummary(&b, r, map[string]string{"envs/prod/config.json": `{"image": {"tag": "1.4.1"}, "legacy": "w"}`}, now)
-	out := b.String()
-	for _, want := range []string{
+	out := summaryOf(t, r, map[string]string{"envs/prod/config.json": `{"image": {"tag": "1.4.1"}, "legacy": "w"}`}, now,
 		"    envs/prod/config.json image.tag: 1.5.0 → 1.6.0\n",
 		"    envs/prod/config.json replicas: 2 → 3\n",
 		"    envs/prod/config.json cluster.zone: (unset) → b\n",
@@ -82,11 +72,7 @@ func TestSummaryPrintsRecordedOldValues(t *testing.T) {
 		"    PR #9 https://forge/pr/9 (update)\n",
 		"    preview: web-prod: 1 changed (preview)\n",
 		"    merged as commit abc123 (merge)\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, "1.4.1") || strings.Contains(out, "Degraded") {
 		t.Errorf("summary shows the repo's start instead of the recorded old value, or a failed sync's apps:\n%s", out)
 	}
@@ -96,4 +82,19 @@ func TestSummaryPrintsRecordedOldValues(t *testing.T) {
 			t.Errorf("output lines lack %q:\n%s", want, lines)
 		}
 	}
+}
+
+// summaryOf prints r's summary (before: the release repo's files at the start) and checks
+// that it has each of the lines want; it returns the summary.
+func summaryOf(t *testing.T, r *pipelines.Run, before map[string]string, now time.Time, want ...string) string {
+	t.Helper()
+	var b strings.Builder
+	printSummary(&b, r, before, now)
+	out := b.String()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("summary lacks %q:\n%s", w, out)
+		}
+	}
+	return out
 }

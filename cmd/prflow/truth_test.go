@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -27,29 +26,56 @@ func newTruthEnv(t *testing.T) *truthEnv {
 	e := &truthEnv{dir: t.TempDir()}
 	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
 	t.Setenv("PRFLOW_TEST_ALICE", "alice-token-0123456789")
-	tokens := filepath.Join(e.dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n  - user: alice\n    groups: [release]\n    token: env:PRFLOW_TEST_ALICE\n"), 0o600)
+	tokens := writeFile(t, e.dir, "tokens.yaml", "tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n  - user: alice\n    groups: [release]\n    token: env:PRFLOW_TEST_ALICE\n")
 	natsAddr := freeAddr(t)
 	e.nats = "nats://" + natsAddr
 	e.addr = startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(e.dir, "nats"), "--nats-listen", natsAddr)
 	startCmd(t, "worker", "--nats", e.nats, "--log-level", "error", "--id", "w1")
 	e.cli = []string{"--server", "http://" + e.addr, "--token", "env:PRFLOW_TEST_TOKEN"}
 	e.alice = []string{"--server", "http://" + e.addr, "--token", "env:PRFLOW_TEST_ALICE"}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if out, err := run(t, append([]string{"workers"}, e.cli...)...); err == nil && strings.Contains(out, "w1 ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker w1 did not register")
-		}
-	}
+	waitWorker(t, e.cli, "w1")
 	return e
 }
 
+// waitWorker waits (20 s at most) until `prflow workers` with client flags cli lists worker id.
+func waitWorker(t *testing.T, cli []string, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if out, err := run(t, append([]string{"workers"}, cli...)...); err == nil && strings.Contains(out, id+" ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s did not register", id)
+		}
+	}
+}
+
+// waitWorkerKV waits (20 s at most) until worker id's record is in the workers bucket.
+func waitWorkerKV(t *testing.T, ctx context.Context, b *queue.Buckets, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := b.Workers.Get(ctx, id); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s did not register", id)
+		}
+	}
+}
+
 func (e *truthEnv) pipeline(t *testing.T, src string) string {
-	p := filepath.Join(e.dir, "p.yaml")
-	_ = os.WriteFile(p, []byte(src), 0o644)
+	p := writeFile(t, e.dir, "p.yaml", src)
 	return p
+}
+
+// start runs `prflow run p FLAGS…` as cli and returns the new run's id.
+func (e *truthEnv) start(t *testing.T, p string, flags ...string) string {
+	t.Helper()
+	out, err := run(t, append(append([]string{"run", p}, flags...), e.cli...)...)
+	if err != nil {
+		t.Fatalf("run: %v %s", err, out)
+	}
+	return strings.Fields(out)[1]
 }
 
 func (e *truthEnv) waitStep(t *testing.T, id, stage, step string, want pipelines.Status) {
@@ -77,11 +103,7 @@ func TestClientCommandsTellTheTruth(t *testing.T) {
 	e := newTruthEnv(t)
 	p := e.pipeline(t, "name: gated\nstages:\n  - id: prod\n    steps:\n      - {id: nap, type: Wait, with: {duration: 200ms}}\n"+
 		"      - {id: ok, type: Approval, timeout: 1m, with: {approvers: {groups: [release]}}}\n")
-	out, err := run(t, append([]string{"run", p}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v %s", err, out)
-	}
-	id := strings.Fields(out)[1]
+	id := e.start(t, p)
 	e.waitStep(t, id, "prod", "ok", pipelines.StWaiting)
 
 	for _, tc := range []struct {
@@ -107,7 +129,7 @@ func TestClientCommandsTellTheTruth(t *testing.T) {
 			}
 		})
 	}
-	out, err = run(t, append([]string{"approve", id, "prod.ok", "--comment", "ship it"}, e.alice...)...)
+	out, err := run(t, append([]string{"approve", id, "prod.ok", "--comment", "ship it"}, e.alice...)...)
 	if err != nil || !strings.Contains(out, "approval of prod.ok in run "+id+" recorded") {
 		t.Fatalf("approve as alice: %v %s", err, out)
 	}
@@ -155,14 +177,11 @@ func TestRunFollowRidesOutServerRestart(t *testing.T) {
 	}
 	t.Cleanup(ns.Shutdown)
 	natsURL := ns.ClientURL()
-	t.Setenv("PRFLOW_TEST_TOKEN", "cli-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: cli\n    token: env:PRFLOW_TEST_TOKEN\n"), 0o600)
+	tokens := cliTokens(t, dir)
 	addr := freeAddr(t)
 	stop := startServerAt(t, addr, "--tokens", tokens, "--nats", natsURL)
 	startCmd(t, "worker", "--nats", natsURL, "--log-level", "error")
-	p := filepath.Join(dir, "p.yaml")
-	_ = os.WriteFile(p, []byte("name: slow\nstages:\n  - id: s\n    steps:\n      - {id: nap, type: Wait, with: {duration: 1m}, timeout: 4s}\n"), 0o644)
+	p := writeFile(t, dir, "p.yaml", "name: slow\nstages:\n  - id: s\n    steps:\n      - {id: nap, type: Wait, with: {duration: 1m}, timeout: 4s}\n")
 
 	var stdout, stderr lockedBuffer
 	done := make(chan error, 1)

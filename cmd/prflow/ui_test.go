@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,9 +14,7 @@ import (
 // asks for a token; the tokens file's token signs in, another is refused.
 func TestServerServesUI(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("PRFLOW_TEST_UI_TOKEN", "ui-token-0123456789")
-	tokens := filepath.Join(dir, "tokens.yaml")
-	_ = os.WriteFile(tokens, []byte("tokens:\n  - user: carol\n    token: env:PRFLOW_TEST_UI_TOKEN\n"), 0o600)
+	tokens := tokensFile(t, dir, "carol", "PRFLOW_TEST_UI_TOKEN", "ui-token-0123456789")
 	base := "http://" + startServer(t, "--tokens", tokens, "--data-dir", filepath.Join(dir, "nats"))
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar}

@@ -25,11 +25,7 @@ stages:
         with: {approvers: {groups: [release], minimumCount: 1}, message: "ship it?"}
       - {id: after, type: Noop}
 `)
-	out, err := run(t, append([]string{"run", p}, e.cli...)...)
-	if err != nil {
-		t.Fatalf("run: %v %s", err, out)
-	}
-	id := strings.Fields(out)[1]
+	id := e.start(t, p)
 	e.waitStep(t, id, "prod", "ok", pipelines.StWaiting)
 
 	if out, err := run(t, append([]string{"runs"}, e.cli...)...); err != nil || !strings.Contains(out, id) || !strings.Contains(out, "waitingApproval") {
@@ -41,13 +37,7 @@ stages:
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	root := newRoot()
-	var buf lockedBuffer
-	root.SetOut(&buf)
-	root.SetErr(&buf)
-	root.SetArgs(append([]string{"status", "-w", id}, e.cli...))
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
+	buf, done := goCmd(ctx, append([]string{"status", "-w", id}, e.cli...)...)
 	waiting := "run " + id + ": waitingApproval"
 	for !strings.Contains(buf.String(), waiting) {
 		select {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -100,15 +101,11 @@ func newWorker(g *globals) *cobra.Command {
 				svc[steps.ServiceMetrics] = set
 				w.Secrets = append(w.Secrets, set.Secrets()...)
 			}
-			b, err := queue.OpenBuckets(ctx, conn.JS)
+			b, locks, err := openLocks(ctx, conn, w.ID)
 			if err != nil {
 				return err
 			}
-			mq, err := queue.OpenMergeQueue(ctx, conn.JS)
-			if err != nil {
-				return err
-			}
-			svc[steps.ServiceLocks] = worker.NewLeaseLocker(b, mq, w.ID)
+			svc[steps.ServiceLocks] = locks
 			svc[steps.ServiceGitOps] = agent.NewClient(conn.NC, b.Apps, b.Agents)
 			w.Services = steps.NewServices(svc)
 			w.Tuning = queue.ConsumerTuning{AckWait: ackWait, MaxDeliver: maxDeliver}
@@ -128,4 +125,18 @@ func newWorker(g *globals) *cobra.Command {
 	f.IntVar(&maxDeliver, "max-deliver", queue.DefaultTuning.MaxDeliver, "deliveries before a job fails its step")
 	f.DurationVar(&w.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long in-flight jobs may finish before they are handed back")
 	return cmd
+}
+
+// openLocks opens the buckets and the merge queue, and returns the buckets with the locks
+// the worker holder's steps take on release repos (steps.ServiceLocks).
+func openLocks(ctx context.Context, conn *queue.Conn, holder string) (*queue.Buckets, *worker.LeaseLocker, error) {
+	b, err := queue.OpenBuckets(ctx, conn.JS)
+	if err != nil {
+		return nil, nil, err
+	}
+	mq, err := queue.OpenMergeQueue(ctx, conn.JS)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, worker.NewLeaseLocker(b, mq, holder), nil
 }

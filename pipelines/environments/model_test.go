@@ -118,24 +118,8 @@ func TestHandCommitIsChangedOutsidePrflow(t *testing.T) {
 	}
 }
 
-const rollbackPipeline = `
-name: web-prod
-inputs:
-  tag: {type: string, required: true}
-environments:
-  - {name: prod, clusters: [{name: prod-eu, agent: sim}]}
-stages:
-  - id: prod
-    environment: prod
-    steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with: {connector: release, repo: acme/release, filePath: "envs/<+env.name>/config.json",
-               variables: [{name: image.tag, type: String, value: "${{ inputs.tag }}"}]}
-      - id: merge
-        type: MergePR
-        with: {mergeStrategy: squash}
-      - id: verify
+// rollbackPipeline is promote's prod, verified by an approval, its merge reverted on failure.
+var rollbackPipeline = promote("web-prod", "prod") + `      - id: verify
         type: Approval
         timeout: 5m
         with: {approvers: {groups: [release], minimumCount: 1}}

@@ -31,21 +31,27 @@ image:
 `
 
 // The ApplicationSet makes one app per cluster-config/<env>/config.json.
-const appSetYAML = `apiVersion: argoproj.io/v1alpha1
+var appSetYAML = harnessAppSet("shop", "cluster-config")
+
+// harnessAppSet is the release repo's ApplicationSet of service svc: one app svc-<env> per
+// dir/<env>/config.json, labelled for Harness, in namespace svc.
+func harnessAppSet(svc, dir string) string {
+	return strings.NewReplacer("SVC", svc, "DIR", dir).Replace(`apiVersion: argoproj.io/v1alpha1
 kind: ApplicationSet
-metadata: {name: shop}
+metadata: {name: SVC}
 spec:
   generators:
-    - git: {repoURL: https://git.example/release.git, revision: main, files: [{path: "cluster-config/*/config.json"}]}
+    - git: {repoURL: https://git.example/release.git, revision: main, files: [{path: "DIR/*/config.json"}]}
   template:
     metadata:
-      name: 'shop-{{env}}'
-      labels: {harness.io/serviceRef: shop, harness.io/envRef: '{{env}}'}
+      name: 'SVC-{{env}}'
+      labels: {harness.io/serviceRef: SVC, harness.io/envRef: '{{env}}'}
     spec:
       project: default
-      source: {repoURL: https://git.example/release.git, path: 'cluster-config/{{env}}', targetRevision: main}
-      destination: {name: '{{cluster}}', namespace: shop}
-`
+      source: {repoURL: https://git.example/release.git, path: 'DIR/{{env}}', targetRevision: main}
+      destination: {name: '{{cluster}}', namespace: SVC}
+`)
+}
 
 func config(env, cluster string) string {
 	return fmt.Sprintf(`{"env": %q, "cluster": %q, "image": "shop:1"}`, env, cluster)
@@ -133,6 +139,16 @@ func (k *kit) waitStep(t *testing.T, run, stage, step string, want pipelines.Sta
 	t.Fatalf("%s.%s never became %s", stage, step, want)
 }
 
+// succeeded waits (within at most) until run ends, which must be a success.
+func (k *kit) succeeded(t *testing.T, run string, within time.Duration) *pipelines.Run {
+	t.Helper()
+	r := k.e.Wait(run, within)
+	if r.Status != pipelines.StSucceeded {
+		t.Fatalf("run %s: %s %s\n%s", run, r.Status, r.Error, k.e.Logs.String())
+	}
+	return r
+}
+
 func (k *kit) approve(t *testing.T, run, stage, step string, ok bool) {
 	t.Helper()
 	sig := steps.Signal{Kind: "approval", User: "alice", Groups: []string{"release_managers"}, Approve: ok, Comment: "looked", At: time.Now()}
@@ -152,10 +168,7 @@ func TestHarnessApprovalPipeline(t *testing.T) {
 		t.Fatalf("main changed before the approval:\n%s", got)
 	}
 	k.approve(t, run, "dev", "approve", true)
-	r := k.e.Wait(run, 60*time.Second)
-	if r.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
-	}
+	r := k.succeeded(t, run, 60*time.Second)
 	want := strings.Replace(valuesYAML, `tag: "1.0.0"`, `tag: "1.5.0"`, 1)
 	if got := k.read(t, "envs/dev/values.yaml"); got != want {
 		t.Errorf("values.yaml after merge:\n%s\nwant:\n%s", got, want)
@@ -211,10 +224,7 @@ func TestHarnessStageRollback(t *testing.T) {
 func TestHarnessApplicationSetNewEnvironment(t *testing.T) {
 	k := newKit(t, map[string]string{"appset.yaml": appSetYAML, "cluster-config/dev/config.json": config("dev", "prod-eu")})
 	k.simAgent(t)
-	r := k.e.Wait(k.start(t, "testdata/appset.yaml", map[string]any{"image": "shop:2"}), 90*time.Second)
-	if r.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
-	}
+	r := k.succeeded(t, k.start(t, "testdata/appset.yaml", map[string]any{"image": "shop:2"}), 90*time.Second)
 	got := k.read(t, "cluster-config/qa/config.json")
 	for _, want := range []string{`"env": "qa"`, `"cluster": "dev-eu"`, `"image": "shop:2"`} {
 		if !strings.Contains(got, want) {
@@ -242,10 +252,7 @@ func TestHarnessSyncManyApps(t *testing.T) {
 	}
 	k := newKit(t, files)
 	k.simAgent(t)
-	r := k.e.Wait(k.start(t, "testdata/matrix.yaml", map[string]any{"apps": "shop-a,shop-c"}), 90*time.Second)
-	if r.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
-	}
+	r := k.succeeded(t, k.start(t, "testdata/matrix.yaml", map[string]any{"apps": "shop-a,shop-c"}), 90*time.Second)
 	all := fmt.Sprint(ctltest.Step(r, "dev", "syncAll").Outputs["applications"])
 	for _, app := range []string{"shop-dev", "shop-a", "shop-b", "shop-c"} {
 		if !strings.Contains(all, app) {
@@ -289,31 +296,14 @@ func TestHarnessRunSurvivesRestartWithoutMap(t *testing.T) {
 
 	k.e = ctltest.New(t, ctltest.Options{Dir: dir, Services: svc}) // no converter, no map
 	k.approve(t, run, "dev", "approve", true)
-	r := k.e.Wait(run, 60*time.Second)
-	if r.Status != pipelines.StSucceeded {
-		t.Fatalf("run after restart: %s %s\n%s", r.Status, r.Error, k.e.Logs.String())
-	}
+	k.succeeded(t, run, 60*time.Second)
 	if got := k.read(t, "envs/dev/values.yaml"); !strings.Contains(got, `tag: "3.0.0"`) {
 		t.Errorf("values.yaml after the restarted run:\n%s", got)
 	}
 }
 
 // The web ApplicationSet makes one app per envs/<env>/config.json, labelled for Harness.
-const webAppSetYAML = `apiVersion: argoproj.io/v1alpha1
-kind: ApplicationSet
-metadata: {name: web}
-spec:
-  generators:
-    - git: {repoURL: https://git.example/release.git, revision: main, files: [{path: "envs/*/config.json"}]}
-  template:
-    metadata:
-      name: 'web-{{env}}'
-      labels: {harness.io/serviceRef: web, harness.io/envRef: '{{env}}'}
-    spec:
-      project: default
-      source: {repoURL: https://git.example/release.git, path: 'envs/{{env}}', targetRevision: main}
-      destination: {name: '{{cluster}}', namespace: web}
-`
+var webAppSetYAML = harnessAppSet("web", "envs")
 
 // The goal of issue 15: a GitOps PR pipeline as the Harness UI saves it (service runtime
 // inputs, stage-level gitOpsEnabled, the empty lists the UI writes, Get App Details, Harness
@@ -325,10 +315,7 @@ func TestHarnessUIPipelineEndToEnd(t *testing.T) {
 	run := k.start(t, "testdata/ui_pr.yaml", map[string]any{"tag": "4.0.0"})
 	k.waitStep(t, run, "promote_dev", "approveMerge", pipelines.StWaiting)
 	k.approve(t, run, "promote_dev", "approveMerge", true)
-	r := k.e.Wait(run, 90*time.Second)
-	if r.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
-	}
+	r := k.succeeded(t, run, 90*time.Second)
 	if got := k.read(t, "envs/dev/values.yaml"); !strings.Contains(got, `tag: "4.0.0"`) {
 		t.Errorf("values.yaml after the run:\n%s", got)
 	}
@@ -355,10 +342,7 @@ func TestHarnessUpdateGitOpsAppEndToEnd(t *testing.T) {
 	files := map[string]string{"appset.yaml": webAppSetYAML, "envs/dev/config.json": `{"env": "dev", "cluster": "dev-eu"}`}
 	k := newKit(t, files)
 	k.simAgent(t)
-	r := k.e.Wait(k.start(t, "testdata/ui_update.yaml", map[string]any{"tag": "5.0.0"}), 90*time.Second)
-	if r.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
-	}
+	r := k.succeeded(t, k.start(t, "testdata/ui_update.yaml", map[string]any{"tag": "5.0.0"}), 90*time.Second)
 	upd := ctltest.Step(r, "update_dev", "updateApp").Outputs
 	if after := fmt.Sprint(upd["sourceAfter"]); !strings.Contains(after, "name:image.tag") || !strings.Contains(after, "value:5.0.0") ||
 		fmt.Sprint(upd["application"].(map[string]any)["agent"]) != "eu" {
@@ -407,10 +391,7 @@ func TestHarnessImportCreatesAndWarns(t *testing.T) {
 	run := k.start(t, "testdata/approval.yaml", map[string]any{"tag": "1.5.0"})
 	k.waitStep(t, run, "dev", "approve", pipelines.StWaiting)
 	k.approve(t, run, "dev", "approve", true)
-	r := k.e.Wait(run, 60*time.Second)
-	if r.Status != pipelines.StSucceeded {
-		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, k.e.Logs.String())
-	}
+	r := k.succeeded(t, run, 60*time.Second)
 	if got := k.read(t, "envs/dev/values.yaml"); got != noTag+"  tag: 1.5.0\n" {
 		t.Errorf("values.yaml:\n%s", got)
 	}
