@@ -11,8 +11,9 @@
 package agent
 
 import (
-	"strings"
 	"time"
+
+	"github.com/prflow/prflow/queue"
 )
 
 // Version is the protocol version of every message and record this package writes.
@@ -429,25 +430,6 @@ type Inventory struct {
 	Updated time.Time `json:"updated"`
 }
 
-// Token escapes s into one NATS subject token / KV key segment: ASCII letters, digits and '-'
-// stay, every other byte (including '_' and '.') becomes "_" plus two hex digits, so two
-// different names never share a key.
-func Token(s string) string {
-	if s == "" {
-		return "_"
-	}
-	const hex = "0123456789abcdef"
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
-			b.WriteByte(c)
-		default:
-			b.WriteByte('_')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		}
-	}
-	return b.String()
-}
+// Token escapes s into one NATS subject token / KV key segment, as queue.Token does for the
+// job subjects: two different names never share a key.
+func Token(s string) string { return queue.Token(s) }
