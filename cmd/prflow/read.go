@@ -20,6 +20,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/runsummary"
 	"github.com/prflow/prflow/steps/worker"
 )
 
@@ -337,25 +338,9 @@ func outputPairs(outputs map[string]any, sep string) []string {
 	sort.Strings(keys)
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, k+sep+valueText(outputs[k]))
+		out = append(out, k+sep+runsummary.Text(outputs[k]))
 	}
 	return out
-}
-
-func valueText(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case nil:
-		return ""
-	case float64, int, int64, bool, json.Number:
-		return fmt.Sprint(x)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
 }
 
 func newWorkers(g *globals) *cobra.Command {

@@ -37,11 +37,11 @@ func outputLines(outputs map[string]any) []string {
 			if list, ok := v.([]any); ok {
 				parts := make([]string, len(list))
 				for i, x := range list {
-					parts[i] = valueText(x)
+					parts[i] = runsummary.Text(x)
 				}
 				text = strings.Join(parts, ", ")
 			} else {
-				text = valueText(v)
+				text = runsummary.Text(v)
 			}
 		}
 		if text == "" {
@@ -58,7 +58,7 @@ func appTexts(v any) []string {
 	for _, a := range list {
 		m, ok := a.(map[string]any)
 		if !ok {
-			out = append(out, valueText(a))
+			out = append(out, runsummary.Text(a))
 			continue
 		}
 		if name, ok := m["app"].(string); ok && m["name"] == nil {
@@ -86,7 +86,7 @@ func editTexts(v any) []string {
 	var out []string
 	for _, e := range steps.EditedKeys(v) {
 		re := runsummary.Edit{Old: e.Old, HasOld: e.HasOld, Created: e.Created}
-		val := valueText(e.Value)
+		val := runsummary.Text(e.Value)
 		if old := re.OldText(); old != "" {
 			val = old + " → " + val
 		}
@@ -100,7 +100,7 @@ func appDiffText(name string, m map[string]any) string {
 	res, _ := m["resources"].([]any)
 	switch {
 	case m["error"] != nil && m["error"] != "":
-		return name + " (not rendered: " + valueText(m["error"]) + ")"
+		return name + " (not rendered: " + runsummary.Text(m["error"]) + ")"
 	case m["created"] == true && m["specNotRendered"] == true:
 		return name + " (new app, resources not rendered)"
 	case m["created"] == true:
@@ -144,7 +144,7 @@ func lookupKey(doc, key string) (string, bool) {
 			return "", false
 		}
 	}
-	return valueText(v), true
+	return runsummary.Text(v), true
 }
 
 // printSummary ends `prflow dev`: for each stage, what changed in the release repo (old → new
@@ -168,7 +168,7 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 		fmt.Fprintln(w)
 		for _, e := range s.Edits {
 			if e.Already {
-				fmt.Fprintf(w, "    %s %s: %s (already set at %s)\n", e.File, e.Key, valueText(e.New), shortSHA(s.Revision))
+				fmt.Fprintf(w, "    %s %s: %s (already set at %s)\n", e.File, e.Key, runsummary.Text(e.New), shortSHA(s.Revision))
 				continue
 			}
 			old := e.OldText()
@@ -179,7 +179,7 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 					old = "(unset)"
 				}
 			}
-			line := fmt.Sprintf("    %s %s: %s → %s", e.File, e.Key, old, valueText(e.New))
+			line := fmt.Sprintf("    %s %s: %s → %s", e.File, e.Key, old, runsummary.Text(e.New))
 			if e.Rollback {
 				line += " (rollback " + e.Step + ")"
 			}
@@ -222,7 +222,7 @@ func printSummary(w io.Writer, r *pipelines.Run, before map[string]string, now t
 func stringsOf(l []any) []string {
 	out := make([]string, len(l))
 	for i, x := range l {
-		out[i] = valueText(x)
+		out[i] = runsummary.Text(x)
 	}
 	return out
 }
