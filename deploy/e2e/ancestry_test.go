@@ -116,6 +116,7 @@ stages:
 }
 
 func TestGitOpsSyncPassesAtALaterCommitContainingTheMerge(t *testing.T) {
+	t.Parallel()
 	// Issue 14: promotions merge into one branch while the app is busy; when it syncs it is at
 	// the branch head, which contains every run's merge but equals only the last one. Every
 	// run must pass on its own sync (no re-sync), and say it passed at a containing commit.
@@ -186,6 +187,7 @@ func TestGitOpsSyncPassesAtALaterCommitContainingTheMerge(t *testing.T) {
 }
 
 func TestGitOpsSyncDoesNotPassAtACommitWithoutTheMerge(t *testing.T) {
+	t.Parallel()
 	// The app tracks a branch that does not contain the run's merge (a sibling branch, or one
 	// left at an older commit): its sync succeeds and it is Synced and Healthy, but not with
 	// the change. That must fail after the re-syncs, naming why.
@@ -278,6 +280,7 @@ func (s *ancestryStack) commits(t *testing.T) (ours, later string) {
 }
 
 func TestGitOpsSyncAncestryLookupErrorIsRetriedNotPassed(t *testing.T) {
+	t.Parallel()
 	// The forge fails the ancestry question: the step must neither pass nor re-sync; it
 	// returns a transient error (the worker retries) until the forge answers, then passes.
 	s := newAncestryStack(t)
@@ -308,6 +311,7 @@ func TestGitOpsSyncAncestryLookupErrorIsRetriedNotPassed(t *testing.T) {
 }
 
 func TestGitOpsSyncPinnedAppNeedsTheExactRevision(t *testing.T) {
+	t.Parallel()
 	// An app pinned to a commit (targetRevision is a full SHA) that contains ours still does
 	// not pass: for pinned apps only the exact revision counts.
 	s := newAncestryStack(t)

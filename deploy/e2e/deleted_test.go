@@ -21,6 +21,7 @@ import (
 // the stage's rollback, whose GitOpsSync would meet Argo CD's 403 for the missing app,
 // skips it and says so instead of failing the rollback.
 func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -64,6 +65,7 @@ func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) 
 // ago, or between the record read and the sync): Argo CD answers 403, the agent NotFound,
 // and the rollback skips the app rather than failing.
 func TestRollbackSkipsAppArgoCDNoLongerHas(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -127,6 +129,7 @@ const linkedSync = `      - id: linked
 // new uid, syncs the new app and judges it, instead of waiting for the vanished operation
 // until its timeout and rolling back a change it never judged.
 func TestGitOpsSyncSyncsAppRecreatedByItsAppSet(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
 		t.Fatal(err)
@@ -165,6 +168,7 @@ func TestGitOpsSyncSyncsAppRecreatedByItsAppSet(t *testing.T) {
 // while GitOpsSync waits, and the stage links its apps by that ApplicationSet: the step
 // follows the ApplicationSet's new app, syncs and judges it.
 func TestGitOpsSyncFollowsAppRenamedByItsAppSet(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
 		t.Fatal(err)
@@ -196,7 +200,6 @@ func TestGitOpsSyncFollowsAppRenamedByItsAppSet(t *testing.T) {
 // ApplicationSet stops generating fails the step once the grace for a re-creation is over,
 // saying it was deleted.
 func TestGitOpsSyncAppSetAppGoneFailsAfterGrace(t *testing.T) {
-	// Mostly idle (it waits out the 30s grace): it overlaps the other idle tests, not the busy ones.
 	t.Parallel()
 	s := newStack(t, stackOpts{})
 	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
@@ -256,6 +259,7 @@ func (s *stack) upsertAppSet(as argocdtest.ApplicationSet) {
 // name, so the rollback's resync (whose apps come from FetchLinkedApps, under the old name)
 // syncs the new app rather than skipping the old one.
 func TestRollbackFollowsAppRenamedByItsAppSet(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
 		t.Fatal(err)

@@ -109,6 +109,7 @@ func prNumberOf(t *testing.T, st *pipelines.StepRun) int {
 }
 
 func TestPreviewShowsWhatThePRDeploysBeforeTheMerge(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	s.waitDeployed("web-dev")
 	r := s.e.Wait(s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil).ID, 2*time.Minute)
@@ -144,6 +145,7 @@ func TestPreviewShowsWhatThePRDeploysBeforeTheMerge(t *testing.T) {
 // rendered resource: the stage fails at the preview, before the merge, naming the key; the
 // cleanup closes the PR and deletes its branch, and main has no merge commit.
 func TestPreviewOfANoopPromotionFailsBeforeTheMerge(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	before, err := s.p.Branch(context.Background(), "acme/release", "main")
 	if err != nil {
@@ -184,6 +186,7 @@ func TestPreviewOfANoopPromotionFailsBeforeTheMerge(t *testing.T) {
 }
 
 func TestPreviewAllowNoopMerges(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	r := s.e.Wait(s.e.Start(previewSrc(`{image.tga: "${{ inputs.tag }}"}`, "  create: true\n  allowNoop: true\n"), nil).ID, 2*time.Minute)
 	if r.Status != pipelines.StSucceeded {
@@ -205,6 +208,7 @@ func TestPreviewAllowNoopMerges(t *testing.T) {
 // A forge that refuses comments does not fail the preview: the run goes on and carries a
 // warning naming the PR.
 func TestPreviewCommentRefusedIsAWarning(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	if err := s.gh.InjectFault(scmtest.Fault{Method: "POST", PathPattern: `/issues/\d+/comments$`, Status: 403,
 		Body: `{"message": "Resource not accessible by integration"}`}); err != nil {
@@ -229,6 +233,7 @@ func TestPreviewCommentRefusedIsAWarning(t *testing.T) {
 // A new environment's config file makes the ApplicationSet generate a new app: the preview
 // says it creates it, with its resources.
 func TestPreviewOfANewEnvironmentCreatesItsApp(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	src := `name: new-env
 service: {name: web}
@@ -258,6 +263,7 @@ promotion:
 // An agent that is offline when the preview runs parks it: no "no change", no merge. When
 // the agent comes, the preview runs and the promotion goes on.
 func TestPreviewWaitsForAnOfflineAgent(t *testing.T) {
+	t.Parallel()
 	s := newPromoStackNoAgent(t, "dev")
 	run := s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil)
 	deadline := time.Now().Add(time.Minute)
@@ -353,6 +359,7 @@ func countDiffs(t *testing.T, s *promoStack) func() int {
 // DiffPreview of the same head in the stage it asks no agent again, and a no-op PR is not
 // merged.
 func TestMergePRPreview(t *testing.T) {
+	t.Parallel()
 	t.Run("after a DiffPreview of the same head, no second agent call", func(t *testing.T) {
 		s := newPromoStack(t, "dev")
 		s.waitDeployed("web-dev")
@@ -400,6 +407,7 @@ func TestMergePRPreview(t *testing.T) {
 // head moved (a re-push) updates it instead of adding one, and a long diff is cut at
 // maxCommentBytes with a link to the run page.
 func TestPreviewCommentUpdatedInPlaceAndCapped(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	s.waitDeployed("web-dev")
 	ctx := context.Background()

@@ -191,7 +191,6 @@ func runAgent(t *testing.T, s *promoStack, apps []engineApp, run func(context.Co
 }
 
 func TestPromotionOnEachEngine(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
@@ -217,6 +216,7 @@ func TestPromotionOnEachEngine(t *testing.T) {
 // On Flux, a change Flux fails to apply (Ready=False, its message) fails prod's sync with that
 // message and the promotion reverts prod's change; the revert deploys and prod is Healthy again.
 func TestPromotionOnFluxRollsBackAFailedApply(t *testing.T) {
+	t.Parallel()
 	s := newPromoStackFilesAgent(t, releaseFiles(), false)
 	fail := startFluxEngine(t, s)
 	before := s.file("envs/prod/config.json")

@@ -28,6 +28,7 @@ const syncWeb = `      - id: sync
 `
 
 func TestGitOpsSyncSucceedsOnMergedRevision(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -56,6 +57,7 @@ func TestGitOpsSyncSucceedsOnMergedRevision(t *testing.T) {
 }
 
 func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
+	t.Parallel()
 	// The app syncs and stays Progressing. Once the step has been parked for a while (its poll
 	// is a backstop minutes away), the app turns Healthy: the step must be resumed by that
 	// change of its status key, at once, not by a poll tick.
@@ -83,6 +85,7 @@ func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
 }
 
 func TestGitOpsSyncFailureCarriesArgoMessage(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -97,6 +100,7 @@ func TestGitOpsSyncFailureCarriesArgoMessage(t *testing.T) {
 }
 
 func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	sha := s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "degraded")})
 	s.addApp(app("web", "apps/web", nil))
@@ -118,6 +122,7 @@ func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
 }
 
 func TestGitOpsSyncWaitsOutAnotherOperation(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -145,6 +150,7 @@ func TestGitOpsSyncWaitsOutAnotherOperation(t *testing.T) {
 }
 
 func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
+	t.Parallel()
 	wrong := strings.Repeat("d", 40)
 	cases := []struct {
 		name      string
@@ -207,6 +213,7 @@ func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
 }
 
 func TestGitOpsSyncSucceededBeforeSyncStatusIsNotDone(t *testing.T) {
+	t.Parallel()
 	// web is deployed and Healthy at the first commit; the merge adds a second one. Operation
 	// Succeeded arrives while the sync status is still the one from before the sync (OutOfSync
 	// against the merge, health still Healthy from the old deployment) for a full 300ms step.
@@ -251,6 +258,7 @@ func TestGitOpsSyncSucceededBeforeSyncStatusIsNotDone(t *testing.T) {
 }
 
 func TestGitOpsSyncResourcesLeftWithoutPrune(t *testing.T) {
+	t.Parallel()
 	// The merge renames the ConfigMap: without prune the old one stays live and Argo CD keeps
 	// the app OutOfSync after a successful sync. That does not hold the step; with prune the
 	// app ends Synced.
@@ -361,6 +369,7 @@ func TestGitOpsSyncHundredApps(t *testing.T) {
 }
 
 func TestFetchLinkedAppsWaitsForAppSetThenSyncs(t *testing.T) {
+	t.Parallel()
 	// Refresh off: the app appears only when the ApplicationSet controller polls (Reconcile
 	// below); refresh_test.go has the refreshed case.
 	s := newStack(t, stackOpts{appsetRefresh: argocd.AppSetRefreshOptions{Mode: argocd.RefreshOff}})
@@ -433,6 +442,7 @@ stages:
 }
 
 func TestFetchLinkedAppsNoneFound(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web-dev", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}))
 	s.waitRecord("web-dev")
@@ -458,6 +468,7 @@ func TestFetchLinkedAppsNoneFound(t *testing.T) {
 }
 
 func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
+	t.Parallel()
 	// A worker dies after asking for the sync but before its result is recorded: the job is
 	// delivered again with no memo. The step must find the operation it started (by its
 	// run/step tag) instead of starting a second one.
@@ -513,7 +524,6 @@ func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
 // that has our merge: the step syncs it again instead of waiting for a Synced that nobody
 // will make (it used to sit there until the timeout, saying "X does not contain X").
 func TestGitOpsSyncResyncsWhenTheSpecChangesAfterItsSync(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.git.Commit(repoURL, "main", map[string]string{"apps/web2/cm.yaml": configMap("web2", "healthy"), "apps/web/cm.yaml": configMap("web", "progressing")})

@@ -30,13 +30,18 @@ import (
 
 const repoURL = "https://git.example/release.git"
 
-// parallelTests: the tests that call t.Parallel run, two at a time (-parallel is GOMAXPROCS),
-// after the others. They are the ones that mostly wait (a fixed wait, a grace, a rollout on a
-// fake) and whose every budget for something that must happen is a minute or more, so a busy
-// machine makes them slower but not wrong. Tests whose outcome depends on a step timeout of a
-// few seconds (TestGitOpsSyncTimeoutSemantics, the outage timeouts, the Verify tests) and the
-// CPU-heavy TestGitOpsSyncHundredApps run one at a time: two at a time timed some of them out
-// at load 25-30 (docs/plumbing.md, "Test speed").
+// parallelTests: every test here builds its own stack (embedded NATS in its own data
+// directory, fake Argo CD, agent, controller, worker, log buffer and metrics registry) and
+// mostly waits (fake latencies, parked steps, graces), so nearly all call t.Parallel and the
+// package runs 4 at a time (TestMain). One at a time, before the others, run those whose
+// outcome hangs on a step deadline of a few seconds being reached at the right moment or not
+// at all (TestGitOpsSyncTimeoutSemantics, TestTimeoutWithFreshViewStillRollsBack,
+// TestDeadlineDuringOutageFailsWithoutRollback, TestRepoServerDownUntilDeadlineFailsWithoutRollback,
+// TestGitOpsSyncWindowTimeoutStillApplies, TestStageGateOnStaleView's 3s soak), the one that
+// bounds a failover's wall time (TestAgentCrashOtherReplicaTakesOver), the CPU-heavy
+// TestGitOpsSyncHundredApps, the real-cluster tests (one shared cluster) and autosync_test.go's.
+// Tests run next to each other slowed those down into failures at load 25-30
+// (docs/test-speed-e2e.md).
 
 func configMap(name, simulate string) string {
 	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\ndata:\n  simulate: " + simulate + "\n"

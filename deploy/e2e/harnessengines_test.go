@@ -73,7 +73,6 @@ func harnessEngineFiles() map[string]string {
 // Argo CD and on the fake Flux: it creates qa's config, links shop-qa only (by its parent, or
 // by a label selector) and syncs it on the merge commit.
 func TestHarnessAppSetOnEachEngine(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	for _, c := range []struct{ name, deployment string }{
 		{"parent", "applicationSet: shop"},
@@ -112,7 +111,6 @@ func testHarnessAppSet(t *testing.T, eng engine, native string) {
 // has no apps of fails Fetch Linked Apps with an error naming that parent, the cluster and
 // the agent, on each engine; nothing is synced.
 func TestHarnessMapWrongAppSetOnEachEngine(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	native := importAppSet(t, "applicationSet: shopp", "5s")
 	for _, eng := range engines {

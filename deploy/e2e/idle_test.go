@@ -17,7 +17,6 @@ import (
 // Then its agent losing its leader's health (no app record changes) wakes it too, and it says
 // it cannot see instead of judging.
 func TestParkedGitOpsSyncIsIdle(t *testing.T) {
-	// Mostly idle (it sleeps 8s to see nothing dispatched): it overlaps the other idle tests, not the busy ones.
 	t.Parallel()
 	m := controller.NewMetrics(nil)
 	s := newStack(t, stackOpts{metrics: m})
@@ -71,7 +70,6 @@ func TestParkedGitOpsSyncIsIdle(t *testing.T) {
 // it cannot see the apps (DESIGN: no decision on a stale view) instead of waiting silently
 // for the backstop poll.
 func TestParkedGitOpsSyncNoticesItsAgentGone(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))

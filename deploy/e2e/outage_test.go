@@ -27,6 +27,7 @@ func syncBlind(extra string) string {
 // has the app Healthy meanwhile. The step must not judge the last seen "Progressing": it parks
 // naming the outage and passes once the agent sees Argo CD again; nothing is rolled back.
 func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -64,6 +65,7 @@ func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
 // An outage longer than agentOutageTimeout fails the stage without its rollback, says so, and
 // keeps the per-app outputs.
 func TestOutageLongerThanAgentOutageTimeoutFailsWithoutRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
@@ -113,7 +115,6 @@ func TestTimeoutWithFreshViewStillRollsBack(t *testing.T) {
 // Issue 20 #2: the agent is down when FetchLinkedApps starts. The step parks (holding no
 // worker) instead of failing after a few retries, and succeeds once the agent is back.
 func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
-	// Mostly idle (it sleeps 8s to see the step keep waiting): it overlaps the other idle tests, not the busy ones.
 	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web-dev", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}))
@@ -151,6 +152,7 @@ func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
 
 // The same outage, longer than agentOutageTimeout: the stage fails without rollback.
 func TestFetchLinkedAppsOutageTimeoutNoRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	src := pipeline(`      - id: linked
         type: FetchLinkedApps
@@ -255,6 +257,7 @@ func TestStageGateOnStaleView(t *testing.T) {
 // GitOpsSync selecting its apps by label through an agent that is down waits for the agent
 // instead of failing into a rollback.
 func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web", "apps/web", map[string]string{"tier": "web"}))
 	run := s.start(pipeline(`      - id: sync

@@ -122,6 +122,7 @@ func noPRs(t *testing.T, gh *scmtest.GitHub) {
 // Approval step, a tag that is not semver, a caller outside release-managers) is refused
 // with every message before anything is stored, and the fake forge has no PR.
 func TestPolicyDeniesRunStart(t *testing.T) {
+	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
 	src := strings.Replace(prodOnly, " APPROVAL", "", 1)
 	_, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
@@ -158,6 +159,7 @@ func TestPolicyDeniesRunStart(t *testing.T) {
 // its jobs (no approval asked, no PR), with the message in the stage's and the run's error,
 // and the stage warning kept on the stage.
 func TestPolicyDeniesStage(t *testing.T) {
+	t.Parallel()
 	e, gh := policyStack(t, "Degraded")
 	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
 	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
@@ -188,6 +190,7 @@ func TestPolicyDeniesStage(t *testing.T) {
 // TestPolicyAllowsStage: the same run goes through when staging is Healthy (the denial above
 // came from staging's live status, not from the policy denying every prod stage).
 func TestPolicyAllowsStage(t *testing.T) {
+	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
 	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
 	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
@@ -216,6 +219,7 @@ func TestPolicyAllowsStage(t *testing.T) {
 // and before its merge. The example policy denies replicas going to 0 in prod: the approved
 // stage fails at its preview, nothing merges, and the cleanup closes the PR.
 func TestPolicyDeniesTheDiffBeforeTheMerge(t *testing.T) {
+	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
 	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}, set: {replicas: 0}", 1)
 	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),

@@ -161,7 +161,6 @@ promotion:
 `
 
 func TestPromotionThroughEnvironments(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "squash", "PROD", "{name: prod, approval: {approvers: {users: [alice]}, timeout: 1m}}").Replace(promoPipeline)
@@ -215,7 +214,6 @@ func TestPromotionThroughEnvironments(t *testing.T) {
 // and gate only its own environment's app, never another environment's app that the same
 // ApplicationSet generated on that cluster (a dev stage must not sync prod).
 func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	files := map[string]string{"appset.yaml": promoAppSet}
 	for _, e := range []string{"dev", "staging", "prod"} {
@@ -237,6 +235,7 @@ func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
 }
 
 func TestPromotionRollsBackADegradedEnvironment(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	// prod's change also tells the simulated agent to turn the app Degraded.
 	src := strings.NewReplacer("MERGE", "merge", "    - PROD\n", "    - {name: prod, set: {simulate: degraded}, create: true}\n").Replace(promoPipeline)
@@ -270,6 +269,7 @@ func TestPromotionRollsBackADegradedEnvironment(t *testing.T) {
 }
 
 func TestPromotionCreatesAnEnvironment(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	if got := s.file("envs/qa/config.json"); got != "" {
 		t.Fatalf("qa exists before the run:\n%s", got)
@@ -317,7 +317,6 @@ promotion:
 // With mergedBy: people, prflow opens each environment's PR and waits; once a person merges
 // it, the environment syncs on that merge commit.
 func TestPromotionWaitsForPeopleToMerge(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newPromoStack(t, "dev")
 	src := `name: reviewed
@@ -380,7 +379,6 @@ promotion:
 // a revision containing main's head: the stage succeeds as alreadyPromoted with no PR, no
 // merge commit, and nothing for a rollback to revert.
 func TestPromotionRerunIsAlreadyPromoted(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "merge", "PROD", "prod").Replace(promoPipeline)

@@ -59,6 +59,7 @@ func writeFile(t *testing.T, dir, p, content string) {
 // FetchLinkedApps and GitOpsSync against the simulated agent. The dev config says
 // simulate: degraded, so the gate fails on degradedStateTimeout; staging's is healthy.
 func TestSimulatedAgentPipeline(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	dir := t.TempDir()
 	gitIn(t, dir, "init", "-q", "-b", "main")

@@ -69,6 +69,7 @@ func (s *stack) waitBlocked(app string, until time.Time) {
 }
 
 func TestGitOpsSyncParksInSyncWindowThenReleases(t *testing.T) {
+	t.Parallel()
 	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
@@ -102,6 +103,7 @@ func TestGitOpsSyncParksInSyncWindowThenReleases(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
+	t.Parallel()
 	// The window is added after the agent read the project, and the agent reads it again only
 	// in an hour, so the record does not show the window: the agent checks the windows again
 	// before syncing, refuses, and the step parks all the same.
@@ -136,6 +138,7 @@ func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowOverride(t *testing.T) {
+	t.Parallel()
 	t.Run("manualSync window lets the override through", func(t *testing.T) {
 		c := newTestClock(night)
 		s := newStack(t, stackOpts{clock: c.now})
@@ -172,6 +175,7 @@ func TestGitOpsSyncWindowOverride(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowDenyWinsOverAllow(t *testing.T) {
+	t.Parallel()
 	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	// The allow window (20:00–08:00) is open, but the deny window (22:00–06:00) wins.
@@ -192,6 +196,7 @@ func TestGitOpsSyncWindowDenyWinsOverAllow(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowsOfAppsInDifferentProjects(t *testing.T) {
+	t.Parallel()
 	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	if err := s.argo.SetSyncWindows("night", argocdtest.SyncWindow{Kind: "deny", Schedule: "0 22 * * *", Duration: "8h", Applications: []string{"*"}}); err != nil {
@@ -250,6 +255,7 @@ func TestGitOpsSyncWindowTimeoutStillApplies(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowOptionTypoRefusedAtLoad(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ value, want string }{
 		{"overide", `"overide" is not one of wait, override; did you mean "override"?`},
 		{"true", `"true" is not one of wait, override`},

@@ -27,7 +27,6 @@ func (s *stack) failedSyncs(app string, status int) int {
 // The step parks saying Argo CD cannot sync and that it retries until its deadline, asks
 // again, and passes once the repo-server is back — no rollback.
 func TestRepoServerDownAtSyncParksAndPassesWhenBack(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
@@ -87,7 +86,6 @@ func TestRepoServerDownUntilDeadlineFailsWithoutRollback(t *testing.T) {
 
 // A 5xx of Argo CD's own is handled the same way: retried, no rollback.
 func TestArgoCD5xxAtSyncIsRetried(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
@@ -104,6 +102,7 @@ func TestArgoCD5xxAtSyncIsRetried(t *testing.T) {
 // rollback's re-sync meets the repo-server outage. The re-sync waits instead of ending the run
 // rollbackFailed, and finishes the rollback once the repo-server is back.
 func TestRollbackResyncWaitsForRepoServer(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
 	s.waitRecord("web")

@@ -105,6 +105,7 @@ func newVerifyStack(t *testing.T, promURL string) *promoStack {
 }
 
 func TestVerifyFailureRollsBackTheStage(t *testing.T) {
+	t.Parallel()
 	app := verifytest.NewAppLabelled(0, `app="web-prod"`)
 	defer app.Close()
 	prom := verifytest.StartPrometheus(t, strings.TrimPrefix(app.URL, "http://"))
