@@ -291,11 +291,7 @@ func TestPreviewWaitsForAnOfflineAgent(t *testing.T) {
 // newPromoStackNoAgent is newPromoStack with an agent registration but no agent behind it;
 // startAgent starts it.
 func newPromoStackNoAgent(t *testing.T, envs ...string) *promoStack {
-	files := map[string]string{"appset.yaml": promoAppSet, "manifests/web/web.jsonnet": promoManifest}
-	for _, e := range envs {
-		files["envs/"+e+"/config.json"] = promoConfig(e)
-	}
-	s := newPromoStackFilesAgent(t, files, false)
+	s := newPromoStackFilesAgent(t, promoFiles(envs...), false)
 	// Registered (runs naming it start) but not answering: requests find no agent.
 	s.e.RegisterAgent("sim")
 	return s
@@ -303,16 +299,7 @@ func newPromoStackNoAgent(t *testing.T, envs ...string) *promoStack {
 
 func (s *promoStack) startAgent() {
 	s.t.Helper()
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: s.gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, s.e.Conn) }()
-	s.t.Cleanup(func() { cancel(); <-done })
+	runSimAgent(s.t, simagent.Options{AgentID: "sim", Repo: s.gh.Git().Dir("acme", "release"), Branch: "main"}, s.e.Conn)
 	s.e.WaitAgent("sim")
 }
 

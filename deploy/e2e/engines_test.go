@@ -165,11 +165,9 @@ func startFluxEngine(t *testing.T, s *promoStack, apps ...engineApp) func(string
 
 // runAgent runs agent "eu" until the test ends and waits until it reports apps Healthy and Synced.
 func runAgent(t *testing.T, s *promoStack, apps []engineApp, run func(context.Context)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runUntilEnd(t, run)
 	s.e.WaitAgent("eu")
+	ctx := context.Background()
 	b, err := queue.OpenBuckets(ctx, s.e.Conn.JS)
 	if err != nil {
 		t.Fatal(err)

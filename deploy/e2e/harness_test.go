@@ -20,6 +20,7 @@ import (
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/argocdtest"
+	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
@@ -318,6 +319,28 @@ func (s *stack) startAgentFollower(name string) (*argocd.Agent, func()) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// runUntilEnd runs run in its own goroutine until the test ends: the cleanup cancels run's
+// context and waits for it to return.
+func runUntilEnd(t testing.TB, run func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// runSimAgent runs a simulated agent with o at the e2e tests' pace, logging nowhere, on conn
+// until the test ends.
+func runSimAgent(t testing.TB, o simagent.Options, conn *queue.Conn) {
+	t.Helper()
+	o.Delay, o.Step, o.Poll = 30*time.Millisecond, 20*time.Millisecond, 50*time.Millisecond
+	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	sim, err := simagent.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilEnd(t, func(ctx context.Context) { _ = sim.Run(ctx, conn) })
 }
 
 // crashAgent kills the first replica as SIGKILL would, as far as NATS can tell: its

@@ -3,22 +3,16 @@ package e2e
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/pipelines/policy"
-	"github.com/prflow/prflow/queue"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -46,31 +40,11 @@ func policyStack(t *testing.T, stagingHealth string) (*ctltest.Env, *scmtest.Git
 	if err != nil {
 		t.Fatal(err)
 	}
-	staging := strings.Replace(promoConfig("staging"), `"replicas": 2`, `"replicas": 2, "simulate": "`+stagingHealth+`"`, 1)
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"appset.yaml": promoAppSet, "manifests/web/web.jsonnet": promoManifest,
-		"envs/staging/config.json": staging, "envs/prod/config.json": promoConfig("prod")}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := ctltest.New(t, ctltest.Options{Concurrency: 4,
-		Services:   map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
-		Tuning:     queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5},
-		Controller: []controller.Option{controller.WithPolicy(pe)}})
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e.WaitAgent("sim")
+	files := promoFiles("prod")
+	files["manifests/web/web.jsonnet"] = promoManifest
+	files["envs/staging/config.json"] = strings.Replace(promoConfig("staging"), `"replicas": 2`, `"replicas": 2, "simulate": "`+stagingHealth+`"`, 1)
+	s := newPromoStackOpts(t, files, true, ctltest.Options{Concurrency: 4, Controller: []controller.Option{controller.WithPolicy(pe)}})
+	e, ctx := s.e, context.Background()
 	// The stage policy reads staging's live status: wait until the agent reported it.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -82,7 +56,7 @@ func policyStack(t *testing.T, stagingHealth string) (*ctltest.Env, *scmtest.Git
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return e, gh
+	return e, s.gh
 }
 
 // prodOnly promotes to prod only; APPROVAL is replaced by an approval block or nothing.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -74,11 +75,16 @@ type promoStack struct {
 // newPromoStack seeds acme/release with the ApplicationSet and the given environments' config
 // files and starts prflow and the simulated agent on it.
 func newPromoStack(t *testing.T, envs ...string) *promoStack {
+	return newPromoStackFiles(t, promoFiles(envs...))
+}
+
+// promoFiles is acme/release with the ApplicationSet and the given environments' config files.
+func promoFiles(envs ...string) map[string]string {
 	files := map[string]string{"appset.yaml": promoAppSet}
 	for _, e := range envs {
 		files["envs/"+e+"/config.json"] = promoConfig(e)
 	}
-	return newPromoStackFiles(t, files)
+	return files
 }
 
 func newPromoStackFiles(t *testing.T, files map[string]string) *promoStack {
@@ -90,6 +96,13 @@ func newPromoStackFilesAgent(t *testing.T, files map[string]string, withAgent bo
 	if _, ok := files["manifests/web/web.jsonnet"]; !ok {
 		files["manifests/web/web.jsonnet"] = promoManifest
 	}
+	return newPromoStackOpts(t, files, withAgent, ctltest.Options{Concurrency: 8})
+}
+
+// newPromoStackOpts seeds acme/release with files as they are and starts prflow with o, whose
+// Services gain the release connector and whose Tuning is the promotion tests', with the
+// simulated agent when withAgent.
+func newPromoStackOpts(t *testing.T, files map[string]string, withAgent bool, o ctltest.Options) *promoStack {
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", files); err != nil {
 		t.Fatal(err)
@@ -98,9 +111,11 @@ func newPromoStackFilesAgent(t *testing.T, files map[string]string, withAgent bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := ctltest.New(t, ctltest.Options{Concurrency: 8,
-		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
-		Tuning:   queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}})
+	services := map[string]any{steps.ServiceSCM: connector.Static{"release": p}}
+	maps.Copy(services, o.Services)
+	o.Services = services
+	o.Tuning = queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}
+	e := ctltest.New(t, o)
 	s := &promoStack{t: t, e: e, gh: gh, p: p}
 	if withAgent {
 		s.startAgent()

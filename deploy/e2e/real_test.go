@@ -337,6 +337,32 @@ func (r *realEnv) startAgent(token string, o argocd.AppSetRefreshOptions) *agent
 	return p
 }
 
+// runAgentClient runs agent "real" in process with o until the test ends, its Argo CD client
+// made with co (realenv's URL and token), waits until its view is fresh and returns a client
+// for it with a minute's timeout.
+func (r *realEnv) runAgentClient(co argocd.ClientOptions, o argocd.Options) *agent.Client {
+	r.t.Helper()
+	co.URL, co.Token = r.vars["ARGOCD_URL"], r.vars["ARGOCD_TOKEN"]
+	cl, err := argocd.NewClient(co)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	o.AgentID, o.Client, o.Log = "real", cl, r.log
+	a, err := argocd.New(o)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	runUntilEnd(r.t, func(ctx context.Context) { _ = a.Run(ctx, r.e.Conn) })
+	r.waitFresh()
+	b, err := queue.OpenBuckets(context.Background(), r.e.Conn.JS)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c := agent.NewClient(r.e.Conn.NC, b.Apps, b.Agents)
+	c.Timeout = time.Minute
+	return c
+}
+
 // waitFresh waits until agent "real" leads with a fresh view.
 func (r *realEnv) waitFresh() {
 	r.t.Helper()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/argocd"
-	"github.com/prflow/prflow/queue"
 )
 
 // countingTransport counts the requests the agent sends to Argo CD.
@@ -34,26 +33,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func (r *realEnv) diffAgent() (*agent.Client, *countingTransport) {
 	r.t.Helper()
 	ct := &countingTransport{rt: http.DefaultTransport}
-	cl, err := argocd.NewClient(argocd.ClientOptions{URL: r.vars["ARGOCD_URL"], Token: r.vars["ARGOCD_TOKEN"], Transport: ct})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	a, err := argocd.New(argocd.Options{AgentID: "real", Client: cl, Log: r.log})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx, r.e.Conn) }()
-	r.t.Cleanup(func() { cancel(); <-done })
-	r.waitFresh()
-	b, err := queue.OpenBuckets(context.Background(), r.e.Conn.JS)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	c := agent.NewClient(r.e.Conn.NC, b.Apps, b.Agents)
-	c.Timeout = time.Minute
-	return c, ct
+	return r.runAgentClient(argocd.ClientOptions{Transport: ct}, argocd.Options{}), ct
 }
 
 // branch commits edit's changes to the release repo on a new branch (a PR head) and returns
