@@ -25,9 +25,6 @@ func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) 
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
 	src := pipeline(strings.Replace(syncWeb, "timeout: 60s", "timeout: 10m", 1), true) + `    rollbackSteps:
       - id: resync
         type: GitOpsSync
@@ -35,10 +32,7 @@ func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) 
         with:
           applicationsList: [{agentId: eu, applicationName: web}]
 `
-	run := s.start(src, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", src)
 	if err := s.argo.DeleteApp("web"); err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +108,17 @@ func colorsAppSet(name string) argocdtest.ApplicationSet {
 	}
 }
 
+// newColorsStack is a stack whose ApplicationSet web (colorsAppSet) generated web-dev, recorded by the agent.
+func newColorsStack(t *testing.T) *stack {
+	t.Helper()
+	s := newStack(t, stackOpts{})
+	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
+		t.Fatal(err)
+	}
+	s.waitRecord("web-dev")
+	return s
+}
+
 const linkedSync = `      - id: linked
         type: FetchLinkedApps
         timeout: 60s
@@ -130,19 +135,9 @@ const linkedSync = `      - id: linked
 // until its timeout and rolling back a change it never judged.
 func TestGitOpsSyncSyncsAppRecreatedByItsAppSet(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitRecord("web-dev")
-	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	s := newColorsStack(t)
 	old, _ := s.client.Status(s.ctx, "eu", "web-dev")
-	run := s.start(pipeline(linkedSync, true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web-dev", pipeline(linkedSync, true))
 	if err := s.argo.DeleteApp("web-dev"); err != nil { // the ApplicationSet creates it again
 		t.Fatal(err)
 	}
@@ -169,18 +164,8 @@ func TestGitOpsSyncSyncsAppRecreatedByItsAppSet(t *testing.T) {
 // follows the ApplicationSet's new app, syncs and judges it.
 func TestGitOpsSyncFollowsAppRenamedByItsAppSet(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitRecord("web-dev")
-	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(linkedSync, true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	s := newColorsStack(t)
+	run := s.startParkedOnHealth("web-dev", pipeline(linkedSync, true))
 	s.upsertAppSet(colorsAppSet("web-{{env}}-v2"))
 	r := s.wait(run.ID, 60*time.Second)
 	if r.Status != pipelines.StSucceeded {
@@ -201,23 +186,13 @@ func TestGitOpsSyncFollowsAppRenamedByItsAppSet(t *testing.T) {
 // saying it was deleted.
 func TestGitOpsSyncAppSetAppGoneFailsAfterGrace(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitRecord("web-dev")
-	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	s := newColorsStack(t)
 	src := pipeline(`      - id: sync
         type: GitOpsSync
         timeout: 10m
         with: {applicationsList: [{agentId: eu, applicationName: web-dev}], waitTillHealthy: true}
 `, true)
-	run := s.start(src, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web-dev", src)
 	s.upsertAppSet(colorsAppSet("web-{{env}}-v2"))
 	s.waitStep(run.ID, "dev", "sync", "waiting for the ApplicationSet", func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "app web-dev was deleted at") &&
@@ -260,22 +235,12 @@ func (s *stack) upsertAppSet(as argocdtest.ApplicationSet) {
 // syncs the new app rather than skipping the old one.
 func TestRollbackFollowsAppRenamedByItsAppSet(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitRecord("web-dev")
-	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	s := newColorsStack(t)
 	src := pipeline(linkedSync+`      - {id: boom, type: GitOpsSync, timeout: 60s, with: {applicationsList: [{agentId: eu, applicationName: ghost}]}}
 `, true) + `    rollbackSteps:
       - {id: resync, type: GitOpsSync, timeout: 60s}
 `
-	run := s.start(src, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web-dev", src)
 	s.upsertAppSet(colorsAppSet("web-{{env}}-v2"))
 	r := s.wait(run.ID, 60*time.Second)
 	if st := step(r, "dev", "sync"); st.Status != pipelines.StSucceeded {

@@ -434,6 +434,20 @@ func (s *stack) waitStep(id, stage, stepID, what string, cond func(*pipelines.St
 	}
 }
 
+// startParkedOnHealth holds app's health at Progressing after its syncs, starts src with the
+// stack's commit and waits until the dev stage's sync step parks waiting for that health.
+func (s *stack) startParkedOnHealth(app, src string) *pipelines.Run {
+	s.t.Helper()
+	if err := s.argo.ScriptSync(app, argocdtest.SyncScript{Progressing: -1}); err != nil {
+		s.t.Fatal(err)
+	}
+	run := s.start(src, map[string]any{"commit": s.sha})
+	s.waitStep(run.ID, "dev", "sync", "parked waiting for health Progressing", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
+	})
+	return run
+}
+
 func step(r *pipelines.Run, stage, id string) *pipelines.StepRun {
 	sr := r.Find(stage)
 	if sr == nil {

@@ -22,13 +22,7 @@ func TestParkedGitOpsSyncIsIdle(t *testing.T) {
 	s := newStack(t, stackOpts{metrics: m})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(syncWeb, true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "parked on Progressing", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", pipeline(syncWeb, true))
 	jobs := m.Dispatched.WithLabelValues("GitOpsSync")
 	// The app's record goes on changing for a moment after the step first parks (the
 	// operation's end, the refresh after it); each change wakes the step once, rightly. Count
@@ -74,14 +68,8 @@ func TestParkedGitOpsSyncNoticesItsAgentGone(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
 	// A deadline well past the registration's expiry: the step must not reach it.
-	run := s.start(pipeline(strings.Replace(syncWeb, "timeout: 60s", "timeout: 10m", 1), true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "parked on Progressing", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", pipeline(strings.Replace(syncWeb, "timeout: 60s", "timeout: 10m", 1), true))
 	s.crashAgent()
 	deadline := time.Now().Add(90 * time.Second)
 	for {

@@ -31,13 +31,7 @@ func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(syncBlind(""), true)+withRollback, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", pipeline(syncBlind(""), true)+withRollback)
 	s.argo.RevokeToken(s.argo.Token())
 	if err := s.argo.SetHealth("web", argocdtest.HealthHealthy, ""); err != nil {
 		t.Fatal(err)
@@ -69,13 +63,7 @@ func TestOutageLongerThanAgentOutageTimeoutFailsWithoutRollback(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(syncBlind("          agentOutageTimeout: 2s\n"), true)+withRollback, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", pipeline(syncBlind("          agentOutageTimeout: 2s\n"), true)+withRollback)
 	s.argo.RevokeToken(s.argo.Token())
 	r := s.wait(run.ID, 60*time.Second)
 	st := step(r, "dev", "sync")
@@ -177,13 +165,7 @@ func TestAgentCrashOtherReplicaTakesOver(t *testing.T) {
 	s.waitRecord("web")
 	_, stop2 := s.startAgentFollower("r2")
 	defer stop2()
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(syncBlind(""), true)+withRollback, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", pipeline(syncBlind(""), true)+withRollback)
 	s.crashAgent()
 	crashed := time.Now()
 	if err := s.argo.SetHealth("web", argocdtest.HealthHealthy, ""); err != nil {
@@ -284,14 +266,8 @@ func TestDeadlineDuringOutageFailsWithoutRollback(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
 	src := pipeline(strings.Replace(syncBlind(""), "timeout: 60s", "timeout: 4s", 1), true) + withRollback
-	run := s.start(src, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", src)
 	s.argo.RevokeToken(s.argo.Token())
 	r := s.wait(run.ID, 60*time.Second)
 	st := step(r, "dev", "sync")
