@@ -266,18 +266,9 @@ func TestPreviewWaitsForAnOfflineAgent(t *testing.T) {
 	t.Parallel()
 	s := newPromoStackNoAgent(t, "dev")
 	run := s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, _ := s.e.Ctl.Get(context.Background(), run.ID)
-		st := ctltest.Step(cur, "dev", "preview")
-		if st != nil && st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "waiting to preview the PR's diff") {
-			break
-		}
-		if time.Now().After(deadline) || cur.Status.Terminal() {
-			t.Fatalf("the preview does not wait for the agent\n%s", describeRun(cur))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitEnvStep(t, s.e, run.ID, "dev", "preview", "waiting for the agent", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "waiting to preview the PR's diff")
+	})
 	if got := s.file("envs/dev/config.json"); got != promoConfig("dev") {
 		t.Fatalf("merged while the preview waited:\n%s", got)
 	}

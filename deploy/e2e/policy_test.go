@@ -81,6 +81,16 @@ promotion:
     - {name: prod APPROVAL}
 `
 
+// withApproval gives prodOnly's prod an approval by alice.
+const withApproval = ", approval: {approvers: {users: [alice]}, timeout: 1m}"
+
+// startProd starts prodOnly, APPROVAL replaced by approval, with tag, as executor in group.
+func startProd(e *ctltest.Env, approval, tag, executor, group string) (*pipelines.Run, error) {
+	return e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml",
+		Source: []byte(strings.Replace(prodOnly, " APPROVAL", approval, 1)),
+		Inputs: map[string]any{"tag": tag}, Executor: executor, Groups: []string{group}})
+}
+
 func noPRs(t *testing.T, gh *scmtest.GitHub) {
 	t.Helper()
 	prs, err := gh.PullRequests("acme", "release")
@@ -98,9 +108,7 @@ func noPRs(t *testing.T, gh *scmtest.GitHub) {
 func TestPolicyDeniesRunStart(t *testing.T) {
 	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
-	src := strings.Replace(prodOnly, " APPROVAL", "", 1)
-	_, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "latest"}, Executor: "bob", Groups: []string{"dev"}})
+	_, err := startProd(e, "", "latest", "bob", "dev")
 	if !errors.Is(err, policy.ErrDenied) {
 		t.Fatalf("start: %v, want a policy denial", err)
 	}
@@ -111,9 +119,7 @@ func TestPolicyDeniesRunStart(t *testing.T) {
 	}
 	// With an approval step the pipeline policy passes; the run policy then names both of
 	// its problems.
-	src = strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
-	_, err = e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "latest"}, Executor: "bob", Groups: []string{"dev"}})
+	_, err = startProd(e, withApproval, "latest", "bob", "dev")
 	for _, want := range []string{`input tag: "latest" is not a semantic version`, "bob may not start runs that deploy to prod"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("denial %v lacks %q", err, want)
@@ -135,9 +141,7 @@ func TestPolicyDeniesRunStart(t *testing.T) {
 func TestPolicyDeniesStage(t *testing.T) {
 	t.Parallel()
 	e, gh := policyStack(t, "Degraded")
-	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
-	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "1.5.0"}, Executor: "ann", Groups: []string{"release-managers"}})
+	r, err := startProd(e, withApproval, "1.5.0", "ann", "release-managers")
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -166,26 +170,14 @@ func TestPolicyDeniesStage(t *testing.T) {
 func TestPolicyAllowsStage(t *testing.T) {
 	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
-	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
-	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "1.5.0-rc.1"}, Executor: "ann", Groups: []string{"release-managers"}})
+	r, err := startProd(e, withApproval, "1.5.0-rc.1", "ann", "release-managers")
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "pre-release") {
 		t.Errorf("run warnings %q, want the pre-release warning", r.Warnings)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, _ := e.Ctl.Get(context.Background(), r.ID)
-		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
-			break
-		}
-		if time.Now().After(deadline) || cur.Status.Terminal() {
-			t.Fatalf("prod did not start\n%s", describeRun(cur))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitApproval(t, e, r.ID)
 	_ = gh
 }
 
@@ -195,23 +187,11 @@ func TestPolicyAllowsStage(t *testing.T) {
 func TestPolicyDeniesTheDiffBeforeTheMerge(t *testing.T) {
 	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
-	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}, set: {replicas: 0}", 1)
-	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "1.5.0"}, Executor: "ann", Groups: []string{"release-managers"}})
+	r, err := startProd(e, withApproval+", set: {replicas: 0}", "1.5.0", "ann", "release-managers")
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, _ := e.Ctl.Get(context.Background(), r.ID)
-		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
-			break
-		}
-		if time.Now().After(deadline) || cur.Status.Terminal() {
-			t.Fatalf("prod did not start\n%s", describeRun(cur))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitApproval(t, e, r.ID)
 	if err := e.Ctl.Signal(context.Background(), r.ID, "prod", "approval", steps.Signal{Kind: "approval", User: "alice", Approve: true, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

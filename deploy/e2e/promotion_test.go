@@ -136,6 +136,31 @@ func (s *promoStack) file(path string) string {
 	return string(b)
 }
 
+// waitEnvStep waits up to a minute until step stage.stepID of run id satisfies cond and
+// returns the run; the test fails, naming what it waited for, when the run ends first.
+func waitEnvStep(t *testing.T, e *ctltest.Env, id, stage, stepID, what string, cond func(*pipelines.StepRun) bool) *pipelines.Run {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		cur, err := e.Ctl.Get(context.Background(), id)
+		if err == nil {
+			if st := ctltest.Step(cur, stage, stepID); st != nil && cond(st) {
+				return cur
+			}
+		}
+		if time.Now().After(deadline) || (cur != nil && cur.Status.Terminal()) {
+			t.Fatalf("step %s.%s: %s: not so after a minute or the run ended (%v)\n%s", stage, stepID, what, err, describeRun(cur))
+		}
+	}
+}
+
+// waitApproval waits until prod's approval step of run id waits for a person.
+func waitApproval(t *testing.T, e *ctltest.Env, id string) {
+	t.Helper()
+	waitEnvStep(t, e, id, "prod", "approval", "waiting for its approval", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting
+	})
+}
+
 // syncedOn checks that a stage's GitOpsSync step (or rollback step) left its one app Synced
 // and Healthy on the given commit.
 func syncedOn(t *testing.T, r *pipelines.Run, stage, stepID, app, sha string) {
@@ -180,18 +205,7 @@ func TestPromotionThroughEnvironments(t *testing.T) {
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "squash", "PROD", "{name: prod, approval: {approvers: {users: [alice]}, timeout: 1m}}").Replace(promoPipeline)
 	run := s.e.Start(src, map[string]any{"tag": "1.5.0"})
-	// prod waits for alice before it opens its PR.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, _ := s.e.Ctl.Get(context.Background(), run.ID)
-		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
-			break
-		}
-		if time.Now().After(deadline) || cur.Status.Terminal() {
-			t.Fatalf("prod does not wait for its approval\n%s", describeRun(cur))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitApproval(t, s.e, run.ID) // prod waits for alice before it opens its PR
 	if got := s.file("envs/prod/config.json"); got != promoConfig("prod") {
 		t.Fatalf("prod changed before its approval:\n%s", got)
 	}
