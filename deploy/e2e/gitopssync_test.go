@@ -374,44 +374,11 @@ func TestFetchLinkedAppsWaitsForAppSetThenSyncs(t *testing.T) {
 	// below); refresh_test.go has the refreshed case.
 	s := newStack(t, stackOpts{appsetRefresh: argocd.AppSetRefreshOptions{Mode: argocd.RefreshOff}})
 	s.git.Commit(repoURL, "main", map[string]string{"envs/dev/config.json": `{"env": "dev"}`})
-	as := argocdtest.ApplicationSet{
-		Metadata: argocdtest.ObjectMeta{Name: "web"},
-		Spec: argocdtest.ApplicationSetSpec{
-			Generators: []argocdtest.ApplicationSetGenerator{{Git: &argocdtest.GitGenerator{RepoURL: repoURL, Revision: "main",
-				Files: []argocdtest.GitFileGeneratorItem{{Path: "envs/*/config.json"}}}}},
-			Template: argocdtest.ApplicationSetTemplate{
-				Metadata: argocdtest.ApplicationSetTemplateMeta{Name: "web-{{env}}",
-					Labels: map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "{{env}}"}},
-				Spec: argocdtest.ApplicationSpec{Project: "default",
-					Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "apps/web", TargetRevision: "main"},
-					Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "{{env}}"}},
-			},
-		},
-	}
-	if err := s.argo.AddApplicationSet(as); err != nil {
+	if err := s.argo.AddApplicationSet(envAppSet()); err != nil {
 		t.Fatal(err)
 	}
 	s.waitRecord("web-dev")
-	src := `name: new-env
-inputs:
-  commit: {type: string}
-service: {name: web}
-environments:
-  - name: prod
-    clusters: [{name: in-cluster, agent: eu}]
-stages:
-  - id: prod
-    environment: prod
-    steps:
-      - {id: merge, type: MergePR, with: {commit: "${{ inputs.commit }}"}}
-      - id: linked
-        type: FetchLinkedApps
-        timeout: 60s
-      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with: {waitTillHealthy: true}
-`
+	src := strings.Replace(newEnvPipeline, ", with: {appWaitTimeout: WAIT}", "", 1) // appWaitTimeout's default
 	// The environment's config file is merged; the ApplicationSet has not generated web-prod.
 	sha := s.git.Commit(repoURL, "main", map[string]string{"envs/prod/config.json": `{"env": "prod"}`})
 	run := s.start(src, map[string]any{"commit": sha})
