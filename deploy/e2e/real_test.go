@@ -57,6 +57,15 @@ func realSetup(t *testing.T, envs ...string) *realEnv {
 	return realSetupWith(t, false, envs...)
 }
 
+// realSetupAgent is realSetup once the envs' apps exist, with agent "real" running.
+func realSetupAgent(t *testing.T, envs ...string) *realEnv {
+	t.Helper()
+	r := realSetup(t, envs...)
+	r.waitApps(envs...)
+	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	return r
+}
+
 // realSetupWith is realSetup; auto gives the generated apps Argo CD's automated sync.
 func realSetupWith(t *testing.T, auto bool, envs ...string) *realEnv {
 	t.Helper()
