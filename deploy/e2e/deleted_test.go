@@ -22,9 +22,7 @@ import (
 // skips it and says so instead of failing the rollback.
 func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	src := pipeline(strings.Replace(syncWeb, "timeout: 60s", "timeout: 10m", 1), true) + `    rollbackSteps:
       - id: resync
         type: GitOpsSync
@@ -60,9 +58,7 @@ func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) 
 // and the rollback skips the app rather than failing.
 func TestRollbackSkipsAppArgoCDNoLongerHas(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	src := pipeline(`      - {id: boom, type: GitOpsSync, timeout: 60s, with: {applicationsList: [{agentId: eu, applicationName: ghost}]}}
 `, false) + `    rollbackSteps:
       - id: resync

@@ -29,9 +29,7 @@ const syncWeb = `      - id: sync
 
 func TestGitOpsSyncSucceedsOnMergedRevision(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	r := s.wait(s.start(pipeline(syncWeb, true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 	if r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
@@ -61,9 +59,7 @@ func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
 	// The app syncs and stays Progressing. Once the step has been parked for a while (its poll
 	// is a backstop minutes away), the app turns Healthy: the step must be resumed by that
 	// change of its status key, at once, not by a poll tick.
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +82,7 @@ func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
 
 func TestGitOpsSyncFailureCarriesArgoMessage(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{FailAttempts: 1, FailMessage: "one or more objects failed to apply, reason: Deployment.apps \"web\" is invalid"}); err != nil {
 		t.Fatal(err)
 	}
@@ -123,9 +117,7 @@ func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
 
 func TestGitOpsSyncWaitsOutAnotherOperation(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	if err := s.argo.StartOperation("web", "alice", argocdtest.SyncScript{Hang: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -163,9 +155,7 @@ func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(10*time.Millisecond, 1)}})
-			s.addApp(app("web", "apps/web", nil))
-			s.waitRecord("web")
+			s := newWebStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(10*time.Millisecond, 1)}})
 			// Script every operation as soon as the previous one started (a script applies
 			// to the next operation only).
 			var scripted atomic.Int64
@@ -306,9 +296,7 @@ func TestGitOpsSyncTimeoutSemantics(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newStack(t, stackOpts{})
-			s.addApp(app("web", "apps/web", nil))
-			s.waitRecord("web")
+			s := newWebStack(t, stackOpts{})
 			if err := s.argo.ScriptSync("web", c.script); err != nil {
 				t.Fatal(err)
 			}
@@ -439,9 +427,7 @@ func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
 	// A worker dies after asking for the sync but before its result is recorded: the job is
 	// delivered again with no memo. The step must find the operation it started (by its
 	// run/step tag) instead of starting a second one.
-	s := newStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(30*time.Millisecond, 1)}})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(30*time.Millisecond, 1)}})
 	def, _ := registry().Lookup("GitOpsSync")
 	sc := func(memo []byte, wake int) *steps.Context {
 		return &steps.Context{RunID: "run-redeliver", Stage: "dev", StepID: "sync", Type: "GitOpsSync", Attempt: 1, Wake: wake,

@@ -239,6 +239,15 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	return s
 }
 
+// newWebStack is newStack with app web (apps/web) added and recorded by the agent.
+func newWebStack(t testing.TB, o stackOpts) *stack {
+	t.Helper()
+	s := newStack(t, o)
+	s.addApp(app("web", "apps/web", nil))
+	s.waitRecord("web")
+	return s
+}
+
 // replica is one agent replica on its own NATS connection (so closing it is a crash).
 type replica struct {
 	a    *argocd.Agent

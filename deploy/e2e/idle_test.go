@@ -19,9 +19,7 @@ import (
 func TestParkedGitOpsSyncIsIdle(t *testing.T) {
 	t.Parallel()
 	m := controller.NewMetrics(nil)
-	s := newStack(t, stackOpts{metrics: m})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{metrics: m})
 	run := s.startParkedOnHealth("web", pipeline(syncWeb, true))
 	jobs := m.Dispatched.WithLabelValues("GitOpsSync")
 	// The app's record goes on changing for a moment after the step first parks (the
@@ -65,9 +63,7 @@ func TestParkedGitOpsSyncIsIdle(t *testing.T) {
 // for the backstop poll.
 func TestParkedGitOpsSyncNoticesItsAgentGone(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	// A deadline well past the registration's expiry: the step must not reach it.
 	run := s.startParkedOnHealth("web", pipeline(strings.Replace(syncWeb, "timeout: 60s", "timeout: 10m", 1), true))
 	s.crashAgent()

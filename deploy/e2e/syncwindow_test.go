@@ -108,9 +108,7 @@ func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
 	// in an hour, so the record does not show the window: the agent checks the windows again
 	// before syncing, refuses, and the step parks all the same.
 	c := newTestClock(night)
-	s := newStack(t, stackOpts{clock: c.now, windowRefresh: time.Hour})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{clock: c.now, windowRefresh: time.Hour})
 	time.Sleep(100 * time.Millisecond) // the agent has read the project (no windows yet)
 	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
 		t.Fatal(err)

@@ -28,9 +28,7 @@ func (s *stack) failedSyncs(app string, status int) int {
 // again, and passes once the repo-server is back — no rollback.
 func TestRepoServerDownAtSyncParksAndPassesWhenBack(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	s.argo.SetRepoServerDown(true)
 	run := s.start(pipeline(syncBlind(""), true)+withRollback, map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "parked on Argo CD being unavailable", func(st *pipelines.StepRun) bool {
@@ -65,9 +63,7 @@ func TestRepoServerDownAtSyncParksAndPassesWhenBack(t *testing.T) {
 // Still down at the step's deadline: the stage fails without its rollback (a revert would need
 // the same Argo CD to sync it), naming what Argo CD answered.
 func TestRepoServerDownUntilDeadlineFailsWithoutRollback(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	s.argo.SetRepoServerDown(true)
 	src := pipeline(strings.Replace(syncBlind(""), "timeout: 60s", "timeout: 4s", 1), true) + withRollback
 	r := s.wait(s.start(src, map[string]any{"commit": s.sha}).ID, 60*time.Second)
@@ -87,9 +83,7 @@ func TestRepoServerDownUntilDeadlineFailsWithoutRollback(t *testing.T) {
 // A 5xx of Argo CD's own is handled the same way: retried, no rollback.
 func TestArgoCD5xxAtSyncIsRetried(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	s.argo.InjectFault(argocdtest.Fault{Method: "POST", Path: "/api/v1/applications/web/sync", Status: 500,
 		Message: "error getting cached app state: redis: connection pool timeout", Times: 2})
 	r := s.wait(s.start(pipeline(syncBlind(""), true)+withRollback, map[string]any{"commit": s.sha}).ID, 60*time.Second)
