@@ -106,13 +106,7 @@ stages:
           create: true
           variables: [{name: image.tag, type: String, value: "` + env + `"}]
       - {id: merge, type: MergePR, with: {mergeStrategy: merge}}
-      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with:
-          applicationsList: [{agentId: eu, applicationName: web}]
-          waitTillHealthy: true
-`
+` + syncBlind("")
 }
 
 func TestGitOpsSyncPassesAtALaterCommitContainingTheMerge(t *testing.T) {

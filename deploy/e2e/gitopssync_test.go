@@ -99,14 +99,7 @@ func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
 	sha := s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "degraded")})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	src := pipeline(`      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with:
-          applicationsList: [{agentId: eu, applicationName: web}]
-          waitTillHealthy: true
-          degradedStateTimeout: 1s
-`, true)
+	src := pipeline(syncBlind("          degradedStateTimeout: 1s\n"), true)
 	r := s.wait(s.start(src, map[string]any{"commit": sha}).ID, 60*time.Second)
 	st := step(r, "dev", "sync")
 	if r.Status != pipelines.StFailed || !strings.Contains(st.Error, "Degraded for longer than degradedStateTimeout 1s") ||

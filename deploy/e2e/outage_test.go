@@ -13,6 +13,8 @@ import (
 // withRollback adds a stage rollback step that must not run when the stage fails blind.
 const withRollback = "    rollbackSteps:\n      - {id: undo, type: Noop}\n"
 
+// syncBlind is a GitOpsSync of app web that waits till healthy, with extra under its with:
+// (the outage, sync window and autosync tests).
 func syncBlind(extra string) string {
 	return `      - id: sync
         type: GitOpsSync

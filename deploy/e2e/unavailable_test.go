@@ -103,14 +103,7 @@ func TestRollbackResyncWaitsForRepoServer(t *testing.T) {
 	bad := s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "degraded")})
 	// The stand-in MergePR of the rollback merges nothing itself: the test commits the revert
 	// on main; its commitId "" makes the re-sync expect what Argo CD resolves (the revert).
-	src := pipeline(`      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with:
-          applicationsList: [{agentId: eu, applicationName: web}]
-          waitTillHealthy: true
-          degradedStateTimeout: 1s
-`, true) + `    rollbackSteps:
+	src := pipeline(syncBlind("          degradedStateTimeout: 1s\n"), true) + `    rollbackSteps:
       - {id: mergeRevert, type: MergePR, with: {commit: ""}}
       - id: resync
         type: GitOpsSync
