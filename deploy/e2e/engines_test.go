@@ -192,6 +192,7 @@ func TestPromotionOnEachEngine(t *testing.T) {
 	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			s := newPromoStackFilesAgent(t, releaseFiles(), false)
 			eng.start(t, s)
 			r := s.e.Wait(s.e.Start(enginePipeline("    - prod\n"), map[string]any{"tag": "1.5.0"}).ID, 3*time.Minute)

@@ -80,6 +80,7 @@ func TestHarnessAppSetOnEachEngine(t *testing.T) {
 	} {
 		for _, eng := range engines {
 			t.Run(c.name+"/"+eng.name, func(t *testing.T) {
+				t.Parallel()
 				testHarnessAppSet(t, eng, importAppSet(t, c.deployment, "1m"))
 			})
 		}
@@ -112,9 +113,14 @@ func testHarnessAppSet(t *testing.T, eng engine, native string) {
 // the agent, on each engine; nothing is synced.
 func TestHarnessMapWrongAppSetOnEachEngine(t *testing.T) {
 	t.Parallel()
-	native := importAppSet(t, "applicationSet: shopp", "5s")
+	// 12s, not less: the step polls at 1, 3, 7 s, then every 5 s at most, aiming its last poll
+	// at the deadline; 12s leaves 5 s between the last poll and the deadline, where 5s left 2 s
+	// and, on a machine at load 25-30, a poll's listing of the apps was still running when the
+	// deadline cut it ("timed out at …: list apps on agent eu: … context deadline exceeded").
+	native := importAppSet(t, "applicationSet: shopp", "12s")
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			s := newPromoStackFilesAgent(t, harnessEngineFiles(), false)
 			eng.start(t, s, append(webApps(), shopQA)...)
 			r := s.e.Wait(s.e.Start(native, map[string]any{"image": "shop:2"}).ID, 3*time.Minute)
