@@ -198,6 +198,7 @@ func TestGitOpsSyncDoesNotPassAtACommitWithoutTheMerge(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			s := newAncestryStack(t)
 			root, err := s.p.Branch(context.Background(), "acme/release", "main")
 			if err != nil {

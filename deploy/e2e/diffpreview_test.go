@@ -339,6 +339,7 @@ func countDiffs(t *testing.T, s *promoStack) func() int {
 func TestMergePRPreview(t *testing.T) {
 	t.Parallel()
 	t.Run("after a DiffPreview of the same head, no second agent call", func(t *testing.T) {
+		t.Parallel()
 		s := newPromoStack(t, "dev")
 		s.waitDeployed("web-dev")
 		diffs := countDiffs(t, s)
@@ -362,6 +363,7 @@ func TestMergePRPreview(t *testing.T) {
 		}
 	})
 	t.Run("a PR that changes nothing is not merged", func(t *testing.T) {
+		t.Parallel()
 		s := newPromoStack(t, "dev")
 		diffs := countDiffs(t, s)
 		before := s.file("envs/dev/config.json")

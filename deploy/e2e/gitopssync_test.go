@@ -148,6 +148,7 @@ func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			s := newWebStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(10*time.Millisecond, 1)}})
 			// Script every operation as soon as the previous one started (a script applies
 			// to the next operation only).
@@ -247,6 +248,7 @@ func TestGitOpsSyncResourcesLeftWithoutPrune(t *testing.T) {
 	// app ends Synced.
 	for _, prune := range []bool{false, true} {
 		t.Run(fmt.Sprintf("prune=%v", prune), func(t *testing.T) {
+			t.Parallel()
 			s := newStack(t, stackOpts{})
 			s.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
 			s.waitRecord("web")

@@ -68,6 +68,7 @@ func TestFetchLinkedAppsRefreshesApplicationSet(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			argo := tc.argo
 			var s *stack
 			if tc.webhook {
@@ -137,6 +138,7 @@ func TestGitOpsSyncRegeneratesAppSetAfterMerge(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{argocd.RefreshAnnotate, argocd.RefreshOff} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			s := newStack(t, stackOpts{appsetRefresh: argocd.AppSetRefreshOptions{Mode: mode}})
 			s.git.Commit(repoURL, "main", map[string]string{
 				"envs/dev/config.json": `{"env": "dev", "dir": "apps/web"}`,

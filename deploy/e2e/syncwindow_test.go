@@ -136,6 +136,7 @@ func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
 func TestGitOpsSyncWindowOverride(t *testing.T) {
 	t.Parallel()
 	t.Run("manualSync window lets the override through", func(t *testing.T) {
+		t.Parallel()
 		c := newTestClock(night)
 		s := newStack(t, stackOpts{clock: c.now})
 		w := nightly
@@ -151,6 +152,7 @@ func TestGitOpsSyncWindowOverride(t *testing.T) {
 		}
 	})
 	t.Run("window without manualSync fails the step, no park", func(t *testing.T) {
+		t.Parallel()
 		s, _ := newNightStack(t)
 		r := s.wait(s.start(pipeline(syncBlind("          syncWindow: override\n"), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 		st := step(r, "dev", "sync")
