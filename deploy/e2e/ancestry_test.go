@@ -106,16 +106,11 @@ stages:
           create: true
           variables: [{name: image.tag, type: String, value: "` + env + `"}]
       - {id: merge, type: MergePR, with: {mergeStrategy: merge}}
-      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with:
-          applicationsList: [{agentId: eu, applicationName: web}]
-          waitTillHealthy: true
-`
+` + syncBlind("")
 }
 
 func TestGitOpsSyncPassesAtALaterCommitContainingTheMerge(t *testing.T) {
+	t.Parallel()
 	// Issue 14: promotions merge into one branch while the app is busy; when it syncs it is at
 	// the branch head, which contains every run's merge but equals only the last one. Every
 	// run must pass on its own sync (no re-sync), and say it passed at a containing commit.
@@ -186,6 +181,7 @@ func TestGitOpsSyncPassesAtALaterCommitContainingTheMerge(t *testing.T) {
 }
 
 func TestGitOpsSyncDoesNotPassAtACommitWithoutTheMerge(t *testing.T) {
+	t.Parallel()
 	// The app tracks a branch that does not contain the run's merge (a sibling branch, or one
 	// left at an older commit): its sync succeeds and it is Synced and Healthy, but not with
 	// the change. That must fail after the re-syncs, naming why.
@@ -202,6 +198,7 @@ func TestGitOpsSyncDoesNotPassAtACommitWithoutTheMerge(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			s := newAncestryStack(t)
 			root, err := s.p.Branch(context.Background(), "acme/release", "main")
 			if err != nil {
@@ -278,6 +275,7 @@ func (s *ancestryStack) commits(t *testing.T) (ours, later string) {
 }
 
 func TestGitOpsSyncAncestryLookupErrorIsRetriedNotPassed(t *testing.T) {
+	t.Parallel()
 	// The forge fails the ancestry question: the step must neither pass nor re-sync; it
 	// returns a transient error (the worker retries) until the forge answers, then passes.
 	s := newAncestryStack(t)
@@ -308,6 +306,7 @@ func TestGitOpsSyncAncestryLookupErrorIsRetriedNotPassed(t *testing.T) {
 }
 
 func TestGitOpsSyncPinnedAppNeedsTheExactRevision(t *testing.T) {
+	t.Parallel()
 	// An app pinned to a commit (targetRevision is a full SHA) that contains ours still does
 	// not pass: for pinned apps only the exact revision counts.
 	s := newAncestryStack(t)

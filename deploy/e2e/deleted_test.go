@@ -21,12 +21,8 @@ import (
 // the stage's rollback, whose GitOpsSync would meet Argo CD's 403 for the missing app,
 // skips it and says so instead of failing the rollback.
 func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	s := newWebStack(t, stackOpts{})
 	src := pipeline(strings.Replace(syncWeb, "timeout: 60s", "timeout: 10m", 1), true) + `    rollbackSteps:
       - id: resync
         type: GitOpsSync
@@ -34,10 +30,7 @@ func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) 
         with:
           applicationsList: [{agentId: eu, applicationName: web}]
 `
-	run := s.start(src, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", src)
 	if err := s.argo.DeleteApp("web"); err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +57,8 @@ func TestGitOpsSyncAppDeletedMidWaitFailsAtOnceAndRollbackSkipsIt(t *testing.T) 
 // ago, or between the record read and the sync): Argo CD answers 403, the agent NotFound,
 // and the rollback skips the app rather than failing.
 func TestRollbackSkipsAppArgoCDNoLongerHas(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	t.Parallel()
+	s := newWebStack(t, stackOpts{})
 	src := pipeline(`      - {id: boom, type: GitOpsSync, timeout: 60s, with: {applicationsList: [{agentId: eu, applicationName: ghost}]}}
 `, false) + `    rollbackSteps:
       - id: resync
@@ -112,6 +104,17 @@ func colorsAppSet(name string) argocdtest.ApplicationSet {
 	}
 }
 
+// newColorsStack is a stack whose ApplicationSet web (colorsAppSet) generated web-dev, recorded by the agent.
+func newColorsStack(t *testing.T) *stack {
+	t.Helper()
+	s := newStack(t, stackOpts{})
+	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
+		t.Fatal(err)
+	}
+	s.waitRecord("web-dev")
+	return s
+}
+
 const linkedSync = `      - id: linked
         type: FetchLinkedApps
         timeout: 60s
@@ -127,19 +130,10 @@ const linkedSync = `      - id: linked
 // new uid, syncs the new app and judges it, instead of waiting for the vanished operation
 // until its timeout and rolling back a change it never judged.
 func TestGitOpsSyncSyncsAppRecreatedByItsAppSet(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitRecord("web-dev")
-	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	s := newColorsStack(t)
 	old, _ := s.client.Status(s.ctx, "eu", "web-dev")
-	run := s.start(pipeline(linkedSync, true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web-dev", pipeline(linkedSync, true))
 	if err := s.argo.DeleteApp("web-dev"); err != nil { // the ApplicationSet creates it again
 		t.Fatal(err)
 	}
@@ -165,18 +159,9 @@ func TestGitOpsSyncSyncsAppRecreatedByItsAppSet(t *testing.T) {
 // while GitOpsSync waits, and the stage links its apps by that ApplicationSet: the step
 // follows the ApplicationSet's new app, syncs and judges it.
 func TestGitOpsSyncFollowsAppRenamedByItsAppSet(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitRecord("web-dev")
-	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(linkedSync, true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	t.Parallel()
+	s := newColorsStack(t)
+	run := s.startParkedOnHealth("web-dev", pipeline(linkedSync, true))
 	s.upsertAppSet(colorsAppSet("web-{{env}}-v2"))
 	r := s.wait(run.ID, 60*time.Second)
 	if r.Status != pipelines.StSucceeded {
@@ -196,25 +181,14 @@ func TestGitOpsSyncFollowsAppRenamedByItsAppSet(t *testing.T) {
 // ApplicationSet stops generating fails the step once the grace for a re-creation is over,
 // saying it was deleted.
 func TestGitOpsSyncAppSetAppGoneFailsAfterGrace(t *testing.T) {
-	// Mostly idle (it waits out the 30s grace): it overlaps the other idle tests, not the busy ones.
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitRecord("web-dev")
-	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	s := newColorsStack(t)
 	src := pipeline(`      - id: sync
         type: GitOpsSync
         timeout: 10m
         with: {applicationsList: [{agentId: eu, applicationName: web-dev}], waitTillHealthy: true}
 `, true)
-	run := s.start(src, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web-dev", src)
 	s.upsertAppSet(colorsAppSet("web-{{env}}-v2"))
 	s.waitStep(run.ID, "dev", "sync", "waiting for the ApplicationSet", func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "app web-dev was deleted at") &&
@@ -256,22 +230,13 @@ func (s *stack) upsertAppSet(as argocdtest.ApplicationSet) {
 // name, so the rollback's resync (whose apps come from FetchLinkedApps, under the old name)
 // syncs the new app rather than skipping the old one.
 func TestRollbackFollowsAppRenamedByItsAppSet(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	if err := s.argo.AddApplicationSet(colorsAppSet("web-{{env}}")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitRecord("web-dev")
-	if err := s.argo.ScriptSync("web-dev", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	s := newColorsStack(t)
 	src := pipeline(linkedSync+`      - {id: boom, type: GitOpsSync, timeout: 60s, with: {applicationsList: [{agentId: eu, applicationName: ghost}]}}
 `, true) + `    rollbackSteps:
       - {id: resync, type: GitOpsSync, timeout: 60s}
 `
-	run := s.start(src, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web-dev", src)
 	s.upsertAppSet(colorsAppSet("web-{{env}}-v2"))
 	r := s.wait(run.ID, 60*time.Second)
 	if st := step(r, "dev", "sync"); st.Status != pipelines.StSucceeded {

@@ -109,6 +109,7 @@ func prNumberOf(t *testing.T, st *pipelines.StepRun) int {
 }
 
 func TestPreviewShowsWhatThePRDeploysBeforeTheMerge(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	s.waitDeployed("web-dev")
 	r := s.e.Wait(s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil).ID, 2*time.Minute)
@@ -144,6 +145,7 @@ func TestPreviewShowsWhatThePRDeploysBeforeTheMerge(t *testing.T) {
 // rendered resource: the stage fails at the preview, before the merge, naming the key; the
 // cleanup closes the PR and deletes its branch, and main has no merge commit.
 func TestPreviewOfANoopPromotionFailsBeforeTheMerge(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	before, err := s.p.Branch(context.Background(), "acme/release", "main")
 	if err != nil {
@@ -184,6 +186,7 @@ func TestPreviewOfANoopPromotionFailsBeforeTheMerge(t *testing.T) {
 }
 
 func TestPreviewAllowNoopMerges(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	r := s.e.Wait(s.e.Start(previewSrc(`{image.tga: "${{ inputs.tag }}"}`, "  create: true\n  allowNoop: true\n"), nil).ID, 2*time.Minute)
 	if r.Status != pipelines.StSucceeded {
@@ -205,6 +208,7 @@ func TestPreviewAllowNoopMerges(t *testing.T) {
 // A forge that refuses comments does not fail the preview: the run goes on and carries a
 // warning naming the PR.
 func TestPreviewCommentRefusedIsAWarning(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	if err := s.gh.InjectFault(scmtest.Fault{Method: "POST", PathPattern: `/issues/\d+/comments$`, Status: 403,
 		Body: `{"message": "Resource not accessible by integration"}`}); err != nil {
@@ -229,6 +233,7 @@ func TestPreviewCommentRefusedIsAWarning(t *testing.T) {
 // A new environment's config file makes the ApplicationSet generate a new app: the preview
 // says it creates it, with its resources.
 func TestPreviewOfANewEnvironmentCreatesItsApp(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	src := `name: new-env
 service: {name: web}
@@ -258,20 +263,12 @@ promotion:
 // An agent that is offline when the preview runs parks it: no "no change", no merge. When
 // the agent comes, the preview runs and the promotion goes on.
 func TestPreviewWaitsForAnOfflineAgent(t *testing.T) {
+	t.Parallel()
 	s := newPromoStackNoAgent(t, "dev")
 	run := s.e.Start(previewSrc(`{image.tag: "${{ inputs.tag }}"}`, ""), nil)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, _ := s.e.Ctl.Get(context.Background(), run.ID)
-		st := ctltest.Step(cur, "dev", "preview")
-		if st != nil && st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "waiting to preview the PR's diff") {
-			break
-		}
-		if time.Now().After(deadline) || cur.Status.Terminal() {
-			t.Fatalf("the preview does not wait for the agent\n%s", describeRun(cur))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitEnvStep(t, s.e, run.ID, "dev", "preview", "waiting for the agent", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "waiting to preview the PR's diff")
+	})
 	if got := s.file("envs/dev/config.json"); got != promoConfig("dev") {
 		t.Fatalf("merged while the preview waited:\n%s", got)
 	}
@@ -285,11 +282,7 @@ func TestPreviewWaitsForAnOfflineAgent(t *testing.T) {
 // newPromoStackNoAgent is newPromoStack with an agent registration but no agent behind it;
 // startAgent starts it.
 func newPromoStackNoAgent(t *testing.T, envs ...string) *promoStack {
-	files := map[string]string{"appset.yaml": promoAppSet, "manifests/web/web.jsonnet": promoManifest}
-	for _, e := range envs {
-		files["envs/"+e+"/config.json"] = promoConfig(e)
-	}
-	s := newPromoStackFilesAgent(t, files, false)
+	s := newPromoStackFilesAgent(t, promoFiles(envs...), false)
 	// Registered (runs naming it start) but not answering: requests find no agent.
 	s.e.RegisterAgent("sim")
 	return s
@@ -297,16 +290,7 @@ func newPromoStackNoAgent(t *testing.T, envs ...string) *promoStack {
 
 func (s *promoStack) startAgent() {
 	s.t.Helper()
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: s.gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, s.e.Conn) }()
-	s.t.Cleanup(func() { cancel(); <-done })
+	runSimAgent(s.t, simagent.Options{AgentID: "sim", Repo: s.gh.Git().Dir("acme", "release"), Branch: "main"}, s.e.Conn)
 	s.e.WaitAgent("sim")
 }
 
@@ -353,7 +337,9 @@ func countDiffs(t *testing.T, s *promoStack) func() int {
 // DiffPreview of the same head in the stage it asks no agent again, and a no-op PR is not
 // merged.
 func TestMergePRPreview(t *testing.T) {
+	t.Parallel()
 	t.Run("after a DiffPreview of the same head, no second agent call", func(t *testing.T) {
+		t.Parallel()
 		s := newPromoStack(t, "dev")
 		s.waitDeployed("web-dev")
 		diffs := countDiffs(t, s)
@@ -377,6 +363,7 @@ func TestMergePRPreview(t *testing.T) {
 		}
 	})
 	t.Run("a PR that changes nothing is not merged", func(t *testing.T) {
+		t.Parallel()
 		s := newPromoStack(t, "dev")
 		diffs := countDiffs(t, s)
 		before := s.file("envs/dev/config.json")
@@ -400,6 +387,7 @@ func TestMergePRPreview(t *testing.T) {
 // head moved (a re-push) updates it instead of adding one, and a long diff is cut at
 // maxCommentBytes with a link to the run page.
 func TestPreviewCommentUpdatedInPlaceAndCapped(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	s.waitDeployed("web-dev")
 	ctx := context.Background()

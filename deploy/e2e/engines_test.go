@@ -165,11 +165,9 @@ func startFluxEngine(t *testing.T, s *promoStack, apps ...engineApp) func(string
 
 // runAgent runs agent "eu" until the test ends and waits until it reports apps Healthy and Synced.
 func runAgent(t *testing.T, s *promoStack, apps []engineApp, run func(context.Context)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runUntilEnd(t, run)
 	s.e.WaitAgent("eu")
+	ctx := context.Background()
 	b, err := queue.OpenBuckets(ctx, s.e.Conn.JS)
 	if err != nil {
 		t.Fatal(err)
@@ -191,10 +189,10 @@ func runAgent(t *testing.T, s *promoStack, apps []engineApp, run func(context.Co
 }
 
 func TestPromotionOnEachEngine(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			s := newPromoStackFilesAgent(t, releaseFiles(), false)
 			eng.start(t, s)
 			r := s.e.Wait(s.e.Start(enginePipeline("    - prod\n"), map[string]any{"tag": "1.5.0"}).ID, 3*time.Minute)
@@ -217,6 +215,7 @@ func TestPromotionOnEachEngine(t *testing.T) {
 // On Flux, a change Flux fails to apply (Ready=False, its message) fails prod's sync with that
 // message and the promotion reverts prod's change; the revert deploys and prod is Healthy again.
 func TestPromotionOnFluxRollsBackAFailedApply(t *testing.T) {
+	t.Parallel()
 	s := newPromoStackFilesAgent(t, releaseFiles(), false)
 	fail := startFluxEngine(t, s)
 	before := s.file("envs/prod/config.json")

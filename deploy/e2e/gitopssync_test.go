@@ -28,9 +28,8 @@ const syncWeb = `      - id: sync
 `
 
 func TestGitOpsSyncSucceedsOnMergedRevision(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	t.Parallel()
+	s := newWebStack(t, stackOpts{})
 	r := s.wait(s.start(pipeline(syncWeb, true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 	if r.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s\n%s", r.Status, r.Error, describeRun(r))
@@ -56,12 +55,11 @@ func TestGitOpsSyncSucceedsOnMergedRevision(t *testing.T) {
 }
 
 func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
+	t.Parallel()
 	// The app syncs and stays Progressing. Once the step has been parked for a while (its poll
 	// is a backstop minutes away), the app turns Healthy: the step must be resumed by that
 	// change of its status key, at once, not by a poll tick.
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,9 +81,8 @@ func TestGitOpsSyncWakesOnStatusChangeNotPoll(t *testing.T) {
 }
 
 func TestGitOpsSyncFailureCarriesArgoMessage(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	t.Parallel()
+	s := newWebStack(t, stackOpts{})
 	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{FailAttempts: 1, FailMessage: "one or more objects failed to apply, reason: Deployment.apps \"web\" is invalid"}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,18 +94,12 @@ func TestGitOpsSyncFailureCarriesArgoMessage(t *testing.T) {
 }
 
 func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	sha := s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "degraded")})
 	s.addApp(app("web", "apps/web", nil))
 	s.waitRecord("web")
-	src := pipeline(`      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with:
-          applicationsList: [{agentId: eu, applicationName: web}]
-          waitTillHealthy: true
-          degradedStateTimeout: 1s
-`, true)
+	src := pipeline(syncBlind("          degradedStateTimeout: 1s\n"), true)
 	r := s.wait(s.start(src, map[string]any{"commit": sha}).ID, 60*time.Second)
 	st := step(r, "dev", "sync")
 	if r.Status != pipelines.StFailed || !strings.Contains(st.Error, "Degraded for longer than degradedStateTimeout 1s") ||
@@ -118,9 +109,8 @@ func TestGitOpsSyncDegradedStateTimeout(t *testing.T) {
 }
 
 func TestGitOpsSyncWaitsOutAnotherOperation(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	t.Parallel()
+	s := newWebStack(t, stackOpts{})
 	if err := s.argo.StartOperation("web", "alice", argocdtest.SyncScript{Hang: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +135,7 @@ func TestGitOpsSyncWaitsOutAnotherOperation(t *testing.T) {
 }
 
 func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
+	t.Parallel()
 	wrong := strings.Repeat("d", 40)
 	cases := []struct {
 		name      string
@@ -157,9 +148,8 @@ func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(10*time.Millisecond, 1)}})
-			s.addApp(app("web", "apps/web", nil))
-			s.waitRecord("web")
+			t.Parallel()
+			s := newWebStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(10*time.Millisecond, 1)}})
 			// Script every operation as soon as the previous one started (a script applies
 			// to the next operation only).
 			var scripted atomic.Int64
@@ -207,6 +197,7 @@ func TestGitOpsSyncWrongRevisionDoesNotPass(t *testing.T) {
 }
 
 func TestGitOpsSyncSucceededBeforeSyncStatusIsNotDone(t *testing.T) {
+	t.Parallel()
 	// web is deployed and Healthy at the first commit; the merge adds a second one. Operation
 	// Succeeded arrives while the sync status is still the one from before the sync (OutOfSync
 	// against the merge, health still Healthy from the old deployment) for a full 300ms step.
@@ -251,11 +242,13 @@ func TestGitOpsSyncSucceededBeforeSyncStatusIsNotDone(t *testing.T) {
 }
 
 func TestGitOpsSyncResourcesLeftWithoutPrune(t *testing.T) {
+	t.Parallel()
 	// The merge renames the ConfigMap: without prune the old one stays live and Argo CD keeps
 	// the app OutOfSync after a successful sync. That does not hold the step; with prune the
 	// app ends Synced.
 	for _, prune := range []bool{false, true} {
 		t.Run(fmt.Sprintf("prune=%v", prune), func(t *testing.T) {
+			t.Parallel()
 			s := newStack(t, stackOpts{})
 			s.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
 			s.waitRecord("web")
@@ -298,9 +291,7 @@ func TestGitOpsSyncTimeoutSemantics(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newStack(t, stackOpts{})
-			s.addApp(app("web", "apps/web", nil))
-			s.waitRecord("web")
+			s := newWebStack(t, stackOpts{})
 			if err := s.argo.ScriptSync("web", c.script); err != nil {
 				t.Fatal(err)
 			}
@@ -361,48 +352,16 @@ func TestGitOpsSyncHundredApps(t *testing.T) {
 }
 
 func TestFetchLinkedAppsWaitsForAppSetThenSyncs(t *testing.T) {
+	t.Parallel()
 	// Refresh off: the app appears only when the ApplicationSet controller polls (Reconcile
 	// below); refresh_test.go has the refreshed case.
 	s := newStack(t, stackOpts{appsetRefresh: argocd.AppSetRefreshOptions{Mode: argocd.RefreshOff}})
 	s.git.Commit(repoURL, "main", map[string]string{"envs/dev/config.json": `{"env": "dev"}`})
-	as := argocdtest.ApplicationSet{
-		Metadata: argocdtest.ObjectMeta{Name: "web"},
-		Spec: argocdtest.ApplicationSetSpec{
-			Generators: []argocdtest.ApplicationSetGenerator{{Git: &argocdtest.GitGenerator{RepoURL: repoURL, Revision: "main",
-				Files: []argocdtest.GitFileGeneratorItem{{Path: "envs/*/config.json"}}}}},
-			Template: argocdtest.ApplicationSetTemplate{
-				Metadata: argocdtest.ApplicationSetTemplateMeta{Name: "web-{{env}}",
-					Labels: map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "{{env}}"}},
-				Spec: argocdtest.ApplicationSpec{Project: "default",
-					Source:      &argocdtest.ApplicationSource{RepoURL: repoURL, Path: "apps/web", TargetRevision: "main"},
-					Destination: argocdtest.ApplicationDestination{Server: "https://kubernetes.default.svc", Namespace: "{{env}}"}},
-			},
-		},
-	}
-	if err := s.argo.AddApplicationSet(as); err != nil {
+	if err := s.argo.AddApplicationSet(envAppSet()); err != nil {
 		t.Fatal(err)
 	}
 	s.waitRecord("web-dev")
-	src := `name: new-env
-inputs:
-  commit: {type: string}
-service: {name: web}
-environments:
-  - name: prod
-    clusters: [{name: in-cluster, agent: eu}]
-stages:
-  - id: prod
-    environment: prod
-    steps:
-      - {id: merge, type: MergePR, with: {commit: "${{ inputs.commit }}"}}
-      - id: linked
-        type: FetchLinkedApps
-        timeout: 60s
-      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with: {waitTillHealthy: true}
-`
+	src := strings.Replace(newEnvPipeline, ", with: {appWaitTimeout: WAIT}", "", 1) // appWaitTimeout's default
 	// The environment's config file is merged; the ApplicationSet has not generated web-prod.
 	sha := s.git.Commit(repoURL, "main", map[string]string{"envs/prod/config.json": `{"env": "prod"}`})
 	run := s.start(src, map[string]any{"commit": sha})
@@ -433,6 +392,7 @@ stages:
 }
 
 func TestFetchLinkedAppsNoneFound(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web-dev", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}))
 	s.waitRecord("web-dev")
@@ -458,12 +418,11 @@ func TestFetchLinkedAppsNoneFound(t *testing.T) {
 }
 
 func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
+	t.Parallel()
 	// A worker dies after asking for the sync but before its result is recorded: the job is
 	// delivered again with no memo. The step must find the operation it started (by its
 	// run/step tag) instead of starting a second one.
-	s := newStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(30*time.Millisecond, 1)}})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{argo: []argocdtest.Option{argocdtest.WithTimeline(30*time.Millisecond, 1)}})
 	def, _ := registry().Lookup("GitOpsSync")
 	sc := func(memo []byte, wake int) *steps.Context {
 		return &steps.Context{RunID: "run-redeliver", Stage: "dev", StepID: "sync", Type: "GitOpsSync", Attempt: 1, Wake: wake,
@@ -513,7 +472,6 @@ func TestGitOpsSyncRedeliveredRunFindsItsOperation(t *testing.T) {
 // that has our merge: the step syncs it again instead of waiting for a Synced that nobody
 // will make (it used to sit there until the timeout, saying "X does not contain X").
 func TestGitOpsSyncResyncsWhenTheSpecChangesAfterItsSync(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.git.Commit(repoURL, "main", map[string]string{"apps/web2/cm.yaml": configMap("web2", "healthy"), "apps/web/cm.yaml": configMap("web", "progressing")})

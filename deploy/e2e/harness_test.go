@@ -20,6 +20,7 @@ import (
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/deploy/argocdtest"
+	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/audit"
 	"github.com/prflow/prflow/pipelines/controller"
@@ -30,13 +31,18 @@ import (
 
 const repoURL = "https://git.example/release.git"
 
-// parallelTests: the tests that call t.Parallel run, two at a time (-parallel is GOMAXPROCS),
-// after the others. They are the ones that mostly wait (a fixed wait, a grace, a rollout on a
-// fake) and whose every budget for something that must happen is a minute or more, so a busy
-// machine makes them slower but not wrong. Tests whose outcome depends on a step timeout of a
-// few seconds (TestGitOpsSyncTimeoutSemantics, the outage timeouts, the Verify tests) and the
-// CPU-heavy TestGitOpsSyncHundredApps run one at a time: two at a time timed some of them out
-// at load 25-30 (docs/plumbing.md, "Test speed").
+// parallelTests: every test here builds its own stack (embedded NATS in its own data
+// directory, fake Argo CD, agent, controller, worker, log buffer and metrics registry) and
+// mostly waits (fake latencies, parked steps, graces), so nearly all call t.Parallel and the
+// package runs 4 at a time (TestMain). One at a time, before the others, run those whose
+// outcome hangs on a step deadline of a few seconds being reached at the right moment or not
+// at all (TestGitOpsSyncTimeoutSemantics, TestTimeoutWithFreshViewStillRollsBack,
+// TestDeadlineDuringOutageFailsWithoutRollback, TestRepoServerDownUntilDeadlineFailsWithoutRollback,
+// TestGitOpsSyncWindowTimeoutStillApplies, TestStageGateOnStaleView's 3s soak), the one that
+// bounds a failover's wall time (TestAgentCrashOtherReplicaTakesOver), the CPU-heavy
+// TestGitOpsSyncHundredApps, the real-cluster tests (one shared cluster) and autosync_test.go's.
+// Tests run next to each other slowed those down into failures at load 25-30
+// (docs/test-speed-e2e.md).
 
 func configMap(name, simulate string) string {
 	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\ndata:\n  simulate: " + simulate + "\n"
@@ -233,6 +239,15 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	return s
 }
 
+// newWebStack is newStack with app web (apps/web) added and recorded by the agent.
+func newWebStack(t testing.TB, o stackOpts) *stack {
+	t.Helper()
+	s := newStack(t, o)
+	s.addApp(app("web", "apps/web", nil))
+	s.waitRecord("web")
+	return s
+}
+
 // replica is one agent replica on its own NATS connection (so closing it is a crash).
 type replica struct {
 	a    *argocd.Agent
@@ -313,6 +328,28 @@ func (s *stack) startAgentFollower(name string) (*argocd.Agent, func()) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// runUntilEnd runs run in its own goroutine until the test ends: the cleanup cancels run's
+// context and waits for it to return.
+func runUntilEnd(t testing.TB, run func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// runSimAgent runs a simulated agent with o at the e2e tests' pace, logging nowhere, on conn
+// until the test ends.
+func runSimAgent(t testing.TB, o simagent.Options, conn *queue.Conn) {
+	t.Helper()
+	o.Delay, o.Step, o.Poll = 30*time.Millisecond, 20*time.Millisecond, 50*time.Millisecond
+	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	sim, err := simagent.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilEnd(t, func(ctx context.Context) { _ = sim.Run(ctx, conn) })
 }
 
 // crashAgent kills the first replica as SIGKILL would, as far as NATS can tell: its
@@ -404,6 +441,20 @@ func (s *stack) waitStep(id, stage, stepID, what string, cond func(*pipelines.St
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// startParkedOnHealth holds app's health at Progressing after its syncs, starts src with the
+// stack's commit and waits until the dev stage's sync step parks waiting for that health.
+func (s *stack) startParkedOnHealth(app, src string) *pipelines.Run {
+	s.t.Helper()
+	if err := s.argo.ScriptSync(app, argocdtest.SyncScript{Progressing: -1}); err != nil {
+		s.t.Fatal(err)
+	}
+	run := s.start(src, map[string]any{"commit": s.sha})
+	s.waitStep(run.ID, "dev", "sync", "parked waiting for health Progressing", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
+	})
+	return run
 }
 
 func step(r *pipelines.Run, stage, id string) *pipelines.StepRun {

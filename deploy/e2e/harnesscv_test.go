@@ -67,6 +67,7 @@ const cvRollback = `rollbackSteps:
 // waits for a manual intervention, nobody decides, and the timeout rolls the stage back
 // (RevertPR, MergePR, GitOpsSync): prod is back on the good release.
 func TestHarnessPRPipelineCV(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("../../pipelines/harness/testdata/pr_cv.yaml")
 	if err != nil {
 		t.Fatal(err)

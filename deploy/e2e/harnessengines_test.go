@@ -73,7 +73,6 @@ func harnessEngineFiles() map[string]string {
 // Argo CD and on the fake Flux: it creates qa's config, links shop-qa only (by its parent, or
 // by a label selector) and syncs it on the merge commit.
 func TestHarnessAppSetOnEachEngine(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	for _, c := range []struct{ name, deployment string }{
 		{"parent", "applicationSet: shop"},
@@ -81,6 +80,7 @@ func TestHarnessAppSetOnEachEngine(t *testing.T) {
 	} {
 		for _, eng := range engines {
 			t.Run(c.name+"/"+eng.name, func(t *testing.T) {
+				t.Parallel()
 				testHarnessAppSet(t, eng, importAppSet(t, c.deployment, "1m"))
 			})
 		}
@@ -112,11 +112,15 @@ func testHarnessAppSet(t *testing.T, eng engine, native string) {
 // has no apps of fails Fetch Linked Apps with an error naming that parent, the cluster and
 // the agent, on each engine; nothing is synced.
 func TestHarnessMapWrongAppSetOnEachEngine(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
-	native := importAppSet(t, "applicationSet: shopp", "5s")
+	// 12s, not less: the step polls at 1, 3, 7 s, then every 5 s at most, aiming its last poll
+	// at the deadline; 12s leaves 5 s between the last poll and the deadline, where 5s left 2 s
+	// and, on a machine at load 25-30, a poll's listing of the apps was still running when the
+	// deadline cut it ("timed out at …: list apps on agent eu: … context deadline exceeded").
+	native := importAppSet(t, "applicationSet: shopp", "12s")
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			s := newPromoStackFilesAgent(t, harnessEngineFiles(), false)
 			eng.start(t, s, append(webApps(), shopQA)...)
 			r := s.e.Wait(s.e.Start(native, map[string]any{"image": "shop:2"}).ID, 3*time.Minute)

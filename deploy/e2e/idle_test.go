@@ -17,19 +17,10 @@ import (
 // Then its agent losing its leader's health (no app record changes) wakes it too, and it says
 // it cannot see instead of judging.
 func TestParkedGitOpsSyncIsIdle(t *testing.T) {
-	// Mostly idle (it sleeps 8s to see nothing dispatched): it overlaps the other idle tests, not the busy ones.
 	t.Parallel()
 	m := controller.NewMetrics(nil)
-	s := newStack(t, stackOpts{metrics: m})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(syncWeb, true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "parked on Progressing", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	s := newWebStack(t, stackOpts{metrics: m})
+	run := s.startParkedOnHealth("web", pipeline(syncWeb, true))
 	jobs := m.Dispatched.WithLabelValues("GitOpsSync")
 	// The app's record goes on changing for a moment after the step first parks (the
 	// operation's end, the refresh after it); each change wakes the step once, rightly. Count
@@ -71,19 +62,10 @@ func TestParkedGitOpsSyncIsIdle(t *testing.T) {
 // it cannot see the apps (DESIGN: no decision on a stale view) instead of waiting silently
 // for the backstop poll.
 func TestParkedGitOpsSyncNoticesItsAgentGone(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	s := newWebStack(t, stackOpts{})
 	// A deadline well past the registration's expiry: the step must not reach it.
-	run := s.start(pipeline(strings.Replace(syncWeb, "timeout: 60s", "timeout: 10m", 1), true), map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "parked on Progressing", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", pipeline(strings.Replace(syncWeb, "timeout: 60s", "timeout: 10m", 1), true))
 	s.crashAgent()
 	deadline := time.Now().Add(90 * time.Second)
 	for {

@@ -13,6 +13,8 @@ import (
 // withRollback adds a stage rollback step that must not run when the stage fails blind.
 const withRollback = "    rollbackSteps:\n      - {id: undo, type: Noop}\n"
 
+// syncBlind is a GitOpsSync of app web that waits till healthy, with extra under its with:
+// (the outage, sync window and autosync tests).
 func syncBlind(extra string) string {
 	return `      - id: sync
         type: GitOpsSync
@@ -27,16 +29,9 @@ func syncBlind(extra string) string {
 // has the app Healthy meanwhile. The step must not judge the last seen "Progressing": it parks
 // naming the outage and passes once the agent sees Argo CD again; nothing is rolled back.
 func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(syncBlind(""), true)+withRollback, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	t.Parallel()
+	s := newWebStack(t, stackOpts{})
+	run := s.startParkedOnHealth("web", pipeline(syncBlind(""), true)+withRollback)
 	s.argo.RevokeToken(s.argo.Token())
 	if err := s.argo.SetHealth("web", argocdtest.HealthHealthy, ""); err != nil {
 		t.Fatal(err)
@@ -64,16 +59,9 @@ func TestTokenRevokedMidWaitParksAndPassesWhenFreshAgain(t *testing.T) {
 // An outage longer than agentOutageTimeout fails the stage without its rollback, says so, and
 // keeps the per-app outputs.
 func TestOutageLongerThanAgentOutageTimeoutFailsWithoutRollback(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(syncBlind("          agentOutageTimeout: 2s\n"), true)+withRollback, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	t.Parallel()
+	s := newWebStack(t, stackOpts{})
+	run := s.startParkedOnHealth("web", pipeline(syncBlind("          agentOutageTimeout: 2s\n"), true)+withRollback)
 	s.argo.RevokeToken(s.argo.Token())
 	r := s.wait(run.ID, 60*time.Second)
 	st := step(r, "dev", "sync")
@@ -93,9 +81,7 @@ func TestOutageLongerThanAgentOutageTimeoutFailsWithoutRollback(t *testing.T) {
 
 // A timeout while the view is fresh keeps its meaning: the stage fails and rolls back.
 func TestTimeoutWithFreshViewStillRollsBack(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Hang: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +99,6 @@ func TestTimeoutWithFreshViewStillRollsBack(t *testing.T) {
 // Issue 20 #2: the agent is down when FetchLinkedApps starts. The step parks (holding no
 // worker) instead of failing after a few retries, and succeeds once the agent is back.
 func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
-	// Mostly idle (it sleeps 8s to see the step keep waiting): it overlaps the other idle tests, not the busy ones.
 	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web-dev", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}))
@@ -151,37 +136,23 @@ func TestFetchLinkedAppsWaitsForAnOfflineAgent(t *testing.T) {
 
 // The same outage, longer than agentOutageTimeout: the stage fails without rollback.
 func TestFetchLinkedAppsOutageTimeoutNoRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	src := pipeline(`      - id: linked
         type: FetchLinkedApps
         timeout: 60s
         with: {agentOutageTimeout: 2s}
 `, true) + withRollback
-	r := s.wait(s.start(src, map[string]any{"commit": s.sha}).ID, 60*time.Second)
-	st := step(r, "dev", "linked")
-	if r.Status != pipelines.StFailed || !st.NoRollback || !strings.Contains(st.Error, "refusing to roll back blind") {
-		t.Fatalf("run %s: step %q", r.Status, st.Error)
-	}
-	if u := r.Find("dev").Step("undo", true); u == nil || u.Status == pipelines.StSucceeded {
-		t.Fatalf("rollback step ran: %+v", u)
-	}
+	failedBlind(t, s.wait(s.start(src, map[string]any{"commit": s.sha}).ID, 60*time.Second), "linked")
 }
 
 // Issue 20 #3: the leading agent replica crashes mid-wait; another replica takes over within
 // seconds and the step finishes.
 func TestAgentCrashOtherReplicaTakesOver(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	_, stop2 := s.startAgentFollower("r2")
 	defer stop2()
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
-	run := s.start(pipeline(syncBlind(""), true)+withRollback, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", pipeline(syncBlind(""), true)+withRollback)
 	s.crashAgent()
 	crashed := time.Now()
 	if err := s.argo.SetHealth("web", argocdtest.HealthHealthy, ""); err != nil {
@@ -195,6 +166,20 @@ func TestAgentCrashOtherReplicaTakesOver(t *testing.T) {
 	if time.Since(crashed) > 20*time.Second {
 		t.Fatalf("took %s after the crash; failover should take under 10s", time.Since(crashed))
 	}
+}
+
+// failedBlind checks that run r failed at step dev.stepID, which refused to roll back blind,
+// and that the stage's rollback (undo) did not run; it returns the step.
+func failedBlind(t *testing.T, r *pipelines.Run, stepID string) *pipelines.StepRun {
+	t.Helper()
+	st := step(r, "dev", stepID)
+	if r.Status != pipelines.StFailed || !st.NoRollback || !strings.Contains(st.Error, "refusing to roll back blind") {
+		t.Fatalf("run %s: step %s %q (noRollback %v), want failed refusing to roll back blind", r.Status, stepID, st.Error, st.NoRollback)
+	}
+	if u := r.Find("dev").Step("undo", true); u == nil || u.Status == pipelines.StSucceeded {
+		t.Fatalf("rollback step ran: %+v", u)
+	}
+	return st
 }
 
 func mustGet(t *testing.T, s *stack, id string) *pipelines.Run {
@@ -215,9 +200,7 @@ func TestStageGateOnStaleView(t *testing.T) {
 		recover bool
 	}{{"recovers", true}, {"outage too long", false}} {
 		t.Run(c.name, func(t *testing.T) {
-			s := newStack(t, stackOpts{})
-			s.addApp(app("web", "apps/web", nil))
-			s.waitRecord("web")
+			s := newWebStack(t, stackOpts{})
 			src := pipeline(syncBlind("")+`    gate:
       condition: 'all(apps, .health == "Healthy")'
       soak: 3s
@@ -240,14 +223,7 @@ func TestStageGateOnStaleView(t *testing.T) {
 				}
 				return
 			}
-			r := s.wait(run.ID, 60*time.Second)
-			st := step(r, "dev", "gate")
-			if r.Status != pipelines.StFailed || !st.NoRollback || !strings.Contains(st.Error, "refusing to roll back blind") {
-				t.Fatalf("run %s: gate %q", r.Status, st.Error)
-			}
-			if u := r.Find("dev").Step("undo", true); u == nil || u.Status == pipelines.StSucceeded {
-				t.Fatalf("rollback step ran: %+v", u)
-			}
+			failedBlind(t, s.wait(run.ID, 60*time.Second), "gate")
 		})
 	}
 }
@@ -255,6 +231,7 @@ func TestStageGateOnStaleView(t *testing.T) {
 // GitOpsSync selecting its apps by label through an agent that is down waits for the agent
 // instead of failing into a rollback.
 func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.addApp(app("web", "apps/web", map[string]string{"tier": "web"}))
 	run := s.start(pipeline(`      - id: sync
@@ -278,25 +255,11 @@ func TestGitOpsSyncSelectionWaitsForAnOfflineAgent(t *testing.T) {
 // The step's deadline arriving while the view is stale does not time out into a rollback:
 // the stage fails without it, and the message says the deadline came during the outage.
 func TestDeadlineDuringOutageFailsWithoutRollback(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
-	if err := s.argo.ScriptSync("web", argocdtest.SyncScript{Progressing: -1}); err != nil {
-		t.Fatal(err)
-	}
+	s := newWebStack(t, stackOpts{})
 	src := pipeline(strings.Replace(syncBlind(""), "timeout: 60s", "timeout: 4s", 1), true) + withRollback
-	run := s.start(src, map[string]any{"commit": s.sha})
-	s.waitStep(run.ID, "dev", "sync", "waiting for health", func(st *pipelines.StepRun) bool {
-		return st.Status == pipelines.StWaiting && strings.Contains(st.Wait.Reason, "health Progressing")
-	})
+	run := s.startParkedOnHealth("web", src)
 	s.argo.RevokeToken(s.argo.Token())
-	r := s.wait(run.ID, 60*time.Second)
-	st := step(r, "dev", "sync")
-	if r.Status != pipelines.StFailed || !st.NoRollback || !strings.Contains(st.Error, "until the step's deadline") ||
-		!strings.Contains(st.Error, "refusing to roll back blind") {
-		t.Fatalf("run %s: step %q (noRollback %v)", r.Status, st.Error, st.NoRollback)
-	}
-	if u := r.Find("dev").Step("undo", true); u == nil || u.Status == pipelines.StSucceeded {
-		t.Fatalf("rollback step ran: %+v", u)
+	if st := failedBlind(t, s.wait(run.ID, 60*time.Second), "sync"); !strings.Contains(st.Error, "until the step's deadline") {
+		t.Fatalf("step %q: want the deadline named", st.Error)
 	}
 }

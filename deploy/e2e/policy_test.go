@@ -3,22 +3,16 @@ package e2e
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/pipelines/policy"
-	"github.com/prflow/prflow/queue"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
 	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 )
@@ -46,31 +40,11 @@ func policyStack(t *testing.T, stagingHealth string) (*ctltest.Env, *scmtest.Git
 	if err != nil {
 		t.Fatal(err)
 	}
-	staging := strings.Replace(promoConfig("staging"), `"replicas": 2`, `"replicas": 2, "simulate": "`+stagingHealth+`"`, 1)
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"appset.yaml": promoAppSet, "manifests/web/web.jsonnet": promoManifest,
-		"envs/staging/config.json": staging, "envs/prod/config.json": promoConfig("prod")}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := ctltest.New(t, ctltest.Options{Concurrency: 4,
-		Services:   map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
-		Tuning:     queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5},
-		Controller: []controller.Option{controller.WithPolicy(pe)}})
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e.WaitAgent("sim")
+	files := promoFiles("prod")
+	files["manifests/web/web.jsonnet"] = promoManifest
+	files["envs/staging/config.json"] = strings.Replace(promoConfig("staging"), `"replicas": 2`, `"replicas": 2, "simulate": "`+stagingHealth+`"`, 1)
+	s := newPromoStackOpts(t, files, true, ctltest.Options{Concurrency: 4, Controller: []controller.Option{controller.WithPolicy(pe)}})
+	e, ctx := s.e, context.Background()
 	// The stage policy reads staging's live status: wait until the agent reported it.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -82,7 +56,7 @@ func policyStack(t *testing.T, stagingHealth string) (*ctltest.Env, *scmtest.Git
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return e, gh
+	return e, s.gh
 }
 
 // prodOnly promotes to prod only; APPROVAL is replaced by an approval block or nothing.
@@ -107,6 +81,16 @@ promotion:
     - {name: prod APPROVAL}
 `
 
+// withApproval gives prodOnly's prod an approval by alice.
+const withApproval = ", approval: {approvers: {users: [alice]}, timeout: 1m}"
+
+// startProd starts prodOnly, APPROVAL replaced by approval, with tag, as executor in group.
+func startProd(e *ctltest.Env, approval, tag, executor, group string) (*pipelines.Run, error) {
+	return e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml",
+		Source: []byte(strings.Replace(prodOnly, " APPROVAL", approval, 1)),
+		Inputs: map[string]any{"tag": tag}, Executor: executor, Groups: []string{group}})
+}
+
 func noPRs(t *testing.T, gh *scmtest.GitHub) {
 	t.Helper()
 	prs, err := gh.PullRequests("acme", "release")
@@ -122,10 +106,9 @@ func noPRs(t *testing.T, gh *scmtest.GitHub) {
 // Approval step, a tag that is not semver, a caller outside release-managers) is refused
 // with every message before anything is stored, and the fake forge has no PR.
 func TestPolicyDeniesRunStart(t *testing.T) {
+	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
-	src := strings.Replace(prodOnly, " APPROVAL", "", 1)
-	_, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "latest"}, Executor: "bob", Groups: []string{"dev"}})
+	_, err := startProd(e, "", "latest", "bob", "dev")
 	if !errors.Is(err, policy.ErrDenied) {
 		t.Fatalf("start: %v, want a policy denial", err)
 	}
@@ -136,9 +119,7 @@ func TestPolicyDeniesRunStart(t *testing.T) {
 	}
 	// With an approval step the pipeline policy passes; the run policy then names both of
 	// its problems.
-	src = strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
-	_, err = e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "latest"}, Executor: "bob", Groups: []string{"dev"}})
+	_, err = startProd(e, withApproval, "latest", "bob", "dev")
 	for _, want := range []string{`input tag: "latest" is not a semantic version`, "bob may not start runs that deploy to prod"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("denial %v lacks %q", err, want)
@@ -158,10 +139,9 @@ func TestPolicyDeniesRunStart(t *testing.T) {
 // its jobs (no approval asked, no PR), with the message in the stage's and the run's error,
 // and the stage warning kept on the stage.
 func TestPolicyDeniesStage(t *testing.T) {
+	t.Parallel()
 	e, gh := policyStack(t, "Degraded")
-	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
-	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "1.5.0"}, Executor: "ann", Groups: []string{"release-managers"}})
+	r, err := startProd(e, withApproval, "1.5.0", "ann", "release-managers")
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -188,27 +168,16 @@ func TestPolicyDeniesStage(t *testing.T) {
 // TestPolicyAllowsStage: the same run goes through when staging is Healthy (the denial above
 // came from staging's live status, not from the policy denying every prod stage).
 func TestPolicyAllowsStage(t *testing.T) {
+	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
-	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}", 1)
-	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "1.5.0-rc.1"}, Executor: "ann", Groups: []string{"release-managers"}})
+	r, err := startProd(e, withApproval, "1.5.0-rc.1", "ann", "release-managers")
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "pre-release") {
 		t.Errorf("run warnings %q, want the pre-release warning", r.Warnings)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, _ := e.Ctl.Get(context.Background(), r.ID)
-		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
-			break
-		}
-		if time.Now().After(deadline) || cur.Status.Terminal() {
-			t.Fatalf("prod did not start\n%s", describeRun(cur))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitApproval(t, e, r.ID)
 	_ = gh
 }
 
@@ -216,24 +185,13 @@ func TestPolicyAllowsStage(t *testing.T) {
 // and before its merge. The example policy denies replicas going to 0 in prod: the approved
 // stage fails at its preview, nothing merges, and the cleanup closes the PR.
 func TestPolicyDeniesTheDiffBeforeTheMerge(t *testing.T) {
+	t.Parallel()
 	e, gh := policyStack(t, "Healthy")
-	src := strings.Replace(prodOnly, " APPROVAL", ", approval: {approvers: {users: [alice]}, timeout: 1m}, set: {replicas: 0}", 1)
-	r, err := e.Ctl.Start(context.Background(), controller.StartRequest{File: "prod.yaml", Source: []byte(src),
-		Inputs: map[string]any{"tag": "1.5.0"}, Executor: "ann", Groups: []string{"release-managers"}})
+	r, err := startProd(e, withApproval+", set: {replicas: 0}", "1.5.0", "ann", "release-managers")
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, _ := e.Ctl.Get(context.Background(), r.ID)
-		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
-			break
-		}
-		if time.Now().After(deadline) || cur.Status.Terminal() {
-			t.Fatalf("prod did not start\n%s", describeRun(cur))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitApproval(t, e, r.ID)
 	if err := e.Ctl.Signal(context.Background(), r.ID, "prod", "approval", steps.Signal{Kind: "approval", User: "alice", Approve: true, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -74,11 +75,16 @@ type promoStack struct {
 // newPromoStack seeds acme/release with the ApplicationSet and the given environments' config
 // files and starts prflow and the simulated agent on it.
 func newPromoStack(t *testing.T, envs ...string) *promoStack {
+	return newPromoStackFiles(t, promoFiles(envs...))
+}
+
+// promoFiles is acme/release with the ApplicationSet and the given environments' config files.
+func promoFiles(envs ...string) map[string]string {
 	files := map[string]string{"appset.yaml": promoAppSet}
 	for _, e := range envs {
 		files["envs/"+e+"/config.json"] = promoConfig(e)
 	}
-	return newPromoStackFiles(t, files)
+	return files
 }
 
 func newPromoStackFiles(t *testing.T, files map[string]string) *promoStack {
@@ -90,6 +96,13 @@ func newPromoStackFilesAgent(t *testing.T, files map[string]string, withAgent bo
 	if _, ok := files["manifests/web/web.jsonnet"]; !ok {
 		files["manifests/web/web.jsonnet"] = promoManifest
 	}
+	return newPromoStackOpts(t, files, withAgent, ctltest.Options{Concurrency: 8})
+}
+
+// newPromoStackOpts seeds acme/release with files as they are and starts prflow with o, whose
+// Services gain the release connector and whose Tuning is the promotion tests', with the
+// simulated agent when withAgent.
+func newPromoStackOpts(t *testing.T, files map[string]string, withAgent bool, o ctltest.Options) *promoStack {
 	gh := scmtest.NewGitHub(t)
 	if _, err := gh.CreateRepo("acme", "release", files); err != nil {
 		t.Fatal(err)
@@ -98,9 +111,11 @@ func newPromoStackFilesAgent(t *testing.T, files map[string]string, withAgent bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := ctltest.New(t, ctltest.Options{Concurrency: 8,
-		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}},
-		Tuning:   queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}})
+	services := map[string]any{steps.ServiceSCM: connector.Static{"release": p}}
+	maps.Copy(services, o.Services)
+	o.Services = services
+	o.Tuning = queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}
+	e := ctltest.New(t, o)
 	s := &promoStack{t: t, e: e, gh: gh, p: p}
 	if withAgent {
 		s.startAgent()
@@ -119,6 +134,31 @@ func (s *promoStack) file(path string) string {
 		s.t.Fatalf("read %s: %v", path, err)
 	}
 	return string(b)
+}
+
+// waitEnvStep waits up to a minute until step stage.stepID of run id satisfies cond and
+// returns the run; the test fails, naming what it waited for, when the run ends first.
+func waitEnvStep(t *testing.T, e *ctltest.Env, id, stage, stepID, what string, cond func(*pipelines.StepRun) bool) *pipelines.Run {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		cur, err := e.Ctl.Get(context.Background(), id)
+		if err == nil {
+			if st := ctltest.Step(cur, stage, stepID); st != nil && cond(st) {
+				return cur
+			}
+		}
+		if time.Now().After(deadline) || (cur != nil && cur.Status.Terminal()) {
+			t.Fatalf("step %s.%s: %s: not so after a minute or the run ended (%v)\n%s", stage, stepID, what, err, describeRun(cur))
+		}
+	}
+}
+
+// waitApproval waits until prod's approval step of run id waits for a person.
+func waitApproval(t *testing.T, e *ctltest.Env, id string) {
+	t.Helper()
+	waitEnvStep(t, e, id, "prod", "approval", "waiting for its approval", func(st *pipelines.StepRun) bool {
+		return st.Status == pipelines.StWaiting
+	})
 }
 
 // syncedOn checks that a stage's GitOpsSync step (or rollback step) left its one app Synced
@@ -161,23 +201,11 @@ promotion:
 `
 
 func TestPromotionThroughEnvironments(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "squash", "PROD", "{name: prod, approval: {approvers: {users: [alice]}, timeout: 1m}}").Replace(promoPipeline)
 	run := s.e.Start(src, map[string]any{"tag": "1.5.0"})
-	// prod waits for alice before it opens its PR.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, _ := s.e.Ctl.Get(context.Background(), run.ID)
-		if st := ctltest.Step(cur, "prod", "approval"); st != nil && st.Status == pipelines.StWaiting {
-			break
-		}
-		if time.Now().After(deadline) || cur.Status.Terminal() {
-			t.Fatalf("prod does not wait for its approval\n%s", describeRun(cur))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitApproval(t, s.e, run.ID) // prod waits for alice before it opens its PR
 	if got := s.file("envs/prod/config.json"); got != promoConfig("prod") {
 		t.Fatalf("prod changed before its approval:\n%s", got)
 	}
@@ -215,7 +243,6 @@ func TestPromotionThroughEnvironments(t *testing.T) {
 // and gate only its own environment's app, never another environment's app that the same
 // ApplicationSet generated on that cluster (a dev stage must not sync prod).
 func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	files := map[string]string{"appset.yaml": promoAppSet}
 	for _, e := range []string{"dev", "staging", "prod"} {
@@ -237,6 +264,7 @@ func TestPromotionEnvironmentsSharingACluster(t *testing.T) {
 }
 
 func TestPromotionRollsBackADegradedEnvironment(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	// prod's change also tells the simulated agent to turn the app Degraded.
 	src := strings.NewReplacer("MERGE", "merge", "    - PROD\n", "    - {name: prod, set: {simulate: degraded}, create: true}\n").Replace(promoPipeline)
@@ -270,6 +298,7 @@ func TestPromotionRollsBackADegradedEnvironment(t *testing.T) {
 }
 
 func TestPromotionCreatesAnEnvironment(t *testing.T) {
+	t.Parallel()
 	s := newPromoStack(t, "dev")
 	if got := s.file("envs/qa/config.json"); got != "" {
 		t.Fatalf("qa exists before the run:\n%s", got)
@@ -317,7 +346,6 @@ promotion:
 // With mergedBy: people, prflow opens each environment's PR and waits; once a person merges
 // it, the environment syncs on that merge commit.
 func TestPromotionWaitsForPeopleToMerge(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newPromoStack(t, "dev")
 	src := `name: reviewed
@@ -380,7 +408,6 @@ promotion:
 // a revision containing main's head: the stage succeeds as alreadyPromoted with no PR, no
 // merge commit, and nothing for a rollback to revert.
 func TestPromotionRerunIsAlreadyPromoted(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
 	s := newPromoStack(t, "dev", "staging", "prod")
 	src := strings.NewReplacer("MERGE", "merge", "PROD", "prod").Replace(promoPipeline)

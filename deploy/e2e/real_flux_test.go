@@ -214,10 +214,7 @@ func (f *realFlux) startAgent(o flux.Options) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx, f.e.Conn) }()
-	f.t.Cleanup(func() { cancel(); <-done })
+	runUntilEnd(f.t, func(ctx context.Context) { _ = a.Run(ctx, f.e.Conn) })
 	b, err := queue.OpenBuckets(context.Background(), f.e.Conn.JS)
 	if err != nil {
 		f.t.Fatal(err)

@@ -57,6 +57,15 @@ func realSetup(t *testing.T, envs ...string) *realEnv {
 	return realSetupWith(t, false, envs...)
 }
 
+// realSetupAgent is realSetup once the envs' apps exist, with agent "real" running.
+func realSetupAgent(t *testing.T, envs ...string) *realEnv {
+	t.Helper()
+	r := realSetup(t, envs...)
+	r.waitApps(envs...)
+	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	return r
+}
+
 // realSetupWith is realSetup; auto gives the generated apps Argo CD's automated sync.
 func realSetupWith(t *testing.T, auto bool, envs ...string) *realEnv {
 	t.Helper()
@@ -335,6 +344,32 @@ func (r *realEnv) startAgent(token string, o argocd.AppSetRefreshOptions) *agent
 	r.t.Cleanup(p.stop)
 	r.waitFresh()
 	return p
+}
+
+// runAgentClient runs agent "real" in process with o until the test ends, its Argo CD client
+// made with co (realenv's URL and token), waits until its view is fresh and returns a client
+// for it with a minute's timeout.
+func (r *realEnv) runAgentClient(co argocd.ClientOptions, o argocd.Options) *agent.Client {
+	r.t.Helper()
+	co.URL, co.Token = r.vars["ARGOCD_URL"], r.vars["ARGOCD_TOKEN"]
+	cl, err := argocd.NewClient(co)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	o.AgentID, o.Client, o.Log = "real", cl, r.log
+	a, err := argocd.New(o)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	runUntilEnd(r.t, func(ctx context.Context) { _ = a.Run(ctx, r.e.Conn) })
+	r.waitFresh()
+	b, err := queue.OpenBuckets(context.Background(), r.e.Conn.JS)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c := agent.NewClient(r.e.Conn.NC, b.Apps, b.Agents)
+	c.Timeout = time.Minute
+	return c
 }
 
 // waitFresh waits until agent "real" leads with a fresh view.

@@ -53,11 +53,9 @@ func TestRealBurstAllRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx, r.e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runUntilEnd(t, func(ctx context.Context) { _ = a.Run(ctx, r.e.Conn) })
 	r.waitFresh()
+	ctx := context.Background()
 	b, err := queue.OpenBuckets(ctx, r.e.Conn.JS)
 	if err != nil {
 		t.Fatal(err)

@@ -47,9 +47,7 @@ func (r *realEnv) deployed(env, tag string) {
 // waits for Synced/Healthy at a revision containing its merge; the cluster runs the new tag.
 func TestRealPromotion(t *testing.T) {
 	envs := []string{"dev", "staging", "prod"}
-	r := realSetup(t, envs...)
-	r.waitApps(envs...)
-	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	r := realSetupAgent(t, envs...)
 	run := r.e.Wait(r.e.Start(r.promotion(envs, envs, ""), map[string]any{"tag": "1.5.0"}).ID, 5*time.Minute)
 	stageTimes(t, "promotion", run)
 	if run.Status != pipelines.StSucceeded {
@@ -71,9 +69,7 @@ func TestRealPromotion(t *testing.T) {
 // and prod synced again on it: git and the cluster are back on the old config.
 func TestRealDegradedRollback(t *testing.T) {
 	envs := []string{"dev", "prod"}
-	r := realSetup(t, envs...)
-	r.waitApps(envs...)
-	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	r := realSetupAgent(t, envs...)
 	before := r.file("envs/prod/config.json")
 	run := r.e.Wait(r.e.Start(r.promotion(envs, []string{"dev", "{name: prod, set: {simulate: degraded}, create: true}"}, ""), map[string]any{"tag": "1.6.0"}).ID, 5*time.Minute)
 	stageTimes(t, "degraded-rollback", run)
@@ -181,9 +177,7 @@ func envOr(k, def string) string {
 // that contains its merge — often a later one — and the cluster has every change.
 func TestRealConcurrentMerges(t *testing.T) {
 	envs := []string{"e1", "e2", "e3", "e4"}
-	r := realSetup(t, envs...)
-	r.waitApps(envs...)
-	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	r := realSetupAgent(t, envs...)
 	var ids []string
 	start := time.Now()
 	for i, e := range envs {

@@ -154,9 +154,7 @@ stages:
 // judges it: the run passes once the app is healthy, instead of waiting for the operation
 // that went with the old app until the timeout and reverting.
 func TestRealAppRecreatedMidWait(t *testing.T) {
-	r := realSetup(t, "prod")
-	r.waitApps("prod")
-	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	r := realSetupAgent(t, "prod")
 	name := r.id + "-prod"
 	run := r.e.Start(r.promotion([]string{"prod"}, []string{progressingProd}, ""), map[string]any{"tag": "7.0.0"})
 	r.waitStep(run.ID, "prod", "sync", 2*time.Minute, func(st *pipelines.StepRun) bool {
@@ -198,9 +196,7 @@ func TestRealAppRecreatedMidWait(t *testing.T) {
 // old). The stage links its apps by that ApplicationSet, so the step follows the new app,
 // syncs and judges it.
 func TestRealAppRenamedMidWait(t *testing.T) {
-	r := realSetup(t, "prod")
-	r.waitApps("prod")
-	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	r := realSetupAgent(t, "prod")
 	run := r.e.Start(r.promotion([]string{"prod"}, []string{progressingProd}, ""), map[string]any{"tag": "8.0.0"})
 	r.waitStep(run.ID, "prod", "sync", 2*time.Minute, func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.Contains(st.Wait.Reason, "Progressing")

@@ -16,7 +16,6 @@ import (
 
 	"github.com/prflow/prflow/deploy/agent"
 	"github.com/prflow/prflow/deploy/argocd"
-	"github.com/prflow/prflow/queue"
 )
 
 // countingTransport counts the requests the agent sends to Argo CD.
@@ -34,26 +33,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func (r *realEnv) diffAgent() (*agent.Client, *countingTransport) {
 	r.t.Helper()
 	ct := &countingTransport{rt: http.DefaultTransport}
-	cl, err := argocd.NewClient(argocd.ClientOptions{URL: r.vars["ARGOCD_URL"], Token: r.vars["ARGOCD_TOKEN"], Transport: ct})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	a, err := argocd.New(argocd.Options{AgentID: "real", Client: cl, Log: r.log})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx, r.e.Conn) }()
-	r.t.Cleanup(func() { cancel(); <-done })
-	r.waitFresh()
-	b, err := queue.OpenBuckets(context.Background(), r.e.Conn.JS)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	c := agent.NewClient(r.e.Conn.NC, b.Apps, b.Agents)
-	c.Timeout = time.Minute
-	return c, ct
+	return r.runAgentClient(argocd.ClientOptions{Transport: ct}, argocd.Options{}), ct
 }
 
 // branch commits edit's changes to the release repo on a new branch (a PR head) and returns
@@ -332,6 +312,40 @@ func (r *realEnv) branchMain(edit func(dir string)) {
 	r.git(work, "push", "-q", "origin", "main")
 }
 
+// prodAppSetAt is an ApplicationSet generating the test's prod app from path of its repo.
+func prodAppSetAt(path string) func(r *realEnv) map[string]any {
+	return func(r *realEnv) map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"name": r.set, "namespace": "argocd"},
+			"spec": map[string]any{
+				"generators": []any{map[string]any{"list": map[string]any{"elements": []any{map[string]any{"env": "prod"}}}}},
+				"template": map[string]any{
+					"metadata": map[string]any{"name": r.id + "-{{env}}"},
+					"spec": map[string]any{"project": "default",
+						"source":      map[string]any{"repoURL": r.url, "targetRevision": "main", "path": path},
+						"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": r.id + "-{{env}}"}},
+				},
+			},
+		}
+	}
+}
+
+// diffWhenAvailable asks agent real for app's diff at head, again each second for a minute
+// while it answers "unavailable" (until Argo CD's controller compared a new app once).
+func diffWhenAvailable(t *testing.T, c *agent.Client, app, head string) agent.AppDiff {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		got, err := c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{app}, Revision: head})
+		if errors.Is(err, agent.ErrUnavailable) && time.Now().Before(end) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+}
+
 // A Kustomize image change, rendered by the real repo-server's kustomize. realenv ships no
 // kustomize binary; `GOBIN=$REALENV/bin go install sigs.k8s.io/kustomize/kustomize/v5@v5.7.1`
 // puts one on the repo-server's PATH.
@@ -349,39 +363,14 @@ func TestRealDiffKustomize(t *testing.T) {
 			"      - name: web\n        image: registry.example.com/shop/web:latest\n",
 		"kustomize/overlays/prod/kustomization.yaml": kust("1.4.1"),
 	}
-	r := realSetupOpts(t, realOpts{files: files, appSet: func(r *realEnv) map[string]any {
-		return map[string]any{
-			"metadata": map[string]any{"name": r.set, "namespace": "argocd"},
-			"spec": map[string]any{
-				"generators": []any{map[string]any{"list": map[string]any{"elements": []any{map[string]any{"env": "prod"}}}}},
-				"template": map[string]any{
-					"metadata": map[string]any{"name": r.id + "-{{env}}"},
-					"spec": map[string]any{"project": "default",
-						"source":      map[string]any{"repoURL": r.url, "targetRevision": "main", "path": "kustomize/overlays/{{env}}"},
-						"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": r.id + "-{{env}}"}},
-				},
-			},
-		}
-	}})
+	r := realSetupOpts(t, realOpts{files: files, appSet: prodAppSetAt("kustomize/overlays/{{env}}")})
 	r.waitApps("prod")
 	c, _ := r.diffAgent()
 	head := r.branch("pr-kustomize", func(dir string) {
 		putFile(t, dir, "kustomize/overlays/prod/kustomization.yaml", kust("1.5.0"))
 	})
 	app := r.id + "-prod"
-	var d agent.AppDiff
-	// Until the controller compared the new app once, the agent answers "unavailable".
-	for end := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		got, err := c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{app}, Revision: head})
-		if errors.Is(err, agent.ErrUnavailable) && time.Now().Before(end) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		d = got[0]
-		break
-	}
+	d := diffWhenAvailable(t, c, app, head)
 	dep := findResource(d, "Deployment", "web")
 	if dep == nil || dep.Change != agent.ChangeChanged || strings.Join(dep.Paths, ",") != "spec.template.spec.containers[0].image" ||
 		!strings.Contains(dep.Diff, "+      - image: registry.example.com/shop/web:1.5.0") {
@@ -408,36 +397,12 @@ func TestRealDiffHelm(t *testing.T) {
 			"    metadata: {labels: {app: guestbook}}\n    spec:\n      containers:\n      - name: guestbook\n" +
 			"        image: \"{{ .Values.image.repository }}:{{ .Values.image.tag }}\"\n",
 	}
-	r := realSetupOpts(t, realOpts{files: files, appSet: func(r *realEnv) map[string]any {
-		return map[string]any{
-			"metadata": map[string]any{"name": r.set, "namespace": "argocd"},
-			"spec": map[string]any{
-				"generators": []any{map[string]any{"list": map[string]any{"elements": []any{map[string]any{"env": "prod"}}}}},
-				"template": map[string]any{
-					"metadata": map[string]any{"name": r.id + "-{{env}}"},
-					"spec": map[string]any{"project": "default",
-						"source":      map[string]any{"repoURL": r.url, "targetRevision": "main", "path": "helm/guestbook"},
-						"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": r.id + "-{{env}}"}},
-				},
-			},
-		}
-	}})
+	r := realSetupOpts(t, realOpts{files: files, appSet: prodAppSetAt("helm/guestbook")})
 	r.waitApps("prod")
 	c, _ := r.diffAgent()
 	head := r.branch("pr-helm", func(dir string) { putFile(t, dir, "helm/guestbook/values.yaml", values(0, "0.2")) })
 	app := r.id + "-prod"
-	var d agent.AppDiff
-	for end := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		got, err := c.Diff(context.Background(), "real", agent.DiffRequest{Apps: []string{app}, Revision: head})
-		if errors.Is(err, agent.ErrUnavailable) && time.Now().Before(end) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		d = got[0]
-		break
-	}
+	d := diffWhenAvailable(t, c, app, head)
 	dep := findResource(d, "Deployment", app+"-guestbook")
 	if dep == nil || dep.Change != agent.ChangeChanged || strings.Join(dep.Paths, ",") != "spec.replicas,spec.template.spec.containers[0].image" {
 		t.Fatalf("Helm values change: %+v", d)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/environments"
 )
@@ -18,9 +17,7 @@ import (
 // the app in Argo CD clears the drift. It logs (REALTIME) how long after Argo CD first
 // reported OutOfSync the model showed the drift.
 func TestRealEnvironmentDrift(t *testing.T) {
-	r := realSetup(t, "dev")
-	r.waitApps("dev")
-	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	r := realSetupAgent(t, "dev")
 	run := r.e.Wait(r.e.Start(r.promotion([]string{"dev"}, []string{"dev"}, ""), map[string]any{"tag": "1.5.0"}).ID, 5*time.Minute)
 	if run.Status != pipelines.StSucceeded {
 		t.Fatalf("run %s: %s\n%s", run.Status, run.Error, describeRun(run))

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 )
@@ -17,9 +16,7 @@ import (
 // main keeps its config and no merge commit is made. A correct key (image.tag) in the same
 // setup previews the change and promotes.
 func TestRealPreviewNoopTypoFailsBeforeMerge(t *testing.T) {
-	r := realSetup(t, "dev")
-	r.waitApps("dev")
-	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	r := realSetupAgent(t, "dev")
 	before := r.file("envs/dev/config.json")
 	headBefore := r.git(t.TempDir(), "ls-remote", r.url, "refs/heads/main")
 

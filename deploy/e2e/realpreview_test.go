@@ -17,7 +17,6 @@ import (
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/pipelines/policy"
-	"github.com/prflow/prflow/queue"
 )
 
 // realPolicies loads files of examples/policies as the server's --policies does.
@@ -62,26 +61,7 @@ func (r *realEnv) previewProject() {
 // previewAgent runs agent "real" with preview apps and returns a client for it.
 func (r *realEnv) previewAgent() *agent.Client {
 	r.t.Helper()
-	cl, err := argocd.NewClient(argocd.ClientOptions{URL: r.vars["ARGOCD_URL"], Token: r.vars["ARGOCD_TOKEN"]})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	a, err := argocd.New(argocd.Options{AgentID: "real", Client: cl, Log: r.log, Preview: argocd.PreviewOptions{Enabled: true}})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx, r.e.Conn) }()
-	r.t.Cleanup(func() { cancel(); <-done })
-	r.waitFresh()
-	b, err := queue.OpenBuckets(context.Background(), r.e.Conn.JS)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	c := agent.NewClient(r.e.Conn.NC, b.Apps, b.Agents)
-	c.Timeout = time.Minute
-	return c
+	return r.runAgentClient(argocd.ClientOptions{}, argocd.Options{Preview: argocd.PreviewOptions{Enabled: true}})
 }
 
 // leftPreviewApps lists the apps in the preview project.

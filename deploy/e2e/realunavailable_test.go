@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/deploy/argocd"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/steps"
@@ -64,9 +63,7 @@ stages:
 // environment up.sh gave it (read from /proc before it was stopped; the new PID is appended
 // to $REALENV/pids so down.sh stops it), and the run passes: no revert, no rollbackFailed.
 func TestRealRepoServerDownAtSync(t *testing.T) {
-	r := realSetup(t, "dev")
-	r.waitApps("dev")
-	r.startAgent(r.vars["ARGOCD_TOKEN"], argocd.AppSetRefreshOptions{})
+	r := realSetupAgent(t, "dev")
 	before := r.file("envs/dev/config.json")
 	run := r.e.Start(r.heldPromotion("dev"), map[string]any{"tag": "8.0.0"})
 	r.waitStep(run.ID, "dev", "hold", 3*time.Minute, func(st *pipelines.StepRun) bool { return st.Status == pipelines.StWaiting })

@@ -50,6 +50,7 @@ stages:
 // through Argo CD's API, a signed push to the controller's webhook). With refresh off the
 // same stage times out waiting for the app, which is what it did before.
 func TestFetchLinkedAppsRefreshesApplicationSet(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		refresh argocd.AppSetRefreshOptions
@@ -67,6 +68,7 @@ func TestFetchLinkedAppsRefreshesApplicationSet(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			argo := tc.argo
 			var s *stack
 			if tc.webhook {
@@ -133,8 +135,10 @@ func TestFetchLinkedAppsRefreshesApplicationSet(t *testing.T) {
 // it has the set regenerated before it syncs, so the new spec is what gets deployed; with
 // refresh off the app keeps its old spec until Argo CD's poll.
 func TestGitOpsSyncRegeneratesAppSetAfterMerge(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{argocd.RefreshAnnotate, argocd.RefreshOff} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			s := newStack(t, stackOpts{appsetRefresh: argocd.AppSetRefreshOptions{Mode: mode}})
 			s.git.Commit(repoURL, "main", map[string]string{
 				"envs/dev/config.json": `{"env": "dev", "dir": "apps/web"}`,
@@ -169,6 +173,7 @@ func TestGitOpsSyncRegeneratesAppSetAfterMerge(t *testing.T) {
 // environment waited for Argo CD's 3-minute poll, and a changed one was synced with the spec
 // rendered before the merge).
 func TestFetchLinkedAppsRefreshesOnceTheAgentIsBack(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{noAgent: true})
 	s.git.Commit(repoURL, "main", map[string]string{"envs/dev/config.json": `{"env": "dev"}`})
 	if err := s.argo.AddApplicationSet(envAppSet()); err != nil {

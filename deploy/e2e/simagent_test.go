@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +56,7 @@ func writeFile(t *testing.T, dir, p, content string) {
 // FetchLinkedApps and GitOpsSync against the simulated agent. The dev config says
 // simulate: degraded, so the gate fails on degradedStateTimeout; staging's is healthy.
 func TestSimulatedAgentPipeline(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	dir := t.TempDir()
 	gitIn(t, dir, "init", "-q", "-b", "main")
@@ -68,15 +66,7 @@ func TestSimulatedAgentPipeline(t *testing.T) {
 	gitIn(t, dir, "add", "-A")
 	gitIn(t, dir, "commit", "-q", "-m", "initial")
 
-	sim, err := simagent.New(simagent.Options{Repo: dir, Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, s.conn) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runSimAgent(t, simagent.Options{Repo: dir}, s.conn)
 
 	// The release PR merges: dev gets a new image and simulate: degraded, staging a new image.
 	gitIn(t, dir, "checkout", "-q", "-b", "release")

@@ -31,14 +31,18 @@ var (
 // until is the park reason's time.
 func until(t time.Time) string { return t.Format(time.RFC3339) }
 
-func syncWindowStep(extra string) string {
-	return `      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with:
-          applicationsList: [{agentId: eu, applicationName: web}]
-          waitTillHealthy: true
-` + extra
+// newNightStack is a stack at night on a test clock (returned), with app web blocked by the
+// nightly deny window of project default until morning.
+func newNightStack(t *testing.T) (*stack, *testClock) {
+	t.Helper()
+	c := newTestClock(night)
+	s := newStack(t, stackOpts{clock: c.now})
+	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
+		t.Fatal(err)
+	}
+	s.addApp(app("web", "apps/web", nil))
+	s.waitBlocked("web", morning)
+	return s, c
 }
 
 // allSyncCalls counts sync calls to Argo CD for app, refused ones included.
@@ -69,15 +73,10 @@ func (s *stack) waitBlocked(app string, until time.Time) {
 }
 
 func TestGitOpsSyncParksInSyncWindowThenReleases(t *testing.T) {
-	c := newTestClock(night)
-	s := newStack(t, stackOpts{clock: c.now})
-	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
-		t.Fatal(err)
-	}
-	s.addApp(app("web", "apps/web", nil))
-	s.waitBlocked("web", morning)
+	t.Parallel()
+	s, c := newNightStack(t)
 
-	run := s.start(pipeline(syncWindowStep(""), true), map[string]any{"commit": s.sha})
+	run := s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "parked on the sync window", func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && st.Wait != nil &&
 			st.Wait.Reason == "blocked by sync window until "+until(morning)+" (web)" &&
@@ -102,18 +101,17 @@ func TestGitOpsSyncParksInSyncWindowThenReleases(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
+	t.Parallel()
 	// The window is added after the agent read the project, and the agent reads it again only
 	// in an hour, so the record does not show the window: the agent checks the windows again
 	// before syncing, refuses, and the step parks all the same.
 	c := newTestClock(night)
-	s := newStack(t, stackOpts{clock: c.now, windowRefresh: time.Hour})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{clock: c.now, windowRefresh: time.Hour})
 	time.Sleep(100 * time.Millisecond) // the agent has read the project (no windows yet)
 	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
 		t.Fatal(err)
 	}
-	run := s.start(pipeline(syncWindowStep(""), true), map[string]any{"commit": s.sha})
+	run := s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "parked on the agent's refusal", func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && st.Wait != nil &&
 			st.Wait.Reason == "blocked by sync window until "+until(morning)+` (deny window "0 22 * * *" for 8h) (web)`
@@ -136,7 +134,9 @@ func TestGitOpsSyncWindowParksWhenTheRecordLagsBehind(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowOverride(t *testing.T) {
+	t.Parallel()
 	t.Run("manualSync window lets the override through", func(t *testing.T) {
+		t.Parallel()
 		c := newTestClock(night)
 		s := newStack(t, stackOpts{clock: c.now})
 		w := nightly
@@ -146,20 +146,15 @@ func TestGitOpsSyncWindowOverride(t *testing.T) {
 		}
 		s.addApp(app("web", "apps/web", nil))
 		s.waitBlocked("web", morning)
-		r := s.wait(s.start(pipeline(syncWindowStep("          syncWindow: override\n"), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
+		r := s.wait(s.start(pipeline(syncBlind("          syncWindow: override\n"), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 		if r.Status != pipelines.StSucceeded || len(s.syncRequests("web")) != 1 {
 			t.Fatalf("run %s: %s (sync calls %d)", r.Status, r.Error, len(s.syncRequests("web")))
 		}
 	})
 	t.Run("window without manualSync fails the step, no park", func(t *testing.T) {
-		c := newTestClock(night)
-		s := newStack(t, stackOpts{clock: c.now})
-		if err := s.argo.SetSyncWindows("default", nightly); err != nil {
-			t.Fatal(err)
-		}
-		s.addApp(app("web", "apps/web", nil))
-		s.waitBlocked("web", morning)
-		r := s.wait(s.start(pipeline(syncWindowStep("          syncWindow: override\n"), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
+		t.Parallel()
+		s, _ := newNightStack(t)
+		r := s.wait(s.start(pipeline(syncBlind("          syncWindow: override\n"), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
 		st := step(r, "dev", "sync")
 		if r.Status != pipelines.StFailed ||
 			!strings.Contains(st.Error, "web (agent eu): blocked by sync window until "+until(morning)+", and the window does not allow manual syncs") {
@@ -172,6 +167,7 @@ func TestGitOpsSyncWindowOverride(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowDenyWinsOverAllow(t *testing.T) {
+	t.Parallel()
 	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	// The allow window (20:00–08:00) is open, but the deny window (22:00–06:00) wins.
@@ -181,7 +177,7 @@ func TestGitOpsSyncWindowDenyWinsOverAllow(t *testing.T) {
 	}
 	s.addApp(app("web", "apps/web", nil))
 	s.waitBlocked("web", morning)
-	run := s.start(pipeline(syncWindowStep(""), true), map[string]any{"commit": s.sha})
+	run := s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "parked on the deny window", func(st *pipelines.StepRun) bool {
 		return st.Status == pipelines.StWaiting && st.Wait != nil && strings.HasPrefix(st.Wait.Reason, "blocked by sync window until "+until(morning))
 	})
@@ -192,6 +188,7 @@ func TestGitOpsSyncWindowDenyWinsOverAllow(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowsOfAppsInDifferentProjects(t *testing.T) {
+	t.Parallel()
 	c := newTestClock(night)
 	s := newStack(t, stackOpts{clock: c.now})
 	if err := s.argo.SetSyncWindows("night", argocdtest.SyncWindow{Kind: "deny", Schedule: "0 22 * * *", Duration: "8h", Applications: []string{"*"}}); err != nil {
@@ -234,14 +231,8 @@ func TestGitOpsSyncWindowsOfAppsInDifferentProjects(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowTimeoutStillApplies(t *testing.T) {
-	c := newTestClock(night)
-	s := newStack(t, stackOpts{clock: c.now})
-	if err := s.argo.SetSyncWindows("default", nightly); err != nil {
-		t.Fatal(err)
-	}
-	s.addApp(app("web", "apps/web", nil))
-	s.waitBlocked("web", morning)
-	src := pipeline(strings.Replace(syncWindowStep(""), "timeout: 60s", "timeout: 2s", 1), true)
+	s, _ := newNightStack(t)
+	src := pipeline(strings.Replace(syncBlind(""), "timeout: 60s", "timeout: 2s", 1), true)
 	r := s.wait(s.start(src, map[string]any{"commit": s.sha}).ID, 60*time.Second)
 	st := step(r, "dev", "sync")
 	if r.Status != pipelines.StFailed || !strings.Contains(st.Error, "timed out with the sync not finished for web (agent eu): blocked by sync window until "+until(morning)) {
@@ -250,16 +241,17 @@ func TestGitOpsSyncWindowTimeoutStillApplies(t *testing.T) {
 }
 
 func TestGitOpsSyncWindowOptionTypoRefusedAtLoad(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ value, want string }{
 		{"overide", `"overide" is not one of wait, override; did you mean "override"?`},
 		{"true", `"true" is not one of wait, override`},
 	} {
-		_, err := pipelines.Load("p.yaml", []byte(pipeline(syncWindowStep("          syncWindow: "+c.value+"\n"), true)), registry())
+		_, err := pipelines.Load("p.yaml", []byte(pipeline(syncBlind("          syncWindow: "+c.value+"\n"), true)), registry())
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "syncWindow") {
 			t.Errorf("syncWindow: %s: %v, want %q", c.value, err, c.want)
 		}
 	}
-	if _, err := pipelines.Load("p.yaml", []byte(pipeline(syncWindowStep("          syncWindow: wait\n"), true)), registry()); err != nil {
+	if _, err := pipelines.Load("p.yaml", []byte(pipeline(syncBlind("          syncWindow: wait\n"), true)), registry()); err != nil {
 		t.Fatalf("syncWindow: wait refused: %v", err)
 	}
 }

@@ -27,11 +27,8 @@ func (s *stack) failedSyncs(app string, status int) int {
 // The step parks saying Argo CD cannot sync and that it retries until its deadline, asks
 // again, and passes once the repo-server is back — no rollback.
 func TestRepoServerDownAtSyncParksAndPassesWhenBack(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	s.argo.SetRepoServerDown(true)
 	run := s.start(pipeline(syncBlind(""), true)+withRollback, map[string]any{"commit": s.sha})
 	s.waitStep(run.ID, "dev", "sync", "parked on Argo CD being unavailable", func(st *pipelines.StepRun) bool {
@@ -66,9 +63,7 @@ func TestRepoServerDownAtSyncParksAndPassesWhenBack(t *testing.T) {
 // Still down at the step's deadline: the stage fails without its rollback (a revert would need
 // the same Argo CD to sync it), naming what Argo CD answered.
 func TestRepoServerDownUntilDeadlineFailsWithoutRollback(t *testing.T) {
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	s.argo.SetRepoServerDown(true)
 	src := pipeline(strings.Replace(syncBlind(""), "timeout: 60s", "timeout: 4s", 1), true) + withRollback
 	r := s.wait(s.start(src, map[string]any{"commit": s.sha}).ID, 60*time.Second)
@@ -87,11 +82,8 @@ func TestRepoServerDownUntilDeadlineFailsWithoutRollback(t *testing.T) {
 
 // A 5xx of Argo CD's own is handled the same way: retried, no rollback.
 func TestArgoCD5xxAtSyncIsRetried(t *testing.T) {
-	// Waits more than it computes, with budgets of a minute or more (parallelTests).
 	t.Parallel()
-	s := newStack(t, stackOpts{})
-	s.addApp(app("web", "apps/web", nil))
-	s.waitRecord("web")
+	s := newWebStack(t, stackOpts{})
 	s.argo.InjectFault(argocdtest.Fault{Method: "POST", Path: "/api/v1/applications/web/sync", Status: 500,
 		Message: "error getting cached app state: redis: connection pool timeout", Times: 2})
 	r := s.wait(s.start(pipeline(syncBlind(""), true)+withRollback, map[string]any{"commit": s.sha}).ID, 60*time.Second)
@@ -104,20 +96,14 @@ func TestArgoCD5xxAtSyncIsRetried(t *testing.T) {
 // rollback's re-sync meets the repo-server outage. The re-sync waits instead of ending the run
 // rollbackFailed, and finishes the rollback once the repo-server is back.
 func TestRollbackResyncWaitsForRepoServer(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(app("web", "apps/web", nil), argocdtest.Deployed())
 	s.waitRecord("web")
 	bad := s.git.Commit(repoURL, "main", map[string]string{"apps/web/cm.yaml": configMap("web", "degraded")})
 	// The stand-in MergePR of the rollback merges nothing itself: the test commits the revert
 	// on main; its commitId "" makes the re-sync expect what Argo CD resolves (the revert).
-	src := pipeline(`      - id: sync
-        type: GitOpsSync
-        timeout: 60s
-        with:
-          applicationsList: [{agentId: eu, applicationName: web}]
-          waitTillHealthy: true
-          degradedStateTimeout: 1s
-`, true) + `    rollbackSteps:
+	src := pipeline(syncBlind("          degradedStateTimeout: 1s\n"), true) + `    rollbackSteps:
       - {id: mergeRevert, type: MergePR, with: {commit: ""}}
       - id: resync
         type: GitOpsSync

@@ -33,6 +33,7 @@ func helmOf(t *testing.T, s *stack, name string) string {
 // the GitOpsSync after it syncs that app without being told which; GetAppDetails reads it
 // through the update's output.
 func TestUpdateGitOpsAppThenSync(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(webHelm(), argocdtest.Deployed())
 	s.waitRecord("web-dev")
@@ -84,6 +85,7 @@ func TestUpdateGitOpsAppThenSync(t *testing.T) {
 // the target revision and the Helm parameter it changed — and only those — and the rollback's
 // GitOpsSync syncs the app again.
 func TestUpdateGitOpsAppRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.git.Commit(repoURL, "release-2", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy") + "  version: \"2\"\n"})
 	s.addApp(webHelm(), argocdtest.Deployed())
@@ -132,6 +134,7 @@ func TestUpdateGitOpsAppRollback(t *testing.T) {
 // An app the agent does not have, or one of another environment, fails the step before
 // anything is changed.
 func TestUpdateGitOpsAppRefusesAppsOutsideTheStage(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	prod := app("web-prod", "apps/web", map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "prod"})
 	s.addApp(prod)
@@ -154,6 +157,7 @@ func TestUpdateGitOpsAppRefusesAppsOutsideTheStage(t *testing.T) {
 // One pipeline per case, each against the fake Argo CD through the real agent: what the step
 // writes into the app, or how it fails.
 func TestUpdateGitOpsAppCases(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.git.Commit(repoURL, "release-2", map[string]string{"apps/web/cm.yaml": configMap("web", "healthy")})
 	labels := map[string]string{"harness.io/serviceRef": "web", "harness.io/envRef": "dev"}
@@ -225,6 +229,7 @@ func TestUpdateGitOpsAppCases(t *testing.T) {
 // the agent's read and its write): every change is there at the end. (A change made outside
 // prflow between the read and the write is covered in deploy/argocd.)
 func TestUpdateGitOpsAppConcurrentRuns(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(webHelm())
 	s.waitRecord("web-dev")

@@ -1,22 +1,14 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
-	"github.com/prflow/prflow/queue"
-	"github.com/prflow/prflow/scm/connector"
-	"github.com/prflow/prflow/scm/github"
-	"github.com/prflow/prflow/scm/scmtest"
 	"github.com/prflow/prflow/steps"
 	"github.com/prflow/prflow/steps/verify"
 	"github.com/prflow/prflow/steps/verify/prometheus"
@@ -78,33 +70,13 @@ stages:
 `
 
 func newVerifyStack(t *testing.T, promURL string) *promoStack {
-	gh := scmtest.NewGitHub(t)
-	if _, err := gh.CreateRepo("acme", "release", map[string]string{"appset.yaml": promoAppSet, "envs/prod/config.json": promoConfig("prod")}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := github.New(github.WithBaseURL(gh.APIURL()), github.WithToken(scmtest.DefaultToken))
-	if err != nil {
-		t.Fatal(err)
-	}
 	metrics := verify.Static{"prom": &prometheus.Client{BaseURL: promURL, HTTP: &http.Client{Timeout: 5 * time.Second}}}
-	e := ctltest.New(t, ctltest.Options{Concurrency: 8,
-		Services: map[string]any{steps.ServiceSCM: connector.Static{"release": p}, steps.ServiceMetrics: metrics},
-		Tuning:   queue.ConsumerTuning{AckWait: 10 * time.Second, MaxDeliver: 5}})
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e.WaitAgent("sim")
-	return &promoStack{t: t, e: e, gh: gh, p: p}
+	return newPromoStackOpts(t, promoFiles("prod"), true, ctltest.Options{Concurrency: 8,
+		Services: map[string]any{steps.ServiceMetrics: metrics}})
 }
 
 func TestVerifyFailureRollsBackTheStage(t *testing.T) {
+	t.Parallel()
 	app := verifytest.NewAppLabelled(0, `app="web-prod"`)
 	defer app.Close()
 	prom := verifytest.StartPrometheus(t, strings.TrimPrefix(app.URL, "http://"))
