@@ -40,6 +40,7 @@ func (s *stack) waitAutoSynced(name, rev string) {
 }
 
 func TestAutoSyncedMergeIsJudgedNotSyncedAgain(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(autoApp("web", "apps/web"))
 	s.waitRecord("web")
@@ -62,6 +63,7 @@ func TestAutoSyncedMergeIsJudgedNotSyncedAgain(t *testing.T) {
 // The app is Synced at the merge commit, but only because the merge did not change it: Argo
 // CD's last operation deployed an older commit. That old operation is no evidence: sync.
 func TestAutoSyncedOlderOperationIsNotTakenForTheMerge(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.addApp(autoApp("web", "apps/web"))
 	s.waitRecord("web")
@@ -127,6 +129,7 @@ func (s *stack) heldAutoSync(name string, script argocdtest.SyncScript) {
 // is still OutOfSync. That is the automated sync deploying the merge, not a reason to sync
 // again: the step waits for the comparison (a flaky test showed the second sync under load).
 func TestAutoSyncFinishedBeforeItsComparisonIsNotSyncedAgain(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.heldAutoSync("web", argocdtest.SyncScript{Hold: time.Second, CompareAfter: 2 * time.Second})
 	r := s.wait(s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
@@ -142,6 +145,7 @@ func TestAutoSyncFinishedBeforeItsComparisonIsNotSyncedAgain(t *testing.T) {
 // The wait for the comparison is bounded: an app still OutOfSync well after Argo CD's
 // automated sync finished with the merge is synced by the step, as before.
 func TestAutoSyncFinishedButStillOutOfSyncIsSynced(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.heldAutoSync("web", argocdtest.SyncScript{Hold: time.Second, CompareAfter: time.Minute})
 	r := s.wait(s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)
@@ -156,6 +160,7 @@ func TestAutoSyncFinishedButStillOutOfSyncIsSynced(t *testing.T) {
 // An automated sync still running at the merge is waited for, then judged: no second sync.
 // One that fails leaves the app OutOfSync, and GitOpsSync syncs itself.
 func TestAutoSyncRunningThenJudgedFailedThenSynced(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, stackOpts{})
 	s.heldAutoSync("web", argocdtest.SyncScript{Hold: 2 * time.Second})
 	r := s.wait(s.start(pipeline(syncBlind(""), true), map[string]any{"commit": s.sha}).ID, 60*time.Second)

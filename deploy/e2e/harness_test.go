@@ -40,7 +40,7 @@ const repoURL = "https://git.example/release.git"
 // TestDeadlineDuringOutageFailsWithoutRollback, TestRepoServerDownUntilDeadlineFailsWithoutRollback,
 // TestGitOpsSyncWindowTimeoutStillApplies, TestStageGateOnStaleView's 3s soak), the one that
 // bounds a failover's wall time (TestAgentCrashOtherReplicaTakesOver), the CPU-heavy
-// TestGitOpsSyncHundredApps, the real-cluster tests (one shared cluster) and autosync_test.go's.
+// TestGitOpsSyncHundredApps and the real-cluster tests (one shared cluster).
 // Tests run next to each other slowed those down into failures at load 25-30
 // (docs/test-speed-e2e.md).
 
