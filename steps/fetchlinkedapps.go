@@ -23,12 +23,13 @@ import (
 // agents' inventory keys, up to appWaitTimeout.
 func init() {
 	Register(Definition{
-		Type:     "FetchLinkedApps",
-		Priors:   []string{"MergePR", "UpdateReleaseRepo", "RevertPR"},
-		Aliases:  []string{"GitOpsFetchLinkedApps"},
-		New:      func() Step { return StepFunc(runFetchLinkedApps) },
-		Validate: func(in map[string]any) error { _, err := linkedConfigFrom(in, true); return err },
-		Config:   linkedConfig{},
+		Type:             "FetchLinkedApps",
+		JudgesAtDeadline: true,
+		Priors:           []string{"MergePR", "UpdateReleaseRepo", "RevertPR"},
+		Aliases:          []string{"GitOpsFetchLinkedApps"},
+		New:              func() Step { return StepFunc(runFetchLinkedApps) },
+		Validate:         func(in map[string]any) error { _, err := linkedConfigFrom(in, true); return err },
+		Config:           linkedConfig{},
 	})
 }
 

@@ -18,13 +18,14 @@ import (
 // a stale view: while an agent cannot see Argo CD the step parks, like FetchLinkedApps.
 func init() {
 	Register(Definition{
-		Type:     "GetAppDetails",
-		Priors:   NoPriors,
-		Aliases:  []string{"GitOpsGetAppDetails"},
-		Parks:    true,
-		New:      func() Step { return StepFunc(runGetAppDetails) },
-		Validate: func(in map[string]any) error { _, err := appDetailsConfigFrom(in, true); return err },
-		Config:   appDetailsConfig{},
+		Type:             "GetAppDetails",
+		JudgesAtDeadline: true,
+		Priors:           NoPriors,
+		Aliases:          []string{"GitOpsGetAppDetails"},
+		Parks:            true,
+		New:              func() Step { return StepFunc(runGetAppDetails) },
+		Validate:         func(in map[string]any) error { _, err := appDetailsConfigFrom(in, true); return err },
+		Config:           appDetailsConfig{},
 	})
 }
 

@@ -41,12 +41,13 @@ func gitopsFor(sc *Context) (GitOps, error) {
 // poll is only a safety net.
 func init() {
 	Register(Definition{
-		Type:     "GitOpsSync",
-		Priors:   []string{"MergePR", "FetchLinkedApps", "UpdateGitOpsApp", "UpdateReleaseRepo", "RevertPR"},
-		Parks:    true,
-		New:      func() Step { return StepFunc(runGitOpsSync) },
-		Validate: validateSync,
-		Config:   syncConfig{},
+		Type:             "GitOpsSync",
+		JudgesAtDeadline: true,
+		Priors:           []string{"MergePR", "FetchLinkedApps", "UpdateGitOpsApp", "UpdateReleaseRepo", "RevertPR"},
+		Parks:            true,
+		New:              func() Step { return StepFunc(runGitOpsSync) },
+		Validate:         validateSync,
+		Config:           syncConfig{},
 	})
 }
 

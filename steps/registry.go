@@ -42,6 +42,11 @@ type Definition struct {
 	// lost with a dead worker are not held against it like a crash loop: when they run out,
 	// the controller dispatches the job again, a bounded number of times.
 	Parks bool
+	// JudgesAtDeadline marks a step that, woken with WakeReason "deadline", only reads what it
+	// waits on and gives its verdict (GitOpsSync: no new sync, and an outage fails without
+	// rollback). When the deadline cuts one of its runs short, the worker asks it for that
+	// verdict instead of failing it with the bare timeout.
+	JudgesAtDeadline bool
 	// Pure marks a step whose run changes nothing outside its result: it reads its inputs and
 	// the run's signals, calls nothing and writes nothing (Approval). Its jobs take no
 	// execution lease (steps/worker): two deliveries running at once return the same result,

@@ -19,11 +19,12 @@ import (
 // status changes; if the condition stops holding during the soak, the stage fails.
 func init() {
 	Register(Definition{
-		Type:     "StageGate",
-		Priors:   []string{"GitOpsSync", "FetchLinkedApps"},
-		Internal: true, // written as a stage's `gate:`
-		New:      func() Step { return StepFunc(runStageGate) },
-		Config:   stageGateConfig{},
+		Type:             "StageGate",
+		JudgesAtDeadline: true,
+		Priors:           []string{"GitOpsSync", "FetchLinkedApps"},
+		Internal:         true, // written as a stage's `gate:`
+		New:              func() Step { return StepFunc(runStageGate) },
+		Config:           stageGateConfig{},
 		Validate: func(in map[string]any) error {
 			if c, _ := in["condition"].(string); c != "" {
 				if _, err := template.CompileCondition(c); err != nil {

@@ -369,7 +369,8 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		return
 	}
 
-	sctx, cancelCause := context.WithCancelCause(ctx)
+	lctx, cancelCause := context.WithCancelCause(ctx) // ends with the lease or the run
+	sctx := lctx
 	cancel := func() { cancelCause(context.Canceled) }
 	lease.onLost = func() { cancelCause(errLeaseLost) }
 	w.setLease(job.ID(), lease)
@@ -405,6 +406,20 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 		w.Log.Debug("job started", "job", job.ID(), "delivery", delivered)
 	}
 	res, runErr := runStep(sctx, def.New(), sc)
+	cut := runErr != nil && !steps.IsTerminal(runErr) && pastDeadline(sctx, job)
+	late := runErr == nil && res.Status == steps.Waiting && !job.Deadline.IsZero() && !time.Now().Before(job.Deadline)
+	if def.JudgesAtDeadline && sc.WakeReason != "deadline" && lctx.Err() == nil && (cut || late) {
+		// The deadline passed while this run went on (cut short, or about to park past it,
+		// which the controller fails as a plain timeout): ask the step for its verdict at the
+		// deadline, as the controller's deadline wake would (a sync finished but not yet
+		// healthy may pass without failOnTimeout; an outage fails without rollback).
+		stepLog.Warn("the step's deadline passed while it ran; asking it for its verdict at the deadline", "err", runErr)
+		fctx, fcancel := context.WithTimeout(lctx, deadlineVerdictBudget)
+		fsc := *sc
+		fsc.WakeReason = "deadline"
+		res, runErr = runStep(fctx, def.New(), &fsc)
+		fcancel()
+	}
 	if debug {
 		w.Log.Debug("job returned", "job", job.ID(), "delivery", delivered, "err", runErr != nil)
 	}
@@ -429,7 +444,7 @@ func (w *Worker) handle(ctx context.Context, msg *queue.Msg) {
 			_ = msg.NakWithDelay(queue.HandBackDelay)
 			w.jobLog(job).Warn("job handed back on shutdown")
 			return
-		case sctx.Err() != nil && !job.Deadline.IsZero() && time.Now().After(job.Deadline):
+		case pastDeadline(sctx, job):
 			res = steps.Fail(fmt.Sprintf("timed out at %s: %v", job.Deadline.UTC().Format(time.RFC3339), runErr))
 		case errors.Is(sctx.Err(), context.Canceled):
 			res = steps.Fail("cancelled")
@@ -607,6 +622,15 @@ func runStep(ctx context.Context, s steps.Step, sc *steps.Context) (res steps.Re
 		res.Message = "step " + sc.Type + " failed"
 	}
 	return res, err
+}
+
+// deadlineVerdictBudget bounds the call that asks a step cut short by its deadline for its
+// verdict (JudgesAtDeadline): reads of status records, no waiting.
+const deadlineVerdictBudget = 15 * time.Second
+
+// pastDeadline reports whether the job's deadline ended ctx.
+func pastDeadline(ctx context.Context, job *envelope.Job) bool {
+	return ctx.Err() != nil && !job.Deadline.IsZero() && !time.Now().Before(job.Deadline)
 }
 
 func backoff(delivered int) time.Duration {
