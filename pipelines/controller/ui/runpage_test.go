@@ -3,8 +3,6 @@ package ui_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -14,7 +12,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
@@ -126,17 +123,7 @@ stages:
 func previewEnv(t *testing.T) *uiEnv {
 	t.Helper()
 	e, gh, _ := newReleaseUIEnv(t)
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e.WaitAgent("sim")
+	e.StartSimAgent(gh.Git().Dir("acme", "release"))
 	return e
 }
 
