@@ -463,14 +463,7 @@ func TestBrowserApprovalCardManyKeysOnPhone(t *testing.T) {
 		}
 		files = append(files, `{file: `+file+`, changes: [`+strings.Join(ch, ", ")+`]}`)
 	}
-	r := e.Start(`
-name: wide
-environments:
-  - {name: prod, clusters: [{name: prod-eu, agent: sim}]}
-stages:
-  - id: prod
-    environment: prod
-    steps:
+	r := startParked(t, e, prodPipeline("wide", `
       - id: update
         type: Noop
         with: {outputs: {prNumber: 7, prlink: "https://forge.example/acme/release/pull/7", edits: [`+strings.Join(files, ", ")+`]}}
@@ -478,8 +471,7 @@ stages:
         type: Approval
         timeout: 5m
         with: {approvers: {groups: [release], minimumCount: 1}, message: "Promote?"}
-`, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+`), "prod", "approve")
 	ctx := signedInTab(t, e.URL+"/ui/runs/"+r.ID, aliceToken)
 	viewport(t, ctx, 400, 800)
 	card := `[data-approval="prod.approve"]`
