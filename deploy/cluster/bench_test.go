@@ -10,6 +10,7 @@ import (
 
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/queue"
 )
 
@@ -30,7 +31,7 @@ func noopRun(n int) []byte {
 // benchStack is a cluster with replicas controllers (on nodes 1, 2, …) and two workers.
 func benchStack(b *testing.B, replicas int) *stack {
 	c := Start(b, 3, nil, nil)
-	s := &stack{t: b, c: c, logs: &logs{}}
+	s := &stack{t: b, c: c, logs: &ctltest.Buffer{}}
 	s.log = discardLog()
 	s.setup(0)
 	for i := range replicas {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/chaos"
 	"github.com/prflow/prflow/pipelines/controller"
+	"github.com/prflow/prflow/pipelines/controller/ctltest"
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/scm/connector"
 	"github.com/prflow/prflow/scm/local"
@@ -32,40 +32,12 @@ const (
 	branchPrefix    = "prflow/cluster/"
 )
 
-// logs collects every component's log lines; a failing test prints the tail.
-type logs struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logs) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(l.b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // stack is prflow on a cluster: controllers, workers and the simulated agent, each with its
 // own connection to its own first node.
 type stack struct {
 	t       testing.TB
 	c       *Cluster
-	logs    *logs
+	logs    *ctltest.Buffer // every component's log lines; a failing test prints the tail
 	log     *slog.Logger
 	gitRoot string
 	seed    string
@@ -89,7 +61,7 @@ func (c *component[T]) stop() {
 }
 
 func newStack(t *testing.T, c *Cluster, creds func(role string) (string, string)) *stack {
-	s := &stack{t: t, c: c, logs: &logs{}, creds: creds}
+	s := &stack{t: t, c: c, logs: &ctltest.Buffer{}, creds: creds}
 	s.log = slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -97,7 +69,7 @@ func newStack(t *testing.T, c *Cluster, creds func(role string) (string, string)
 			if f := os.Getenv("PRFLOW_CLUSTER_LOG"); f != "" {
 				_ = os.WriteFile(f, []byte(s.logs.String()), 0o644)
 			}
-			t.Logf("last log lines:\n%s", s.logs.tail(60))
+			t.Logf("last log lines:\n%s", s.logs.Tail(60))
 		}
 	})
 	s.gitRoot = filepath.Join(t.TempDir(), "git")
@@ -217,39 +189,6 @@ func (s *stack) agent(node int) {
 	s.t.Cleanup(func() { cancel(); <-done; conn.Close() })
 }
 
-// pipelineFor is a run's pipeline: the promotion the chaos suite runs (update the release
-// repo, merge, find the app, sync it and wait until healthy).
-func pipelineFor(s chaos.RunSpec) []byte {
-	return fmt.Appendf(nil, `name: cluster
-service: {name: web}
-environments:
-  - name: dev
-    clusters: [{name: dev-eu, agent: sim}]
-stages:
-  - id: promote
-    environment: dev
-    steps:
-      - id: update
-        type: UpdateReleaseRepo
-        with:
-          connector: release
-          repo: %s/%s
-          filePath: %q
-          create: true
-          variables: [{name: %q, type: String, value: %q}]
-      - id: merge
-        type: MergePR
-        with: {mergeStrategy: merge, deleteSourceBranch: true}
-      - id: apps
-        type: FetchLinkedApps
-        timeout: 2m
-      - id: sync
-        type: GitOpsSync
-        timeout: 3m
-        with: {waitTillHealthy: true, failOnTimeout: true}
-`, owner, repoName, s.File, s.Key, s.Value)
-}
-
 // start starts the runs of specs, alternating between controller replicas. A start refused
 // because workers or the agent are not registered yet, or cut by a leader election, is
 // retried with the same run id (a retry finds the run instead of starting a second one).
@@ -260,7 +199,7 @@ func (s *stack) start(specs []chaos.RunSpec) {
 		for {
 			ctl := s.ctls[i%len(s.ctls)].v
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			_, err := ctl.Start(ctx, controller.StartRequest{ID: sp.ID, File: sp.ID + ".yaml", Source: pipelineFor(sp), Executor: "tester"})
+			_, err := ctl.Start(ctx, controller.StartRequest{ID: sp.ID, File: sp.ID + ".yaml", Source: chaos.Pipeline("cluster", owner+"/"+repoName, sp), Executor: "tester"})
 			cancel()
 			if err == nil {
 				break

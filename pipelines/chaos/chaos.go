@@ -170,8 +170,10 @@ func Specs(n int, seed uint64) []RunSpec {
 	return out
 }
 
-// pipelineFor is a run's pipeline: the promotion of one value, as `prflow dev` does it.
-func pipelineFor(s RunSpec) []byte {
+// Pipeline is the pipeline name of run s: the promotion of one value in release repo repo
+// (owner/name), as `prflow dev` does it (update the file, merge, find the app, sync it and
+// wait until healthy).
+func Pipeline(name, repo string, s RunSpec) []byte {
 	return fmt.Appendf(nil, `name: %s
 service: {name: web}
 environments:
@@ -185,7 +187,7 @@ stages:
         type: UpdateReleaseRepo
         with:
           connector: release
-          repo: %s/%s
+          repo: %s
           filePath: %q
           create: true
           variables: [{name: %q, type: String, value: %q}]
@@ -199,7 +201,7 @@ stages:
         type: GitOpsSync
         timeout: 3m
         with: {waitTillHealthy: true, failOnTimeout: true}
-`, pipelineName, owner, repo, s.File, s.Key, s.Value)
+`, name, repo, s.File, s.Key, s.Value)
 }
 
 // proc is one child process; its combined output goes to logPath.
@@ -609,7 +611,7 @@ func (h *harness) waitReady(ctx context.Context, limit time.Duration) error {
 // startRun starts a run with its own id, so a retry after a lost answer (the server killed
 // mid-request) finds the same run instead of starting a second one.
 func (h *harness) startRun(ctx context.Context, s RunSpec, deadline time.Time) error {
-	body, _ := json.Marshal(controller.StartRequest{ID: s.ID, File: s.ID + ".yaml", Source: pipelineFor(s)})
+	body, _ := json.Marshal(controller.StartRequest{ID: s.ID, File: s.ID + ".yaml", Source: Pipeline(pipelineName, owner+"/"+repo, s)})
 	for {
 		code, data, err := h.api(ctx, "POST", "/api/v1/runs", body)
 		switch {

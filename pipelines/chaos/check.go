@@ -79,6 +79,17 @@ func (c *Check) miss(format string, a ...any) {
 	c.Details = append(c.Details, fmt.Sprintf(format, a...))
 }
 
+// repoCheck starts check name over the release repo; ok is false when the repo was not read,
+// and the check has then failed.
+func repoCheck(name string, obs Observed) (c Check, ok bool) {
+	c = Check{Name: name}
+	if obs.Repo == nil {
+		c.miss("release repo not read")
+		return c, false
+	}
+	return c, true
+}
+
 // Evaluate runs every check over what was observed. Each check counts its misses; none stops
 // the others, so one report shows every kind of damage.
 func Evaluate(specs []RunSpec, obs Observed) []Check {
@@ -205,9 +216,8 @@ func checkOneMerge(specs []RunSpec, byRun map[string]*runArtifacts) Check {
 // end; the one key holds the value set by the last of its group's merges. A run that never
 // merged lost nothing here: "exactly one merge per run" and "runs succeeded" count it.
 func checkLostUpdates(specs []RunSpec, obs Observed, byRun map[string]*runArtifacts) Check {
-	c := Check{Name: "lost updates"}
-	if obs.Repo == nil {
-		c.miss("release repo not read")
+	c, ok := repoCheck("lost updates", obs)
+	if !ok {
 		return c
 	}
 	oneKey := map[FileKey][]RunSpec{}
@@ -259,9 +269,9 @@ func checkLostUpdates(specs []RunSpec, obs Observed, byRun map[string]*runArtifa
 // checkAppliedTwice: no run's value was written into the base branch by more than one commit.
 // A succeeded run whose value never reached the base branch is reported here too.
 func checkAppliedTwice(specs []RunSpec, obs Observed) Check {
-	c := Check{Name: "values applied twice", Counted: len(specs)}
-	if obs.Repo == nil {
-		c.miss("release repo not read")
+	c, ok := repoCheck("values applied twice", obs)
+	c.Counted = len(specs)
+	if !ok {
 		return c
 	}
 	for _, s := range specs {
@@ -283,9 +293,8 @@ func checkAppliedTwice(specs []RunSpec, obs Observed) Check {
 }
 
 func checkLeftoverBranches(obs Observed) Check {
-	c := Check{Name: "leftover branches"}
-	if obs.Repo == nil {
-		c.miss("release repo not read")
+	c, ok := repoCheck("leftover branches", obs)
+	if !ok {
 		return c
 	}
 	c.Counted = len(obs.Repo.Branches)
@@ -296,9 +305,8 @@ func checkLeftoverBranches(obs Observed) Check {
 }
 
 func checkOpenPRs(obs Observed) Check {
-	c := Check{Name: "open PRs"}
-	if obs.Repo == nil {
-		c.miss("release repo not read")
+	c, ok := repoCheck("open PRs", obs)
+	if !ok {
 		return c
 	}
 	c.Counted = len(obs.Repo.PRs)
@@ -318,9 +326,8 @@ func checkOpenPRs(obs Observed) Check {
 // checkDoubleComments: prflow comments a summary once on each PR it opens; two of its
 // comments on one PR are a side effect done twice.
 func checkDoubleComments(obs Observed) Check {
-	c := Check{Name: "PR comments posted twice"}
-	if obs.Repo == nil {
-		c.miss("release repo not read")
+	c, ok := repoCheck("PR comments posted twice", obs)
+	if !ok {
 		return c
 	}
 	c.Counted = len(obs.Repo.PRs)
@@ -343,9 +350,8 @@ const prflowComment = "**prflow**"
 
 // checkStrayCommits: every base-branch commit after the seed is the merge of a run's PR.
 func checkStrayCommits(obs Observed, byRun map[string]*runArtifacts) Check {
-	c := Check{Name: "commits not from a run's merge"}
-	if obs.Repo == nil {
-		c.miss("release repo not read")
+	c, ok := repoCheck("commits not from a run's merge", obs)
+	if !ok {
 		return c
 	}
 	c.Counted = len(obs.Repo.History)

@@ -43,6 +43,29 @@ func TestEvaluateCleanPasses(t *testing.T) {
 	}
 }
 
+// TestEvaluateWithoutRepo: when the release repo could not be read, each check over it fails
+// saying so, and only so; "values applied twice" still counts the runs.
+func TestEvaluateWithoutRepo(t *testing.T) {
+	specs, obs := clean()
+	obs.Repo = nil
+	repoChecks := map[string]bool{"lost updates": true, "values applied twice": true, "leftover branches": true,
+		"open PRs": true, "commits not from a run's merge": true, "PR comments posted twice": true}
+	for _, c := range Evaluate(specs, obs) {
+		switch {
+		case !repoChecks[c.Name]:
+			continue
+		case c.Bad != 1 || len(c.Details) != 1 || c.Details[0] != "release repo not read":
+			t.Errorf("check %q without the repo: %d misses %v, want one: release repo not read", c.Name, c.Bad, c.Details)
+		case c.Name == "values applied twice" && c.Counted != len(specs):
+			t.Errorf("values applied twice counted %d, want the %d runs", c.Counted, len(specs))
+		}
+		delete(repoChecks, c.Name)
+	}
+	for name := range repoChecks {
+		t.Errorf("no check %q", name)
+	}
+}
+
 // TestEvaluateCatches: each kind of damage makes exactly its check fail (and those that must
 // follow from it), with a detail naming the run, PR, branch or job.
 func TestEvaluateCatches(t *testing.T) {

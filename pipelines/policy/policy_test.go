@@ -26,6 +26,19 @@ deny contains sprintf("stage %s: no prod on Fridays", [input.stage.id]) if input
 warn contains "heads up" if input.stage.environment == "staging"
 `
 
+// openDenyProd opens an engine over a new directory holding denyProd as stage.rego, and
+// returns the directory too, for the test to edit.
+func openDenyProd(t *testing.T) (*Engine, string) {
+	t.Helper()
+	dir := t.TempDir()
+	write(t, dir, "stage.rego", denyProd)
+	e, err := Open(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, dir
+}
+
 func TestEvaluate(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "stage.rego", denyProd)
@@ -115,12 +128,7 @@ func TestLoadErrorsNameFileAndLine(t *testing.T) {
 // TestHotReload: a changed file is picked up; a broken edit keeps the last good set; fixing
 // it loads again. The engine is read concurrently while it reloads (run with -race).
 func TestHotReload(t *testing.T) {
-	dir := t.TempDir()
-	write(t, dir, "stage.rego", denyProd)
-	e, err := Open(context.Background(), dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, dir := openDenyProd(t)
 	prod := map[string]any{"stage": map[string]any{"id": "p", "environment": "prod"}}
 	deny := func() []string {
 		t.Helper()
@@ -178,12 +186,7 @@ func TestHotReload(t *testing.T) {
 
 // TestWatch: the polling watcher picks up a change by itself.
 func TestWatch(t *testing.T) {
-	dir := t.TempDir()
-	write(t, dir, "stage.rego", denyProd)
-	e, err := Open(context.Background(), dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, dir := openDenyProd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.Watch(ctx, 20*time.Millisecond)

@@ -92,6 +92,15 @@ func (s *Buffer) String() string {
 	return s.b.String()
 }
 
+// Tail returns the last n lines logged so far.
+func (s *Buffer) Tail(n int) string {
+	lines := strings.Split(strings.TrimRight(s.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // New starts NATS, a controller and workers; they stop at test cleanup.
 func New(t testing.TB, o Options) *Env {
 	t.Helper()

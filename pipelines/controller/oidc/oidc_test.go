@@ -154,7 +154,23 @@ func (e *env) startSignIn(t *testing.T, c *http.Client, user string) *url.URL {
 
 func get(t *testing.T, c *http.Client, u string) (int, string) {
 	t.Helper()
-	resp, err := c.Get(u)
+	req, _ := http.NewRequest("GET", u, nil)
+	return send(t, c, req)
+}
+
+// getWith gets u with cookies only (no client's jar), as a forged or replayed request is sent.
+func getWith(t *testing.T, u string, cookies ...*http.Cookie) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", u, nil)
+	for _, k := range cookies {
+		req.AddCookie(k)
+	}
+	return send(t, http.DefaultClient, req)
+}
+
+func send(t *testing.T, c *http.Client, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,16 +272,9 @@ func TestSignInRefusals(t *testing.T) {
 		} else {
 			v[i] = 'A'
 		}
-		req, _ := http.NewRequest("GET", e.base+"/ui/whoami", nil)
-		req.AddCookie(&http.Cookie{Name: oidc.SessionCookie, Value: string(v)})
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 401 || !strings.Contains(string(b), "altered") {
-			t.Fatalf("tampered cookie: HTTP %d %q", resp.StatusCode, b)
+		code, b := getWith(t, e.base+"/ui/whoami", &http.Cookie{Name: oidc.SessionCookie, Value: string(v)})
+		if code != 401 || !strings.Contains(b, "altered") {
+			t.Fatalf("tampered cookie: HTTP %d %q", code, b)
 		}
 	})
 
@@ -284,18 +293,9 @@ func TestSignInRefusals(t *testing.T) {
 			t.Fatalf("replayed callback: HTTP %d %q", code, body)
 		}
 		// An attacker who kept the flow cookie too: the provider refuses the used code.
-		req, _ := http.NewRequest("GET", cb.String(), nil)
-		for _, k := range flow {
-			req.AddCookie(k)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 401 || !strings.Contains(string(b), "refused the sign-in code") {
-			t.Fatalf("replayed code with its cookie: HTTP %d %q", resp.StatusCode, b)
+		code, body = getWith(t, cb.String(), flow...)
+		if code != 401 || !strings.Contains(body, "refused the sign-in code") {
+			t.Fatalf("replayed code with its cookie: HTTP %d %q", code, body)
 		}
 	})
 
@@ -314,29 +314,15 @@ func TestSignInRefusals(t *testing.T) {
 	t.Run("missing PKCE verifier", func(t *testing.T) {
 		c := browser()
 		cb := e.startSignIn(t, c, "alice")
-		req, _ := http.NewRequest("GET", cb.String(), nil)
-		req.AddCookie(e.p.ForgeFlowCookie(cb.Query().Get("state"), ""))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 401 || !strings.Contains(string(b), "no PKCE verifier") {
-			t.Fatalf("no verifier: HTTP %d %q", resp.StatusCode, b)
+		code, b := getWith(t, cb.String(), e.p.ForgeFlowCookie(cb.Query().Get("state"), ""))
+		if code != 401 || !strings.Contains(b, "no PKCE verifier") {
+			t.Fatalf("no verifier: HTTP %d %q", code, b)
 		}
 		// A wrong verifier reaches the provider, which refuses the code.
 		cb = e.startSignIn(t, browser(), "alice")
-		req, _ = http.NewRequest("GET", cb.String(), nil)
-		req.AddCookie(e.p.ForgeFlowCookie(cb.Query().Get("state"), oauth2.GenerateVerifier()))
-		resp, err = http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 401 || !strings.Contains(string(b), "refused the sign-in code") {
-			t.Fatalf("wrong verifier: HTTP %d %q", resp.StatusCode, b)
+		code, b = getWith(t, cb.String(), e.p.ForgeFlowCookie(cb.Query().Get("state"), oauth2.GenerateVerifier()))
+		if code != 401 || !strings.Contains(b, "refused the sign-in code") {
+			t.Fatalf("wrong verifier: HTTP %d %q", code, b)
 		}
 	})
 	e.noSecretsInLogs(t)

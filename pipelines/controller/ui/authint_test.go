@@ -3,7 +3,6 @@ package ui_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -102,13 +101,7 @@ func apiPost(t *testing.T, url, token string) (int, string) {
 	req, _ := http.NewRequest("POST", url, strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return ctltest.Send(t, req)
 }
 
 // TestBrowserOIDCWithRBAC: sign-in and permissions together. Bob (group dev, signed in

@@ -240,14 +240,20 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-const approvalPipeline = `
-name: gated
+// prodPipeline is pipeline name with one stage, prod, in environment prod (cluster prod-eu of
+// agent sim), running steps (the stage's list items, indented six spaces).
+func prodPipeline(name, steps string) string {
+	return `
+name: ` + name + `
 environments:
   - {name: prod, clusters: [{name: prod-eu, agent: sim}]}
 stages:
   - id: prod
     environment: prod
-    steps:
+    steps:` + steps
+}
+
+var approvalPipeline = prodPipeline("gated", `
       - id: approve
         type: Approval
         timeout: 5m
@@ -257,7 +263,7 @@ stages:
       - id: after
         type: Noop
         with: {outputs: {commitId: 0123456789abcdef0123456789abcdef01234567, prlink: "https://forge.example/acme/release/pull/7"}}
-`
+`)
 
 func waitParked(t *testing.T, e *uiEnv, id, stage, step string) {
 	t.Helper()

@@ -3,15 +3,13 @@ package ui_test
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // The run page says when a stage was already promoted (with the revision that held the
 // values) and lists what an edit created; a stage that changed something is not marked.
 func TestRunPageMarksAlreadyPromotedAndCreated(t *testing.T) {
 	t.Parallel()
-	e, srv := newAnonUI(t)
-	r := e.Start(`name: x
+	page := finishedRunPage(t, `name: x
 stages:
   - id: dev
     steps:
@@ -23,9 +21,7 @@ stages:
       - id: update
         type: Noop
         with: {outputs: {prNumber: 7, created: ["envs/qa/config.json: image.tga", "envs/qa/extra.yaml (new file)"]}}
-`, nil)
-	e.Wait(r.ID, 20*time.Second)
-	_, _, page := do(t, client(t), "GET", srv.URL+"/ui/runs/"+r.ID, nil, nil)
+`)
 	for _, want := range []string{
 		`already promoted: the release repo held every value at <code title="0123456789abcdef0123456789abcdef01234567">`,
 		`created (new in the release repo): <code>envs/qa/config.json: image.tga</code>, <code>envs/qa/extra.yaml (new file)</code>`,

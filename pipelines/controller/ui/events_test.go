@@ -2,7 +2,6 @@ package ui_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,14 +44,8 @@ func postOpened(t *testing.T, e *uiEnv) string {
 		t.Fatal(err)
 	}
 	delivery := req.Header.Get("X-GitHub-Delivery")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("webhook: HTTP %d %s", resp.StatusCode, b)
+	if code, b := ctltest.Send(t, req); code != http.StatusAccepted {
+		t.Fatalf("webhook: HTTP %d %s", code, b)
 	}
 	return delivery
 }

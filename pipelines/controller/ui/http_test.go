@@ -3,7 +3,6 @@ package ui_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -29,6 +28,16 @@ func newAnonUI(t testing.TB, groups ...string) (*ctltest.Env, *httptest.Server) 
 	srv := httptest.NewServer(ui.Wrap(e.Ctl.Handler(anon), ui.New(e.Ctl, anon, nil)))
 	t.Cleanup(srv.Close)
 	return e, srv
+}
+
+// finishedRunPage runs src to its end and returns its run page, as newAnonUI serves it.
+func finishedRunPage(t *testing.T, src string) string {
+	t.Helper()
+	e, srv := newAnonUI(t)
+	r := e.Start(src, nil)
+	e.Wait(r.ID, 20*time.Second)
+	_, _, page := do(t, client(t), "GET", srv.URL+"/ui/runs/"+r.ID, nil, nil)
+	return page
 }
 
 // client is a cookie-keeping HTTP client that does not follow redirects.
@@ -242,8 +251,7 @@ func TestRunEventsStream(t *testing.T) {
 // http(s) URLs become links, and a SHA is shortened with its full value kept for copying.
 func TestOutputsEscaped(t *testing.T) {
 	t.Parallel()
-	e, srv := newAnonUI(t)
-	r := e.Start(`name: x
+	page := finishedRunPage(t, `name: x
 stages:
   - id: s
     steps:
@@ -255,9 +263,7 @@ stages:
             js: "javascript:alert(1)"
             link: "https://forge.example/pr/1?a=1&b=<2>"
             sha: "89abcdef0123456789abcdef0123456789abcdef"
-`, nil)
-	e.Wait(r.ID, 20*time.Second)
-	_, _, page := do(t, client(t), "GET", srv.URL+"/ui/runs/"+r.ID, nil, nil)
+`)
 	for _, bad := range []string{"<script>alert", `href="javascript:`} {
 		if strings.Contains(page, bad) {
 			t.Errorf("page contains %s", bad)
@@ -275,31 +281,7 @@ stages:
 // re-renders the run page of a run whose steps named the app, with no run change.
 func TestRunEventsAppStatus(t *testing.T) {
 	t.Parallel()
-	e, srv := newAnonUI(t)
-	put := func(health, rev string) {
-		t.Helper()
-		b, _ := json.Marshal(agent.AppStatus{V: agent.Version, Agent: "sim", Name: "web-dev", Sync: agent.SyncSynced, Health: health, SyncedRevision: rev})
-		if _, err := e.Ctl.Buckets().Apps.Put(context.Background(), agent.StatusKey("sim", "web-dev"), b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(agent.HealthHealthy, "1111111111111111111111111111111111111111")
-	r := e.Start(`name: apps
-stages:
-  - id: dev
-    steps:
-      - {id: apps, type: Noop, with: {outputs: {apps: [{name: web-dev, agent: sim}]}}}
-      - {id: soak, type: Wait, with: {duration: 10m}}
-`, nil)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		cur, _ := e.Ctl.Get(context.Background(), r.ID)
-		if st := ctltest.Step(cur, "dev", "soak"); st != nil && st.Status == pipelines.StWaiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("soak never parked")
-		}
-	}
+	e, srv, r := appsEnv(t) // web-dev Healthy at 1111…
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/ui/runs/"+r.ID+"/events", nil)
@@ -314,7 +296,7 @@ stages:
 	if first := next(); !strings.Contains(first, `class="h-Healthy"`) || !strings.Contains(first, "11111111") {
 		t.Fatalf("first render lacks the app's status:\n%s", first)
 	}
-	put(agent.HealthDegraded, "2222222222222222222222222222222222222222")
+	putApp(t, e, agent.HealthDegraded, "2222222222222222222222222222222222222222")
 	if got := next(); !strings.Contains(got, `class="h-Degraded"`) || !strings.Contains(got, "22222222") {
 		t.Fatalf("after the app turned Degraded:\n%s", got)
 	}

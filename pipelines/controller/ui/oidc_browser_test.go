@@ -187,27 +187,9 @@ func TestOIDCRefusalPages(t *testing.T) {
 		{"?code=abc&state=xyz", "no sign-in is in progress in this browser"},
 		{"?error=access_denied&error_description=user+said+no", "the identity provider refused the sign-in: access_denied user said no"},
 	} {
-		resp, err := http.Get(e.URL + oidc.CallbackPath + tc.query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b strings.Builder
-		_, _ = fmt.Fprint(&b, readAll(resp))
-		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(b.String(), tc.want) || !strings.Contains(b.String(), `id="oidc-signin"`) {
-			t.Fatalf("callback %s: HTTP %d, want 401 with %q and the sign-in button:\n%s", tc.query, resp.StatusCode, tc.want, b.String())
-		}
-	}
-}
-
-func readAll(resp *http.Response) string {
-	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			return b.String()
+		code, body := ctltest.CallAPI(t, "GET", e.URL+oidc.CallbackPath+tc.query, "", "")
+		if code != http.StatusUnauthorized || !strings.Contains(body, tc.want) || !strings.Contains(body, `id="oidc-signin"`) {
+			t.Fatalf("callback %s: HTTP %d, want 401 with %q and the sign-in button:\n%s", tc.query, code, tc.want, body)
 		}
 	}
 }

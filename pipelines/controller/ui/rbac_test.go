@@ -2,7 +2,6 @@ package ui_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -155,17 +154,9 @@ func TestBrowserRBACCancelAndApprove(t *testing.T) {
 		t.Fatalf("bob's promote: %d %.2000s", code, body)
 	}
 	// The audit log has each refusal with bob's groups (read as alice through the API).
-	req, _ := http.NewRequest("GET", e.URL+"/api/v1/audit?action=rbac.denied&actor=bob", nil)
-	req.Header.Set("Authorization", "Bearer "+aliceToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := new(strings.Builder)
-	_, _ = io.Copy(b, resp.Body)
-	resp.Body.Close()
+	_, b := ctltest.CallAPI(t, "GET", e.URL+"/api/v1/audit?action=rbac.denied&actor=bob", aliceToken, "")
 	for _, want := range []string{"may not cancel runs web/prod", "may not approve approvals web/prod", "may not start runs web/prod", "bob (groups dev)"} {
-		if !strings.Contains(b.String(), want) {
+		if !strings.Contains(b, want) {
 			t.Errorf("audit log lacks %q:\n%s", want, b)
 		}
 	}

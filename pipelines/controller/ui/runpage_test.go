@@ -3,8 +3,6 @@ package ui_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -14,7 +12,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/prflow/prflow/deploy/agent"
-	"github.com/prflow/prflow/deploy/simagent"
 	"github.com/prflow/prflow/pipelines"
 	"github.com/prflow/prflow/pipelines/controller"
 	"github.com/prflow/prflow/pipelines/controller/ctltest"
@@ -126,17 +123,7 @@ stages:
 func previewEnv(t *testing.T) *uiEnv {
 	t.Helper()
 	e, gh, _ := newReleaseUIEnv(t)
-	sim, err := simagent.New(simagent.Options{AgentID: "sim", Repo: gh.Git().Dir("acme", "release"), Branch: "main",
-		Delay: 30 * time.Millisecond, Step: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, e.Conn) }()
-	t.Cleanup(func() { cancel(); <-done })
-	e.WaitAgent("sim")
+	e.StartSimAgent(gh.Git().Dir("acme", "release"))
 	return e
 }
 
@@ -476,14 +463,7 @@ func TestBrowserApprovalCardManyKeysOnPhone(t *testing.T) {
 		}
 		files = append(files, `{file: `+file+`, changes: [`+strings.Join(ch, ", ")+`]}`)
 	}
-	r := e.Start(`
-name: wide
-environments:
-  - {name: prod, clusters: [{name: prod-eu, agent: sim}]}
-stages:
-  - id: prod
-    environment: prod
-    steps:
+	r := startParked(t, e, prodPipeline("wide", `
       - id: update
         type: Noop
         with: {outputs: {prNumber: 7, prlink: "https://forge.example/acme/release/pull/7", edits: [`+strings.Join(files, ", ")+`]}}
@@ -491,8 +471,7 @@ stages:
         type: Approval
         timeout: 5m
         with: {approvers: {groups: [release], minimumCount: 1}, message: "Promote?"}
-`, nil)
-	waitParked(t, e, r.ID, "prod", "approve")
+`), "prod", "approve")
 	ctx := signedInTab(t, e.URL+"/ui/runs/"+r.ID, aliceToken)
 	viewport(t, ctx, 400, 800)
 	card := `[data-approval="prod.approve"]`

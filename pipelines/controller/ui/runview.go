@@ -660,59 +660,65 @@ func writeValue(b *strings.Builder, id, key string, v any, depth int) {
 			b.WriteString(esc(x))
 		}
 	case []any:
-		switch {
-		case len(x) == 0:
-			b.WriteString(`<span class="muted">none</span>`)
-		case depth >= maxDepth:
-			fmt.Fprintf(b, `<span class="muted">(%d items)</span>`, len(x))
-		default:
-			b.WriteString(`<ul class="val">`)
-			for i, e := range x {
-				b.WriteString("<li>")
-				if m, ok := e.(map[string]any); ok && itemTitle(m) != "" && depth+1 < maxDepth {
-					idAttr := ""
-					if id != "" {
-						idAttr = fmt.Sprintf(` id="%s-%d"`, esc(id), i)
-					}
-					fmt.Fprintf(b, `<details class="item"%s><summary>%s</summary>`, idAttr, itemTitle(m))
-					writeValue(b, fmt.Sprintf("%s-%d", id, i), key, e, depth+1)
-					b.WriteString("</details></li>")
-					continue
-				}
-				writeValue(b, fmt.Sprintf("%s-%d", id, i), key, e, depth+1)
-				b.WriteString("</li>")
-			}
-			b.WriteString("</ul>")
+		if writeBrief(b, len(x), "items", depth) {
+			return
 		}
+		b.WriteString(`<ul class="val">`)
+		for i, e := range x {
+			b.WriteString("<li>")
+			if m, ok := e.(map[string]any); ok && itemTitle(m) != "" && depth+1 < maxDepth {
+				idAttr := ""
+				if id != "" {
+					idAttr = fmt.Sprintf(` id="%s-%d"`, esc(id), i)
+				}
+				fmt.Fprintf(b, `<details class="item"%s><summary>%s</summary>`, idAttr, itemTitle(m))
+				writeValue(b, fmt.Sprintf("%s-%d", id, i), key, e, depth+1)
+				b.WriteString("</details></li>")
+				continue
+			}
+			writeValue(b, fmt.Sprintf("%s-%d", id, i), key, e, depth+1)
+			b.WriteString("</li>")
+		}
+		b.WriteString("</ul>")
 	case map[string]any:
+		if writeBrief(b, len(x), "keys", depth) {
+			return
+		}
 		keys := make([]string, 0, len(x))
 		for k := range x {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		switch {
-		case len(x) == 0:
-			b.WriteString(`<span class="muted">none</span>`)
-		case depth >= maxDepth:
-			fmt.Fprintf(b, `<span class="muted">(%d keys)</span>`, len(x))
-		default:
-			b.WriteString(`<dl class="obj">`)
-			for _, k := range keys {
-				fmt.Fprintf(b, `<dt>%s</dt><dd>`, esc(k))
-				sub := id
-				if id != "" {
-					sub = id + "-" + k
-				}
-				writeValue(b, sub, k, x[k], depth+1)
-				b.WriteString("</dd>")
+		b.WriteString(`<dl class="obj">`)
+		for _, k := range keys {
+			fmt.Fprintf(b, `<dt>%s</dt><dd>`, esc(k))
+			sub := id
+			if id != "" {
+				sub = id + "-" + k
 			}
-			b.WriteString("</dl>")
+			writeValue(b, sub, k, x[k], depth+1)
+			b.WriteString("</dd>")
 		}
+		b.WriteString("</dl>")
 	case nil:
 		b.WriteString(`<span class="muted">null</span>`)
 	default:
 		b.WriteString(esc(runsummary.Text(x)))
 	}
+}
+
+// writeBrief writes what stands for a list or object of n items (unit: "items", "keys") that
+// is empty or nested too deep to show; false when it is to be shown in full.
+func writeBrief(b *strings.Builder, n int, unit string, depth int) bool {
+	switch {
+	case n == 0:
+		b.WriteString(`<span class="muted">none</span>`)
+	case depth >= maxDepth:
+		fmt.Fprintf(b, `<span class="muted">(%d %s)</span>`, n, unit)
+	default:
+		return false
+	}
+	return true
 }
 
 // itemTitle is the one-line title of an object in a list: its name and its state (an app's

@@ -278,7 +278,7 @@ func (u *UI) loginForm(w http.ResponseWriter, r *http.Request) {
 
 // loginData is the sign-in page: the provider's button with --oidc, the token form with --tokens.
 func (u *UI) loginData(next, errMsg string) map[string]any {
-	d := map[string]any{"Next": next, "Tokens": u.oidc == nil || (u.auth != nil && u.auth.HasTokens())}
+	d := map[string]any{"Title": "Sign in", "Next": next, "Tokens": u.oidc == nil || (u.auth != nil && u.auth.HasTokens())}
 	if u.oidc != nil {
 		d["OIDC"] = u.oidc.Name()
 	}
@@ -363,7 +363,7 @@ func (u *UI) logout(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, to, http.StatusSeeOther)
 			return
 		}
-		u.render(w, r, http.StatusOK, "signout", map[string]any{"To": to, "Provider": u.oidc.Name()})
+		u.render(w, r, http.StatusOK, "signout", map[string]any{"Title": "Signing out", "Refresh": to, "To": to, "Provider": u.oidc.Name()})
 		return
 	}
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)

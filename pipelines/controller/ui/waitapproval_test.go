@@ -14,14 +14,7 @@ import (
 
 // promotePipeline opens a (recorded) release-repo PR, then waits for an approval: the Noop's
 // outputs have the shape UpdateReleaseRepo's have (edits, prlink, prNumber).
-const promotePipeline = `
-name: promote
-environments:
-  - {name: prod, clusters: [{name: prod-eu, agent: sim}]}
-stages:
-  - id: prod
-    environment: prod
-    steps:
+var promotePipeline = prodPipeline("promote", `
       - id: update
         type: Noop
         with:
@@ -39,7 +32,7 @@ stages:
         with:
           approvers: {groups: [release], minimumCount: 1}
           message: Promote 1.4.2 to prod?
-`
+`)
 
 var rowRE = regexp.MustCompile(`data-run="([^"]+)"`)
 
