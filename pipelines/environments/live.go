@@ -364,36 +364,63 @@ func (m *Model) triggers() []*pipelines.Pipeline {
 
 // consumePushes reads the push events of PRFLOW_SCM from the start of the stream (its age
 // limit bounds them), calling caughtUp once it has read those there were at start.
+//
+// It reads through one ordered consumer's message iterator. Calling Next on the ordered
+// consumer itself would create a new server-side consumer for every read (once a second while
+// idle), and its reset retries without end once the connection is closed, so a controller
+// stopped after its connection hung in it. The iterator is stopped when ctx ends, which also
+// ends such a retry; after any other failure it is opened again after the last push read.
 func (m *Model) consumePushes(ctx context.Context, caughtUp func()) {
 	once := sync.OnceFunc(caughtUp)
 	defer once()
-	oc, err := m.src.JS.OrderedConsumer(ctx, queue.StreamSCM, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{queue.SCMSubject("*", string(scm.EventPush))}})
-	if err != nil {
+	var last uint64 // stream sequence of the last event read
+	for ctx.Err() == nil {
+		err := m.readPushes(ctx, &last, once)
+		if ctx.Err() != nil {
+			return
+		}
 		m.src.Log.Warn("environments: read push events", "err", err)
-		return
+		select { // not a busy loop while NATS is away
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// readPushes reads push events after stream sequence *last until ctx ends or the read fails.
+func (m *Model) readPushes(ctx context.Context, last *uint64, caughtUp func()) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{queue.SCMSubject("*", string(scm.EventPush))}}
+	if *last > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, *last+1
+	}
+	oc, err := m.src.JS.OrderedConsumer(ctx, queue.StreamSCM, cfg)
+	if err != nil {
+		return err
 	}
 	if info, err := oc.Info(ctx); err == nil && info.NumPending == 0 {
-		once()
+		caughtUp()
 	}
+	it, err := oc.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
 	for ctx.Err() == nil {
 		// The read ends with ctx too: a stopping controller does not wait out the second.
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
-		msg, err := oc.Next(jetstream.FetchContext(fctx))
+		msg, err := it.Next(jetstream.NextContext(fctx))
 		cancel()
 		if err != nil {
 			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-				once()
+				caughtUp()
 				continue
 			}
-			if ctx.Err() == nil {
-				m.src.Log.Warn("environments: read push events", "err", err)
-				select { // not a busy loop while NATS is away
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-			}
-			continue
+			return err
+		}
+		md, err := msg.Metadata()
+		if err == nil {
+			*last = md.Sequence.Stream
 		}
 		var ev scm.Event
 		if json.Unmarshal(msg.Data(), &ev) == nil && ev.Kind == scm.EventPush && !ev.Deleted {
@@ -411,10 +438,11 @@ func (m *Model) consumePushes(ctx context.Context, caughtUp func()) {
 			m.mu.Unlock()
 			m.Nudge()
 		}
-		if md, err := msg.Metadata(); err == nil && md.NumPending == 0 {
-			once()
+		if err == nil && md.NumPending == 0 {
+			caughtUp()
 		}
 	}
+	return ctx.Err()
 }
 
 // rebuild builds the environments from what the watchers hold, stores the history entries
