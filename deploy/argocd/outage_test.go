@@ -61,6 +61,8 @@ func TestRevokedTokenMarksViewStaleAndRecovers(t *testing.T) {
 	if !strings.Contains(st.Stale.Reason, "token was rejected") || st.Stale.Since.IsZero() || st.Health != agent.HealthHealthy {
 		t.Fatalf("stale mark: %+v (health %s)", st.Stale, st.Health)
 	}
+	// The registration is written after the record (a moment later under load): wait for it.
+	w.eventually(5*time.Second, "a stale view", func() bool { return !w.view("eu").Fresh })
 	v := w.view("eu")
 	if v.Fresh || !strings.Contains(v.Describe(), "agent eu cannot see Argo CD since") || !strings.Contains(v.Reason, "token was rejected") {
 		t.Fatalf("view while the token is refused: %+v", v)
