@@ -41,6 +41,18 @@ func modelOnNATS(tb testing.TB) (*queue.Conn, environments.Sources) {
 		Triggers: func() []*pipelines.Pipeline { return nil }, View: ac.View}
 }
 
+// runModel starts a model on src and returns once it is ready; cancel stops it and done gets
+// what its Run returned.
+func runModel(tb testing.TB, src environments.Sources) (context.Context, context.CancelFunc, <-chan error) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(tb.Context())
+	m := environments.New(src)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	<-m.Ready()
+	return ctx, cancel, done
+}
+
 // BenchmarkModelStop: a model is started on NATS, reads what there is, and is stopped. Every
 // controller stops its model on shutdown (and every test stack stops a controller), so the
 // stop must not wait out the push events' read (it waited up to a second: issue 29 item 9).
@@ -48,11 +60,7 @@ func BenchmarkModelStop(b *testing.B) {
 	_, src := modelOnNATS(b)
 	b.ResetTimer()
 	for b.Loop() {
-		mctx, cancel := context.WithCancel(b.Context())
-		m := environments.New(src)
-		done := make(chan error, 1)
-		go func() { done <- m.Run(mctx) }()
-		<-m.Ready()
+		_, cancel, done := runModel(b, src)
 		cancel()
 		if err := <-done; err != nil {
 			b.Fatal(err)
@@ -66,12 +74,8 @@ func BenchmarkModelStop(b *testing.B) {
 func TestModelReadsPushesThroughOneConsumer(t *testing.T) {
 	t.Parallel()
 	conn, src := modelOnNATS(t)
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel, done := runModel(t, src)
 	defer cancel()
-	m := environments.New(src)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	<-m.Ready()
 	consumers := func() []string {
 		st, err := conn.JS.Stream(ctx, queue.StreamSCM)
 		if err != nil {
@@ -101,12 +105,8 @@ func TestModelReadsPushesThroughOneConsumer(t *testing.T) {
 func TestModelStopsAfterItsConnectionClosed(t *testing.T) {
 	t.Parallel()
 	conn, src := modelOnNATS(t)
-	ctx, cancel := context.WithCancel(t.Context())
+	_, cancel, done := runModel(t, src)
 	defer cancel()
-	m := environments.New(src)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	<-m.Ready()
 	conn.NC.Close()
 	time.Sleep(2 * time.Second) // the push read fails and tries again on the closed connection
 	cancel()

@@ -152,3 +152,35 @@ func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// publishJob puts job on its pool's subject, as a controller dispatches it.
+func publishJob(t *testing.T, ctx context.Context, js jetstream.JetStream, job *envelope.Job) {
+	t.Helper()
+	data, _ := json.Marshal(job)
+	if _, err := js.Publish(ctx, queue.JobSubject(job.Pool), data, jetstream.WithMsgID(job.ID())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitResult waits for the result event of run's job and returns its result.
+func waitResult(t *testing.T, ctx context.Context, js jetstream.JetStream, run string) *steps.Result {
+	t.Helper()
+	events, err := js.Stream(ctx, queue.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res *steps.Result
+	waitUntil(t, "the result of "+run, 30*time.Second, func() bool {
+		m, err := events.GetLastMsgForSubject(ctx, queue.EventSubject(run, queue.EvResult))
+		if err != nil {
+			return false
+		}
+		ev, err := envelope.DecodeEvent(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = ev.Result
+		return true
+	})
+	return res
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/queue"
+	"github.com/prflow/prflow/scm"
 )
 
 // Execution leases keep one job from running twice at the same time.
@@ -206,7 +207,7 @@ func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivere
 			w.Log.Info("redelivered job has no execution lease; waiting for a live execution to show itself",
 				"job", job, "delivery", delivered, "wait", w.unclaimedGrace().String())
 			for end := time.Now().Add(w.unclaimedGrace()); time.Now().Before(end); {
-				if err := sleepCtx(ctx, min(time.Until(end), w.renewEvery())); err != nil {
+				if err := scm.Sleep(ctx, min(time.Until(end), w.renewEvery())); err != nil {
 					return nil, false, err
 				}
 				_ = msg.InProgress()
@@ -229,7 +230,7 @@ func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivere
 			} else if time.Since(seenSince) > w.takeoverAfter() {
 				return nil, false, fmt.Errorf("execution lease %s: %w", l.key, cerr)
 			}
-			if err := sleepCtx(ctx, wait); err != nil {
+			if err := scm.Sleep(ctx, wait); err != nil {
 				return nil, false, err
 			}
 			continue
@@ -239,7 +240,7 @@ func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivere
 			continue // released meanwhile: create it
 		}
 		if gerr != nil {
-			if err := sleepCtx(ctx, wait); err != nil {
+			if err := scm.Sleep(ctx, wait); err != nil {
 				return nil, false, err
 			}
 			continue
@@ -267,7 +268,7 @@ func (w *Worker) claim(ctx context.Context, msg *queue.Msg, job string, delivere
 					seenRev, seenSince = e.Revision(), time.Now()
 				}
 				if time.Since(seenSince) < w.takeoverAfter() {
-					if err := sleepCtx(ctx, wait); err != nil {
+					if err := scm.Sleep(ctx, wait); err != nil {
 						return nil, false, err
 					}
 					continue
@@ -373,16 +374,5 @@ func (w *Worker) beatAll(ctx context.Context) {
 	}
 	for _, f := range jobs {
 		f.lease.renew(ctx) // nil while its claim is under way
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

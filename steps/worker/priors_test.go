@@ -2,14 +2,11 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prflow/prflow/queue"
 	"github.com/prflow/prflow/steps"
@@ -63,29 +60,10 @@ func TestWorkerChecksPriorsAgainstItsStep(t *testing.T) {
 	for _, c := range cases {
 		job := &envelope.Job{V: envelope.Version, Run: c.run, Pipeline: "p", Stage: "s", Step: "sync", Type: "Sync",
 			Pool: "default", Attempt: 1, Priors: c.priors, PriorTypes: c.priorTypes}
-		data, _ := json.Marshal(job)
-		if _, err := admin.JS.Publish(ctx, queue.JobSubject("default"), data, jetstream.WithMsgID(job.ID())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	events, err := admin.JS.Stream(ctx, queue.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
+		publishJob(t, ctx, admin.JS, job)
 	}
 	for _, c := range cases {
-		var res *steps.Result
-		waitUntil(t, "the result of "+c.run, 30*time.Second, func() bool {
-			m, err := events.GetLastMsgForSubject(ctx, queue.EventSubject(c.run, queue.EvResult))
-			if err != nil {
-				return false
-			}
-			ev, err := envelope.DecodeEvent(m.Data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res = ev.Result
-			return true
-		})
+		res := waitResult(t, ctx, admin.JS, c.run)
 		mu.Lock()
 		got, ran := saw[c.run]
 		mu.Unlock()
